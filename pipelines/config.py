@@ -1,0 +1,173 @@
+"""Typed configuration of rate-governor, loaded from a TOML file in ``conf/``.
+
+Every setting has a default here and a comment in ``conf/local.toml``. Unknown keys are an error, so a typo in a
+config file is caught at start-up instead of silently falling back to a default.
+
+Example:
+    >>> cfg = load_config("conf/local.toml")
+    >>> cfg.windows.length_seconds
+    60
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(Exception):
+    """The configuration file is missing, not TOML, or has an invalid setting (the message names it)."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSourceConfig(_Section):
+    """Spark Kafka source settings (production transport). ``options`` are passed through, e.g. SASL/SSL."""
+
+    bootstrap_servers: str = ""
+    stats_topic: str = "rmq-broker-stats"
+    failures_topic: str = "rmq-send-failures"
+    starting_offsets: str = "latest"
+    max_offsets_per_trigger: int = Field(default=0, ge=0)
+    options: dict[str, str] = Field(default_factory=dict)
+
+
+class SourceConfig(_Section):
+    kind: Literal["files", "kafka"] = "files"
+    landing: str = "landing"
+    max_files_per_trigger: int = Field(default=0, ge=0)
+    kafka: KafkaSourceConfig = KafkaSourceConfig()
+
+
+class LakeConfig(_Section):
+    path: str = "lake"
+    writer: Literal["auto", "delta-rs", "delta-spark"] = "auto"
+    checkpoint_dir: str = ""
+
+
+class StatsConfig(_Section):
+    """Parsing of stats.log lines. The GMT+8 default is RocketMQ's logback pattern (FORMATS.md §1)."""
+
+    timezone: str = "GMT+8"
+    max_line_chars: int = Field(default=4096, gt=0)
+    max_future_seconds: int = Field(default=86400, ge=0)
+    max_age_days: int = Field(default=3650, ge=0)
+
+
+class BrokersConfig(_Section):
+    addresses: dict[str, str] = Field(default_factory=dict)
+
+
+class WindowsConfig(_Section):
+    """Event-time windows. 60 s matches RocketMQ's minute stats (StatsItem ``Stats In One Minute``)."""
+
+    length_seconds: int = Field(default=60, gt=0)
+    watermark_seconds: int = Field(default=120, ge=0)
+    trigger_seconds: int = Field(default=30, gt=0)
+
+
+class DetectionConfig(_Section):
+    retry_ratio_threshold: float = Field(default=0.5, gt=0)
+    retry_floor_tps: float = Field(default=50.0, ge=0)
+    surge_factor: float = Field(default=4.0, gt=1)
+    surge_floor_tps: float = Field(default=50.0, ge=0)
+    baseline_quantile: float = Field(default=0.5, gt=0, lt=1)
+    baseline_windows: int = Field(default=30, gt=0)
+    baseline_min_windows: int = Field(default=5, gt=0)
+    busy_failures_floor: int = Field(default=10, gt=0)
+    failure_rate_threshold: float = Field(default=0.05, gt=0, le=1)
+    failure_floor: int = Field(default=20, gt=0)
+    critical_factor: float = Field(default=4.0, ge=1)
+
+    @model_validator(mode="after")
+    def _min_le_windows(self) -> "DetectionConfig":
+        if self.baseline_min_windows > self.baseline_windows:
+            raise ValueError("detection.baseline_min_windows must be <= detection.baseline_windows")
+        return self
+
+
+class LimitsConfig(_Section):
+    mode: Literal["enforce", "advisory"] = "enforce"
+    allowed_retry_share: float = Field(default=0.1, gt=0, le=1)
+    min_limit_qps: float = Field(default=1.0, gt=0)
+    surge_headroom: float = Field(default=2.0, ge=1)
+    ttl_seconds: int = Field(default=600, gt=0)
+    burst_seconds: float = Field(default=1.0, gt=0)
+    breaker_open_ms: int = Field(default=1000, ge=0)
+    hysteresis_pct: float = Field(default=10.0, ge=0, lt=100)
+    refresh_seconds: int = Field(default=300, gt=0)
+    recovery_windows: int = Field(default=3, gt=0)
+    protected: tuple[str, ...] = (
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRACE_TOPIC",
+        "TBW102",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    )
+
+
+class SparkConfig(_Section):
+    master: str = "local[2]"
+    app_name: str = "rate-governor"
+    shuffle_partitions: int = Field(default=4, gt=0)
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class GovernorConfig(_Section):
+    """The whole configuration. Sections mirror the TOML tables of ``conf/local.toml``."""
+
+    source: SourceConfig = SourceConfig()
+    lake: LakeConfig = LakeConfig()
+    stats: StatsConfig = StatsConfig()
+    brokers: BrokersConfig = BrokersConfig()
+    windows: WindowsConfig = WindowsConfig()
+    detection: DetectionConfig = DetectionConfig()
+    limits: LimitsConfig = LimitsConfig()
+    spark: SparkConfig = SparkConfig()
+
+    def with_paths(self, landing: str | None = None, lake: str | None = None) -> "GovernorConfig":
+        """Return a copy with the landing directory and/or lake root replaced (CLI overrides)."""
+        source = self.source.model_copy(update={"landing": landing}) if landing else self.source
+        lake_cfg = self.lake.model_copy(update={"path": lake}) if lake else self.lake
+        return self.model_copy(update={"source": source, "lake": lake_cfg})
+
+    @property
+    def checkpoint_root(self) -> str:
+        """Directory of the streaming checkpoints: ``lake.checkpoint_dir`` or ``<lake>/_checkpoints``."""
+        return self.lake.checkpoint_dir or str(Path(self.lake.path) / "_checkpoints")
+
+
+def parse_config(data: dict) -> GovernorConfig:
+    """Validate a config mapping (the parsed TOML).
+
+    Raises:
+        ConfigError: a setting has the wrong type or range, or a key is unknown; the message names it.
+    """
+    try:
+        return GovernorConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid config: {problems}") from None
+
+
+def load_config(path: str | Path) -> GovernorConfig:
+    """Load and validate a TOML config file.
+
+    Raises:
+        ConfigError: the file does not exist, is not valid TOML, or has an invalid setting.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"config file not found: {file}")
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {file} is not valid TOML: {exc}") from None
+    return parse_config(data)

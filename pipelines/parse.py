@@ -1,0 +1,365 @@
+"""Parsing of raw input records into silver rows or quarantine rows, with built-in Spark functions only.
+
+Both transports (files and Kafka) yield :data:`pipelines.schemas.RAW_RECORD` rows; everything below is shared.
+Every record ends either in silver (``reject_reason`` null) or in quarantine with the first failing check as its
+reason; nothing is dropped.
+
+Example:
+    >>> parsed = raw.transform(parse_broker_stats(cfg.stats))
+    >>> silver = parsed.transform(silver_broker_stats)
+    >>> rejected = parsed.transform(quarantine_rows("broker_stats"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from pipelines import rocketmq as rmq
+from pipelines import schemas
+from pipelines.config import BrokersConfig, StatsConfig
+
+Transform = Callable[[DataFrame], DataFrame]
+
+#: ``<yyyy-MM-dd HH:mm:ss>[,SSS] <LEVEL> - [<name>] [<key>] Stats <period>, <detail>`` (logback pattern
+#: ``%d{yyy-MM-dd HH:mm:ss,GMT+8} %p - %m%n``, FORMATS.md §1-2). The timestamp is optional in the regex so
+#: that a line without it is recognised and quarantined with its own reason.
+STATS_LINE = (
+    r"^(?:(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:,\d{1,3})?\s+)?(?:[A-Z]+\s+)?-\s+"
+    r"\[([^\]]*)\]\s+\[([^\]]*)\]\s+Stats (In One Minute|In One Hour|In One Day|Every 5 Minutes),\s*(.*?)\s*$"
+)
+#: ``SUM: %d TPS: %.2f AVGPT: %.2f`` (StatsItem.statPrintDetail).
+DETAIL_SUM = r"^SUM:\s*(\S+)\s+TPS:\s*(\S+)\s+AVGPT:\s*(\S+)$"
+#: ``TIMES: %d AVGRT: %.2f`` (RTStatsItem, 4.7.1+; GROUP_GET_LATENCY from 4.9.3).
+DETAIL_TIMES = r"^TIMES:\s*(\S+)\s+AVGRT:\s*(\S+)$"
+#: ``Value: %d`` (MomentStatsItem, ``Stats Every 5 Minutes``).
+DETAIL_VALUE = r"^Value:\s*(\S+)$"
+STATS_TIME_FORMAT = "yyyy-MM-dd HH:mm:ss"
+#: Spark's text source decodes invalid UTF-8 bytes to U+FFFD.
+REPLACEMENT_CHAR = "\ufffd"
+
+
+def _lit_map(mapping: Mapping[str, object]) -> Column:
+    return F.create_map(*[F.lit(item) for pair in mapping.items() for item in pair])
+
+
+def _extract(column: Column, pattern: str, group: int) -> Column:
+    """``regexp_extract`` that yields null instead of "" when the pattern or group does not match."""
+    return F.nullif(F.regexp_extract(column, pattern, group), F.lit(""))
+
+
+def _first_reason(*checks: tuple[Column, Column | str]) -> Column:
+    """The reason of the first check whose condition is true, else null. Conditions that are null count as false."""
+    return F.coalesce(
+        *[F.when(cond, reason if isinstance(reason, Column) else F.lit(reason)) for cond, reason in checks]
+    )
+
+
+def _valid_name(name: Column, max_length: int) -> Column:
+    return name.rlike(rmq.NAME_PATTERN) & (F.length(name) <= max_length)
+
+
+def _time_checks(event_time: Column, ingested_at: Column, cfg: StatsConfig) -> list[tuple[Column, str]]:
+    checks = [
+        (
+            event_time > ingested_at + F.make_dt_interval(secs=F.lit(cfg.max_future_seconds)),
+            f"event time more than {cfg.max_future_seconds} s after ingestion",
+        )
+    ]
+    if cfg.max_age_days:
+        checks.append(
+            (
+                event_time < ingested_at - F.make_dt_interval(days=F.lit(cfg.max_age_days)),
+                f"event time more than {cfg.max_age_days} days before ingestion",
+            )
+        )
+    return checks
+
+
+# --- broker statistics -----------------------------------------------------------------------------------------
+
+
+def unwrap_envelopes(df: DataFrame) -> DataFrame:
+    """Take the stats line and broker out of JSON envelopes; raw lines keep the folder-name broker.
+
+    Input: :data:`~pipelines.schemas.RAW_RECORD`. Output adds ``line``, ``broker``, ``cluster`` (strings) and
+    ``envelope_reason`` (null, or why the envelope is unusable). A record is an envelope when it starts with ``{``
+    (CONTRACTS.md §1.1); unknown extra envelope fields are ignored.
+    """
+    is_envelope = F.ltrim(F.col("raw")).startswith("{")
+    env = F.from_json(
+        F.col("raw"),
+        schemas.STATS_ENVELOPE,
+        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
+    )
+    with_env = df.withColumn("_env", F.when(is_envelope, env))
+    reason = _first_reason(
+        (is_envelope & F.col("_env._corrupt_record").isNotNull(), "envelope is not valid JSON"),
+        (is_envelope & F.col("_env.line").isNull(), "envelope missing field: line"),
+        (is_envelope & F.col("_env.broker").isNull(), "envelope missing field: broker"),
+    )
+    return with_env.select(
+        *df.columns,
+        F.when(is_envelope, F.col("_env.line")).otherwise(F.col("raw")).alias("line"),
+        F.when(is_envelope, F.col("_env.broker")).otherwise(F.col("broker_hint")).alias("broker"),
+        F.when(is_envelope, F.col("_env.cluster")).alias("cluster"),
+        reason.alias("envelope_reason"),
+    )
+
+
+def _key_shape_columns(stat_name: Column, stats_key: Column) -> dict[str, Column]:
+    """Split a stats key by ``@`` according to the shapes its stats name allows (FORMATS.md §3)."""
+    shape_by_stat_and_parts = {
+        f"{stat}#{len(rmq.KEY_SHAPES[shape])}": shape
+        for stat, shapes in rmq.STAT_KEY_SHAPES.items()
+        for shape in shapes
+    }
+    parts = F.split(stats_key, "@")
+    shape = F.try_element_at(
+        _lit_map(shape_by_stat_and_parts), F.concat_ws("#", stat_name, F.size(parts).cast("string"))
+    )
+
+    def part(role: str) -> Column:
+        positions = {name: roles.index(role) + 1 for name, roles in rmq.KEY_SHAPES.items() if role in roles}
+        return F.try_element_at(parts, F.try_element_at(_lit_map(positions), shape))
+
+    return {
+        "key_shape": shape,
+        "key_parts": F.size(parts),
+        "topic": part("topic"),
+        "consumer_group": part("group"),
+        "queue_raw": part("queue"),
+        "cluster_key": part("cluster"),
+    }
+
+
+def parse_stats_lines(cfg: StatsConfig) -> Transform:
+    """Parse ``line`` (a stats.log line) into the silver columns and a ``reject_reason``.
+
+    Input: the output of :func:`unwrap_envelopes`. Output adds the columns of
+    :data:`~pipelines.schemas.SILVER_BROKER_STATS` plus ``reject_reason``. ``event_time`` is UTC, converted from
+    ``cfg.timezone`` (RocketMQ renders GMT+8 whatever the host zone). ``TPS: NaN`` (a window with one snapshot,
+    FORMATS.md §2) becomes a null ``tps`` with its SUM kept; ``TIMES/AVGRT`` lines put TIMES in ``value`` and
+    AVGRT (the item's avgpt, in ms) in ``avgpt``; ``Every 5 Minutes`` lines put their value in ``value``.
+    """
+
+    def transform(df: DataFrame) -> DataFrame:
+        line = F.col("line")
+        ts_text = _extract(line, STATS_LINE, 1)
+        detail = F.regexp_extract(line, STATS_LINE, 5)
+        sum_text = F.coalesce(_extract(detail, DETAIL_SUM, 1))
+        tps_text = _extract(detail, DETAIL_SUM, 2)
+        avgpt_text = F.coalesce(_extract(detail, DETAIL_SUM, 3), _extract(detail, DETAIL_TIMES, 2))
+        value_text = F.coalesce(_extract(detail, DETAIL_TIMES, 1), _extract(detail, DETAIL_VALUE, 1))
+        step = df.select(
+            "*",
+            ts_text.alias("ts_text"),
+            _extract(line, STATS_LINE, 2).alias("stat_name"),
+            F.regexp_extract(line, STATS_LINE, 3).alias("stats_key"),
+            F.try_element_at(_lit_map(rmq.PERIODS), _extract(line, STATS_LINE, 4)).alias("period"),
+            detail.alias("detail"),
+            sum_text.alias("sum_text"),
+            tps_text.alias("tps_text"),
+            avgpt_text.alias("avgpt_text"),
+            value_text.alias("value_text"),
+        )
+        local_time = F.try_to_timestamp(F.col("ts_text"), F.lit(STATS_TIME_FORMAT))
+        key = _key_shape_columns(F.col("stat_name"), F.col("stats_key"))
+        parsed = step.select(
+            "*",
+            F.to_utc_timestamp(local_time, cfg.timezone).alias("event_time"),
+            F.col("sum_text").try_cast("long").alias("sum"),
+            F.col("tps_text").try_cast("double").alias("tps_num"),
+            F.col("avgpt_text").try_cast("double").alias("avgpt"),
+            F.col("value_text").try_cast("long").alias("value"),
+            *[col.alias(name) for name, col in key.items()],
+        ).withColumn("queue_id", F.col("queue_raw").try_cast("int"))
+
+        is_line = F.col("stat_name").isNotNull()
+        has_detail = F.col("sum_text").isNotNull() | F.col("value_text").isNotNull()
+        known_stat = F.try_element_at(
+            _lit_map({name: True for name in rmq.STAT_KEY_SHAPES}), F.col("stat_name")
+        ).isNotNull()
+        reason = _first_reason(
+            (F.col("envelope_reason").isNotNull(), F.col("envelope_reason")),
+            (F.col("line").isNull() | (F.trim(F.col("line")) == ""), "empty line"),
+            (F.length("line") > cfg.max_line_chars, f"line longer than {cfg.max_line_chars} characters"),
+            (F.col("line").contains(REPLACEMENT_CHAR), "line is not valid UTF-8"),
+            (F.col("broker").isNull() | (F.col("broker") == ""), "no broker: not in a broker folder or envelope"),
+            (~is_line, "not a stats.log line"),
+            (F.col("ts_text").isNull(), "missing timestamp prefix"),
+            (F.col("event_time").isNull(), "invalid timestamp"),
+            (~known_stat, F.concat(F.lit("unknown stat name: "), F.col("stat_name"))),
+            (~has_detail, "stats detail cut or unrecognised (expected SUM/TPS/AVGPT, TIMES/AVGRT or Value)"),
+            (
+                F.col("key_shape").isNull(),
+                F.format_string(
+                    "key '%s' has %d '@'-separated parts, not a shape of %s",
+                    F.col("stats_key"),
+                    F.col("key_parts"),
+                    F.col("stat_name"),
+                ),
+            ),
+            (F.col("sum_text").isNotNull() & F.col("sum").isNull(), "non-numeric SUM"),
+            (F.col("value_text").isNotNull() & F.col("value").isNull(), "non-numeric TIMES or Value"),
+            (F.col("tps_text").contains(",") | F.col("avgpt_text").contains(","), "decimal comma in TPS or AVGPT"),
+            (F.col("tps_text").isNotNull() & F.col("tps_num").isNull(), "non-numeric TPS"),
+            (F.col("avgpt_text").isNotNull() & F.col("avgpt").isNull(), "non-numeric AVGPT"),
+            (F.col("tps_num").isin(float("inf"), float("-inf")), "non-finite TPS"),
+            ((F.col("sum") < 0) | (F.col("tps_num") < 0) | (F.col("value") < 0), "negative SUM, TPS or value"),
+            (
+                F.col("topic").isNotNull() & ~_valid_name(F.col("topic"), rmq.TOPIC_MAX_LENGTH),
+                F.concat(F.lit("invalid topic name: "), F.col("topic")),
+            ),
+            (
+                F.col("consumer_group").isNotNull() & ~_valid_name(F.col("consumer_group"), rmq.GROUP_MAX_LENGTH),
+                F.concat(F.lit("invalid consumer group name: "), F.col("consumer_group")),
+            ),
+            (F.col("queue_raw").isNotNull() & F.col("queue_id").isNull(), "non-numeric queue id"),
+            *_time_checks(F.col("event_time"), F.col("ingested_at"), cfg),
+        )
+        return parsed.select(
+            "*",
+            F.when(F.isnan("tps_num"), F.lit(None)).otherwise(F.col("tps_num")).alias("tps"),
+            F.coalesce(F.col("cluster"), F.col("cluster_key")).alias("cluster_name"),
+            reason.alias("reject_reason"),
+        )
+
+    return transform
+
+
+def parse_broker_stats(cfg: StatsConfig) -> Transform:
+    """RAW_RECORD rows of ``broker_stats`` → parsed rows with ``reject_reason`` (see :func:`parse_stats_lines`)."""
+
+    def transform(raw: DataFrame) -> DataFrame:
+        return raw.transform(unwrap_envelopes).transform(parse_stats_lines(cfg))
+
+    return transform
+
+
+def silver_broker_stats(parsed: DataFrame) -> DataFrame:
+    """Accepted rows of :func:`parse_broker_stats` in the shape of ``silver/broker_stats``."""
+    accepted = parsed.where(F.col("reject_reason").isNull())
+    return accepted.select(
+        F.col("event_time"),
+        F.col("broker"),
+        F.col("cluster_name").alias("cluster"),
+        F.col("stat_name"),
+        F.col("period"),
+        F.col("stats_key"),
+        F.col("topic"),
+        F.col("consumer_group"),
+        F.col("queue_id"),
+        F.col("sum"),
+        F.col("tps"),
+        F.col("avgpt"),
+        F.col("value"),
+        F.col("origin"),
+        F.col("ingested_at"),
+    )
+
+
+# --- send failures ---------------------------------------------------------------------------------------------
+
+
+def classify_failure(message: Column, code: Column) -> Column:
+    """``failure_class`` of a failed send: the first pattern of :data:`pipelines.rocketmq.FAILURE_PATTERNS` found
+    in the message, else ``SERVICE_NOT_AVAILABLE`` for code 14, else ``OTHER`` (CONTRACTS.md §1.2)."""
+    text = F.coalesce(message, F.lit(""))
+    result = F.when(code == rmq.SERVICE_NOT_AVAILABLE_CODE, F.lit("SERVICE_NOT_AVAILABLE")).otherwise(
+        F.lit(rmq.OTHER_FAILURE)
+    )
+    for name, pattern in reversed(rmq.FAILURE_PATTERNS):
+        result = F.when(text.rlike(pattern), F.lit(name)).otherwise(result)
+    return result
+
+
+def parse_send_failures(stats_cfg: StatsConfig, brokers: BrokersConfig) -> Transform:
+    """RAW_RECORD rows of ``send_failures`` (JSON lines) → parsed rows with ``reject_reason``.
+
+    ``ts`` is epoch milliseconds or an ISO-8601 string (UTC unless it carries an offset). A null ``code`` is read
+    from the message (Java ``CODE: 2  DESC:``, Go ``CODE: 2, DESC:``, FORMATS.md §6-7). ``broker`` given as
+    ``ip:port`` is mapped to a broker name through ``brokers.addresses`` when listed. Output adds the columns of
+    :data:`~pipelines.schemas.SILVER_SEND_FAILURES` plus ``reject_reason``.
+    """
+
+    def transform(raw: DataFrame) -> DataFrame:
+        j = F.from_json(
+            F.col("raw"),
+            schemas.SEND_FAILURE_JSON,
+            {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
+        )
+        step = raw.select("*", j.alias("j"))
+        ts = F.col("j.ts")
+        is_epoch = ts.rlike(r"^-?\d+(\.\d+)?$")
+        event_time = F.when(is_epoch, F.timestamp_millis(ts.try_cast("double").cast("long"))).otherwise(
+            ts.try_cast("timestamp")
+        )
+        code = F.coalesce(F.col("j.code"), _extract(F.col("j.message"), rmq.CODE_IN_MESSAGE, 1).try_cast("int"))
+        broker_raw = F.col("j.broker")
+        broker = (
+            F.coalesce(F.try_element_at(_lit_map(brokers.addresses), broker_raw), broker_raw)
+            if brokers.addresses
+            else broker_raw
+        )
+        parsed = step.select(
+            "*",
+            event_time.alias("event_time"),
+            F.col("j.topic").alias("topic"),
+            broker.alias("broker"),
+            F.col("j.producer_group").alias("producer_group"),
+            F.col("j.client").alias("client"),
+            code.alias("code"),
+            F.col("j.message").alias("message"),
+            F.col("j.latency_ms").alias("latency_ms"),
+        )
+        corrupt = F.col("j._corrupt_record").isNotNull()
+        reason = _first_reason(
+            (F.col("raw").isNull() | (F.trim(F.col("raw")) == ""), "empty line"),
+            (F.col("raw").contains(REPLACEMENT_CHAR), "line is not valid UTF-8"),
+            (corrupt & ~F.ltrim(F.col("raw")).startswith("{"), "not a JSON object"),
+            (corrupt, "malformed JSON or a field of the wrong type (e.g. code as a string)"),
+            (ts.isNull(), "missing field: ts"),
+            (F.col("event_time").isNull(), "ts is neither epoch milliseconds nor an ISO-8601 date"),
+            (F.col("topic").isNull(), "missing field: topic"),
+            (
+                ~_valid_name(F.col("topic"), rmq.TOPIC_MAX_LENGTH),
+                F.concat(F.lit("invalid topic name: "), F.col("topic")),
+            ),
+            (F.col("latency_ms") < 0, "negative latency_ms"),
+            *_time_checks(F.col("event_time"), F.col("ingested_at"), stats_cfg),
+        )
+        return parsed.select(
+            "*",
+            classify_failure(F.col("message"), F.col("code")).alias("failure_class"),
+            reason.alias("reject_reason"),
+        )
+
+    return transform
+
+
+def silver_send_failures(parsed: DataFrame) -> DataFrame:
+    """Accepted rows of :func:`parse_send_failures` in the shape of ``silver/send_failures``."""
+    accepted = parsed.where(F.col("reject_reason").isNull())
+    return accepted.select(*[F.col(field.name) for field in schemas.SILVER_SEND_FAILURES.fields])
+
+
+# --- quarantine ------------------------------------------------------------------------------------------------
+
+
+def quarantine_rows(source: str) -> Transform:
+    """Rejected rows of a parse, in the shape of the ``quarantine`` table (``source`` is the input's name)."""
+
+    def transform(parsed: DataFrame) -> DataFrame:
+        rejected = parsed.where(F.col("reject_reason").isNotNull())
+        return rejected.select(
+            F.lit(source).alias("source"),
+            F.col("raw"),
+            F.col("reject_reason").alias("reason"),
+            F.col("origin"),
+            F.col("ingested_at"),
+        )
+
+    return transform

@@ -1,0 +1,118 @@
+"""Facts about RocketMQ that the parsers rely on, each with its source (see ../shared/FORMATS.md).
+
+Nothing here is tunable: these are the broker's and clients' own formats and names. Tunable thresholds live in
+``conf/`` (:mod:`pipelines.config`).
+"""
+
+from __future__ import annotations
+
+# --- stats.log (FORMATS.md §2, StatsItem / RTStatsItem / MomentStatsItem) -----------------------------------
+
+#: ``Stats In One Minute`` etc. → the ``period`` column of silver/broker_stats.
+PERIODS: dict[str, str] = {
+    "In One Minute": "minute",
+    "In One Hour": "hour",
+    "In One Day": "day",
+    "Every 5 Minutes": "5min",
+}
+
+#: Key shapes (FORMATS.md §3, ``BrokerStatsManager.buildStatsKey`` with "@" as separator). Each shape names the
+#: parts of the key in order. ``cluster`` keys hold ``brokerClusterName``; ``event`` keys hold a channel event.
+KEY_SHAPES: dict[str, tuple[str, ...]] = {
+    "topic": ("topic",),
+    "topic@group": ("topic", "group"),
+    "queueId@topic@group": ("queue", "topic", "group"),
+    "topic@queueId": ("topic", "queue"),
+    "topic@queueId@group": ("topic", "queue", "group"),
+    "queueId@topic": ("queue", "topic"),
+    "cluster": ("cluster",),
+    "event": ("event",),
+}
+
+#: Stats name → accepted key shapes. ``GROUP_GET_LATENCY`` is ``queueId@topic@group`` unless
+#: ``enableDetailStat`` is false on ≥ 4.9.3 (then ``topic@group``). Client-side names (ConsumerStatsManager) are
+#: accepted too, since hand-shipped client logs use the same line format.
+STAT_KEY_SHAPES: dict[str, tuple[str, ...]] = {
+    "TOPIC_PUT_NUMS": ("topic",),
+    "TOPIC_PUT_SIZE": ("topic",),
+    "GROUP_GET_NUMS": ("topic@group",),
+    "GROUP_GET_SIZE": ("topic@group",),
+    "GROUP_GET_LATENCY": ("queueId@topic@group", "topic@group"),
+    "SNDBCK_PUT_NUMS": ("topic@group",),
+    "BROKER_PUT_NUMS": ("cluster",),
+    "BROKER_GET_NUMS": ("cluster",),
+    "GROUP_GET_FALL_SIZE": ("queueId@topic@group",),
+    "GROUP_GET_FALL_TIME": ("queueId@topic@group",),
+    "GROUP_GET_FROM_DISK_NUMS": ("queueId@topic@group",),
+    "GROUP_GET_FROM_DISK_SIZE": ("queueId@topic@group",),
+    "BROKER_GET_FROM_DISK_NUMS": ("cluster",),
+    "BROKER_GET_FROM_DISK_SIZE": ("cluster",),
+    "QUEUE_PUT_NUMS": ("topic@queueId",),
+    "QUEUE_PUT_SIZE": ("topic@queueId",),
+    "QUEUE_GET_NUMS": ("topic@queueId@group",),
+    "QUEUE_GET_SIZE": ("topic@queueId@group",),
+    "TOPIC_PUT_LATENCY": ("queueId@topic",),
+    "GROUP_ACK_NUMS": ("topic@group",),
+    "GROUP_CK_NUMS": ("topic@group",),
+    "BROKER_ACK_NUMS": ("cluster",),
+    "BROKER_CK_NUMS": ("cluster",),
+    "DLQ_PUT_NUMS": ("topic",),
+    "BROKER_PUT_NUMS_WITHOUT_SYSTEM_TOPIC": ("cluster",),
+    "BROKER_GET_NUMS_WITHOUT_SYSTEM_TOPIC": ("cluster",),
+    "CONSUMER_REGISTER_TIME": ("cluster",),
+    "PRODUCER_REGISTER_TIME": ("cluster",),
+    "CHANNEL_ACTIVITY": ("event",),
+    "CONSUME_OK_TPS": ("topic@group",),
+    "CONSUME_FAILED_TPS": ("topic@group",),
+    "CONSUME_RT": ("topic@group",),
+    "PULL_TPS": ("topic@group",),
+    "PULL_RT": ("topic@group",),
+}
+
+#: The minute stats that feed the TPS windows (CONTRACTS.md §1.1), and what each one measures.
+TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
+GROUP_GET_NUMS = "GROUP_GET_NUMS"
+SNDBCK_PUT_NUMS = "SNDBCK_PUT_NUMS"
+BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
+WINDOWED_STATS: tuple[str, ...] = (TOPIC_PUT_NUMS, GROUP_GET_NUMS, SNDBCK_PUT_NUMS, BROKER_PUT_NUMS)
+
+#: Prefixes of the per-group system topics (RocketMQ ``MixAll.RETRY_GROUP_TOPIC_PREFIX`` / ``DLQ_GROUP_TOPIC_PREFIX``).
+RETRY_TOPIC_PREFIX = "%RETRY%"
+DLQ_TOPIC_PREFIX = "%DLQ%"
+
+#: Topic and group name rules (RocketMQ ``TopicValidator`` / ``Validators``): characters ``%|a-zA-Z0-9_-``,
+#: topic length ≤ 127, group length ≤ 255.
+NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"
+TOPIC_MAX_LENGTH = 127
+GROUP_MAX_LENGTH = 255
+
+# --- send failures (FORMATS.md §4-7) --------------------------------------------------------------------------
+
+#: Failure classes in match order: the first pattern found in the message decides (CONTRACTS.md §1.2).
+#: Patterns are Java regular expressions, matched case-sensitively against the client's message text.
+FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("TIMEOUT_CLEAN_QUEUE", r"\[TIMEOUT_CLEAN_QUEUE\]"),
+    ("PCBUSY_CLEAN_QUEUE", r"\[PCBUSY_CLEAN_QUEUE\]"),
+    ("REJECTREQUEST", r"\[REJECTREQUEST\]"),
+    ("OVERLOAD", r"\[OVERLOAD\]"),
+    ("PC_SYNCHRONIZED", r"\[PC_SYNCHRONIZED\]"),
+    ("RATE_LIMITED", r"\brateLimit\b"),
+    ("CLIENT_TIMEOUT", r"RemotingTimeoutException|RemotingTooMuchRequestException|request timeout"),
+    ("SERVICE_NOT_AVAILABLE", r"service not available now"),
+)
+#: Response code 14 (``SERVICE_NOT_AVAILABLE``) classifies even without the text.
+SERVICE_NOT_AVAILABLE_CODE = 14
+OTHER_FAILURE = "OTHER"
+FAILURE_CLASSES: tuple[str, ...] = tuple(name for name, _ in FAILURE_PATTERNS) + (OTHER_FAILURE,)
+
+#: Classes that mean "the broker is busy" (fast failure and flow control, FORMATS.md §5).
+BUSY_FAILURE_CLASSES: tuple[str, ...] = (
+    "TIMEOUT_CLEAN_QUEUE",
+    "PCBUSY_CLEAN_QUEUE",
+    "REJECTREQUEST",
+    "OVERLOAD",
+    "PC_SYNCHRONIZED",
+)
+
+#: The response code inside a client message: Java ``CODE: 2  DESC:`` (two spaces), Go ``CODE: 2, DESC:``.
+CODE_IN_MESSAGE = r"CODE:\s*(-?\d+)"

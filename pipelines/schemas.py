@@ -1,0 +1,192 @@
+"""Named schemas of every DataFrame that crosses a module boundary and of every Delta table (CONTRACTS.md §2).
+
+Times are ``TimestampType`` in UTC (the Spark session time zone is UTC). TPS columns are messages per second.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import types as T
+
+_S, _L, _D, _I, _TS = T.StringType(), T.LongType(), T.DoubleType(), T.IntegerType(), T.TimestampType()
+
+
+def _struct(*fields: tuple[str, T.DataType]) -> T.StructType:
+    return T.StructType([T.StructField(name, dtype, nullable=True) for name, dtype in fields])
+
+
+#: What a source yields, whatever the transport: one input record. ``origin`` is the file path or
+#: ``kafka:<topic>:<partition>:<offset>``; ``broker_hint`` is the folder name (files) or the Kafka key.
+RAW_RECORD = _struct(
+    ("source", _S),
+    ("raw", _S),
+    ("origin", _S),
+    ("broker_hint", _S),
+    ("ingested_at", _TS),
+)
+
+#: The JSON envelope log shippers write around a stats.log line (CONTRACTS.md §1.1).
+STATS_ENVELOPE = _struct(("broker", _S), ("cluster", _S), ("line", _S), ("_corrupt_record", _S))
+
+#: A send-failure JSON line (CONTRACTS.md §1.2). ``ts`` is read as text (epoch millis or ISO-8601);
+#: a field of the wrong JSON type makes the record corrupt and it is quarantined.
+SEND_FAILURE_JSON = _struct(
+    ("ts", _S),
+    ("topic", _S),
+    ("broker", _S),
+    ("producer_group", _S),
+    ("client", _S),
+    ("code", _I),
+    ("message", _S),
+    ("latency_ms", _D),
+    ("_corrupt_record", _S),
+)
+
+BRONZE = _struct(("raw", _S), ("origin", _S), ("broker_hint", _S), ("ingested_at", _TS))
+
+SILVER_BROKER_STATS = _struct(
+    ("event_time", _TS),
+    ("broker", _S),
+    ("cluster", _S),
+    ("stat_name", _S),
+    ("period", _S),
+    ("stats_key", _S),
+    ("topic", _S),
+    ("consumer_group", _S),
+    ("queue_id", _I),
+    ("sum", _L),
+    ("tps", _D),
+    ("avgpt", _D),
+    ("value", _L),
+    ("origin", _S),
+    ("ingested_at", _TS),
+)
+
+SILVER_SEND_FAILURES = _struct(
+    ("event_time", _TS),
+    ("topic", _S),
+    ("broker", _S),
+    ("producer_group", _S),
+    ("client", _S),
+    ("code", _I),
+    ("failure_class", _S),
+    ("message", _S),
+    ("latency_ms", _D),
+    ("origin", _S),
+    ("ingested_at", _TS),
+)
+
+QUARANTINE = _struct(("source", _S), ("raw", _S), ("reason", _S), ("origin", _S), ("ingested_at", _TS))
+
+#: The unified stream the windows aggregate: one measured amount at one event time.
+#: ``metric`` is a stats name of :data:`pipelines.rocketmq.WINDOWED_STATS` or ``failure:<failure_class>``.
+METRIC_EVENT = _struct(
+    ("event_time", _TS),
+    ("broker", _S),
+    ("topic", _S),
+    ("consumer_group", _S),
+    ("metric", _S),
+    ("amount", _L),
+)
+
+#: Output of the streaming aggregation: sums per window × broker × topic × group × metric.
+WINDOW_METRIC = _struct(
+    ("window_start", _TS),
+    ("window_end", _TS),
+    ("broker", _S),
+    ("topic", _S),
+    ("consumer_group", _S),
+    ("metric", _S),
+    ("amount", _L),
+)
+
+FAILURES_BY_CLASS = T.MapType(_S, _L)
+
+GOLD_TOPIC_TPS = _struct(
+    ("window_start", _TS),
+    ("window_end", _TS),
+    ("topic", _S),
+    ("put_tps", _D),
+    ("brokers_reporting", _I),
+    ("failures", _L),
+    ("busy_failures", _L),
+    ("failures_by_class", FAILURES_BY_CLASS),
+    ("failure_rate", _D),
+)
+
+GOLD_GROUP_TPS = _struct(
+    ("window_start", _TS),
+    ("window_end", _TS),
+    ("consumer_group", _S),
+    ("topic", _S),
+    ("consume_tps", _D),
+    ("retry_tps", _D),
+    ("retry_ratio", _D),
+)
+
+GOLD_BROKER_TPS = _struct(
+    ("window_start", _TS),
+    ("window_end", _TS),
+    ("broker", _S),
+    ("put_tps", _D),
+    ("broker_put_tps", _D),
+    ("topics", _I),
+    ("failures", _L),
+    ("busy_failures", _L),
+    ("failures_by_class", FAILURES_BY_CLASS),
+)
+
+GOLD_ANOMALIES = _struct(
+    ("window_start", _TS),
+    ("window_end", _TS),
+    ("resource_type", _S),
+    ("resource", _S),
+    ("anomaly", _S),
+    ("observed_tps", _D),
+    ("baseline_tps", _D),
+    ("severity", _S),
+    ("detail", _S),
+)
+
+GOLD_LIMITS = _struct(
+    ("decided_at", _TS),
+    ("window_end", _TS),
+    ("resource_type", _S),
+    ("resource", _S),
+    ("limit_qps", _D),
+    ("burst", _L),
+    ("previous_qps", _D),
+    ("action", _S),
+    ("mode", _S),
+    ("expires_at", _TS),
+    ("reason", _S),
+    ("version", _L),
+)
+
+#: Saved policy state per resource (``state/policy``): the latest row per resource with ``batch_id`` below the
+#: current micro-batch is the state the policy starts from (see :mod:`pipelines.policy`).
+POLICY_STATE = _struct(
+    ("resource_type", _S),
+    ("resource", _S),
+    ("limit_qps", _D),
+    ("version", _L),
+    ("last_candidate_end", _TS),
+    ("last_decision_end", _TS),
+    ("batch_id", _L),
+)
+
+#: Rows into and out of the per-resource policy fold (:mod:`udfs.policy_fold`): ``row_kind`` is ``state``,
+#: ``candidate`` (in) or ``decision``, ``state`` (out).
+POLICY_FOLD = _struct(
+    ("row_kind", _S),
+    ("resource_type", _S),
+    ("resource", _S),
+    ("window_end", _TS),
+    ("target_qps", _D),
+    ("limit_qps", _D),
+    ("previous_qps", _D),
+    ("action", _S),
+    ("reason", _S),
+    ("version", _L),
+    ("last_candidate_end", _TS),
+    ("last_decision_end", _TS),
+)

@@ -1,0 +1,93 @@
+"""The one place a SparkSession is built, for the jobs and the tests.
+
+The session time zone is UTC: every timestamp column of rate-governor is UTC (stats.log's GMT+8 is converted at
+parse time). When the Delta jars are on the classpath (a cluster with delta-spark installed), the Delta SQL
+extension and catalog are enabled; otherwise Delta tables are written with delta-rs (see :mod:`pipelines.lake`).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from pipelines.config import SparkConfig
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+DELTA_PROBE_CLASS = "org.apache.spark.sql.delta.DeltaLog"
+
+
+def build_session(cfg: SparkConfig, *, master: str | None = None, delta_spark: bool | None = None) -> SparkSession:
+    """Get or create the SparkSession for rate-governor.
+
+    Args:
+        cfg: the ``[spark]`` section; ``cfg.conf`` entries are applied last and win.
+        master: overrides ``cfg.master`` (spark-submit passes its own ``--master``; pass None to keep it).
+        delta_spark: enable the Delta SQL extension; None = only when the Delta jars are on the classpath.
+    """
+    _python_clock_in_utc()
+    builder = (
+        SparkSession.builder.appName(cfg.app_name)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    )
+    if master or not _submitted():
+        builder = builder.master(master or cfg.master)
+    if delta_spark is None:
+        delta_spark = _delta_jars_on_classpath()
+    if delta_spark:
+        builder = builder.config("spark.sql.extensions", DELTA_EXTENSION).config(
+            "spark.sql.catalog.spark_catalog", DELTA_CATALOG
+        )
+    for key, value in cfg.conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _python_clock_in_utc() -> None:
+    """Make the driver's Python process run in UTC too: PySpark converts naive datetimes with the process's
+    local zone, and every rate-governor time is UTC."""
+    import os
+    import sys
+    import time
+
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    # Python workers of a local session run the driver's interpreter (the project's environment) unless told
+    # otherwise (spark-submit.sh / cluster settings set PYSPARK_PYTHON themselves).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def _submitted() -> bool:
+    """True when running under spark-submit (which sets the master itself)."""
+    import os
+
+    return "SPARK_SUBMIT_OPTS" in os.environ or os.environ.get("PYSPARK_SUBMITTED") == "1"
+
+
+def _delta_jars_on_classpath() -> bool:
+    """Whether delta-spark's JVM classes can be loaded, without starting a session: look at the jar list."""
+    import glob
+    import os
+
+    import pyspark
+
+    jar_dirs = [os.path.join(os.path.dirname(pyspark.__file__), "jars")]
+    if os.environ.get("SPARK_HOME"):
+        jar_dirs.append(os.path.join(os.environ["SPARK_HOME"], "jars"))
+    extra = os.environ.get("PYSPARK_SUBMIT_ARGS", "") + " " + os.environ.get("SPARK_CLASSPATH", "")
+    return any(glob.glob(os.path.join(d, "delta-spark_*.jar")) for d in jar_dirs) or "delta-spark" in extra
+
+
+def delta_spark_available(spark: SparkSession) -> bool:
+    """Whether this running session can load delta-spark's classes (checked through the JVM)."""
+    try:
+        spark.sparkContext._jvm.java.lang.Class.forName(  # type: ignore[union-attr]
+            DELTA_PROBE_CLASS, False, spark.sparkContext._jvm.Thread.currentThread().getContextClassLoader()  # type: ignore[union-attr]
+        )
+        return True
+    except Exception:  # noqa: BLE001 - py4j raises a generic Py4JJavaError for ClassNotFoundException
+        return False
