@@ -1,0 +1,86 @@
+"""Windowed TPS: window sums across brokers, retry ratio, broker TPS, failures per class."""
+
+from __future__ import annotations
+
+from chispa import assert_df_equality
+
+from pipelines import schemas, tps
+from pipelines.config import WindowsConfig
+from tests.helpers import ts
+
+W = WindowsConfig()
+T0, T1 = ts("2022-02-08 07:39:00"), ts("2022-02-08 07:40:00")
+
+
+def metrics(spark, rows):
+    """(broker, topic, group, metric, amount) in window [T0, T1)."""
+    return spark.createDataFrame([(T0, T1, *r) for r in rows], schemas.WINDOW_METRIC)
+
+
+def test_stats_events_cover_the_minute_before_the_line(spark):
+    silver = spark.createDataFrame(
+        [(T1, "broker-a", None, "TOPIC_PUT_NUMS", "minute", "orders", "orders", None, None, 600, 10.0, 1.0, None, "f", T1),
+         (T1, "broker-a", None, "TOPIC_PUT_NUMS", "hour", "orders", "orders", None, None, 36000, 10.0, 1.0, None, "f", T1),
+         (T1, "broker-a", None, "TOPIC_PUT_SIZE", "minute", "orders", "orders", None, None, 6000, 100.0, 10.0, None, "f", T1)],
+        schemas.SILVER_BROKER_STATS)
+    got = silver.transform(tps.stats_metric_events)
+    want = spark.createDataFrame([(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600)], schemas.METRIC_EVENT)
+    assert_df_equality(got, want, ignore_nullable=True)
+
+
+def test_window_metrics_sums_events_per_window(spark):
+    events = spark.createDataFrame(
+        [(ts("2022-02-08 07:39:00"), "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600),
+         (ts("2022-02-08 07:39:30"), "broker-a", "orders", None, "TOPIC_PUT_NUMS", 60),
+         (ts("2022-02-08 07:40:00"), "broker-a", "orders", None, "TOPIC_PUT_NUMS", 1)],
+        schemas.METRIC_EVENT)
+    got = events.transform(tps.window_metrics(W))
+    want = spark.createDataFrame(
+        [(T0, T1, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 660),
+         (T1, ts("2022-02-08 07:41:00"), "broker-a", "orders", None, "TOPIC_PUT_NUMS", 1)], schemas.WINDOW_METRIC)
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_topic_tps_sums_over_brokers_with_failures(spark):
+    m = metrics(spark, [
+        ("broker-a", "orders", None, "TOPIC_PUT_NUMS", 600),
+        ("broker-b", "orders", None, "TOPIC_PUT_NUMS", 1200),
+        ("broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 150),
+        ("broker-a", "orders", None, "failure:CLIENT_TIMEOUT", 50),
+        ("broker-a", "pay", None, "failure:OTHER", 3),
+    ])
+    got = m.transform(tps.topic_tps(W)).orderBy("topic")
+    want = spark.createDataFrame(
+        [(T0, T1, "orders", 30.0, 2, 200, 150, {"TIMEOUT_CLEAN_QUEUE": 150, "CLIENT_TIMEOUT": 50}, 0.1),
+         (T0, T1, "pay", 0.0, 0, 3, 0, {"OTHER": 3}, 1.0)], schemas.GOLD_TOPIC_TPS)
+    assert_df_equality(got, want, ignore_nullable=True)
+
+
+def test_group_tps_consume_retry_and_ratio(spark):
+    m = metrics(spark, [
+        ("broker-a", "pugc", "g", "GROUP_GET_NUMS", 47400),
+        ("broker-b", "pugc", "g", "GROUP_GET_NUMS", 600),
+        ("broker-a", "pugc", "g", "SNDBCK_PUT_NUMS", 47119),
+        ("broker-a", "other", "g2", "SNDBCK_PUT_NUMS", 60),
+        ("broker-a", "pugc", None, "TOPIC_PUT_NUMS", 60),
+    ])
+    got = m.transform(tps.group_tps(W))
+    want = spark.createDataFrame(
+        [(T0, T1, "g", "pugc", 800.0, 47119 / 60, 47119 / 48000), (T0, T1, "g2", "other", 0.0, 1.0, None)],
+        schemas.GOLD_GROUP_TPS)
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True, allow_nan_equality=True)
+
+
+def test_broker_tps_puts_topics_and_busy_failures(spark):
+    m = metrics(spark, [
+        ("broker-a", "orders", None, "TOPIC_PUT_NUMS", 600),
+        ("broker-a", "%RETRY%g", None, "TOPIC_PUT_NUMS", 47119),
+        ("broker-a", None, None, "BROKER_PUT_NUMS", 47700),
+        ("broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 40),
+        ("broker-b", "pay", None, "TOPIC_PUT_NUMS", 60),
+    ])
+    got = m.transform(tps.broker_tps(W)).orderBy("broker")
+    want = spark.createDataFrame(
+        [(T0, T1, "broker-a", 47719 / 60, 47700 / 60, 2, 40, 40, {"TIMEOUT_CLEAN_QUEUE": 40}),
+         (T0, T1, "broker-b", 1.0, None, 1, 0, 0, None)], schemas.GOLD_BROKER_TPS)
+    assert_df_equality(got, want, ignore_nullable=True)
