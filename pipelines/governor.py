@@ -1,0 +1,284 @@
+"""The streaming governor: the one place where streams are read and written, paths and checkpoints chosen.
+
+Two streaming queries over the same raw records (:func:`pipelines.sources.raw_records`):
+
+* ``ingest``: every record → ``bronze/*``, parsed → ``silver/*`` or ``quarantine`` (nothing is dropped).
+* ``gold``: accepted records → metric events → event-time windows with a watermark → per micro-batch of
+  finalized windows: ``gold/topic_tps``, ``gold/group_tps``, ``gold/broker_tps``, ``gold/anomalies``,
+  ``gold/limits`` (+ ``state/policy``) and ``<lake>/control/limits.json``.
+
+Every Delta append is tagged with the query's app id and the micro-batch id, so a micro-batch replayed after a
+crash writes nothing twice; checkpoints live under ``<lake>/_checkpoints`` (or ``lake.checkpoint_dir``).
+
+Usage:
+    python -m pipelines.governor --conf conf/local.toml [--landing DIR] [--lake DIR] [--once]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from pipelines import control_record, detect, parse, policy, publish, sources, tps
+from pipelines.config import ConfigError, GovernorConfig, load_config
+from pipelines.lake import Lake, open_lake
+from udfs import policy_fold
+
+log = logging.getLogger("rate_governor")
+
+INGEST_APP_ID = "rate-governor-ingest"
+GOLD_APP_ID = "rate-governor-gold"
+SIGNING_KEY_ENV = "RATE_GOVERNOR_SIGNING_KEY"
+
+Clock = Callable[[], dt.datetime]
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+@dataclass
+class BatchReport:
+    """What one micro-batch wrote (for logs, the summary and tests)."""
+
+    query: str
+    batch_id: int
+    rows: dict[str, int] = field(default_factory=dict)
+
+
+class Governor:
+    """The micro-batch logic of both queries, bound to a lake and a config. Pure DataFrame transformations are
+    composed here; the only I/O is the lake and the limits file."""
+
+    def __init__(self, spark: SparkSession, cfg: GovernorConfig, lake: Lake, clock: Clock = utc_now) -> None:
+        self.spark = spark
+        self.cfg = cfg
+        self.lake = lake
+        self.clock = clock
+        self.signing_key = control_record.load_signing_key(SIGNING_KEY_ENV, None)
+        self.reports: list[BatchReport] = []
+
+    # --- shared parsing ----------------------------------------------------------------------------------------
+
+    def parsed_stats(self, raw: DataFrame) -> DataFrame:
+        return raw.where(F.col("source") == sources.BROKER_STATS).transform(parse.parse_broker_stats(self.cfg.stats))
+
+    def parsed_failures(self, raw: DataFrame) -> DataFrame:
+        return raw.where(F.col("source") == sources.SEND_FAILURES).transform(
+            parse.parse_send_failures(self.cfg.stats, self.cfg.brokers)
+        )
+
+    # --- ingest query ------------------------------------------------------------------------------------------
+
+    def ingest_batch(self, raw: DataFrame, batch_id: int) -> None:
+        """One micro-batch of raw records → bronze, silver and quarantine."""
+        raw = raw.persist()
+        try:
+            stats = self.parsed_stats(raw).persist()
+            failures = self.parsed_failures(raw).persist()
+            rejected = stats.transform(parse.quarantine_rows(sources.BROKER_STATS)).unionByName(
+                failures.transform(parse.quarantine_rows(sources.SEND_FAILURES))
+            )
+            outputs = {
+                "bronze/broker_stats": raw.where(F.col("source") == sources.BROKER_STATS),
+                "bronze/send_failures": raw.where(F.col("source") == sources.SEND_FAILURES),
+                "silver/broker_stats": stats.transform(parse.silver_broker_stats),
+                "silver/send_failures": failures.transform(parse.silver_send_failures),
+                "quarantine": rejected,
+            }
+            self._write_all("ingest", INGEST_APP_ID, batch_id, outputs)
+            stats.unpersist()
+            failures.unpersist()
+        finally:
+            raw.unpersist()
+
+    # --- gold query --------------------------------------------------------------------------------------------
+
+    def window_stream(self, raw: DataFrame) -> DataFrame:
+        """Streaming raw records → windowed metric sums (WINDOW_METRIC), with watermark and line de-duplication."""
+        watermark = f"{self.cfg.windows.watermark_seconds} seconds"
+        stats_events = (
+            self.parsed_stats(raw)
+            .transform(parse.silver_broker_stats)
+            .transform(tps.stats_metric_events)
+            .withWatermark("event_time", watermark)
+            .dropDuplicatesWithinWatermark(["event_time", "broker", "topic", "consumer_group", "metric"])
+        )
+        failure_events = (
+            self.parsed_failures(raw)
+            .transform(parse.silver_send_failures)
+            .transform(tps.failure_metric_events)
+            .withWatermark("event_time", watermark)
+        )
+        return stats_events.unionByName(failure_events).transform(tps.window_metrics(self.cfg.windows))
+
+    def gold_batch(self, metrics: DataFrame, batch_id: int) -> None:
+        """One micro-batch of finalized windows → gold tables, anomalies, limit decisions, limits.json."""
+        metrics = metrics.persist()
+        try:
+            bounds = metrics.agg(F.min("window_start").alias("lo"), F.max("window_end").alias("hi")).first()
+            if bounds is None or bounds["lo"] is None:
+                self.reports.append(BatchReport("gold", batch_id))
+                return
+            self._gold(metrics, batch_id, bounds["lo"], bounds["hi"])
+        finally:
+            metrics.unpersist()
+
+    def _gold(self, metrics: DataFrame, batch_id: int, lo: dt.datetime, hi: dt.datetime) -> None:
+        windows, detection, limits = self.cfg.windows, self.cfg.detection, self.cfg.limits
+        topics = metrics.transform(tps.topic_tps(windows)).persist()
+        groups = metrics.transform(tps.group_tps(windows)).persist()
+        brokers = metrics.transform(tps.broker_tps(windows)).persist()
+        since = lo - dt.timedelta(seconds=detection.baseline_windows * windows.length_seconds)
+        anomalies = detect.detect_anomalies(
+            topics,
+            groups,
+            brokers,
+            self.lake.read("gold/topic_tps", since=since, before=lo),
+            self.lake.read("gold/broker_tps", since=since, before=lo),
+            windows,
+            detection,
+        ).persist()
+        candidates = policy.candidate_limits(anomalies, tps.topic_brokers(metrics), limits)
+        folded = policy_fold.decide(
+            candidates, self._policy_state(batch_id), hi, limits, windows.length_seconds
+        ).persist()
+        now = self.clock()
+        decisions = policy.finish_decisions(folded.where(F.col("row_kind") == "decision"), limits, now)
+        new_state = folded.where(F.col("row_kind") == "state").select("*", F.lit(batch_id).alias("batch_id"))
+        self._write_all(
+            "gold",
+            GOLD_APP_ID,
+            batch_id,
+            {
+                "gold/topic_tps": topics,
+                "gold/group_tps": groups,
+                "gold/broker_tps": brokers,
+                "gold/anomalies": anomalies,
+                "gold/limits": decisions,
+                "state/policy": new_state,
+            },
+        )
+        self.publish(now)
+        for df in (topics, groups, brokers, anomalies, folded):
+            df.unpersist()
+
+    def _policy_state(self, batch_id: int) -> DataFrame:
+        """The saved policy state as of the start of ``batch_id``: latest row per resource of earlier batches."""
+        saved = self.lake.read("state/policy").where(F.col("batch_id") < batch_id)
+        newest_first = Window.partitionBy("resource_type", "resource").orderBy(F.col("batch_id").desc())
+        return (
+            saved.select("*", F.row_number().over(newest_first).alias("_rank"))
+            .where(F.col("_rank") == 1)
+            .drop("_rank", "batch_id")
+        )
+
+    def publish(self, now: dt.datetime) -> Path:
+        """Rewrite ``<lake>/control/limits.json`` from gold/limits (the limits in force at ``now``)."""
+        current = publish.current_limits(self.lake.read("gold/limits"), now)
+        records = publish.control_records(current, self.cfg.limits, self.signing_key)
+        return publish.write_limits_file(self.lake.root, records, now)
+
+    # --- helpers -----------------------------------------------------------------------------------------------
+
+    def _write_all(self, query: str, app_id: str, batch_id: int, outputs: dict[str, DataFrame]) -> None:
+        report = BatchReport(query, batch_id)
+        for table, df in outputs.items():
+            df = df.persist()
+            report.rows[table] = df.count()
+            self.lake.append(df, table, app_id=app_id, version=batch_id)
+            df.unpersist()
+        self.reports.append(report)
+        log.info("%s batch %d: %s", query, batch_id, report.rows)
+
+
+def start_queries(spark: SparkSession, cfg: GovernorConfig, governor: Governor, once: bool) -> list[StreamingQuery]:
+    """Start both queries (``--once``: one after the other with trigger ``availableNow``, waiting for each)."""
+    checkpoints = Path(cfg.checkpoint_root)
+    raw = sources.raw_records(spark, cfg)
+    plans = [
+        ("ingest", raw, governor.ingest_batch, "append"),
+        ("gold", governor.window_stream(raw), governor.gold_batch, "append"),
+    ]
+    queries = []
+    for name, df, handler, mode in plans:
+        writer = (
+            df.writeStream.queryName(f"rate-governor-{name}")
+            .outputMode(mode)
+            .foreachBatch(handler)
+            .option("checkpointLocation", str(checkpoints / name))
+        )
+        writer = writer.trigger(availableNow=True) if once else writer.trigger(
+            processingTime=f"{cfg.windows.trigger_seconds} seconds"
+        )
+        query = writer.start()
+        if once:
+            query.awaitTermination()
+        queries.append(query)
+    return queries
+
+
+def run(spark: SparkSession, cfg: GovernorConfig, *, once: bool, clock: Clock = utc_now) -> Governor:
+    """Run the governor on ``cfg`` (landing and lake already set). With ``once``, returns when all that has landed
+    is processed; otherwise runs until a query stops or fails."""
+    lake = open_lake(spark, cfg.lake.path, cfg.lake.writer)
+    governor = Governor(spark, cfg, lake, clock)
+    queries = start_queries(spark, cfg, governor, once)
+    if not once:
+        spark.streams.awaitAnyTermination()
+    for query in queries:
+        if query.exception() is not None:
+            raise RuntimeError(f"query {query.name} failed: {query.exception()}")
+    return governor
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.governor",
+        description="rate-governor: per-topic rate limits for RocketMQ from stats.log lines and send failures.",
+    )
+    parser.add_argument("--conf", required=True, help="config file, e.g. conf/local.toml")
+    parser.add_argument("--landing", help="landing directory (overrides source.landing)")
+    parser.add_argument("--lake", help="lake directory for the Delta tables (overrides lake.path)")
+    parser.add_argument("--once", action="store_true", help="process everything that has landed, then stop")
+    return parser
+
+
+def load_run_config(args: argparse.Namespace) -> GovernorConfig:
+    """Config file + CLI overrides, with the landing directory checked.
+
+    Raises:
+        ConfigError: bad config file; sources.LandingError: missing landing directory.
+    """
+    cfg = load_config(args.conf).with_paths(args.landing, args.lake)
+    if cfg.source.kind == "files":
+        sources.prepare_landing(cfg.source.landing)
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_run_config(args)
+    except (ConfigError, sources.LandingError, control_record.SigningKeyError) as exc:
+        print(f"rate-governor: {exc}", file=sys.stderr)
+        return 2
+    from pipelines.session import build_session
+
+    spark = build_session(cfg.spark)
+    run(spark, cfg, once=args.once)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Streaming sources: landing directories (Spark's file source, the embedded default) or Kafka (production).
+
+Both yield the same :data:`~pipelines.schemas.RAW_RECORD` stream; only the transport differs. ``source`` is
+``broker_stats`` or ``send_failures``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipelines.config import GovernorConfig
+
+BROKER_STATS = "broker_stats"
+SEND_FAILURES = "send_failures"
+INPUTS = (BROKER_STATS, SEND_FAILURES)
+
+
+class LandingError(Exception):
+    """The landing directory does not exist or is not a directory."""
+
+
+def _parent_folder(path: Column) -> Column:
+    """The name of the folder holding a file (the broker for raw stats.log files, CONTRACTS.md §1.1)."""
+    folder = F.regexp_extract(path, r"/([^/]+)/[^/]+$", 1)
+    return F.when((folder == "") | (folder == BROKER_STATS), F.lit(None)).otherwise(folder)
+
+
+def prepare_landing(landing: str) -> None:
+    """Check the landing directory and create its two input folders if missing (Spark's file source needs them).
+
+    Raises:
+        LandingError: ``landing`` does not exist or is not a directory.
+    """
+    root = Path(landing)
+    if not root.is_dir():
+        raise LandingError(f"landing directory not found: {landing}")
+    for name in INPUTS:
+        (root / name).mkdir(exist_ok=True)
+
+
+def _file_stream(spark: SparkSession, cfg: GovernorConfig, name: str) -> DataFrame:
+    reader = spark.readStream.format("text").option("recursiveFileLookup", "true")
+    if cfg.source.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", cfg.source.max_files_per_trigger)
+    lines = reader.load(str(Path(cfg.source.landing) / name))
+    path = F.col("_metadata.file_path")
+    return lines.select(
+        F.lit(name).alias("source"),
+        F.col("value").alias("raw"),
+        path.alias("origin"),
+        (_parent_folder(path) if name == BROKER_STATS else F.lit(None).cast("string")).alias("broker_hint"),
+        F.current_timestamp().alias("ingested_at"),
+    )
+
+
+def _kafka_stream(spark: SparkSession, cfg: GovernorConfig) -> DataFrame:
+    k = cfg.source.kafka
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", k.bootstrap_servers)
+        .option("subscribe", f"{k.stats_topic},{k.failures_topic}")
+        .option("startingOffsets", k.starting_offsets)
+        .options(**{f"kafka.{key}": value for key, value in k.options.items()})
+    )
+    if k.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", k.max_offsets_per_trigger)
+    records = reader.load()
+    return records.select(
+        F.when(F.col("topic") == k.stats_topic, F.lit(BROKER_STATS)).otherwise(F.lit(SEND_FAILURES)).alias("source"),
+        F.col("value").cast("string").alias("raw"),
+        F.format_string("kafka:%s:%d:%d", F.col("topic"), F.col("partition"), F.col("offset")).alias("origin"),
+        F.col("key").cast("string").alias("broker_hint"),
+        F.current_timestamp().alias("ingested_at"),
+    )
+
+
+def raw_records(spark: SparkSession, cfg: GovernorConfig) -> DataFrame:
+    """The streaming :data:`~pipelines.schemas.RAW_RECORD` rows of both inputs, from files or Kafka."""
+    if cfg.source.kind == "kafka":
+        return _kafka_stream(spark, cfg)
+    prepare_landing(cfg.source.landing)
+    return _file_stream(spark, cfg, BROKER_STATS).unionByName(_file_stream(spark, cfg, SEND_FAILURES))
