@@ -264,8 +264,10 @@ def detect_anomalies(
     topic_all = topic_history.select("window_start", "topic", "put_tps").unionByName(
         topic_windows.select("window_start", "topic", "put_tps")
     )
-    broker_all = broker_history.select("window_start", "broker", "put_tps").unionByName(
-        broker_windows.select("window_start", "broker", "put_tps")
+    # a broker's own BROKER_PUT_NUMS counts every write (article 001's 8x); the topic sum is the fallback
+    broker_writes = F.coalesce(F.col("broker_put_tps"), F.col("put_tps")).alias("put_tps")
+    broker_all = broker_history.select("window_start", "broker", broker_writes).unionByName(
+        broker_windows.select("window_start", "broker", broker_writes)
     )
     topic_base = (
         topic_all.transform(with_baseline("topic", "put_tps", windows, cfg))

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from pipelines import control_record, detect, parse, policy, publish, sources, tps
+from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.lake import Lake, open_lake
 from udfs import policy_fold
@@ -241,8 +242,8 @@ def run(spark: SparkSession, cfg: GovernorConfig, *, once: bool, clock: Clock = 
     return governor
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(
         prog="python -m pipelines.governor",
         description="rate-governor: per-topic rate limits for RocketMQ from stats.log lines and send failures.",
     )
@@ -271,8 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_run_config(args)
     except (ConfigError, sources.LandingError, control_record.SigningKeyError) as exc:
-        print(f"rate-governor: {exc}", file=sys.stderr)
-        return 2
+        return fail("rate-governor", exc)
     from pipelines.session import build_session
 
     spark = build_session(cfg.spark)

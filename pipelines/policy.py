@@ -11,7 +11,7 @@ Two steps:
    * Protected resources (``limits.protected``) never get a candidate.
 2. :func:`fold_resource` (pure Python, run per resource by :func:`udfs.policy_fold.decide`): walks the resource's
    candidate windows in event-time order with its saved state and emits decisions:
-   ``set`` when there is no limit or the target moved by more than ``hysteresis_pct``; ``set`` again with the same
+   ``set`` when there is no limit or the target is lower by more than ``hysteresis_pct``; ``set`` again with the same
    limit (a refresh, new ``expires_at``) every ``refresh_seconds`` of event time while the anomaly lasts; ``lift``
    once no candidate was seen for ``recovery_windows`` windows.
 
@@ -136,8 +136,10 @@ class Decision:
     version: int
 
 
-def _moved(current: float, target: float, hysteresis_pct: float) -> bool:
-    return abs(target - current) > current * hysteresis_pct / 100.0
+def _tightened(current: float, target: float, hysteresis_pct: float) -> bool:
+    """While the anomaly lasts a limit only moves down, and only by more than the hysteresis; it moves up
+    through recovery (lift) once the anomaly has cleared, so noise in the observed rates never makes it flap."""
+    return target < current * (1.0 - hysteresis_pct / 100.0)
 
 
 def fold_resource(
@@ -195,7 +197,7 @@ def fold_resource(
         if not (math.isfinite(cand.target_qps) and cand.target_qps > 0):
             raise ValueError(f"limit target for {state.resource} must be finite and > 0, got {cand.target_qps}")
         lift_if_cleared(cand.window_end - dt.timedelta(seconds=window_seconds))
-        if state.limit_qps is None or _moved(state.limit_qps, cand.target_qps, cfg.hysteresis_pct):
+        if state.limit_qps is None or _tightened(state.limit_qps, cand.target_qps, cfg.hysteresis_pct):
             emit(cand.window_end, cand.target_qps, ACTION_SET, cand.reason)
         elif state.last_decision_end is not None and cand.window_end - state.last_decision_end >= refresh:
             emit(cand.window_end, state.limit_qps, ACTION_SET, f"refresh (anomaly persists): {cand.reason}")

@@ -87,8 +87,8 @@ def test_fold_sets_once_then_hysteresis_suppresses_small_changes():
     assert state.limit_qps == 79.0 and state.last_candidate_end == end(3)
 
 
-def test_fold_resets_when_target_moves_beyond_hysteresis():
-    decisions, _ = fold([cand(1, 79.0), cand(2, 40.0)], horizon=2)
+def test_fold_tightens_beyond_hysteresis_but_never_loosens_while_anomaly_lasts():
+    decisions, _ = fold([cand(1, 79.0), cand(2, 40.0), cand(3, 90.0)], horizon=3)
     assert actions(decisions) == [("set", end(1), 79.0, None, 1), ("set", end(2), 40.0, 79.0, 2)]
 
 

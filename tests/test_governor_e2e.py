@@ -1,0 +1,99 @@
+"""End to end: the streaming governor (--once) on a small generated landing directory, and the CLIs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from pipelines import governor, simulate
+from pipelines.config import load_config
+from pipelines.lake import TABLES, open_lake
+
+pytestmark = pytest.mark.slow
+
+CULPRIT = "get-pugc-to-ai-consumer"
+SPEC = simulate.ScenarioSpec(
+    seed=11, start=dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc), minutes=24, brokers=2, topics=6,
+    groups=4, onset_minute=14,
+)
+
+
+@pytest.fixture(scope="module")
+def run(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    landing, lake = root / "landing", root / "lake"
+    written = simulate.render_landing(SPEC, landing)
+    cfg = load_config("conf/local.toml").with_paths(str(landing), str(lake))
+    gov = governor.run(spark, cfg, once=True)
+    counts = {t: open_lake(spark, str(lake)).read(t).count() for t in TABLES}
+    return {"cfg": cfg, "lake": lake, "landing": landing, "written": written, "gov": gov, "counts": counts}
+
+
+def test_every_input_line_is_in_bronze_and_silver_or_quarantine(run):
+    c, w = run["counts"], run["written"]
+    assert c["bronze/broker_stats"] == w["stats_lines"]
+    assert c["bronze/send_failures"] == w["failure_lines"]
+    assert c["silver/broker_stats"] + c["silver/send_failures"] + c["quarantine"] == w["stats_lines"] + w["failure_lines"]
+
+
+def test_runaway_retry_found_for_the_culprit_group(spark, run):
+    anomalies = open_lake(spark, str(run["lake"])).read("gold/anomalies")
+    retry = anomalies.where(F.col("anomaly") == "RUNAWAY_RETRY").select("resource").distinct().collect()
+    assert [r["resource"] for r in retry] == [CULPRIT]
+    busy = anomalies.where(F.col("anomaly") == "BROKER_BUSY").select("resource").distinct().collect()
+    assert [r["resource"] for r in busy] == ["broker-a"]
+
+
+def test_culprit_limited_well_below_storm_rate_and_steady_topics_untouched(spark, run):
+    limits = open_lake(spark, str(run["lake"])).read("gold/limits").collect()
+    assert {(r["resource_type"], r["resource"]) for r in limits} == {("group", CULPRIT)}
+    storm_tps = 785.0
+    assert all(0 < r["limit_qps"] < storm_tps / 4 for r in limits)
+    published = json.loads((run["lake"] / "control" / "limits.json").read_text())["records"]
+    assert [(r["resource_type"], r["resource"], r["mode"]) for r in published] == [("group", CULPRIT, "enforce")]
+
+
+def test_gold_topic_tps_sums_brokers(spark, run):
+    topic = open_lake(spark, str(run["lake"])).read("gold/topic_tps")
+    assert topic.where(F.col("brokers_reporting") == 2).count() > 0
+    assert topic.where(F.col("put_tps").isNull() | F.isnan("put_tps")).count() == 0
+
+
+def test_rerun_once_adds_nothing(spark, run):
+    governor.run(spark, run["cfg"], once=True)
+    again = {t: open_lake(spark, str(run["lake"])).read(t).count() for t in TABLES}
+    assert again == run["counts"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("pipelines.governor", "--conf", "missing.toml"), "rate-governor: config file not found: missing.toml"),
+        (("pipelines.governor", "--conf", "conf/local.toml", "--landing", "/no/such/dir"),
+         "rate-governor: landing directory not found: /no/such/dir"),
+        (("pipelines.governor", "--conf", "conf/local.toml", "--bogus"), "error: unrecognized arguments: --bogus"),
+        (("pipelines.demo", "--seed", "x"), "argument --seed: invalid int value: 'x'"),
+    ],
+)
+def test_cli_errors_are_one_line_and_nonzero(args, message):
+    done = _cli(*args)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+
+
+def test_bad_config_value_is_named(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(Path("conf/local.toml").read_text().replace("length_seconds = 60", "length_seconds = -5"))
+    done = _cli("pipelines.governor", "--conf", str(bad), "--landing", str(tmp_path))
+    assert done.returncode == 2 and "windows.length_seconds" in done.stderr
