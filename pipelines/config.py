@@ -99,9 +99,16 @@ class LimitsConfig(_Section):
     ttl_seconds: int = Field(default=600, gt=0)
     burst_seconds: float = Field(default=1.0, gt=0)
     breaker_open_ms: int = Field(default=1000, ge=0)
+    max_limit_qps: float = Field(default=1_000_000.0, gt=0)
     hysteresis_pct: float = Field(default=10.0, ge=0, lt=100)
+    cooldown_windows: int = Field(default=2, ge=0)
+    max_cut_pct: float = Field(default=50.0, gt=0, le=100)
     refresh_seconds: int = Field(default=300, gt=0)
     recovery_windows: int = Field(default=3, gt=0)
+    relax_factor: float = Field(default=1.5, gt=1)
+    advisory_resources: tuple[str, ...] = ()
+    signing_key_env: str = "RATE_GOVERNOR_SIGNING_KEY"
+    signing_key_file: str = ""
     protected: tuple[str, ...] = (
         "SCHEDULE_TOPIC_XXXX",
         "RMQ_SYS_TRACE_TOPIC",
@@ -111,11 +118,32 @@ class LimitsConfig(_Section):
     )
 
 
+class KafkaSinkConfig(_Section):
+    """Kafka write-back (kafka-python): a compacted topic, key ``<resource_type>:<resource>``, JSON value,
+    tombstone on lift. ``options`` are passed to ``KafkaProducer`` (e.g. security_protocol, sasl_mechanism)."""
+
+    enabled: bool = False
+    bootstrap_servers: str = ""
+    topic: str = "rate-governor-limits"
+    options: dict[str, str | int | bool] = Field(default_factory=dict)
+
+
+class SinkConfig(_Section):
+    kafka: KafkaSinkConfig = KafkaSinkConfig()
+
+
 class SparkConfig(_Section):
     master: str = "local[2]"
     app_name: str = "rate-governor"
     shuffle_partitions: int = Field(default=4, gt=0)
     conf: dict[str, str] = Field(default_factory=dict)
+
+
+class QualityConfig(_Section):
+    """Data quality (pipelines/quality.py): row-level enforcement of the GX suites and GX validation cadence."""
+
+    enforce: bool = True
+    validate_every_n_batches: int = Field(default=1, ge=0)
 
 
 class GovernorConfig(_Section):
@@ -128,7 +156,9 @@ class GovernorConfig(_Section):
     windows: WindowsConfig = WindowsConfig()
     detection: DetectionConfig = DetectionConfig()
     limits: LimitsConfig = LimitsConfig()
+    sink: SinkConfig = SinkConfig()
     spark: SparkConfig = SparkConfig()
+    quality: QualityConfig = QualityConfig()
 
     def with_paths(self, landing: str | None = None, lake: str | None = None) -> "GovernorConfig":
         """Return a copy with the landing directory and/or lake root replaced (CLI overrides)."""

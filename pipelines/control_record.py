@@ -48,6 +48,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
+from pipelines.faults import crash_point
+
 __all__ = [
     "FIELDS",
     "SIGNATURE_FIELD",
@@ -364,6 +366,7 @@ def write_limits_file(
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp_name, 0o644)  # mkstemp creates 0600; brokers' operators must read it
+        crash_point("publish:before-replace")
         os.replace(tmp_name, target)
     except BaseException:
         try:

@@ -10,16 +10,19 @@ the lake (so re-running never mixes two scenarios); with ``--landing``, the lake
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
+import os
+import secrets
 import sys
 import time
 from pathlib import Path
 
 from pipelines import governor, query, simulate
 from pipelines.cli import OneLineParser, fail
-from pipelines.config import ConfigError
+from pipelines.config import ConfigError, load_config
 
+#: The embedded default configuration of this checkout.
+DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "local.toml"
 EXAMPLE_SQL = (
     "SELECT resource_type, resource, action, round(limit_qps, 1) AS limit_qps, mode, window_end, reason "
     "FROM gold_limits ORDER BY version"
@@ -28,7 +31,7 @@ EXAMPLE_SQL = (
 
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="./run.sh", description=__doc__.splitlines()[0])
-    parser.add_argument("--conf", default="conf/local.toml", help="config file (default: conf/local.toml)")
+    parser.add_argument("--conf", default=str(DEFAULT_CONF), help="config file (default: conf/local.toml)")
     parser.add_argument("--landing", help="existing landing directory (default: generate the article-001 scenario)")
     parser.add_argument("--lake", help="lake directory (default: next to the landing directory)")
     parser.add_argument("--seed", type=int, default=7, help="scenario seed (default: 7)")
@@ -86,6 +89,24 @@ def summary(lake: str, elapsed_s: float) -> str:
     return "\n".join(out)
 
 
+def _demo_signing_key(conf: str, lake: Path) -> str | None:
+    """The demo signs its records with a throw-away key when none is configured: a random key written beside the
+    lake (``signing.key``) and exported for this process only. Production keys come from the environment or a
+    key file named in the config, never from the repository."""
+    try:
+        env_var = load_config(conf).limits.signing_key_env
+    except ConfigError:
+        return None  # reported by the governor's own config loading
+    if os.environ.get(env_var):
+        return None
+    key_file = lake.parent / "signing.key"
+    key_file.parent.mkdir(parents=True, exist_ok=True)
+    key_file.write_text(secrets.token_hex(32))
+    key_file.chmod(0o600)
+    os.environ[env_var] = key_file.read_text()
+    return f"signed with a demo key generated for this run: {key_file} (set {env_var} for a real one)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.landing:
@@ -101,11 +122,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{written['failure_lines']} send failures in {landing}; incident: {written['culprit_group']} "
             f"stops acknowledging at {written['onset']:%H:%M} UTC"
         )
+    key_note = _demo_signing_key(args.conf, lake)
     gov_args = ["--conf", args.conf, "--landing", str(landing), "--lake", str(lake), "--once"]
     started = time.monotonic()
     try:
         cfg = governor.load_run_config(governor.build_parser().parse_args(gov_args))
-    except (ConfigError, governor.sources.LandingError) as exc:
+    except (ConfigError, governor.sources.LandingError, governor.control_record.SigningKeyError) as exc:
         return fail("rate-governor", exc)
     from pipelines.session import build_session
 
@@ -113,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     governor.run(spark, cfg, once=True)
     spark.stop()
     print(summary(str(lake), time.monotonic() - started))
+    if key_note:
+        print(key_note)
     return 0
 
 

@@ -28,9 +28,11 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from pipelines import control_record, detect, parse, policy, publish, sources, tps
+from pipelines import control_record, detect, parse, policy, publish, quality, sources, tps
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, GovernorConfig, load_config
+from pipelines.faults import crash_point
+from pipelines.kafka_sink import KafkaLimitsSink
 from pipelines.lake import Lake, open_lake
 from udfs import policy_fold
 
@@ -38,7 +40,6 @@ log = logging.getLogger("rate_governor")
 
 INGEST_APP_ID = "rate-governor-ingest"
 GOLD_APP_ID = "rate-governor-gold"
-SIGNING_KEY_ENV = "RATE_GOVERNOR_SIGNING_KEY"
 
 Clock = Callable[[], dt.datetime]
 
@@ -65,23 +66,33 @@ class Governor:
         self.cfg = cfg
         self.lake = lake
         self.clock = clock
-        self.signing_key = control_record.load_signing_key(SIGNING_KEY_ENV, None)
+        self.signing_key = signing_key(cfg)
+        self.kafka_sink = KafkaLimitsSink(cfg.sink.kafka) if cfg.sink.kafka.enabled else None
         self.reports: list[BatchReport] = []
 
     # --- shared parsing ----------------------------------------------------------------------------------------
 
     def parsed_stats(self, raw: DataFrame) -> DataFrame:
-        return raw.where(F.col("source") == sources.BROKER_STATS).transform(parse.parse_broker_stats(self.cfg.stats))
+        """Stats records parsed, with the data-quality expectations applied (both queries see the same rows)."""
+        return (
+            raw.where(F.col("source") == sources.BROKER_STATS)
+            .transform(parse.parse_broker_stats(self.cfg.stats))
+            .transform(quality.gate(self).enforce_stats)
+        )
 
     def parsed_failures(self, raw: DataFrame) -> DataFrame:
-        return raw.where(F.col("source") == sources.SEND_FAILURES).transform(
-            parse.parse_send_failures(self.cfg.stats, self.cfg.brokers)
+        """Send-failure records parsed, with the data-quality expectations applied."""
+        return (
+            raw.where(F.col("source") == sources.SEND_FAILURES)
+            .transform(parse.parse_send_failures(self.cfg.stats, self.cfg.brokers))
+            .transform(quality.gate(self).enforce_failures)
         )
 
     # --- ingest query ------------------------------------------------------------------------------------------
 
     def ingest_batch(self, raw: DataFrame, batch_id: int) -> None:
         """One micro-batch of raw records → bronze, silver and quarantine."""
+        gate = quality.gate(self)  # data quality: expectations per row, GX validation, reconciliation
         raw = raw.persist()
         try:
             stats = self.parsed_stats(raw).persist()
@@ -97,6 +108,7 @@ class Governor:
                 "quarantine": rejected,
             }
             self._write_all("ingest", INGEST_APP_ID, batch_id, outputs)
+            gate.after_ingest(batch_id, raw, stats, failures)
             stats.unpersist()
             failures.unpersist()
         finally:
@@ -106,21 +118,20 @@ class Governor:
 
     def window_stream(self, raw: DataFrame) -> DataFrame:
         """Streaming raw records → windowed metric sums (WINDOW_METRIC), with watermark and line de-duplication."""
+        # One watermark over the union (a single event-time operator: after a restart Spark restores one
+        # watermark, where several per-input watermarks would stay stuck until every input brought data).
         watermark = f"{self.cfg.windows.watermark_seconds} seconds"
-        stats_events = (
-            self.parsed_stats(raw)
-            .transform(parse.silver_broker_stats)
-            .transform(tps.stats_metric_events)
-            .withWatermark("event_time", watermark)
-            .dropDuplicatesWithinWatermark(["event_time", "broker", "topic", "consumer_group", "metric"])
-        )
+        stats_events = self.parsed_stats(raw).transform(parse.silver_broker_stats).transform(tps.stats_metric_events)
         failure_events = (
-            self.parsed_failures(raw)
-            .transform(parse.silver_send_failures)
-            .transform(tps.failure_metric_events)
-            .withWatermark("event_time", watermark)
+            self.parsed_failures(raw).transform(parse.silver_send_failures).transform(tps.failure_metric_events)
         )
-        return stats_events.unionByName(failure_events).transform(tps.window_metrics(self.cfg.windows))
+        return (
+            stats_events.unionByName(failure_events)
+            .withWatermark("event_time", watermark)
+            .dropDuplicatesWithinWatermark(list(tps.EVENT_IDENTITY))
+            .drop("event_id")
+            .transform(tps.window_metrics(self.cfg.windows))
+        )
 
     def gold_batch(self, metrics: DataFrame, batch_id: int) -> None:
         """One micro-batch of finalized windows → gold tables, anomalies, limit decisions, limits.json."""
@@ -154,7 +165,17 @@ class Governor:
             candidates, self._policy_state(batch_id), hi, limits, windows.length_seconds
         ).persist()
         now = self.clock()
-        decisions = policy.finish_decisions(folded.where(F.col("row_kind") == "decision"), limits, now)
+        checked = policy.finish_decisions(folded.where(F.col("row_kind") == "decision"), limits, now).withColumn(
+            "reject_reason", quality.failed_expectation(quality.gold_limits_suite())
+        )
+        decisions = checked.where(F.col("reject_reason").isNull()).drop("reject_reason")
+        refused = checked.where(F.col("reject_reason").isNotNull()).select(
+            F.lit("gold/limits").alias("source"),
+            F.to_json(F.struct(*[c for c in checked.columns if c != "reject_reason"])).alias("raw"),
+            F.col("reject_reason").alias("reason"),
+            F.lit(f"{GOLD_APP_ID}:{batch_id}").alias("origin"),
+            F.lit(now).cast("timestamp").alias("ingested_at"),
+        )
         new_state = folded.where(F.col("row_kind") == "state").select("*", F.lit(batch_id).alias("batch_id"))
         self._write_all(
             "gold",
@@ -166,6 +187,7 @@ class Governor:
                 "gold/broker_tps": brokers,
                 "gold/anomalies": anomalies,
                 "gold/limits": decisions,
+                "quarantine": refused,
                 "state/policy": new_state,
             },
         )
@@ -184,9 +206,13 @@ class Governor:
         )
 
     def publish(self, now: dt.datetime) -> Path:
-        """Rewrite ``<lake>/control/limits.json`` from gold/limits (the limits in force at ``now``)."""
+        """Publish the limits in force at ``now`` (from gold/limits): first the changes to Kafka (when enabled),
+        then ``<lake>/control/limits.json``, replaced atomically. A crash between the two re-sends the same
+        versions on replay, which brokers accept idempotently."""
         current = publish.current_limits(self.lake.read("gold/limits"), now)
         records = publish.control_records(current, self.cfg.limits, self.signing_key)
+        if self.kafka_sink is not None:
+            self.kafka_sink.publish(publish.read_published(self.lake.root), records)
         return publish.write_limits_file(self.lake.root, records, now)
 
     # --- helpers -----------------------------------------------------------------------------------------------
@@ -194,12 +220,66 @@ class Governor:
     def _write_all(self, query: str, app_id: str, batch_id: int, outputs: dict[str, DataFrame]) -> None:
         report = BatchReport(query, batch_id)
         for table, df in outputs.items():
-            df = df.persist()
-            report.rows[table] = df.count()
-            self.lake.append(df, table, app_id=app_id, version=batch_id)
-            df.unpersist()
+            report.rows[table] = self.lake.append(df, table, app_id=app_id, version=batch_id)
+            crash_point(f"{query}:after:{table}")
         self.reports.append(report)
         log.info("%s batch %d: %s", query, batch_id, report.rows)
+
+
+#: Settings a checkpoint depends on: changing one makes the saved stream state meaningless.
+CHECKPOINT_BOUND_SETTINGS = {
+    "windows.length_seconds": lambda cfg: cfg.windows.length_seconds,
+    "source.kind": lambda cfg: cfg.source.kind,
+}
+CHECKPOINT_SETTINGS_FILE = "governor-settings.json"
+
+
+class CheckpointMismatchError(ConfigError):
+    """The config changes a setting the existing checkpoint depends on (e.g. the window length)."""
+
+
+def check_checkpoint(cfg: GovernorConfig) -> None:
+    """Refuse a restart whose config is incompatible with the existing checkpoint; record the settings on first
+    start. Other settings (thresholds, limits, trigger) may change between restarts.
+
+    Raises:
+        CheckpointMismatchError: names the setting, both values and what to do.
+    """
+    import json
+
+    root = Path(cfg.checkpoint_root)
+    current = {name: read(cfg) for name, read in CHECKPOINT_BOUND_SETTINGS.items()}
+    saved_file = root / CHECKPOINT_SETTINGS_FILE
+    if saved_file.is_file():
+        saved = json.loads(saved_file.read_text())
+        for name, value in current.items():
+            if name in saved and saved[name] != value:
+                raise CheckpointMismatchError(
+                    f"{name} is {value} but the checkpoint in {root} was made with {saved[name]}; restore "
+                    f"{name} = {saved[name]!r}, or start a new stream with another lake.checkpoint_dir "
+                    "(and a new lake, since windows of both lengths would mix)"
+                )
+        return
+    if root.exists() and any(root.iterdir()):
+        return  # a checkpoint from before settings were recorded: nothing to compare against
+    root.mkdir(parents=True, exist_ok=True)
+    saved_file.write_text(json.dumps(current, indent=2) + "\n")
+
+
+def signing_key(cfg: GovernorConfig) -> bytes | None:
+    """The HMAC key of the control records (``limits.signing_key_env`` or ``limits.signing_key_file``).
+
+    Raises:
+        control_record.SigningKeyError: no key in enforce mode (brokers would refuse unsigned records), or the
+            named key file is missing.
+    """
+    key = control_record.load_signing_key(cfg.limits.signing_key_env, cfg.limits.signing_key_file or None)
+    if key is None and cfg.limits.mode == "enforce":
+        raise control_record.SigningKeyError(
+            f"limits.mode = 'enforce' needs a signing key: set the environment variable {cfg.limits.signing_key_env} "
+            "or limits.signing_key_file (or run with limits.mode = 'advisory')"
+        )
+    return key
 
 
 def start_queries(spark: SparkSession, cfg: GovernorConfig, governor: Governor, once: bool) -> list[StreamingQuery]:
@@ -231,6 +311,7 @@ def start_queries(spark: SparkSession, cfg: GovernorConfig, governor: Governor, 
 def run(spark: SparkSession, cfg: GovernorConfig, *, once: bool, clock: Clock = utc_now) -> Governor:
     """Run the governor on ``cfg`` (landing and lake already set). With ``once``, returns when all that has landed
     is processed; otherwise runs until a query stops or fails."""
+    check_checkpoint(cfg)
     lake = open_lake(spark, cfg.lake.path, cfg.lake.writer)
     governor = Governor(spark, cfg, lake, clock)
     queries = start_queries(spark, cfg, governor, once)
@@ -263,12 +344,15 @@ def load_run_config(args: argparse.Namespace) -> GovernorConfig:
     cfg = load_config(args.conf).with_paths(args.landing, args.lake)
     if cfg.source.kind == "files":
         sources.prepare_landing(cfg.source.landing)
+    signing_key(cfg)
+    check_checkpoint(cfg)
     return cfg
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.setLevel(logging.INFO)
     try:
         cfg = load_run_config(args)
     except (ConfigError, sources.LandingError, control_record.SigningKeyError) as exc:

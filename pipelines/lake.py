@@ -11,8 +11,8 @@ version is already committed for that app id is skipped, so a replayed micro-bat
 
 Example:
     >>> lake = open_lake(spark, "/data/lake", writer="auto")
-    >>> lake.append(df, "gold/topic_tps", app_id="governor-gold", version=batch_id)
-    True
+    >>> lake.append(df, "gold/topic_tps", app_id="governor-gold", version=batch_id)  # rows written
+    42
     >>> lake.read("gold/topic_tps").count()
 """
 
@@ -53,6 +53,7 @@ TABLES: dict[str, TableSpec] = {
         TableSpec("gold/anomalies", schemas.GOLD_ANOMALIES, "window_start"),
         TableSpec("gold/limits", schemas.GOLD_LIMITS, "window_end"),
         TableSpec("state/policy", schemas.POLICY_STATE),
+        TableSpec("backtest/results", schemas.BACKTEST_RESULTS, "recorded_at"),
     )
 }
 
@@ -89,16 +90,16 @@ class Lake:
     def empty(self, table: str) -> DataFrame:
         return self.spark.createDataFrame([], table_spec(table).schema)
 
-    def append(self, df: DataFrame, table: str, *, app_id: str, version: int) -> bool:
+    def append(self, df: DataFrame, table: str, *, app_id: str, version: int) -> int:
         """Append ``df`` (conformed to the table's schema) as one commit tagged ``(app_id, version)``.
 
-        Returns False, writing nothing, when the table already holds a commit of ``app_id`` at ``version`` or
-        later (a replayed micro-batch) or when ``df`` is empty.
+        Returns the number of rows written: 0, writing nothing, when the table already holds a commit of
+        ``app_id`` at ``version`` or later (a replayed micro-batch) or when ``df`` is empty.
         """
         spec = table_spec(table)
         committed = self.committed_version(table, app_id)
         if committed is not None and committed >= version:
-            return False
+            return 0
         return self._append(conform(df, spec.schema), spec, app_id=app_id, version=version)
 
     def read(
@@ -122,7 +123,7 @@ class Lake:
     def committed_version(self, table: str, app_id: str) -> int | None:
         raise NotImplementedError
 
-    def _append(self, df: DataFrame, spec: TableSpec, *, app_id: str, version: int) -> bool:
+    def _append(self, df: DataFrame, spec: TableSpec, *, app_id: str, version: int) -> int:
         raise NotImplementedError
 
     def _read(self, spec: TableSpec, since: dt.datetime | None, before: dt.datetime | None) -> DataFrame:
@@ -150,13 +151,13 @@ class DeltaRsLake(Lake):
             return None
         return DeltaTable(self.path(table)).transaction_version(app_id)
 
-    def _append(self, df: DataFrame, spec: TableSpec, *, app_id: str, version: int) -> bool:
+    def _append(self, df: DataFrame, spec: TableSpec, *, app_id: str, version: int) -> int:
         from deltalake import CommitProperties, Transaction, write_deltalake
         from pyspark.sql.pandas.types import to_arrow_schema
 
         data = df.toArrow()
         if data.num_rows == 0:
-            return False
+            return 0
         data = data.cast(to_arrow_schema(spec.schema))
         write_deltalake(
             self.path(spec.name),
@@ -164,7 +165,7 @@ class DeltaRsLake(Lake):
             mode="append",
             commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=version)]),
         )
-        return True
+        return data.num_rows
 
     def _read(self, spec: TableSpec, since: dt.datetime | None, before: dt.datetime | None) -> DataFrame:
         import pyarrow.compute as pc
@@ -203,17 +204,19 @@ class DeltaSparkLake(Lake):
         row = history.where(F.col("txn.appId") == app_id).agg(F.max("txn.version")).first()
         return None if row is None or row[0] is None else int(row[0])
 
-    def _append(self, df: DataFrame, spec: TableSpec, *, app_id: str, version: int) -> bool:
-        if df.isEmpty():
-            return False
-        (
-            df.write.format("delta")
-            .mode("append")
-            .option("txnAppId", app_id)
-            .option("txnVersion", version)
-            .save(self.path(spec.name))
-        )
-        return True
+    def _append(self, df: DataFrame, spec: TableSpec, *, app_id: str, version: int) -> int:
+        df = df.persist()
+        rows = df.count()
+        if rows:
+            (
+                df.write.format("delta")
+                .mode("append")
+                .option("txnAppId", app_id)
+                .option("txnVersion", version)
+                .save(self.path(spec.name))
+            )
+        df.unpersist()
+        return rows
 
     def _read(self, spec: TableSpec, since: dt.datetime | None, before: dt.datetime | None) -> DataFrame:
         df = self.spark.read.format("delta").load(self.path(spec.name))
@@ -245,3 +248,14 @@ def open_lake(spark: SparkSession, root: str | Path, writer: Writer = "auto") ->
             "add them (spark-submit.sh --packages) or set lake.writer = 'auto'"
         )
     return DeltaSparkLake(spark, root) if available else DeltaRsLake(spark, root)
+
+# Data-quality tables (pipelines/quality.py), registered here like every other table.
+TABLES.update(
+    {
+        spec.name: spec
+        for spec in (
+            TableSpec("quality/validation_results", schemas.QUALITY_VALIDATION_RESULTS, "validated_at"),
+            TableSpec("quality/reconciliation", schemas.QUALITY_RECONCILIATION, "recorded_at"),
+        )
+    }
+)

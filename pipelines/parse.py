@@ -37,7 +37,7 @@ DETAIL_TIMES = r"^TIMES:\s*(\S+)\s+AVGRT:\s*(\S+)$"
 #: ``Value: %d`` (MomentStatsItem, ``Stats Every 5 Minutes``).
 DETAIL_VALUE = r"^Value:\s*(\S+)$"
 STATS_TIME_FORMAT = "yyyy-MM-dd HH:mm:ss"
-#: Spark's text source decodes invalid UTF-8 bytes to U+FFFD.
+#: U+FFFD, what a decoder upstream (e.g. a log shipper) puts in place of invalid UTF-8 bytes.
 REPLACEMENT_CHAR = "\ufffd"
 
 
@@ -55,6 +55,13 @@ def _first_reason(*checks: tuple[Column, Column | str]) -> Column:
     return F.coalesce(
         *[F.when(cond, reason if isinstance(reason, Column) else F.lit(reason)) for cond, reason in checks]
     )
+
+
+def _not_utf8(text: Column) -> Column:
+    """True when ``text`` holds invalid UTF-8 bytes or U+FFFD. Spark's text source (and a Kafka value cast to
+    string) keeps the file's bytes as they are, so invalid bytes stay invalid and only ``is_valid_utf8`` sees
+    them; a decoder upstream (a log shipper) turns them into U+FFFD instead."""
+    return ~F.is_valid_utf8(text) | text.contains(REPLACEMENT_CHAR)
 
 
 def _valid_name(name: Column, max_length: int) -> Column:
@@ -186,7 +193,7 @@ def parse_stats_lines(cfg: StatsConfig) -> Transform:
             (F.col("envelope_reason").isNotNull(), F.col("envelope_reason")),
             (F.col("line").isNull() | (F.trim(F.col("line")) == ""), "empty line"),
             (F.length("line") > cfg.max_line_chars, f"line longer than {cfg.max_line_chars} characters"),
-            (F.col("line").contains(REPLACEMENT_CHAR), "line is not valid UTF-8"),
+            (_not_utf8(F.col("raw")) | F.col("line").contains(REPLACEMENT_CHAR), "line is not valid UTF-8"),
             (F.col("broker").isNull() | (F.col("broker") == ""), "no broker: not in a broker folder or envelope"),
             (~is_line, "not a stats.log line"),
             (F.col("ts_text").isNull(), "missing timestamp prefix"),
@@ -318,7 +325,7 @@ def parse_send_failures(stats_cfg: StatsConfig, brokers: BrokersConfig) -> Trans
         corrupt = F.col("j._corrupt_record").isNotNull()
         reason = _first_reason(
             (F.col("raw").isNull() | (F.trim(F.col("raw")) == ""), "empty line"),
-            (F.col("raw").contains(REPLACEMENT_CHAR), "line is not valid UTF-8"),
+            (_not_utf8(F.col("raw")), "line is not valid UTF-8"),
             (corrupt & ~F.ltrim(F.col("raw")).startswith("{"), "not a JSON object"),
             (corrupt, "malformed JSON or a field of the wrong type (e.g. code as a string)"),
             (ts.isNull(), "missing field: ts"),

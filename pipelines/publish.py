@@ -59,5 +59,16 @@ def write_limits_file(lake_root: str, records: list[dict[str, Any]], now: dt.dat
     """Replace ``<lake>/control/limits.json`` atomically with ``records``; returns its path."""
     path = Path(lake_root) / LIMITS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in path.parent.glob(f".{path.name}.*.tmp"):  # a write interrupted by a crash
+        leftover.unlink(missing_ok=True)
     control_record.write_limits_file(records, path, generated_at=now)
     return path
+
+
+def read_published(lake_root: str) -> list[dict[str, Any]]:
+    """The records of the current ``limits.json`` (empty when it does not exist yet or cannot be read)."""
+    path = Path(lake_root) / LIMITS_FILE
+    try:
+        return control_record.read_limits_file(path)
+    except (FileNotFoundError, ValueError):
+        return []

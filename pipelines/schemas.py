@@ -171,6 +171,9 @@ POLICY_STATE = _struct(
     ("version", _L),
     ("last_candidate_end", _TS),
     ("last_decision_end", _TS),
+    ("last_change_end", _TS),
+    ("lift_at_qps", _D),
+    ("mode", _S),
     ("batch_id", _L),
 )
 
@@ -182,11 +185,62 @@ POLICY_FOLD = _struct(
     ("resource", _S),
     ("window_end", _TS),
     ("target_qps", _D),
+    ("floor_qps", _D),
+    ("observed_tps", _D),
+    ("critical", T.BooleanType()),
     ("limit_qps", _D),
     ("previous_qps", _D),
     ("action", _S),
+    ("mode", _S),
     ("reason", _S),
     ("version", _L),
     ("last_candidate_end", _TS),
     ("last_decision_end", _TS),
+    ("last_change_end", _TS),
+    ("lift_at_qps", _D),
+)
+
+#: ``quality/validation_results``: one row per expectation per GX validation of a micro-batch
+#: (:mod:`pipelines.quality`); ``suite`` is the validated table, ``observed_value`` JSON text when GX reports one.
+QUALITY_VALIDATION_RESULTS = _struct(
+    ("batch_id", _L),
+    ("suite", _S),
+    ("expectation", _S),
+    ("success", T.BooleanType()),
+    ("element_count", _L),
+    ("unexpected_count", _L),
+    ("observed_value", _S),
+    ("validated_at", _TS),
+)
+
+#: ``quality/reconciliation``: per ingest micro-batch and input, ``records_read = silver_rows + late_rows +
+#: quarantine_rows`` (``balanced``). Late rows (behind the gold watermark) are written to silver too; ``silver_rows``
+#: counts the others. ``expectation_rows`` is the part of ``quarantine_rows`` rejected by an expectation.
+QUALITY_RECONCILIATION = _struct(
+    ("batch_id", _L),
+    ("source", _S),
+    ("records_read", _L),
+    ("silver_rows", _L),
+    ("late_rows", _L),
+    ("quarantine_rows", _L),
+    ("expectation_rows", _L),
+    ("watermark", _TS),
+    ("max_event_time", _TS),
+    ("balanced", T.BooleanType()),
+    ("recorded_at", _TS),
+)
+
+#: ``backtest/results`` (:mod:`pipelines.backtest`): one row per backtest run × governor on/off × resource class ×
+#: metric. ``governor`` is ``with`` | ``without`` | ``both`` (run-level metrics); ``resource_class`` is ``incident``,
+#: ``bystander``, ``other`` or ``all``; ``unit`` names the unit of ``value`` (msgs, s, windows, count, pct, qps).
+BACKTEST_RESULTS = _struct(
+    ("recorded_at", _TS),
+    ("run_id", _S),
+    ("scenario", _S),
+    ("seed", _L),
+    ("governor", _S),
+    ("resource_class", _S),
+    ("metric", _S),
+    ("value", _D),
+    ("unit", _S),
 )

@@ -24,13 +24,16 @@ Transform = Callable[[DataFrame], DataFrame]
 #: Seconds covered by a ``Stats In One Minute`` line.
 MINUTE_LINE_SECONDS = 60
 FAILURE_METRIC_PREFIX = "failure:"
-#: Identity of a stats line: the same broker, minute, stat and key counted once (duplicate shipping).
-STATS_LINE_IDENTITY = ("broker", "stat_name", "stats_key", "period", "event_time")
+#: Identity of a metric event for de-duplication: a stats line is the same broker, minute, stat and key
+#: (``event_id`` 0), a failure is the same failed send (``event_id`` = hash of all its fields); a record shipped
+#: twice is counted once.
+EVENT_IDENTITY = ("event_time", "broker", "topic", "consumer_group", "metric", "event_id")
 WINDOW_KEYS = ("window_start", "window_end")
 
 
 def stats_metric_events(silver_stats: DataFrame) -> DataFrame:
-    """silver/broker_stats rows → :data:`~pipelines.schemas.METRIC_EVENT` rows for the windowed stats.
+    """silver/broker_stats rows → :data:`~pipelines.schemas.METRIC_EVENT` rows (+ ``event_id``) for the windowed
+    stats.
 
     Only minute lines of :data:`pipelines.rocketmq.WINDOWED_STATS` feed the windows (CONTRACTS.md §1.1); the
     event time is the start of the minute the line covers.
@@ -45,11 +48,13 @@ def stats_metric_events(silver_stats: DataFrame) -> DataFrame:
         F.col("consumer_group"),
         F.col("stat_name").alias("metric"),
         F.col("sum").alias("amount"),
+        F.lit(0).cast("long").alias("event_id"),
     )
 
 
 def failure_metric_events(silver_failures: DataFrame) -> DataFrame:
-    """silver/send_failures rows → METRIC_EVENT rows: one ``failure:<failure_class>`` event of amount 1 each."""
+    """silver/send_failures rows → METRIC_EVENT rows (+ ``event_id``): one ``failure:<failure_class>`` event of
+    amount 1 each."""
     return silver_failures.select(
         F.col("event_time"),
         F.col("broker"),
@@ -57,6 +62,9 @@ def failure_metric_events(silver_failures: DataFrame) -> DataFrame:
         F.lit(None).cast("string").alias("consumer_group"),
         F.concat(F.lit(FAILURE_METRIC_PREFIX), F.col("failure_class")).alias("metric"),
         F.lit(1).cast("long").alias("amount"),
+        F.xxhash64(
+            "event_time", "topic", "broker", "producer_group", "client", "code", "message", "latency_ms"
+        ).alias("event_id"),
     )
 
 

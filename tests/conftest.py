@@ -7,6 +7,9 @@ import os
 import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+#: Tests sign control records with this throw-away key (enforce mode needs one).
+TEST_SIGNING_KEY = "test-signing-key-not-a-secret"
+os.environ["RATE_GOVERNOR_SIGNING_KEY"] = TEST_SIGNING_KEY
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +23,11 @@ def spark():
     )
     yield session
     session.stop()
+
+
+def lean_config_text() -> str:
+    """conf/local.toml without per-batch GX validation (its results table is covered by tests/test_quality.py):
+    the end-to-end tests that only check governance run faster with it."""
+    from pathlib import Path
+
+    return Path("conf/local.toml").read_text().replace("validate_every_n_batches = 1", "validate_every_n_batches = 0")

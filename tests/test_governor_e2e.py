@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pipelines import governor, simulate
 from pipelines.config import load_config
 from pipelines.lake import TABLES, open_lake
+from tests.conftest import lean_config_text
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +30,9 @@ def run(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     landing, lake = root / "landing", root / "lake"
     written = simulate.render_landing(SPEC, landing)
-    cfg = load_config("conf/local.toml").with_paths(str(landing), str(lake))
+    conf = root / "lean.toml"
+    conf.write_text(lean_config_text())
+    cfg = load_config(conf).with_paths(str(landing), str(lake))
     gov = governor.run(spark, cfg, once=True)
     counts = {t: open_lake(spark, str(lake)).read(t).count() for t in TABLES}
     return {"cfg": cfg, "lake": lake, "landing": landing, "written": written, "gov": gov, "counts": counts}
@@ -97,3 +100,76 @@ def test_bad_config_value_is_named(tmp_path):
     bad.write_text(Path("conf/local.toml").read_text().replace("length_seconds = 60", "length_seconds = -5"))
     done = _cli("pipelines.governor", "--conf", str(bad), "--landing", str(tmp_path))
     assert done.returncode == 2 and "windows.length_seconds" in done.stderr
+
+
+def test_published_records_are_signed_and_verify_with_the_reference_applier(run):
+    from tests.conftest import TEST_SIGNING_KEY
+    from udfs.applier import LimitApplier
+
+    applier = LimitApplier(key=TEST_SIGNING_KEY.encode())
+    result = applier.load_file(run["lake"] / "control" / "limits.json")
+    assert result.applied == 1 and not applier.refused
+    forged = LimitApplier(key=b"another-key")
+    assert forged.load_file(run["lake"] / "control" / "limits.json").applied == 0 and forged.refused
+
+
+def _line_time(line: str) -> dt.datetime:
+    """Event time (UTC) of a landing line: a stats line (raw or in an envelope, GMT+8) or a send failure."""
+    if line.startswith("{"):
+        record = json.loads(line)
+        if "line" in record:
+            line = record["line"]
+        else:
+            ts = record["ts"]
+            if isinstance(ts, (int, float)):
+                return dt.datetime.fromtimestamp(ts / 1000, dt.timezone.utc)
+            return dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    local = dt.datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
+    return (local - dt.timedelta(hours=8)).replace(tzinfo=dt.timezone.utc)
+
+
+def _split_landing(src: Path, dst_a: Path, dst_b: Path, cut: dt.datetime) -> None:
+    """Copy every landing file: lines before ``cut`` to dst_a, the rest to dst_b (same relative path), as if the
+    job had been stopped at ``cut`` and the rest landed afterwards."""
+    for f in src.rglob("*"):
+        if f.is_file():
+            lines = f.read_text().splitlines(keepends=True)
+            early = [line for line in lines if _line_time(line) < cut]
+            late = [line for line in lines if _line_time(line) >= cut]
+            for dst, part in ((dst_a, early), (dst_b, late)):
+                target = dst / f.relative_to(src)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text("".join(part))
+
+
+DECISION_COLUMNS = ["window_end", "resource_type", "resource", "limit_qps", "previous_qps", "action", "mode", "version", "reason"]
+
+
+def test_restart_mid_incident_makes_the_same_decisions(spark, run, tmp_path):
+    landing, rest = tmp_path / "landing", tmp_path / "rest"
+    _split_landing(run["landing"], landing, rest, SPEC.start + dt.timedelta(minutes=SPEC.onset_minute + 4))
+    cfg = run["cfg"].with_paths(str(landing), str(tmp_path / "lake"))
+    governor.run(spark, cfg, once=True)                      # stopped mid-incident ...
+    for f in rest.rglob("*"):                                # ... more data lands, the job is restarted
+        if f.is_file():
+            target = landing / f.relative_to(rest)
+            target.with_name(target.name + ".part2").write_text(f.read_text())
+    governor.run(spark, cfg, once=True)
+    resumed, whole = open_lake(spark, str(tmp_path / "lake")), open_lake(spark, str(run["lake"]))
+    for table, columns in (("gold/limits", DECISION_COLUMNS), ("gold/anomalies", None), ("gold/topic_tps", None)):
+        a, b = resumed.read(table), whole.read(table)
+        if columns:
+            a, b = a.select(*columns), b.select(*columns)
+        a, b = a.drop("failures_by_class"), b.drop("failures_by_class")
+        assert a.count() == b.count() and a.exceptAll(b).count() == 0, table
+
+
+def test_enforce_mode_without_signing_key_is_a_start_up_error(tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "RATE_GOVERNOR_SIGNING_KEY"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.governor", "--conf", "conf/local.toml", "--landing", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert done.returncode == 2 and "needs a signing key" in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from chispa import assert_df_equality
+from pyspark.sql import types as T
 
 from pipelines import schemas, tps
 from pipelines.config import WindowsConfig
@@ -24,7 +25,8 @@ def test_stats_events_cover_the_minute_before_the_line(spark):
          (T1, "broker-a", None, "TOPIC_PUT_SIZE", "minute", "orders", "orders", None, None, 6000, 100.0, 10.0, None, "f", T1)],
         schemas.SILVER_BROKER_STATS)
     got = silver.transform(tps.stats_metric_events)
-    want = spark.createDataFrame([(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600)], schemas.METRIC_EVENT)
+    want = spark.createDataFrame([(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600, 0)],
+                                 T.StructType([*schemas.METRIC_EVENT.fields, T.StructField("event_id", T.LongType())]))
     assert_df_equality(got, want, ignore_nullable=True)
 
 

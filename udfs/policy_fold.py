@@ -19,59 +19,70 @@ from pipelines.config import LimitsConfig
 from pipelines.policy import Candidate, ResourceState, fold_resource
 
 FOLD_COLUMNS = [field.name for field in schemas.POLICY_FOLD.fields]
+#: Explicit column types of the UDF's output, so that an all-null column still reaches Arrow with its type.
+PANDAS_DTYPES = {
+    f.name: {"timestamp": "datetime64[ns]", "double": "float64", "long": "Int64", "boolean": "boolean"}.get(
+        f.dataType.typeName(), "object"
+    )
+    for f in schemas.POLICY_FOLD.fields
+}
+STATE_COLUMNS = ("limit_qps", "version", "last_candidate_end", "last_decision_end", "last_change_end",
+                 "lift_at_qps", "mode")
 
 
 def _ts(value: object) -> dt.datetime | None:
     return None if value is None or pd.isna(value) else pd.Timestamp(value).to_pydatetime()
 
 
-def _fold_group(
-    rows: pd.DataFrame, horizon_end: dt.datetime, cfg: LimitsConfig, window_seconds: int
-) -> pd.DataFrame:
+def _num(value: object) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def _saved_state(rows: pd.DataFrame) -> ResourceState:
     first = rows.iloc[0]
     state = ResourceState(str(first["resource_type"]), str(first["resource"]))
     saved = rows[rows["row_kind"] == "state"]
-    if len(saved):
-        s = saved.iloc[0]
-        state = ResourceState(
-            state.resource_type,
-            state.resource,
-            None if pd.isna(s["limit_qps"]) else float(s["limit_qps"]),
-            int(s["version"]),
-            _ts(s["last_candidate_end"]),
-            _ts(s["last_decision_end"]),
-        )
+    if not len(saved):
+        return state
+    s = saved.iloc[0]
+    return ResourceState(
+        state.resource_type,
+        state.resource,
+        _num(s["limit_qps"]),
+        int(s["version"]),
+        _ts(s["last_candidate_end"]),
+        _ts(s["last_decision_end"]),
+        _ts(s["last_change_end"]),
+        _num(s["lift_at_qps"]),
+        str(s["mode"]) if isinstance(s["mode"], str) else "enforce",
+    )
+
+
+def _fold_group(rows: pd.DataFrame, horizon_end: dt.datetime, cfg: LimitsConfig, window_seconds: int) -> pd.DataFrame:
     cands = [
-        Candidate(_ts(r.window_end), float(r.target_qps), str(r.reason))  # type: ignore[arg-type]
+        Candidate(
+            _ts(r.window_end), float(r.target_qps), str(r.reason), _num(r.floor_qps) or 0.0,  # type: ignore[arg-type]
+            _num(r.lift_at_qps), _num(r.observed_tps), bool(r.critical), str(r.mode),
+        )
         for r in rows[rows["row_kind"] == "candidate"].itertuples()
     ]
-    decisions, final = fold_resource(state, cands, horizon_end, cfg, window_seconds)
+    decisions, final = fold_resource(_saved_state(rows), cands, horizon_end, cfg, window_seconds)
     out = [
-        {
-            "row_kind": "decision",
-            "resource_type": d.resource_type,
-            "resource": d.resource,
-            "window_end": d.window_end,
-            "limit_qps": d.limit_qps,
-            "previous_qps": d.previous_qps,
-            "action": d.action,
-            "reason": d.reason,
-            "version": d.version,
-        }
+        {"row_kind": "decision", "resource_type": d.resource_type, "resource": d.resource, "window_end": d.window_end,
+         "limit_qps": d.limit_qps, "previous_qps": d.previous_qps, "action": d.action, "mode": d.mode,
+         "reason": d.reason, "version": d.version}
         for d in decisions
     ]
-    out.append(
-        {
-            "row_kind": "state",
-            "resource_type": final.resource_type,
-            "resource": final.resource,
-            "limit_qps": final.limit_qps,
-            "version": final.version,
-            "last_candidate_end": final.last_candidate_end,
-            "last_decision_end": final.last_decision_end,
-        }
-    )
-    return pd.DataFrame(out, columns=FOLD_COLUMNS)
+    out.append({"row_kind": "state", "resource_type": final.resource_type, "resource": final.resource,
+                **{name: getattr(final, name) for name in STATE_COLUMNS}})
+    return pd.DataFrame(out, columns=FOLD_COLUMNS).astype(PANDAS_DTYPES)
+
+
+def _aligned(df: DataFrame) -> DataFrame:
+    return df.select(*[
+        (F.col(f.name) if f.name in df.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+        for f in schemas.POLICY_FOLD.fields
+    ])
 
 
 def decide(
@@ -85,40 +96,19 @@ def decide(
 
     Args:
         candidates: :func:`pipelines.policy.candidate_limits` rows.
-        state: saved state rows (:data:`pipelines.schemas.POLICY_STATE`), one per resource.
+        state: saved state rows (:data:`pipelines.schemas.POLICY_STATE` without ``batch_id``), one per resource.
         horizon_end: end of the last finalized window of the micro-batch (UTC).
     Returns:
         :data:`pipelines.schemas.POLICY_FOLD` rows: ``decision`` rows and one ``state`` row per resource.
     """
-    active_state = state.where(F.col("limit_qps").isNotNull())
-    cand_rows = candidates.select(
-        F.lit("candidate").alias("row_kind"), "resource_type", "resource", "window_end", "target_qps", "reason"
+    cand_rows = candidates.select(F.lit("candidate").alias("row_kind"), *candidates.columns)
+    touched = candidates.select("resource_type", "resource").distinct()
+    # saved state of resources with a limit in force, or with a candidate now (their version counter continues)
+    relevant = state.where(F.col("limit_qps").isNotNull()).unionByName(
+        state.where(F.col("limit_qps").isNull()).join(touched, ["resource_type", "resource"], "left_semi")
     )
-    state_rows = active_state.select(
-        F.lit("state").alias("row_kind"),
-        "resource_type",
-        "resource",
-        "limit_qps",
-        "version",
-        "last_candidate_end",
-        "last_decision_end",
+    state_rows = relevant.select(F.lit("state").alias("row_kind"), "resource_type", "resource", *STATE_COLUMNS)
+    rows = _aligned(cand_rows).unionByName(_aligned(state_rows))
+    return rows.groupBy("resource_type", "resource").applyInPandas(
+        lambda pdf: _fold_group(pdf, horizon_end, cfg, window_seconds), schema=schemas.POLICY_FOLD
     )
-    touched = cand_rows.select("resource_type", "resource").union(state_rows.select("resource_type", "resource"))
-    # resources with a candidate but a lifted (inactive) saved state still need their version counter
-    inactive = state.where(F.col("limit_qps").isNull()).join(touched.distinct(), ["resource_type", "resource"], "left_semi")
-    all_state = state_rows.unionByName(
-        inactive.select(
-            F.lit("state").alias("row_kind"),
-            "resource_type",
-            "resource",
-            "limit_qps",
-            "version",
-            "last_candidate_end",
-            "last_decision_end",
-        )
-    )
-    rows = cand_rows.unionByName(all_state, allowMissingColumns=True)
-    schema = schemas.POLICY_FOLD
-    return rows.select(*[F.col(f.name).cast(f.dataType) if f.name in rows.columns else F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields]).groupBy(
-        "resource_type", "resource"
-    ).applyInPandas(lambda pdf: _fold_group(pdf, horizon_end, cfg, window_seconds), schema=schema)
