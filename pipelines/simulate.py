@@ -225,6 +225,22 @@ class ScenarioSpec:
     broker_port: int = 10911  # broker listen port in ip:port addresses (BROKER: 10.0.0.1:10911)
     faq_url: str = "http://rocketmq.apache.org/docs/faq/"  # FAQUrl up to 5.0.x (FORMATS §6)
 
+    # --- flash_sale: one business topic ramps up on healthy brokers (consumers keep up) --------------------------
+    flash_topic_index: int = 1  # the topic that ramps (1 = the first non-culprit topic)
+    flash_base_tps: float = 60.0  # its put rate before the onset, msgs/s (over all its brokers)
+    flash_factor: float = 5.0  # ... ramped linearly to this multiple ...
+    flash_ramp_minutes: int = 10  # ... over this many minutes from the onset, then held
+
+    # --- noisy_neighbour: one topic saturates the broker it shares with others -----------------------------------
+    noisy_base_tps: float = 20.0  # the noisy topic's put rate before the onset, msgs/s
+    noisy_put_tps: float = 3000.0  # its put rate from the onset, msgs/s (the broker's ~500 msgs/s is swamped)
+
+    # --- normal_day: diurnal traffic, noise, one broker restart -------------------------------------------------
+    diurnal_amplitude: float = 0.35  # put rates × (1 + a·sin(2π·(t/day − 1/4))): trough at the start
+    day_minutes: int | None = None  # period of the diurnal curve; None → the run's own length (a compressed day)
+    restart_broker_index: int = 1  # broker-b restarts ...
+    restart_minute: int | None = None  # ... at this minute (None → minutes // 2): its first minute prints NaN
+
     def __post_init__(self) -> None:
         problems: list[str] = []
         if self.name not in SCENARIOS:
@@ -358,6 +374,7 @@ class World:
     gb_retry_get_rate: np.ndarray  # (GB, T) msgs/s consumed from %RETRY%; NaN → keeps up with its re-puts
     broker_unattributed_put_rate: np.ndarray  # (B, T) writes counted in BROKER_PUT_NUMS under no topic line
     broker_latency_factor: np.ndarray  # (B, T) pull latency multiplier
+    broker_restart: np.ndarray | None = None  # (B, T) bool: the broker (re)starts in that minute (SUM 0, TPS NaN)
 
     @property
     def T(self) -> int:
@@ -569,11 +586,111 @@ def _busy_failures(spec: ScenarioSpec, topic_rates: pd.Series, incident: Inciden
                           "TIMEOUT_CLEAN_QUEUE")
 
 
-#: Registered scenarios. Add new ones (flash_sale, noisy_neighbour, normal_day, large_mix …) as functions here.
+def _flash_topic(spec: ScenarioSpec, world: World) -> int:
+    """Index of the flash-sale topic (never the culprit topic 0 when there is another one)."""
+    n = world.topic.size
+    return min(max(spec.flash_topic_index, 1 if n > 1 else 0), n - 1)
+
+
+def _apply_flash(spec: ScenarioSpec, world: World, t: int) -> None:
+    """Scale topic ``t`` to ``flash_base_tps`` and ramp it linearly to ``flash_factor``× over ``flash_ramp_minutes``
+    from the onset, then hold. Consumers keep up (GROUP_GET follows the put rate in :func:`_realise`)."""
+    rows = np.flatnonzero(world.pl_topic == t)
+    current = world.put_rate[rows].sum(axis=0).mean()  # after any earlier rescaling (article cluster sizing)
+    world.put_rate[rows] *= spec.flash_base_tps / current
+    o, T = spec.onset_index, spec.minutes
+    ramp = np.ones(T)
+    k = np.arange(T - o)
+    ramp[o:] = 1.0 + (spec.flash_factor - 1.0) * np.minimum((k + 1) / max(spec.flash_ramp_minutes, 1), 1.0)
+    world.put_rate[rows] *= ramp[None, :]
+
+
+def _shape_flash_sale(spec: ScenarioSpec, world: World, rng: np.random.Generator) -> Incident:
+    """A business topic ramps to ``flash_factor``× (5x) over ``flash_ramp_minutes`` (10) on healthy brokers; its
+    consumers keep up; no broker is busy. The right answer is *no* limit below the peak."""
+    _prepare_article_cluster(spec, world)
+    t = _flash_topic(spec, world)
+    _apply_flash(spec, world, t)
+    hosts = sorted({world.brokers[b] for b in world.pl_broker[world.pl_topic == t]})
+    return Incident(kind="flash_sale", onset=spec.onset, culprit_group=None, culprit_topic=str(world.topic[t]),
+                    culprit_broker=None,
+                    detail=(f"{world.topic[t]} ramps {spec.flash_base_tps:.0f} -> "
+                            f"{spec.flash_base_tps * spec.flash_factor:.0f} msgs/s over {spec.flash_ramp_minutes} "
+                            f"minutes on {', '.join(hosts)} (healthy, consumers keep up)"))
+
+
+def _noisy_topic(spec: ScenarioSpec, world: World) -> int:
+    """A business topic hosted by the culprit broker alone, other than the culprit topic when possible."""
+    cb = spec.culprit_broker_index
+    counts = np.bincount(world.pl_topic, minlength=world.topic.size)
+    for t in world.pl_topic[world.pl_broker == cb].tolist():
+        if t != 0 and counts[t] == 1:
+            return int(t)
+    return 0
+
+
+def _shape_noisy_neighbour(spec: ScenarioSpec, world: World, rng: np.random.Generator) -> Incident:
+    """One topic on ``broker-a`` jumps from ``noisy_base_tps`` to ``noisy_put_tps`` at the onset and saturates the
+    broker it shares with the others (its producers hit ``[TIMEOUT_CLEAN_QUEUE]``, see :func:`_busy_failures`)."""
+    _prepare_article_cluster(spec, world)
+    cb, o, T = spec.culprit_broker_index, spec.onset_index, spec.minutes
+    t = _noisy_topic(spec, world)
+    p = world.placement(t, cb)
+    world.put_rate[p] *= spec.noisy_base_tps / world.put_rate[p].mean()
+    world.put_rate[p, o:] = spec.noisy_put_tps * (1.0 + rng.uniform(-spec.storm_noise, spec.storm_noise, T - o))
+    return Incident(kind="noisy_neighbour", onset=spec.onset, culprit_group=None, culprit_topic=str(world.topic[t]),
+                    culprit_broker=world.brokers[cb],
+                    detail=(f"{world.topic[t]} jumps {spec.noisy_base_tps:.0f} -> {spec.noisy_put_tps:.0f} msgs/s on "
+                            f"{world.brokers[cb]}, which it shares with {int((world.pl_broker == cb).sum()) - 1} "
+                            "other topics"))
+
+
+def _diurnal(spec: ScenarioSpec, T: int) -> np.ndarray:
+    day = spec.day_minutes or T
+    return 1.0 + spec.diurnal_amplitude * np.sin(2 * np.pi * (np.arange(T) / day - 0.25))
+
+
+def _shape_normal_day(spec: ScenarioSpec, world: World, rng: np.random.Generator) -> None:
+    """A diurnal curve (``diurnal_amplitude``, trough at the start, peak mid-run) with the usual noise, and one
+    broker restart at ``restart_minute``: its first minute after the restart prints ``SUM: 0 TPS: NaN``.
+    No incident: the right answer is no limit at all."""
+    _prepare_article_cluster(spec, world)
+    world.put_rate *= _diurnal(spec, spec.minutes)[None, :]
+    b = min(spec.restart_broker_index, spec.brokers - 1)
+    r = spec.restart_minute if spec.restart_minute is not None else spec.minutes // 2
+    restart = np.zeros((spec.brokers, spec.minutes), dtype=bool)
+    if 0 < r < spec.minutes:
+        restart[b, r] = True
+    world.broker_restart = restart
+    return None
+
+
+def _shape_large_mix(spec: ScenarioSpec, world: World, rng: np.random.Generator) -> Incident:
+    """A large cluster (use with ~10,000 topics, 50 brokers): a diurnal curve everywhere, the article-001 retry
+    storm on ``broker-a`` and a flash sale of ``flash_topic_index`` (moved off ``broker-a`` when it is there)."""
+    world.put_rate *= _diurnal(spec, spec.minutes)[None, :]
+    incident = _shape_retry_storm(spec, world, rng)
+    t = _flash_topic(spec, world)
+    if t != 0:
+        _apply_flash(spec, world, t)
+    return Incident(kind="large_mix", onset=incident.onset, culprit_group=incident.culprit_group,
+                    culprit_topic=incident.culprit_topic, culprit_broker=incident.culprit_broker,
+                    detail=f"{incident.detail}; flash sale of {world.topic[t]} at the same onset")
+
+
+#: Registered scenarios. Add new ones as functions here.
 SCENARIOS: dict[str, Scenario] = {
     "retry_storm": Scenario("article 001: a consumer group that never acks floods its broker with retries",
                             _shape_retry_storm, _busy_failures),
     "steady": Scenario("the same cluster and traffic without an incident", _shape_steady, None),
+    "flash_sale": Scenario("a topic ramps 5x over 10 minutes on healthy brokers, consumers keep up",
+                           _shape_flash_sale, None),
+    "noisy_neighbour": Scenario("one topic saturates the broker it shares with others", _shape_noisy_neighbour,
+                                _busy_failures),
+    "normal_day": Scenario("diurnal traffic with noise and one broker restart (NaN first minute), no incident",
+                           _shape_normal_day, None),
+    "large_mix": Scenario("a large cluster (10,000 topics, 50 brokers): diurnal traffic, a retry storm and a flash "
+                          "sale", _shape_large_mix, _busy_failures),
 }
 
 
@@ -773,7 +890,26 @@ def build_traffic(spec: ScenarioSpec) -> pd.DataFrame:
     world = build_world(spec, rngs)
     incident = SCENARIOS[spec.name].shape(spec, world, rngs["scenario"])
     frame = _flatten(world, _realise(world, rngs["realise"]))
+    if world.broker_restart is not None and world.broker_restart.any():
+        frame = _apply_restarts(world, frame)
     frame.attrs["incident"] = incident
+    return frame
+
+
+def _apply_restarts(world: World, frame: pd.DataFrame) -> pd.DataFrame:
+    """The broker-start rule at a restart: every minute line of a restarting broker in its restart minute prints
+    ``SUM: 0 TPS: NaN AVGPT: 0.00`` (``TIMES: 0``), like minute 0 (FORMATS §2, §8)."""
+    restart = world.broker_restart
+    assert restart is not None
+    b = frame["broker"].cat.codes.to_numpy()
+    m = _minute_index(world.spec, frame["minute_start"])
+    hit = restart[b, m] & (frame["period"] == "minute").to_numpy()
+    if hit.any():
+        frame = frame.copy()
+        frame.loc[hit, "sum"] = 0
+        frame.loc[hit, "times"] = 0
+        frame.loc[hit, "tps"] = np.nan
+        frame.loc[hit, "avgpt"] = 0.0
     return frame
 
 
