@@ -4,9 +4,15 @@
 # Example (local):   ./spark-submit.sh -- --conf conf/local.toml --landing landing --lake lake --once
 # Example (cluster): ./spark-submit.sh --master spark://host:7077 -- --conf conf/local.toml
 # Locally it uses the project's environment (.venv, created if missing). The code is shipped to executors as a
-# zip (--py-files) and the config file with --files. On a cluster whose classpath lacks the Delta/Kafka jars,
-# add them with RG_PACKAGES (needs a reachable Maven repository, or pre-install the jars instead):
-#   RG_PACKAGES="io.delta:delta-spark_2.13:4.0.0,org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0" ./spark-submit.sh ...
+# zip (--py-files) and the config file(s) named by --conf with --files; every option before "--" goes to
+# spark-submit unchanged (--master, --deploy-mode, --conf spark.*=..., --executor-memory, ...).
+#
+# Delta and Kafka jars on a cluster: with RG_ADD_PACKAGES=1 this script adds
+#   --packages io.delta:delta-spark_<scala>:<RG_DELTA_VERSION>,org.apache.spark:spark-sql-kafka-0-10_<scala>:<spark>
+# with the Spark version of this environment (RG_SCALA_VERSION default 2.13, RG_DELTA_VERSION default 4.0.0, the
+# Delta release for Spark 4.0), or exactly RG_PACKAGES if set. --packages needs a reachable Maven repository;
+# where there is none, pre-install the jars on the cluster's classpath instead and leave both unset. Without the
+# Delta jars the governor writes its tables with delta-rs on the driver (same tables).
 source "$(dirname "$0")/scripts/env.sh"
 
 submit_opts=()
@@ -18,12 +24,13 @@ build_dir="$RG_ROOT/build"
 mkdir -p "$build_dir"
 zip_file="$build_dir/rate_governor.zip"
 rm -f "$zip_file"
-"$RG_PYTHON" - "$zip_file" <<'PY'
+"$RG_PYTHON" - "$zip_file" "$RG_ROOT" <<'PY'
 import sys, zipfile, pathlib
+root = pathlib.Path(sys.argv[2])
 with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
     for pkg in ("pipelines", "udfs"):
-        for f in pathlib.Path(pkg).rglob("*.py"):
-            z.write(f)
+        for f in (root / pkg).rglob("*.py"):
+            z.write(f, f.relative_to(root))
 PY
 
 conf_files=()
@@ -32,7 +39,14 @@ for ((i = 0; i < ${#governor_opts[@]}; i++)); do
 done
 
 extra=()
+if [ -z "${RG_PACKAGES:-}" ] && [ "${RG_ADD_PACKAGES:-0}" = "1" ]; then
+  spark_version="$("$RG_PYTHON" -c 'import pyspark; print(pyspark.__version__)')"
+  scala="${RG_SCALA_VERSION:-2.13}"
+  RG_PACKAGES="io.delta:delta-spark_${scala}:${RG_DELTA_VERSION:-4.0.0},org.apache.spark:spark-sql-kafka-0-10_${scala}:${spark_version}"
+fi
 [ -n "${RG_PACKAGES:-}" ] && extra+=(--packages "$RG_PACKAGES")
+# executors run the project's interpreter unless the cluster says otherwise
+extra+=(--conf "spark.pyspark.python=${RG_EXECUTOR_PYTHON:-$RG_PYTHON}")
 [ ${#conf_files[@]} -gt 0 ] && extra+=(--files "$(IFS=,; echo "${conf_files[*]}")")
 
 spark_submit="$(dirname "$RG_PYTHON")/spark-submit"

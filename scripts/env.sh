@@ -33,4 +33,3 @@ fi
 RG_PYTHON="$RG_VENV/bin/python"
 export PYSPARK_PYTHON="$RG_PYTHON"
 export PYSPARK_DRIVER_PYTHON="$RG_PYTHON"
-cd "$RG_ROOT"

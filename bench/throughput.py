@@ -1,0 +1,142 @@
+"""Throughput of the full governor against a bare Spark floor, measured in one run on the same files.
+
+    .venv/bin/python bench/throughput.py --events 2000000 [--stats-share 0.2] [--minutes 60] [--keep DIR]
+
+1. Generates a landing directory of ``--events`` records: stats.log lines and send-failure JSON lines in the ratio
+   1:4 (``--stats-share 0.2``), spread over ``--minutes`` minutes of event time, 4 brokers, 500 topics.
+2. (a) floor: Spark reads the same files, parses them (regex for stats lines, from_json for failures), counts per
+   1-minute event-time window with a watermark, and writes to the no-op sink (trigger availableNow).
+3. (b) the full governor with ``--once`` (bronze, silver, quarantine, gold, anomalies, limits, limits.json).
+Prints events/s of both and their ratio (governor / floor). Both run in the same Spark session and the floor runs
+first, so the governor does not profit from a warmer JVM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipelines import governor  # noqa: E402
+from pipelines.config import load_config  # noqa: E402
+from pipelines.session import build_session  # noqa: E402
+
+BROKERS = ("broker-a", "broker-b", "broker-c", "broker-d")
+TOPICS = 500
+GMT8 = dt.timedelta(hours=8)
+
+
+def generate(root: Path, events: int, stats_share: float, minutes: int, seed: int = 1) -> dict[str, int]:
+    """Write the landing directory; returns the number of stats lines and failure lines."""
+    rng = np.random.default_rng(seed)
+    start = dt.datetime(2026, 11, 22, 0, 0, tzinfo=dt.timezone.utc)
+    n_stats = int(events * stats_share)
+    n_fail = events - n_stats
+    per_broker = np.array_split(np.arange(n_stats), len(BROKERS))
+    for broker, idx in zip(BROKERS, per_broker):
+        minute = np.sort(rng.integers(1, minutes + 1, idx.size))
+        topic = rng.integers(0, TOPICS, idx.size)
+        total = rng.integers(0, 60_000, idx.size)
+        stamps = {m: (start + dt.timedelta(minutes=int(m)) + GMT8).strftime("%Y-%m-%d %H:%M:%S") for m in np.unique(minute)}
+        folder = root / "broker_stats" / broker
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / "stats.log", "w") as out:
+            out.writelines(
+                f"{stamps[m]} INFO - [TOPIC_PUT_NUMS] [topic-{t}] Stats In One Minute, SUM: {s} TPS: {s / 60:.2f} AVGPT: 1.00\n"
+                for m, t, s in zip(minute, topic, total)
+            )
+    start_ms = int(start.timestamp() * 1000)
+    ts = np.sort(rng.integers(start_ms, start_ms + minutes * 60_000, n_fail))
+    topic = rng.integers(0, TOPICS, n_fail)
+    broker = rng.integers(0, len(BROKERS), n_fail)
+    folder = root / "send_failures"
+    folder.mkdir(parents=True, exist_ok=True)
+    message = "CODE: 2  DESC: [TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 205ms, size of queue: 17"
+    with open(folder / "failures.jsonl", "w") as out:
+        out.writelines(
+            json.dumps({"ts": int(t), "topic": f"topic-{p}", "broker": BROKERS[b], "code": None, "message": message,
+                        "latency_ms": 3.0}) + "\n"
+            for t, p, b in zip(ts, topic, broker)
+        )
+    return {"stats_lines": n_stats, "failure_lines": n_fail}
+
+
+def floor_run(spark, landing: Path, checkpoint: Path) -> float:
+    """Read, parse, one windowed count, no-op sink; returns seconds."""
+    from pyspark.sql import functions as F
+
+    from pipelines import schemas
+
+    stats = spark.readStream.format("text").option("recursiveFileLookup", "true").load(str(landing / "broker_stats"))
+    stats_parsed = stats.select(
+        F.to_utc_timestamp(F.try_to_timestamp(F.substring("value", 1, 19), F.lit("yyyy-MM-dd HH:mm:ss")), "GMT+8").alias("t"),
+        F.regexp_extract("value", r"\[([^\]]*)\] \[([^\]]*)\] Stats In One Minute, SUM: (\d+)", 2).alias("key"),
+    )
+    failures = spark.readStream.format("text").load(str(landing / "send_failures"))
+    fail_parsed = failures.select(F.from_json("value", schemas.SEND_FAILURE_JSON).alias("j")).select(
+        F.timestamp_millis(F.col("j.ts").try_cast("long")).alias("t"), F.col("j.topic").alias("key")
+    )
+    counted = (
+        stats_parsed.unionByName(fail_parsed)
+        .withWatermark("t", "2 minutes")
+        .groupBy(F.window("t", "1 minute"))
+        .count()
+    )
+    started = time.monotonic()
+    query = (
+        counted.writeStream.format("noop").outputMode("append").trigger(availableNow=True)
+        .option("checkpointLocation", str(checkpoint)).start()
+    )
+    query.awaitTermination()
+    return time.monotonic() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--stats-share", type=float, default=0.2, help="share of stats lines (1:4 → 0.2)")
+    parser.add_argument("--minutes", type=int, default=60)
+    parser.add_argument("--keep", help="work directory to keep (default: a temporary one, removed)")
+    args = parser.parse_args(argv)
+
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="rg-bench-"))
+    landing = work / "landing"
+    shutil.rmtree(work / "lake", ignore_errors=True)
+    shutil.rmtree(work / "floor-checkpoint", ignore_errors=True)
+    t0 = time.monotonic()
+    if not landing.exists():
+        counts = generate(landing, args.events, args.stats_share, args.minutes)
+        print(f"generated {args.events} events ({counts['stats_lines']} stats lines, {counts['failure_lines']} send "
+              f"failures) in {time.monotonic() - t0:.1f} s into {landing}")
+    os.environ.setdefault("RATE_GOVERNOR_SIGNING_KEY", "bench-key")
+    cfg = load_config(Path(__file__).resolve().parent.parent / "conf" / "local.toml").with_paths(
+        str(landing), str(work / "lake"))
+    spark = build_session(cfg.spark)
+
+    floor_s = floor_run(spark, landing, work / "floor-checkpoint")
+    started = time.monotonic()
+    governor.run(spark, cfg, once=True)
+    governor_s = time.monotonic() - started
+
+    floor_rate, gov_rate = args.events / floor_s, args.events / governor_s
+    print(f"floor    (read, parse, 1 windowed count, noop sink): {floor_s:8.1f} s  {floor_rate:10.0f} events/s")
+    print(f"governor (--once, all tables, limits.json):           {governor_s:8.1f} s  {gov_rate:10.0f} events/s")
+    print(f"ratio governor/floor: {gov_rate / floor_rate:.2f}")
+    spark.stop()
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
