@@ -32,18 +32,19 @@ from __future__ import annotations
 import datetime as dt
 import sys
 import time
-import tomllib
 import uuid
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+from pydantic import Field, field_validator
 
 from pipelines import broker_model as bm
 from pipelines import simulate as sim
 from pipelines.cli import OneLineParser, fail
+from pipelines.config import ConfigError, ConfigSection, read_toml, validate_model
 
 PROG = "python -m pipelines.backtest"
 RESULTS_TABLE = "backtest/results"
@@ -77,53 +78,59 @@ class BacktestConfig:
     broker: bm.BrokerModelConfig = field(default_factory=bm.BrokerModelConfig)
 
 
-def _typed(section: str, data: dict[str, Any], spec: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in spec:
-            raise BacktestError(f"unknown setting {section}.{key}" if section else f"unknown setting {key}")
-        want = spec[key]
-        if isinstance(value, bool) or not isinstance(value, want):
-            raise BacktestError(f"{section + '.' if section else ''}{key}: expected {want}, got {value!r}")
-        if isinstance(value, (int, float)) and value < 0:
-            raise BacktestError(f"{section + '.' if section else ''}{key}: must be >= 0, got {value!r}")
-        out[key] = value
-    return out
+class _BrokerSection(ConfigSection):
+    """``[broker]`` of conf/backtest.toml (the fields of :class:`pipelines.broker_model.BrokerModelConfig`)."""
+
+    tick_seconds: float = Field(default=0.1, gt=0)
+    wait_time_ms_in_send_queue: float = Field(default=200.0, ge=0)
+    capacity_factor: float = Field(default=3.0, gt=0)
+    capacity_min_tps: float = Field(default=200.0, ge=0)
+    capacity_baseline_minutes: int = Field(default=10, gt=0)
+    breaker_open_ms: int = Field(default=1000, ge=0)
+    unattributed_min_share: float = Field(default=0.01, ge=0)
+    capacity_tps: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("tick_seconds")
+    @classmethod
+    def _divides_a_minute(cls, value: float) -> float:
+        if abs(60 / value - round(60 / value)) > 1e-9:
+            raise ValueError(f"must divide 60, got {value}")
+        return value
+
+
+class _GovernorSection(ConfigSection):
+    watermark_seconds: int | None = Field(default=None, ge=0)
+    trigger_seconds: int | None = Field(default=None, gt=0)
+
+
+class _TimingSection(ConfigSection):
+    line_lag_seconds: float = Field(default=60.0, ge=0)
+    propagation_seconds: float = Field(default=10.0, ge=0)
+
+
+class _BacktestFile(ConfigSection):
+    governor_conf: str = "conf/local.toml"
+    governor: _GovernorSection = _GovernorSection()
+    timing: _TimingSection = _TimingSection()
+    broker: _BrokerSection = _BrokerSection()
 
 
 def load_backtest_config(path: str | Path | None) -> BacktestConfig:
     """Load ``conf/backtest.toml`` (or defaults when ``path`` is None). Unknown keys and bad values raise
-    :class:`BacktestError` naming the setting."""
+    :class:`BacktestError` naming the setting (validated like the governor's own config)."""
     if path is None:
         return BacktestConfig()
-    file = Path(path)
-    if not file.is_file():
-        raise BacktestError(f"config file not found: {file}")
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise BacktestError(f"config file {file} is not valid TOML: {exc}") from None
-    num = (int, float)
-    top = _typed("", {k: v for k, v in data.items() if not isinstance(v, dict)}, {"governor_conf": str})
-    for key in data:
-        if isinstance(data[key], dict) and key not in ("governor", "timing", "broker"):
-            raise BacktestError(f"unknown section [{key}]")
-    gov = _typed("governor", data.get("governor", {}), {"watermark_seconds": int, "trigger_seconds": int})
-    timing = _typed("timing", data.get("timing", {}), {"line_lag_seconds": num, "propagation_seconds": num})
-    broker_spec: dict[str, Any] = {f.name: num for f in fields(bm.BrokerModelConfig) if f.name != "capacity_tps"}
-    broker_spec["capacity_baseline_minutes"] = int
-    broker_spec["breaker_open_ms"] = int
-    broker_spec["capacity_tps"] = dict
-    broker = _typed("broker", data.get("broker", {}), broker_spec)
-    if "tick_seconds" in broker and (broker["tick_seconds"] <= 0 or abs(60 / broker["tick_seconds"]
-                                                                        - round(60 / broker["tick_seconds"])) > 1e-9):
-        raise BacktestError(f"broker.tick_seconds: must divide 60, got {broker['tick_seconds']}")
+        data = validate_model(_BacktestFile, read_toml(path))
+    except ConfigError as exc:
+        raise BacktestError(str(exc)) from None
     return BacktestConfig(
-        governor_conf=top.get("governor_conf", "conf/local.toml"),
-        watermark_seconds=gov.get("watermark_seconds"), trigger_seconds=gov.get("trigger_seconds"),
-        line_lag_seconds=float(timing.get("line_lag_seconds", 60.0)),
-        propagation_seconds=float(timing.get("propagation_seconds", 10.0)),
-        broker=bm.BrokerModelConfig(**broker),
+        governor_conf=data.governor_conf,
+        watermark_seconds=data.governor.watermark_seconds,
+        trigger_seconds=data.governor.trigger_seconds,
+        line_lag_seconds=data.timing.line_lag_seconds,
+        propagation_seconds=data.timing.propagation_seconds,
+        broker=bm.BrokerModelConfig(**data.broker.model_dump()),
     )
 
 

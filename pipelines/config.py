@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -24,6 +24,11 @@ class ConfigError(Exception):
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+#: Base of every config section: unknown keys are errors, values are immutable.
+ConfigSection = _Section
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class KafkaSourceConfig(_Section):
@@ -172,19 +177,39 @@ class GovernorConfig(_Section):
         return self.lake.checkpoint_dir or str(Path(self.lake.path) / "_checkpoints")
 
 
-def parse_config(data: dict) -> GovernorConfig:
-    """Validate a config mapping (the parsed TOML).
+def validate_model(model: type[_M], data: dict) -> _M:
+    """Validate a mapping (parsed TOML) against a config model.
 
     Raises:
         ConfigError: a setting has the wrong type or range, or a key is unknown; the message names it.
     """
     try:
-        return GovernorConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
         )
         raise ConfigError(f"invalid config: {problems}") from None
+
+
+def parse_config(data: dict) -> GovernorConfig:
+    """Validate a config mapping (the parsed TOML). Raises :class:`ConfigError` naming the bad setting."""
+    return validate_model(GovernorConfig, data)
+
+
+def read_toml(path: str | Path) -> dict:
+    """Read a TOML config file.
+
+    Raises:
+        ConfigError: the file does not exist or is not valid TOML.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"config file not found: {file}")
+    try:
+        return tomllib.loads(file.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {file} is not valid TOML: {exc}") from None
 
 
 def load_config(path: str | Path) -> GovernorConfig:
@@ -193,11 +218,4 @@ def load_config(path: str | Path) -> GovernorConfig:
     Raises:
         ConfigError: the file does not exist, is not valid TOML, or has an invalid setting.
     """
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"config file not found: {file}")
-    try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {file} is not valid TOML: {exc}") from None
-    return parse_config(data)
+    return parse_config(read_toml(path))
