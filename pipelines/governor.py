@@ -69,6 +69,7 @@ class Governor:
         self.signing_key = signing_key(cfg)
         self.kafka_sink = KafkaLimitsSink(cfg.sink.kafka) if cfg.sink.kafka.enabled else None
         self.reports: list[BatchReport] = []
+        self.queries: list[StreamingQuery] = []
 
     # --- shared parsing ----------------------------------------------------------------------------------------
 
@@ -315,6 +316,7 @@ def run(spark: SparkSession, cfg: GovernorConfig, *, once: bool, clock: Clock = 
     lake = open_lake(spark, cfg.lake.path, cfg.lake.writer)
     governor = Governor(spark, cfg, lake, clock)
     queries = start_queries(spark, cfg, governor, once)
+    governor.queries = queries
     if not once:
         spark.streams.awaitAnyTermination()
     for query in queries:
