@@ -33,13 +33,13 @@ import datetime as dt
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from pipelines import broker_model as bm
 from pipelines import simulate as sim
@@ -78,26 +78,6 @@ class BacktestConfig:
     broker: bm.BrokerModelConfig = field(default_factory=bm.BrokerModelConfig)
 
 
-class _BrokerSection(ConfigSection):
-    """``[broker]`` of conf/backtest.toml (the fields of :class:`pipelines.broker_model.BrokerModelConfig`)."""
-
-    tick_seconds: float = Field(default=0.1, gt=0)
-    wait_time_ms_in_send_queue: float = Field(default=200.0, ge=0)
-    capacity_factor: float = Field(default=3.0, gt=0)
-    capacity_min_tps: float = Field(default=200.0, ge=0)
-    capacity_baseline_minutes: int = Field(default=10, gt=0)
-    breaker_open_ms: int = Field(default=1000, ge=0)
-    unattributed_min_share: float = Field(default=0.01, ge=0)
-    capacity_tps: dict[str, float] = Field(default_factory=dict)
-
-    @field_validator("tick_seconds")
-    @classmethod
-    def _divides_a_minute(cls, value: float) -> float:
-        if abs(60 / value - round(60 / value)) > 1e-9:
-            raise ValueError(f"must divide 60, got {value}")
-        return value
-
-
 class _GovernorSection(ConfigSection):
     watermark_seconds: int | None = Field(default=None, ge=0)
     trigger_seconds: int | None = Field(default=None, gt=0)
@@ -112,7 +92,7 @@ class _BacktestFile(ConfigSection):
     governor_conf: str = "conf/local.toml"
     governor: _GovernorSection = _GovernorSection()
     timing: _TimingSection = _TimingSection()
-    broker: _BrokerSection = _BrokerSection()
+    broker: bm.BrokerModelConfig = bm.BrokerModelConfig()
 
 
 def load_backtest_config(path: str | Path | None) -> BacktestConfig:
@@ -130,7 +110,7 @@ def load_backtest_config(path: str | Path | None) -> BacktestConfig:
         trigger_seconds=data.governor.trigger_seconds,
         line_lag_seconds=data.timing.line_lag_seconds,
         propagation_seconds=data.timing.propagation_seconds,
-        broker=bm.BrokerModelConfig(**data.broker.model_dump()),
+        broker=data.broker,
     )
 
 

@@ -37,10 +37,13 @@ Inputs and outputs are pandas frames:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from pydantic import Field, field_validator
+
+from pipelines.config import ConfigSection
 
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
 SNDBCK_PUT_NUMS = "SNDBCK_PUT_NUMS"
@@ -53,18 +56,25 @@ OFFERED_COLUMNS = ("minute_start", "broker", "resource_type", "resource", "reque
 SCHEDULE_COLUMNS = ("resource_type", "resource", "start", "end", "limit_qps", "burst", "version", "window_end")
 
 
-@dataclass(frozen=True)
-class BrokerModelConfig:
-    """Parameters of the broker model (units in the names). See ``conf/backtest.toml`` for the commented defaults."""
+class BrokerModelConfig(ConfigSection):
+    """Parameters of the broker model (units in the names), also the ``[broker]`` table of ``conf/backtest.toml``
+    (commented defaults there). Unknown keys and out-of-range values are config errors."""
 
-    tick_seconds: float = 0.1  # simulation step, s (the breaker's open time should be a multiple)
-    wait_time_ms_in_send_queue: float = 200.0  # waitTimeMillsInSendQueue (FORMATS §5)
-    capacity_factor: float = 3.0  # a broker serves this many times its normal write rate ...
-    capacity_min_tps: float = 200.0  # ... and at least this many units/s
-    capacity_baseline_minutes: int = 10  # normal rate = median of the broker's work over its first N full minutes
-    breaker_open_ms: int = 1000  # circuitBreakerOpenTime (article 001), used when a limit row carries none
-    unattributed_min_share: float = 0.01  # BROKER_PUT_NUMS − Σ topic puts below this share is stats jitter
-    capacity_tps: dict[str, float] = field(default_factory=dict)  # explicit capacity per broker (overrides)
+    tick_seconds: float = Field(default=0.1, gt=0)  # simulation step, s (the breaker's open time should be a multiple)
+    wait_time_ms_in_send_queue: float = Field(default=200.0, ge=0)  # waitTimeMillsInSendQueue (FORMATS §5)
+    capacity_factor: float = Field(default=3.0, gt=0)  # a broker serves this many times its normal write rate ...
+    capacity_min_tps: float = Field(default=200.0, ge=0)  # ... and at least this many units/s
+    capacity_baseline_minutes: int = Field(default=10, gt=0)  # normal rate = median over the first N full minutes
+    breaker_open_ms: int = Field(default=1000, ge=0)  # circuitBreakerOpenTime (article 001), when a limit row has none
+    unattributed_min_share: float = Field(default=0.01, ge=0)  # BROKER_PUT_NUMS − Σ topic puts below this: jitter
+    capacity_tps: dict[str, float] = Field(default_factory=dict)  # explicit capacity per broker (overrides)
+
+    @field_validator("tick_seconds")
+    @classmethod
+    def _divides_a_minute(cls, value: float) -> float:
+        if abs(60 / value - round(60 / value)) > 1e-9:
+            raise ValueError(f"must divide 60, got {value}")
+        return value
 
 
 @dataclass

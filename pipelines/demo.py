@@ -39,11 +39,17 @@ def build_parser() -> OneLineParser:
     return parser
 
 
-def _count(lake: str, sql: str) -> int:
+def _rows(lake: str, sql: str) -> list[dict]:
+    """Rows of ``sql`` over the lake; none when a table it reads was never written (nothing of that kind happened)."""
     try:
-        return int(query.run_sql(lake, sql).column(0)[0].as_py())
-    except ValueError:  # table not written (nothing of that kind happened)
-        return 0
+        return query.run_sql(lake, sql).to_pylist()
+    except ValueError:
+        return []
+
+
+def _count(lake: str, sql: str) -> int:
+    rows = _rows(lake, sql)
+    return int(next(iter(rows[0].values()))) if rows else 0
 
 
 def summary(lake: str, elapsed_s: float) -> str:
@@ -54,27 +60,21 @@ def summary(lake: str, elapsed_s: float) -> str:
         f"rate-governor: processed {lines_in} input lines in {elapsed_s:.0f} s "
         f"({quarantined} quarantined with a reason)",
     ]
-    try:
-        anomalies = query.run_sql(
-            lake,
-            "SELECT anomaly, resource_type, resource, count(*) AS windows, round(max(observed_tps), 1) AS peak_tps "
-            "FROM gold_anomalies GROUP BY anomaly, resource_type, resource ORDER BY anomaly, resource",
-        ).to_pylist()
-    except ValueError:
-        anomalies = []
+    anomalies = _rows(
+        lake,
+        "SELECT anomaly, resource_type, resource, count(*) AS windows, round(max(observed_tps), 1) AS peak_tps "
+        "FROM gold_anomalies GROUP BY anomaly, resource_type, resource ORDER BY anomaly, resource",
+    )
     out.append(f"anomalies: {len(anomalies)} resources flagged")
     out += [
         f"  {a['anomaly']:<14} {a['resource_type']:<6} {a['resource']:<34} {a['windows']:>3} windows, peak {a['peak_tps']} /s"
         for a in anomalies
     ]
-    try:
-        limits = query.run_sql(
-            lake,
-            "SELECT resource_type, resource, action, limit_qps, mode, version, reason FROM gold_limits "
-            "ORDER BY resource_type, resource, version",
-        ).to_pylist()
-    except ValueError:
-        limits = []
+    limits = _rows(
+        lake,
+        "SELECT resource_type, resource, action, limit_qps, mode, version, reason FROM gold_limits "
+        "ORDER BY resource_type, resource, version",
+    )
     out.append(f"limits decided: {len(limits)}")
     out += [
         f"  {lim['action']:<5} {lim['resource_type']:<6} {lim['resource']:<34} {lim['limit_qps']:>8.1f} msg/s "

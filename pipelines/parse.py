@@ -156,7 +156,7 @@ def parse_stats_lines(cfg: StatsConfig) -> Transform:
         line = F.col("line")
         ts_text = _extract(line, STATS_LINE, 1)
         detail = F.regexp_extract(line, STATS_LINE, 5)
-        sum_text = F.coalesce(_extract(detail, DETAIL_SUM, 1))
+        sum_text = _extract(detail, DETAIL_SUM, 1)
         tps_text = _extract(detail, DETAIL_SUM, 2)
         avgpt_text = F.coalesce(_extract(detail, DETAIL_SUM, 3), _extract(detail, DETAIL_TIMES, 2))
         value_text = F.coalesce(_extract(detail, DETAIL_TIMES, 1), _extract(detail, DETAIL_VALUE, 1))

@@ -9,7 +9,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import pyarrow as pa

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from chispa import assert_df_equality
-from pyspark.sql import functions as F
 
 from pipelines import parse, schemas
 from pipelines.config import BrokersConfig, StatsConfig
