@@ -255,6 +255,7 @@ TABLES.update(
         spec.name: spec
         for spec in (
             TableSpec("quality/validation_results", schemas.QUALITY_VALIDATION_RESULTS, "validated_at"),
+            TableSpec("quality/validation_runs", schemas.QUALITY_VALIDATION_RUNS, "validated_at"),
             TableSpec("quality/reconciliation", schemas.QUALITY_RECONCILIATION, "recorded_at"),
         )
     }

@@ -7,13 +7,14 @@ reconciled per micro-batch and shown as GX Data Docs.
   ``Column`` (true when the row passes, with GX's null semantics), so the ingest query routes failing rows to
   ``quarantine`` with the reason ``expectation failed: <expectation type>(<columns>)`` at Spark speed.
 * GX itself validates the candidate silver rows of every Nth micro-batch (``[quality] validate_every_n_batches``);
-  each expectation's result is appended to ``quality/validation_results``.
+  each expectation's result is appended to ``quality/validation_results`` (one row per expectation, for queries)
+  and GX's whole result per suite to ``quality/validation_runs`` (run name ``batch-<id>``, for the Data Docs).
 * Every micro-batch is reconciled per source: ``records_read = silver_rows + late_rows + quarantine_rows``
   (``quality/reconciliation`` and a log line). ``late_rows`` are accepted rows whose event time is behind the gold
   query's watermark (they stay in the silver table, the gold windows ignore them); ``silver_rows`` are the others.
 
-Data Docs:
-    python -m pipelines.quality docs --lake DIR [--out DIR] [--conf conf/local.toml]
+Data Docs (:mod:`pipelines.data_docs`: GX's HTML pages of the stored ``quality/validation_runs``, no Spark):
+    python -m pipelines.quality docs --lake LAKE [--out DIR] [--last N]
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines import parse, rocketmq as rmq, schemas
+from pipelines import data_docs, parse, schemas
+from pipelines import rocketmq as rmq
 from pipelines.config import GovernorConfig
 
 log = logging.getLogger("rate_governor.quality")
@@ -37,6 +39,7 @@ log = logging.getLogger("rate_governor.quality")
 QUALITY_APP_ID = "rate-governor-quality"
 REASON_PREFIX = "expectation failed: "
 VALIDATION_RESULTS = "quality/validation_results"
+VALIDATION_RUNS = data_docs.VALIDATION_RUNS
 RECONCILIATION = "quality/reconciliation"
 SILVER_STATS, SILVER_FAILURES, GOLD_LIMITS = "silver/broker_stats", "silver/send_failures", "gold/limits"
 
@@ -234,25 +237,13 @@ class Validator:
     """One ephemeral GX context (created once, reused for every validation), a Spark data source with one
     dataframe asset per table and the suites registered."""
 
-    def __init__(self, data_docs_dir: str | None = None) -> None:
+    def __init__(self) -> None:
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         logging.getLogger("great_expectations").setLevel(logging.WARNING)
         self.context = gx.get_context(mode="ephemeral")
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        if data_docs_dir:
-            self.context.add_data_docs_site(
-                site_name="rate_governor",
-                site_config={
-                    "class_name": "SiteBuilder",
-                    "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-                    "store_backend": {
-                        "class_name": "TupleFilesystemStoreBackend",
-                        "base_directory": str(Path(data_docs_dir).resolve()),
-                    },
-                },
-            )
         source = self.context.data_sources.add_spark(name="rate_governor")
         self.batch_definitions = {}
         self.suites = {}
@@ -261,22 +252,11 @@ class Validator:
             self.batch_definitions[table] = asset.add_batch_definition_whole_dataframe(table.replace("/", "_"))
             self.suites[table] = self.context.suites.add(factory())
 
-    def validate(self, table: str, df: DataFrame, *, store: bool = False):
-        """GX validation of ``df`` against the table's suite (an ``ExpectationSuiteValidationResult``). With
-        ``store``, run through a validation definition so the result lands in the context's store (Data Docs)."""
-        if not store:
-            batch = self.batch_definitions[table].get_batch(batch_parameters={"dataframe": df})
-            return batch.validate(self.suites[table])
-        import great_expectations as gx
-
-        name = f"{table.replace('/', '_')}_validation"
-        try:
-            definition = self.context.validation_definitions.get(name)
-        except Exception:  # noqa: BLE001 - not added yet
-            definition = self.context.validation_definitions.add(
-                gx.ValidationDefinition(name=name, data=self.batch_definitions[table], suite=self.suites[table])
-            )
-        return definition.run(batch_parameters={"dataframe": df})
+    def validate(self, table: str, df: DataFrame):
+        """GX validation of ``df`` against the table's suite: an ``ExpectationSuiteValidationResult``, not kept in
+        the context (the caller stores it in the lake)."""
+        batch = self.batch_definitions[table].get_batch(batch_parameters={"dataframe": df})
+        return batch.validate(self.suites[table])
 
 
 _SHARED: Validator | None = None
@@ -368,7 +348,11 @@ class QualityGate:
         return self.reconcile(batch_id, raw, {"broker_stats": stats, "send_failures": failures}, now)
 
     def validate_batch(self, batch_id: int, stats: DataFrame, failures: DataFrame, at: dt.datetime) -> list[tuple]:
+        """GX validation of the candidate silver rows of ``batch_id`` (each non-empty input against its suite) at
+        ``at`` (naive UTC). Appends one row per expectation to ``quality/validation_results`` and GX's result per
+        suite to ``quality/validation_runs`` (each append idempotent per ``batch_id``); returns the former rows."""
         rows: list[tuple] = []
+        runs: list[tuple] = []
         for table, parsed, silver in (
             (SILVER_STATS, stats, parse.silver_broker_stats),
             (SILVER_FAILURES, failures, parse.silver_send_failures),
@@ -376,10 +360,14 @@ class QualityGate:
             data = candidates(parsed, silver)
             if data.isEmpty():
                 continue
-            rows += result_rows(batch_id, table, self.validator.validate(table, data), at)
+            result = self.validator.validate(table, data)
+            rows += result_rows(batch_id, table, result, at)
+            runs.append(data_docs.run_row(batch_id, table, result, at))
         if rows:
             df = self.spark.createDataFrame(rows, schemas.QUALITY_VALIDATION_RESULTS)
             self.lake.append(df, VALIDATION_RESULTS, app_id=QUALITY_APP_ID, version=batch_id)
+            runs_df = self.spark.createDataFrame(runs, schemas.QUALITY_VALIDATION_RUNS)
+            self.lake.append(runs_df, VALIDATION_RUNS, app_id=QUALITY_APP_ID, version=batch_id)
             failed = [r[2] for r in rows if not r[3]]
             log.info("quality batch %d: %d expectations validated by GX, failed: %s", batch_id, len(rows), failed)
         return rows
@@ -448,51 +436,7 @@ class QualityGate:
         return out
 
 
-# --- Data Docs --------------------------------------------------------------------------------------------------
-
-
-def build_docs(spark: SparkSession, lake_dir: str, out_dir: str | None = None, *, limit: int = 0) -> Path:
-    """Re-validate the latest data of ``silver/broker_stats``, ``silver/send_failures`` and ``gold/limits`` with
-    GX and build the HTML Data Docs into ``out_dir`` (default ``<lake>/quality/data_docs``); also print a
-    summary of the stored per-batch results. ``limit`` > 0 validates only the newest rows by ingestion/decision
-    time. Returns the path of ``index.html``."""
-    from pipelines.lake import open_lake
-
-    lake = open_lake(spark, lake_dir, "delta-rs")
-    out = Path(out_dir or Path(lake_dir) / "quality" / "data_docs")
-    out.mkdir(parents=True, exist_ok=True)
-    validator = Validator(data_docs_dir=str(out))
-    order = {SILVER_STATS: "ingested_at", SILVER_FAILURES: "ingested_at", GOLD_LIMITS: "decided_at"}
-    for table in SUITES:
-        df = lake.read(table)
-        if limit:
-            df = df.orderBy(F.col(order[table]).desc()).limit(limit)
-        if df.isEmpty():
-            print(f"{table}: no rows, not validated")
-            continue
-        result = validator.validate(table, df, store=True)
-        failed = [expectation_name_from_result(r) for r in result.results if not r.success]
-        print(f"{table}: {'passed' if result.success else 'FAILED ' + ', '.join(failed)}")
-    validator.context.build_data_docs()
-    stored = lake.read(VALIDATION_RESULTS)
-    if not stored.isEmpty():
-        summary = (
-            stored.groupBy("suite", "expectation")
-            .agg(
-                F.countDistinct("batch_id").alias("batches"),
-                F.count_if(~F.col("success")).alias("failed_batches"),
-                F.sum("unexpected_count").alias("unexpected_rows"),
-            )
-            .orderBy("suite", "expectation")
-            .collect()
-        )
-        print("stored per-batch results (quality/validation_results):")
-        for r in summary:
-            print(f"  {r['suite']:<22} {r['expectation']:<64} batches {r['batches']:>4}  failed "
-                  f"{r['failed_batches']:>4}  unexpected rows {r['unexpected_rows'] or 0}")
-    index = out / "index.html"
-    print(f"Data Docs: {index}")
-    return index
+# --- Data Docs and the command line -------------------------------------------------------------------------
 
 
 def expectation_name_from_result(result) -> str:
@@ -502,23 +446,27 @@ def expectation_name_from_result(result) -> str:
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    from pipelines.cli import OneLineParser
+    from pipelines.cli import OneLineParser, fail
 
     parser = OneLineParser(prog="python -m pipelines.quality", description="rate-governor data quality")
     sub = parser.add_subparsers(dest="command", required=True)
-    docs = sub.add_parser("docs", help="build GX Data Docs from the lake")
+    docs = sub.add_parser(
+        "docs", help="build GX Data Docs from the validation results stored in the lake (no Spark, no validation)"
+    )
     docs.add_argument("--lake", required=True, help="lake directory")
     docs.add_argument("--out", help="output directory (default <lake>/quality/data_docs)")
-    docs.add_argument("--limit", type=int, default=0, help="validate only the newest N rows of each table")
+    docs.add_argument(
+        "--last", type=int, default=0, metavar="N", help="only the runs of the N newest validated micro-batches"
+    )
     args = parser.parse_args(list(argv) if argv is not None else None)
+    if args.last < 0:
+        parser.error("--last must be >= 0")
     if not Path(args.lake).is_dir():
-        print(f"rate-governor quality: lake directory not found: {args.lake}", file=sys.stderr)
-        return 2
-    from pipelines.config import SparkConfig
-    from pipelines.session import build_session
-
-    spark = build_session(SparkConfig(conf={"spark.ui.enabled": "false"}))
-    build_docs(spark, args.lake, args.out, limit=args.limit)
+        return fail(parser.prog, f"lake directory not found: {args.lake}")
+    try:
+        data_docs.build_docs(args.lake, args.out, last=args.last)
+    except data_docs.DataDocsError as e:
+        return fail(parser.prog, e)
     return 0
 
 

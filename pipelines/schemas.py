@@ -213,6 +213,17 @@ QUALITY_VALIDATION_RESULTS = _struct(
     ("validated_at", _TS),
 )
 
+#: ``quality/validation_runs``: GX's own result of each suite validation of a micro-batch (:mod:`pipelines.quality`,
+#: rendered by :mod:`pipelines.data_docs`); ``suite`` is the validated table (as in ``quality/validation_results``),
+#: ``result_json`` is ``ExpectationSuiteValidationResult.to_json_dict()`` as JSON, run name ``batch-<batch_id>``.
+QUALITY_VALIDATION_RUNS = _struct(
+    ("batch_id", _L),
+    ("suite", _S),
+    ("success", T.BooleanType()),
+    ("validated_at", _TS),
+    ("result_json", _S),
+)
+
 #: ``quality/reconciliation``: per ingest micro-batch and input, ``records_read = silver_rows + late_rows +
 #: quarantine_rows`` (``balanced``). Late rows (behind the gold watermark) are written to silver too; ``silver_rows``
 #: counts the others. ``expectation_rows`` is the part of ``quarantine_rows`` rejected by an expectation.

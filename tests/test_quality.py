@@ -1,14 +1,21 @@
 """Data quality: GX suites as the one rule set, Spark predicates derived from them, GX validation per micro-batch,
-reconciliation and Data Docs (pipelines/quality.py). One GX context is shared by the whole module."""
+reconciliation (pipelines/quality.py) and Data Docs built from the stored GX results (pipelines/data_docs.py). One GX
+context is shared by the whole module."""
 
 from __future__ import annotations
 
 import datetime as dt
+import html
+import json
+import re
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines import governor, quality, schemas
+from pipelines import data_docs, governor, quality, schemas
 from pipelines.config import GovernorConfig, QualityConfig, parse_config
 from pipelines.lake import open_lake
 from tests.helpers import raw_records, stats_line
@@ -156,15 +163,100 @@ def test_restarted_gate_restores_the_watermark_from_the_lake(spark, ingested):
     assert gate.watermark(2) == dt.datetime(2022, 2, 8, 10, 2)
 
 
+def _page_text(path) -> str:
+    """The visible text of an HTML page, whitespace collapsed."""
+    text = re.sub(r"<(script|style)\b.*?</\1>", " ", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split())
+
+
+def _stored_runs(lake_dir) -> pa.Table:
+    """``quality/validation_runs`` read with delta-rs."""
+    return DeltaTable(str(lake_dir / quality.VALIDATION_RUNS)).to_pyarrow_table()
+
+
 @pytest.mark.slow
-def test_data_docs_built_from_the_lake(spark, ingested, capsys):
-    out = ingested["root"] / "docs"
-    index = quality.build_docs(spark, str(ingested["root"] / "lake"), str(out))
-    assert index.is_file()
-    html = list(out.rglob("*.html"))
-    assert any("validations" in str(p) for p in html)
-    printed = capsys.readouterr().out
-    assert "silver/broker_stats: " in printed and "stored per-batch results" in printed
+def test_validation_runs_hold_gx_results_one_per_suite_per_validated_batch(ingested):
+    runs = _stored_runs(ingested["root"] / "lake").to_pylist()
+    keys = sorted((r["batch_id"], r["suite"]) for r in runs)
+    # batch 1 has no send failures: nothing to validate for that suite
+    assert keys == [(0, "silver/broker_stats"), (0, "silver/send_failures"), (1, "silver/broker_stats")]
+    per_expectation = ingested["lake"].read(quality.VALIDATION_RESULTS).collect()
+    assert sorted({(r["batch_id"], r["suite"]) for r in per_expectation}) == keys
+    for run in runs:
+        result = data_docs.load_result(run["result_json"])  # GX's own result, rebuilt
+        assert result.suite_name == run["suite"].replace("/", "_")
+        assert result.meta["run_id"]["run_name"] == f"batch-{run['batch_id']}"
+        assert result.success == run["success"]
+        # the same numbers as the flattened per-expectation rows of that batch
+        unexpected = {quality.expectation_name_from_result(r): r.result.get("unexpected_count") for r in result.results}
+        flat = {r["expectation"]: r["unexpected_count"] for r in per_expectation
+                if (r["batch_id"], r["suite"]) == (run["batch_id"], run["suite"])}
+        assert unexpected == flat
+    stats0 = next(r for r in runs if (r["batch_id"], r["suite"]) == (0, "silver/broker_stats"))
+    assert not stats0["success"]
+
+
+@pytest.mark.slow
+def test_data_docs_list_the_stored_runs_and_show_failed_expectations(ingested, tmp_path, capsys):
+    index = data_docs.build_docs(ingested["root"] / "lake", tmp_path / "docs")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1] == f"Data Docs: {index}"
+    assert len(printed) == 1 + 3  # one line per stored run
+    assert "FAILED 2/13: expect_column_values_to_be_between(avgpt), expect_column_values_to_be_between(queue_id)" in printed[0]
+    gx_index = index.read_text(encoding="utf-8")
+    # GX's index table data (drawn by bootstrap-table) lists every run; the offline list links each page
+    assert gx_index.count("'run_name': 'batch-0'") == 2 and gx_index.count("'run_name': 'batch-1'") == 1
+    offline = _page_text(index)
+    assert "silver/broker_stats 1 batch-1" in offline and "silver/send_failures 0 batch-0" in offline
+    pages = sorted((tmp_path / "docs" / "validations").rglob("*.html"))
+    assert [p.name for p in pages] == [
+        "silver_broker_stats-batch-0.html", "silver_broker_stats-batch-1.html", "silver_send_failures-batch-0.html"]
+    page = _page_text(pages[0])  # silver/broker_stats, batch 0: avgpt -1.0 and queue id -1 failed
+    assert "Run Name batch-0" in page and "Status: Failed" in page
+    assert "Unsuccessful Expectations 2" in page
+    avgpt = page[page.index("avgpt Status"):page.index("broker Status")]
+    assert "1 unexpected values found" in avgpt and "-1.0" in avgpt
+    # --last 1: only the newest micro-batch
+    data_docs.build_docs(ingested["root"] / "lake", tmp_path / "last", last=1)
+    assert [line.split()[1] for line in capsys.readouterr().out.splitlines()[:-1]] == ["1"]
+
+
+@pytest.mark.slow
+def test_data_docs_render_the_stored_results_without_validating_again(ingested, tmp_path, monkeypatch, capsys):
+    """A lake holding only quality/validation_runs (no silver data to validate), one stored result edited: the
+    page shows the edited value, so the docs render what is stored. Spark and GX validation are off limits."""
+    stored = _stored_runs(ingested["root"] / "lake")
+    runs = stored.to_pylist()
+    for run in runs:
+        if (run["batch_id"], run["suite"]) == (1, "silver/broker_stats"):
+            result = json.loads(run["result_json"])
+            for r in result["results"]:
+                if r["expectation_config"]["kwargs"].get("column") == "avgpt":
+                    assert r["result"]["partial_unexpected_list"] == [1e20]
+                    r["result"]["partial_unexpected_list"] = [4242.4242]
+                    r["result"]["partial_unexpected_counts"] = [{"value": 4242.4242, "count": 1}]
+            run["result_json"] = json.dumps(result)
+    lake = tmp_path / "lake"
+    write_deltalake(str(lake / quality.VALIDATION_RUNS), pa.Table.from_pylist(runs, schema=stored.schema))
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("building Data Docs must not start Spark or validate")
+
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", forbidden)
+    monkeypatch.setattr(quality.Validator, "validate", forbidden)
+    assert quality.main(["docs", "--lake", str(lake)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"Data Docs: {lake / 'quality' / 'data_docs' / 'index.html'}"
+    page = next((lake / "quality" / "data_docs" / "validations").rglob("silver_broker_stats-batch-1.html"))
+    assert "4242.4242" in _page_text(page)
+
+
+def test_docs_command_without_stored_results_is_one_line_on_stderr(tmp_path, capsys):
+    assert quality.main(["docs", "--lake", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "lake directory not found" in err
+    assert quality.main(["docs", "--lake", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no stored validation results" in err
 
 
 def test_quality_config_section():
