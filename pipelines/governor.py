@@ -20,6 +20,7 @@ import argparse
 import datetime as dt
 import logging
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,7 @@ class BatchReport:
     query: str
     batch_id: int
     rows: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 class Governor:
@@ -79,6 +81,7 @@ class Governor:
             raw.where(F.col("source") == sources.BROKER_STATS)
             .transform(parse.parse_broker_stats(self.cfg.stats))
             .transform(quality.gate(self).enforce_stats)
+            .transform(parse.settled)
         )
 
     def parsed_failures(self, raw: DataFrame) -> DataFrame:
@@ -87,6 +90,7 @@ class Governor:
             raw.where(F.col("source") == sources.SEND_FAILURES)
             .transform(parse.parse_send_failures(self.cfg.stats, self.cfg.brokers))
             .transform(quality.gate(self).enforce_failures)
+            .transform(parse.settled)
         )
 
     # --- ingest query ------------------------------------------------------------------------------------------
@@ -221,10 +225,12 @@ class Governor:
     def _write_all(self, query: str, app_id: str, batch_id: int, outputs: dict[str, DataFrame]) -> None:
         report = BatchReport(query, batch_id)
         for table, df in outputs.items():
+            started = time.monotonic()
             report.rows[table] = self.lake.append(df, table, app_id=app_id, version=batch_id)
+            report.seconds[table] = round(time.monotonic() - started, 2)
             crash_point(f"{query}:after:{table}")
         self.reports.append(report)
-        log.info("%s batch %d: %s", query, batch_id, report.rows)
+        log.info("%s batch %d: rows %s, seconds %s", query, batch_id, report.rows, report.seconds)
 
 
 #: Settings a checkpoint depends on: changing one makes the saved stream state meaningless.
