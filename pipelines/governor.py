@@ -122,7 +122,8 @@ class Governor:
     # --- gold query --------------------------------------------------------------------------------------------
 
     def window_stream(self, raw: DataFrame) -> DataFrame:
-        """Streaming raw records → windowed metric sums (WINDOW_METRIC), with watermark and line de-duplication."""
+        """Streaming raw records → windowed metric sums (WINDOW_METRIC), with a watermark; a stats line shipped twice
+        counts once (:func:`pipelines.tps.window_metrics`)."""
         # One watermark over the union (a single event-time operator: after a restart Spark restores one
         # watermark, where several per-input watermarks would stay stuck until every input brought data).
         watermark = f"{self.cfg.windows.watermark_seconds} seconds"
@@ -133,8 +134,6 @@ class Governor:
         return (
             stats_events.unionByName(failure_events)
             .withWatermark("event_time", watermark)
-            .dropDuplicatesWithinWatermark(list(tps.EVENT_IDENTITY))
-            .drop("event_id")
             .transform(tps.window_metrics(self.cfg.windows))
         )
 

@@ -168,7 +168,7 @@ def test_mixed_landing_each_bad_record_has_its_reason(mixed_run):
 @pytest.mark.slow
 def test_mixed_landing_duplicate_kept_in_silver_counted_once_in_gold(mixed_run):
     """Decision: silver keeps both copies of a duplicate stats line (it mirrors the input, one row per accepted
-    record, which keeps the reconciliation exact); the gold windows count it once (dropDuplicatesWithinWatermark)."""
+    record, which keeps the reconciliation exact); the gold windows count it once (tps.window_metrics)."""
     silver = mixed_run.read("silver/broker_stats")
     assert silver.where(F.col("event_time") == dt.datetime(2022, 2, 8, 10, 3)).count() == 2
     topic = mixed_run.read("gold/topic_tps").where(F.col("topic") == "orders")
