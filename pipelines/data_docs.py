@@ -52,6 +52,14 @@ def _utc(ts: dt.datetime) -> dt.datetime:
     return ts.replace(tzinfo=dt.timezone.utc) if ts.tzinfo is None else ts.astimezone(dt.timezone.utc)
 
 
+def configuration_name(configuration: Any) -> str:
+    """``expect_column_values_to_be_between(tps)``: a GX ``ExpectationConfiguration``'s type and its column(s).
+    The one name of an expectation: quarantine reasons, ``quality/validation_results`` and the Data Docs use it."""
+    kw = {k: v for k, v in configuration.kwargs.items() if v is not None}
+    columns = [str(kw[k]) for k in ("column", "column_A", "column_B") if k in kw]
+    return f"{configuration.type}({','.join(columns)})"
+
+
 def run_name(batch_id: int) -> str:
     """``batch-<batch_id>``: the GX run name of a validated micro-batch."""
     return f"batch-{batch_id}"
@@ -142,14 +150,7 @@ class StoredRun:
     @property
     def failed(self) -> list[str]:
         """``<expectation type>(<columns>)`` of the expectations that failed."""
-        out = []
-        for r in self.result.results:
-            if r.success:
-                continue
-            kw = r.expectation_config.kwargs
-            columns = [str(kw[k]) for k in ("column", "column_A", "column_B") if kw.get(k) is not None]
-            out.append(f"{r.expectation_config.type}({','.join(columns)})")
-        return out
+        return [configuration_name(r.expectation_config) for r in self.result.results if not r.success]
 
 
 def read_runs(lake_dir: str | Path, last: int = 0) -> list[StoredRun]:

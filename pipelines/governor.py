@@ -223,14 +223,17 @@ class Governor:
 
     def _write_all(self, query: str, app_id: str, batch_id: int, outputs: dict[str, DataFrame]) -> None:
         report = BatchReport(query, batch_id)
-        for table, df in outputs.items():
-            started = time.monotonic()
-            # Names the Spark jobs of this write in the Spark UI and event log (e.g. "gold batch 3: gold/limits").
-            self.spark.sparkContext.setJobDescription(f"{query} batch {batch_id}: {table}")
-            report.rows[table] = self.lake.append(df, table, app_id=app_id, version=batch_id)
-            report.seconds[table] = round(time.monotonic() - started, 2)
-            crash_point(f"{query}:after:{table}")
-        self.spark.sparkContext.setJobDescription(None)
+        context = self.spark.sparkContext
+        try:
+            for table, df in outputs.items():
+                started = time.monotonic()
+                # Names the Spark jobs of this write in the Spark UI and event log ("gold batch 3: gold/limits").
+                context.setJobDescription(f"{query} batch {batch_id}: {table}")
+                report.rows[table] = self.lake.append(df, table, app_id=app_id, version=batch_id)
+                report.seconds[table] = round(time.monotonic() - started, 2)
+                crash_point(f"{query}:after:{table}")
+        finally:
+            context.setJobDescription(None)
         self.reports.append(report)
         log.info("%s batch %d: rows %s, seconds %s", query, batch_id, report.rows, report.seconds)
 

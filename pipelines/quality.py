@@ -145,9 +145,7 @@ def _config(expectation) -> tuple[str, dict]:
 
 def expectation_name(expectation) -> str:
     """``expect_column_values_to_be_between(tps)``: the expectation type and its column(s)."""
-    kind, kw = _config(expectation)
-    columns = [kw[k] for k in ("column", "column_A", "column_B") if k in kw]
-    return f"{kind}({','.join(columns)})"
+    return data_docs.configuration_name(expectation.configuration)
 
 
 def _between(col: Column, kw: dict) -> Column:
@@ -248,8 +246,8 @@ class Validator:
         self.batch_definitions = {}
         self.suites = {}
         for table, factory in SUITES.items():
-            asset = source.add_dataframe_asset(name=table.replace("/", "_"))
-            self.batch_definitions[table] = asset.add_batch_definition_whole_dataframe(table.replace("/", "_"))
+            asset = source.add_dataframe_asset(name=data_docs.gx_suite_name(table))
+            self.batch_definitions[table] = asset.add_batch_definition_whole_dataframe(data_docs.gx_suite_name(table))
             self.suites[table] = self.context.suites.add(factory())
 
     def validate(self, table: str, df: DataFrame):
@@ -282,16 +280,13 @@ def result_rows(batch_id: int, table: str, validation, at: dt.datetime) -> list[
     """One ``quality/validation_results`` row per expectation of a GX validation result."""
     rows = []
     for r in validation.results:
-        conf = r.expectation_config
-        kw = {k: v for k, v in conf.kwargs.items() if v is not None}
-        columns = [kw[k] for k in ("column", "column_A", "column_B") if k in kw]
         res = r.result or {}
         unexpected = res.get("unexpected_count")
         rows.append(
             (
                 batch_id,
                 table,
-                f"{conf.type}({','.join(columns)})",
+                data_docs.configuration_name(r.expectation_config),
                 bool(r.success),
                 res.get("element_count"),
                 None if unexpected is None else int(unexpected),
@@ -440,9 +435,8 @@ class QualityGate:
 
 
 def expectation_name_from_result(result) -> str:
-    conf = result.expectation_config
-    kw = {k: v for k, v in conf.kwargs.items() if v is not None}
-    return f"{conf.type}({','.join(kw[k] for k in ('column', 'column_A', 'column_B') if k in kw)})"
+    """The :func:`expectation_name` of one expectation's result in a GX validation result."""
+    return data_docs.configuration_name(result.expectation_config)
 
 
 def main(argv: Iterable[str] | None = None) -> int:
