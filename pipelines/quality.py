@@ -29,10 +29,11 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from pipelines import data_docs, parse, schemas
 from pipelines import rocketmq as rmq
-from pipelines.config import GovernorConfig
+from pipelines.config import DEFAULT_PANDAS_MAX_ROWS, GovernorConfig
 
 log = logging.getLogger("rate_governor.quality")
 
@@ -114,7 +115,11 @@ def gold_limits_suite():
             gxe.ExpectColumnValuesToBeBetween(column="limit_qps", min_value=0, max_value=1e12, strict_min=True),
             gxe.ExpectColumnValuesToNotBeNull(column="decided_at"),
             gxe.ExpectColumnValuesToNotBeNull(column="expires_at"),
-            gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="expires_at", column_B="decided_at"),
+            # a row missing either time is the not-null expectations' business (and GX's engines disagree on it
+            # by default: Spark skips the row, pandas counts it), so both engines and the row predicate skip it
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+                column_A="expires_at", column_B="decided_at", ignore_row_if="either_value_is_missing"
+            ),
             gxe.ExpectColumnValuesToBeInSet(column="resource_type", value_set=["topic", "group"]),
             gxe.ExpectColumnValuesToBeInSet(column="mode", value_set=["enforce", "advisory"]),
             gxe.ExpectColumnValuesToBeInSet(column="action", value_set=["set", "relax", "lift"]),
@@ -187,6 +192,11 @@ def row_condition(expectation, rename: dict[str, str] | None = None) -> Column:
     elif kind == "expect_column_value_lengths_to_be_between":
         cond = _between(F.length(col("column")), kw)
     elif kind == "expect_column_pair_values_a_to_be_greater_than_b":
+        if kw.get("ignore_row_if") != "either_value_is_missing":
+            raise UnsupportedExpectation(
+                f"{kind} needs ignore_row_if='either_value_is_missing' (the only rule both GX engines and the row "
+                "predicate apply alike)"
+            )
         a, b = col("column_A"), col("column_B")
         cond = (a >= b) if kw.get("or_equal") else (a > b)
     else:
@@ -232,41 +242,79 @@ def candidates(parsed: DataFrame, silver: Callable[[DataFrame], DataFrame]) -> D
 
 
 class Validator:
-    """One ephemeral GX context (created once, reused for every validation), a Spark data source with one
-    dataframe asset per table and the suites registered."""
+    """One ephemeral GX context (created once, reused for every validation) with two data sources, Spark and
+    pandas, one dataframe asset per table in each, and the suites registered.
 
-    def __init__(self) -> None:
+    A DataFrame of at most ``pandas_max_rows`` rows is validated by GX's pandas engine on the driver, a larger
+    one by GX's Spark engine on the executors. Both run the same suites; the pandas engine is several times
+    faster at micro-batch sizes because GX's Spark engine runs Spark jobs per metric (measured here: 200 stats
+    rows 0.25 s against 2.2 s; 400,000 rows 2.9 s against 10.7 s, README "Performance").
+    """
+
+    ENGINES = ("spark", "pandas")
+
+    def __init__(self, pandas_max_rows: int = DEFAULT_PANDAS_MAX_ROWS) -> None:
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         logging.getLogger("great_expectations").setLevel(logging.WARNING)
+        self.pandas_max_rows = pandas_max_rows
         self.context = gx.get_context(mode="ephemeral")
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        source = self.context.data_sources.add_spark(name="rate_governor")
+        sources = {
+            "spark": self.context.data_sources.add_spark(name="rate_governor"),
+            "pandas": self.context.data_sources.add_pandas(name="rate_governor_pandas"),
+        }
         self.batch_definitions = {}
         self.suites = {}
         for table, factory in SUITES.items():
-            asset = source.add_dataframe_asset(name=data_docs.gx_suite_name(table))
-            self.batch_definitions[table] = asset.add_batch_definition_whole_dataframe(data_docs.gx_suite_name(table))
+            name = data_docs.gx_suite_name(table)
+            for engine, source in sources.items():
+                asset = source.add_dataframe_asset(name=name)
+                self.batch_definitions[engine, table] = asset.add_batch_definition_whole_dataframe(name)
             self.suites[table] = self.context.suites.add(factory())
 
-    def validate(self, table: str, df: DataFrame):
+    def engine(self, rows: int) -> str:
+        """``pandas`` for a DataFrame of ``rows`` rows up to ``pandas_max_rows``, else ``spark``."""
+        return "pandas" if rows <= self.pandas_max_rows else "spark"
+
+    def validate(self, table: str, df: DataFrame, rows: int | None = None):
         """GX validation of ``df`` against the table's suite: an ``ExpectationSuiteValidationResult``, not kept in
-        the context (the caller stores it in the lake)."""
-        batch = self.batch_definitions[table].get_batch(batch_parameters={"dataframe": df})
+        the context (the caller stores it in the lake). ``rows`` is ``df``'s row count when the caller knows it
+        (it picks the engine, :meth:`engine`)."""
+        engine = self.engine(df.count() if rows is None else rows)
+        data = spark_semantics_pandas(df) if engine == "pandas" else df
+        batch = self.batch_definitions[engine, table].get_batch(batch_parameters={"dataframe": data})
         return batch.validate(self.suites[table])
 
 
-_SHARED: Validator | None = None
+def spark_semantics_pandas(df: DataFrame):
+    """``df`` collected to the driver as a pandas DataFrame (through Arrow) that GX's pandas engine judges as
+    GX's Spark engine judges ``df``.
+
+    The one difference is NaN: Spark treats a floating-point NaN as a value that is not null and orders it
+    above +infinity, while pandas calls NaN missing (so GX would skip it in range checks and count it under
+    not-null). NaN becomes +infinity here, which fails every finite ``max_value`` and passes every
+    ``min_value``, as in Spark; SQL nulls become pandas' missing values as usual.
+    """
+    floats = {f.name for f in df.schema.fields if isinstance(f.dataType, (T.DoubleType, T.FloatType))}
+    columns = [
+        F.when(F.isnan(F.col(name)), F.lit(float("inf"))).otherwise(F.col(name)).alias(name)
+        if name in floats else F.col(name)
+        for name in df.columns
+    ]
+    return df.select(*columns).toArrow().to_pandas()
 
 
-def shared_validator() -> Validator:
-    """The process's one GX context for per-batch validation (creating a context and registering the suites
-    costs seconds; every gate reuses it)."""
-    global _SHARED
-    if _SHARED is None:
-        _SHARED = Validator()
-    return _SHARED
+_SHARED: dict[int, Validator] = {}
+
+
+def shared_validator(pandas_max_rows: int = DEFAULT_PANDAS_MAX_ROWS) -> Validator:
+    """The process's GX context for per-batch validation (creating a context and registering the suites
+    costs seconds; every gate with the same settings reuses it)."""
+    if pandas_max_rows not in _SHARED:
+        _SHARED[pandas_max_rows] = Validator(pandas_max_rows)
+    return _SHARED[pandas_max_rows]
 
 
 def _observed(result: dict) -> str | None:
@@ -318,7 +366,7 @@ class QualityGate:
     @property
     def validator(self) -> Validator:
         if self._validator is None:
-            self._validator = shared_validator()
+            self._validator = shared_validator(self.q.pandas_max_rows)
         return self._validator
 
     def enforce_stats(self, parsed: DataFrame) -> DataFrame:
@@ -353,9 +401,10 @@ class QualityGate:
             (SILVER_FAILURES, failures, parse.silver_send_failures),
         ):
             data = candidates(parsed, silver)
-            if data.isEmpty():
+            count = data.count()
+            if not count:
                 continue
-            result = self.validator.validate(table, data)
+            result = self.validator.validate(table, data, count)
             rows += result_rows(batch_id, table, result, at)
             runs.append(data_docs.run_row(batch_id, table, result, at))
         if rows:

@@ -23,11 +23,6 @@ from tests.helpers import raw_records, stats_line
 INF, NAN = float("inf"), float("nan")
 
 
-@pytest.fixture(scope="module")
-def validator():
-    return quality.shared_validator()
-
-
 def _unexpected_by_expectation(df, suite):
     """Per expectation name, how many rows fail the derived Spark predicate (each expectation on its own)."""
     aggs = [F.count_if(~quality.row_condition(e)).alias(str(i)) for i, e in enumerate(suite.expectations)]
@@ -49,7 +44,10 @@ def test_every_expectation_of_every_suite_has_a_row_predicate(spark):
         assert len(names) == len(set(names)), f"{table}: expectation names must be unique (they are the reasons)"
 
 
-def test_gold_limits_suite_predicates_agree_with_gx(spark, validator):
+@pytest.mark.parametrize("engine", ["pandas", "spark"])
+def test_gold_limits_suite_predicates_agree_with_gx(spark, engine):
+    """Both GX engines agree with the Spark predicates, NaN included (Spark's NaN is a value above +inf)."""
+    validator = quality.shared_validator(pandas_max_rows=100 if engine == "pandas" else 0)
     t = dt.datetime(2026, 11, 22, 10, 0)
     later, earlier = t + dt.timedelta(minutes=10), t - dt.timedelta(minutes=1)
     rows = [  # decided_at, window_end, type, resource, limit, burst, prev, action, mode, expires_at, reason, version
@@ -73,6 +71,7 @@ def test_gold_limits_suite_predicates_agree_with_gx(spark, validator):
     assert derived["expect_column_values_to_be_in_set(mode)"] == 1
     assert derived["expect_column_values_to_be_in_set(action)"] == 1
     assert derived["expect_column_values_to_not_be_null(expires_at)"] == 1
+    assert validator.engine(df.count()) == engine
     result = validator.validate(quality.GOLD_LIMITS, df)
     assert not result.success
     assert _gx_unexpected(result) == derived
