@@ -38,7 +38,13 @@ STATE_COLUMNS = ("limit_qps", "version", "last_candidate_end", "last_decision_en
 
 
 def _ts(value: object) -> dt.datetime | None:
-    return None if value is None or pd.isna(value) else pd.Timestamp(value).to_pydatetime()
+    """A naive UTC datetime (as Spark collects timestamps in a UTC session), from Arrow's UTC-aware values too."""
+    if value is None or pd.isna(value):
+        return None
+    stamp = pd.Timestamp(value)
+    if stamp.tzinfo is not None:
+        stamp = stamp.tz_convert("UTC").tz_localize(None)
+    return stamp.to_pydatetime()
 
 
 def _num(value: object) -> float | None:

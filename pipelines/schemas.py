@@ -177,7 +177,7 @@ POLICY_STATE = _struct(
     ("batch_id", _L),
 )
 
-#: Rows into and out of the per-resource policy fold (:mod:`udfs.policy_fold`): ``row_kind`` is ``state``,
+#: Rows into and out of the per-resource policy fold (:mod:`pipelines.policy_fold`): ``row_kind`` is ``state``,
 #: ``candidate`` (in) or ``decision``, ``state`` (out).
 POLICY_FOLD = _struct(
     ("row_kind", _S),

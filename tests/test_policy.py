@@ -8,10 +8,9 @@ import math
 import pytest
 from pyspark.sql import functions as F
 
-from pipelines import policy, schemas
+from pipelines import policy, policy_fold, schemas
 from pipelines.config import LimitsConfig
 from tests.helpers import ts
-from udfs import policy_fold
 
 L = LimitsConfig()
 T0 = ts("2022-02-08 07:00:00")
@@ -168,7 +167,7 @@ def test_fold_rejects_non_finite_target():
         fold([cand(1, math.nan)], horizon=1)
 
 
-def test_decide_runs_the_fold_per_resource_in_spark(spark):
+def test_decide_runs_the_fold_per_resource(spark):
     cands = spark.createDataFrame(
         [("group", "g", end(1), 79.0, 1.0, 790.0, 785.0, True, "enforce", "storm"),
          ("topic", "noisy", end(1), 400.0, 1.0, 3000.0, 3000.0, True, "enforce", "surge")],
