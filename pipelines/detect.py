@@ -17,6 +17,7 @@ Severity is ``critical`` when the observed value is at least ``critical_factor``
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 
 from pyspark.sql import Column, DataFrame, Window
@@ -230,16 +231,24 @@ def failure_spike(windows: WindowsConfig, cfg: DetectionConfig) -> Transform:
     return transform
 
 
-def current_only(current: DataFrame) -> Transform:
-    """Keep the rows whose window is one of ``current``'s (drop history rows after a baseline was computed)."""
+def current_only(first_window_start: dt.datetime | None) -> Transform:
+    """Keep the rows whose window starts at or after ``first_window_start`` (UTC; the micro-batch's first window),
+    dropping the history rows once a baseline is computed; None (no current window) keeps nothing."""
 
     def transform(df: DataFrame) -> DataFrame:
-        bounds = current.agg(F.min("window_start").alias("lo")).first()
-        if bounds is None or bounds["lo"] is None:
+        if first_window_start is None:
             return df.limit(0)
-        return df.where(F.col("window_start") >= F.lit(bounds["lo"]))
+        return df.where(F.col("window_start") >= F.lit(first_window_start))
 
     return transform
+
+
+def first_window_start(*current: DataFrame) -> dt.datetime | None:
+    """The earliest ``window_start`` of the current windows (one Spark job; callers that know it pass it)."""
+    union = current[0]
+    for df in current[1:]:
+        union = union.select("window_start").unionByName(df.select("window_start"))
+    return union.agg(F.min("window_start")).first()[0]
 
 
 def detect_anomalies(
@@ -250,6 +259,7 @@ def detect_anomalies(
     broker_history: DataFrame,
     windows: WindowsConfig,
     cfg: DetectionConfig,
+    first_window: dt.datetime | None = None,
 ) -> DataFrame:
     """All rules over one micro-batch of finalized windows.
 
@@ -257,10 +267,14 @@ def detect_anomalies(
         topic_windows, group_windows, broker_windows: this batch's gold/topic_tps, gold/group_tps, gold/broker_tps.
         topic_history, broker_history: earlier windows of gold/topic_tps and gold/broker_tps (for baselines);
             only windows before this batch's first window are used.
+        first_window: start of this batch's first window (UTC) when the caller knows it (the governor does: the
+            earliest window of the batch's metrics); else computed from ``topic_windows`` and ``broker_windows``.
     Returns:
         gold/anomalies rows of this batch's windows.
     """
-    first = current_only(topic_windows.unionByName(broker_windows, allowMissingColumns=True))
+    if first_window is None:
+        first_window = first_window_start(topic_windows, broker_windows)
+    first = current_only(first_window)
     topic_all = topic_history.select("window_start", "topic", "put_tps").unionByName(
         topic_windows.select("window_start", "topic", "put_tps")
     )
