@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trigger-seconds", type=int, default=5)
     parser.add_argument("--steady-minutes", type=int, default=6)
     parser.add_argument("--storm-minutes", type=int, default=6)
+    parser.add_argument("--timeline", action="store_true",
+                        help="also print every micro-batch: start relative to the first storm line, duration, rows")
     args = parser.parse_args(argv)
 
     minutes = args.steady_minutes + args.storm_minutes
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     for m, files in enumerate(per_minute):
         land(landing, files)
         if m == args.steady_minutes and storm_landed is None:
-            storm_landed = time.monotonic()
+            storm_landed, storm_landed_epoch = time.monotonic(), time.time()
         deadline = time.monotonic() + args.minute_seconds
         while time.monotonic() < deadline:
             if storm_landed and limit_seen is None and limits_file.exists():
@@ -118,6 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         if durations:
             print(f"{name}: {len(durations)} micro-batches, processing time median {sorted(durations)[len(durations) // 2]:.1f} s, "
                   f"max {max(durations):.1f} s, {over} over the trigger interval")
+    if args.timeline and storm_landed:
+        for name, batches in progress.items():
+            for p in batches:
+                begun = dt.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+                print(f"  {name} batch {p['batchId']}: starts {begun - storm_landed_epoch:+7.1f} s after the storm "
+                      f"landed, takes {p['durationMs'].get('triggerExecution', 0) / 1000:5.1f} s, "
+                      f"{p.get('numInputRows', 0)} input rows")
     speed = 60.0 / args.minute_seconds
     watermark_wait = (cfg.windows.length_seconds + LINE_LAG_SECONDS + cfg.windows.watermark_seconds) / speed
     target = 2 * args.trigger_seconds + watermark_wait

@@ -29,13 +29,12 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from pipelines import control_record, detect, parse, policy, publish, quality, sources, tps
+from pipelines import control_record, detect, parse, policy, policy_fold, publish, quality, sources, tps
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.faults import crash_point
 from pipelines.kafka_sink import KafkaLimitsSink
 from pipelines.lake import Lake, open_lake
-from udfs import policy_fold
 
 log = logging.getLogger("rate_governor")
 
@@ -163,6 +162,7 @@ class Governor:
             self.lake.read("gold/broker_tps", since=since, before=lo),
             windows,
             detection,
+            first_window=lo,
         ).persist()
         candidates = policy.candidate_limits(anomalies, tps.topic_brokers(metrics), limits)
         folded = policy_fold.decide(
@@ -195,7 +195,9 @@ class Governor:
                 "state/policy": new_state,
             },
         )
+        started = time.monotonic()
         self.publish(now)
+        log.info("gold batch %d: limits published in %.2f s", batch_id, time.monotonic() - started)
         for df in (topics, groups, brokers, anomalies, folded):
             df.unpersist()
 
