@@ -138,7 +138,7 @@ class Governor:
 
     def gold_batch(self, metrics: DataFrame, batch_id: int) -> None:
         """One micro-batch of finalized windows → gold tables, anomalies, limit decisions, limits.json."""
-        metrics = metrics.persist()
+        metrics = metrics.transform(self._gold_partitioning).persist()
         try:
             bounds = metrics.agg(F.min("window_start").alias("lo"), F.max("window_end").alias("hi")).first()
             if bounds is None or bounds["lo"] is None:
@@ -158,12 +158,12 @@ class Governor:
             topics,
             groups,
             brokers,
-            self.lake.read("gold/topic_tps", since=since, before=lo),
-            self.lake.read("gold/broker_tps", since=since, before=lo),
+            self.lake.read("gold/topic_tps", since=since, before=lo).transform(self._gold_partitioning),
+            self.lake.read("gold/broker_tps", since=since, before=lo).transform(self._gold_partitioning),
             windows,
             detection,
             first_window=lo,
-        ).persist()
+        ).transform(self._gold_partitioning).persist()
         candidates = policy.candidate_limits(anomalies, tps.topic_brokers(metrics), limits)
         folded = policy_fold.decide(
             candidates, self._policy_state(batch_id), hi, limits, windows.length_seconds
@@ -201,9 +201,22 @@ class Governor:
         for df in (topics, groups, brokers, anomalies, folded):
             df.unpersist()
 
+    def _gold_partitioning(self, df: DataFrame) -> DataFrame:
+        """With ``spark.gold_single_partition`` (the embedded default), a gold-side DataFrame in one partition.
+
+        The gold side works on finalized windows, not records (hundreds to about 10^5 rows per micro-batch). One
+        partition satisfies the distribution that an aggregation or a window function requires, so Spark plans no
+        shuffle there (joins and unions of several inputs still shuffle). At micro-batch sizes
+        each shuffle costs a Spark job and most of a gold batch's time was such jobs: in ``bench/latency.py`` (5 s
+        trigger) the slowest gold micro-batch went from 10.7-13.5 s to 7.7-9.6 s and the first-storm-line-to-limit
+        time from 56-63 s to 50-55 s, four runs each (README "Performance"). With thousands of topics on a cluster, turn it off to
+        spread the windows over the executors.
+        """
+        return df.coalesce(1) if self.cfg.spark.gold_single_partition else df
+
     def _policy_state(self, batch_id: int) -> DataFrame:
         """The saved policy state as of the start of ``batch_id``: latest row per resource of earlier batches."""
-        saved = self.lake.read("state/policy").where(F.col("batch_id") < batch_id)
+        saved = self.lake.read("state/policy").transform(self._gold_partitioning).where(F.col("batch_id") < batch_id)
         newest_first = Window.partitionBy("resource_type", "resource").orderBy(F.col("batch_id").desc())
         return (
             saved.select("*", F.row_number().over(newest_first).alias("_rank"))

@@ -98,3 +98,43 @@ def test_broker_tps_puts_topics_and_busy_failures(spark):
         [(T0, T1, "broker-a", 47719 / 60, 47700 / 60, 2, 40, 40, {"TIMEOUT_CLEAN_QUEUE": 40}),
          (T0, T1, "broker-b", 1.0, None, 1, 0, 0, None)], schemas.GOLD_BROKER_TPS)
     assert_df_equality(got, want, ignore_nullable=True)
+
+
+def _shuffles(df) -> int:
+    """Hash-partitioning exchanges in ``df``'s executed plan (the shuffles an aggregation or join adds)."""
+    df.collect()  # adaptive execution settles the final plan on execution
+    return df._jdf.queryExecution().executedPlan().toString().count("Exchange hashpartitioning")
+
+
+def _rows(df) -> list:
+    """Rows in key order (chispa cannot order rows by a map column)."""
+    return sorted(df.collect(), key=lambda row: str(row[:4]))
+
+
+def test_gold_windows_in_one_partition_need_fewer_shuffles_and_give_the_same_rows(spark, tmp_path):
+    """spark.gold_single_partition (Governor._gold_partitioning): over one partition the gold tables' aggregations
+    need no shuffle (a full join of two aggregates still shuffles both sides), and the rows are the same."""
+    from pipelines import governor
+    from pipelines.config import GovernorConfig, SparkConfig
+    from pipelines.lake import open_lake
+
+    m = metrics(spark, [
+        ("broker-a", "orders", None, "TOPIC_PUT_NUMS", 600),
+        ("broker-b", "orders", None, "TOPIC_PUT_NUMS", 1200),
+        ("broker-a", "orders", "g", "GROUP_GET_NUMS", 600),
+        ("broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 60),
+        ("broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 150),
+    ]).repartition(3)
+    lake = open_lake(spark, str(tmp_path / "lake"), "delta-rs")
+    shuffles = {}
+    for single in (True, False):
+        cfg = GovernorConfig(spark=SparkConfig(gold_single_partition=single)).with_paths(str(tmp_path), str(tmp_path))
+        gold_side = m.transform(governor.Governor(spark, cfg, lake)._gold_partitioning)
+        for name, gold_table in (("topic", tps.topic_tps(W)), ("group", tps.group_tps(W)),
+                                 ("broker", tps.broker_tps(W)), ("carriers", tps.topic_brokers)):
+            got = gold_side.transform(gold_table)
+            shuffles[name, single] = _shuffles(got)
+            assert _rows(got) == _rows(m.transform(gold_table))
+    assert shuffles["group", True] == shuffles["carriers", True] == 0
+    for name in ("topic", "group", "broker", "carriers"):
+        assert shuffles[name, True] < shuffles[name, False], name
