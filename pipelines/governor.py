@@ -310,7 +310,15 @@ def signing_key(cfg: GovernorConfig) -> bytes | None:
 
 
 def start_queries(spark: SparkSession, cfg: GovernorConfig, governor: Governor, once: bool) -> list[StreamingQuery]:
-    """Start both queries (``--once``: one after the other with trigger ``availableNow``, waiting for each)."""
+    """Start both queries; with ``once``, with trigger ``availableNow``, and wait until both have finished.
+
+    The two queries run side by side in either mode: each writes its own tables (both append to ``quarantine``,
+    under their own Delta app ids) and neither reads what the other writes in the same run. Side by side, one
+    query's driver-side work (Arrow collection, delta-rs commits, GX on pandas) overlaps the other's Spark tasks.
+
+    Raises:
+        pyspark.errors.StreamingQueryException: with ``once``, a query failed (the other is stopped first).
+    """
     checkpoints = Path(cfg.checkpoint_root)
     raw = sources.raw_records(spark, cfg)
     plans = [
@@ -328,11 +336,22 @@ def start_queries(spark: SparkSession, cfg: GovernorConfig, governor: Governor, 
         writer = writer.trigger(availableNow=True) if once else writer.trigger(
             processingTime=f"{cfg.windows.trigger_seconds} seconds"
         )
-        query = writer.start()
-        if once:
-            query.awaitTermination()
-        queries.append(query)
+        queries.append(writer.start())
+    if once:
+        _await_all(queries)
     return queries
+
+
+def _await_all(queries: list[StreamingQuery]) -> None:
+    """Wait for every query to finish; when one fails, stop the others and raise its error."""
+    try:
+        for query in queries:
+            query.awaitTermination()
+    except Exception:
+        for query in queries:
+            if query.isActive:
+                query.stop()
+        raise
 
 
 def run(spark: SparkSession, cfg: GovernorConfig, *, once: bool, clock: Clock = utc_now) -> Governor:

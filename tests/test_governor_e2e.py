@@ -173,3 +173,23 @@ def test_enforce_mode_without_signing_key_is_a_start_up_error(tmp_path):
         capture_output=True, text=True, timeout=120, env=env,
     )
     assert done.returncode == 2 and "needs a signing key" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_once_stops_the_other_query_and_raises_when_one_fails(spark, run, tmp_path, monkeypatch):
+    """--once runs both queries side by side; when one fails, the other is stopped and the failure is raised."""
+    import time
+
+    from pyspark.errors import StreamingQueryException
+
+    def broken_ingest_batch(self, raw, batch_id):
+        raise RuntimeError("ingest batch broken on purpose")
+
+    def slow_gold_batch(self, metrics, batch_id):
+        time.sleep(15)  # still running when the ingest query fails
+
+    monkeypatch.setattr(governor.Governor, "ingest_batch", broken_ingest_batch)
+    monkeypatch.setattr(governor.Governor, "gold_batch", slow_gold_batch)
+    cfg = run["cfg"].with_paths(str(run["landing"]), str(tmp_path / "lake"))
+    with pytest.raises(StreamingQueryException, match="ingest batch broken on purpose"):
+        governor.run(spark, cfg, once=True)
+    assert not spark.streams.active
