@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -245,10 +246,8 @@ def current_only(first_window_start: dt.datetime | None) -> Transform:
 
 def first_window_start(*current: DataFrame) -> dt.datetime | None:
     """The earliest ``window_start`` of the current windows (one Spark job; callers that know it pass it)."""
-    union = current[0]
-    for df in current[1:]:
-        union = union.select("window_start").unionByName(df.select("window_start"))
-    return union.agg(F.min("window_start")).first()[0]
+    starts = reduce(DataFrame.unionByName, [df.select("window_start") for df in current])
+    return starts.agg(F.min("window_start")).first()[0]
 
 
 def detect_anomalies(

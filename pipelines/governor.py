@@ -206,11 +206,11 @@ class Governor:
 
         The gold side works on finalized windows, not records (hundreds to about 10^5 rows per micro-batch). One
         partition satisfies the distribution that an aggregation or a window function requires, so Spark plans no
-        shuffle there (joins and unions of several inputs still shuffle). At micro-batch sizes
-        each shuffle costs a Spark job and most of a gold batch's time was such jobs: in ``bench/latency.py`` (5 s
-        trigger) the slowest gold micro-batch went from 10.7-13.5 s to 7.7-9.6 s and the first-storm-line-to-limit
-        time from 56-63 s to 50-55 s (README "Performance" lists the runs). With thousands of topics on a cluster, turn it off to
-        spread the windows over the executors.
+        shuffle there (joins and unions of several inputs still shuffle). At micro-batch sizes each shuffle costs a
+        Spark job and most of a gold batch's time was such jobs: in ``bench/latency.py`` (5 s trigger) the slowest
+        gold micro-batch went from 10.7-13.5 s to 7.7-9.6 s and the first-storm-line-to-limit time from 56-63 s to
+        50-55 s (README "Performance" lists the runs). With thousands of topics on a cluster, turn it off to spread
+        the windows over the executors.
         """
         return df.coalesce(1) if self.cfg.spark.gold_single_partition else df
 

@@ -25,7 +25,7 @@ from pipelines.config import LimitsConfig
 from pipelines.policy import Candidate, ResourceState, fold_resource
 
 FOLD_COLUMNS = [field.name for field in schemas.POLICY_FOLD.fields]
-#: Explicit column types of the UDF's output, so that an all-null column still reaches Arrow with its type.
+#: Explicit column types of the fold's output, so that an all-null column still reaches Arrow with its type.
 PANDAS_DTYPES = {
     f.name: {"timestamp": "datetime64[ns]", "double": "float64", "long": "Int64", "boolean": "boolean"}.get(
         f.dataType.typeName(), "object"

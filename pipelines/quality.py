@@ -251,8 +251,6 @@ class Validator:
     rows 0.25 s against 2.2 s; 400,000 rows 2.9 s against 10.7 s, README "Performance").
     """
 
-    ENGINES = ("spark", "pandas")
-
     def __init__(self, pandas_max_rows: int = DEFAULT_PANDAS_MAX_ROWS) -> None:
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig

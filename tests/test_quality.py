@@ -183,7 +183,7 @@ def test_validation_runs_hold_gx_results_one_per_suite_per_validated_batch(inges
     assert sorted({(r["batch_id"], r["suite"]) for r in per_expectation}) == keys
     for run in runs:
         result = data_docs.load_result(run["result_json"])  # GX's own result, rebuilt
-        assert result.suite_name == run["suite"].replace("/", "_")
+        assert result.suite_name == data_docs.gx_suite_name(run["suite"])
         assert result.meta["run_id"]["run_name"] == f"batch-{run['batch_id']}"
         assert result.success == run["success"]
         # the same numbers as the flattened per-expectation rows of that batch
