@@ -4,7 +4,7 @@
 # Example (local):   ./spark-submit.sh -- --conf conf/local.toml --landing landing --lake lake --once
 # Example (cluster): ./spark-submit.sh --master spark://host:7077 -- --conf conf/local.toml
 # Locally it uses the project's environment (.venv, created if missing). The code is shipped to executors as a
-# zip (--py-files) and the config file(s) named by --conf with --files; every option before "--" goes to
+# zip of pipelines/ and udfs/ (--py-files) and the config file(s) named by --conf with --files; every option before "--" goes to
 # spark-submit unchanged (--master, --deploy-mode, --conf spark.*=..., --executor-memory, ...).
 #
 # Delta and Kafka jars on a cluster: with RG_ADD_PACKAGES=1 this script adds
@@ -51,4 +51,6 @@ extra+=(--conf "spark.pyspark.python=${RG_EXECUTOR_PYTHON:-$RG_PYTHON}")
 
 spark_submit="$(dirname "$RG_PYTHON")/spark-submit"
 export PYSPARK_SUBMITTED=1
+# The driver (client mode) also imports the control-record package (control/: signing; not shipped to executors).
+export PYTHONPATH="$RG_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 exec "$spark_submit" --py-files "$zip_file" "${extra[@]}" "${submit_opts[@]}" "$RG_ROOT/pipelines/governor.py" "${governor_opts[@]}"

@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines import governor, simulate  # noqa: E402
+from pipelines import governor  # noqa: E402
+from pipelines.sim import simulate  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
 

@@ -24,9 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines import governor, parse, policy_fold, quality, schemas  # noqa: E402
+from pipelines import governor, schemas  # noqa: E402
+from pipelines.transforms import parse, policy_fold  # noqa: E402
+from pipelines.quality import gate as quality  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
-from pipelines.lake import open_lake  # noqa: E402
+from pipelines.io.lake import open_lake  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
 
 INGESTED = dt.datetime(2026, 11, 22, 0, 0)

@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("RATE_GOVERNOR_SIGNING_KEY", "bench-signing-key-not-a-secret")
 
-from pipelines import governor, simulate  # noqa: E402
+from pipelines import governor  # noqa: E402
+from pipelines.sim import simulate  # noqa: E402
 from pipelines.config import SparkConfig, parse_config  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
 

@@ -109,8 +109,9 @@ def persist_floor_run(spark, cfg, work: Path) -> float:
     gold); returns seconds."""
     from pyspark.sql import functions as F
 
-    from pipelines import parse, sources
-    from pipelines.lake import open_lake
+    from pipelines.transforms import parse
+    from pipelines.io import sources
+    from pipelines.io.lake import open_lake
 
     gov = governor.Governor(spark, cfg, open_lake(spark, str(work / "persist-floor-lake"), "delta-rs"))
     out = work / "persist-floor"

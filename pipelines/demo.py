@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from pipelines import governor, query, simulate
+from pipelines import governor, query
+from pipelines.sim import simulate
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, load_config
 

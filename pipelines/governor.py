@@ -29,12 +29,15 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from pipelines import control_record, detect, parse, policy, policy_fold, publish, quality, sources, tps
+from control import record as control_record
+from pipelines.transforms import detect, parse, policy, policy_fold, tps
+from pipelines.io import publish, sources
+from pipelines.quality import gate as quality
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.faults import crash_point
-from pipelines.kafka_sink import KafkaLimitsSink
-from pipelines.lake import Lake, open_lake
+from pipelines.io.kafka_sink import KafkaLimitsSink
+from pipelines.io.lake import Lake, open_lake
 
 log = logging.getLogger("rate_governor")
 

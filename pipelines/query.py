@@ -14,7 +14,7 @@ import sys
 import pyarrow as pa
 
 from pipelines.cli import OneLineParser, fail
-from pipelines.lake import TABLES
+from pipelines.io.lake import TABLES
 
 
 def sql_name(table: str) -> str:

@@ -1,0 +1,396 @@
+"""Broker model for backtests: what a RocketMQ broker does with the offered send traffic, with and without limits.
+
+Good enough to show article 001 (``shared/seeds/DIGEST.md``) and nothing more:
+
+* **Send queue with fast failure** (``FORMATS.md`` §5): each broker serves ``capacity_tps`` units of write work
+  per second from one FIFO send queue. The head of the queue waits ``queue / capacity`` seconds; when that exceeds
+  ``waitTimeMillsInSendQueue`` (200 ms default) ``BrokerFastFailure`` drops the expired requests with
+  ``[TIMEOUT_CLEAN_QUEUE]broker busy``. Fast failure does not tell topics apart: in a tick where the queue overflows,
+  every resource on the broker loses the same share of what it sent in that tick.
+* **Per-resource token buckets with article 001's breaker** (:class:`control.applier.TokenBucketRateLimiter`
+  semantics) sit in front of the queue, one per (broker, resource) with a limit in force: tokens refill at
+  ``limit_qps`` up to ``burst``; when a request finds no token the breaker opens and rejects everything for
+  ``breaker_open_ms``, then token-bucket limiting resumes. A ``group`` limit applies to the group's send-back
+  (``CONSUMER_SEND_MSG_BACK``) requests, a ``topic`` limit to the topic's puts. Every broker applies the record
+  locally (a topic on two brokers gets the limit on each).
+* **Fluid, vectorised**: traffic is constant within a minute (stats.log resolution); the simulation steps a fixed
+  tick (``tick_seconds``, default 0.1 s) with numpy vectors over brokers and over limited (broker, resource)
+  pairs only. Unlimited resources are never expanded to ticks: their busy rejections are their minute's offered
+  volume × the broker's mean reject share in that minute. A 10,000-topic, 50-broker hour is seconds of numpy.
+
+Not modelled (said in the report): producer retries of rejected sends, feedback of the limits on the traffic the
+governor observes (open loop: the governor saw the unlimited traffic), queue capacity overflow (``[OVERLOAD]``).
+
+Inputs and outputs are pandas frames:
+
+* :func:`offered_from_stats` — stats rows (``minute_start`` UTC, ``broker``, ``stat_name``, ``stats_key``,
+  ``sum`` msgs per minute; from :func:`pipelines.simulate.build_traffic` or ``silver/broker_stats``) →
+  :data:`OFFERED_COLUMNS`: one row per (minute, broker, resource) with ``requests_tps`` (msgs/s the limiter sees)
+  and ``work_per_request`` (write units per request; 1 for a put, more for a send-back, whose schedule and retry
+  re-puts also load the broker).
+* :func:`limit_schedule` — ``gold/limits`` rows → :data:`SCHEDULE_COLUMNS` (when each enforced limit is in force at
+  the brokers).
+* :func:`simulate` — offered traffic + schedule + :class:`BrokerModelConfig` → :class:`ModelResult` (per resource
+  per minute: offered, admitted, limiter-rejected, busy-rejected msgs; per broker per minute: work, capacity).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from pydantic import Field, field_validator
+
+from pipelines.config import ConfigSection
+
+TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
+SNDBCK_PUT_NUMS = "SNDBCK_PUT_NUMS"
+BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
+RETRY_PREFIX = "%RETRY%"
+#: Resource type of load no limiter can touch (``%DLQ%`` puts, unattributed writes without a send-back source).
+BACKGROUND = "background"
+
+OFFERED_COLUMNS = ("minute_start", "broker", "resource_type", "resource", "requests_tps", "work_per_request")
+SCHEDULE_COLUMNS = ("resource_type", "resource", "start", "end", "limit_qps", "burst", "version", "window_end")
+
+
+class BrokerModelConfig(ConfigSection):
+    """Parameters of the broker model (units in the names), also the ``[broker]`` table of ``conf/backtest.toml``
+    (commented defaults there). Unknown keys and out-of-range values are config errors."""
+
+    tick_seconds: float = Field(default=0.1, gt=0)  # simulation step, s (the breaker's open time should be a multiple)
+    wait_time_ms_in_send_queue: float = Field(default=200.0, ge=0)  # waitTimeMillsInSendQueue (FORMATS §5)
+    capacity_factor: float = Field(default=3.0, gt=0)  # a broker serves this many times its normal write rate ...
+    capacity_min_tps: float = Field(default=200.0, ge=0)  # ... and at least this many units/s
+    capacity_baseline_minutes: int = Field(default=10, gt=0)  # normal rate = median over the first N full minutes
+    breaker_open_ms: int = Field(default=1000, ge=0)  # circuitBreakerOpenTime (article 001), when a limit row has none
+    unattributed_min_share: float = Field(default=0.01, ge=0)  # BROKER_PUT_NUMS − Σ topic puts below this: jitter
+    capacity_tps: dict[str, float] = Field(default_factory=dict)  # explicit capacity per broker (overrides)
+
+    @field_validator("tick_seconds")
+    @classmethod
+    def _divides_a_minute(cls, value: float) -> float:
+        if abs(60 / value - round(60 / value)) > 1e-9:
+            raise ValueError(f"must divide 60, got {value}")
+        return value
+
+
+@dataclass
+class ModelResult:
+    """Output of :func:`simulate`.
+
+    ``resources``: one row per (minute_start, broker, resource_type, resource) with ``offered`` (msgs),
+    ``limited_rejected`` (msgs rejected by our token bucket / breaker), ``busy_rejected`` (msgs dropped by fast
+    failure, ``[TIMEOUT_CLEAN_QUEUE]``), ``admitted`` (msgs written), ``limit_qps`` (in force at the minute's end,
+    NaN when none).
+    ``brokers``: one row per (minute_start, broker) with ``offered_work``, ``admitted_work``, ``served_work``
+    (units/s averaged over the minute), ``capacity_tps``, ``reject_share`` (busy-rejected share of what reached
+    the queue), ``max_wait_ms`` (longest head-of-queue wait in the minute).
+    """
+
+    resources: pd.DataFrame
+    brokers: pd.DataFrame
+
+
+# ====================================================================================================================
+# Offered traffic from stats rows
+# ====================================================================================================================
+def offered_from_stats(stats: pd.DataFrame, cfg: BrokerModelConfig | None = None) -> pd.DataFrame:
+    """Stats rows → offered traffic per (minute, broker, resource), columns :data:`OFFERED_COLUMNS`.
+
+    ``stats``: columns ``minute_start`` (UTC timestamp of the minute the line covers), ``broker``, ``stat_name``,
+    ``stats_key``, ``sum`` (msgs in the minute); only ``TOPIC_PUT_NUMS``, ``SNDBCK_PUT_NUMS`` and
+    ``BROKER_PUT_NUMS`` minute rows are used (filter ``period == "minute"`` before calling).
+
+    * business topic puts → ``topic`` resources, 1 unit per request;
+    * ``SNDBCK_PUT_NUMS [topic@group]`` → the ``group`` resource (its retry traffic), requests = send-backs/s;
+      its work per request = (its ``%RETRY%group`` re-puts + its share of the broker's unattributed writes) per
+      send-back, at least 1: a send-back costs a schedule write and a re-put (article 001: 8x broker writes);
+    * unattributed writes (``BROKER_PUT_NUMS`` − Σ ``TOPIC_PUT_NUMS``, above ``unattributed_min_share``) go to the
+      broker's send-back groups in proportion to their send-backs, else to a ``background`` resource, as do
+      ``%RETRY%`` re-puts without a send-back in the minute and ``%DLQ%`` puts.
+    """
+    cfg = cfg or BrokerModelConfig()
+    stats = stats[stats["stat_name"].isin([TOPIC_PUT_NUMS, SNDBCK_PUT_NUMS, BROKER_PUT_NUMS])]
+    s = pd.DataFrame({
+        "minute_start": pd.to_datetime(stats["minute_start"], utc=True),
+        "broker": stats["broker"].astype(str).to_numpy(),
+        "stat_name": stats["stat_name"].astype(str).to_numpy(),
+        "stats_key": stats["stats_key"].astype(str).to_numpy(),
+        "sum": pd.to_numeric(stats["sum"], errors="coerce").fillna(0.0).to_numpy(dtype=float),
+    })
+    keys = ["minute_start", "broker"]
+    tp = s[s["stat_name"] == TOPIC_PUT_NUMS]
+    is_retry = tp["stats_key"].str.startswith(RETRY_PREFIX)
+    is_system = tp["stats_key"].str.startswith("%") & ~is_retry
+    topics = tp[~tp["stats_key"].str.startswith("%")]
+    topic_rows = pd.DataFrame({"minute_start": topics["minute_start"], "broker": topics["broker"],
+                               "resource_type": "topic", "resource": topics["stats_key"],
+                               "requests": topics["sum"], "work": topics["sum"]})
+
+    sb = s[s["stat_name"] == SNDBCK_PUT_NUMS]
+    sb = sb.assign(resource=sb["stats_key"].str.split("@", n=1).str[-1])
+    groups = sb.groupby(keys + ["resource"], as_index=False)["sum"].sum().rename(columns={"sum": "requests"})
+    retry = tp[is_retry].assign(resource=lambda d: d["stats_key"].str.slice(len(RETRY_PREFIX)))
+    retry = retry.groupby(keys + ["resource"], as_index=False)["sum"].sum().rename(columns={"sum": "reput"})
+    groups = groups.merge(retry, on=keys + ["resource"], how="outer").fillna({"requests": 0.0, "reput": 0.0})
+
+    put_total = tp.groupby(keys, as_index=False)["sum"].sum().rename(columns={"sum": "topic_puts"})
+    broker_put = s[s["stat_name"] == BROKER_PUT_NUMS].groupby(keys, as_index=False)["sum"].sum()
+    un = broker_put.merge(put_total, on=keys, how="left").fillna({"topic_puts": 0.0})
+    un["unattributed"] = (un["sum"] - un["topic_puts"]).clip(lower=0.0)
+    un.loc[un["unattributed"] < cfg.unattributed_min_share * un["sum"], "unattributed"] = 0.0
+    sb_total = groups.groupby(keys, as_index=False)["requests"].sum().rename(columns={"requests": "sb_total"})
+    groups = groups.merge(sb_total, on=keys, how="left").merge(un[keys + ["unattributed"]], on=keys, how="left")
+    groups = groups.fillna({"unattributed": 0.0, "sb_total": 0.0})
+    share = np.where(groups["sb_total"] > 0, groups["requests"] / groups["sb_total"].where(groups["sb_total"] > 0, 1), 0)
+    groups["work"] = groups["reput"] + share * groups["unattributed"]
+    has_sb = groups["requests"] > 0
+    group_rows = pd.DataFrame({"minute_start": groups["minute_start"][has_sb], "broker": groups["broker"][has_sb],
+                               "resource_type": "group", "resource": groups["resource"][has_sb],
+                               "requests": groups["requests"][has_sb],
+                               "work": np.maximum(groups["work"][has_sb], groups["requests"][has_sb])})
+    # background: re-puts without send-backs, system topics, unattributed writes of brokers without send-backs
+    bg = pd.concat([
+        groups.loc[~has_sb, keys + ["reput"]].rename(columns={"reput": "work"}),
+        tp[is_system].rename(columns={"sum": "work"})[keys + ["work"]],
+        un.merge(sb_total, on=keys, how="left").fillna({"sb_total": 0.0})
+          .query("sb_total <= 0")[keys + ["unattributed"]].rename(columns={"unattributed": "work"}),
+    ], ignore_index=True)
+    bg = bg.groupby(keys, as_index=False)["work"].sum()
+    bg = bg[bg["work"] > 0]
+    bg_rows = pd.DataFrame({"minute_start": bg["minute_start"], "broker": bg["broker"], "resource_type": BACKGROUND,
+                            "resource": "(background)", "requests": bg["work"], "work": bg["work"]})
+    out = pd.concat([topic_rows, group_rows, bg_rows], ignore_index=True)
+    out = out.groupby(["minute_start", "broker", "resource_type", "resource"], as_index=False)[["requests", "work"]].sum()
+    out["requests_tps"] = out["requests"] / 60.0
+    out["work_per_request"] = np.where(out["requests"] > 0, out["work"] / out["requests"].where(out["requests"] > 0, 1),
+                                       1.0)
+    return out[list(OFFERED_COLUMNS)].sort_values(["minute_start", "broker", "resource_type", "resource"],
+                                                  kind="mergesort").reset_index(drop=True)
+
+
+# ====================================================================================================================
+# Limit schedule from gold/limits
+# ====================================================================================================================
+def limit_schedule(limits: pd.DataFrame, *, delay_seconds: float, ttl_seconds: float | None = None) -> pd.DataFrame:
+    """``gold/limits`` rows → when each enforced limit is in force at the brokers, columns :data:`SCHEDULE_COLUMNS`.
+
+    A decision reaches the brokers at ``window_end + delay_seconds`` (the caller sums: the minute line's print lag,
+    the watermark, the trigger and the propagation delay; ``decided_at`` is a wall-clock time of the replay and is
+    not used). A ``set`` is in force from then until the next decision of the same resource reaches the brokers or
+    until it expires ``ttl`` after it arrived (``expires_at − decided_at`` of the row, else ``ttl_seconds``), whichever
+    is first; a ``lift`` ends it. ``advisory`` rows are never enforced.
+    """
+    cols = list(SCHEDULE_COLUMNS)
+    if limits is None or len(limits) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    d = limits.copy()
+    d["window_end"] = pd.to_datetime(d["window_end"], utc=True)
+    d["arrive"] = d["window_end"] + pd.to_timedelta(delay_seconds, unit="s")
+    ttl = None
+    if "expires_at" in d and "decided_at" in d:
+        ttl = (pd.to_datetime(d["expires_at"], utc=True) - pd.to_datetime(d["decided_at"], utc=True))
+    if ttl is None or ttl.isna().all():
+        ttl = pd.Series(pd.to_timedelta(ttl_seconds or 600, unit="s"), index=d.index)
+    d["expire"] = d["arrive"] + ttl.fillna(pd.to_timedelta(ttl_seconds or 600, unit="s"))
+    d = d.sort_values(["resource_type", "resource", "version"], kind="mergesort")
+    d["next_arrive"] = d.groupby(["resource_type", "resource"])["arrive"].shift(-1)
+    d["end"] = d[["expire", "next_arrive"]].min(axis=1)
+    mode = d["mode"] if "mode" in d else pd.Series("enforce", index=d.index)
+    keep = (d["action"] != "lift") & (mode == "enforce") & (d["end"] > d["arrive"])
+    d = d[keep]
+    burst = d["burst"] if "burst" in d else np.ceil(d["limit_qps"])
+    return pd.DataFrame({"resource_type": d["resource_type"].astype(str), "resource": d["resource"].astype(str),
+                         "start": d["arrive"], "end": d["end"], "limit_qps": d["limit_qps"].astype(float),
+                         "burst": np.maximum(pd.to_numeric(burst).astype(float), 1.0), "version": d["version"],
+                         "window_end": d["window_end"]}).reset_index(drop=True)
+
+
+# ====================================================================================================================
+# Simulation
+# ====================================================================================================================
+def broker_capacity(offered: pd.DataFrame, cfg: BrokerModelConfig) -> pd.Series:
+    """Capacity per broker, units/s: ``capacity_factor`` × median work/s over its first ``capacity_baseline_minutes``
+    minutes with traffic (at least ``capacity_min_tps``), unless ``cfg.capacity_tps`` names it."""
+    work = (offered["requests_tps"] * offered["work_per_request"]).groupby(
+        [offered["broker"], offered["minute_start"]]).sum()
+    work = work[work > 0].sort_index()
+    normal = work.groupby(level=0).apply(lambda x: x.iloc[:cfg.capacity_baseline_minutes].median())
+    cap = np.maximum(normal * cfg.capacity_factor, cfg.capacity_min_tps)
+    for b, c in cfg.capacity_tps.items():
+        cap.loc[b] = float(c)
+    return cap.rename("capacity_tps")
+
+
+def simulate(offered: pd.DataFrame, schedule: pd.DataFrame | None, cfg: BrokerModelConfig | None = None,
+             capacity: pd.Series | None = None) -> ModelResult:
+    """Run the broker model over ``offered`` (:func:`offered_from_stats`) with the limits of ``schedule``
+    (:func:`limit_schedule`; None or empty = no governor). ``capacity`` (units/s per broker) defaults to
+    :func:`broker_capacity` of ``offered`` — pass the same one to the runs you compare."""
+    cfg = cfg or BrokerModelConfig()
+    dt_s = float(cfg.tick_seconds)
+    ticks_per_min = int(round(60.0 / dt_s))
+    if abs(ticks_per_min * dt_s - 60.0) > 1e-9:
+        raise ValueError(f"tick_seconds must divide 60, got {dt_s}")
+    off = offered.reset_index(drop=True)
+    minutes = pd.DatetimeIndex(sorted(off["minute_start"].unique()))
+    t0 = minutes[0]
+    minutes = pd.date_range(t0, minutes[-1], freq="min")
+    T = len(minutes)
+    brokers = sorted(off["broker"].unique())
+    B = len(brokers)
+    bidx = {b: i for i, b in enumerate(brokers)}
+    m_of = ((off["minute_start"] - t0) // pd.Timedelta(minutes=1)).to_numpy(dtype=np.int64)
+    b_of = off["broker"].map(bidx).to_numpy(dtype=np.int64)
+    req = off["requests_tps"].to_numpy(dtype=float)
+    wpr = off["work_per_request"].to_numpy(dtype=float)
+    capacity = broker_capacity(off, cfg) if capacity is None else capacity
+    cap = capacity.reindex(brokers).fillna(cfg.capacity_min_tps).to_numpy(dtype=float)
+
+    # --- which rows are limited: (broker, resource) pairs with a schedule entry -------------------------------------
+    sched = schedule if schedule is not None and len(schedule) else None
+    limited_row = np.zeros(len(off), dtype=bool)
+    pair_id = np.full(len(off), -1, dtype=np.int64)
+    pairs = pd.DataFrame(columns=["broker", "resource_type", "resource"])
+    if sched is not None:
+        keyset = set(zip(sched["resource_type"], sched["resource"]))
+        rk = list(zip(off["resource_type"], off["resource"]))
+        limited_row = np.fromiter((k in keyset for k in rk), dtype=bool, count=len(rk))
+        pairs = off.loc[limited_row, ["broker", "resource_type", "resource"]].drop_duplicates().reset_index(drop=True)
+        pid = {tuple(r): i for i, r in enumerate(pairs.itertuples(index=False))}
+        pair_id[limited_row] = [pid[(b, t, r)] for b, t, r in zip(off["broker"][limited_row],
+                                                                   off["resource_type"][limited_row],
+                                                                   off["resource"][limited_row])]
+    L = len(pairs)
+    n_ticks = T * ticks_per_min
+    tick_minute = np.arange(n_ticks) // ticks_per_min
+
+    # unlimited work per broker per minute (units/s)
+    base_work = np.zeros((B, T))
+    np.add.at(base_work, (b_of[~limited_row], m_of[~limited_row]), (req * wpr)[~limited_row])
+    # limited pairs: requests/s and work per request per minute
+    pr = np.zeros((L, T))
+    pw = np.ones((L, T))
+    if L:
+        lr = limited_row
+        pr[pair_id[lr], m_of[lr]] = req[lr]
+        pw[pair_id[lr], m_of[lr]] = wpr[lr]
+    pair_broker = pairs["broker"].map(bidx).to_numpy(dtype=np.int64) if L else np.zeros(0, dtype=np.int64)
+
+    # limit in force per pair per tick (NaN = none)
+    limit = np.full((L, n_ticks), np.nan)
+    burst = np.ones((L, n_ticks))
+    if L:
+        tick_ns = int(round(dt_s * 1e9))
+        for i, (b, rt, r) in enumerate(pairs.itertuples(index=False)):
+            rows = sched[(sched["resource_type"] == rt) & (sched["resource"] == r)].sort_values("start")
+            for s_, e_, q, bu in zip(rows["start"], rows["end"], rows["limit_qps"], rows["burst"]):
+                lo = max(0, int(math.ceil((pd.Timestamp(s_) - t0).value / tick_ns)))
+                hi = min(n_ticks, int(math.ceil((pd.Timestamp(e_) - t0).value / tick_ns)))
+                if hi > lo:
+                    limit[i, lo:hi] = q
+                    burst[i, lo:hi] = bu
+    open_ticks = max(1, int(round(cfg.breaker_open_ms / 1000.0 / dt_s))) if cfg.breaker_open_ms > 0 else 0
+
+    # --- tick loop: vectors over brokers (B) and limited pairs (L) -------------------------------------------------
+    tokens = np.minimum(burst[:, 0], 1.0) if L else np.zeros(0)
+    open_left = np.zeros(L, dtype=np.int64)
+    queue = np.zeros(B)
+    wait_s = cfg.wait_time_ms_in_send_queue / 1000.0
+    served_cap = cap * dt_s
+    max_q = cap * wait_s
+    reject_share_tick = np.zeros((B, n_ticks))
+    arrived_tick = np.zeros((B, n_ticks))
+    served_tick = np.zeros((B, n_ticks))
+    max_wait = np.zeros((B, T))
+    p_adm = np.zeros((L, T))
+    p_lim = np.zeros((L, T))
+    p_busy = np.zeros((L, T))
+    for k in range(n_ticks):
+        m = tick_minute[k]
+        arrivals = base_work[:, m] * dt_s
+        if L:
+            a = pr[:, m] * dt_s
+            lim = limit[:, k]
+            has = ~np.isnan(lim)
+            adm = a.copy()
+            rej = np.zeros(L)
+            if has.any():
+                bu = burst[:, k]
+                is_open = has & (open_left > 0)
+                closed = has & ~is_open
+                tokens = np.where(has, np.minimum(bu, tokens + np.nan_to_num(lim) * dt_s), np.minimum(bu, 1.0))
+                short = closed & (a > tokens + 1e-9)
+                adm = np.where(is_open, 0.0, np.where(short, tokens, a))
+                adm = np.where(has, adm, a)
+                tokens = np.where(closed, tokens - adm, tokens)
+                rej = a - adm
+                open_left = np.where(is_open, open_left - 1, open_left)
+                open_left = np.where(short, open_ticks, open_left)
+            else:
+                tokens = np.minimum(burst[:, k], 1.0)
+                open_left[:] = 0
+            p_adm[:, m] += adm
+            p_lim[:, m] += rej
+            np.add.at(arrivals, pair_broker, adm * pw[:, m])
+        q = queue + arrivals
+        served = np.minimum(q, served_cap)
+        q = q - served
+        over = np.maximum(q - max_q, 0.0)
+        q = q - over
+        share = np.where(arrivals > 0, np.minimum(over / np.where(arrivals > 0, arrivals, 1.0), 1.0), 0.0)
+        reject_share_tick[:, k] = share
+        arrived_tick[:, k] = arrivals
+        served_tick[:, k] = served
+        max_wait[:, m] = np.maximum(max_wait[:, m], q / cap)
+        queue = q
+        if L:
+            p_busy[:, m] += adm * share[pair_broker]  # this tick's admitted × the broker's reject share
+
+    # --- per-minute aggregation ------------------------------------------------------------------------------------
+    arr_m = arrived_tick.reshape(B, T, ticks_per_min)
+    rej_work_m = (arr_m * reject_share_tick.reshape(B, T, ticks_per_min)).sum(axis=2)
+    arrived_work_m = arr_m.sum(axis=2)
+    # mean reject share of constant-rate unlimited traffic within the minute
+    mean_share = reject_share_tick.reshape(B, T, ticks_per_min).mean(axis=2)
+
+    offered_msgs = req * 60.0
+    busy = np.where(limited_row, 0.0, offered_msgs * mean_share[b_of, m_of])
+    lim_rej = np.zeros(len(off))
+    admitted_pre = offered_msgs.copy()
+    limit_end = np.full(len(off), np.nan)
+    if L:
+        lr = np.flatnonzero(limited_row)
+        lim_rej[lr] = p_lim[pair_id[lr], m_of[lr]]
+        busy[lr] = p_busy[pair_id[lr], m_of[lr]]
+        admitted_pre[lr] = p_adm[pair_id[lr], m_of[lr]]
+        last_tick = (m_of[lr] + 1) * ticks_per_min - 1
+        limit_end[lr] = limit[pair_id[lr], last_tick]
+    resources = pd.DataFrame({
+        "minute_start": off["minute_start"], "broker": off["broker"], "resource_type": off["resource_type"],
+        "resource": off["resource"], "offered": offered_msgs, "limited_rejected": lim_rej,
+        "busy_rejected": busy, "admitted": admitted_pre - busy, "limit_qps": limit_end,
+    })
+    bm = pd.DataFrame({
+        "minute_start": np.tile(minutes, B) if B else [],
+        "broker": np.repeat(brokers, T),
+        "offered_work": (base_work + _pair_work(pr * pw, pair_broker, B, T)).ravel(),
+        "admitted_work": (arrived_work_m / 60.0).ravel(),
+        "served_work": (served_tick.reshape(B, T, ticks_per_min).sum(axis=2) / 60.0).ravel(),
+        "capacity_tps": np.repeat(cap, T),
+        "reject_share": np.where(arrived_work_m > 0, rej_work_m / np.where(arrived_work_m > 0, arrived_work_m, 1), 0.0)
+        .ravel(),
+        "max_wait_ms": (max_wait * 1000.0).ravel(),
+    })
+    bm["minute_start"] = pd.to_datetime(bm["minute_start"], utc=True)
+    return ModelResult(resources=resources, brokers=bm)
+
+
+def _pair_work(work: np.ndarray, pair_broker: np.ndarray, B: int, T: int) -> np.ndarray:
+    out = np.zeros((B, T))
+    if work.size:
+        np.add.at(out, pair_broker, work)
+    return out
