@@ -2,7 +2,7 @@
 
 Sources: article 001 (``TokenBucketRateLimiter``: Guava's token bucket without the sleep and with a
 circuit breaker; one limiter per topic, or per consumer group for ``CONSUMER_SEND_MSG_BACK`` retry
-traffic; fail open), article 000 (``setRate`` on a live limiter), CONTRACTS.md §3 (a record is applied
+traffic; fail open), article 000 (``setRate`` on a live limiter), docs/contracts.md §3 (a record is applied
 only if its signature verifies and it has not expired; otherwise the default stays; an expired limit
 falls back to the default).
 
@@ -389,7 +389,7 @@ class LimitApplier:
                 log.info("lifted limit for %s: back to default", key)
 
     def load_file(self, path: Any, now: datetime | None = None) -> LoadResult:
-        """Apply every record of a ``limits.json`` file (the whole current set, CONTRACTS §3).
+        """Apply every record of a ``limits.json`` file (the whole current set, docs/contracts.md §3).
 
         Resources holding a record that are absent from the file are lifted (the file is the
         whole set). Refused records keep their resource's last good limit. An unreadable or

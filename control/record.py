@@ -1,6 +1,6 @@
 """The control record: one signed rate limit for one resource, as written back to the brokers.
 
-Source: CONTRACTS.md §3 (the control record), article 001 (per-topic / per-consumer-group
+Source: docs/contracts.md §3 (the control record), article 001 (per-topic / per-consumer-group
 ``TokenBucketRateLimiter`` with circuit breaker; ``sendMsgBackLimitQps`` for retry traffic).
 
 Shape (one JSON object per resource)::
@@ -30,7 +30,7 @@ Fields and units:
   :func:`canonical_json` of the record (every field except ``signature`` itself, so extra
   fields are covered by the signature too).
 
-The file sink (CONTRACTS §3) is ``<lake>/control/limits.json`` holding the whole current set,
+The file sink (docs/contracts.md §3) is ``<lake>/control/limits.json`` holding the whole current set,
 replaced atomically by :func:`write_limits_file`.
 """
 
@@ -71,7 +71,7 @@ __all__ = [
     "read_limits_file",
 ]
 
-#: The signed fields of a control record, in the order of CONTRACTS §3.
+#: The signed fields of a control record, in the order of docs/contracts.md §3.
 FIELDS: tuple[str, ...] = (
     "resource_type",
     "resource",

@@ -56,7 +56,7 @@ class LakeConfig(_Section):
 
 
 class StatsConfig(_Section):
-    """Parsing of stats.log lines. The GMT+8 default is RocketMQ's logback pattern (FORMATS.md §1)."""
+    """Parsing of stats.log lines. The GMT+8 default is RocketMQ's logback pattern (docs/rocketmq-formats.md §1)."""
 
     timezone: str = "GMT+8"
     max_line_chars: int = Field(default=4096, gt=0)

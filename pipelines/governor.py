@@ -36,7 +36,7 @@ from pipelines.quality import gate as quality
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.faults import crash_point
-from pipelines.io.kafka_sink import KafkaLimitsSink
+from pipelines.io.sinks import build_sinks
 from pipelines.io.lake import Lake, open_lake
 
 log = logging.getLogger("rate_governor")
@@ -71,7 +71,7 @@ class Governor:
         self.lake = lake
         self.clock = clock
         self.signing_key = signing_key(cfg)
-        self.kafka_sink = KafkaLimitsSink(cfg.sink.kafka) if cfg.sink.kafka.enabled else None
+        self.sinks = build_sinks(cfg)
         self.reports: list[BatchReport] = []
         self.queries: list[StreamingQuery] = []
 
@@ -233,8 +233,9 @@ class Governor:
         versions on replay, which brokers accept idempotently."""
         current = publish.current_limits(self.lake.read("gold/limits"), now)
         records = publish.control_records(current, self.cfg.limits, self.signing_key)
-        if self.kafka_sink is not None:
-            self.kafka_sink.publish(publish.read_published(self.lake.root), records)
+        previous = publish.read_published(self.lake.root)
+        for sink in self.sinks:
+            sink.publish(previous, records)
         return publish.write_limits_file(self.lake.root, records, now)
 
     # --- helpers -----------------------------------------------------------------------------------------------

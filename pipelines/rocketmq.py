@@ -1,4 +1,4 @@
-"""Facts about RocketMQ that the parsers rely on, each with its source (see ../shared/FORMATS.md).
+"""Facts about RocketMQ that the parsers rely on, each with its source (see docs/rocketmq-formats.md).
 
 Nothing here is tunable: these are the broker's and clients' own formats and names. Tunable thresholds live in
 ``conf/`` (:mod:`pipelines.config`).
@@ -6,7 +6,7 @@ Nothing here is tunable: these are the broker's and clients' own formats and nam
 
 from __future__ import annotations
 
-# --- stats.log (FORMATS.md §2, StatsItem / RTStatsItem / MomentStatsItem) -----------------------------------
+# --- stats.log (docs/rocketmq-formats.md §2, StatsItem / RTStatsItem / MomentStatsItem) -----------------------------------
 
 #: ``Stats In One Minute`` etc. → the ``period`` column of silver/broker_stats.
 PERIODS: dict[str, str] = {
@@ -16,7 +16,7 @@ PERIODS: dict[str, str] = {
     "Every 5 Minutes": "5min",
 }
 
-#: Key shapes (FORMATS.md §3, ``BrokerStatsManager.buildStatsKey`` with "@" as separator). Each shape names the
+#: Key shapes (docs/rocketmq-formats.md §3, ``BrokerStatsManager.buildStatsKey`` with "@" as separator). Each shape names the
 #: parts of the key in order. ``cluster`` keys hold ``brokerClusterName``; ``event`` keys hold a channel event.
 KEY_SHAPES: dict[str, tuple[str, ...]] = {
     "topic": ("topic",),
@@ -69,7 +69,7 @@ STAT_KEY_SHAPES: dict[str, tuple[str, ...]] = {
     "PULL_RT": ("topic@group",),
 }
 
-#: The minute stats that feed the TPS windows (CONTRACTS.md §1.1), and what each one measures.
+#: The minute stats that feed the TPS windows (docs/contracts.md §1.1), and what each one measures.
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
 GROUP_GET_NUMS = "GROUP_GET_NUMS"
 SNDBCK_PUT_NUMS = "SNDBCK_PUT_NUMS"
@@ -86,9 +86,9 @@ NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
 
-# --- send failures (FORMATS.md §4-7) --------------------------------------------------------------------------
+# --- send failures (docs/rocketmq-formats.md §4-7) --------------------------------------------------------------------------
 
-#: Failure classes in match order: the first pattern found in the message decides (CONTRACTS.md §1.2).
+#: Failure classes in match order: the first pattern found in the message decides (docs/contracts.md §1.2).
 #: Patterns are Java regular expressions, matched case-sensitively against the client's message text.
 FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (
     ("TIMEOUT_CLEAN_QUEUE", r"\[TIMEOUT_CLEAN_QUEUE\]"),
@@ -105,7 +105,7 @@ SERVICE_NOT_AVAILABLE_CODE = 14
 OTHER_FAILURE = "OTHER"
 FAILURE_CLASSES: tuple[str, ...] = tuple(name for name, _ in FAILURE_PATTERNS) + (OTHER_FAILURE,)
 
-#: Classes that mean "the broker is busy" (fast failure and flow control, FORMATS.md §5).
+#: Classes that mean "the broker is busy" (fast failure and flow control, docs/rocketmq-formats.md §5).
 BUSY_FAILURE_CLASSES: tuple[str, ...] = (
     "TIMEOUT_CLEAN_QUEUE",
     "PCBUSY_CLEAN_QUEUE",

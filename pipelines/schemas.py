@@ -1,4 +1,4 @@
-"""Named schemas of every DataFrame that crosses a module boundary and of every Delta table (CONTRACTS.md §2).
+"""Named schemas of every DataFrame that crosses a module boundary and of every Delta table (docs/contracts.md §2).
 
 Times are ``TimestampType`` in UTC (the Spark session time zone is UTC). TPS columns are messages per second.
 """
@@ -24,10 +24,10 @@ RAW_RECORD = _struct(
     ("ingested_at", _TS),
 )
 
-#: The JSON envelope log shippers write around a stats.log line (CONTRACTS.md §1.1).
+#: The JSON envelope log shippers write around a stats.log line (docs/contracts.md §1.1).
 STATS_ENVELOPE = _struct(("broker", _S), ("cluster", _S), ("line", _S), ("_corrupt_record", _S))
 
-#: A send-failure JSON line (CONTRACTS.md §1.2). ``ts`` is read as text (epoch millis or ISO-8601);
+#: A send-failure JSON line (docs/contracts.md §1.2). ``ts`` is read as text (epoch millis or ISO-8601);
 #: a field of the wrong JSON type makes the record corrupt and it is quarantined.
 SEND_FAILURE_JSON = _struct(
     ("ts", _S),

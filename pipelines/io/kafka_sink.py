@@ -1,7 +1,7 @@
 """Kafka write-back of the control records (production transport), a thin layer over the records the file sink
-writes (:mod:`pipelines.publish`).
+writes (:mod:`pipelines.io.publish`).
 
-Compacted topic, key ``<resource_type>:<resource>`` (UTF-8), value the control record as JSON (CONTRACTS.md §3), a
+Compacted topic, key ``<resource_type>:<resource>`` (UTF-8), value the control record as JSON (docs/contracts.md §3), a
 tombstone (null value) when a limit leaves the current set (lifted or expired). Only records whose version changed
 since the previous set are sent, so republishing the same set sends nothing; a replay after a crash re-sends the
 same versions, which brokers accept idempotently (same version, same record). The producer uses ``acks="all"`` and
@@ -32,6 +32,8 @@ def changes(previous: list[Mapping[str, Any]], current: list[Mapping[str, Any]])
 
 class KafkaLimitsSink:
     """Publishes control-record changes to a compacted Kafka topic with kafka-python's ``KafkaProducer``."""
+
+    name = "kafka"
 
     def __init__(self, cfg: KafkaSinkConfig, producer_factory: ProducerFactory | None = None) -> None:
         if producer_factory is None:

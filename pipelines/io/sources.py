@@ -23,7 +23,7 @@ class LandingError(Exception):
 
 
 def _parent_folder(path: Column) -> Column:
-    """The name of the folder holding a file (the broker for raw stats.log files, CONTRACTS.md §1.1)."""
+    """The name of the folder holding a file (the broker for raw stats.log files, docs/contracts.md §1.1)."""
     folder = F.regexp_extract(path, r"/([^/]+)/[^/]+$", 1)
     return F.when((folder == "") | (folder == BROKER_STATS), F.lit(None)).otherwise(folder)
 

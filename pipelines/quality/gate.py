@@ -105,7 +105,7 @@ def silver_send_failures_suite():
 
 
 def gold_limits_suite():
-    """Expectations every ``gold/limits`` decision must meet (CONTRACTS.md §2)."""
+    """Expectations every ``gold/limits`` decision must meet (docs/contracts.md §2)."""
     import great_expectations as gx
 
     gxe = _gxe()

@@ -1,8 +1,8 @@
 """Broker model for backtests: what a RocketMQ broker does with the offered send traffic, with and without limits.
 
-Good enough to show article 001 (``shared/seeds/DIGEST.md``) and nothing more:
+Good enough to show article 001 (``docs/background.md``) and nothing more:
 
-* **Send queue with fast failure** (``FORMATS.md`` §5): each broker serves ``capacity_tps`` units of write work
+* **Send queue with fast failure** (``docs/rocketmq-formats.md`` §5): each broker serves ``capacity_tps`` units of write work
   per second from one FIFO send queue. The head of the queue waits ``queue / capacity`` seconds; when that exceeds
   ``waitTimeMillsInSendQueue`` (200 ms default) ``BrokerFastFailure`` drops the expired requests with
   ``[TIMEOUT_CLEAN_QUEUE]broker busy``. Fast failure does not tell topics apart: in a tick where the queue overflows,
@@ -61,7 +61,7 @@ class BrokerModelConfig(ConfigSection):
     (commented defaults there). Unknown keys and out-of-range values are config errors."""
 
     tick_seconds: float = Field(default=0.1, gt=0)  # simulation step, s (the breaker's open time should be a multiple)
-    wait_time_ms_in_send_queue: float = Field(default=200.0, ge=0)  # waitTimeMillsInSendQueue (FORMATS §5)
+    wait_time_ms_in_send_queue: float = Field(default=200.0, ge=0)  # waitTimeMillsInSendQueue (docs/rocketmq-formats.md §5)
     capacity_factor: float = Field(default=3.0, gt=0)  # a broker serves this many times its normal write rate ...
     capacity_min_tps: float = Field(default=200.0, ge=0)  # ... and at least this many units/s
     capacity_baseline_minutes: int = Field(default=10, gt=0)  # normal rate = median over the first N full minutes

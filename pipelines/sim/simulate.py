@@ -6,7 +6,7 @@ Usage::
                                  [--start 2022-02-08T06:39:00Z] [--brokers 3] [--topics 30] [--groups 20]
                                  [--envelope-share 0.3]
 
-What it writes (``CONTRACTS.md`` §1)::
+What it writes (``docs/contracts.md`` §1)::
 
     DIR/broker_stats/<broker>/stats.log          raw stats.log lines (the folder names the broker)
     DIR/broker_stats/shipper/<broker>.jsonl      the same lines in log-shipper JSON envelopes, for a share of brokers
@@ -25,7 +25,7 @@ The model, in three layers
    :data:`SCENARIOS` then edits the rate arrays of a :class:`World` (put rates, send-back rates, retry consumption,
    unattributed broker writes, pull latency factors) and names its incident. Renderers never look at scenarios.
 3. **Realisation** into the model frame of :func:`build_traffic`, one row per
-   (minute, broker, stat_name, stats_key) — the numbers RocketMQ would print (``FORMATS.md`` §2-3):
+   (minute, broker, stat_name, stats_key) — the numbers RocketMQ would print (``docs/rocketmq-formats.md`` §2-3):
 
    * ``TOPIC_PUT_NUMS`` / ``TOPIC_PUT_SIZE`` per hosted topic (AVGPT 1.00 msgs per put; SIZE: SUM = bytes,
      TPS = bytes/s, AVGPT = bytes per put).
@@ -51,7 +51,7 @@ The model, in three layers
    when idle). The first minute of every broker is its start: every minute line prints
    ``SUM: 0 TPS: NaN AVGPT: 0.00`` (``TIMES: 0 AVGRT: 0.00``), as seen in real logs (§2, §8).
 
-Rendering (``FORMATS.md`` §1-2, §8)
+Rendering (``docs/rocketmq-formats.md`` §1-2, §8)
 -----------------------------------
 ``%d{yyy-MM-dd HH:mm:ss,GMT+8} %p - %m%n``: the stamp is UTC + ``gmt_offset_hours`` (8), second precision.
 A minute line stamped T covers the minute [T − 60 s, T), i.e. ``stamp = minute_start + 1 min``. Formats are
@@ -62,7 +62,7 @@ has been up; TPS: NaN when it has been up < 10 minutes, the hour list then holdi
 ``Stats In One Day,`` lines (NaN when up < 60 minutes). Lines of one stamp are shuffled (hash-map order, hour/day
 lines interleaved with that minute's lines); stamps are in time order.
 
-The ``retry_storm`` scenario (article 001, ``shared/seeds/DIGEST.md``)
+The ``retry_storm`` scenario (article 001, ``docs/background.md``)
 ----------------------------------------------------------------------
 Before the onset (default minute ``minutes * 2 // 3``) ``broker-a`` writes about ``culprit_broker_normal_put_per_min``
 = 30,000 msgs/min (its topics are scaled to that; ``pugc-content`` is ``culprit_topic_tps`` = 330 msgs/s of it).
@@ -104,7 +104,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-# --- RocketMQ names (FORMATS.md §3) -------------------------------------------------------------------------------
+# --- RocketMQ names (docs/rocketmq-formats.md §3) -------------------------------------------------------------------------------
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
 TOPIC_PUT_SIZE = "TOPIC_PUT_SIZE"
 GROUP_GET_NUMS = "GROUP_GET_NUMS"
@@ -116,9 +116,9 @@ BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
 BROKER_GET_NUMS = "BROKER_GET_NUMS"
 RETRY_PREFIX = "%RETRY%"  # MixAll.RETRY_GROUP_TOPIC_PREFIX
 
-#: Line styles (FORMATS.md §2): StatsItem ``SUM/TPS/AVGPT``, RTStatsItem ``TIMES/AVGRT``, MomentStatsItem ``Value``.
+#: Line styles (docs/rocketmq-formats.md §2): StatsItem ``SUM/TPS/AVGPT``, RTStatsItem ``TIMES/AVGRT``, MomentStatsItem ``Value``.
 STYLE_SUM, STYLE_TIMES, STYLE_VALUE = "SUM", "TIMES", "VALUE"
-#: ``period`` values, as in silver/broker_stats (CONTRACTS.md §2).
+#: ``period`` values, as in silver/broker_stats (docs/contracts.md §2).
 PERIOD_TEXT: dict[str, str] = {
     "minute": "Stats In One Minute",
     "hour": "Stats In One Hour",
@@ -129,7 +129,7 @@ PERIOD_TEXT: dict[str, str] = {
 TRAFFIC_COLUMNS: tuple[str, ...] = (
     "minute_start", "broker", "stat_name", "stats_key", "period", "style", "sum", "tps", "avgpt", "times",
 )
-#: Columns of the send-failure frame: CONTRACTS.md §1.2, then two helpers that are not written to the landing.
+#: Columns of the send-failure frame: docs/contracts.md §1.2, then two helpers that are not written to the landing.
 FAILURE_COLUMNS: tuple[str, ...] = (
     "ts", "topic", "broker", "producer_group", "client", "code", "message", "latency_ms",
 )
@@ -165,9 +165,9 @@ class ScenarioSpec:
     brokers: int = 3  # broker-a, broker-b, …
     topics: int = 30  # business topics (topic 0 = culprit_topic)
     groups: int = 20  # consumer groups (group 0 = culprit_group)
-    cluster: str = "DefaultCluster"  # brokerClusterName: the key of BROKER_PUT_NUMS / BROKER_GET_NUMS (FORMATS §3)
-    envelope_share: float = 0.3  # share of brokers whose lines arrive in shipper JSON envelopes (CONTRACTS §1.1)
-    gmt_offset_hours: int = 8  # stats.log stamps are rendered in GMT+8 whatever the host zone (FORMATS §1)
+    cluster: str = "DefaultCluster"  # brokerClusterName: the key of BROKER_PUT_NUMS / BROKER_GET_NUMS (docs/rocketmq-formats.md §3)
+    envelope_share: float = 0.3  # share of brokers whose lines arrive in shipper JSON envelopes (docs/contracts.md §1.1)
+    gmt_offset_hours: int = 8  # stats.log stamps are rendered in GMT+8 whatever the host zone (docs/rocketmq-formats.md §1)
 
     # --- steady traffic (brief: log-uniform 1-300 msgs/s, ±10 % noise) ---------------------------------------------
     base_tps_min: float = 1.0  # lowest base put rate of a topic, msgs/s
@@ -210,7 +210,7 @@ class ScenarioSpec:
     storm_latency_factor: float = 6.0  # pull latency multiplier on the busy broker
     busy_failures_per_min: float = 120.0  # mean TIMEOUT_CLEAN_QUEUE failures per minute ("tens to hundreds")
     busy_failures_spread: float = 0.5  # per-minute mean drawn in busy_failures_per_min × (1 ± spread)
-    busy_period_ms_min: int = 200  # waitTimeMillsInSendQueue default (FORMATS §5): requests waited ≥ 200 ms
+    busy_period_ms_min: int = 200  # waitTimeMillsInSendQueue default (docs/rocketmq-formats.md §5): requests waited ≥ 200 ms
     busy_period_ms_max: int = 300  # exclusive upper bound of "period in queue: 2xxms"
     busy_queue_size_min: int = 50  # "size of queue: n" range
     busy_queue_size_max: int = 3000
@@ -218,12 +218,12 @@ class ScenarioSpec:
     # --- background send failures (every scenario) ---------------------------------------------------------------
     trickle_timeouts_per_broker_min: float = 0.3  # RemotingTimeoutException / Go "request timeout", code null
     trickle_topic_not_exist_per_broker_min: float = 0.05  # code 17 TOPIC_NOT_EXIST
-    send_timeout_ms: int = 3000  # DefaultMQProducer.sendMsgTimeout (FORMATS §6)
-    null_code_share: float = 0.3  # failures whose code is only inside message (CONTRACTS §1.2)
+    send_timeout_ms: int = 3000  # DefaultMQProducer.sendMsgTimeout (docs/rocketmq-formats.md §6)
+    null_code_share: float = 0.3  # failures whose code is only inside message (docs/contracts.md §1.2)
     iso_ts_share: float = 0.2  # failures whose ts is an ISO-8601 string (…Z) instead of epoch millis
     go_client_share: float = 0.4  # failures logged by the Go client (CODE: n, DESC:) instead of Java
     broker_port: int = 10911  # broker listen port in ip:port addresses (BROKER: 10.0.0.1:10911)
-    faq_url: str = "http://rocketmq.apache.org/docs/faq/"  # FAQUrl up to 5.0.x (FORMATS §6)
+    faq_url: str = "http://rocketmq.apache.org/docs/faq/"  # FAQUrl up to 5.0.x (docs/rocketmq-formats.md §6)
 
     # --- flash_sale: one business topic ramps up on healthy brokers (consumers keep up) --------------------------
     flash_topic_index: int = 1  # the topic that ramps (1 = the first non-culprit topic)
@@ -722,7 +722,7 @@ class _Block:
 
 
 def _lazy(active: np.ndarray) -> np.ndarray:
-    """Items are created on first increment and print every minute afterwards (FORMATS §2)."""
+    """Items are created on first increment and print every minute afterwards (docs/rocketmq-formats.md §2)."""
     return np.logical_or.accumulate(active, axis=1)
 
 
@@ -898,7 +898,7 @@ def build_traffic(spec: ScenarioSpec) -> pd.DataFrame:
 
 def _apply_restarts(world: World, frame: pd.DataFrame) -> pd.DataFrame:
     """The broker-start rule at a restart: every minute line of a restarting broker in its restart minute prints
-    ``SUM: 0 TPS: NaN AVGPT: 0.00`` (``TIMES: 0``), like minute 0 (FORMATS §2, §8)."""
+    ``SUM: 0 TPS: NaN AVGPT: 0.00`` (``TIMES: 0``), like minute 0 (docs/rocketmq-formats.md §2, §8)."""
     restart = world.broker_restart
     assert restart is not None
     b = frame["broker"].cat.codes.to_numpy()
@@ -1060,7 +1060,7 @@ def _business_topic_rates(traffic: pd.DataFrame) -> pd.Series:
 
 
 def build_send_failures(spec: ScenarioSpec, traffic: pd.DataFrame) -> pd.DataFrame:
-    """Send failures (CONTRACTS §1.2 columns :data:`FAILURE_COLUMNS`, then ``event_time`` (UTC) and
+    """Send failures (docs/contracts.md §1.2 columns :data:`FAILURE_COLUMNS`, then ``event_time`` (UTC) and
     ``expected_class`` (ground truth, not written)). ``ts`` is epoch millis (int) or, for ``iso_ts_share`` of
     rows, an ISO-8601 string ending in ``Z``; ``code`` is nullable. Sorted by time."""
     rng = rng_streams(spec.seed)["failures"]
@@ -1124,7 +1124,7 @@ def _line_table(spec: ScenarioSpec, traffic: pd.DataFrame) -> dict[str, np.ndarr
 
 
 def _format_lines(spec: ScenarioSpec, table: Mapping[str, np.ndarray], lo: int, hi: int) -> list[str]:
-    """stats.log text of rows ``lo:hi`` of a line table (FORMATS §1-2)."""
+    """stats.log text of rows ``lo:hi`` of a line table (docs/rocketmq-formats.md §1-2)."""
     stamp_text = np.array((pd.date_range(spec.start_utc, periods=spec.minutes, freq="min") + _MINUTE
                            + pd.Timedelta(hours=spec.gmt_offset_hours)).strftime("%Y-%m-%d %H:%M:%S"), dtype=object)
     sl = slice(lo, hi)
@@ -1188,7 +1188,7 @@ def _write_atomic(path: Path, lines: Sequence[str]) -> None:
 
 
 def render_landing(spec: ScenarioSpec, out_dir: str | os.PathLike[str]) -> dict[str, object]:
-    """Generate the scenario and write it under ``out_dir`` (CONTRACTS §1). Returns ``{"stats_lines", "failure_lines",
+    """Generate the scenario and write it under ``out_dir`` (docs/contracts.md §1). Returns ``{"stats_lines", "failure_lines",
     "files", "onset" (UTC datetime or None), "culprit_group" (str or None), "paths" (list of written files)}``."""
     out = Path(out_dir)
     traffic = build_traffic(spec)

@@ -24,7 +24,7 @@ from pipelines.config import BrokersConfig, StatsConfig
 Transform = Callable[[DataFrame], DataFrame]
 
 #: ``<yyyy-MM-dd HH:mm:ss>[,SSS] <LEVEL> - [<name>] [<key>] Stats <period>, <detail>`` (logback pattern
-#: ``%d{yyy-MM-dd HH:mm:ss,GMT+8} %p - %m%n``, FORMATS.md §1-2). The timestamp is optional in the regex so
+#: ``%d{yyy-MM-dd HH:mm:ss,GMT+8} %p - %m%n``, docs/rocketmq-formats.md §1-2). The timestamp is optional in the regex so
 #: that a line without it is recognised and quarantined with its own reason.
 STATS_LINE = (
     r"^(?:(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:,\d{1,3})?\s+)?(?:[A-Z]+\s+)?-\s+"
@@ -105,7 +105,7 @@ def unwrap_envelopes(df: DataFrame) -> DataFrame:
 
     Input: :data:`~pipelines.schemas.RAW_RECORD`. Output adds ``line``, ``broker``, ``cluster`` (strings) and
     ``envelope_reason`` (null, or why the envelope is unusable). A record is an envelope when it starts with ``{``
-    (CONTRACTS.md §1.1); unknown extra envelope fields are ignored.
+    (docs/contracts.md §1.1); unknown extra envelope fields are ignored.
     """
     is_envelope = F.ltrim(F.col("raw")).startswith("{")
     env = F.from_json(
@@ -129,7 +129,7 @@ def unwrap_envelopes(df: DataFrame) -> DataFrame:
 
 
 def _key_shape_columns(stat_name: Column, stats_key: Column) -> dict[str, Column]:
-    """Split a stats key by ``@`` according to the shapes its stats name allows (FORMATS.md §3)."""
+    """Split a stats key by ``@`` according to the shapes its stats name allows (docs/rocketmq-formats.md §3)."""
     shape_by_stat_and_parts = {
         f"{stat}#{len(rmq.KEY_SHAPES[shape])}": shape
         for stat, shapes in rmq.STAT_KEY_SHAPES.items()
@@ -160,7 +160,7 @@ def parse_stats_lines(cfg: StatsConfig) -> Transform:
     Input: the output of :func:`unwrap_envelopes`. Output adds the columns of
     :data:`~pipelines.schemas.SILVER_BROKER_STATS` plus ``reject_reason``. ``event_time`` is UTC, converted from
     ``cfg.timezone`` (RocketMQ renders GMT+8 whatever the host zone). ``TPS: NaN`` (a window with one snapshot,
-    FORMATS.md §2) becomes a null ``tps`` with its SUM kept; ``TIMES/AVGRT`` lines put TIMES in ``value`` and
+    docs/rocketmq-formats.md §2) becomes a null ``tps`` with its SUM kept; ``TIMES/AVGRT`` lines put TIMES in ``value`` and
     AVGRT (the item's avgpt, in ms) in ``avgpt``; ``Every 5 Minutes`` lines put their value in ``value``.
     """
 
@@ -285,7 +285,7 @@ def silver_broker_stats(parsed: DataFrame) -> DataFrame:
 
 def classify_failure(message: Column, code: Column) -> Column:
     """``failure_class`` of a failed send: the first pattern of :data:`pipelines.rocketmq.FAILURE_PATTERNS` found
-    in the message, else ``SERVICE_NOT_AVAILABLE`` for code 14, else ``OTHER`` (CONTRACTS.md §1.2)."""
+    in the message, else ``SERVICE_NOT_AVAILABLE`` for code 14, else ``OTHER`` (docs/contracts.md §1.2)."""
     text = F.coalesce(message, F.lit(""))
     result = F.when(code == rmq.SERVICE_NOT_AVAILABLE_CODE, F.lit("SERVICE_NOT_AVAILABLE")).otherwise(
         F.lit(rmq.OTHER_FAILURE)
@@ -299,7 +299,7 @@ def parse_send_failures(stats_cfg: StatsConfig, brokers: BrokersConfig) -> Trans
     """RAW_RECORD rows of ``send_failures`` (JSON lines) → parsed rows with ``reject_reason``.
 
     ``ts`` is epoch milliseconds or an ISO-8601 string (UTC unless it carries an offset). A null ``code`` is read
-    from the message (Java ``CODE: 2  DESC:``, Go ``CODE: 2, DESC:``, FORMATS.md §6-7). ``broker`` given as
+    from the message (Java ``CODE: 2  DESC:``, Go ``CODE: 2, DESC:``, docs/rocketmq-formats.md §6-7). ``broker`` given as
     ``ip:port`` is mapped to a broker name through ``brokers.addresses`` when listed. Output adds the columns of
     :data:`~pipelines.schemas.SILVER_SEND_FAILURES` plus ``reject_reason``.
     """

@@ -1,4 +1,4 @@
-"""The limit policy: from anomalies to limit decisions (``gold/limits``, CONTRACTS.md §2).
+"""The limit policy: from anomalies to limit decisions (``gold/limits``, docs/contracts.md §2).
 
 Two steps:
 

@@ -5,7 +5,7 @@ The streaming part is one event-time aggregation with a watermark (:func:`window
 micro-batch (:func:`topic_tps`, :func:`group_tps`, :func:`broker_tps`), so one stateful operator serves all three.
 
 A minute line stamped ``T`` covers the minute before ``T`` (``StatsItem`` snapshots every 10 s, 7 kept, so a
-minute line's SUM spans the last ~60 s; FORMATS.md §2), so its event time for windowing is ``T - 60 s``.
+minute line's SUM spans the last ~60 s; docs/rocketmq-formats.md §2), so its event time for windowing is ``T - 60 s``.
 TPS in a window = sum of the SUMs in the window / window length in seconds.
 """
 
@@ -30,7 +30,7 @@ WINDOW_KEYS = ("window_start", "window_end")
 def stats_metric_events(silver_stats: DataFrame) -> DataFrame:
     """silver/broker_stats rows → :data:`~pipelines.schemas.METRIC_EVENT` rows for the windowed stats.
 
-    Only minute lines of :data:`pipelines.rocketmq.WINDOWED_STATS` feed the windows (CONTRACTS.md §1.1); the
+    Only minute lines of :data:`pipelines.rocketmq.WINDOWED_STATS` feed the windows (docs/contracts.md §1.1); the
     event time is the start of the minute the line covers.
     """
     minute_lines = silver_stats.where(
@@ -182,7 +182,7 @@ def broker_tps(cfg: WindowsConfig) -> Transform:
 
     ``put_tps`` sums the broker's TOPIC_PUT_NUMS (retry topics included); ``broker_put_tps`` is its own
     BROKER_PUT_NUMS line (null when the broker printed none); ``topics`` counts topics with a put line;
-    ``busy_failures`` counts fast-failure / flow-control rejections (FORMATS.md §5) of sends to the broker.
+    ``busy_failures`` counts fast-failure / flow-control rejections (docs/rocketmq-formats.md §5) of sends to the broker.
     """
 
     def transform(metrics: DataFrame) -> DataFrame:

@@ -1,4 +1,4 @@
-"""The reference applier: article 001's TokenBucketRateLimiter and the LimitApplier (CONTRACTS §3).
+"""The reference applier: article 001's TokenBucketRateLimiter and the LimitApplier (docs/contracts.md §3).
 
 Every test drives a fake clock; nothing sleeps.
 """

@@ -1,4 +1,4 @@
-"""The control record of CONTRACTS §3: canonical form, HMAC signature, verification, key loading,
+"""The control record of docs/contracts.md §3: canonical form, HMAC signature, verification, key loading,
 atomic limits file."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Parsing of every stats.log line kind and of send failures (FORMATS.md §2-7)."""
+"""Parsing of every stats.log line kind and of send failures (docs/rocketmq-formats.md §2-7)."""
 
 from __future__ import annotations
 
