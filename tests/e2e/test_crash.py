@@ -18,7 +18,7 @@ from pipelines.sim import simulate
 from pipelines.config import load_config
 from pipelines.faults import CRASH_AFTER_ENV, CRASH_AT_ENV
 from pipelines.io.lake import TABLES, open_lake
-from tests.test_governor_e2e import _line_time
+from tests.e2e.test_governor_e2e import _line_time
 
 pytestmark = pytest.mark.slow
 
