@@ -28,7 +28,6 @@ from pipelines import governor, schemas  # noqa: E402
 from pipelines.transforms import parse, policy_fold  # noqa: E402
 from pipelines.quality import gate as quality  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
-from pipelines.io.lake import open_lake  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
 
 INGESTED = dt.datetime(2026, 11, 22, 0, 0)
@@ -61,7 +60,7 @@ def candidate_rows(spark, gov, n: int):
          for line in lines],
         schemas.RAW_RECORD,
     )
-    data = quality.candidates(gov.parsed_stats(raw), parse.silver_broker_stats).persist()
+    data = quality.candidates(gov.ingest.parse(raw)[0], parse.silver_broker_stats).persist()
     data.count()
     return data
 
@@ -87,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RATE_GOVERNOR_SIGNING_KEY", "bench-key")
     cfg = load_config(Path(__file__).resolve().parent.parent / "conf" / "local.toml")
     spark = build_session(cfg.spark)
-    lake_dir = tempfile.mkdtemp(prefix="rg-bench-")  # the governor's parse needs a Governor; nothing is written
-    gov = governor.Governor(spark, cfg, open_lake(spark, lake_dir, "delta-rs"))
+    lake_dir = tempfile.mkdtemp(prefix="rg-bench-")  # the flows need a lake; nothing is written
+    gov = governor.build_governor(spark, cfg.with_paths(None, lake_dir))
 
     spark_engine = quality.shared_validator(pandas_max_rows=0)
     pandas_engine = quality.shared_validator(pandas_max_rows=max(args.rows))

@@ -28,6 +28,7 @@ os.environ.setdefault("RATE_GOVERNOR_SIGNING_KEY", "bench-signing-key-not-a-secr
 from pipelines import governor  # noqa: E402
 from pipelines.sim import simulate  # noqa: E402
 from pipelines.config import SparkConfig, parse_config  # noqa: E402
+from pipelines.flows.ingest import IngestFlow  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def _timed_ingest(original):
     return ingest_batch
 
 
-governor.Governor.ingest_batch = _timed_ingest(governor.Governor.ingest_batch)
+IngestFlow.handle = _timed_ingest(IngestFlow.handle)
 
 
 def run_once(spark, landing: Path, lake: Path, *, quality_on: bool, files_per_trigger: int, every: int) -> float:

@@ -111,18 +111,18 @@ def persist_floor_run(spark, cfg, work: Path) -> float:
 
     from pipelines.transforms import parse
     from pipelines.io import sources
-    from pipelines.io.lake import open_lake
 
-    gov = governor.Governor(spark, cfg, open_lake(spark, str(work / "persist-floor-lake"), "delta-rs"))
+    gov = governor.build_governor(spark, cfg.with_paths(None, str(work / "persist-floor-lake")))
     out = work / "persist-floor"
 
     def batch(raw, batch_id: int) -> None:
         raw = raw.persist()
         for name in sources.INPUTS:
             raw.where(F.col("source") == name).write.mode("append").parquet(str(out / "bronze" / name))
-        gov.parsed_stats(raw).transform(parse.silver_broker_stats).write.mode("append").parquet(
+        stats, failures = gov.ingest.parse(raw)
+        stats.transform(parse.silver_broker_stats).write.mode("append").parquet(
             str(out / "silver" / "broker_stats"))
-        gov.parsed_failures(raw).transform(parse.silver_send_failures).write.mode("append").parquet(
+        failures.transform(parse.silver_send_failures).write.mode("append").parquet(
             str(out / "silver" / "send_failures"))
         raw.unpersist()
 

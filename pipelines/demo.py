@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         cfg = governor.load_run_config(governor.build_parser().parse_args(gov_args))
-    except (ConfigError, governor.sources.LandingError, governor.control_record.SigningKeyError) as exc:
+    except governor.STARTUP_ERRORS as exc:
         return fail("rate-governor", exc)
     from pipelines.session import build_session
 

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from control import record as control_record
-from pipelines.config import LimitsConfig
+from pipelines.config import GovernorConfig, LimitsConfig
 from pipelines.transforms.policy import ACTION_LIFT
 
 LIMITS_FILE = "control/limits.json"
@@ -72,3 +72,49 @@ def read_published(lake_root: str) -> list[dict[str, Any]]:
         return control_record.read_limits_file(path)
     except (FileNotFoundError, ValueError):
         return []
+
+
+def signing_key(cfg: GovernorConfig) -> bytes | None:
+    """The HMAC key of the control records (``limits.signing_key_env`` or ``limits.signing_key_file``).
+
+    Raises:
+        control.record.SigningKeyError: no key in enforce mode (brokers would refuse unsigned records), or the
+            named key file is missing.
+    """
+    key = control_record.load_signing_key(cfg.limits.signing_key_env, cfg.limits.signing_key_file or None)
+    if key is None and cfg.limits.mode == "enforce":
+        raise control_record.SigningKeyError(
+            f"limits.mode = 'enforce' needs a signing key: set the environment variable {cfg.limits.signing_key_env} "
+            "or limits.signing_key_file (or run with limits.mode = 'advisory')"
+        )
+    return key
+
+
+class Publisher:
+    """Publishes the limits in force (from ``gold/limits``) to every write-back path: first the changes to each
+    sink of ``[sink]`` (:func:`pipelines.io.sinks.build_sinks`), then ``<lake>/control/limits.json``, replaced
+    atomically. A crash between the two re-sends the same versions on replay, which brokers accept idempotently.
+
+    Raises (constructor):
+        control.record.SigningKeyError: see :func:`signing_key`.
+    """
+
+    def __init__(self, cfg: GovernorConfig, lake) -> None:
+        from pipelines.io.sinks import build_sinks
+
+        self.cfg = cfg
+        self.lake = lake
+        self.key = signing_key(cfg)
+        self.sinks = build_sinks(cfg)
+
+    def records(self, now: dt.datetime) -> list[dict[str, Any]]:
+        """The control records of the limits in force at ``now`` (UTC), signed when a key is configured."""
+        return control_records(current_limits(self.lake.read("gold/limits"), now), self.cfg.limits, self.key)
+
+    def publish(self, now: dt.datetime) -> Path:
+        """Publish the limits in force at ``now``; returns the path of ``limits.json``."""
+        records = self.records(now)
+        previous = read_published(self.lake.root)
+        for sink in self.sinks:
+            sink.publish(previous, records)
+        return write_limits_file(self.lake.root, records, now)

@@ -182,14 +182,17 @@ def test_once_stops_the_other_query_and_raises_when_one_fails(spark, run, tmp_pa
 
     from pyspark.errors import StreamingQueryException
 
+    from pipelines.flows.gold import GoldFlow
+    from pipelines.flows.ingest import IngestFlow
+
     def broken_ingest_batch(self, raw, batch_id):
         raise RuntimeError("ingest batch broken on purpose")
 
     def slow_gold_batch(self, metrics, batch_id):
         time.sleep(15)  # still running when the ingest query fails
 
-    monkeypatch.setattr(governor.Governor, "ingest_batch", broken_ingest_batch)
-    monkeypatch.setattr(governor.Governor, "gold_batch", slow_gold_batch)
+    monkeypatch.setattr(IngestFlow, "handle", broken_ingest_batch)
+    monkeypatch.setattr(GoldFlow, "handle", slow_gold_batch)
     cfg = run["cfg"].with_paths(str(run["landing"]), str(tmp_path / "lake"))
     with pytest.raises(StreamingQueryException, match="ingest batch broken on purpose"):
         governor.run(spark, cfg, once=True)

@@ -89,11 +89,11 @@ def _line(key, detail, stat="TOPIC_PUT_NUMS", at="2022-02-08 18:00:00"):
 
 @pytest.fixture(scope="module")
 def ingested(spark, tmp_path_factory):
-    """Two ingest micro-batches through Governor.ingest_batch (static DataFrames, the streaming handler as is):
+    """Two ingest micro-batches through IngestFlow.handle (static DataFrames, the streaming handler as is):
     batch 0 good and bad rows, batch 1 late rows and an expectation failure."""
     root = tmp_path_factory.mktemp("quality")
     cfg = GovernorConfig().with_paths(str(root / "landing"), str(root / "lake"))
-    gov = governor.Governor(spark, cfg, open_lake(spark, str(root / "lake"), "delta-rs"))
+    gov = governor.build_governor(spark, cfg)
     batch0 = [
         _line("orders", "SUM: 600 TPS: 10.00 AVGPT: 1.00"),
         _line("orders", "SUM: 600 TPS: 10.00 AVGPT: 1.00", at="2022-02-08 18:05:00"),
@@ -111,8 +111,8 @@ def ingested(spark, tmp_path_factory):
         _line("orders", "SUM: 60 TPS: 1.00 AVGPT: 1.00", at="2022-02-08 18:06:00"),
         _line("orders", "SUM: 60 TPS: 1.00 AVGPT: 1e20"),  # avgpt above the suite's max
     ]
-    gov.ingest_batch(raw0, 0)
-    gov.ingest_batch(raw_records(spark, "broker_stats", batch1), 1)
+    gov.ingest.handle(raw0, 0)
+    gov.ingest.handle(raw_records(spark, "broker_stats", batch1), 1)
     return {"gov": gov, "lake": gov.lake, "root": root}
 
 

@@ -113,11 +113,10 @@ def _rows(df) -> list:
 
 
 def test_gold_windows_in_one_partition_need_fewer_shuffles_and_give_the_same_rows(spark, tmp_path):
-    """spark.gold_single_partition (Governor._gold_partitioning): over one partition the gold tables' aggregations
+    """spark.gold_single_partition (pipelines.transforms.gold.partitioning): over one partition the gold tables' aggregations
     need no shuffle (a full join of two aggregates still shuffles both sides), and the rows are the same."""
-    from pipelines import governor
+    from pipelines.transforms import gold
     from pipelines.config import GovernorConfig, SparkConfig
-    from pipelines.io.lake import open_lake
 
     m = metrics(spark, [
         ("broker-a", "orders", None, "TOPIC_PUT_NUMS", 600),
@@ -126,11 +125,10 @@ def test_gold_windows_in_one_partition_need_fewer_shuffles_and_give_the_same_row
         ("broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 60),
         ("broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 150),
     ]).repartition(3)
-    lake = open_lake(spark, str(tmp_path / "lake"), "delta-rs")
     shuffles = {}
     for single in (True, False):
         cfg = GovernorConfig(spark=SparkConfig(gold_single_partition=single)).with_paths(str(tmp_path), str(tmp_path))
-        gold_side = m.transform(governor.Governor(spark, cfg, lake)._gold_partitioning)
+        gold_side = m.transform(gold.partitioning(cfg.spark.gold_single_partition))
         for name, gold_table in (("topic", tps.topic_tps(W)), ("group", tps.group_tps(W)),
                                  ("broker", tps.broker_tps(W)), ("carriers", tps.topic_brokers)):
             got = gold_side.transform(gold_table)

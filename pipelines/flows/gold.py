@@ -1,0 +1,101 @@
+"""The gold flow (final path): windows finalized by the watermark → gold TPS tables, anomalies, limit decisions,
+saved policy state and the published limits. Each window is written exactly once, when the watermark passes it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame
+
+from pipelines.config import GovernorConfig
+from pipelines.flows.base import BatchReport, write_outputs
+from pipelines.quality import gate as quality
+from pipelines.transforms import gold, silver, tps
+
+log = logging.getLogger("rate_governor")
+
+#: Delta transaction app id of the gold query's writes (with the micro-batch id as version).
+GOLD_APP_ID = "rate-governor-gold"
+QUERY = "gold"
+
+Clock = Callable[[], dt.datetime]
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def window_stream(raw: DataFrame, cfg: GovernorConfig, gate) -> DataFrame:
+    """Streaming RAW_RECORD rows → windowed metric sums (:data:`~pipelines.schemas.WINDOW_METRIC`) with the
+    watermark ``windows.watermark_seconds``; a stats line shipped twice counts once
+    (:func:`pipelines.transforms.tps.window_metrics`).
+
+    One watermark over the union of both inputs (a single event-time operator: after a restart Spark restores one
+    watermark, where several per-input watermarks would stay stuck until every input brought data).
+    """
+    stats = raw.transform(silver.parsed_stats(cfg, gate.enforce_stats))
+    failures = raw.transform(silver.parsed_failures(cfg, gate.enforce_failures))
+    return (
+        silver.metric_events(stats, failures)
+        .withWatermark("event_time", f"{cfg.windows.watermark_seconds} seconds")
+        .transform(tps.window_metrics(cfg.windows))
+    )
+
+
+class GoldFlow:
+    """The ``foreachBatch`` handler of the gold query.
+
+    Args:
+        cfg: the governor's config; lake: the lake (reads history and state, appends outputs);
+        publisher: :class:`pipelines.io.publish.Publisher`; clock: processing time (UTC);
+        decision_lock: serialises policy decisions with the fast flow (one state, one version counter).
+    """
+
+    def __init__(self, cfg: GovernorConfig, lake, publisher, clock: Clock = utc_now,
+                 decision_lock: threading.Lock | None = None) -> None:
+        self.cfg = cfg
+        self.lake = lake
+        self.publisher = publisher
+        self.clock = clock
+        self.decision_lock = decision_lock or threading.Lock()
+        self.reports: list[BatchReport] = []
+        self._single = gold.partitioning(cfg.spark.gold_single_partition)
+
+    def inputs(self, metrics: DataFrame, batch_id: int, first_window: dt.datetime) -> gold.GoldInputs:
+        """The batch's windows with the history and saved state it reads from the lake."""
+        since = gold.baseline_since(first_window, self.cfg)
+        return gold.GoldInputs(
+            metrics=metrics,
+            topic_history=self.lake.read("gold/topic_tps", since=since, before=first_window),
+            broker_history=self.lake.read("gold/broker_tps", since=since, before=first_window),
+            policy_state=gold.latest_state(self.lake.read("state/policy").transform(self._single), batch_id),
+        )
+
+    def handle(self, metrics: DataFrame, batch_id: int) -> None:
+        """One micro-batch of finalized windows → gold tables, anomalies, limit decisions, published limits."""
+        metrics = metrics.transform(self._single).persist()
+        try:
+            first_window, horizon_end = gold.window_bounds(metrics)
+            if first_window is None:
+                self.reports.append(BatchReport(QUERY, batch_id))
+                return
+            with self.decision_lock:
+                now = self.clock()
+                out = gold.gold_outputs(
+                    self.inputs(metrics, batch_id, first_window), self.cfg, now,
+                    limits_check=quality.failed_expectation(quality.gold_limits_suite()),
+                    origin=f"{GOLD_APP_ID}:{batch_id}", batch_id=batch_id,
+                    first_window=first_window, horizon_end=horizon_end,
+                )
+                self.reports.append(write_outputs(self.lake, QUERY, GOLD_APP_ID, batch_id, out.tables()))
+                started = time.monotonic()
+                self.publisher.publish(now)
+                log.info("gold batch %d: limits published in %.2f s", batch_id, time.monotonic() - started)
+            for df in (out.topic_tps, out.group_tps, out.broker_tps, out.anomalies):
+                df.unpersist()
+        finally:
+            metrics.unpersist()

@@ -1,0 +1,77 @@
+"""One ingest micro-batch as pure transforms: raw records → parsed rows → bronze, silver and quarantine outputs,
+and the metric events that feed the gold windows.
+
+Both streaming queries parse with the same two factories, so the gold windows see exactly the rows silver keeps.
+
+Example:
+    >>> stats = raw.transform(parsed_stats(cfg, gate.enforce_stats))
+    >>> failures = raw.transform(parsed_failures(cfg, gate.enforce_failures))
+    >>> outputs = ingest_outputs(raw, stats, failures)          # {table name: DataFrame}
+    >>> events = metric_events(stats, failures)                 # METRIC_EVENT rows
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pipelines.config import GovernorConfig
+from pipelines.io.sources import BROKER_STATS, SEND_FAILURES
+from pipelines.transforms import parse, tps
+from pipelines.transforms.types import Transform
+
+
+def _identity(df: DataFrame) -> DataFrame:
+    return df
+
+
+def parsed_stats(cfg: GovernorConfig, enforce: Transform = _identity) -> Transform:
+    """RAW_RECORD rows → the stats records parsed (:func:`pipelines.transforms.parse.parse_broker_stats` columns,
+    ``reject_reason`` null for accepted rows), with the data-quality expectations applied by ``enforce``."""
+
+    def transform(raw: DataFrame) -> DataFrame:
+        return (
+            raw.where(F.col("source") == BROKER_STATS)
+            .transform(parse.parse_broker_stats(cfg.stats))
+            .transform(enforce)
+            .transform(parse.settled)
+        )
+
+    return transform
+
+
+def parsed_failures(cfg: GovernorConfig, enforce: Transform = _identity) -> Transform:
+    """RAW_RECORD rows → the send-failure records parsed, with the data-quality expectations applied."""
+
+    def transform(raw: DataFrame) -> DataFrame:
+        return (
+            raw.where(F.col("source") == SEND_FAILURES)
+            .transform(parse.parse_send_failures(cfg.stats, cfg.brokers))
+            .transform(enforce)
+            .transform(parse.settled)
+        )
+
+    return transform
+
+
+def ingest_outputs(raw: DataFrame, stats: DataFrame, failures: DataFrame) -> dict[str, DataFrame]:
+    """The tables one ingest micro-batch appends to, by table name: ``bronze/*`` (every record), ``silver/*``
+    (accepted rows) and ``quarantine`` (rejected rows with their reason). Nothing is dropped: every raw record is in
+    bronze and in exactly one of silver or quarantine."""
+    rejected = stats.transform(parse.quarantine_rows(BROKER_STATS)).unionByName(
+        failures.transform(parse.quarantine_rows(SEND_FAILURES))
+    )
+    return {
+        "bronze/broker_stats": raw.where(F.col("source") == BROKER_STATS),
+        "bronze/send_failures": raw.where(F.col("source") == SEND_FAILURES),
+        "silver/broker_stats": stats.transform(parse.silver_broker_stats),
+        "silver/send_failures": failures.transform(parse.silver_send_failures),
+        "quarantine": rejected,
+    }
+
+
+def metric_events(stats: DataFrame, failures: DataFrame) -> DataFrame:
+    """Parsed stats and send-failure rows → :data:`~pipelines.schemas.METRIC_EVENT` rows (event time UTC)."""
+    stats_events = stats.transform(parse.silver_broker_stats).transform(tps.stats_metric_events)
+    failure_events = failures.transform(parse.silver_send_failures).transform(tps.failure_metric_events)
+    return stats_events.unionByName(failure_events)
