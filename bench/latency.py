@@ -29,39 +29,10 @@ from pipelines import governor  # noqa: E402
 from pipelines.sim import simulate  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
+from pipelines.sim.minutes import land, minute_files  # noqa: E402
 
 CULPRIT = "get-pugc-to-ai-consumer"
 LINE_LAG_SECONDS = 60  # a minute line is printed at the end of the minute it covers (pipelines/tps.py)
-
-
-def minute_files(spec: simulate.ScenarioSpec) -> list[list[tuple[str, str]]]:
-    """Per simulated minute: (relative path, text) of the files that land at that minute."""
-    traffic = simulate.build_traffic(spec)
-    lines = simulate.render_stats_lines(spec, traffic)
-    failures = simulate.build_send_failures(spec, traffic)
-    per_minute: dict[int, list[tuple[str, str]]] = {}
-    for broker, group in lines.groupby("broker", observed=True):
-        stamps = group["line"].str.slice(0, 16)
-        for stamp, block in group.groupby(stamps):
-            local = dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M").replace(tzinfo=dt.timezone.utc) - dt.timedelta(hours=8)
-            m = int((local - spec.start_utc).total_seconds() // 60)
-            per_minute.setdefault(m, []).append((f"broker_stats/{broker}/m{m:04d}.log", "\n".join(block["line"]) + "\n"))
-    fields = ["ts", "topic", "broker", "producer_group", "client", "code", "message", "latency_ms"]
-    failures = failures.assign(minute=((failures["event_time"] - spec.start_utc).dt.total_seconds() // 60).astype(int))
-    for m, block in failures.groupby("minute"):
-        text = "".join(json.dumps({k: (None if v != v else v) for k, v in row.items()}) + "\n"
-                       for row in block[fields].to_dict("records"))
-        per_minute.setdefault(int(m) + 1, []).append((f"send_failures/m{m:04d}.jsonl", text))
-    return [per_minute.get(m, []) for m in range(max(per_minute) + 1)]
-
-
-def land(root: Path, files: list[tuple[str, str]]) -> None:
-    for rel, text in files:
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        hidden = target.with_name("." + target.name)  # Spark's file source ignores dot files
-        hidden.write_text(text)
-        os.replace(hidden, target)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,7 +73,14 @@ class WindowsConfig(_Section):
 
     length_seconds: int = Field(default=60, gt=0)
     watermark_seconds: int = Field(default=120, ge=0)
-    trigger_seconds: int = Field(default=30, gt=0)
+    trigger_seconds: int = Field(default=10, gt=0)
+    #: When the fast path (preliminary decisions on open windows, :mod:`pipelines.flows.fast`) runs: in the
+    #: continuous job only (a backlog run with --once decides every window on the final path), always, or never.
+    fast_path: Literal["continuous", "always", "never"] = "continuous"
+
+    def fast_path_on(self, once: bool) -> bool:
+        """Whether the fast query runs in a run with (``once``) or without --once."""
+        return self.fast_path == "always" or (self.fast_path == "continuous" and not once)
 
 
 class DetectionConfig(_Section):

@@ -4,8 +4,12 @@ Queries (each a thin flow of :mod:`pipelines.flows` over the pure transforms of 
 
 * ``ingest`` (:class:`~pipelines.flows.ingest.IngestFlow`): every record → ``bronze/*``, parsed → ``silver/*`` or
   ``quarantine`` (nothing is dropped).
-* ``gold`` (:class:`~pipelines.flows.gold.GoldFlow`): windows finalized by the watermark → ``gold/*`` TPS tables,
-  ``gold/anomalies``, ``gold/limits`` (+ ``state/policy``) and the published limits.
+* ``fast`` (:class:`~pipelines.flows.fast.FastFlow`, the fast path): open windows, every micro-batch → preliminary
+  ``gold/limits`` decisions on evidence that later input can only strengthen, and the published limits. Runs in
+  the continuous job (``windows.fast_path``).
+* ``gold`` (:class:`~pipelines.flows.gold.GoldFlow`, the final path): windows finalized by the watermark →
+  ``gold/*`` TPS tables, ``gold/anomalies``, ``gold/limits`` (+ ``state/policy``, and the confirmation or reversal
+  of preliminary decisions) and the published limits.
 
 Every Delta append is tagged with the query's app id and the micro-batch id, so a micro-batch replayed after a
 crash writes nothing twice; checkpoints live under ``<lake>/_checkpoints`` (or ``lake.checkpoint_dir``).
@@ -30,6 +34,7 @@ from control.record import SigningKeyError
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.flows.base import BatchReport
+from pipelines.flows.fast import FastFlow, open_window_stream
 from pipelines.flows.gold import Clock, GoldFlow, utc_now, window_stream
 from pipelines.flows.ingest import IngestFlow
 from pipelines.io import sources
@@ -49,21 +54,24 @@ class Governor:
     lake: object
     ingest: IngestFlow
     gold: GoldFlow
+    fast: FastFlow
     queries: list[StreamingQuery] = field(default_factory=list)
 
     @property
     def reports(self) -> list[BatchReport]:
-        """Every micro-batch's report, ingest first."""
-        return [*self.ingest.reports, *self.gold.reports]
+        """Every micro-batch's report: ingest, gold, then fast."""
+        return [*self.ingest.reports, *self.gold.reports, *self.fast.reports]
 
 
 def build_governor(spark: SparkSession, cfg: GovernorConfig, clock: Clock = utc_now) -> Governor:
     """The flows of a governor on ``cfg``'s lake (nothing started yet)."""
     lake = open_lake(spark, cfg.lake.path, cfg.lake.writer)
     gate = QualityGate(spark, cfg, lake)
-    decisions = threading.Lock()
+    publisher = Publisher(cfg, lake)
+    decisions = threading.Lock()  # the final and fast paths decide one at a time (one state, one version order)
     return Governor(
-        cfg, lake, IngestFlow(cfg, lake, gate), GoldFlow(cfg, lake, Publisher(cfg, lake), clock, decisions)
+        cfg, lake, IngestFlow(cfg, lake, gate), GoldFlow(cfg, lake, publisher, clock, decisions),
+        FastFlow(cfg, lake, publisher, clock, decisions),
     )
 
 
@@ -91,10 +99,15 @@ def start_queries(spark: SparkSession, governor: Governor, once: bool) -> list[S
     """
     cfg = governor.cfg
     raw = sources.raw_records(spark, cfg)
+    gate = governor.ingest.gate
     governor.queries = [
         _start(raw, "ingest", governor.ingest.handle, "append", cfg, once),
-        _start(window_stream(raw, cfg, governor.ingest.gate), "gold", governor.gold.handle, "append", cfg, once),
+        _start(window_stream(raw, cfg, gate), "gold", governor.gold.handle, "append", cfg, once),
     ]
+    if cfg.windows.fast_path_on(once):
+        governor.queries.append(
+            _start(open_window_stream(raw, cfg, gate), "fast", governor.fast.handle, "update", cfg, once)
+        )
     if once:
         _await_all(governor.queries)
     return governor.queries

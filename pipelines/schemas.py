@@ -160,6 +160,7 @@ GOLD_LIMITS = _struct(
     ("expires_at", _TS),
     ("reason", _S),
     ("version", _L),
+    ("basis", _S),
 )
 
 #: Saved policy state per resource (``state/policy``): the latest row per resource with ``batch_id`` below the

@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame
 
 from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport, write_outputs
+from pipelines.io.publish import latest_per_resource
 from pipelines.quality import gate as quality
 from pipelines.transforms import gold, silver, tps
 
@@ -73,6 +74,7 @@ class GoldFlow:
             topic_history=self.lake.read("gold/topic_tps", since=since, before=first_window),
             broker_history=self.lake.read("gold/broker_tps", since=since, before=first_window),
             policy_state=gold.latest_state(self.lake.read("state/policy").transform(self._single), batch_id),
+            latest_limits=latest_per_resource(self.lake.read("gold/limits").transform(self._single)),
         )
 
     def handle(self, metrics: DataFrame, batch_id: int) -> None:

@@ -7,8 +7,11 @@ Steps (each a module of :mod:`pipelines.transforms`):
 2. anomalies against the resources' own baselines (:mod:`~pipelines.transforms.detect`);
 3. limit candidates (:func:`pipelines.transforms.policy.candidate_limits`) and the per-resource policy fold
    (:func:`pipelines.transforms.policy_fold.decide`);
-4. ``gold/limits`` rows (:func:`pipelines.transforms.policy.finish_decisions`), split by the ``gold/limits``
-   expectations into accepted decisions and quarantine rows.
+4. ``gold/limits`` rows (:func:`pipelines.transforms.policy.finish_decisions`, basis ``final``), split by the
+   ``gold/limits`` expectations into accepted decisions and quarantine rows;
+5. the preliminary decisions of the fast path on windows now final are confirmed, corrected or reversed
+   (:func:`reconcile_preliminary`), so the limits in force once every window is final do not depend on how the
+   input was cut into micro-batches.
 
 Example:
     >>> out = gold_outputs(GoldInputs(metrics, topic_history, broker_history, policy_state), cfg, now,
@@ -67,12 +70,15 @@ class GoldInputs:
         metrics: :data:`~pipelines.schemas.WINDOW_METRIC` rows of the windows to decide on.
         topic_history, broker_history: earlier ``gold/topic_tps`` / ``gold/broker_tps`` rows (baselines).
         policy_state: the saved policy state per resource (:func:`latest_state`).
+        latest_limits: the newest ``gold/limits`` row per resource
+            (:func:`pipelines.io.publish.latest_per_resource`), for :func:`reconcile_preliminary`.
     """
 
     metrics: DataFrame
     topic_history: DataFrame
     broker_history: DataFrame
     policy_state: DataFrame
+    latest_limits: DataFrame
 
 
 @dataclass
@@ -149,6 +155,80 @@ def decisions(
     return accepted, refused_rows(checked, origin, now), state
 
 
+def reconcile_preliminary(
+    latest_limits: DataFrame,
+    final_limits: DataFrame,
+    final_state: DataFrame,
+    horizon_end: dt.datetime,
+    cfg: GovernorConfig,
+    now: dt.datetime,
+) -> DataFrame:
+    """The final path's answer to preliminary decisions on windows that are now final → ``gold/limits`` rows.
+
+    For each resource whose newest decision is a preliminary ``set`` of a window ending at or before
+    ``horizon_end`` (UTC) and that this batch did not decide again (no final row of that window or later):
+
+    * the final policy state has no limit for it (the final window did not confirm the anomaly) → ``lift``:
+      the preliminary limit is reversed, with its own reason;
+    * the final state's limit differs → ``set`` to the final limit (the partial evidence gave another number);
+    * the same limit → confirmed, no row.
+
+    Rows are basis ``final``, ``version`` :func:`~pipelines.transforms.policy.decision_version` of the preliminary
+    window with rank :data:`~pipelines.transforms.policy.RECONCILE_RANK` (above the window's preliminary version).
+
+    Args:
+        final_state: POLICY_STATE rows (without ``batch_id``) after this batch's fold, one per resource.
+    """
+    keys = ["resource_type", "resource"]
+    prelim = latest_limits.where(
+        (F.col("basis") == policy.BASIS_PRELIMINARY) & (F.col("action") == policy.ACTION_SET)
+        & (F.col("window_end") <= F.lit(horizon_end))
+    )
+    decided_again = prelim.alias("p").join(
+        final_limits.alias("f"),
+        (F.col("p.resource_type") == F.col("f.resource_type")) & (F.col("p.resource") == F.col("f.resource"))
+        & (F.col("f.window_end") >= F.col("p.window_end")),
+        "left_semi",
+    )
+    pending = prelim.join(decided_again.select(*keys), keys, "left_anti")
+    joined = pending.join(final_state.select(*keys, F.col("limit_qps").alias("final_qps")), keys, "left")
+    final_qps = F.col("final_qps")
+    differs = final_qps.isNull() | (F.abs(final_qps - F.col("limit_qps")) > F.lit(1e-9) * F.abs(final_qps))
+    window_text = F.date_format(F.col("window_end"), "yyyy-MM-dd'T'HH:mm:ss'Z'")
+    lifted = final_qps.isNull()
+    reason = F.when(
+        lifted,
+        F.format_string("[final] the final window ending %s did not confirm the preliminary limit of %.1f msg/s; "
+                        "reversed, brokers fall back to their defaults", window_text, F.col("limit_qps")),
+    ).otherwise(
+        F.format_string("[final] the final window ending %s sets %.1f msg/s where the preliminary decision on "
+                        "partial evidence set %.1f msg/s", window_text, final_qps, F.col("limit_qps")),
+    )
+    limit = F.when(lifted, F.col("limit_qps")).otherwise(final_qps)
+    decided = F.lit(now).cast("timestamp")
+    return joined.where(differs).select(
+        decided.alias("decided_at"),
+        F.col("window_end"),
+        *keys,
+        limit.alias("limit_qps"),
+        policy.burst_for(limit, cfg.limits).alias("burst"),
+        F.col("limit_qps").alias("previous_qps"),
+        F.when(lifted, F.lit(policy.ACTION_LIFT)).otherwise(F.lit(policy.ACTION_SET)).alias("action"),
+        F.col("mode"),
+        (decided + F.make_dt_interval(secs=F.lit(cfg.limits.ttl_seconds))).alias("expires_at"),
+        reason.alias("reason"),
+        policy.decision_version(F.col("window_end"), policy.RECONCILE_RANK).alias("version"),
+        F.lit(policy.BASIS_FINAL).alias("basis"),
+    )
+
+
+def state_after(saved: DataFrame, folded_state: DataFrame) -> DataFrame:
+    """The policy state per resource after a fold: the fold's state rows where it ran, else the saved rows."""
+    keys = ["resource_type", "resource"]
+    untouched = saved.join(folded_state.select(*keys), keys, "left_anti")
+    return folded_state.select(*saved.columns).unionByName(untouched)
+
+
 def gold_outputs(
     inputs: GoldInputs,
     cfg: GovernorConfig,
@@ -186,4 +266,9 @@ def gold_outputs(
         anomalies, tps.topic_brokers(metrics), inputs.policy_state, horizon_end, cfg, now, limits_check, origin,
         batch_id,
     )
-    return GoldOutputs(topics, groups, brokers, anomalies, limits, refused, state)
+    limits = limits.persist()
+    state = state.persist()
+    reconciled = reconcile_preliminary(
+        inputs.latest_limits, limits, state_after(inputs.policy_state, state.drop("batch_id")), horizon_end, cfg, now
+    )
+    return GoldOutputs(topics, groups, brokers, anomalies, limits.unionByName(reconciled), refused, state)

@@ -31,6 +31,14 @@ WINDOW_KEYS = ("window_start", "window_end")
 ACTION_SET = "set"
 ACTION_RELAX = "relax"
 ACTION_LIFT = "lift"
+#: The basis of a decision: decided on an open window's partial evidence (fast path) or on a finalized window.
+BASIS_PRELIMINARY = "preliminary"
+BASIS_FINAL = "final"
+#: Last digit of a decision's ``version`` by basis: the final decision (or the reversal) of a window outranks
+#: the preliminary decision of the same window (see :func:`decision_version`).
+VERSION_RANK = {BASIS_PRELIMINARY: 1, BASIS_FINAL: 5}
+#: Rank of the final path's confirmation or reversal of a preliminary decision.
+RECONCILE_RANK = 6
 
 
 # --- step 1: candidates (Spark) --------------------------------------------------------------------------------
@@ -188,6 +196,7 @@ def fold_resource(
     horizon_end: dt.datetime,
     cfg: LimitsConfig,
     window_seconds: int,
+    recover_windows: bool = True,
 ) -> tuple[list[Decision], ResourceState]:
     """Walk one resource's candidate windows (any order; sorted here) up to ``horizon_end`` (the end of the last
     finalized window) and return its decisions and new state.
@@ -201,6 +210,9 @@ def fold_resource(
       4. else, ``refresh_seconds`` after the last decision → ``set`` with the same limit (new ``expires_at``).
     Between candidates and up to the horizon, recovery: ``recovery_windows`` windows after the last candidate the
     limit is raised ×``relax_factor`` per window (``relax``) and lifted (``lift``) once it reaches ``lift_at_qps``.
+    Recovery needs windows known to be free of the anomaly, so the fast path (open windows) folds with
+    ``recover_windows=False``. A candidate older than the last one seen (a final window behind a preliminary one)
+    may tighten the limit but does not move ``last_candidate_end`` back.
 
     Raises:
         ValueError: a candidate's target is not a finite number > 0 (the candidate step guarantees it).
@@ -229,7 +241,7 @@ def fold_resource(
         )
 
     def recover(until: dt.datetime) -> None:
-        if state.limit_qps is None or state.last_candidate_end is None:
+        if not recover_windows or state.limit_qps is None or state.last_candidate_end is None:
             return
         step_at = max(state.last_candidate_end + recovery, (state.last_decision_end or state.last_candidate_end) + window)
         while state.limit_qps is not None and step_at <= until:
@@ -265,7 +277,8 @@ def fold_resource(
             emit(cand.window_end, current, ACTION_SET, f"refresh (anomaly persists): {cand.reason}", state.mode,
                  change=False)
         lift_at = max(x for x in (state.lift_at_qps, cand.lift_at_qps, 0.0) if x is not None)
-        state = replace(state, last_candidate_end=cand.window_end, lift_at_qps=lift_at or None)
+        last_seen = max(cand.window_end, state.last_candidate_end or cand.window_end)
+        state = replace(state, last_candidate_end=last_seen, lift_at_qps=lift_at or None)
     recover(horizon_end)
     return decisions, state
 
@@ -275,10 +288,25 @@ def burst_for(limit_qps: Column, cfg: LimitsConfig) -> Column:
     return F.greatest(F.lit(1), F.ceil(limit_qps * F.lit(cfg.burst_seconds))).cast("long")
 
 
-def finish_decisions(decisions: DataFrame, cfg: LimitsConfig, decided_at: dt.datetime) -> DataFrame:
+def decision_version(window_end: Column, rank: Column | int) -> Column:
+    """The ``version`` of a decision: ``unix seconds of window_end × 10 + rank`` (:data:`VERSION_RANK`).
+
+    Built from event time, versions grow per resource across restarts and across lakes (a new lake after a
+    checkpoint change continues above the old one), so brokers that refuse a stale version (``control/applier.py``)
+    keep accepting a new governor's records; a window's final decision outranks its preliminary one.
+    """
+    rank_col = rank if isinstance(rank, Column) else F.lit(rank)
+    return (F.unix_timestamp(window_end).cast("long") * 10 + rank_col).cast("long")
+
+
+def finish_decisions(
+    decisions: DataFrame, cfg: LimitsConfig, decided_at: dt.datetime, basis: str = BASIS_FINAL
+) -> DataFrame:
     """Decision rows of the fold → ``gold/limits`` rows: adds ``decided_at`` (processing time, UTC),
-    ``expires_at`` = decided_at + ``ttl_seconds``, ``burst`` and ``mode``."""
+    ``expires_at`` = decided_at + ``ttl_seconds``, ``burst``, ``basis`` and the event-time ``version``
+    (:func:`decision_version`); the ``reason`` starts with ``[<basis>]`` (so does the control record's)."""
     decided = F.lit(decided_at).cast("timestamp")
+    reason = F.concat(F.lit(f"[{basis}] "), F.col("reason"))
     return decisions.select(
         decided.alias("decided_at"),
         F.col("window_end"),
@@ -290,6 +318,7 @@ def finish_decisions(decisions: DataFrame, cfg: LimitsConfig, decided_at: dt.dat
         F.col("action"),
         F.col("mode"),
         (decided + F.make_dt_interval(secs=F.lit(cfg.ttl_seconds))).alias("expires_at"),
-        F.col("reason"),
-        F.col("version"),
+        reason.alias("reason"),
+        decision_version(F.col("window_end"), VERSION_RANK[basis]).alias("version"),
+        F.lit(basis).alias("basis"),
     )

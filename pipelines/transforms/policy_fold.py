@@ -72,7 +72,8 @@ def _saved_state(rows: pd.DataFrame) -> ResourceState:
     )
 
 
-def _fold_group(rows: pd.DataFrame, horizon_end: dt.datetime, cfg: LimitsConfig, window_seconds: int) -> pd.DataFrame:
+def _fold_group(rows: pd.DataFrame, horizon_end: dt.datetime, cfg: LimitsConfig, window_seconds: int,
+                recover: bool = True) -> pd.DataFrame:
     cands = [
         Candidate(
             _ts(r.window_end), float(r.target_qps), str(r.reason), _num(r.floor_qps) or 0.0,  # type: ignore[arg-type]
@@ -80,7 +81,7 @@ def _fold_group(rows: pd.DataFrame, horizon_end: dt.datetime, cfg: LimitsConfig,
         )
         for r in rows[rows["row_kind"] == "candidate"].itertuples()
     ]
-    decisions, final = fold_resource(_saved_state(rows), cands, horizon_end, cfg, window_seconds)
+    decisions, final = fold_resource(_saved_state(rows), cands, horizon_end, cfg, window_seconds, recover)
     out = [
         {"row_kind": "decision", "resource_type": d.resource_type, "resource": d.resource, "window_end": d.window_end,
          "limit_qps": d.limit_qps, "previous_qps": d.previous_qps, "action": d.action, "mode": d.mode,
@@ -117,8 +118,10 @@ def decide(
     horizon_end: dt.datetime,
     cfg: LimitsConfig,
     window_seconds: int,
+    recover: bool = True,
 ) -> DataFrame:
-    """Run the policy fold for every resource with a candidate or an active limit.
+    """Run the policy fold for every resource with a candidate or an active limit (``recover``: see
+    :func:`pipelines.transforms.policy.fold_resource`).
 
     Args:
         candidates: :func:`pipelines.policy.candidate_limits` rows.
@@ -130,7 +133,7 @@ def decide(
     """
     rows = fold_input(candidates, state).toArrow().to_pandas()
     folded = [
-        _fold_group(group, horizon_end, cfg, window_seconds)
+        _fold_group(group, horizon_end, cfg, window_seconds, recover)
         for _, group in rows.groupby(["resource_type", "resource"], sort=True)
     ]
     out = pd.concat(folded, ignore_index=True) if folded else pd.DataFrame(columns=FOLD_COLUMNS).astype(PANDAS_DTYPES)

@@ -1,0 +1,138 @@
+"""The fast flow: preliminary decisions on *open* windows, every micro-batch (see :mod:`pipelines.transforms.fast`).
+
+The query keeps running sums per window × resource in Spark's state store (``update`` output mode, the same
+watermark as the gold query); each micro-batch gets the windows its input touched. Under the decision lock it reads
+the newest finalized windows (baselines and the broker census), the policy state and the limits in force, folds the
+candidates of the evidence already proven (no recovery: absence is only known on final windows), and appends the
+``set`` decisions that change a limit to ``gold/limits`` with basis ``preliminary``, then publishes. It writes no
+policy state: the final path stays the only owner of ``state/policy`` and reconciles what this flow decided.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pipelines.config import GovernorConfig
+from pipelines.flows.base import BatchReport, write_outputs
+from pipelines.flows.gold import Clock, utc_now
+from pipelines.io.publish import latest_per_resource
+from pipelines.quality import gate as quality
+from pipelines.transforms import fast, gold, policy, policy_fold, silver
+
+log = logging.getLogger("rate_governor")
+
+#: Delta transaction app id of the fast query's writes (with the micro-batch id as version).
+FAST_APP_ID = "rate-governor-fast"
+QUERY = "fast"
+
+
+def open_window_stream(raw: DataFrame, cfg: GovernorConfig, gate) -> DataFrame:
+    """Streaming RAW_RECORD rows → running sums per window × resource (:func:`pipelines.transforms.fast.open_window_sums`),
+    with the gold query's watermark; run it in ``update`` output mode."""
+    stats = raw.transform(silver.parsed_stats(cfg, gate.enforce_stats))
+    failures = raw.transform(silver.parsed_failures(cfg, gate.enforce_failures))
+    return (
+        silver.metric_events(stats, failures)
+        .withWatermark("event_time", f"{cfg.windows.watermark_seconds} seconds")
+        .transform(fast.resource_events)
+        .transform(fast.open_window_sums(cfg.windows))
+    )
+
+
+def preliminary_state(saved_state: DataFrame, latest_limits: DataFrame) -> DataFrame:
+    """The state the fast path folds from: the final path's saved state, with the limit of a newer preliminary
+    decision in force (so a preliminary limit is not decided again every micro-batch; hysteresis, cool-down and
+    the maximum cut apply from it). Columns of POLICY_STATE without ``batch_id``."""
+    keys = ["resource_type", "resource"]
+    prelim = latest_limits.where(F.col("basis") == policy.BASIS_PRELIMINARY).select(
+        *keys,
+        F.when(F.col("action") != policy.ACTION_LIFT, F.col("limit_qps")).alias("p_limit"),
+        F.col("window_end").alias("p_end"),
+        F.col("mode").alias("p_mode"),
+    )
+    joined = saved_state.join(prelim, keys, "full")
+    has_prelim = F.col("p_end").isNotNull()
+    over = lambda name, value: F.when(has_prelim, value).otherwise(F.col(name)).alias(name)  # noqa: E731
+    return joined.select(
+        *keys,
+        over("limit_qps", F.col("p_limit")),
+        F.coalesce(F.col("version"), F.lit(0).cast("long")).alias("version"),
+        F.col("last_candidate_end"),
+        over("last_decision_end", F.col("p_end")),
+        over("last_change_end", F.col("p_end")),
+        F.col("lift_at_qps"),
+        over("mode", F.col("p_mode")),
+    )
+
+
+class FastFlow:
+    """The ``foreachBatch`` handler of the fast query (preliminary decisions); see the module docstring.
+
+    Args:
+        decision_lock: shared with :class:`pipelines.flows.gold.GoldFlow` (one policy state, one version order).
+    """
+
+    def __init__(self, cfg: GovernorConfig, lake, publisher, clock: Clock = utc_now,
+                 decision_lock: threading.Lock | None = None) -> None:
+        self.cfg = cfg
+        self.lake = lake
+        self.publisher = publisher
+        self.clock = clock
+        self.decision_lock = decision_lock or threading.Lock()
+        self.reports: list[BatchReport] = []
+        self._single = gold.partitioning(cfg.spark.gold_single_partition)
+
+    def decide(self, open_windows: DataFrame, batch_id: int, now: dt.datetime) -> dict[str, DataFrame]:
+        """Open windows → ``{"gold/limits": preliminary decisions, "quarantine": refused decisions}``."""
+        cfg = self.cfg
+        first_open = open_windows.agg(F.min("window_start")).first()[0]
+        since = gold.baseline_since(first_open, cfg)
+        topic_history = self.lake.read("gold/topic_tps", since=since).transform(self._single)
+        broker_history = self.lake.read("gold/broker_tps", since=since).transform(self._single)
+        newest_final, expected = fast.newest_final_window(broker_history)
+        if newest_final is not None:  # windows the final path has decided are its business
+            open_windows = open_windows.where(F.col("window_start") > F.lit(newest_final))
+            topic_history = topic_history.where(F.col("window_start") <= F.lit(newest_final))
+            broker_history = broker_history.where(F.col("window_start") <= F.lit(newest_final))
+        anomalies = fast.preliminary_anomalies(
+            open_windows, topic_history, broker_history, expected, cfg.windows, cfg.detection
+        ).transform(self._single).persist()
+        candidates = policy.candidate_limits(anomalies, fast.topic_carriers(open_windows), cfg.limits)
+        latest = latest_per_resource(self.lake.read("gold/limits").transform(self._single))
+        state = preliminary_state(gold.latest_state(self.lake.read("state/policy").transform(self._single)), latest)
+        horizon = open_windows.agg(F.max("window_end")).first()[0]
+        folded = policy_fold.decide(candidates, state, horizon, cfg.limits, cfg.windows.length_seconds, recover=False)
+        checked = policy.finish_decisions(
+            folded.where((F.col("row_kind") == "decision") & (F.col("action") == policy.ACTION_SET)),
+            cfg.limits, now, policy.BASIS_PRELIMINARY,
+        ).withColumn("reject_reason", quality.failed_expectation(quality.gold_limits_suite()))
+        accepted = checked.where(F.col("reject_reason").isNull()).drop("reject_reason")
+        refused = gold.refused_rows(checked, f"{FAST_APP_ID}:{batch_id}", now)
+        anomalies.unpersist()
+        return {"gold/limits": accepted, "quarantine": refused}
+
+    def handle(self, open_windows: DataFrame, batch_id: int) -> None:
+        """One micro-batch of updated open windows → preliminary decisions, published when there are any."""
+        open_windows = open_windows.transform(self._single).persist()
+        try:
+            if open_windows.isEmpty():
+                self.reports.append(BatchReport(QUERY, batch_id))
+                return
+            with self.decision_lock:
+                now = self.clock()
+                outputs = self.decide(open_windows, batch_id, now)
+                report = write_outputs(self.lake, QUERY, FAST_APP_ID, batch_id, outputs)
+                self.reports.append(report)
+                if report.rows.get("gold/limits"):
+                    started = time.monotonic()
+                    self.publisher.publish(now)
+                    log.info("fast batch %d: %d preliminary decisions published in %.2f s", batch_id,
+                             report.rows["gold/limits"], time.monotonic() - started)
+        finally:
+            open_windows.unpersist()

@@ -1,0 +1,93 @@
+"""The fast path's transforms (pipelines/transforms/fast.py): running sums per window × resource, the broker census,
+and which rules act on partial evidence."""
+
+from __future__ import annotations
+
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from pipelines import schemas
+from pipelines.config import DetectionConfig, WindowsConfig
+from pipelines.transforms import fast
+from tests.helpers import ts
+
+W = WindowsConfig()
+D = DetectionConfig(baseline_min_windows=1, baseline_windows=5)
+T0 = "2022-02-08 10:00"
+
+
+def events(spark, rows):
+    """(event_time, broker, topic, group, metric, amount) → METRIC_EVENT rows."""
+    return spark.createDataFrame([(ts(t), b, tp, g, m, a) for t, b, tp, g, m, a in rows], schemas.METRIC_EVENT)
+
+
+def sums(spark, rows):
+    return events(spark, rows).transform(fast.resource_events).transform(fast.open_window_sums(W))
+
+
+def test_running_sums_per_resource_count_a_duplicated_line_once(spark):
+    got = sums(spark, [
+        (T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600),
+        (T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600),  # shipped twice
+        (T0, "broker-b", "orders", None, "TOPIC_PUT_NUMS", 1200),
+        (T0, "broker-a", "orders", "g", "GROUP_GET_NUMS", 300),
+        (T0, "broker-a", "%RETRY%g", "g", "GROUP_GET_NUMS", 50),  # re-consumed retries are not consumption
+        (T0, "broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 240),
+        (T0, "broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 1),
+        (T0, "broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 1),  # failures count as they come
+        (T0, "broker-a", "orders", None, "failure:OTHER", 1),
+    ])
+    rows = {(r["resource_type"], r["resource"]): r for r in got.collect()}
+    assert rows["topic", "orders"]["puts"] == 1800 and rows["topic", "orders"]["carriers"] == ["broker-a", "broker-b"]
+    assert rows["topic", "orders"]["failures"] == 3 and rows["topic", "orders"]["busy_failures"] == 2
+    assert rows["broker", "broker-a"]["puts"] == 600 and rows["broker", "broker-a"]["broker_puts"] is None
+    assert (rows["group", "g"]["consumed"], rows["group", "g"]["retried"]) == (300, 240)
+    assert rows["cluster", "*"]["brokers"] == ["broker-a", "broker-b"]
+
+
+def test_census_is_complete_only_when_every_expected_broker_reported(spark):
+    got = sums(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600)]).transform(
+        lambda df: fast.census(df, ["broker-a", "broker-b"])
+    )
+    expected = spark.createDataFrame([(ts(T0), 1, 2, False)], "window_start timestamp, reported int, expected int, complete boolean")
+    assert_df_equality(got, expected, ignore_nullable=True)
+    assert fast.census(sums(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 6)]), []).first()["complete"] is False
+
+
+def _storm(spark, brokers_reporting):
+    rows = [(T0, b, "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 47_000) for b in brokers_reporting]
+    rows += [(T0, b, "orders", "g", "GROUP_GET_NUMS", 47_400) for b in brokers_reporting]
+    return sums(spark, rows)
+
+
+def _prelim(spark, open_windows, expected, history_rows=()):
+    empty_topics = spark.createDataFrame([], schemas.GOLD_TOPIC_TPS)
+    brokers = spark.createDataFrame(list(history_rows), schemas.GOLD_BROKER_TPS)
+    return fast.preliminary_anomalies(open_windows, empty_topics, brokers, expected, W, D)
+
+
+def test_runaway_retry_waits_for_the_census_then_acts_on_the_open_window(spark):
+    partial = _prelim(spark, _storm(spark, ["broker-a"]), ["broker-a", "broker-b"])
+    assert partial.where(F.col("anomaly") == "RUNAWAY_RETRY").count() == 0  # broker-b may still add consumption
+    complete = _prelim(spark, _storm(spark, ["broker-a", "broker-b"]), ["broker-a", "broker-b"]).collect()
+    retry = [r for r in complete if r["anomaly"] == "RUNAWAY_RETRY"]
+    assert [(r["resource"], round(r["observed_tps"], 1)) for r in retry] == [("g", 1566.7)]
+    assert retry[0]["detail"].endswith("[preliminary: open window, 2 of 2 expected brokers reported]")
+
+
+def test_busy_failures_act_on_a_partial_window(spark):
+    rows = [(T0, "broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 1)] * 3
+    open_windows = sums(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 60)] + rows)
+    # floor 10: three failures prove nothing yet, ten do (more can only come)
+    assert _prelim(spark, open_windows, ["broker-a", "broker-b"]).where(F.col("anomaly") == "BROKER_BUSY").count() == 0
+    open_windows = sums(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 60)] + rows * 4)
+    busy = _prelim(spark, open_windows, ["broker-a", "broker-b"]).where(F.col("anomaly") == "BROKER_BUSY").collect()
+    assert [(r["resource"], r["severity"]) for r in busy] == [("broker-a", "warning")]
+
+
+def test_surge_on_partial_sums_uses_the_baseline_of_finalized_windows(spark):
+    history = [(ts(f"2022-02-08 09:{m:02d}"), ts(f"2022-02-08 09:{m + 1:02d}"), "broker-a", 20.0, None, 5, 0, 0, None)
+               for m in range(50, 59)]
+    open_windows = sums(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 60 * 100)])
+    got = _prelim(spark, open_windows, ["broker-a", "broker-b"], history).where(F.col("anomaly") == "TRAFFIC_SURGE")
+    assert [(r["resource_type"], r["resource"], r["baseline_tps"]) for r in got.collect()] == [("broker", "broker-a", 20.0)]
