@@ -32,7 +32,7 @@ from pyspark.sql.streaming import StreamingQuery
 from control import record as control_record
 from pipelines.transforms import detect, parse, policy, policy_fold, tps
 from pipelines.io import publish, sources
-from pipelines.quality import gate as quality
+from pipelines.quality.gate import QualityGate
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.faults import crash_point
@@ -72,6 +72,7 @@ class Governor:
         self.clock = clock
         self.signing_key = signing_key(cfg)
         self.sinks = build_sinks(cfg)
+        self.quality = QualityGate(cfg, lake)  # data quality: expectations per row, GX validation, reconciliation
         self.reports: list[BatchReport] = []
         self.queries: list[StreamingQuery] = []
 
@@ -82,7 +83,7 @@ class Governor:
         return (
             raw.where(F.col("source") == sources.BROKER_STATS)
             .transform(parse.parse_broker_stats(self.cfg.stats))
-            .transform(quality.gate(self).enforce_stats)
+            .transform(self.quality.enforce_stats)
             .transform(parse.settled)
         )
 
@@ -91,7 +92,7 @@ class Governor:
         return (
             raw.where(F.col("source") == sources.SEND_FAILURES)
             .transform(parse.parse_send_failures(self.cfg.stats, self.cfg.brokers))
-            .transform(quality.gate(self).enforce_failures)
+            .transform(self.quality.enforce_failures)
             .transform(parse.settled)
         )
 
@@ -99,7 +100,6 @@ class Governor:
 
     def ingest_batch(self, raw: DataFrame, batch_id: int) -> None:
         """One micro-batch of raw records → bronze, silver and quarantine."""
-        gate = quality.gate(self)  # data quality: expectations per row, GX validation, reconciliation
         raw = raw.persist()
         try:
             stats = self.parsed_stats(raw).persist()
@@ -115,7 +115,7 @@ class Governor:
                 "quarantine": rejected,
             }
             self._write_all("ingest", INGEST_APP_ID, batch_id, outputs)
-            gate.after_ingest(batch_id, raw, stats, failures)
+            self.quality.after_ingest(batch_id, raw, stats, failures)
             stats.unpersist()
             failures.unpersist()
         finally:
@@ -172,16 +172,10 @@ class Governor:
             candidates, self._policy_state(batch_id), hi, limits, windows.length_seconds
         ).persist()
         now = self.clock()
-        checked = policy.finish_decisions(folded.where(F.col("row_kind") == "decision"), limits, now).withColumn(
-            "reject_reason", quality.failed_expectation(quality.gold_limits_suite())
-        )
-        decisions = checked.where(F.col("reject_reason").isNull()).drop("reject_reason")
-        refused = checked.where(F.col("reject_reason").isNotNull()).select(
-            F.lit("gold/limits").alias("source"),
-            F.to_json(F.struct(*[c for c in checked.columns if c != "reject_reason"])).alias("raw"),
-            F.col("reject_reason").alias("reason"),
-            F.lit(f"{GOLD_APP_ID}:{batch_id}").alias("origin"),
-            F.lit(now).cast("timestamp").alias("ingested_at"),
+        decisions, refused = self.quality.check_limits(
+            policy.finish_decisions(folded.where(F.col("row_kind") == "decision"), limits, now),
+            origin=f"{GOLD_APP_ID}:{batch_id}",
+            at=now,
         )
         new_state = folded.where(F.col("row_kind") == "state").select("*", F.lit(batch_id).alias("batch_id"))
         self._write_all(

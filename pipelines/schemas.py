@@ -214,7 +214,7 @@ QUALITY_VALIDATION_RESULTS = _struct(
 )
 
 #: ``quality/validation_runs``: GX's own result of each suite validation of a micro-batch (:mod:`pipelines.quality`,
-#: rendered by :mod:`pipelines.data_docs`); ``suite`` is the validated table (as in ``quality/validation_results``),
+#: rendered by :mod:`pipelines.quality.data_docs`); ``suite`` is the validated table (as in ``quality/validation_results``),
 #: ``result_json`` is ``ExpectationSuiteValidationResult.to_json_dict()`` as JSON, run name ``batch-<batch_id>``.
 QUALITY_VALIDATION_RUNS = _struct(
     ("batch_id", _L),

@@ -1,12 +1,12 @@
 """The catalogue of bad input: each item ends in quarantine with a reason (or, for late data, is counted as late),
 never crashes the stream and is never silently dropped.
 
-Items already covered by tests/test_parse.py (not repeated here): empty line; line cut mid-way
+Items already covered by tests/transforms/test_parse.py (not repeated here): empty line; line cut mid-way
 (``not a stats.log line``, ``stats detail cut …``); unknown stat name; key with the wrong number of ``@`` parts;
 non-numeric SUM; negative SUM; ``TPS: Infinity``; decimal comma; timestamp far in the future; missing timestamp
 prefix; invalid topic name (characters); envelope missing line; envelope not JSON; send failure with ``ts`` as
 non-date text; ``code`` as a string. Expectation-level rejects (negative AVGPT, negative queue id, AVGPT out of
-range) and late rows in the reconciliation: tests/test_quality.py. Here: the missing items, then all of them
+range) and late rows in the reconciliation: tests/quality/test_quality.py. Here: the missing items, then all of them
 together through the streaming job on one mixed landing directory.
 """
 
@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from pipelines import governor
 from pipelines.transforms import parse
-from pipelines.quality import gate as quality
+from pipelines.io import tables
 from pipelines.config import StatsConfig, parse_config
 from pipelines.io.lake import open_lake
 from tests.helpers import raw_records, stats_line
@@ -136,7 +136,7 @@ def mixed_run(spark, tmp_path_factory):
 @pytest.mark.slow
 def test_mixed_landing_every_record_accounted_for(mixed_run):
     stats_lines = len(ON_TIME) + 1 + len(ENVELOPES) + len(BAD_STATS) + 1 + len(LATE)
-    rec = mixed_run.read(quality.RECONCILIATION)
+    rec = mixed_run.read(tables.QUALITY_RECONCILIATION)
     totals = {
         r["source"]: r
         for r in rec.groupBy("source").agg(
