@@ -58,7 +58,7 @@ def candidate_rows(spark, gov, n: int):
         for i in range(n)
     ]
     raw = spark.createDataFrame(
-        [("broker_stats", line, "file:///landing/broker_stats/broker-a/stats.log", "broker-a", INGESTED)
+        [("broker_stats", line, line.encode(), "file:///landing/broker_stats/broker-a/stats.log", "broker-a", INGESTED)
          for line in lines],
         schemas.RAW_RECORD,
     )
