@@ -3,7 +3,8 @@
 Usage:
     python -m pipelines.quality docs --lake LAKE [--out DIR] [--last N]
 
-No Spark and no validation: the pages render what ``quality/validation_runs`` holds (:mod:`pipelines.quality.data_docs`).
+No Spark and no validation: the pages render what ``quality/validation_runs`` holds
+(:mod:`pipelines.quality.data_docs`).
 Exit status 0 when the docs were built, 2 with one line on stderr for a bad flag, a missing lake directory or a lake
 without stored results.
 """

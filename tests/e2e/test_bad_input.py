@@ -7,7 +7,10 @@ non-numeric SUM; negative SUM; ``TPS: Infinity``; decimal comma; timestamp far i
 prefix; invalid topic name (characters); envelope missing line; envelope not JSON; send failure with ``ts`` as
 non-date text; ``code`` as a string. Expectation-level rejects (negative AVGPT, negative queue id, AVGPT out of
 range) and late rows in the reconciliation: tests/quality/test_quality.py. Here: the missing items, then all of them
-together through the streaming job on one mixed landing directory.
+together through the streaming job on one mixed landing directory, with input that is not valid UTF-8 (bytes from
+Latin-1, a cut multi-byte character, 0xFF inside JSON fields, JSON escapes of a lone surrogate and NUL): afterwards
+every table of the lake reads with pyarrow (full validation), pandas, Spark and SQL, and bronze and quarantine keep
+each record's exact bytes in ``raw_bytes``.
 """
 
 from __future__ import annotations
@@ -147,10 +150,12 @@ def mixed_run(spark, tmp_path_factory):
     files = [  # written in this order, one file per micro-batch and input (max_files_per_trigger = 1)
         (landing / "broker_stats" / "broker-a" / "1-on-time.log", "\n".join(ON_TIME + [DUPLICATE]).encode()),
         (landing / "broker_stats" / "shipper" / "2-envelopes.jsonl", "\n".join(ENVELOPES).encode()),
-        (landing / "broker_stats" / "broker-a" / "3-bad.log", b"\n".join([*map(str.encode, BAD_STATS), *BAD_BYTES_STATS])),
+        (landing / "broker_stats" / "broker-a" / "3-bad.log",
+         b"\n".join([*map(str.encode, BAD_STATS), *BAD_BYTES_STATS])),
         (landing / "broker_stats" / "broker-a" / "4-late.log", "\n".join(LATE).encode()),
         (landing / "broker_stats" / "5-no-broker.log", NO_BROKER.encode()),
-        (landing / "send_failures" / "1-failures.jsonl", b"\n".join([*map(str.encode, FAILURES), *BAD_BYTES_FAILURES])),
+        (landing / "send_failures" / "1-failures.jsonl",
+         b"\n".join([*map(str.encode, FAILURES), *BAD_BYTES_FAILURES])),
     ]
     base = 1_700_000_000
     for i, (path, data) in enumerate(files):
@@ -235,7 +240,8 @@ def test_mixed_landing_keeps_the_exact_bytes_of_every_record(mixed_run):
         row = quarantined[data]
         assert row["reason"] == reason
         assert row["raw"] == data.decode("utf-8", "replace")
-    for table, lines in ((tables.BRONZE_BROKER_STATS, BAD_BYTES_STATS), (tables.BRONZE_SEND_FAILURES, BAD_BYTES_FAILURES)):
+    bronze_inputs = {tables.BRONZE_BROKER_STATS: BAD_BYTES_STATS, tables.BRONZE_SEND_FAILURES: BAD_BYTES_FAILURES}
+    for table, lines in bronze_inputs.items():
         bronze = {bytes(r["raw_bytes"]): r["raw"] for r in mixed_run.read(table).collect()}
         assert all(bronze[data] == data.decode("utf-8", "replace") for data in lines)
         assert all(raw == data.decode("utf-8") for data, raw in bronze.items() if data not in lines)

@@ -40,7 +40,7 @@ def test_kafka_records_with_invalid_bytes_are_quarantined_with_their_bytes(spark
     assert [bytes(r["raw_bytes"]) for r in rows] == [m[1] for m in messages]
     assert [r["raw"] for r in rows] == [m[1].decode("utf-8", "replace") for m in messages]
     assert [r["broker_hint"] for r in rows] == ["broker-a", "broker-a", "broker-\ufffd", None]
-    assert [r["origin"] for r in rows] == ["kafka:stats:0:1", "kafka:stats:0:2", "kafka:stats:0:3", "kafka:failures:1:7"]
+    assert [r["origin"] for r in rows] == [f"kafka:{m[2]}:{m[3]}:{m[4]}" for m in messages]
     stats = raw.where(F.col("source") == sources.BROKER_STATS).transform(parse.parse_broker_stats(StatsConfig()))
     failures = raw.where(F.col("source") == sources.SEND_FAILURES).transform(
         parse.parse_send_failures(StatsConfig(), BrokersConfig()))

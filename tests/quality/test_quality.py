@@ -100,7 +100,7 @@ def test_check_limits_splits_decisions_and_quarantines_the_refused(spark, tmp_pa
     row = lake.read(tables.QUARANTINE).first()
     assert (row["source"], row["origin"], row["ingested_at"]) == (tables.GOLD_LIMITS, "gold:7", t)
     assert row["reason"] == "expectation failed: expect_column_values_to_be_between(limit_qps)"
-    assert json.loads(row["raw"])["resource"] == "t-inf"
+    assert json.loads(row["raw"])["resource"] == "t-inf" and row["raw_bytes"] is None
 
 
 def _line(key, detail, stat="TOPIC_PUT_NUMS", at="2022-02-08 18:00:00"):
