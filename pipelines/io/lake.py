@@ -1,5 +1,7 @@
 """Delta tables of rate-governor: one registry of tables and two writers that produce identical tables.
 
+:data:`TABLES` declares every table of the lake (its name, from :mod:`pipelines.io.tables`, schema and time column).
+
 * :class:`DeltaSparkLake` writes with delta-spark (``df.write.format("delta")``) where the Delta jars are on the
   classpath, as on a cluster.
 * :class:`DeltaRsLake` writes with delta-rs (the ``deltalake`` package) through Arrow, as on machines without a
