@@ -3,7 +3,7 @@
     .venv/bin/python bench/micro_batch_costs.py [--rows 200 20000] [--repeat 3]
 
 1. GX validation of the candidate silver rows of N stats lines (the governor's own parse and quality gate):
-   GX's Spark engine (the baseline) against its pandas engine (what ``quality.Validator`` picks up to
+   GX's Spark engine (the baseline) against its pandas engine (what ``validation.Validator`` picks up to
    ``quality.pandas_max_rows`` rows). Also checks both report the same unexpected counts.
 2. The policy fold of an empty micro-batch and of one with two candidates: a grouped pandas UDF (``applyInPandas``,
    the design before session 3, rebuilt here as the baseline) against the driver-side
@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipelines import governor, schemas  # noqa: E402
 from pipelines.transforms import parse, policy_fold  # noqa: E402
-from pipelines.quality import gate as quality  # noqa: E402
+from pipelines.io import tables  # noqa: E402
+from pipelines.quality import rules, validation  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
 
@@ -56,17 +57,17 @@ def candidate_rows(spark, gov, n: int):
         for i in range(n)
     ]
     raw = spark.createDataFrame(
-        [("broker_stats", line, "file:///landing/broker_stats/broker-a/stats.log", "broker-a", INGESTED)
+        [("broker_stats", line, line.encode(), "file:///landing/broker_stats/broker-a/stats.log", "broker-a", INGESTED)
          for line in lines],
         schemas.RAW_RECORD,
     )
-    data = quality.candidates(gov.ingest.parse(raw)[0], parse.silver_broker_stats).persist()
+    data = rules.candidates(gov.ingest.parse(raw)[0], parse.silver_broker_stats).persist()
     data.count()
     return data
 
 
 def unexpected(result) -> dict:
-    return {quality.expectation_name_from_result(r): r.result.get("unexpected_count") for r in result.results}
+    return {validation.expectation_name_from_result(r): r.result.get("unexpected_count") for r in result.results}
 
 
 def applyinpandas_decide(candidates, state, horizon_end, cfg, window_seconds):
@@ -89,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     lake_dir = tempfile.mkdtemp(prefix="rg-bench-")  # the flows need a lake; nothing is written
     gov = governor.build_governor(spark, cfg.with_paths(None, lake_dir))
 
-    spark_engine = quality.shared_validator(pandas_max_rows=0)
-    pandas_engine = quality.shared_validator(pandas_max_rows=max(args.rows))
-    table = quality.SILVER_STATS
+    spark_engine = validation.shared_validator(pandas_max_rows=0)
+    pandas_engine = validation.shared_validator(pandas_max_rows=max(args.rows))
+    table = tables.SILVER_BROKER_STATS
     for n in args.rows:
         data = candidate_rows(spark, gov, n)
         same = unexpected(spark_engine.validate(table, data, n)) == unexpected(pandas_engine.validate(table, data, n))

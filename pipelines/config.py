@@ -154,12 +154,12 @@ class SparkConfig(_Section):
 
 
 #: GX validates a DataFrame of up to this many rows with its pandas engine on the driver, a larger one with its
-#: Spark engine (pipelines/quality.py Validator; the crossover measured in README "Performance").
+#: Spark engine (pipelines/quality/validation.py Validator; the crossover measured in README "Performance").
 DEFAULT_PANDAS_MAX_ROWS = 500_000
 
 
 class QualityConfig(_Section):
-    """Data quality (pipelines/quality.py): row-level enforcement of the GX suites and GX validation cadence."""
+    """Data quality (pipelines/quality/): row-level enforcement of the GX suites and GX validation cadence."""
 
     enforce: bool = True
     validate_every_n_batches: int = Field(default=1, ge=0)

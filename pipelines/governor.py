@@ -66,12 +66,12 @@ class Governor:
 def build_governor(spark: SparkSession, cfg: GovernorConfig, clock: Clock = utc_now) -> Governor:
     """The flows of a governor on ``cfg``'s lake (nothing started yet)."""
     lake = open_lake(spark, cfg.lake.path, cfg.lake.writer)
-    gate = QualityGate(spark, cfg, lake)
+    gate = QualityGate(cfg, lake)
     publisher = Publisher(cfg, lake)
     decisions = threading.Lock()  # the final and fast paths decide one at a time (one state, one version order)
     return Governor(
-        cfg, lake, IngestFlow(cfg, lake, gate), GoldFlow(cfg, lake, publisher, clock, decisions),
-        FastFlow(cfg, lake, publisher, clock, decisions),
+        cfg, lake, IngestFlow(cfg, lake, gate), GoldFlow(cfg, lake, gate, publisher, clock, decisions),
+        FastFlow(cfg, lake, gate, publisher, clock, decisions),
     )
 
 

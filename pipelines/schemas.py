@@ -1,6 +1,13 @@
 """Named schemas of every DataFrame that crosses a module boundary and of every Delta table (docs/contracts.md §2).
 
 Times are ``TimestampType`` in UTC (the Spark session time zone is UTC). TPS columns are messages per second.
+
+Text: every string column of every table holds valid UTF-8 (Arrow, Parquet readers and pandas refuse anything
+else). An input record's exact bytes are kept beside its text in the binary column ``raw_bytes`` (``RAW_RECORD``,
+``BRONZE``, ``QUARANTINE``); its ``raw`` is those bytes decoded as UTF-8 with every invalid sequence replaced by
+U+FFFD (Spark's ``make_valid_utf8``, the same text as Python's ``raw_bytes.decode("utf-8", "replace")``). A record
+whose ``raw`` differs from its bytes is quarantined (``line is not valid UTF-8``), so every other column, derived
+from accepted records, holds text that was valid in the input.
 """
 
 from __future__ import annotations
@@ -8,17 +15,22 @@ from __future__ import annotations
 from pyspark.sql import types as T
 
 _S, _L, _D, _I, _TS = T.StringType(), T.LongType(), T.DoubleType(), T.IntegerType(), T.TimestampType()
+_B = T.BinaryType()
 
 
 def _struct(*fields: tuple[str, T.DataType]) -> T.StructType:
     return T.StructType([T.StructField(name, dtype, nullable=True) for name, dtype in fields])
 
 
-#: What a source yields, whatever the transport: one input record. ``origin`` is the file path or
-#: ``kafka:<topic>:<partition>:<offset>``; ``broker_hint`` is the folder name (files) or the Kafka key.
+#: What a source yields, whatever the transport: one input record. ``raw_bytes`` is the record's exact bytes (a
+#: line of a landing file without its line separator, or a Kafka message value); ``raw`` is the same as valid
+#: UTF-8 text, invalid sequences replaced by U+FFFD (module docstring). ``origin`` is the file path or
+#: ``kafka:<topic>:<partition>:<offset>``; ``broker_hint`` is the folder name (files) or the Kafka key (as valid
+#: UTF-8 text, invalid sequences replaced by U+FFFD; the key's bytes are not kept).
 RAW_RECORD = _struct(
     ("source", _S),
     ("raw", _S),
+    ("raw_bytes", _B),
     ("origin", _S),
     ("broker_hint", _S),
     ("ingested_at", _TS),
@@ -41,7 +53,9 @@ SEND_FAILURE_JSON = _struct(
     ("_corrupt_record", _S),
 )
 
-BRONZE = _struct(("raw", _S), ("origin", _S), ("broker_hint", _S), ("ingested_at", _TS))
+#: ``bronze/broker_stats`` and ``bronze/send_failures``: every input record as read (:data:`RAW_RECORD` without
+#: ``source``); ``raw_bytes`` its exact bytes, ``raw`` their valid-UTF-8 text.
+BRONZE = _struct(("raw", _S), ("raw_bytes", _B), ("origin", _S), ("broker_hint", _S), ("ingested_at", _TS))
 
 SILVER_BROKER_STATS = _struct(
     ("event_time", _TS),
@@ -75,7 +89,12 @@ SILVER_SEND_FAILURES = _struct(
     ("ingested_at", _TS),
 )
 
-QUARANTINE = _struct(("source", _S), ("raw", _S), ("reason", _S), ("origin", _S), ("ingested_at", _TS))
+#: ``quarantine``: one row per rejected record. ``source`` is ``broker_stats``, ``send_failures`` (an input record:
+#: ``raw_bytes`` its exact bytes, ``raw`` their valid-UTF-8 text) or ``gold/limits`` (a limit decision refused by
+#: the ``gold/limits`` suite: ``raw`` the decision as JSON, ``raw_bytes`` null); ``reason`` the first failed check.
+QUARANTINE = _struct(
+    ("source", _S), ("raw", _S), ("raw_bytes", _B), ("reason", _S), ("origin", _S), ("ingested_at", _TS)
+)
 
 #: The unified stream the windows aggregate: one measured amount at one event time.
 #: ``metric`` is a stats name of :data:`pipelines.rocketmq.WINDOWED_STATS` or ``failure:<failure_class>``.
@@ -215,7 +234,7 @@ QUALITY_VALIDATION_RESULTS = _struct(
 )
 
 #: ``quality/validation_runs``: GX's own result of each suite validation of a micro-batch (:mod:`pipelines.quality`,
-#: rendered by :mod:`pipelines.data_docs`); ``suite`` is the validated table (as in ``quality/validation_results``),
+#: rendered by :mod:`pipelines.quality.data_docs`); ``suite`` is the validated table (as in ``quality/validation_results``),
 #: ``result_json`` is ``ExpectationSuiteValidationResult.to_json_dict()`` as JSON, run name ``batch-<batch_id>``.
 QUALITY_VALIDATION_RUNS = _struct(
     ("batch_id", _L),

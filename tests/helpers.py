@@ -11,7 +11,10 @@ INGESTED = dt.datetime(2022, 2, 9, 0, 0)
 
 def raw_records(spark, source: str, lines: list[str], broker_hint: str | None = "broker-a"):
     """RAW_RECORD rows for ``lines`` as if read from one file in ``<landing>/<source>/<broker_hint>/``."""
-    rows = [(source, line, f"file:///landing/{source}/{broker_hint}/stats.log", broker_hint, INGESTED) for line in lines]
+    rows = [
+        (source, line, line.encode("utf-8"), f"file:///landing/{source}/{broker_hint}/stats.log", broker_hint, INGESTED)
+        for line in lines
+    ]
     return spark.createDataFrame(rows, schemas.RAW_RECORD)
 
 

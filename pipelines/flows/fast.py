@@ -22,7 +22,6 @@ from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport, write_outputs
 from pipelines.flows.gold import Clock, utc_now
 from pipelines.io.publish import latest_per_resource
-from pipelines.quality import gate as quality
 from pipelines.transforms import fast, gold, policy, policy_fold, silver
 
 log = logging.getLogger("rate_governor")
@@ -78,10 +77,11 @@ class FastFlow:
         decision_lock: shared with :class:`pipelines.flows.gold.GoldFlow` (one policy state, one version order).
     """
 
-    def __init__(self, cfg: GovernorConfig, lake, publisher, clock: Clock = utc_now,
+    def __init__(self, cfg: GovernorConfig, lake, gate, publisher, clock: Clock = utc_now,
                  decision_lock: threading.Lock | None = None) -> None:
         self.cfg = cfg
         self.lake = lake
+        self.gate = gate
         self.publisher = publisher
         self.clock = clock
         self.decision_lock = decision_lock or threading.Lock()
@@ -108,12 +108,11 @@ class FastFlow:
         state = preliminary_state(gold.latest_state(self.lake.read("state/policy").transform(self._single)), latest)
         horizon = open_windows.agg(F.max("window_end")).first()[0]
         folded = policy_fold.decide(candidates, state, horizon, cfg.limits, cfg.windows.length_seconds, recover=False)
-        checked = policy.finish_decisions(
+        decided = policy.finish_decisions(
             folded.where((F.col("row_kind") == "decision") & (F.col("action") == policy.ACTION_SET)),
             cfg.limits, now, policy.BASIS_PRELIMINARY,
-        ).withColumn("reject_reason", quality.failed_expectation(quality.gold_limits_suite()))
-        accepted = checked.where(F.col("reject_reason").isNull()).drop("reject_reason")
-        refused = gold.refused_rows(checked, f"{FAST_APP_ID}:{batch_id}", now)
+        )
+        accepted, refused = self.gate.check_limits(decided, origin=f"{FAST_APP_ID}:{batch_id}", at=now)
         anomalies.unpersist()
         return {"gold/limits": accepted, "quarantine": refused}
 

@@ -14,7 +14,6 @@ from pyspark.sql import DataFrame
 from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport, write_outputs
 from pipelines.io.publish import latest_per_resource
-from pipelines.quality import gate as quality
 from pipelines.transforms import gold, silver, tps
 
 log = logging.getLogger("rate_governor")
@@ -52,14 +51,15 @@ class GoldFlow:
 
     Args:
         cfg: the governor's config; lake: the lake (reads history and state, appends outputs);
-        publisher: :class:`pipelines.io.publish.Publisher`; clock: processing time (UTC);
+        gate: :class:`pipelines.quality.gate.QualityGate` (the ``gold/limits`` expectations); publisher: :class:`pipelines.io.publish.Publisher`; clock: processing time (UTC);
         decision_lock: serialises policy decisions with the fast flow (one state, one version counter).
     """
 
-    def __init__(self, cfg: GovernorConfig, lake, publisher, clock: Clock = utc_now,
+    def __init__(self, cfg: GovernorConfig, lake, gate, publisher, clock: Clock = utc_now,
                  decision_lock: threading.Lock | None = None) -> None:
         self.cfg = cfg
         self.lake = lake
+        self.gate = gate
         self.publisher = publisher
         self.clock = clock
         self.decision_lock = decision_lock or threading.Lock()
@@ -89,8 +89,8 @@ class GoldFlow:
                 now = self.clock()
                 out = gold.gold_outputs(
                     self.inputs(metrics, batch_id, first_window), self.cfg, now,
-                    limits_check=quality.failed_expectation(quality.gold_limits_suite()),
-                    origin=f"{GOLD_APP_ID}:{batch_id}", batch_id=batch_id,
+                    check=lambda d: self.gate.check_limits(d, origin=f"{GOLD_APP_ID}:{batch_id}", at=now),
+                    batch_id=batch_id,
                     first_window=first_window, horizon_end=horizon_end,
                 )
                 self.reports.append(write_outputs(self.lake, QUERY, GOLD_APP_ID, batch_id, out.tables()))

@@ -1,5 +1,7 @@
 """Delta tables of rate-governor: one registry of tables and two writers that produce identical tables.
 
+:data:`TABLES` declares every table of the lake (its name, from :mod:`pipelines.io.tables`, schema and time column).
+
 * :class:`DeltaSparkLake` writes with delta-spark (``df.write.format("delta")``) where the Delta jars are on the
   classpath, as on a cluster.
 * :class:`DeltaRsLake` writes with delta-rs (the ``deltalake`` package) through Arrow, as on machines without a
@@ -28,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pipelines import schemas
+from pipelines.io import tables
 
 
 @dataclass(frozen=True)
@@ -42,18 +45,21 @@ class TableSpec:
 TABLES: dict[str, TableSpec] = {
     spec.name: spec
     for spec in (
-        TableSpec("bronze/broker_stats", schemas.BRONZE, "ingested_at"),
-        TableSpec("bronze/send_failures", schemas.BRONZE, "ingested_at"),
-        TableSpec("silver/broker_stats", schemas.SILVER_BROKER_STATS, "event_time"),
-        TableSpec("silver/send_failures", schemas.SILVER_SEND_FAILURES, "event_time"),
-        TableSpec("quarantine", schemas.QUARANTINE, "ingested_at"),
-        TableSpec("gold/topic_tps", schemas.GOLD_TOPIC_TPS, "window_start"),
-        TableSpec("gold/group_tps", schemas.GOLD_GROUP_TPS, "window_start"),
-        TableSpec("gold/broker_tps", schemas.GOLD_BROKER_TPS, "window_start"),
-        TableSpec("gold/anomalies", schemas.GOLD_ANOMALIES, "window_start"),
-        TableSpec("gold/limits", schemas.GOLD_LIMITS, "window_end"),
-        TableSpec("state/policy", schemas.POLICY_STATE),
-        TableSpec("backtest/results", schemas.BACKTEST_RESULTS, "recorded_at"),
+        TableSpec(tables.BRONZE_BROKER_STATS, schemas.BRONZE, "ingested_at"),
+        TableSpec(tables.BRONZE_SEND_FAILURES, schemas.BRONZE, "ingested_at"),
+        TableSpec(tables.SILVER_BROKER_STATS, schemas.SILVER_BROKER_STATS, "event_time"),
+        TableSpec(tables.SILVER_SEND_FAILURES, schemas.SILVER_SEND_FAILURES, "event_time"),
+        TableSpec(tables.QUARANTINE, schemas.QUARANTINE, "ingested_at"),
+        TableSpec(tables.GOLD_TOPIC_TPS, schemas.GOLD_TOPIC_TPS, "window_start"),
+        TableSpec(tables.GOLD_GROUP_TPS, schemas.GOLD_GROUP_TPS, "window_start"),
+        TableSpec(tables.GOLD_BROKER_TPS, schemas.GOLD_BROKER_TPS, "window_start"),
+        TableSpec(tables.GOLD_ANOMALIES, schemas.GOLD_ANOMALIES, "window_start"),
+        TableSpec(tables.GOLD_LIMITS, schemas.GOLD_LIMITS, "window_end"),
+        TableSpec(tables.STATE_POLICY, schemas.POLICY_STATE),
+        TableSpec(tables.BACKTEST_RESULTS, schemas.BACKTEST_RESULTS, "recorded_at"),
+        TableSpec(tables.QUALITY_VALIDATION_RESULTS, schemas.QUALITY_VALIDATION_RESULTS, "validated_at"),
+        TableSpec(tables.QUALITY_VALIDATION_RUNS, schemas.QUALITY_VALIDATION_RUNS, "validated_at"),
+        TableSpec(tables.QUALITY_RECONCILIATION, schemas.QUALITY_RECONCILIATION, "recorded_at"),
     )
 }
 
@@ -248,15 +254,3 @@ def open_lake(spark: SparkSession, root: str | Path, writer: Writer = "auto") ->
             "add them (spark-submit.sh --packages) or set lake.writer = 'auto'"
         )
     return DeltaSparkLake(spark, root) if available else DeltaRsLake(spark, root)
-
-# Data-quality tables (pipelines/quality.py), registered here like every other table.
-TABLES.update(
-    {
-        spec.name: spec
-        for spec in (
-            TableSpec("quality/validation_results", schemas.QUALITY_VALIDATION_RESULTS, "validated_at"),
-            TableSpec("quality/validation_runs", schemas.QUALITY_VALIDATION_RUNS, "validated_at"),
-            TableSpec("quality/reconciliation", schemas.QUALITY_RECONCILIATION, "recorded_at"),
-        )
-    }
-)

@@ -28,6 +28,16 @@ def _parent_folder(path: Column) -> Column:
     return F.when((folder == "") | (folder == BROKER_STATS), F.lit(None)).otherwise(folder)
 
 
+def record_text(data: Column) -> dict[str, Column]:
+    """``raw`` and ``raw_bytes`` of an input record from its bytes ``data`` (a binary Column).
+
+    ``raw_bytes`` is ``data`` as is; ``raw`` is ``data`` as valid UTF-8 text, each invalid sequence replaced by
+    U+FFFD (``make_valid_utf8``). Spark's text source and a Kafka value cast to string keep invalid bytes as they are,
+    which Arrow, Parquet readers and pandas refuse: a single bad byte would make a whole Delta table unreadable.
+    """
+    return {"raw": F.make_valid_utf8(data.cast("string")), "raw_bytes": data}
+
+
 def prepare_landing(landing: str) -> None:
     """Check the landing directory and create its two input folders if missing (Spark's file source needs them).
 
@@ -49,7 +59,7 @@ def _file_stream(spark: SparkSession, cfg: GovernorConfig, name: str) -> DataFra
     path = F.col("_metadata.file_path")
     return lines.select(
         F.lit(name).alias("source"),
-        F.col("value").alias("raw"),
+        *[column.alias(alias) for alias, column in record_text(F.col("value").cast("binary")).items()],
         path.alias("origin"),
         (_parent_folder(path) if name == BROKER_STATS else F.lit(None).cast("string")).alias("broker_hint"),
         F.current_timestamp().alias("ingested_at"),
@@ -67,12 +77,18 @@ def _kafka_stream(spark: SparkSession, cfg: GovernorConfig) -> DataFrame:
     )
     if k.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", k.max_offsets_per_trigger)
-    records = reader.load()
+    return from_kafka(reader.load(), k.stats_topic)
+
+
+def from_kafka(records: DataFrame, stats_topic: str) -> DataFrame:
+    """Kafka source rows (``key``, ``value`` binary; ``topic``, ``partition``, ``offset``) → RAW_RECORD rows: a
+    message of ``stats_topic`` is a ``broker_stats`` record, any other a ``send_failures`` record; the key is the
+    broker hint (as valid UTF-8 text, see :func:`record_text`)."""
     return records.select(
-        F.when(F.col("topic") == k.stats_topic, F.lit(BROKER_STATS)).otherwise(F.lit(SEND_FAILURES)).alias("source"),
-        F.col("value").cast("string").alias("raw"),
+        F.when(F.col("topic") == stats_topic, F.lit(BROKER_STATS)).otherwise(F.lit(SEND_FAILURES)).alias("source"),
+        *[column.alias(alias) for alias, column in record_text(F.col("value")).items()],
         F.format_string("kafka:%s:%d:%d", F.col("topic"), F.col("partition"), F.col("offset")).alias("origin"),
-        F.col("key").cast("string").alias("broker_hint"),
+        F.make_valid_utf8(F.col("key").cast("string")).alias("broker_hint"),
         F.current_timestamp().alias("ingested_at"),
     )
 

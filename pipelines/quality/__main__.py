@@ -1,7 +1,7 @@
-"""``python -m pipelines.quality docs ...``: see :func:`pipelines.quality.gate.main`."""
+"""``python -m pipelines.quality docs ...``: see :func:`pipelines.quality.cli.main`."""
 
 import sys
 
-from pipelines.quality.gate import main
+from pipelines.quality.cli import main
 
 sys.exit(main())

@@ -1,6 +1,6 @@
 """GX Data Docs built from the validation results stored in the lake, without Spark.
 
-Every micro-batch that GX validates (:class:`pipelines.quality.QualityGate`, every ``[quality]
+Every micro-batch that GX validates (:class:`pipelines.quality.gate.QualityGate`, every ``[quality]
 validate_every_n_batches`` ingest batches) stores GX's own result per suite, an ``ExpectationSuiteValidationResult``,
 as one row of ``quality/validation_runs`` (:data:`pipelines.schemas.QUALITY_VALIDATION_RUNS`):
 
@@ -21,7 +21,7 @@ GX's index table is drawn by bootstrap-table and jQuery loaded from public CDNs.
 offline too, a plain HTML list of the stored runs (with links to their pages) is added to ``index.html``; it is
 hidden when those scripts load.
 
-Command line (:func:`pipelines.quality.main`):
+Command line (:func:`pipelines.quality.cli.main`):
     python -m pipelines.quality docs --lake LAKE [--out DIR] [--last N]
 """
 
@@ -37,7 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-VALIDATION_RUNS = "quality/validation_runs"
+from pipelines.io import tables
+
+VALIDATION_RUNS = tables.QUALITY_VALIDATION_RUNS
 DOCS_SUBDIR = "quality/data_docs"
 SITE_NAME = "rate_governor"
 #: Marks the offline list of runs added to GX's ``index.html``.

@@ -14,22 +14,27 @@ Steps (each a module of :mod:`pipelines.transforms`):
    input was cut into micro-batches.
 
 Example:
-    >>> out = gold_outputs(GoldInputs(metrics, topic_history, broker_history, policy_state), cfg, now,
-    ...                    limits_check=failed_expectation(gold_limits_suite()), origin="rate-governor-gold:7")
+    >>> check = lambda d: gate.check_limits(d, origin="rate-governor-gold:7", at=now)
+    >>> out = gold_outputs(GoldInputs(metrics, topic_hist, broker_hist, state, latest_limits), cfg, now,
+    ...                    check=check, batch_id=7, first_window=lo, horizon_end=hi)
     >>> out.tables()["gold/limits"].show()
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipelines.config import GovernorConfig
 from pipelines.transforms import detect, policy, policy_fold, tps
 from pipelines.transforms.types import Transform
+
+#: Decisions → (accepted, quarantine rows): the ``gold/limits`` expectations (the quality gate's ``check_limits``).
+LimitsCheck = Callable[[DataFrame], tuple[DataFrame, DataFrame]]
 
 
 def partitioning(single: bool) -> Transform:
@@ -117,17 +122,6 @@ def baseline_since(first_window: dt.datetime, cfg: GovernorConfig) -> dt.datetim
     return first_window - dt.timedelta(seconds=cfg.detection.baseline_windows * cfg.windows.length_seconds)
 
 
-def refused_rows(checked: DataFrame, origin: str, now: dt.datetime) -> DataFrame:
-    """``gold/limits`` rows that failed an expectation (``reject_reason`` set) → ``quarantine`` rows."""
-    return checked.where(F.col("reject_reason").isNotNull()).select(
-        F.lit("gold/limits").alias("source"),
-        F.to_json(F.struct(*[c for c in checked.columns if c != "reject_reason"])).alias("raw"),
-        F.col("reject_reason").alias("reason"),
-        F.lit(origin).alias("origin"),
-        F.lit(now).cast("timestamp").alias("ingested_at"),
-    )
-
-
 def decisions(
     anomalies: DataFrame,
     topic_brokers: DataFrame,
@@ -135,24 +129,20 @@ def decisions(
     horizon_end: dt.datetime,
     cfg: GovernorConfig,
     now: dt.datetime,
-    limits_check: Column,
-    origin: str,
+    check: LimitsCheck,
     batch_id: int,
 ) -> tuple[DataFrame, DataFrame, DataFrame]:
     """Anomalies → (``gold/limits`` rows, refused quarantine rows, new ``state/policy`` rows tagged ``batch_id``).
 
-    ``limits_check`` is a Column naming the first failed ``gold/limits`` expectation, null when all pass
-    (:func:`pipelines.quality.gate.failed_expectation`).
+    ``check`` splits decisions into (accepted, quarantine rows) by the ``gold/limits`` expectations
+    (:meth:`pipelines.quality.gate.QualityGate.check_limits`).
     """
     limits_cfg = cfg.limits
     candidates = policy.candidate_limits(anomalies, topic_brokers, limits_cfg)
     folded = policy_fold.decide(candidates, policy_state, horizon_end, limits_cfg, cfg.windows.length_seconds)
-    checked = policy.finish_decisions(folded.where(F.col("row_kind") == "decision"), limits_cfg, now).withColumn(
-        "reject_reason", limits_check
-    )
-    accepted = checked.where(F.col("reject_reason").isNull()).drop("reject_reason")
+    accepted, refused = check(policy.finish_decisions(folded.where(F.col("row_kind") == "decision"), limits_cfg, now))
     state = folded.where(F.col("row_kind") == "state").select("*", F.lit(batch_id).cast("long").alias("batch_id"))
-    return accepted, refused_rows(checked, origin, now), state
+    return accepted, refused, state
 
 
 def reconcile_preliminary(
@@ -234,8 +224,7 @@ def gold_outputs(
     cfg: GovernorConfig,
     now: dt.datetime,
     *,
-    limits_check: Column,
-    origin: str,
+    check: LimitsCheck,
     batch_id: int,
     first_window: dt.datetime,
     horizon_end: dt.datetime,
@@ -245,8 +234,7 @@ def gold_outputs(
     Args:
         inputs: the batch's windows, history and saved policy state (:class:`GoldInputs`).
         now: processing time of the decisions (UTC): ``decided_at``, ``expires_at`` = now + ``limits.ttl_seconds``.
-        limits_check: see :func:`decisions`.
-        origin: ``origin`` of quarantine rows, e.g. ``rate-governor-gold:<batch_id>``.
+        check: see :func:`decisions`.
         first_window: the batch's first ``window_start``; horizon_end: its last ``window_end`` (UTC).
     Returns:
         :class:`GoldOutputs` (lazy DataFrames; the caller persists what it reuses).
@@ -263,8 +251,7 @@ def gold_outputs(
         windows, cfg.detection, first_window=first_window,
     ).transform(single).persist()
     limits, refused, state = decisions(
-        anomalies, tps.topic_brokers(metrics), inputs.policy_state, horizon_end, cfg, now, limits_check, origin,
-        batch_id,
+        anomalies, tps.topic_brokers(metrics), inputs.policy_state, horizon_end, cfg, now, check, batch_id,
     )
     limits = limits.persist()
     state = state.persist()

@@ -58,9 +58,9 @@ def _first_reason(*checks: tuple[Column, Column | str]) -> Column:
 
 
 def _not_utf8(text: Column) -> Column:
-    """True when ``text`` holds invalid UTF-8 bytes or U+FFFD. Spark's text source (and a Kafka value cast to
-    string) keeps the file's bytes as they are, so invalid bytes stay invalid and only ``is_valid_utf8`` sees
-    them; a decoder upstream (a log shipper) turns them into U+FFFD instead."""
+    """True when ``text`` holds invalid UTF-8 bytes or U+FFFD. The sources turn invalid bytes into U+FFFD
+    (:func:`pipelines.io.sources.record_text`, the exact bytes stay in ``raw_bytes``), as a decoder upstream (a log
+    shipper) does; ``is_valid_utf8`` catches text that reached a RAW_RECORD some other way."""
     return ~F.is_valid_utf8(text) | text.contains(REPLACEMENT_CHAR)
 
 
@@ -206,6 +206,8 @@ def parse_stats_lines(cfg: StatsConfig) -> Transform:
             (F.col("line").isNull() | (F.trim(F.col("line")) == ""), "empty line"),
             (F.length("line") > cfg.max_line_chars, f"line longer than {cfg.max_line_chars} characters"),
             (_not_utf8(F.col("raw")) | F.col("line").contains(REPLACEMENT_CHAR), "line is not valid UTF-8"),
+            # a folder name or Kafka key with invalid bytes (the sources replaced them with U+FFFD)
+            (_not_utf8(F.col("broker")), "broker name is not valid UTF-8"),
             (F.col("broker").isNull() | (F.col("broker") == ""), "no broker: not in a broker folder or envelope"),
             (~is_line, "not a stats.log line"),
             (F.col("ts_text").isNull(), "missing timestamp prefix"),
@@ -369,13 +371,15 @@ def silver_send_failures(parsed: DataFrame) -> DataFrame:
 
 
 def quarantine_rows(source: str) -> Transform:
-    """Rejected rows of a parse, in the shape of the ``quarantine`` table (``source`` is the input's name)."""
+    """Rejected rows of a parse, in the shape of the ``quarantine`` table (``source`` is the input's name;
+    ``raw`` and ``raw_bytes`` as the source gave them)."""
 
     def transform(parsed: DataFrame) -> DataFrame:
         rejected = parsed.where(F.col("reject_reason").isNotNull())
         return rejected.select(
             F.lit(source).alias("source"),
             F.col("raw"),
+            F.col("raw_bytes"),
             F.col("reject_reason").alias("reason"),
             F.col("origin"),
             F.col("ingested_at"),

@@ -1,6 +1,6 @@
 """Data quality: GX suites as the one rule set, Spark predicates derived from them, GX validation per micro-batch,
-reconciliation (pipelines/quality.py) and Data Docs built from the stored GX results (pipelines/data_docs.py). One GX
-context is shared by the whole module."""
+reconciliation (pipelines/quality/) and Data Docs built from the stored GX results (pipelines/quality/data_docs.py). One
+GX context is shared by the whole module."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.quality import data_docs, gate as quality
+from pipelines.io import tables
+from pipelines.quality import cli, data_docs, gate, rules, suites, validation
 from pipelines import governor, schemas
 from pipelines.config import GovernorConfig, QualityConfig, parse_config
 from pipelines.io.lake import open_lake
@@ -26,29 +27,29 @@ INF, NAN = float("inf"), float("nan")
 
 def _unexpected_by_expectation(df, suite):
     """Per expectation name, how many rows fail the derived Spark predicate (each expectation on its own)."""
-    aggs = [F.count_if(~quality.row_condition(e)).alias(str(i)) for i, e in enumerate(suite.expectations)]
+    aggs = [F.count_if(~rules.row_condition(e)).alias(str(i)) for i, e in enumerate(suite.expectations)]
     row = df.agg(*aggs).first()
-    return {quality.expectation_name(e): row[str(i)] for i, e in enumerate(suite.expectations)}
+    return {rules.expectation_name(e): row[str(i)] for i, e in enumerate(suite.expectations)}
 
 
 def _gx_unexpected(result):
-    return {quality.expectation_name_from_result(r): r.result.get("unexpected_count", 0) for r in result.results}
+    return {validation.expectation_name_from_result(r): r.result.get("unexpected_count", 0) for r in result.results}
 
 
 def test_every_expectation_of_every_suite_has_a_row_predicate(spark):
-    for table, factory in quality.SUITES.items():
+    for table, factory in suites.SUITES.items():
         suite = factory()
         assert suite.expectations, table
         for expectation in suite.expectations:
-            quality.row_condition(expectation)  # raises UnsupportedExpectation otherwise
-        names = [quality.expectation_name(e) for e in suite.expectations]
+            rules.row_condition(expectation)  # raises UnsupportedExpectation otherwise
+        names = [rules.expectation_name(e) for e in suite.expectations]
         assert len(names) == len(set(names)), f"{table}: expectation names must be unique (they are the reasons)"
 
 
 @pytest.mark.parametrize("engine", ["pandas", "spark"])
 def test_gold_limits_suite_predicates_agree_with_gx(spark, engine):
     """Both GX engines agree with the Spark predicates, NaN included (Spark's NaN is a value above +inf)."""
-    validator = quality.shared_validator(pandas_max_rows=100 if engine == "pandas" else 0)
+    validator = validation.shared_validator(pandas_max_rows=100 if engine == "pandas" else 0)
     t = dt.datetime(2026, 11, 22, 10, 0)
     later, earlier = t + dt.timedelta(minutes=10), t - dt.timedelta(minutes=1)
     rows = [  # decided_at, window_end, type, resource, limit, burst, prev, action, mode, expires_at, reason, version
@@ -64,7 +65,7 @@ def test_gold_limits_suite_predicates_agree_with_gx(spark, engine):
         (t, t, "topic", "t-noexp", 5.0, 5, None, "set", "enforce", None, "no expiry", 1),
     ]
     df = spark.createDataFrame(rows, schemas.GOLD_LIMITS)
-    suite = quality.gold_limits_suite()
+    suite = suites.gold_limits_suite()
     derived = _unexpected_by_expectation(df, suite)
     assert derived["expect_column_values_to_be_between(limit_qps)"] == 4  # 0, inf, NaN, -1
     assert derived["expect_column_pair_values_a_to_be_greater_than_b(expires_at,decided_at)"] == 1
@@ -73,14 +74,33 @@ def test_gold_limits_suite_predicates_agree_with_gx(spark, engine):
     assert derived["expect_column_values_to_be_in_set(action)"] == 1
     assert derived["expect_column_values_to_not_be_null(expires_at)"] == 1
     assert validator.engine(df.count()) == engine
-    result = validator.validate(quality.GOLD_LIMITS, df)
+    result = validator.validate(tables.GOLD_LIMITS, df)
     assert not result.success
     assert _gx_unexpected(result) == derived
     # the first failing expectation is the row's reason; the good row has none
-    reasons = {r["resource"]: r["reason"] for r in df.select("resource", quality.failed_expectation(suite).alias("reason")).collect()}
+    reasons = {r["resource"]: r["reason"] for r in df.select("resource", rules.failed_expectation(suite).alias("reason")).collect()}
     assert reasons["g-ok"] is None
     assert reasons["t-inf"] == "expectation failed: expect_column_values_to_be_between(limit_qps)"
     assert reasons["t-exp"] == "expectation failed: expect_column_pair_values_a_to_be_greater_than_b(expires_at,decided_at)"
+
+
+def test_check_limits_splits_decisions_and_quarantines_the_refused(spark, tmp_path):
+    """The gold query's check: decisions failing the gold/limits suite become quarantine rows that the lake accepts
+    (raw = the decision as JSON, raw_bytes null), the others pass unchanged."""
+    t = dt.datetime(2026, 11, 22, 10, 0)
+    later = t + dt.timedelta(minutes=10)
+    rows = [(t, t, "group", "g-ok", 30.0, 30, None, "set", "enforce", later, "ok", 1),
+            (t, t, "topic", "t-inf", INF, 1, None, "set", "advisory", later, "inf", 1)]
+    lake = open_lake(spark, str(tmp_path / "lake"), "delta-rs")
+    accepted, refused = gate.QualityGate(GovernorConfig(), lake).check_limits(
+        spark.createDataFrame(rows, schemas.GOLD_LIMITS), origin="gold:7", at=t)
+    assert [r["resource"] for r in accepted.collect()] == ["g-ok"]
+    assert accepted.columns == schemas.GOLD_LIMITS.names
+    assert lake.append(refused, tables.QUARANTINE, app_id="test", version=7) == 1
+    row = lake.read(tables.QUARANTINE).first()
+    assert (row["source"], row["origin"], row["ingested_at"]) == (tables.GOLD_LIMITS, "gold:7", t)
+    assert row["reason"] == "expectation failed: expect_column_values_to_be_between(limit_qps)"
+    assert json.loads(row["raw"])["resource"] == "t-inf" and row["raw_bytes"] is None
 
 
 def _line(key, detail, stat="TOPIC_PUT_NUMS", at="2022-02-08 18:00:00"):
@@ -129,7 +149,7 @@ def test_expectation_failures_go_to_quarantine_with_the_expectation_name(ingeste
 
 @pytest.mark.slow
 def test_gx_results_per_batch_match_the_row_level_enforcement(ingested):
-    results = ingested["lake"].read(quality.VALIDATION_RESULTS)
+    results = ingested["lake"].read(tables.QUALITY_VALIDATION_RESULTS)
     rows = {(r["batch_id"], r["suite"], r["expectation"]): r for r in results.collect()}
     avgpt0 = rows[(0, "silver/broker_stats", "expect_column_values_to_be_between(avgpt)")]
     assert (avgpt0["success"], avgpt0["unexpected_count"]) == (False, 1)
@@ -138,13 +158,13 @@ def test_gx_results_per_batch_match_the_row_level_enforcement(ingested):
     assert rows[(0, "silver/send_failures", "expect_column_values_to_not_be_null(topic)")]["success"]
     assert rows[(1, "silver/broker_stats", "expect_column_values_to_be_between(avgpt)")]["unexpected_count"] == 1
     # quarantined by an expectation in the reconciliation == GX's unexpected counts of that batch
-    rec = {(r["batch_id"], r["source"]): r for r in ingested["lake"].read(quality.RECONCILIATION).collect()}
+    rec = {(r["batch_id"], r["source"]): r for r in ingested["lake"].read(tables.QUALITY_RECONCILIATION).collect()}
     assert rec[(0, "broker_stats")]["expectation_rows"] == 2
 
 
 @pytest.mark.slow
 def test_reconciliation_balances_and_counts_late_rows(ingested):
-    rec = {(r["batch_id"], r["source"]): r for r in ingested["lake"].read(quality.RECONCILIATION).collect()}
+    rec = {(r["batch_id"], r["source"]): r for r in ingested["lake"].read(tables.QUALITY_RECONCILIATION).collect()}
     b0, f0, b1 = rec[(0, "broker_stats")], rec[(0, "send_failures")], rec[(1, "broker_stats")]
     assert (b0["records_read"], b0["silver_rows"], b0["late_rows"], b0["quarantine_rows"]) == (6, 2, 0, 4)
     assert (f0["records_read"], f0["silver_rows"], f0["quarantine_rows"]) == (2, 1, 1)
@@ -158,9 +178,9 @@ def test_reconciliation_balances_and_counts_late_rows(ingested):
 
 
 @pytest.mark.slow
-def test_restarted_gate_restores_the_watermark_from_the_lake(spark, ingested):
-    gate = quality.QualityGate(spark, ingested["gov"].cfg, ingested["lake"])
-    assert gate.watermark(2) == dt.datetime(2022, 2, 8, 10, 2)
+def test_restarted_gate_restores_the_watermark_from_the_lake(ingested):
+    restarted = gate.QualityGate(ingested["gov"].cfg, ingested["lake"])
+    assert restarted.watermark(2) == dt.datetime(2022, 2, 8, 10, 2)
 
 
 def _page_text(path) -> str:
@@ -171,7 +191,7 @@ def _page_text(path) -> str:
 
 def _stored_runs(lake_dir) -> pa.Table:
     """``quality/validation_runs`` read with delta-rs."""
-    return DeltaTable(str(lake_dir / quality.VALIDATION_RUNS)).to_pyarrow_table()
+    return DeltaTable(str(lake_dir / tables.QUALITY_VALIDATION_RUNS)).to_pyarrow_table()
 
 
 @pytest.mark.slow
@@ -180,7 +200,7 @@ def test_validation_runs_hold_gx_results_one_per_suite_per_validated_batch(inges
     keys = sorted((r["batch_id"], r["suite"]) for r in runs)
     # batch 1 has no send failures: nothing to validate for that suite
     assert keys == [(0, "silver/broker_stats"), (0, "silver/send_failures"), (1, "silver/broker_stats")]
-    per_expectation = ingested["lake"].read(quality.VALIDATION_RESULTS).collect()
+    per_expectation = ingested["lake"].read(tables.QUALITY_VALIDATION_RESULTS).collect()
     assert sorted({(r["batch_id"], r["suite"]) for r in per_expectation}) == keys
     for run in runs:
         result = data_docs.load_result(run["result_json"])  # GX's own result, rebuilt
@@ -188,7 +208,7 @@ def test_validation_runs_hold_gx_results_one_per_suite_per_validated_batch(inges
         assert result.meta["run_id"]["run_name"] == f"batch-{run['batch_id']}"
         assert result.success == run["success"]
         # the same numbers as the flattened per-expectation rows of that batch
-        unexpected = {quality.expectation_name_from_result(r): r.result.get("unexpected_count") for r in result.results}
+        unexpected = {validation.expectation_name_from_result(r): r.result.get("unexpected_count") for r in result.results}
         flat = {r["expectation"]: r["unexpected_count"] for r in per_expectation
                 if (r["batch_id"], r["suite"]) == (run["batch_id"], run["suite"])}
         assert unexpected == flat
@@ -237,24 +257,24 @@ def test_data_docs_render_the_stored_results_without_validating_again(ingested, 
                     r["result"]["partial_unexpected_counts"] = [{"value": 4242.4242, "count": 1}]
             run["result_json"] = json.dumps(result)
     lake = tmp_path / "lake"
-    write_deltalake(str(lake / quality.VALIDATION_RUNS), pa.Table.from_pylist(runs, schema=stored.schema))
+    write_deltalake(str(lake / tables.QUALITY_VALIDATION_RUNS), pa.Table.from_pylist(runs, schema=stored.schema))
 
     def forbidden(*args, **kwargs):
         raise AssertionError("building Data Docs must not start Spark or validate")
 
     monkeypatch.setattr(SparkSession.Builder, "getOrCreate", forbidden)
-    monkeypatch.setattr(quality.Validator, "validate", forbidden)
-    assert quality.main(["docs", "--lake", str(lake)]) == 0
+    monkeypatch.setattr(validation.Validator, "validate", forbidden)
+    assert cli.main(["docs", "--lake", str(lake)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"Data Docs: {lake / 'quality' / 'data_docs' / 'index.html'}"
     page = next((lake / "quality" / "data_docs" / "validations").rglob("silver_broker_stats-batch-1.html"))
     assert "4242.4242" in _page_text(page)
 
 
 def test_docs_command_without_stored_results_is_one_line_on_stderr(tmp_path, capsys):
-    assert quality.main(["docs", "--lake", str(tmp_path / "missing")]) == 2
+    assert cli.main(["docs", "--lake", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "lake directory not found" in err
-    assert quality.main(["docs", "--lake", str(tmp_path)]) == 2
+    assert cli.main(["docs", "--lake", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no stored validation results" in err
 

@@ -174,3 +174,16 @@ def test_bad_send_failures_are_quarantined(spark, line, reason):
     got = failures(spark, [line]).transform(parse.quarantine_rows("send_failures"))
     assert [r["reason"] for r in got.collect()] == [reason]
     assert got.first()["source"] == "send_failures"
+
+
+def test_broker_hint_with_replaced_bytes_is_quarantined(spark):
+    """A folder name or Kafka key whose invalid bytes the source replaced with U+FFFD is no broker name."""
+    line = stats_line("2022-02-08 15:40:00", "TOPIC_PUT_NUMS", "orders", "SUM: 60 TPS: 1.00 AVGPT: 1.00")
+    assert reasons(spark, [line], broker_hint="broker-\ufffd") == ["broker name is not valid UTF-8"]
+
+
+def test_quarantine_rows_keep_the_raw_bytes(spark):
+    raw = raw_records(spark, "broker_stats", ["junk"])
+    got = raw.transform(parse.parse_broker_stats(StatsConfig())).transform(parse.quarantine_rows("broker_stats"))
+    assert got.schema.names == schemas.QUARANTINE.names
+    assert [(r["raw"], bytes(r["raw_bytes"])) for r in got.collect()] == [("junk", b"junk")]

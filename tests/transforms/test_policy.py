@@ -202,3 +202,30 @@ def test_decide_with_only_state_rows_and_null_times(spark):
                                   schemas.POLICY_STATE).drop("batch_id")
     out = policy_fold.decide(cands, saved, end(1), L, 60).collect()
     assert [(r["row_kind"], r["last_change_end"]) for r in out] == [("state", None)]
+
+
+def test_versions_come_from_event_time_so_they_grow_across_lakes_and_restarts(spark):
+    """The same window decided by two governors (a new lake, another processing time) has the same version; a
+    later window has a higher one; a window's final decision outranks its preliminary one."""
+    def version(window_end, basis, now):
+        rows = spark.createDataFrame(
+            [("decision", "group", "g", window_end, None, None, None, None, 79.5, None, "set", "enforce", "r", 1,
+              None, None, None, None)], schemas.POLICY_FOLD)
+        return policy.finish_decisions(rows, L, now, basis).first()
+
+    first_lake = version(end(1), policy.BASIS_FINAL, dt.datetime(2026, 11, 22, 10, 0))
+    new_lake = version(end(1), policy.BASIS_FINAL, dt.datetime(2026, 11, 23, 9, 0))  # version counter restarted
+    assert first_lake["version"] == new_lake["version"] == int(end(1).replace(tzinfo=dt.timezone.utc).timestamp()) * 10 + 5
+    assert version(end(2), policy.BASIS_PRELIMINARY, dt.datetime(2026, 11, 22))["version"] > first_lake["version"]
+    prelim = version(end(1), policy.BASIS_PRELIMINARY, dt.datetime(2026, 11, 22))
+    assert prelim["version"] < first_lake["version"]
+    assert (prelim["basis"], first_lake["basis"]) == ("preliminary", "final")
+    assert prelim["reason"] == "[preliminary] r" and first_lake["reason"] == "[final] r"
+
+
+def test_fast_fold_does_not_recover_and_an_older_window_does_not_move_the_last_candidate_back():
+    state = policy.ResourceState("group", "g")
+    decisions, after = policy.fold_resource(state, [cand(5, 79.0)], end(20), L, 60, recover_windows=False)
+    assert [d.action for d in decisions] == ["set"] and after.limit_qps == 79.0   # no relax/lift on open windows
+    _, older = policy.fold_resource(after, [cand(3, 79.0)], end(5), L, 60)
+    assert older.last_candidate_end == end(5)

@@ -1,0 +1,26 @@
+"""The names of the lake's Delta tables: their paths under the lake root (docs/contracts.md §2).
+
+Plain constants with no Spark import, so that Spark-free code (the Data Docs builder, the control plane's tools)
+can name a table too. The registry of schemas and time columns is :data:`pipelines.io.lake.TABLES`, keyed by these.
+"""
+
+from __future__ import annotations
+
+BRONZE_BROKER_STATS = "bronze/broker_stats"
+BRONZE_SEND_FAILURES = "bronze/send_failures"
+SILVER_BROKER_STATS = "silver/broker_stats"
+SILVER_SEND_FAILURES = "silver/send_failures"
+QUARANTINE = "quarantine"
+GOLD_TOPIC_TPS = "gold/topic_tps"
+GOLD_GROUP_TPS = "gold/group_tps"
+GOLD_BROKER_TPS = "gold/broker_tps"
+GOLD_ANOMALIES = "gold/anomalies"
+GOLD_LIMITS = "gold/limits"
+STATE_POLICY = "state/policy"
+BACKTEST_RESULTS = "backtest/results"
+#: Data quality (:mod:`pipelines.quality`): one row per expectation per GX validation of a micro-batch.
+QUALITY_VALIDATION_RESULTS = "quality/validation_results"
+#: Data quality: GX's whole result per suite validation (what the Data Docs render).
+QUALITY_VALIDATION_RUNS = "quality/validation_runs"
+#: Data quality: per ingest micro-batch and input, records read = silver + late + quarantine rows.
+QUALITY_RECONCILIATION = "quality/reconciliation"

@@ -1,0 +1,106 @@
+"""The data-quality rule set: one Great Expectations 1.x suite per checked table, the single source of truth.
+
+:data:`SUITES` maps a table name (:mod:`pipelines.io.tables`) to a factory of its suite: ``silver/broker_stats``,
+``silver/send_failures`` and ``gold/limits``. The same suites are enforced row by row as Spark conditions
+(:mod:`pipelines.quality.rules`) and validated by GX (:mod:`pipelines.quality.validation`). The allowed values come
+from :mod:`pipelines.rocketmq` (stat names, periods, name pattern and lengths of RocketMQ's ``TopicValidator``,
+failure classes) and docs/contracts.md §2 (the limit decisions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pipelines import rocketmq as rmq
+from pipelines.io import tables
+
+#: ``failure_class`` values of ``silver/send_failures``: the classes of the message patterns and of code 14.
+FAILURE_CLASSES = sorted({*rmq.FAILURE_CLASSES, "SERVICE_NOT_AVAILABLE"})
+
+
+def _gxe():
+    import great_expectations.expectations as gxe
+
+    return gxe
+
+
+def silver_broker_stats_suite():
+    """Expectations every ``silver/broker_stats`` row must meet."""
+    import great_expectations as gx
+
+    gxe = _gxe()
+    return gx.ExpectationSuite(
+        name="silver_broker_stats",
+        expectations=[
+            gxe.ExpectColumnValuesToNotBeNull(column="event_time"),
+            gxe.ExpectColumnValuesToNotBeNull(column="broker"),
+            gxe.ExpectColumnValuesToBeInSet(column="stat_name", value_set=sorted(rmq.STAT_KEY_SHAPES)),
+            gxe.ExpectColumnValuesToBeInSet(column="period", value_set=sorted(set(rmq.PERIODS.values()))),
+            gxe.ExpectColumnValuesToBeBetween(column="sum", min_value=0),
+            gxe.ExpectColumnValuesToBeBetween(column="tps", min_value=0, max_value=1e9),
+            gxe.ExpectColumnValuesToBeBetween(column="avgpt", min_value=0, max_value=1e12),
+            gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0),
+            gxe.ExpectColumnValuesToBeBetween(column="queue_id", min_value=0),
+            gxe.ExpectColumnValuesToMatchRegex(column="topic", regex=rmq.NAME_PATTERN),
+            gxe.ExpectColumnValueLengthsToBeBetween(column="topic", min_value=1, max_value=rmq.TOPIC_MAX_LENGTH),
+            gxe.ExpectColumnValuesToMatchRegex(column="consumer_group", regex=rmq.NAME_PATTERN),
+            gxe.ExpectColumnValueLengthsToBeBetween(
+                column="consumer_group", min_value=1, max_value=rmq.GROUP_MAX_LENGTH
+            ),
+        ],
+    )
+
+
+def silver_send_failures_suite():
+    """Expectations every ``silver/send_failures`` row must meet."""
+    import great_expectations as gx
+
+    gxe = _gxe()
+    return gx.ExpectationSuite(
+        name="silver_send_failures",
+        expectations=[
+            gxe.ExpectColumnValuesToNotBeNull(column="event_time"),
+            gxe.ExpectColumnValuesToNotBeNull(column="topic"),
+            gxe.ExpectColumnValuesToMatchRegex(column="topic", regex=rmq.NAME_PATTERN),
+            gxe.ExpectColumnValueLengthsToBeBetween(column="topic", min_value=1, max_value=rmq.TOPIC_MAX_LENGTH),
+            gxe.ExpectColumnValuesToNotBeNull(column="failure_class"),
+            gxe.ExpectColumnValuesToBeInSet(column="failure_class", value_set=FAILURE_CLASSES),
+            gxe.ExpectColumnValuesToBeBetween(column="latency_ms", min_value=0, max_value=1e9),
+        ],
+    )
+
+
+def gold_limits_suite():
+    """Expectations every ``gold/limits`` decision must meet (docs/contracts.md §2)."""
+    import great_expectations as gx
+
+    gxe = _gxe()
+    return gx.ExpectationSuite(
+        name="gold_limits",
+        expectations=[
+            gxe.ExpectColumnValuesToNotBeNull(column="limit_qps"),
+            # strictly positive and finite: +inf and NaN are above any finite max_value
+            gxe.ExpectColumnValuesToBeBetween(column="limit_qps", min_value=0, max_value=1e12, strict_min=True),
+            gxe.ExpectColumnValuesToNotBeNull(column="decided_at"),
+            gxe.ExpectColumnValuesToNotBeNull(column="expires_at"),
+            # a row missing either time is the not-null expectations' business (and GX's engines disagree on it
+            # by default: Spark skips the row, pandas counts it), so both engines and the row predicate skip it
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+                column_A="expires_at", column_B="decided_at", ignore_row_if="either_value_is_missing"
+            ),
+            gxe.ExpectColumnValuesToBeInSet(column="resource_type", value_set=["topic", "group"]),
+            gxe.ExpectColumnValuesToBeInSet(column="mode", value_set=["enforce", "advisory"]),
+            gxe.ExpectColumnValuesToBeInSet(column="action", value_set=["set", "relax", "lift"]),
+            gxe.ExpectColumnValuesToBeInSet(column="basis", value_set=["preliminary", "final"]),
+            gxe.ExpectColumnValuesToNotBeNull(column="resource"),
+        ],
+    )
+
+
+#: table → suite factory (a fresh suite object per call: GX binds suites to one context).
+SUITES: dict[str, Callable[[], Any]] = {
+    tables.SILVER_BROKER_STATS: silver_broker_stats_suite,
+    tables.SILVER_SEND_FAILURES: silver_send_failures_suite,
+    tables.GOLD_LIMITS: gold_limits_suite,
+}
