@@ -130,6 +130,8 @@ class KafkaSinkConfig(_Section):
     enabled: bool = False
     bootstrap_servers: str = ""
     topic: str = "rate-governor-limits"
+    #: Replication factor when the sink creates the (compacted, one-partition) topic.
+    replication_factor: int = Field(default=1, ge=1)
     options: dict[str, str | int | bool] = Field(default_factory=dict)
 
 
