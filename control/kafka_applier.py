@@ -106,7 +106,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key-file", help="file with the signing key (when the variable is unset)")
     parser.add_argument("--default-qps", type=float, help="limit of resources without a record (default: none)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         key = load_signing_key(args.key_env, args.key_file)
     except SigningKeyError as exc:
@@ -121,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # kafka-python's NoBrokersAvailable, LookupError: one line, exit != 0
         print(f"{parser.prog}: {exc}", file=sys.stderr)
         return 1
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     try:
         consumer.run(stop)

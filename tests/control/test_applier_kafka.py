@@ -104,3 +104,12 @@ def test_control_modules_never_import_pyspark():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("False"), done.stdout
+
+
+def test_kafka_applier_cli_fails_with_one_line():
+    run = [sys.executable, "-m", "control.kafka_applier", "--bootstrap-servers", "127.0.0.1:1"]
+    no_key = subprocess.run(run + ["--key-env", "RATE_GOVERNOR_TEST_UNSET"], capture_output=True, text=True, timeout=60)
+    assert no_key.returncode == 2 and no_key.stderr.strip() == (
+        "python -m control.kafka_applier: no signing key (set $RATE_GOVERNOR_TEST_UNSET or --key-file)")
+    no_broker = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert no_broker.returncode == 1 and no_broker.stderr.strip() == "python -m control.kafka_applier: NoBrokersAvailable"
