@@ -72,7 +72,8 @@ class KafkaLimitsSink:
         options = {k: v for k, v in self.cfg.options.items() if k.startswith(("security_", "sasl_", "ssl_"))}
         admin = admin_factory(bootstrap_servers=self.cfg.bootstrap_servers.split(","), **options)
         try:
-            admin.create_topics([new_topic(name=self.topic, num_partitions=1, replication_factor=self.cfg.replication_factor,
+            admin.create_topics([new_topic(name=self.topic, num_partitions=1,
+                                           replication_factor=self.cfg.replication_factor,
                                            topic_configs={"cleanup.policy": "compact"})])
         except TopicAlreadyExistsError:
             pass

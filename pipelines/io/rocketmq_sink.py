@@ -194,7 +194,8 @@ class RocketMQAdminSink:
                              "pushing again next micro-batch", addr, resource)
             elif abs(rate - want) > RATE_TOLERANCE:
                 off_target.add(resource)
-                log.warning("rocketmq sink: %s reads %s at %s qps after the push, wanted %s", addr, resource, rate, want)
+                log.warning("rocketmq sink: %s reads %s at %s qps after the push, wanted %s",
+                            addr, resource, rate, want)
         return accepted, off_target
 
     def _own(self, resources: set[str], replace: bool = False) -> None:

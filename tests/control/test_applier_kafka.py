@@ -112,4 +112,5 @@ def test_kafka_applier_cli_fails_with_one_line():
     assert no_key.returncode == 2 and no_key.stderr.strip() == (
         "python -m control.kafka_applier: no signing key (set $RATE_GOVERNOR_TEST_UNSET or --key-file)")
     no_broker = subprocess.run(run, capture_output=True, text=True, timeout=60)
-    assert no_broker.returncode == 1 and no_broker.stderr.strip() == "python -m control.kafka_applier: NoBrokersAvailable"
+    assert no_broker.returncode == 1
+    assert no_broker.stderr.strip() == "python -m control.kafka_applier: NoBrokersAvailable"
