@@ -137,11 +137,36 @@ class KafkaSinkConfig(_Section):
     enabled: bool = False
     bootstrap_servers: str = ""
     topic: str = "rate-governor-limits"
+    #: Replication factor when the sink creates the (compacted, one-partition) topic.
+    replication_factor: int = Field(default=1, ge=1)
     options: dict[str, str | int | bool] = Field(default_factory=dict)
+
+
+class RocketMQSinkConfig(_Section):
+    """RocketMQ admin write-back (pipelines/io/rocketmq_sink.py): limits pushed to the master brokers of a Sohu
+    RocketMQ cluster with MQCloud's rate-limit requests. ``default_topic_qps`` / ``default_retry_qps`` must equal the
+    brokers' ``sendMsgRateLimitQps`` / ``sendRetryMsgRateLimitQps`` (BrokerConfig defaults 2000 / 100): a lifted or
+    expired limit is set back to them."""
+
+    enabled: bool = False
+    namesrv_addr: tuple[str, ...] = ()
+    cluster: str = ""
+    request_codes: Literal["9003/9002", "330/329"] = "9003/9002"
+    timeout_ms: int = Field(default=3000, gt=0)
+    default_topic_qps: float = Field(default=2000.0, gt=0)
+    default_retry_qps: float = Field(default=100.0, gt=0)
+    ledger_file: str = ""
+
+    @model_validator(mode="after")
+    def _namesrv_when_enabled(self) -> "RocketMQSinkConfig":
+        if self.enabled and not self.namesrv_addr:
+            raise ValueError("sink.rocketmq.namesrv_addr must list at least one name server when enabled")
+        return self
 
 
 class SinkConfig(_Section):
     kafka: KafkaSinkConfig = KafkaSinkConfig()
+    rocketmq: RocketMQSinkConfig = RocketMQSinkConfig()
 
 
 class SparkConfig(_Section):

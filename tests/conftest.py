@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from tests.kafka_broker import tansu  # noqa: F401  (session fixture: a real Kafka-protocol broker)
+
 os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
 #: Tests sign control records with this throw-away key (enforce mode needs one).
 TEST_SIGNING_KEY = "test-signing-key-not-a-secret"

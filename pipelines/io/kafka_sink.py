@@ -5,7 +5,8 @@ Compacted topic, key ``<resource_type>:<resource>`` (UTF-8), value the control r
 tombstone (null value) when a limit leaves the current set (lifted or expired). Only records whose version changed
 since the previous set are sent, so republishing the same set sends nothing; a replay after a crash re-sends the
 same versions, which brokers accept idempotently (same version, same record). The producer uses ``acks="all"`` and
-kafka-python's idempotent producer; security settings (SASL/SSL) come from ``[sink.kafka] options``.
+kafka-python's idempotent producer; ``[sink.kafka] options`` override these and add security settings (SASL/SSL).
+Before the first send the topic is created compacted (``cleanup.policy=compact``) if it does not exist.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from pipelines.config import KafkaSinkConfig
 from control.record import record_key
 
 ProducerFactory = Callable[..., Any]
+#: Seconds to wait for the broker's acknowledgement of each record after ``flush``.
+SEND_TIMEOUT_S = 30.0
+#: Producer settings the sink starts from; ``[sink.kafka] options`` override them.
+PRODUCER_DEFAULTS: dict[str, Any] = {"acks": "all", "enable_idempotence": True}
 
 
 def changes(previous: list[Mapping[str, Any]], current: list[Mapping[str, Any]]) -> list[tuple[str, dict | None]]:
@@ -35,32 +40,61 @@ class KafkaLimitsSink:
 
     name = "kafka"
 
-    def __init__(self, cfg: KafkaSinkConfig, producer_factory: ProducerFactory | None = None) -> None:
+    def __init__(self, cfg: KafkaSinkConfig, producer_factory: ProducerFactory | None = None,
+                 admin_factory: ProducerFactory | None = None) -> None:
         if producer_factory is None:
             from kafka import KafkaProducer
 
             producer_factory = KafkaProducer
         self.topic = cfg.topic
+        self.cfg = cfg
+        self.admin_factory = admin_factory
+        self.topic_ready = False
         self.producer = producer_factory(
             bootstrap_servers=cfg.bootstrap_servers.split(","),
-            acks="all",
-            enable_idempotence=True,
             key_serializer=lambda key: key.encode("utf-8"),
             value_serializer=lambda value: None if value is None else json.dumps(value, sort_keys=True).encode("utf-8"),
-            **dict(cfg.options),
+            **{**PRODUCER_DEFAULTS, **dict(cfg.options)},
         )
+
+    def ensure_topic(self) -> None:
+        """Create the topic compacted, one partition (one ordered log of decisions), unless it exists. Uses
+        ``create_topics`` only: kafka-python's ``list_topics`` is not needed (and fails on some brokers)."""
+        from kafka.errors import TopicAlreadyExistsError
+
+        if self.admin_factory is None:
+            from kafka import KafkaAdminClient
+            from kafka.admin import NewTopic
+
+            admin_factory, new_topic = KafkaAdminClient, NewTopic
+        else:
+            admin_factory, new_topic = self.admin_factory, dict
+        options = {k: v for k, v in self.cfg.options.items() if k.startswith(("security_", "sasl_", "ssl_"))}
+        admin = admin_factory(bootstrap_servers=self.cfg.bootstrap_servers.split(","), **options)
+        try:
+            admin.create_topics([new_topic(name=self.topic, num_partitions=1,
+                                           replication_factor=self.cfg.replication_factor,
+                                           topic_configs={"cleanup.policy": "compact"})])
+        except TopicAlreadyExistsError:
+            pass
+        finally:
+            admin.close()
+        self.topic_ready = True
 
     def publish(self, previous: list[Mapping[str, Any]], current: list[Mapping[str, Any]]) -> int:
         """Send the changes from ``previous`` to ``current`` and wait for the broker's acknowledgement.
 
-        Returns the number of messages sent. Raises kafka-python's errors when the cluster refuses them.
+        Returns the number of messages sent. Raises kafka-python's errors when the cluster refuses them (each send's
+        result is checked after the flush).
         """
-        sent = 0
-        for key, record in changes(previous, current):
-            self.producer.send(self.topic, key=key, value=record)
-            sent += 1
+        sends = changes(previous, current)
+        if sends and not self.topic_ready:
+            self.ensure_topic()
+        futures = [self.producer.send(self.topic, key=key, value=record) for key, record in sends]
         self.producer.flush()
-        return sent
+        for future in futures:
+            future.get(timeout=SEND_TIMEOUT_S)
+        return len(futures)
 
     def close(self) -> None:
         self.producer.close()

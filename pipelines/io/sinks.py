@@ -32,4 +32,8 @@ def build_sinks(cfg: GovernorConfig) -> list[LimitsSink]:
         from pipelines.io.kafka_sink import KafkaLimitsSink
 
         sinks.append(KafkaLimitsSink(cfg.sink.kafka))
+    if cfg.sink.rocketmq.enabled:
+        from pipelines.io.rocketmq_sink import RocketMQAdminSink
+
+        sinks.append(RocketMQAdminSink(cfg.sink.rocketmq, cfg.lake.path))
     return sinks

@@ -8,6 +8,28 @@ from pipelines.config import KafkaSinkConfig
 from pipelines.io.kafka_sink import KafkaLimitsSink, changes
 
 
+class DoneFuture:
+    """kafka-python's FutureRecordMetadata, already acknowledged."""
+
+    def get(self, timeout=None):
+        return None
+
+
+class RecordingAdmin:
+    """Stands in for kafka.KafkaAdminClient: records the topics it was asked to create."""
+
+    created: list = []
+
+    def __init__(self, **config):
+        self.config = config
+
+    def create_topics(self, topics):
+        RecordingAdmin.created.extend(topics)
+
+    def close(self):
+        pass
+
+
 class RecordingProducer:
     """Stands in for kafka.KafkaProducer: records the config and every (topic, key, value) after serialisation."""
 
@@ -18,6 +40,7 @@ class RecordingProducer:
 
     def send(self, topic, key=None, value=None):
         self.sent.append((topic, self.config["key_serializer"](key), self.config["value_serializer"](value)))
+        return DoneFuture()
 
     def flush(self):
         self.flushed += 1
@@ -32,7 +55,7 @@ def record(resource, version, qps=40.0, rtype="group"):
 
 def sink(**options):
     cfg = KafkaSinkConfig(enabled=True, bootstrap_servers="k1:9093,k2:9093", topic="limits", options=options)
-    return KafkaLimitsSink(cfg, producer_factory=RecordingProducer)
+    return KafkaLimitsSink(cfg, producer_factory=RecordingProducer, admin_factory=RecordingAdmin)
 
 
 def test_changes_sends_new_versions_and_tombstones_only():
@@ -52,6 +75,8 @@ def test_publish_keys_json_values_tombstone_and_flush():
     assert json.loads(values[0])["limit_qps"] == 40.0 and json.loads(values[1])["version"] == 2
     assert values[2] is None  # tombstone on lift: compaction removes the key
     assert s.producer.flushed == 3
+    assert RecordingAdmin.created[-1] == {"name": "limits", "num_partitions": 1, "replication_factor": 1,
+                                          "topic_configs": {"cleanup.policy": "compact"}}
 
 
 def test_republishing_the_same_set_is_idempotent():
@@ -65,6 +90,7 @@ def test_producer_settings_and_security_passthrough():
     c = s.producer.config
     assert c["bootstrap_servers"] == ["k1:9093", "k2:9093"]
     assert c["acks"] == "all" and c["enable_idempotence"] is True
+    assert sink(enable_idempotence=False).producer.config["enable_idempotence"] is False  # options override
     assert (c["security_protocol"], c["sasl_mechanism"], c["sasl_plain_username"]) == ("SASL_SSL", "SCRAM-SHA-512", "governor")
 
 
