@@ -26,7 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipelines import governor  # noqa: E402
-from pipelines.sim import simulate  # noqa: E402
+from pipelines.sim.failures import build_send_failures  # noqa: E402
+from pipelines.sim.render import render_stats_lines  # noqa: E402
+from pipelines.sim.spec import ScenarioSpec  # noqa: E402
+from pipelines.sim.traffic import build_traffic  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
 
@@ -34,11 +37,11 @@ CULPRIT = "get-pugc-to-ai-consumer"
 LINE_LAG_SECONDS = 60  # a minute line is printed at the end of the minute it covers (pipelines/tps.py)
 
 
-def minute_files(spec: simulate.ScenarioSpec) -> list[list[tuple[str, str]]]:
+def minute_files(spec: ScenarioSpec) -> list[list[tuple[str, str]]]:
     """Per simulated minute: (relative path, text) of the files that land at that minute."""
-    traffic = simulate.build_traffic(spec)
-    lines = simulate.render_stats_lines(spec, traffic)
-    failures = simulate.build_send_failures(spec, traffic)
+    traffic = build_traffic(spec)
+    lines = render_stats_lines(spec, traffic)
+    failures = build_send_failures(spec, traffic)
     per_minute: dict[int, list[tuple[str, str]]] = {}
     for broker, group in lines.groupby("broker", observed=True):
         stamps = group["line"].str.slice(0, 16)
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     minutes = args.steady_minutes + args.storm_minutes
     start = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=minutes + 5)).replace(second=0, microsecond=0)
-    spec = simulate.ScenarioSpec(seed=7, start=start, minutes=minutes, brokers=2, topics=8, groups=4,
+    spec = ScenarioSpec(seed=7, start=start, minutes=minutes, brokers=2, topics=8, groups=4,
                                  onset_minute=args.steady_minutes)
     per_minute = minute_files(spec)
     work = Path(tempfile.mkdtemp(prefix="rg-latency-"))

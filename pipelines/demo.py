@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from pipelines import governor, query
-from pipelines.sim import simulate
+from pipelines.sim.render import render_landing
+from pipelines.sim.spec import ScenarioSpec
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, load_config
 
@@ -116,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run_dir = Path("scratch") / f"run-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
         landing, lake = run_dir / "landing", Path(args.lake) if args.lake else run_dir / "lake"
-        spec = simulate.ScenarioSpec(seed=args.seed, minutes=args.minutes)
-        written = simulate.render_landing(spec, landing)
+        spec = ScenarioSpec(seed=args.seed, minutes=args.minutes)
+        written = render_landing(spec, landing)
         print(
             f"generated scenario retry_storm (seed {args.seed}): {written['stats_lines']} stats lines, "
             f"{written['failure_lines']} send failures in {landing}; incident: {written['culprit_group']} "

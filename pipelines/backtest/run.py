@@ -6,7 +6,7 @@ Usage::
                                  [--onset N] [--brokers N] [--topics N] [--groups N] [--strict]
     python -m pipelines.backtest --from-lake SRC --lake DIR [--conf conf/backtest.toml] [--scenario LABEL]
 
-``--scenario``: generate the scenario (:data:`pipelines.simulate.SCENARIOS`) into
+``--scenario``: generate the scenario (:data:`pipelines.sim.scenarios.SCENARIOS`) into
 ``DIR/backtest/landing-<scenario>``, run the governor's real pipeline on it (:func:`pipelines.governor.run`,
 ``--once``, tables in ``DIR``), then run the broker model (:mod:`pipelines.broker_model`) twice on the scenario's
 traffic: without limits and with the enforced limits of ``gold/limits``. ``--from-lake SRC``: replay what a governor
@@ -42,7 +42,11 @@ import pandas as pd
 from pydantic import Field
 
 from pipelines.sim import broker_model as bm
-from pipelines.sim import simulate as sim
+from pipelines import rocketmq as rmq
+from pipelines.sim.render import render_landing
+from pipelines.sim.scenarios import SCENARIOS
+from pipelines.sim.spec import Incident, ScenarioSpec
+from pipelines.sim.traffic import build_traffic
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, ConfigSection, read_toml, validate_model
 
@@ -167,15 +171,15 @@ def read_table(lake: str | Path, table: str) -> pd.DataFrame:
     return DeltaTable(path).to_pandas()
 
 
-def build_spec(name: str, overrides: dict[str, Any]) -> sim.ScenarioSpec:
+def build_spec(name: str, overrides: dict[str, Any]) -> ScenarioSpec:
     sizes = dict(SCENARIO_SIZES.get(name, {}))
     sizes.update({k: v for k, v in overrides.items() if v is not None})
     if "start" not in sizes:
         sizes["start"] = dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc)
-    return sim.ScenarioSpec(name=name, **sizes)
+    return ScenarioSpec(name=name, **sizes)
 
 
-def _truth(spec: sim.ScenarioSpec, incident: sim.Incident | None, stats: pd.DataFrame
+def _truth(spec: ScenarioSpec, incident: Incident | None, stats: pd.DataFrame
            ) -> tuple[set, set, set]:
     if incident is None:
         return set(), set(), set()
@@ -186,7 +190,7 @@ def _truth(spec: sim.ScenarioSpec, incident: sim.Incident | None, stats: pd.Data
         res = {("topic", incident.culprit_topic)}
         return res, res, {incident.culprit_broker}
     if incident.kind == "flash_sale":
-        hosts = set(stats.loc[(stats["stat_name"] == sim.TOPIC_PUT_NUMS)
+        hosts = set(stats.loc[(stats["stat_name"] == rmq.TOPIC_PUT_NUMS)
                               & (stats["stats_key"] == incident.culprit_topic), "broker"].astype(str))
         return {("topic", incident.culprit_topic)}, set(), hosts
     return set(), set(), {incident.culprit_broker} if incident.culprit_broker else set()
@@ -208,20 +212,20 @@ def _with_backtest_key(cfg, lake: Path):
     return cfg.model_copy(update={"limits": limits.model_copy(update={"signing_key_file": str(key)})})
 
 
-def generate_inputs(spark, spec: sim.ScenarioSpec, bcfg: BacktestConfig, lake: Path) -> Inputs:
+def generate_inputs(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path) -> Inputs:
     """Render the scenario's landing directory, run the governor on it (tables in ``lake``), collect the inputs."""
     from pipelines import governor
 
     if (lake / "_checkpoints").exists() or (lake / "gold").exists():
         raise BacktestError(f"lake {lake} already holds governor tables; use a fresh --lake or --from-lake {lake}")
     landing = lake / "backtest" / f"landing-{spec.name}"
-    sim.render_landing(spec, landing)
+    render_landing(spec, landing)
     gcfg = _with_backtest_key(governor_config(bcfg, str(landing), str(lake)), lake)
     t0 = time.monotonic()
     governor.run(spark, gcfg, once=True)
     took = time.monotonic() - t0
-    traffic = sim.build_traffic(spec)
-    incident: sim.Incident | None = traffic.attrs.get("incident")
+    traffic = build_traffic(spec)
+    incident: Incident | None = traffic.attrs.get("incident")
     stats = traffic.loc[traffic["period"] == "minute", ["minute_start", "broker", "stat_name", "stats_key", "sum"]]
     stats = stats.assign(broker=stats["broker"].astype(str), stat_name=stats["stat_name"].astype(str),
                          stats_key=stats["stats_key"].astype(str))
@@ -625,7 +629,7 @@ def summary_lines(outcome: Outcome) -> list[str]:
     return out
 
 
-def run_backtest(spark, *, lake: Path, bcfg: BacktestConfig, spec: sim.ScenarioSpec | None = None,
+def run_backtest(spark, *, lake: Path, bcfg: BacktestConfig, spec: ScenarioSpec | None = None,
                  from_lake: Path | None = None, label: str | None = None) -> dict[str, Any]:
     """Generate-or-replay, model both runs, write table + PNG + report. Returns paths, metrics and checks."""
     lake = Path(lake)
@@ -650,7 +654,7 @@ def run_backtest(spark, *, lake: Path, bcfg: BacktestConfig, spec: sim.ScenarioS
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, description="Backtest the governor's limits on replayed traffic (broker model).")
     src = p.add_mutually_exclusive_group(required=False)
-    p.add_argument("--scenario", help=f"scenario to generate ({', '.join(sorted(sim.SCENARIOS))}); with "
+    p.add_argument("--scenario", help=f"scenario to generate ({', '.join(sorted(SCENARIOS))}); with "
                                       "--from-lake, only a label")
     src.add_argument("--from-lake", help="replay a lake a governor already wrote (silver + gold tables)")
     p.add_argument("--lake", required=True, help="where the governor tables (generate mode) and results go")
@@ -666,9 +670,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.from_lake is None and args.scenario is None:
         parser.error("one of --scenario or --from-lake is required")
-    if args.from_lake is None and args.scenario not in sim.SCENARIOS:
+    if args.from_lake is None and args.scenario not in SCENARIOS:
         parser.error(f"argument --scenario: unknown scenario {args.scenario!r} "
-                     f"(known: {', '.join(sorted(sim.SCENARIOS))})")
+                     f"(known: {', '.join(sorted(SCENARIOS))})")
     try:
         bcfg = load_backtest_config(args.conf)
         spec = None

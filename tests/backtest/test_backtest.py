@@ -13,64 +13,67 @@ import pandas as pd
 import pytest
 
 from pipelines.backtest import run as bt
-from pipelines.sim import simulate as sim
+from pipelines import rocketmq as rmq
+from pipelines.sim.scenarios import SCENARIOS
+from pipelines.sim.spec import ScenarioSpec
+from pipelines.sim.traffic import build_traffic
 
 START = dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc)
 SMALL = {"brokers": 2, "topics": 4, "groups": 3, "seed": 11, "start": START}
 
 
 def _puts(traffic: pd.DataFrame, key: str) -> pd.Series:
-    tp = traffic[(traffic["stat_name"] == sim.TOPIC_PUT_NUMS) & (traffic["period"] == "minute")
+    tp = traffic[(traffic["stat_name"] == rmq.TOPIC_PUT_NUMS) & (traffic["period"] == "minute")
                  & (traffic["stats_key"] == key)]
     return tp.groupby("minute_start", observed=True)["sum"].sum() / 60.0
 
 
 # --- scenarios ------------------------------------------------------------------------------------------------------
 def test_existing_scenarios_kept_and_new_ones_registered():
-    assert {"retry_storm", "steady", "flash_sale", "noisy_neighbour", "normal_day", "large_mix"} <= set(sim.SCENARIOS)
+    assert {"retry_storm", "steady", "flash_sale", "noisy_neighbour", "normal_day", "large_mix"} <= set(SCENARIOS)
 
 
 def test_flash_sale_ramps_5x_over_10_minutes_and_consumers_keep_up():
-    spec = sim.ScenarioSpec(name="flash_sale", minutes=30, onset_minute=10, **SMALL)
-    traffic = sim.build_traffic(spec)
+    spec = ScenarioSpec(name="flash_sale", minutes=30, onset_minute=10, **SMALL)
+    traffic = build_traffic(spec)
     inc = traffic.attrs["incident"]
     put = _puts(traffic, inc.culprit_topic).to_numpy()
     assert put[5:10].mean() == pytest.approx(spec.flash_base_tps, rel=0.1)
     assert put[20:].mean() == pytest.approx(5 * spec.flash_base_tps, rel=0.1)
     assert 1.2 < put[11] / put[9] < 2.0                       # a ramp, not a step
-    gets = traffic[(traffic["stat_name"] == sim.GROUP_GET_NUMS) & traffic["stats_key"].astype(str)
+    gets = traffic[(traffic["stat_name"] == rmq.GROUP_GET_NUMS) & traffic["stats_key"].astype(str)
                    .str.startswith(inc.culprit_topic + "@")]
     assert gets.empty or gets.groupby("minute_start", observed=True)["sum"].sum().iloc[-1] / 60 > 0.9 * put[-1]
 
 
 def test_noisy_neighbour_saturates_one_broker():
-    spec = sim.ScenarioSpec(name="noisy_neighbour", minutes=20, onset_minute=10, **SMALL)
-    traffic = sim.build_traffic(spec)
+    spec = ScenarioSpec(name="noisy_neighbour", minutes=20, onset_minute=10, **SMALL)
+    traffic = build_traffic(spec)
     inc = traffic.attrs["incident"]
     put = _puts(traffic, inc.culprit_topic).to_numpy()
     assert put[12] > 50 * put[5] and inc.culprit_broker == "broker-a"
 
 
 def test_normal_day_is_diurnal_with_one_restart_minute():
-    spec = sim.ScenarioSpec(name="normal_day", minutes=40, **SMALL)
-    traffic = sim.build_traffic(spec)
+    spec = ScenarioSpec(name="normal_day", minutes=40, **SMALL)
+    traffic = build_traffic(spec)
     assert traffic.attrs["incident"] is None
     minute = traffic[traffic["period"] == "minute"]
     nan_minutes = minute[minute["tps"].isna() & (minute["style"] == "SUM")].groupby(
         ["broker", "minute_start"], observed=True).size()
     restarted = {(b, m) for b, m in nan_minutes.index if m != pd.Timestamp(START)}
     assert restarted == {("broker-b", pd.Timestamp(START) + pd.Timedelta(minutes=20))}
-    bp = minute[minute["stat_name"] == sim.BROKER_PUT_NUMS].groupby("minute_start", observed=True)["sum"].sum()
+    bp = minute[minute["stat_name"] == rmq.BROKER_PUT_NUMS].groupby("minute_start", observed=True)["sum"].sum()
     assert bp.iloc[18:22].max() > 1.6 * bp.iloc[1:4].mean()   # peak mid-run, trough at the start
 
 
 def test_large_mix_small_size_has_storm_and_flash():
-    spec = sim.ScenarioSpec(name="large_mix", minutes=12, onset_minute=6, brokers=5, topics=200, groups=40, seed=3,
+    spec = ScenarioSpec(name="large_mix", minutes=12, onset_minute=6, brokers=5, topics=200, groups=40, seed=3,
                             start=START)
-    traffic = sim.build_traffic(spec)
+    traffic = build_traffic(spec)
     inc = traffic.attrs["incident"]
     assert inc.kind == "large_mix" and "flash sale" in inc.detail
-    retry = _puts(traffic, sim.RETRY_PREFIX + spec.culprit_group)
+    retry = _puts(traffic, rmq.RETRY_TOPIC_PREFIX + spec.culprit_group)
     assert retry.iloc[-1] > 700
 
 
@@ -102,7 +105,7 @@ def test_cli_errors_are_one_line_and_nonzero(args, message):
 # --- the done criteria on the governor's real pipeline (slow) --------------------------------------------------------
 def _run(spark, tmp_path_factory, name: str, **sizes):
     lake = tmp_path_factory.mktemp(f"bt-{name}") / "lake"
-    spec = sim.ScenarioSpec(name=name, **{**SMALL, **sizes})
+    spec = ScenarioSpec(name=name, **{**SMALL, **sizes})
     return bt.run_backtest(spark, lake=lake, bcfg=bt.load_backtest_config("conf/backtest.toml"), spec=spec)
 
 
