@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from pipelines import governor, query
 from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.cli import OneLineParser, fail
-from pipelines.config import ConfigError, load_config
+from pipelines.config import ConfigError, load_config, throwaway_signing_key
 
 #: The embedded default configuration of this checkout.
 DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "local.toml"
@@ -92,21 +91,18 @@ def summary(lake: str, elapsed_s: float) -> str:
 
 
 def _demo_signing_key(conf: str, lake: Path) -> str | None:
-    """The demo signs its records with a throw-away key when none is configured: a random key written beside the
-    lake (``signing.key``) and exported for this process only. Production keys come from the environment or a
-    key file named in the config, never from the repository."""
+    """The demo signs its records with a throw-away key when none is configured
+    (:func:`pipelines.config.throwaway_signing_key`, written beside the lake as ``signing.key``) and exports it for
+    this process only. Production keys come from the environment or a key file named in the config."""
     try:
-        env_var = load_config(conf).limits.signing_key_env
+        limits = load_config(conf).limits
     except ConfigError:
         return None  # reported by the governor's own config loading
-    if os.environ.get(env_var):
+    key_file = throwaway_signing_key(limits, lake.parent / "signing.key")
+    if key_file is None:
         return None
-    key_file = lake.parent / "signing.key"
-    key_file.parent.mkdir(parents=True, exist_ok=True)
-    key_file.write_text(secrets.token_hex(32))
-    key_file.chmod(0o600)
-    os.environ[env_var] = key_file.read_text()
-    return f"signed with a demo key generated for this run: {key_file} (set {env_var} for a real one)"
+    os.environ[limits.signing_key_env] = key_file.read_text(encoding="utf-8")
+    return f"signed with a demo key generated for this run: {key_file} (set {limits.signing_key_env} for a real one)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -223,19 +223,27 @@ def broker_capacity(offered: pd.DataFrame, cfg: BrokerModelConfig) -> pd.Series:
 
 
 def simulate(offered: pd.DataFrame, schedule: pd.DataFrame | None, cfg: BrokerModelConfig | None = None,
-             capacity: pd.Series | None = None) -> ModelResult:
+             capacity: pd.Series | None = None, minutes: pd.DatetimeIndex | None = None) -> ModelResult:
     """Run the broker model over ``offered`` (:func:`offered_from_stats`) with the limits of ``schedule``
     (:func:`limit_schedule`; None or empty = no governor). ``capacity`` (units/s per broker) defaults to
-    :func:`broker_capacity` of ``offered`` — pass the same one to the runs you compare."""
+    :func:`broker_capacity` of ``offered`` — pass the same one to the runs you compare. ``minutes`` (UTC minute
+    starts) is the time axis, by default the first to the last minute of ``offered``; pass the whole run's axis
+    when ``offered`` holds only some brokers (:mod:`udfs.broker_model`), so that every broker's ticks line up.
+
+    Brokers are independent: a broker's queue sees only its own resources, a limited (broker, resource) pair
+    keeps its own token bucket and breaker, and a pair's state depends only on its own limit. Shared by all
+    brokers are only the inputs ``schedule`` (a limit applies on every broker hosting the resource), ``cfg`` and
+    the time axis. So running each broker alone (same ``capacity``, same ``minutes``) gives the same result.
+    """
     cfg = cfg or BrokerModelConfig()
     dt_s = float(cfg.tick_seconds)
     ticks_per_min = int(round(60.0 / dt_s))
     if abs(ticks_per_min * dt_s - 60.0) > 1e-9:
         raise ValueError(f"tick_seconds must divide 60, got {dt_s}")
     off = offered.reset_index(drop=True)
-    minutes = pd.DatetimeIndex(sorted(off["minute_start"].unique()))
-    t0 = minutes[0]
-    minutes = pd.date_range(t0, minutes[-1], freq="min")
+    axis = pd.DatetimeIndex(sorted(off["minute_start"].unique()) if minutes is None else minutes)
+    t0 = axis[0]
+    minutes = pd.date_range(t0, axis[-1], freq="min")
     T = len(minutes)
     brokers = sorted(off["broker"].unique())
     B = len(brokers)
@@ -327,6 +335,7 @@ def simulate(offered: pd.DataFrame, schedule: pd.DataFrame | None, cfg: BrokerMo
                 rej = a - adm
                 open_left = np.where(is_open, open_left - 1, open_left)
                 open_left = np.where(short, open_ticks, open_left)
+                open_left = np.where(has, open_left, 0)  # no limit in force: no breaker, as in the branch below
             else:
                 tokens = np.minimum(burst[:, k], 1.0)
                 open_left[:] = 0
