@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     minutes = args.steady_minutes + args.storm_minutes
     start = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=minutes + 5)).replace(second=0, microsecond=0)
     spec = ScenarioSpec(seed=7, start=start, minutes=minutes, brokers=2, topics=8, groups=4,
-                                 onset_minute=args.steady_minutes)
+                        onset_minute=args.steady_minutes)
     per_minute = minute_files(spec)
     work = Path(tempfile.mkdtemp(prefix="rg-latency-"))
     landing, lake = work / "landing", work / "lake"

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         run_once(spark, root / "warm", root / "warm-off", quality_on=False, files_per_trigger=0, every=1)
 
         spec = ScenarioSpec(seed=7, start=start, minutes=args.minutes, brokers=args.brokers,
-                                     topics=args.topics, groups=args.groups)
+                            topics=args.topics, groups=args.groups)
         written = render_landing(spec, root / "landing")
         records = written["stats_lines"] + written["failure_lines"]
         seconds, ingest = {}, {}

@@ -28,7 +28,7 @@ from pipelines.session import build_session  # noqa: E402
 
 def state_rows(spark, base, minutes: int, work: Path) -> tuple[int, int]:
     spec = ScenarioSpec(name="steady", seed=3, start=dt.datetime(2026, 11, 22, 0, 0, tzinfo=dt.timezone.utc),
-                                 minutes=minutes, brokers=2, topics=20, groups=8)
+                        minutes=minutes, brokers=2, topics=20, groups=8)
     written = render_landing(spec, work / f"landing-{minutes}")
     cfg = base.with_paths(str(work / f"landing-{minutes}"), str(work / f"lake-{minutes}"))
     gov = governor.run(spark, cfg, once=True)

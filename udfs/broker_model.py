@@ -1,5 +1,5 @@
-"""Grouped pandas UDF: the backtest's broker model (:func:`pipelines.sim.broker_model.simulate`), one broker per
-group, so that a 50-broker backtest runs on the executors instead of the driver.
+"""Grouped pandas UDF: the backtest's broker model (:func:`pipelines.sim.broker_model.simulate`) per group of
+brokers, so that a 50-broker backtest runs on the executors instead of the driver.
 
 Why grouping by broker is exact: each broker has its own send queue and capacity, and each limited
 (broker, resource) pair its own token bucket and breaker whose state depends only on its own limit; nothing in the
@@ -8,10 +8,14 @@ over them: the limit schedule (a limit applies on every broker hosting the resou
 capacities (computed once over the whole run by :func:`~pipelines.sim.broker_model.broker_capacity`) and the run's
 time axis (so that every broker's ticks line up with the driver's run).
 
+A group may hold several whole brokers: the model vectorises over the brokers of a group, and its tick loop costs
+about the same for one broker as for fifty, so the backtest groups brokers into as many buckets as the cluster
+has cores (:func:`pipelines.backtest.metrics.model_on_executors`) rather than one group per broker.
+
 Usage::
 
     fn = simulate_per_broker(schedule, cfg, capacity, minutes)
-    rows = offered_df.groupBy("broker").applyInPandas(fn, schema=schemas.BROKER_MODEL_RESULT)
+    rows = offered_df.groupBy("broker").applyInPandas(fn, schema=schemas.BROKER_MODEL_RESULT)  # or a broker bucket
 
 ``offered_df``: :data:`pipelines.schemas.BROKER_MODEL_OFFERED`; ``rows``: :data:`pipelines.schemas.BROKER_MODEL_RESULT`
 (``row_kind`` ``resource`` | ``broker``). Timestamps are UTC (the session time zone is UTC,
@@ -34,14 +38,14 @@ _ORDER = ["minute_start", "broker", "resource_type", "resource"]  # the row orde
 
 def simulate_per_broker(schedule: pd.DataFrame | None, cfg: bm.BrokerModelConfig, capacity: pd.Series,
                         minutes: pd.DatetimeIndex) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    """The ``applyInPandas`` function for ``groupBy("broker")``: runs :func:`~pipelines.sim.broker_model.simulate`
-    on one broker's offered rows with ``schedule`` (None or empty: no governor), ``capacity`` (units/s per broker)
+    """The ``applyInPandas`` function for ``groupBy("broker")`` (or any grouping that keeps each broker's rows in one
+    group): runs :func:`~pipelines.sim.broker_model.simulate` on the group's offered rows with ``schedule`` (None or empty: no governor), ``capacity`` (units/s per broker)
     and ``minutes`` (the run's UTC minute starts, tz-aware), and returns its :class:`ModelResult` as rows of
     :data:`pipelines.schemas.BROKER_MODEL_RESULT`."""
     sched = schedule if schedule is not None and len(schedule) else None
     axis = pd.DatetimeIndex(minutes)
 
-    def one_broker(offered: pd.DataFrame) -> pd.DataFrame:
+    def one_group(offered: pd.DataFrame) -> pd.DataFrame:
         off = offered.assign(minute_start=pd.to_datetime(offered["minute_start"], utc=True))
         off = off.sort_values(_ORDER, kind="mergesort").reset_index(drop=True)
         result = bm.simulate(off, sched, cfg, capacity, minutes=axis)
@@ -53,4 +57,4 @@ def simulate_per_broker(schedule: pd.DataFrame | None, cfg: bm.BrokerModelConfig
                 out[c] = np.nan
         return out[RESULT_COLUMNS]
 
-    return one_broker
+    return one_group

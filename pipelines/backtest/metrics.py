@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from pipelines import schemas
 from pipelines.backtest.inputs import BacktestConfig, Inputs, decision_delay
@@ -79,13 +80,18 @@ def observed_peaks(inputs: Inputs) -> dict[tuple[str, str], float]:
 def model_on_executors(spark: SparkSession, offered: pd.DataFrame, schedule: pd.DataFrame | None,
                        cfg: bm.BrokerModelConfig, capacity: pd.Series) -> bm.ModelResult:
     """:func:`pipelines.sim.broker_model.simulate` of ``offered`` (:data:`~pipelines.sim.broker_model.OFFERED_COLUMNS`)
-    with ``schedule``, one broker per group on the executors (``groupBy("broker").applyInPandas``, the UDF of
-    :mod:`udfs.broker_model`), collected into a :class:`~pipelines.sim.broker_model.ModelResult` in the driver
-    run's row order. ``capacity``: units/s per broker, computed once for both runs."""
+    with ``schedule`` on the executors: the brokers hashed into one bucket per core (``defaultParallelism``, at most
+    one broker per bucket), each bucket one group of ``applyInPandas`` with the UDF of :mod:`udfs.broker_model`
+    (whole brokers per group, so the result is the driver's), collected into a
+    :class:`~pipelines.sim.broker_model.ModelResult` in the driver run's row order. ``capacity``: units/s per
+    broker, computed once for both runs."""
     minutes = pd.date_range(offered["minute_start"].min(), offered["minute_start"].max(), freq="min")
+    buckets = max(1, min(offered["broker"].nunique(), spark.sparkContext.defaultParallelism))
     df = spark.createDataFrame(offered[list(bm.OFFERED_COLUMNS)], schema=schemas.BROKER_MODEL_OFFERED)
-    rows = df.groupBy("broker").applyInPandas(simulate_per_broker(schedule, cfg, capacity, minutes),
-                                              schema=schemas.BROKER_MODEL_RESULT).toPandas()
+    rows = (df.withColumn("broker_bucket", F.pmod(F.hash("broker"), F.lit(buckets)))
+            .groupBy("broker_bucket")
+            .applyInPandas(simulate_per_broker(schedule, cfg, capacity, minutes), schema=schemas.BROKER_MODEL_RESULT)
+            .toPandas())
     stamps = pd.to_datetime(rows["minute_start"])
     rows["minute_start"] = stamps.dt.tz_localize("UTC") if stamps.dt.tz is None else stamps.dt.tz_convert("UTC")
     res = rows[rows["row_kind"] == "resource"].sort_values(["minute_start", "broker", "resource_type", "resource"],

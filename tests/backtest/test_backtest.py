@@ -68,7 +68,7 @@ def test_normal_day_is_diurnal_with_one_restart_minute():
 
 def test_large_mix_small_size_has_storm_and_flash():
     spec = ScenarioSpec(name="large_mix", minutes=12, onset_minute=6, brokers=5, topics=200, groups=40, seed=3,
-                            start=START)
+                        start=START)
     traffic = build_traffic(spec)
     inc = traffic.attrs["incident"]
     assert inc.kind == "large_mix" and "flash sale" in inc.detail

@@ -82,7 +82,7 @@ def test_schedule_delay_refresh_expiry_advisory():
 
 def test_offered_from_storm_stats_charges_the_broker_writes_to_the_send_backs():
     spec = ScenarioSpec(seed=3, start=dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc), minutes=12,
-                            brokers=2, topics=5, groups=3, onset_minute=6)
+                        brokers=2, topics=5, groups=3, onset_minute=6)
     traffic = build_traffic(spec)
     stats = traffic[traffic["period"] == "minute"]
     off = bm.offered_from_stats(stats)

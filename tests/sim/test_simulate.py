@@ -127,7 +127,7 @@ def test_same_seed_same_bytes(tmp_path: Path) -> None:
 def test_every_line_kind_parses(tmp_path: Path) -> None:
     # 14:50 UTC + 80 min crosses 16:00 UTC = midnight GMT+8; broker-b prints TIMES/AVGRT (>= 4.9.3)
     spec = ScenarioSpec(start=datetime(2022, 2, 8, 14, 50, tzinfo=timezone.utc), minutes=80, brokers=2,
-                            topics=10, groups=6, envelope_share=0.5)
+                        topics=10, groups=6, envelope_share=0.5)
     render_landing(spec, tmp_path)
     assert (tmp_path / "broker_stats/shipper/broker-b.jsonl").is_file()
     seen: dict[str, set[str]] = defaultdict(set)
@@ -161,7 +161,7 @@ def test_every_line_kind_parses(tmp_path: Path) -> None:
 
 def test_hour_line_sums_the_last_hour(tmp_path: Path) -> None:
     spec = ScenarioSpec(name="steady", start=datetime(2022, 2, 8, 6, 30, tzinfo=timezone.utc), minutes=95,
-                            topics=8, groups=4, envelope_share=0.0)
+                        topics=8, groups=4, envelope_share=0.0)
     render_landing(spec, tmp_path)
     lines = (tmp_path / "broker_stats/broker-a/stats.log").read_text().splitlines()
     sums = minute_sums(lines, "TOPIC_PUT_NUMS", "pugc-content")

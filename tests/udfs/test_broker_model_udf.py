@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from chispa import assert_approx_df_equality
+from pyspark.sql import functions as F
 
 from pipelines import schemas
 from pipelines.sim import broker_model as bm
@@ -40,14 +42,17 @@ def _per_broker_and_resource(resources: pd.DataFrame) -> pd.DataFrame:
             .sort_values(["broker", "resource"]).reset_index(drop=True))
 
 
-def test_udf_equals_driver_simulate_on_two_brokers(spark):
+@pytest.mark.parametrize("group_by", ["broker", "bucket"])
+def test_udf_equals_driver_simulate_on_two_brokers(spark, group_by):
+    """One group per broker, or both brokers in one group (the backtest's buckets): the driver's result."""
     offered, schedule = _offered(), _schedule()
     minutes = pd.date_range(T0, periods=3, freq="min")
     driver = bm.simulate(offered, schedule, CFG, CAPACITY)
 
     fn = simulate_per_broker(schedule, CFG, CAPACITY, minutes)
+    key = F.col("broker") if group_by == "broker" else F.lit(0)
     rows = (spark.createDataFrame(offered, schema=schemas.BROKER_MODEL_OFFERED)
-            .groupBy("broker").applyInPandas(fn, schema=schemas.BROKER_MODEL_RESULT))
+            .groupBy(key).applyInPandas(fn, schema=schemas.BROKER_MODEL_RESULT))
     got = rows.where("row_kind = 'resource'").groupBy("broker", "resource_type", "resource").sum(
         "offered", "limited_rejected", "busy_rejected", "admitted")
     got = got.toDF("broker", "resource_type", "resource", "offered", "limited_rejected", "busy_rejected",
