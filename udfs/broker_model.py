@@ -12,6 +12,11 @@ A group may hold several whole brokers: the model vectorises over the brokers of
 about the same for one broker as for fifty, so the backtest groups brokers into as many buckets as the cluster
 has cores (:func:`pipelines.backtest.metrics.model_on_executors`) rather than one group per broker.
 
+Cost, measured (``bench/broker_model_udf.py``, large_mix 50 brokers × 2,000 topics × 30 min, 101,418 offered rows,
+``local[2]`` on a shared 2-core machine): the driver's vectorised run takes 0.5 s without limits and 1.2 s with one
+limit; the UDF with one bucket per core 13.6 s and 14.2 s; one group per broker 33.1 s and 32.3 s; all three give
+the same rejected sends. The UDF pays for itself only where the driver cannot hold or loop over the cluster.
+
 Usage::
 
     fn = simulate_per_broker(schedule, cfg, capacity, minutes)

@@ -29,7 +29,7 @@ def empty_failures() -> pd.DataFrame:
 
 
 def choose_topics(topic_rates: pd.Series, broker: str, n: int, rng: np.random.Generator,
-                   catalog: pd.Series | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  catalog: pd.Series | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``n`` topics of ``broker`` drawn in proportion to their put rate, with their index among all topics of
     ``catalog`` (default ``topic_rates``): a stable id for the producer's client address."""
     all_topics = (topic_rates if catalog is None else catalog).index.get_level_values(1).unique().sort_values()
@@ -41,8 +41,8 @@ def choose_topics(topic_rates: pd.Series, broker: str, n: int, rng: np.random.Ge
 
 
 def failure_frame(spec: ScenarioSpec, rng: np.random.Generator, minute: np.ndarray, topics: np.ndarray,
-                   topic_ids: np.ndarray, broker: str | np.ndarray, code: np.ndarray, message: list[str],
-                   latency: np.ndarray, expected_class: str) -> pd.DataFrame:
+                  topic_ids: np.ndarray, broker: str | np.ndarray, code: np.ndarray, message: list[str],
+                  latency: np.ndarray, expected_class: str) -> pd.DataFrame:
     """Assemble failures: time uniform within the minute (ms), client ``ip@pid`` of one of two producer
     instances per topic, ``code`` −1 meaning null."""
     n = minute.size
@@ -84,7 +84,7 @@ def _trickle_failures(spec: ScenarioSpec, topic_rates: pd.Series, rng: np.random
                    for g in go.tolist()]
         latency = spec.send_timeout_ms + rng.integers(0, 20, minute.size)
         frames.append(failure_frame(spec, rng, minute, topics, ids, broker, np.full(minute.size, -1), message,
-                                     latency, "CLIENT_TIMEOUT"))
+                                    latency, "CLIENT_TIMEOUT"))
         # a producer sending to a topic that was never created
         minute = np.repeat(np.arange(spec.minutes),
                            rng.poisson(spec.trickle_topic_not_exist_per_broker_min, spec.minutes))
@@ -102,7 +102,7 @@ def _trickle_failures(spec: ScenarioSpec, topic_rates: pd.Series, rng: np.random
 
 
 def busy_broker_failures(spec: ScenarioSpec, topic_rates: pd.Series, incident: Incident | None,
-                   rng: np.random.Generator) -> pd.DataFrame:
+                         rng: np.random.Generator) -> pd.DataFrame:
     """``[TIMEOUT_CLEAN_QUEUE]`` (code 2) for the *other* business topics of the busy broker (not the culprit's
     own topic: the brief's reading of article 001, "every topic on that broker failed"), onset + 1 min → end."""
     if incident is None or incident.culprit_broker is None:
@@ -131,7 +131,7 @@ def busy_broker_failures(spec: ScenarioSpec, topic_rates: pd.Series, incident: I
     code = np.where(rng.random(n) < spec.null_code_share, -1, 2)
     latency = period + rng.integers(1, 30, n)
     return failure_frame(spec, rng, minute, topics, topic_ids, incident.culprit_broker, code, message, latency,
-                          "TIMEOUT_CLEAN_QUEUE")
+                         "TIMEOUT_CLEAN_QUEUE")
 
 
 def _business_topic_rates(traffic: pd.DataFrame) -> pd.Series:
