@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipelines import governor  # noqa: E402
-from pipelines.sim import simulate  # noqa: E402
+from pipelines.sim.spec import ScenarioSpec  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
 from pipelines.sim.minutes import land, minute_files  # noqa: E402
@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
 
     minutes = args.steady_minutes + args.storm_minutes
     start = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=minutes + 5)).replace(second=0, microsecond=0)
-    spec = simulate.ScenarioSpec(seed=7, start=start, minutes=minutes, brokers=2, topics=8, groups=4,
-                                 onset_minute=args.steady_minutes)
+    spec = ScenarioSpec(seed=7, start=start, minutes=minutes, brokers=2, topics=8, groups=4,
+                        onset_minute=args.steady_minutes)
     per_minute = minute_files(spec)
     work = Path(tempfile.mkdtemp(prefix="rg-latency-"))
     landing, lake = work / "landing", work / "lake"

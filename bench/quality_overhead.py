@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("RATE_GOVERNOR_SIGNING_KEY", "bench-signing-key-not-a-secret")
 
 from pipelines import governor  # noqa: E402
-from pipelines.sim import simulate  # noqa: E402
+from pipelines.sim.render import render_landing  # noqa: E402
+from pipelines.sim.spec import ScenarioSpec  # noqa: E402
 from pipelines.config import SparkConfig, parse_config  # noqa: E402
 from pipelines.flows.ingest import IngestFlow  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
@@ -76,14 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     start = dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc)
     with tempfile.TemporaryDirectory(prefix="rg-bench-") as tmp:
         root = Path(tmp)
-        warm = simulate.ScenarioSpec(seed=3, start=start, minutes=3, brokers=2, topics=3, groups=2)
-        simulate.render_landing(warm, root / "warm")
+        warm = ScenarioSpec(seed=3, start=start, minutes=3, brokers=2, topics=3, groups=2)
+        render_landing(warm, root / "warm")
         run_once(spark, root / "warm", root / "warm-on", quality_on=True, files_per_trigger=0, every=1)
         run_once(spark, root / "warm", root / "warm-off", quality_on=False, files_per_trigger=0, every=1)
 
-        spec = simulate.ScenarioSpec(seed=7, start=start, minutes=args.minutes, brokers=args.brokers,
-                                     topics=args.topics, groups=args.groups)
-        written = simulate.render_landing(spec, root / "landing")
+        spec = ScenarioSpec(seed=7, start=start, minutes=args.minutes, brokers=args.brokers,
+                            topics=args.topics, groups=args.groups)
+        written = render_landing(spec, root / "landing")
         records = written["stats_lines"] + written["failure_lines"]
         seconds, ingest = {}, {}
         for name, on in (("off", False), ("on", True)):

@@ -20,15 +20,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipelines import governor  # noqa: E402
-from pipelines.sim import simulate  # noqa: E402
+from pipelines.sim.render import render_landing  # noqa: E402
+from pipelines.sim.spec import ScenarioSpec  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
 
 
 def state_rows(spark, base, minutes: int, work: Path) -> tuple[int, int]:
-    spec = simulate.ScenarioSpec(name="steady", seed=3, start=dt.datetime(2026, 11, 22, 0, 0, tzinfo=dt.timezone.utc),
-                                 minutes=minutes, brokers=2, topics=20, groups=8)
-    written = simulate.render_landing(spec, work / f"landing-{minutes}")
+    spec = ScenarioSpec(name="steady", seed=3, start=dt.datetime(2026, 11, 22, 0, 0, tzinfo=dt.timezone.utc),
+                        minutes=minutes, brokers=2, topics=20, groups=8)
+    written = render_landing(spec, work / f"landing-{minutes}")
     cfg = base.with_paths(str(work / f"landing-{minutes}"), str(work / f"lake-{minutes}"))
     gov = governor.run(spark, cfg, once=True)
     gold = next(q for q in gov.queries if q.name.endswith("gold"))

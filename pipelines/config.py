@@ -259,3 +259,23 @@ def load_config(path: str | Path) -> GovernorConfig:
         ConfigError: the file does not exist, is not valid TOML, or has an invalid setting.
     """
     return parse_config(read_toml(path))
+
+
+def throwaway_signing_key(limits: LimitsConfig, key_file: str | Path) -> Path | None:
+    """A random signing key for a run whose control records never reach a real broker (the demo, a backtest).
+
+    When ``limits`` names no key (``signing_key_file`` empty and the ``signing_key_env`` variable unset or empty),
+    writes 32 random bytes as hex to ``key_file`` (mode 0600, parent directories created) and returns its path;
+    otherwise returns None and writes nothing. The key is no secret of any cluster: production keys come from the
+    environment or a key file named in the config, never from this function.
+    """
+    import os
+    import secrets
+
+    if limits.signing_key_file or os.environ.get(limits.signing_key_env):
+        return None
+    path = Path(key_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(secrets.token_hex(32), encoding="utf-8")
+    path.chmod(0o600)
+    return path

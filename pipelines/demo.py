@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
 
 from pipelines import governor, query
-from pipelines.sim import simulate
+from pipelines.sim.render import render_landing
+from pipelines.sim.spec import ScenarioSpec
 from pipelines.cli import OneLineParser, fail
-from pipelines.config import ConfigError, load_config
+from pipelines.config import ConfigError, load_config, throwaway_signing_key
 
 #: The embedded default configuration of this checkout.
 DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "local.toml"
@@ -91,21 +91,18 @@ def summary(lake: str, elapsed_s: float) -> str:
 
 
 def _demo_signing_key(conf: str, lake: Path) -> str | None:
-    """The demo signs its records with a throw-away key when none is configured: a random key written beside the
-    lake (``signing.key``) and exported for this process only. Production keys come from the environment or a
-    key file named in the config, never from the repository."""
+    """The demo signs its records with a throw-away key when none is configured
+    (:func:`pipelines.config.throwaway_signing_key`, written beside the lake as ``signing.key``) and exports it for
+    this process only. Production keys come from the environment or a key file named in the config."""
     try:
-        env_var = load_config(conf).limits.signing_key_env
+        limits = load_config(conf).limits
     except ConfigError:
         return None  # reported by the governor's own config loading
-    if os.environ.get(env_var):
+    key_file = throwaway_signing_key(limits, lake.parent / "signing.key")
+    if key_file is None:
         return None
-    key_file = lake.parent / "signing.key"
-    key_file.parent.mkdir(parents=True, exist_ok=True)
-    key_file.write_text(secrets.token_hex(32))
-    key_file.chmod(0o600)
-    os.environ[env_var] = key_file.read_text()
-    return f"signed with a demo key generated for this run: {key_file} (set {env_var} for a real one)"
+    os.environ[limits.signing_key_env] = key_file.read_text(encoding="utf-8")
+    return f"signed with a demo key generated for this run: {key_file} (set {limits.signing_key_env} for a real one)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run_dir = Path("scratch") / f"run-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
         landing, lake = run_dir / "landing", Path(args.lake) if args.lake else run_dir / "lake"
-        spec = simulate.ScenarioSpec(seed=args.seed, minutes=args.minutes)
-        written = simulate.render_landing(spec, landing)
+        spec = ScenarioSpec(seed=args.seed, minutes=args.minutes)
+        written = render_landing(spec, landing)
         print(
             f"generated scenario retry_storm (seed {args.seed}): {written['stats_lines']} stats lines, "
             f"{written['failure_lines']} send failures in {landing}; incident: {written['culprit_group']} "

@@ -75,6 +75,14 @@ GROUP_GET_NUMS = "GROUP_GET_NUMS"
 SNDBCK_PUT_NUMS = "SNDBCK_PUT_NUMS"
 BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
 WINDOWED_STATS: tuple[str, ...] = (TOPIC_PUT_NUMS, GROUP_GET_NUMS, SNDBCK_PUT_NUMS, BROKER_PUT_NUMS)
+#: Further stats a broker prints (the simulator writes them; docs/rocketmq-formats.md §2-3): bytes put per topic,
+#: bytes pulled and pull latency per subscription, bytes behind per queue (``Stats Every 5 Minutes``), and the
+#: broker's total gets (keyed by the cluster name, like ``BROKER_PUT_NUMS``).
+TOPIC_PUT_SIZE = "TOPIC_PUT_SIZE"
+GROUP_GET_SIZE = "GROUP_GET_SIZE"
+GROUP_GET_LATENCY = "GROUP_GET_LATENCY"
+GROUP_GET_FALL_SIZE = "GROUP_GET_FALL_SIZE"
+BROKER_GET_NUMS = "BROKER_GET_NUMS"
 
 #: Prefixes of the per-group system topics (RocketMQ ``MixAll.RETRY_GROUP_TOPIC_PREFIX`` / ``DLQ_GROUP_TOPIC_PREFIX``).
 RETRY_TOPIC_PREFIX = "%RETRY%"

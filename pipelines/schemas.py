@@ -275,3 +275,37 @@ BACKTEST_RESULTS = _struct(
     ("value", _D),
     ("unit", _S),
 )
+
+#: Input of the broker model UDF (:mod:`udfs.broker_model`): :data:`pipelines.sim.broker_model.OFFERED_COLUMNS`, one
+#: row per (UTC minute, broker, resource); ``requests_tps`` msgs/s the limiter sees, ``work_per_request`` write units.
+BROKER_MODEL_OFFERED = _struct(
+    ("minute_start", _TS),
+    ("broker", _S),
+    ("resource_type", _S),
+    ("resource", _S),
+    ("requests_tps", _D),
+    ("work_per_request", _D),
+)
+
+#: Output of the broker model UDF: both frames of :class:`pipelines.sim.broker_model.ModelResult` in one.
+#: ``row_kind`` = ``resource`` (per minute, broker, resource: ``offered`` … ``limit_qps``, msgs; limit msgs/s, null
+#: when none) or ``broker`` (per minute, broker: ``offered_work`` … ``served_work`` and ``capacity_tps`` units/s,
+#: ``reject_share`` 0-1, ``max_wait_ms``); the other kind's columns are null.
+BROKER_MODEL_RESULT = _struct(
+    ("row_kind", _S),
+    ("minute_start", _TS),
+    ("broker", _S),
+    ("resource_type", _S),
+    ("resource", _S),
+    ("offered", _D),
+    ("limited_rejected", _D),
+    ("busy_rejected", _D),
+    ("admitted", _D),
+    ("limit_qps", _D),
+    ("offered_work", _D),
+    ("admitted_work", _D),
+    ("served_work", _D),
+    ("capacity_tps", _D),
+    ("reject_share", _D),
+    ("max_wait_ms", _D),
+)

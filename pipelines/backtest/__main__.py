@@ -1,7 +1,7 @@
-"""``python -m pipelines.backtest``: see :mod:`pipelines.backtest.run`."""
+"""``python -m pipelines.backtest``: see :mod:`pipelines.backtest.cli`."""
 
 import sys
 
-from pipelines.backtest.run import main
+from pipelines.backtest.cli import main
 
 sys.exit(main())

@@ -1,0 +1,30 @@
+"""Scenario generator: synthetic RocketMQ ``stats.log`` lines and producer send failures for a landing directory,
+and the broker model the backtest runs on that traffic.
+
+``python -m pipelines.sim --out DIR [--scenario retry_storm] ...`` (:mod:`pipelines.sim.cli`) writes
+(``docs/contracts.md`` §1)::
+
+    DIR/broker_stats/<broker>/stats.log          raw stats.log lines (the folder names the broker)
+    DIR/broker_stats/shipper/<broker>.jsonl      the same lines in log-shipper JSON envelopes, for a share of brokers
+    DIR/send_failures/failures-<broker>.jsonl    one failed send per JSON line (§1.2 fields)
+
+Modules, in the order the data flows:
+
+* :mod:`~pipelines.sim.spec` — :class:`ScenarioSpec` (every knob, same spec → same bytes), :class:`Incident`
+  (ground truth of what a scenario did), broker names, the per-stage random streams.
+* :mod:`~pipelines.sim.world` — the scenario-independent catalog (brokers, topics and their placement, consumer
+  groups and subscriptions) and the steady per-minute rate arrays (:class:`World`).
+* :mod:`~pipelines.sim.scenarios` — the scenario shapes (``retry_storm``, ``steady``, ``flash_sale``,
+  ``noisy_neighbour``, ``normal_day``, ``large_mix``) that edit a World, and the :data:`SCENARIOS` registry.
+* :mod:`~pipelines.sim.traffic` — World → the model frame of every stats line (:func:`build_traffic`), plus the
+  hour/day lines (:func:`build_period_rows`).
+* :mod:`~pipelines.sim.failures` — producer send failures (background trickle, broker-busy failures).
+* :mod:`~pipelines.sim.render` — the stats.log / envelope / failure JSON text and the landing directory.
+* :mod:`~pipelines.sim.cli` — the command line.
+* :mod:`~pipelines.sim.broker_model` — what a broker does with the offered traffic, with and without limits
+  (used by :mod:`pipelines.backtest`).
+
+Randomness: one ``numpy.random.default_rng(seed)`` spawns a child generator per stage
+(:data:`pipelines.sim.spec.RNG_STREAMS`), so a scenario that draws more numbers does not shift the catalog or the
+base noise. Same spec (with ``start``) → byte-identical files.
+"""

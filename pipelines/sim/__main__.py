@@ -1,7 +1,7 @@
-"""``python -m pipelines.sim``: write a scenario's landing directory; see :mod:`pipelines.sim.simulate`."""
+"""``python -m pipelines.sim``: write a scenario's landing directory; see :mod:`pipelines.sim.cli`."""
 
 import sys
 
-from pipelines.sim.simulate import main
+from pipelines.sim.cli import main
 
 sys.exit(main())

@@ -24,7 +24,7 @@ governor observes (open loop: the governor saw the unlimited traffic), queue cap
 Inputs and outputs are pandas frames:
 
 * :func:`offered_from_stats` — stats rows (``minute_start`` UTC, ``broker``, ``stat_name``, ``stats_key``,
-  ``sum`` msgs per minute; from :func:`pipelines.simulate.build_traffic` or ``silver/broker_stats``) →
+  ``sum`` msgs per minute; from :func:`pipelines.sim.traffic.build_traffic` or ``silver/broker_stats``) →
   :data:`OFFERED_COLUMNS`: one row per (minute, broker, resource) with ``requests_tps`` (msgs/s the limiter sees)
   and ``work_per_request`` (write units per request; 1 for a put, more for a send-back, whose schedule and retry
   re-puts also load the broker).
@@ -43,12 +43,9 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, field_validator
 
+from pipelines import rocketmq as rmq
 from pipelines.config import ConfigSection
 
-TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
-SNDBCK_PUT_NUMS = "SNDBCK_PUT_NUMS"
-BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
-RETRY_PREFIX = "%RETRY%"
 #: Resource type of load no limiter can touch (``%DLQ%`` puts, unattributed writes without a send-back source).
 BACKGROUND = "background"
 
@@ -113,7 +110,7 @@ def offered_from_stats(stats: pd.DataFrame, cfg: BrokerModelConfig | None = None
       ``%RETRY%`` re-puts without a send-back in the minute and ``%DLQ%`` puts.
     """
     cfg = cfg or BrokerModelConfig()
-    stats = stats[stats["stat_name"].isin([TOPIC_PUT_NUMS, SNDBCK_PUT_NUMS, BROKER_PUT_NUMS])]
+    stats = stats[stats["stat_name"].isin([rmq.TOPIC_PUT_NUMS, rmq.SNDBCK_PUT_NUMS, rmq.BROKER_PUT_NUMS])]
     s = pd.DataFrame({
         "minute_start": pd.to_datetime(stats["minute_start"], utc=True),
         "broker": stats["broker"].astype(str).to_numpy(),
@@ -122,23 +119,23 @@ def offered_from_stats(stats: pd.DataFrame, cfg: BrokerModelConfig | None = None
         "sum": pd.to_numeric(stats["sum"], errors="coerce").fillna(0.0).to_numpy(dtype=float),
     })
     keys = ["minute_start", "broker"]
-    tp = s[s["stat_name"] == TOPIC_PUT_NUMS]
-    is_retry = tp["stats_key"].str.startswith(RETRY_PREFIX)
+    tp = s[s["stat_name"] == rmq.TOPIC_PUT_NUMS]
+    is_retry = tp["stats_key"].str.startswith(rmq.RETRY_TOPIC_PREFIX)
     is_system = tp["stats_key"].str.startswith("%") & ~is_retry
     topics = tp[~tp["stats_key"].str.startswith("%")]
     topic_rows = pd.DataFrame({"minute_start": topics["minute_start"], "broker": topics["broker"],
                                "resource_type": "topic", "resource": topics["stats_key"],
                                "requests": topics["sum"], "work": topics["sum"]})
 
-    sb = s[s["stat_name"] == SNDBCK_PUT_NUMS]
+    sb = s[s["stat_name"] == rmq.SNDBCK_PUT_NUMS]
     sb = sb.assign(resource=sb["stats_key"].str.split("@", n=1).str[-1])
     groups = sb.groupby(keys + ["resource"], as_index=False)["sum"].sum().rename(columns={"sum": "requests"})
-    retry = tp[is_retry].assign(resource=lambda d: d["stats_key"].str.slice(len(RETRY_PREFIX)))
+    retry = tp[is_retry].assign(resource=lambda d: d["stats_key"].str.slice(len(rmq.RETRY_TOPIC_PREFIX)))
     retry = retry.groupby(keys + ["resource"], as_index=False)["sum"].sum().rename(columns={"sum": "reput"})
     groups = groups.merge(retry, on=keys + ["resource"], how="outer").fillna({"requests": 0.0, "reput": 0.0})
 
     put_total = tp.groupby(keys, as_index=False)["sum"].sum().rename(columns={"sum": "topic_puts"})
-    broker_put = s[s["stat_name"] == BROKER_PUT_NUMS].groupby(keys, as_index=False)["sum"].sum()
+    broker_put = s[s["stat_name"] == rmq.BROKER_PUT_NUMS].groupby(keys, as_index=False)["sum"].sum()
     un = broker_put.merge(put_total, on=keys, how="left").fillna({"topic_puts": 0.0})
     un["unattributed"] = (un["sum"] - un["topic_puts"]).clip(lower=0.0)
     un.loc[un["unattributed"] < cfg.unattributed_min_share * un["sum"], "unattributed"] = 0.0
@@ -226,19 +223,27 @@ def broker_capacity(offered: pd.DataFrame, cfg: BrokerModelConfig) -> pd.Series:
 
 
 def simulate(offered: pd.DataFrame, schedule: pd.DataFrame | None, cfg: BrokerModelConfig | None = None,
-             capacity: pd.Series | None = None) -> ModelResult:
+             capacity: pd.Series | None = None, minutes: pd.DatetimeIndex | None = None) -> ModelResult:
     """Run the broker model over ``offered`` (:func:`offered_from_stats`) with the limits of ``schedule``
     (:func:`limit_schedule`; None or empty = no governor). ``capacity`` (units/s per broker) defaults to
-    :func:`broker_capacity` of ``offered`` — pass the same one to the runs you compare."""
+    :func:`broker_capacity` of ``offered`` — pass the same one to the runs you compare. ``minutes`` (UTC minute
+    starts) is the time axis, by default the first to the last minute of ``offered``; pass the whole run's axis
+    when ``offered`` holds only some brokers (:mod:`udfs.broker_model`), so that every broker's ticks line up.
+
+    Brokers are independent: a broker's queue sees only its own resources, a limited (broker, resource) pair
+    keeps its own token bucket and breaker, and a pair's state depends only on its own limit. Shared by all
+    brokers are only the inputs ``schedule`` (a limit applies on every broker hosting the resource), ``cfg`` and
+    the time axis. So running each broker alone (same ``capacity``, same ``minutes``) gives the same result.
+    """
     cfg = cfg or BrokerModelConfig()
     dt_s = float(cfg.tick_seconds)
     ticks_per_min = int(round(60.0 / dt_s))
     if abs(ticks_per_min * dt_s - 60.0) > 1e-9:
         raise ValueError(f"tick_seconds must divide 60, got {dt_s}")
     off = offered.reset_index(drop=True)
-    minutes = pd.DatetimeIndex(sorted(off["minute_start"].unique()))
-    t0 = minutes[0]
-    minutes = pd.date_range(t0, minutes[-1], freq="min")
+    axis = pd.DatetimeIndex(sorted(off["minute_start"].unique()) if minutes is None else minutes)
+    t0 = axis[0]
+    minutes = pd.date_range(t0, axis[-1], freq="min")
     T = len(minutes)
     brokers = sorted(off["broker"].unique())
     B = len(brokers)
@@ -330,6 +335,7 @@ def simulate(offered: pd.DataFrame, schedule: pd.DataFrame | None, cfg: BrokerMo
                 rej = a - adm
                 open_left = np.where(is_open, open_left - 1, open_left)
                 open_left = np.where(short, open_ticks, open_left)
+                open_left = np.where(has, open_left, 0)  # no limit in force: no breaker, as in the branch below
             else:
                 tokens = np.minimum(burst[:, k], 1.0)
                 open_left[:] = 0

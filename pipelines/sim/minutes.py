@@ -8,18 +8,21 @@ import json
 import os
 from pathlib import Path
 
-from pipelines.sim import simulate
+from pipelines.sim.failures import build_send_failures
+from pipelines.sim.render import render_stats_lines
+from pipelines.sim.spec import ScenarioSpec
+from pipelines.sim.traffic import build_traffic
 
 FAILURE_FIELDS = ("ts", "topic", "broker", "producer_group", "client", "code", "message", "latency_ms")
 
 
-def minute_files(spec: simulate.ScenarioSpec) -> list[list[tuple[str, str]]]:
+def minute_files(spec: ScenarioSpec) -> list[list[tuple[str, str]]]:
     """Per simulated minute ``m``: (relative path, text) of the files that land at that minute: each broker's
     stats lines printed at the end of minute ``m`` (stamped in GMT+8, docs/rocketmq-formats.md §1), and the send
     failures of minute ``m - 1`` (shipped within the next minute)."""
-    traffic = simulate.build_traffic(spec)
-    lines = simulate.render_stats_lines(spec, traffic)
-    failures = simulate.build_send_failures(spec, traffic)
+    traffic = build_traffic(spec)
+    lines = render_stats_lines(spec, traffic)
+    failures = build_send_failures(spec, traffic)
     per_minute: dict[int, list[tuple[str, str]]] = {}
     for broker, group in lines.groupby("broker", observed=True):
         stamps = group["line"].str.slice(0, 16)

@@ -18,7 +18,6 @@ Severity is ``critical`` when the observed value is at least ``critical_factor``
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Window
@@ -26,9 +25,7 @@ from pyspark.sql import functions as F
 
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
-
-Transform = Callable[[DataFrame], DataFrame]
-WINDOW_KEYS = ("window_start", "window_end")
+from pipelines.transforms.types import WINDOW_KEYS, Transform
 
 
 def _severity(observed: Column, floor: float, cfg: DetectionConfig) -> Column:

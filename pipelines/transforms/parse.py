@@ -12,7 +12,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -20,8 +20,8 @@ from pyspark.sql import functions as F
 from pipelines import rocketmq as rmq
 from pipelines import schemas
 from pipelines.config import BrokersConfig, StatsConfig
+from pipelines.transforms.types import Transform
 
-Transform = Callable[[DataFrame], DataFrame]
 
 #: ``<yyyy-MM-dd HH:mm:ss>[,SSS] <LEVEL> - [<name>] [<key>] Stats <period>, <detail>`` (logback pattern
 #: ``%d{yyy-MM-dd HH:mm:ss,GMT+8} %p - %m%n``, docs/rocketmq-formats.md §1-2). The timestamp is optional in the regex so

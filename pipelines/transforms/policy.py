@@ -26,8 +26,8 @@ from pyspark.sql import functions as F
 
 from pipelines import rocketmq as rmq
 from pipelines.config import LimitsConfig
+from pipelines.transforms.types import WINDOW_KEYS
 
-WINDOW_KEYS = ("window_start", "window_end")
 ACTION_SET = "set"
 ACTION_RELAX = "relax"
 ACTION_LIFT = "lift"

@@ -11,20 +11,17 @@ TPS in a window = sum of the SUMs in the window / window length in seconds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipelines import rocketmq as rmq
 from pipelines.config import WindowsConfig
+from pipelines.transforms.types import WINDOW_KEYS, Transform
 
-Transform = Callable[[DataFrame], DataFrame]
 
 #: Seconds covered by a ``Stats In One Minute`` line.
 MINUTE_LINE_SECONDS = 60
 FAILURE_METRIC_PREFIX = "failure:"
-WINDOW_KEYS = ("window_start", "window_end")
 
 
 def stats_metric_events(silver_stats: DataFrame) -> DataFrame:

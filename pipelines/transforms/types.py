@@ -1,4 +1,4 @@
-"""Names shared by every transform module."""
+"""Names shared by every transform module: the ``DataFrame -> DataFrame`` type and the window key columns."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame
 
-#: A ``DataFrame -> DataFrame`` step, composed with ``DataFrame.transform``.
+#: A pure transform, composed with ``DataFrame.transform``.
 Transform = Callable[[DataFrame], DataFrame]
 
-#: The columns that identify an event-time window (UTC timestamps, ``window_end`` exclusive).
-WINDOW_KEYS = ("window_start", "window_end")
+#: Key columns of every windowed table (gold/*_tps, gold/anomalies): UTC timestamps, window = [start, end).
+WINDOW_KEYS: tuple[str, str] = ("window_start", "window_end")

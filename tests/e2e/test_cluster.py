@@ -16,13 +16,14 @@ import pyspark
 import pytest
 from pyspark.sql import functions as F
 
-from pipelines.sim import simulate
+from pipelines.sim.render import render_landing
+from pipelines.sim.spec import ScenarioSpec
 from pipelines.io.lake import open_lake
 from tests.conftest import lean_config_text
 
 pytestmark = pytest.mark.slow
 
-SPEC = simulate.ScenarioSpec(
+SPEC = ScenarioSpec(
     seed=3, start=dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc), minutes=20, brokers=2, topics=4,
     groups=3, onset_minute=10,
 )
@@ -89,7 +90,7 @@ def standalone(tmp_path):
 
 def test_governor_on_a_standalone_cluster(spark, standalone, tmp_path):
     landing, lake = tmp_path / "landing", tmp_path / "lake"
-    written = simulate.render_landing(SPEC, landing)
+    written = render_landing(SPEC, landing)
     conf = tmp_path / "lean.toml"
     conf.write_text(lean_config_text())
     done = subprocess.run(

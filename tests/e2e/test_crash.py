@@ -14,7 +14,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from pipelines import governor
-from pipelines.sim import simulate
+from pipelines.sim.render import render_landing
+from pipelines.sim.spec import ScenarioSpec
 from pipelines.config import load_config
 from pipelines.faults import CRASH_AFTER_ENV, CRASH_AT_ENV
 from pipelines.io.lake import TABLES, open_lake
@@ -22,7 +23,7 @@ from tests.e2e.test_governor_e2e import _line_time
 
 pytestmark = pytest.mark.slow
 
-SPEC = simulate.ScenarioSpec(
+SPEC = ScenarioSpec(
     seed=5, start=dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc), minutes=20, brokers=2, topics=4,
     groups=3, onset_minute=10,
 )
@@ -40,7 +41,7 @@ CHUNK_MINUTES = 10
 def _chunked_landing(root: Path) -> Path:
     """The scenario split in 10-minute files, so --once runs several micro-batches (max 4 files each)."""
     whole, landing = root / "whole", root / "landing"
-    simulate.render_landing(SPEC, whole)
+    render_landing(SPEC, whole)
     for f in sorted(whole.rglob("*")):
         if not f.is_file():
             continue

@@ -12,7 +12,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from pipelines import governor
-from pipelines.sim import simulate
+from pipelines.sim.render import render_landing
+from pipelines.sim.spec import ScenarioSpec
 from pipelines.config import load_config
 from pipelines.io.lake import TABLES, open_lake
 from tests.conftest import lean_config_text
@@ -20,7 +21,7 @@ from tests.conftest import lean_config_text
 pytestmark = pytest.mark.slow
 
 CULPRIT = "get-pugc-to-ai-consumer"
-SPEC = simulate.ScenarioSpec(
+SPEC = ScenarioSpec(
     seed=11, start=dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc), minutes=24, brokers=2, topics=6,
     groups=4, onset_minute=14,
 )
@@ -30,7 +31,7 @@ SPEC = simulate.ScenarioSpec(
 def run(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     landing, lake = root / "landing", root / "lake"
-    written = simulate.render_landing(SPEC, landing)
+    written = render_landing(SPEC, landing)
     conf = root / "lean.toml"
     conf.write_text(lean_config_text())
     cfg = load_config(conf).with_paths(str(landing), str(lake))

@@ -14,7 +14,8 @@ from control.record import parse_expires_at
 from pipelines import governor
 from pipelines.config import RocketMQSinkConfig, load_config
 from pipelines.io.rocketmq_sink import read_ledger
-from pipelines.sim import simulate
+from pipelines.sim.render import render_landing
+from pipelines.sim.spec import ScenarioSpec
 from tests.conftest import lean_config_text
 from tests.rocketmq_loopback import LoopbackBroker, LoopbackNameServer
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 CULPRIT = "get-pugc-to-ai-consumer"
 RETRY = rm.retry_topic(CULPRIT)
-SPEC = simulate.ScenarioSpec(
+SPEC = ScenarioSpec(
     seed=11, start=dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc), minutes=24, brokers=2, topics=6,
     groups=4, onset_minute=14,
 )
@@ -48,7 +49,7 @@ def test_retry_storm_limit_reaches_the_brokers_is_refreshed_and_lifted(spark, tm
     assert [b.rates[RETRY] for b in brokers] == [100.0, 100.0]
 
     landing, lake = tmp_path / "landing", tmp_path / "lake"
-    simulate.render_landing(SPEC, landing)
+    render_landing(SPEC, landing)
     conf = tmp_path / "lean.toml"
     conf.write_text(lean_config_text())
     cfg = load_config(conf).with_paths(str(landing), str(lake))

@@ -17,7 +17,7 @@ from pipelines import governor
 from pipelines.config import load_config
 from pipelines.io.lake import open_lake
 from pipelines.io.publish import current_limits, latest_per_resource
-from pipelines.sim import simulate
+from pipelines.sim.spec import ScenarioSpec
 from pipelines.sim.minutes import land, minute_files
 from tests.conftest import lean_config_text
 from tests.helpers import stats_line
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 CULPRIT = "get-pugc-to-ai-consumer"
 ONSET = 12
-SPEC = simulate.ScenarioSpec(
+SPEC = ScenarioSpec(
     seed=11, start=dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc), minutes=18, brokers=2, topics=6,
     groups=4, onset_minute=ONSET,
 )

@@ -1,4 +1,4 @@
-"""Broker model (pipelines/broker_model.py): fast failure, token bucket + breaker, limit schedule, offered traffic."""
+"""Broker model (pipelines/sim/broker_model.py): fast failure, token bucket + breaker, limit schedule, offered traffic."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from pipelines.sim import broker_model as bm
-from pipelines.sim import simulate as sim
+from pipelines.sim.spec import ScenarioSpec
+from pipelines.sim.traffic import build_traffic
 
 T0 = pd.Timestamp("2026-11-22T08:00:00Z")
 CFG = bm.BrokerModelConfig(capacity_min_tps=1.0)
@@ -80,9 +81,9 @@ def test_schedule_delay_refresh_expiry_advisory():
 
 
 def test_offered_from_storm_stats_charges_the_broker_writes_to_the_send_backs():
-    spec = sim.ScenarioSpec(seed=3, start=dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc), minutes=12,
-                            brokers=2, topics=5, groups=3, onset_minute=6)
-    traffic = sim.build_traffic(spec)
+    spec = ScenarioSpec(seed=3, start=dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc), minutes=12,
+                        brokers=2, topics=5, groups=3, onset_minute=6)
+    traffic = build_traffic(spec)
     stats = traffic[traffic["period"] == "minute"]
     off = bm.offered_from_stats(stats)
     storm = off[(off["minute_start"] == pd.Timestamp(spec.onset) + pd.Timedelta(minutes=2))

@@ -14,7 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipelines.sim import simulate as sim
+from pipelines.sim import cli as sim_cli
+from pipelines.sim.failures import build_send_failures
+from pipelines.sim.render import render_landing
+from pipelines.sim.spec import ScenarioSpec
+from pipelines.sim.traffic import TRAFFIC_COLUMNS, build_traffic
 
 #: Onset = 07:39 UTC, so the first storm minute is printed at 15:40:00 GMT+8 like the article's line.
 STORM_START = datetime(2022, 2, 8, 6, 39, tzinfo=timezone.utc)
@@ -86,14 +90,14 @@ def failure_time(ts: int | str) -> datetime:
 
 
 @pytest.fixture(scope="module")
-def storm(tmp_path_factory: pytest.TempPathFactory) -> tuple[sim.ScenarioSpec, Path, dict]:
-    spec = sim.ScenarioSpec(start=STORM_START)  # defaults: retry_storm, 90 min, 3 brokers, 30 topics, 20 groups
+def storm(tmp_path_factory: pytest.TempPathFactory) -> tuple[ScenarioSpec, Path, dict]:
+    spec = ScenarioSpec(start=STORM_START)  # defaults: retry_storm, 90 min, 3 brokers, 30 topics, 20 groups
     root = tmp_path_factory.mktemp("storm")
-    return spec, root, sim.render_landing(spec, root)
+    return spec, root, render_landing(spec, root)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-def test_layout_and_summary(storm: tuple[sim.ScenarioSpec, Path, dict]) -> None:
+def test_layout_and_summary(storm: tuple[ScenarioSpec, Path, dict]) -> None:
     spec, root, result = storm
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     assert files == [
@@ -109,11 +113,11 @@ def test_layout_and_summary(storm: tuple[sim.ScenarioSpec, Path, dict]) -> None:
 
 
 def test_same_seed_same_bytes(tmp_path: Path) -> None:
-    spec = sim.ScenarioSpec(start=STORM_START, minutes=20, topics=10, groups=5)
+    spec = ScenarioSpec(start=STORM_START, minutes=20, topics=10, groups=5)
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
-    sim.render_landing(spec, a)
-    sim.render_landing(spec, b)
-    sim.render_landing(sim.ScenarioSpec(start=STORM_START, minutes=20, topics=10, groups=5, seed=8), c)
+    render_landing(spec, a)
+    render_landing(spec, b)
+    render_landing(ScenarioSpec(start=STORM_START, minutes=20, topics=10, groups=5, seed=8), c)
     files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
     assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
@@ -122,9 +126,9 @@ def test_same_seed_same_bytes(tmp_path: Path) -> None:
 
 def test_every_line_kind_parses(tmp_path: Path) -> None:
     # 14:50 UTC + 80 min crosses 16:00 UTC = midnight GMT+8; broker-b prints TIMES/AVGRT (>= 4.9.3)
-    spec = sim.ScenarioSpec(start=datetime(2022, 2, 8, 14, 50, tzinfo=timezone.utc), minutes=80, brokers=2,
-                            topics=10, groups=6, envelope_share=0.5)
-    sim.render_landing(spec, tmp_path)
+    spec = ScenarioSpec(start=datetime(2022, 2, 8, 14, 50, tzinfo=timezone.utc), minutes=80, brokers=2,
+                        topics=10, groups=6, envelope_share=0.5)
+    render_landing(spec, tmp_path)
     assert (tmp_path / "broker_stats/shipper/broker-b.jsonl").is_file()
     seen: dict[str, set[str]] = defaultdict(set)
     for broker, lines in read_stats(tmp_path).items():
@@ -156,9 +160,9 @@ def test_every_line_kind_parses(tmp_path: Path) -> None:
 
 
 def test_hour_line_sums_the_last_hour(tmp_path: Path) -> None:
-    spec = sim.ScenarioSpec(name="steady", start=datetime(2022, 2, 8, 6, 30, tzinfo=timezone.utc), minutes=95,
-                            topics=8, groups=4, envelope_share=0.0)
-    sim.render_landing(spec, tmp_path)
+    spec = ScenarioSpec(name="steady", start=datetime(2022, 2, 8, 6, 30, tzinfo=timezone.utc), minutes=95,
+                        topics=8, groups=4, envelope_share=0.0)
+    render_landing(spec, tmp_path)
     lines = (tmp_path / "broker_stats/broker-a/stats.log").read_text().splitlines()
     sums = minute_sums(lines, "TOPIC_PUT_NUMS", "pugc-content")
     hour = [x for x in lines if x.startswith("2022-02-08 16:00:00") and "[pugc-content] Stats In One Hour" in x]
@@ -167,7 +171,7 @@ def test_hour_line_sums_the_last_hour(tmp_path: Path) -> None:
     assert f"SUM: {sum(sums[t] for t in window)} " in hour[0]
 
 
-def test_retry_storm_reproduces_article_001(storm: tuple[sim.ScenarioSpec, Path, dict]) -> None:
+def test_retry_storm_reproduces_article_001(storm: tuple[ScenarioSpec, Path, dict]) -> None:
     spec, root, _ = storm
     lines = read_stats(root)["broker-a"]
     article = [x for x in lines if x.startswith("2022-02-08 15:40:00") and f"[TOPIC_PUT_NUMS] [{RETRY_TOPIC}]" in x]
@@ -195,7 +199,7 @@ def test_retry_storm_reproduces_article_001(storm: tuple[sim.ScenarioSpec, Path,
         assert max(b) / min(b) < 1.5
 
 
-def test_send_failures(storm: tuple[sim.ScenarioSpec, Path, dict]) -> None:
+def test_send_failures(storm: tuple[ScenarioSpec, Path, dict]) -> None:
     spec, root, _ = storm
     rows = read_failures(root)
     fields = ["ts", "topic", "broker", "producer_group", "client", "code", "message", "latency_ms"]
@@ -225,25 +229,25 @@ def test_send_failures(storm: tuple[sim.ScenarioSpec, Path, dict]) -> None:
 
 
 def test_steady_is_the_storm_without_incident(tmp_path: Path) -> None:
-    storm_spec = sim.ScenarioSpec(start=STORM_START)
-    steady_spec = sim.ScenarioSpec(name="steady", start=STORM_START)
-    storm, steady = sim.build_traffic(storm_spec), sim.build_traffic(steady_spec)
-    assert list(storm.columns) == list(sim.TRAFFIC_COLUMNS) and steady.attrs["incident"] is None
+    storm_spec = ScenarioSpec(start=STORM_START)
+    steady_spec = ScenarioSpec(name="steady", start=STORM_START)
+    storm, steady = build_traffic(storm_spec), build_traffic(steady_spec)
+    assert list(storm.columns) == list(TRAFFIC_COLUMNS) and steady.attrs["incident"] is None
     pre = storm_spec.onset
     a = storm[storm["minute_start"] < pre].reset_index(drop=True)
     b = steady[steady["minute_start"] < pre].reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b)  # same catalog and noise: a backtest can diff the two
     retry = steady[(steady["stat_name"] == "TOPIC_PUT_NUMS") & (steady["stats_key"] == RETRY_TOPIC)]
     assert retry["sum"].max() < 0.01 * ARTICLE_SUM
-    failures = sim.build_send_failures(steady_spec, steady)
+    failures = build_send_failures(steady_spec, steady)
     assert len(failures) and not failures["message"].str.contains("TIMEOUT_CLEAN_QUEUE").any()
     assert list(failures.columns[:8]) == ["ts", "topic", "broker", "producer_group", "client", "code", "message",
                                           "latency_ms"]
 
 
 def test_steady_topics_never_jump(tmp_path: Path) -> None:
-    spec = sim.ScenarioSpec(name="steady", start=STORM_START, topics=60, groups=10)
-    t = sim.build_traffic(spec)
+    spec = ScenarioSpec(name="steady", start=STORM_START, topics=60, groups=10)
+    t = build_traffic(spec)
     tp = t[(t["stat_name"] == "TOPIC_PUT_NUMS") & (t["minute_start"] > spec.start_utc)
            & ~t["stats_key"].astype(str).str.startswith("%")]
     wide = tp.pivot_table(index="minute_start", columns=["broker", "stats_key"], values="sum", observed=True)
@@ -264,15 +268,15 @@ def test_cli_bad_flag_exits_non_zero(tmp_path: Path) -> None:
 
 
 def test_cli_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert sim.main(["--out", str(tmp_path / "ok"), "--minutes", "6", "--topics", "5", "--groups", "3",
+    assert sim_cli.main(["--out", str(tmp_path / "ok"), "--minutes", "6", "--topics", "5", "--groups", "3",
                      "--start", "2022-02-08T07:35:00Z"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "2022-02-08T07:39:00Z" in out[0] and CULPRIT in out[0]
-    assert sim.main(["--out", str(tmp_path / "x"), "--minutes", "1"]) != 0
+    assert sim_cli.main(["--out", str(tmp_path / "x"), "--minutes", "1"]) != 0
     (tmp_path / "file").write_text("")
-    assert sim.main(["--out", str(tmp_path / "file" / "sub"), "--minutes", "3"]) != 0
+    assert sim_cli.main(["--out", str(tmp_path / "file" / "sub"), "--minutes", "3"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all("error" in e for e in err)
     with pytest.raises(SystemExit) as exc:
-        sim.main(["--out", str(tmp_path), "--start", "not-a-time"])
+        sim_cli.main(["--out", str(tmp_path), "--start", "not-a-time"])
     assert exc.value.code != 0
