@@ -38,6 +38,7 @@ from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.faults import crash_point
 from pipelines.io.sinks import build_sinks
 from pipelines.io.lake import Lake, open_lake
+from pipelines.ops import console, progress
 
 log = logging.getLogger("rate_governor")
 
@@ -364,10 +365,12 @@ def run(spark: SparkSession, cfg: GovernorConfig, *, once: bool, clock: Clock = 
     check_checkpoint(cfg)
     lake = open_lake(spark, cfg.lake.path, cfg.lake.writer)
     governor = Governor(spark, cfg, lake, clock)
+    listener = progress.attach(spark, governor, once=once)  # one console line per micro-batch
     queries = start_queries(spark, cfg, governor, once)
     governor.queries = queries
     if not once:
         spark.streams.awaitAnyTermination()
+    progress.detach(spark, listener)
     for query in queries:
         if query.exception() is not None:
             raise RuntimeError(f"query {query.name} failed: {query.exception()}")
@@ -383,6 +386,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--landing", help="landing directory (overrides source.landing)")
     parser.add_argument("--lake", help="lake directory for the Delta tables (overrides lake.path)")
     parser.add_argument("--once", action="store_true", help="process everything that has landed, then stop")
+    parser.add_argument("--verbose", action="store_true", help="show Spark's own log lines (hidden by default)")
     return parser
 
 
@@ -402,15 +406,14 @@ def load_run_config(args: argparse.Namespace) -> GovernorConfig:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    log.setLevel(logging.INFO)
+    console.configure_logging(args.verbose)
     try:
         cfg = load_run_config(args)
     except (ConfigError, sources.LandingError, control_record.SigningKeyError) as exc:
         return fail("rate-governor", exc)
     from pipelines.session import build_session
 
-    spark = build_session(cfg.spark)
+    spark = build_session(cfg.spark, verbose=args.verbose)
     run(spark, cfg, once=args.once)
     return 0
 
