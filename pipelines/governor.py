@@ -255,7 +255,7 @@ class Governor:
         finally:
             context.setJobDescription(None)
         self.reports.append(report)
-        log.info("%s batch %d: rows %s, seconds %s", query, batch_id, report.rows, report.seconds)
+        log.debug("%s batch %d: rows %s, seconds %s", query, batch_id, report.rows, report.seconds)
 
 
 #: Settings a checkpoint depends on: changing one makes the saved stream state meaningless.

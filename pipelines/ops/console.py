@@ -27,8 +27,9 @@ DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: Loggers of the governor itself: shown at INFO in both modes.
 GOVERNOR_LOGGER = "rate_governor"
 #: Python libraries that log at INFO/WARNING about things an operator cannot act on (py4j's callback server,
-#: GX's data-context notices); raised to ERROR in quiet mode.
-CHATTY_LOGGERS = ("py4j", "great_expectations")
+#: GX's data-context notices; GX sets its ``...types.base`` logger to INFO itself: "Created temporary directory
+#: ... for ephemeral docs site"); raised to ERROR in quiet mode.
+CHATTY_LOGGERS = ("py4j", "great_expectations", "great_expectations.data_context.types.base")
 CONSOLE_FORMAT = "%(asctime)s %(message)s"
 VERBOSE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -48,8 +49,8 @@ def configure_logging(verbose: bool = False, stream=None) -> None:
     """Set up the Python loggers for a CLI run (call once, from ``main``).
 
     Quiet (default): one handler on stderr, ``HH:MM:SS message``; ``rate_governor*`` at INFO, the rest at
-    WARNING, :data:`CHATTY_LOGGERS` at ERROR. Verbose: level and logger name on every line, the chatty loggers
-    left at their own levels.
+    WARNING, :data:`CHATTY_LOGGERS` at ERROR. Verbose: level and logger name on every line, ``rate_governor*`` at
+    DEBUG, the chatty loggers left at their own levels.
     """
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(
@@ -60,7 +61,8 @@ def configure_logging(verbose: bool = False, stream=None) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
-    logging.getLogger(GOVERNOR_LOGGER).setLevel(logging.INFO)
+    # verbose adds the governor's DEBUG lines, e.g. rows and seconds per table of every micro-batch
+    logging.getLogger(GOVERNOR_LOGGER).setLevel(logging.DEBUG if verbose else logging.INFO)
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
 

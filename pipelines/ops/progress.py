@@ -4,13 +4,17 @@
 ``spark.streams.addListener``). For every progress event of a rate-governor query it logs, on the
 ``rate_governor.progress`` logger::
 
-    gold batch 3: 11,520 rows, 1,931 rows/s, 6.0 s (availableNow), watermark 2026-11-23 10:41:00, backlog 52%
+    ingest batch 3: 11,520 rows, 1,931 rows/s, 6.0 s (availableNow), backlog 52% (11,520 of 22,150 rows)
+    gold batch 3: 6.9 s (availableNow), watermark 2026-11-23 10:41:00, 310 windows in state
 
-* rows and rows/s are ``numInputRows`` and ``processedRowsPerSecond`` of the progress;
+* rows and rows/s are ``numInputRows`` and ``processedRowsPerSecond`` of the progress, shown for the ingest query
+  only: the gold query reads the raw stream in two branches (stats, failures), and Spark counts a source's rows
+  once per branch that reads it, so its ``numInputRows`` is twice the records;
 * the batch duration (``batchDuration``, ms) is set against the trigger interval: ``6.0 s of 30 s trigger``,
   ``(falling behind)`` when it is longer; with ``--once`` the trigger is ``availableNow``;
-* the watermark is ``eventTime["watermark"]`` (the gold query's; the ingest query has none);
-* backlog, with ``--once``: the rows this run has read (sum of ``numInputRows`` of the query's progress events)
+* the watermark is ``eventTime["watermark"]`` and the windows kept are the state operators' ``numRowsTotal`` (the
+  gold query's; the ingest query has neither);
+* backlog, with ``--once``: the rows the ingest query has read (sum of ``numInputRows`` of its progress events)
   against the backlog found at start. For landing files that is the lines of every file under the landing
   directory minus the rows already in bronze (a restart does not count what an earlier run ingested); for Kafka it
   is read from the progress itself: the source's ``latestOffset`` minus its ``endOffset``, summed over partitions
@@ -97,9 +101,11 @@ def describe(
     trigger_seconds: float | None,
     rows_done: int | None = None,
     backlog_rows: int | None = None,
+    counts_records: bool = True,
 ) -> str:
     """The console line of one progress event (see the module docstring); ``trigger_seconds`` None = availableNow,
-    ``rows_done``/``backlog_rows`` give the backlog part (omitted when ``backlog_rows`` is None)."""
+    ``rows_done``/``backlog_rows`` give the backlog part (omitted when ``backlog_rows`` is None), and
+    ``counts_records`` False leaves out rows and rows/s (a query that reads its source more than once)."""
     name = (progress.get("name") or "query").removeprefix(QUERY_PREFIX)
     seconds = (progress.get("batchDuration") or 0) / 1000
     if trigger_seconds is None:
@@ -107,20 +113,19 @@ def describe(
     else:
         behind = " (falling behind)" if seconds > trigger_seconds else ""
         pace = f"{seconds:.1f} s of {trigger_seconds:g} s trigger{behind}"
-    parts = [
-        f"{name} batch {progress.get('batchId')}: {progress.get('numInputRows') or 0:,} rows",
-        f"{progress.get('processedRowsPerSecond') or 0:,.0f} rows/s",
-        pace,
-    ]
+    parts = [f"{progress.get('numInputRows') or 0:,} rows", f"{progress.get('processedRowsPerSecond') or 0:,.0f} rows/s"]
+    parts = (parts if counts_records else []) + [pace]
     if (mark := _watermark(progress)) is not None:
         parts.append(f"watermark {mark}")
+    if operators := progress.get("stateOperators"):
+        parts.append(f"{sum(int(op.get('numRowsTotal') or 0) for op in operators):,} windows in state")
     kafka_behind = [b for b in (offsets_behind(s) for s in progress.get("sources") or []) if b is not None]
-    if backlog_rows is not None and rows_done is not None:
+    if backlog_rows is not None and rows_done is not None and counts_records:
         share = 100.0 if backlog_rows <= 0 else min(100.0, 100.0 * rows_done / backlog_rows)
         parts.append(f"backlog {share:.0f}% ({rows_done:,} of {backlog_rows:,} rows)")
-    elif kafka_behind:
+    elif kafka_behind and counts_records:
         parts.append(f"{sum(kafka_behind):,} records behind")
-    return ", ".join(parts)
+    return f"{name} batch {progress.get('batchId')}: " + ", ".join(parts)
 
 
 def late_rows_dropped(progress: StreamingQueryProgress) -> int:
@@ -140,6 +145,8 @@ class ProgressListener(StreamingQueryListener):
             read from the progress's own offsets).
         batch_rows: ``(query, batch_id) -> {table: rows written}`` (the governor's batch report), for the
             quarantine warning; None = no quarantine warning.
+        record_queries: queries (name without ``rate-governor-``) whose ``numInputRows`` counts each record once;
+            rows, rows/s and the backlog are shown for these only.
     """
 
     def __init__(
@@ -148,12 +155,13 @@ class ProgressListener(StreamingQueryListener):
         trigger_seconds: float | None,
         backlog_rows: int | None = None,
         batch_rows: BatchRows | None = None,
+        record_queries: tuple[str, ...] = ("ingest",),
     ) -> None:
+        self.record_queries = record_queries
         self.trigger_seconds = trigger_seconds
         self.backlog_rows = backlog_rows
         self.batch_rows = batch_rows
         self.rows_done: dict[str, int] = {}
-        self.kafka_total: dict[str, int] = {}
         self.lines: list[str] = []
 
     def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's API
@@ -189,6 +197,7 @@ class ProgressListener(StreamingQueryListener):
             trigger_seconds=self.trigger_seconds,
             rows_done=done if backlog is not None else None,
             backlog_rows=backlog,
+            counts_records=query in self.record_queries,
         )
         self.lines.append(line)
         log.info("%s", line)
