@@ -63,8 +63,9 @@ def configure_logging(verbose: bool = False, stream=None) -> None:
     root.setLevel(logging.WARNING)
     # verbose adds the governor's DEBUG lines, e.g. rows and seconds per table of every micro-batch
     logging.getLogger(GOVERNOR_LOGGER).setLevel(logging.DEBUG if verbose else logging.INFO)
-    for name in CHATTY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
+    if not verbose:
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def driver_java_options(verbose: bool, existing: str | None = None) -> str | None:
