@@ -27,11 +27,25 @@ DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: Loggers of the governor itself: shown at INFO in both modes.
 GOVERNOR_LOGGER = "rate_governor"
 #: Python libraries that log at INFO/WARNING about things an operator cannot act on (py4j's callback server,
-#: GX's data-context notices; GX sets its ``...types.base`` logger to INFO itself: "Created temporary directory
-#: ... for ephemeral docs site"); raised to ERROR in quiet mode.
-CHATTY_LOGGERS = ("py4j", "great_expectations", "great_expectations.data_context.types.base")
+#: GX's data-context notices, e.g. "Created temporary directory ... for ephemeral docs site" at INFO from a logger
+#: GX sets to INFO itself); quiet mode shows only their errors.
+CHATTY_LOGGERS = ("py4j", "great_expectations")
 CONSOLE_FORMAT = "%(asctime)s %(message)s"
 VERBOSE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _QuietFilter(logging.Filter):
+    """Quiet mode's handler filter: every ``rate_governor*`` record, other libraries' warnings and errors, and
+    only errors of :data:`CHATTY_LOGGERS`. A filter rather than logger levels, because a library may set its own
+    logger's level when it is imported, after the CLI configured logging (GX does)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = record.name
+        if name == GOVERNOR_LOGGER or name.startswith(GOVERNOR_LOGGER + "."):
+            return True
+        if any(name == chatty or name.startswith(chatty + ".") for chatty in CHATTY_LOGGERS):
+            return record.levelno >= logging.ERROR
+        return record.levelno >= logging.WARNING
 
 
 class _LevelPrefix(logging.Formatter):
@@ -59,13 +73,13 @@ def configure_logging(verbose: bool = False, stream=None) -> None:
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
+    if not verbose:
+        handler.addFilter(_QuietFilter())
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     # verbose adds the governor's DEBUG lines, e.g. rows and seconds per table of every micro-batch
     logging.getLogger(GOVERNOR_LOGGER).setLevel(logging.DEBUG if verbose else logging.INFO)
-    if not verbose:
-        for name in CHATTY_LOGGERS:
-            logging.getLogger(name).setLevel(logging.ERROR)
+
 
 
 def driver_java_options(verbose: bool, existing: str | None = None) -> str | None:

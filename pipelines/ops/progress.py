@@ -5,7 +5,7 @@
 ``rate_governor.progress`` logger::
 
     ingest batch 3: 11,520 rows, 1,931 rows/s, 6.0 s (availableNow), backlog 52% (11,520 of 22,150 rows)
-    gold batch 3: 6.9 s (availableNow), watermark 2026-11-23 10:41:00, 310 windows in state
+    gold batch 3: 6.9 s (availableNow), watermark 2026-11-23 10:41:00, 310 window aggregates in state
 
 * rows and rows/s are ``numInputRows`` and ``processedRowsPerSecond`` of the progress, shown for the ingest query
   only: the gold query reads the raw stream in two branches (stats, failures), and Spark counts a source's rows
@@ -118,7 +118,7 @@ def describe(
     if (mark := _watermark(progress)) is not None:
         parts.append(f"watermark {mark}")
     if operators := progress.get("stateOperators"):
-        parts.append(f"{sum(int(op.get('numRowsTotal') or 0) for op in operators):,} windows in state")
+        parts.append(f"{sum(int(op.get('numRowsTotal') or 0) for op in operators):,} window aggregates in state")
     kafka_behind = [b for b in (offsets_behind(s) for s in progress.get("sources") or []) if b is not None]
     if backlog_rows is not None and rows_done is not None and counts_records:
         share = 100.0 if backlog_rows <= 0 else min(100.0, 100.0 * rows_done / backlog_rows)

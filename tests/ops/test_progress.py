@@ -41,7 +41,7 @@ def test_gold_line_has_watermark_and_state_but_no_row_count():
     ev = event(name="rate-governor-gold", seconds=6.9, watermark="2026-11-23T10:41:00.000Z",
                state=[{"numRowsTotal": 310, "numRowsDroppedByWatermark": 0}])
     line = describe(ev, trigger_seconds=None, rows_done=1, backlog_rows=2, counts_records=False)
-    assert line == "gold batch 2: 6.9 s (availableNow), watermark 2026-11-23 10:41:00, 310 windows in state"
+    assert line == "gold batch 2: 6.9 s (availableNow), watermark 2026-11-23 10:41:00, 310 window aggregates in state"
     assert "watermark not yet" in describe(event(watermark=progress.NO_WATERMARK), trigger_seconds=None)
 
 
