@@ -20,6 +20,11 @@
   is read from the progress itself: the source's ``latestOffset`` minus its ``endOffset``, summed over partitions
   (records still behind), which also gives ``N records behind`` in continuous mode.
 
+Spark reports progress when a micro-batch ends. With ``source.max_files_per_trigger = 0`` (the embedded default)
+``--once`` reads everything that has landed in one micro-batch and prints one line per query at its end; bound the
+micro-batch (``source.max_files_per_trigger``, ``source.kafka.max_offsets_per_trigger``) to watch a long backlog
+move batch by batch.
+
 Warnings that need an operator (on ``rate_governor.progress``, WARNING): rows dropped by the window aggregation
 because they arrived behind the watermark (``stateOperators[].numRowsDroppedByWatermark``, late data), and an
 ingest micro-batch that quarantined records (from the governor's own batch report of the same batch id).
