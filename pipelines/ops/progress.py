@@ -225,12 +225,19 @@ class ProgressListener(StreamingQueryListener):
         return line
 
 
+#: Listeners registered by :func:`attach` and not yet removed, per session (one governor run at a time).
+_ATTACHED: list[tuple[object, ProgressListener]] = []
+
+
 def attach(spark, governor, *, once: bool) -> ProgressListener:
-    """Register a :class:`ProgressListener` for ``governor``'s queries on ``spark`` (call before starting them).
+    """Register a :class:`ProgressListener` for ``governor``'s queries on ``spark`` (call before starting them),
+    first removing one an earlier run left registered (a run that raised before :func:`detach`).
 
     With ``once`` and the files source, the backlog is the landing directory's lines minus the rows already in
     bronze (both counted now, before the queries start).
     """
+    for session, old in [entry for entry in _ATTACHED if entry[0] is spark]:
+        detach(session, old)
     cfg = governor.cfg
     backlog = None
     if once and cfg.source.kind == "files":
@@ -248,6 +255,7 @@ def attach(spark, governor, *, once: bool) -> ProgressListener:
         batch_rows=batch_rows,
     )
     spark.streams.addListener(listener)
+    _ATTACHED.append((spark, listener))
     return listener
 
 
@@ -272,3 +280,5 @@ def detach(spark, listener: ProgressListener) -> None:
     except Exception:  # noqa: BLE001 - private Spark API: at worst the last line is missing
         log.debug("could not wait for the listener bus", exc_info=True)
     spark.streams.removeListener(listener)
+    if (spark, listener) in _ATTACHED:
+        _ATTACHED.remove((spark, listener))

@@ -116,3 +116,18 @@ def test_listener_on_real_queries(spark, tmp_path):
         "checkpointLocation", str(tmp_path / "ck-after")).trigger(availableNow=True).start().awaitTermination()
     spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
     assert len(listener.lines) == n
+
+
+def test_attach_replaces_a_listener_an_earlier_run_left_registered(spark):
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(source=SimpleNamespace(kind="kafka"), windows=SimpleNamespace(trigger_seconds=5))
+    governor = SimpleNamespace(cfg=cfg, reports=[])
+    first = progress.attach(spark, governor, once=False)  # a run that raised before detach
+    second = progress.attach(spark, governor, once=False)
+    try:
+        assert [listener for session, listener in progress._ATTACHED if session is spark] == [second]
+        assert first is not second and second.trigger_seconds == 5.0 and second.backlog_rows is None
+    finally:
+        progress.detach(spark, second)
+    assert progress._ATTACHED == []
