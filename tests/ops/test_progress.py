@@ -122,12 +122,17 @@ def test_attach_replaces_a_listener_an_earlier_run_left_registered(spark):
     from types import SimpleNamespace
 
     cfg = SimpleNamespace(source=SimpleNamespace(kind="kafka"), windows=SimpleNamespace(trigger_seconds=5))
-    governor = SimpleNamespace(cfg=cfg, reports=[])
+    from pipelines.governor import BatchReport
+
+    governor = SimpleNamespace(cfg=cfg, reports=[BatchReport("ingest", 3, rows={"quarantine": 2}),
+                                                 BatchReport("gold", 3, rows={"gold/limits": 1})])
     first = progress.attach(spark, governor, once=False)  # a run that raised before detach
     second = progress.attach(spark, governor, once=False)
     try:
         assert [listener for session, listener in progress._ATTACHED if session is spark] == [second]
         assert first is not second and second.trigger_seconds == 5.0 and second.backlog_rows is None
+        # the quarantine warning reads the governor's own report of the same query and batch
+        assert second.batch_rows("ingest", 3) == {"quarantine": 2} and second.batch_rows("ingest", 4) is None
     finally:
         progress.detach(spark, second)
     assert progress._ATTACHED == []
