@@ -2,7 +2,7 @@
 run the governor once (``--once``) and print a summary an SRE or analyst can act on.
 
 Usage:
-    python -m pipelines.demo [--conf conf/local.toml] [--landing DIR] [--lake DIR] [--seed 7] [--minutes 90]
+    python -m pipelines.demo [--conf conf/local.toml] [--landing DIR] [--lake DIR] [--seed 7] [--minutes 90] [--verbose]
 
 Without ``--landing``, a fresh run directory ``scratch/run-<UTC time>/`` holds the generated landing directory and
 the lake (so re-running never mixes two scenarios); with ``--landing``, the lake defaults to ``<landing>/../lake``.
@@ -21,6 +21,7 @@ from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, load_config, throwaway_signing_key
+from pipelines.ops import console, status
 
 #: The embedded default configuration of this checkout.
 DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "local.toml"
@@ -37,6 +38,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--lake", help="lake directory (default: next to the landing directory)")
     parser.add_argument("--seed", type=int, default=7, help="scenario seed (default: 7)")
     parser.add_argument("--minutes", type=int, default=90, help="scenario length in minutes (default: 90)")
+    parser.add_argument("--verbose", action="store_true", help="show Spark's own log lines (hidden by default)")
     return parser
 
 
@@ -107,6 +109,7 @@ def _demo_signing_key(conf: str, lake: Path) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    console.configure_logging(args.verbose)
     if args.landing:
         landing = Path(args.landing)
         lake = Path(args.lake) if args.lake else landing.resolve().parent / "lake"
@@ -129,10 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         return fail("rate-governor", exc)
     from pipelines.session import build_session
 
-    spark = build_session(cfg.spark)
+    spark = build_session(cfg.spark, verbose=args.verbose)
     governor.run(spark, cfg, once=True)
     spark.stop()
     print(summary(str(lake), time.monotonic() - started))
+    print(f"status page: {status.write_page(str(lake)).resolve().as_uri()}")
     if key_note:
         print(key_note)
     return 0

@@ -15,7 +15,7 @@ Every Delta append is tagged with the query's app id and the micro-batch id, so 
 crash writes nothing twice; checkpoints live under ``<lake>/_checkpoints`` (or ``lake.checkpoint_dir``).
 
 Usage:
-    python -m pipelines.governor --conf conf/local.toml [--landing DIR] [--lake DIR] [--once]
+    python -m pipelines.governor --conf conf/local.toml [--landing DIR] [--lake DIR] [--once] [--verbose]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from pipelines.io import sources
 from pipelines.io.checkpoint import check_checkpoint
 from pipelines.io.lake import open_lake
 from pipelines.io.publish import Publisher, signing_key
+from pipelines.ops import console, progress
 from pipelines.quality.gate import QualityGate
 
 log = logging.getLogger("rate_governor")
@@ -134,9 +135,13 @@ def run(spark: SparkSession, cfg: GovernorConfig, *, once: bool, clock: Clock = 
     """
     check_checkpoint(cfg)
     governor = build_governor(spark, cfg, clock)
-    start_queries(spark, governor, once)
-    if not once:
-        spark.streams.awaitAnyTermination()
+    listener = progress.attach(spark, governor, once=once)  # one console line per micro-batch
+    try:
+        start_queries(spark, governor, once)
+        if not once:
+            spark.streams.awaitAnyTermination()
+    finally:
+        progress.detach(spark, listener)
     for query in governor.queries:
         if query.exception() is not None:
             raise RuntimeError(f"query {query.name} failed: {query.exception()}")
@@ -152,6 +157,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--landing", help="landing directory (overrides source.landing)")
     parser.add_argument("--lake", help="lake directory for the Delta tables (overrides lake.path)")
     parser.add_argument("--once", action="store_true", help="process everything that has landed, then stop")
+    parser.add_argument("--verbose", action="store_true", help="show Spark's own log lines (hidden by default)")
     return parser
 
 
@@ -175,15 +181,14 @@ def load_run_config(args: argparse.Namespace) -> GovernorConfig:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    log.setLevel(logging.INFO)
+    console.configure_logging(args.verbose)
     try:
         cfg = load_run_config(args)
     except STARTUP_ERRORS as exc:
         return fail("rate-governor", exc)
     from pipelines.session import build_session
 
-    spark = build_session(cfg.spark)
+    spark = build_session(cfg.spark, verbose=args.verbose)
     run(spark, cfg, once=args.once)
     return 0
 

@@ -10,19 +10,24 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from pipelines.config import SparkConfig
+from pipelines.ops import console
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 DELTA_PROBE_CLASS = "org.apache.spark.sql.delta.DeltaLog"
 
 
-def build_session(cfg: SparkConfig, *, master: str | None = None, delta_spark: bool | None = None) -> SparkSession:
+def build_session(
+    cfg: SparkConfig, *, master: str | None = None, delta_spark: bool | None = None, verbose: bool = False
+) -> SparkSession:
     """Get or create the SparkSession for rate-governor.
 
     Args:
         cfg: the ``[spark]`` section; ``cfg.conf`` entries are applied last and win.
         master: overrides ``cfg.master`` (spark-submit passes its own ``--master``; pass None to keep it).
         delta_spark: enable the Delta SQL extension; None = only when the Delta jars are on the classpath.
+        verbose: keep Spark's own log4j2 defaults; otherwise the driver JVM (when pyspark launches it) logs with
+            ``conf/log4j2.properties``, which hides Spark's start-up notices (:mod:`pipelines.ops.console`).
     """
     _python_clock_in_utc()
     builder = (
@@ -40,7 +45,11 @@ def build_session(cfg: SparkConfig, *, master: str | None = None, delta_spark: b
         builder = builder.config("spark.sql.extensions", DELTA_EXTENSION).config(
             "spark.sql.catalog.spark_catalog", DELTA_CATALOG
         )
-    for key, value in cfg.conf.items():
+    conf = dict(cfg.conf)
+    java_options = console.driver_java_options(verbose, conf.pop(console.DRIVER_JAVA_OPTIONS, None))
+    if java_options:
+        builder = builder.config(console.DRIVER_JAVA_OPTIONS, java_options)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -22,11 +22,17 @@ fi
 # The project's own environment, created on first use and refreshed when pyproject.toml changes.
 stamp="$RG_VENV/.installed-$(sha256sum "$RG_ROOT/pyproject.toml" | cut -c1-16)"
 if [ ! -x "$RG_VENV/bin/python" ] || [ ! -f "$stamp" ]; then
-  echo "rate-governor: setting up the Python environment in $RG_VENV (first run takes a few minutes) ..." >&2
+  # One line on the console; pip's own output goes to a log file (named if the install fails).
+  pip_log="$RG_ROOT/scratch/pip-install.log"
+  mkdir -p "$(dirname "$pip_log")"
+  echo "rate-governor: setting up the Python environment in $RG_VENV (first run takes a few minutes; pip log: $pip_log) ..." >&2
   python_bin="${PYTHON:-python3}"
-  [ -x "$RG_VENV/bin/python" ] || "$python_bin" -m venv "$RG_VENV"
-  "$RG_VENV/bin/python" -m pip install --quiet --upgrade pip >&2
-  "$RG_VENV/bin/python" -m pip install --quiet -e "$RG_ROOT[test]" >&2
+  [ -x "$RG_VENV/bin/python" ] || "$python_bin" -m venv "$RG_VENV" >"$pip_log" 2>&1
+  if ! { "$RG_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip \
+         && "$RG_VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$RG_ROOT[test]"; } >>"$pip_log" 2>&1; then
+    echo "rate-governor: installing the Python environment failed; see $pip_log" >&2
+    exit 4
+  fi
   rm -f "$RG_VENV"/.installed-*
   touch "$stamp"
 fi

@@ -39,5 +39,5 @@ def write_outputs(lake, query: str, app_id: str, batch_id: int, outputs: dict[st
     finally:
         if context is not None:
             context.setJobDescription(None)
-    log.info("%s batch %d: rows %s, seconds %s", query, batch_id, report.rows, report.seconds)
+    log.debug("%s batch %d: rows %s, seconds %s", query, batch_id, report.rows, report.seconds)
     return report

@@ -1,0 +1,93 @@
+"""Quiet by default: the Python loggers, the driver JVM's log4j2 file, and a real pyspark-launched JVM each way."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.ops import console
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def restore_logging():
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level, {n: logging.getLogger(n).level for n in
+                                               (console.GOVERNOR_LOGGER, *console.CHATTY_LOGGERS)})
+    yield
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    for name, level in saved[2].items():
+        logging.getLogger(name).setLevel(level)
+
+
+def test_quiet_shows_governor_lines_and_warnings_only(restore_logging):
+    out = io.StringIO()
+    console.configure_logging(verbose=False, stream=out)
+    logging.getLogger("rate_governor.progress").info("ingest batch 0: 10 rows")
+    logging.getLogger("rate_governor").debug("ingest batch 0: rows {...}")
+    logging.getLogger("py4j.clientserver").warning("callback server notice")
+    gx_base = logging.getLogger("great_expectations.data_context.types.base")
+    gx_base.setLevel(logging.INFO)  # as GX does when it is imported, after the CLI configured logging
+    gx_base.info("Created temporary directory")
+    logging.getLogger("kafka.producer").warning("broker unreachable")
+    logging.getLogger("some.library").info("chatter")
+    lines = out.getvalue().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == ["ingest batch 0: 10 rows", "WARNING: broker unreachable"]
+
+
+def test_verbose_shows_debug_lines_and_library_info(restore_logging):
+    out = io.StringIO()
+    logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.INFO)  # as GX does on import
+    console.configure_logging(verbose=True, stream=out)
+    logging.getLogger("rate_governor").debug("ingest batch 0: rows {...}")
+    logging.getLogger("great_expectations.data_context.types.base").info("Created temporary directory")
+    text = out.getvalue()
+    assert "DEBUG rate_governor: ingest batch 0: rows {...}" in text
+    assert "Created temporary directory" in text
+
+
+def test_driver_java_options():
+    option = console.driver_java_options(False)
+    assert option == f"-Dlog4j2.configurationFile={console.LOG4J2_CONFIG.as_uri()}"
+    assert console.LOG4J2_CONFIG.is_file()
+    assert console.driver_java_options(False, "-Xss4m") == f"{option} -Xss4m"  # options from the config are kept
+    assert console.driver_java_options(True, "-Xss4m") == "-Xss4m"
+    assert console.driver_java_options(True) is None
+    own = "-Dlog4j2.configurationFile=file:/etc/spark/log4j2.properties"
+    assert console.driver_java_options(False, own) == own  # an operator's own log4j2 file wins
+
+
+SESSION_SCRIPT = """
+import sys
+from pipelines.config import SparkConfig
+from pipelines.session import build_session
+spark = build_session(SparkConfig(master="local[1]", app_name="console-test", shuffle_partitions=1),
+                      verbose=sys.argv[1] == "verbose")
+spark.range(3).count()
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_pyspark_launched_jvm_is_quiet_unless_verbose(tmp_path):
+    """The driver JVM that pyspark launches reads conf/log4j2.properties: Spark's start-up notices are gone."""
+    def stderr(mode: str) -> str:
+        result = subprocess.run([sys.executable, "-c", SESSION_SCRIPT, mode], cwd=ROOT, capture_output=True,
+                                text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stderr
+
+    verbose, quiet = stderr("verbose"), stderr("quiet")
+    assert "Using Spark's default log4j profile" in verbose
+    assert "NativeCodeLoader" in verbose  # Spark's defaults print it on this platform
+    for notice in ("Using Spark's default log4j profile", "NativeCodeLoader", "resolves to a loopback address",
+                   "Setting default log level"):
+        assert notice not in quiet, notice

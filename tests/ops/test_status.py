@@ -1,0 +1,89 @@
+"""The status page from a small lake written in the governor's table schemas (no Spark session needed)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+
+import matplotlib.image as mpimg
+import pytest
+
+from pipelines.ops import status
+from tests.ops.lake_fixture import GROUP, NOW, RETRY_TOPIC, build_lake
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    return build_lake(tmp_path_factory.mktemp("status") / "lake")
+
+
+def images(page: str) -> dict[str, bytes]:
+    return {alt: base64.b64decode(data) for alt, data in
+            re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,([^"]+)">', page)}
+
+
+def test_page_shows_limits_timeline_tps_and_quarantine(lake, tmp_path):
+    page_path = status.write_page(str(lake), tmp_path / "out", now=NOW)
+    page = page_path.read_text()
+    pictures = images(page)
+    # the timeline, the limited group, its broker (flagged too), the retry topic's broker is the same one, quarantine
+    assert sorted(pictures) == sorted(["Timeline", f"TPS group {GROUP}", "TPS broker broker-a", "Quarantine"])
+    for alt, png in pictures.items():
+        pixels = mpimg.imread(io.BytesIO(png), format="png")
+        assert pixels.shape[0] > 100 and pixels.shape[1] > 400, alt
+    # limits in force with reason and expiry; the advisory one expired before NOW is marked as such
+    assert "get-pugc-to-ai-consumer" in page and "retry ratio 2.60" in page
+    assert page.count("(expired: brokers fell back to their default)") == 1
+    assert re.search(r'<tr class="expired">(?:(?!</tr>).)*orders', page)
+    assert "anomaly windows: 30; limit decisions: 2; quarantined: 2" in page
+    assert "Input records: 7" in page
+    # Data Docs not built in this lake: the page says how to build them
+    assert "python -m pipelines.quality docs --lake" in page
+    assert status.IMAGE_CHECK_SCRIPT in page
+
+
+def test_figures_are_limited_and_ordered(lake):
+    st = status.add_figures(status.read_status(str(lake), NOW), max_resources=1)
+    titles = [f.title for f in st.figures]
+    assert titles == ["Timeline", f"TPS group {GROUP}", "Quarantine"]  # the limited resource first
+    assert st.omitted == ["broker broker-a"]
+
+
+def test_tps_series_cover_the_resource_around_its_events(lake):
+    st = status.read_status(str(lake), NOW)
+    series = status._series(str(lake), "group", GROUP)
+    assert set(series) == {"consume TPS", "retry TPS (sent back)"}
+    assert series["retry TPS (sent back)"]["tps"].max() == 780.0
+    assert status._brokers_of(str(lake), {RETRY_TOPIC}, set()) == ["broker-a"]
+    assert len(st.decisions) == 2 and len(st.anomalies) == 30
+
+
+def test_data_docs_link_when_built(lake, tmp_path):
+    docs = lake / "quality" / "data_docs"
+    docs.mkdir(parents=True)
+    (docs / "index.html").write_text("<html></html>")
+    try:
+        page = status.write_page(str(lake), tmp_path, now=NOW).read_text()
+    finally:
+        (docs / "index.html").unlink()
+    assert f'<a href="{(docs / "index.html").resolve().as_uri()}">Data Docs</a>' in page
+
+
+def test_cli_writes_the_page_and_names_it(lake, tmp_path, capsys):
+    assert status.main(["--lake", str(lake), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == f"status page: {(tmp_path / 'index.html').resolve().as_uri()}"
+
+
+def test_cli_on_a_directory_without_tables_says_so_in_one_line(tmp_path, capsys):
+    assert status.main(["--lake", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no governor tables under" in err
+
+
+def test_empty_lake_still_renders(tmp_path):
+    (tmp_path / "gold").mkdir()
+    page = status.write_page(str(tmp_path), now=NOW).read_text()
+    assert "No limits in force" in page and "No anomaly and no decision so far." in page
+    assert images(page) == {}
