@@ -2,9 +2,9 @@
 broker model replays, either generated (scenario → landing directory → the governor's real pipeline) or read
 from a lake a governor already wrote.
 
-Timing, kept together here: :func:`governor_config` (the backtest's watermark/trigger overrides of the governor
-config) and :func:`decision_delay` (a limit reaches the brokers at ``window_end + line_lag + watermark + trigger +
-propagation``; ``decided_at`` is the replay's wall clock and is not used).
+Timing, kept together here: :func:`governor_config` (the governor config as shipped: the backtest has no watermark
+or trigger of its own) and :class:`Timing` (when each decision would have been in force at the brokers under the
+product's two speeds; ``decided_at`` is the replay's wall clock and is not used).
 
 Lake tables are read through the lake's table registry (:func:`pipelines.io.lake.open_lake`).
 """
@@ -51,26 +51,22 @@ class BacktestError(Exception):
 @dataclass(frozen=True)
 class BacktestConfig:
     governor_conf: str = "conf/local.toml"
-    watermark_seconds: int | None = None  # None → the governor config's value
-    trigger_seconds: int | None = None
     line_lag_seconds: float = 60.0
+    shipping_seconds: float = 5.0
+    micro_batch_seconds: float = 5.0
     propagation_seconds: float = 10.0
     broker: bm.BrokerModelConfig = field(default_factory=bm.BrokerModelConfig)
 
 
-class _GovernorSection(ConfigSection):
-    watermark_seconds: int | None = Field(default=None, ge=0)
-    trigger_seconds: int | None = Field(default=None, gt=0)
-
-
 class _TimingSection(ConfigSection):
     line_lag_seconds: float = Field(default=60.0, ge=0)
+    shipping_seconds: float = Field(default=5.0, ge=0)
+    micro_batch_seconds: float = Field(default=5.0, ge=0)
     propagation_seconds: float = Field(default=10.0, ge=0)
 
 
 class _BacktestFile(ConfigSection):
     governor_conf: str = "conf/local.toml"
-    governor: _GovernorSection = _GovernorSection()
     timing: _TimingSection = _TimingSection()
     broker: bm.BrokerModelConfig = bm.BrokerModelConfig()
 
@@ -86,36 +82,59 @@ def load_backtest_config(path: str | Path | None) -> BacktestConfig:
         raise BacktestError(str(exc)) from None
     return BacktestConfig(
         governor_conf=data.governor_conf,
-        watermark_seconds=data.governor.watermark_seconds,
-        trigger_seconds=data.governor.trigger_seconds,
         line_lag_seconds=data.timing.line_lag_seconds,
+        shipping_seconds=data.timing.shipping_seconds,
+        micro_batch_seconds=data.timing.micro_batch_seconds,
         propagation_seconds=data.timing.propagation_seconds,
         broker=data.broker,
     )
 
 
 def governor_config(bcfg: BacktestConfig, landing: str | None, lake: str | None):
-    """The governor's config (``bcfg.governor_conf``) with the backtest's watermark/trigger and the paths, without
-    per-batch GX validation."""
+    """The governor's config (``bcfg.governor_conf``, its timing as shipped) with the paths, without per-batch GX
+    validation."""
     from pipelines.config import load_config
 
     cfg = load_config(bcfg.governor_conf).with_paths(landing, lake)
-    update = {}
-    if bcfg.watermark_seconds is not None:
-        update["watermark_seconds"] = bcfg.watermark_seconds
-    if bcfg.trigger_seconds is not None:
-        update["trigger_seconds"] = bcfg.trigger_seconds
-    if update:
-        cfg = cfg.model_copy(update={"windows": cfg.windows.model_copy(update=update)})
     # a replay needs the decisions, not GX's per-batch validation results (row-level expectations still apply)
     return cfg.model_copy(update={"quality": cfg.quality.model_copy(update={"validate_every_n_batches": 0})})
 
 
 
 
-def decision_delay(inputs: Inputs, bcfg: BacktestConfig) -> float:
-    """Seconds from a window's end to its limit being applied by the brokers."""
-    return bcfg.line_lag_seconds + inputs.watermark_seconds + inputs.trigger_seconds + bcfg.propagation_seconds
+@dataclass(frozen=True)
+class Timing:
+    """When a decision is in force at the brokers, in seconds after the end of the window it was decided on.
+
+    A window's minute lines are printed at its end and land ``shipping_seconds`` later. The fast path decides a
+    ``set`` on the open window as soon as they have landed: it waits for the next trigger (at most
+    ``trigger_seconds``), runs one micro-batch and the limit propagates (``fast_seconds``). Recovery (``relax``,
+    ``lift``) needs windows known to be free of the anomaly, i.e. finalized: the watermark passes a window once
+    lines stamped ``line_lag + watermark`` after its end have landed, Spark applies it from the next micro-batch
+    (two triggers at most), then one micro-batch and propagation (``final_seconds``).
+
+    In the simulated cluster every broker prints at the same instant, so an open window's census is complete as
+    soon as its lines land and every rule can act on the fast path (docs/contracts.md §2, ``gold/limits.basis``).
+    """
+
+    fast_seconds: float
+    final_seconds: float
+
+    @classmethod
+    def of(cls, inputs: "Inputs", bcfg: BacktestConfig) -> "Timing":
+        batch = bcfg.shipping_seconds + bcfg.micro_batch_seconds + bcfg.propagation_seconds
+        return cls(
+            fast_seconds=inputs.trigger_seconds + batch,
+            final_seconds=bcfg.line_lag_seconds + inputs.watermark_seconds + 2 * inputs.trigger_seconds + batch,
+        )
+
+    def delays(self, limits: pd.DataFrame) -> pd.Series:
+        """Per ``gold/limits`` row: seconds from its ``window_end`` to being in force (``set`` on the fast path,
+        recovery on the final path)."""
+        if limits is None or not len(limits):
+            return pd.Series(dtype=float)
+        fast = limits["action"].eq("set")
+        return fast.map({True: self.fast_seconds, False: self.final_seconds}).astype(float)
 
 
 # ====================================================================================================================

@@ -121,9 +121,12 @@ def report(outcome: Outcome, bcfg: BacktestConfig, png: Path, path: Path, run_id
              f"Run `{run_id}`, seed {i.seed}. Incident: {i.incident_detail}.",
              f"Onset: {i.onset:%Y-%m-%dT%H:%M:%SZ}." if i.onset is not None else "Onset: none.", "",
              "## Timing assumptions", "",
-             f"A limit reaches the brokers {outcome.delay_seconds:.0f} s after its window ends = line lag "
-             f"{bcfg.line_lag_seconds:.0f} s + watermark {i.watermark_seconds} s + trigger {i.trigger_seconds} s + "
-             f"propagation {bcfg.propagation_seconds:.0f} s (window {i.window_seconds} s). Broker capacity "
+             f"The governor's own timing (watermark {i.watermark_seconds} s, trigger {i.trigger_seconds} s, window "
+             f"{i.window_seconds} s). A `set` is in force {outcome.timing.fast_seconds:.0f} s after its window ends "
+             f"(fast path: shipping {bcfg.shipping_seconds:.0f} s + trigger wait {i.trigger_seconds} s + micro-batch "
+             f"{bcfg.micro_batch_seconds:.0f} s + propagation {bcfg.propagation_seconds:.0f} s); recovery (`relax`, "
+             f"`lift`) {outcome.timing.final_seconds:.0f} s after (final path: line lag {bcfg.line_lag_seconds:.0f} s "
+             f"+ watermark + two triggers + the same shipping, micro-batch and propagation). Broker capacity "
              f"{bcfg.broker.capacity_factor}× its normal write rate (min {bcfg.broker.capacity_min_tps:.0f}/s), "
              f"waitTimeMillsInSendQueue {bcfg.broker.wait_time_ms_in_send_queue:.0f} ms, tick "
              f"{bcfg.broker.tick_seconds} s, breaker open {bcfg.broker.breaker_open_ms} ms.", ""]
@@ -193,7 +196,9 @@ def summary_lines(outcome: Outcome) -> list[str]:
         return metric_value(m, gov, c, name)
 
     i = outcome.inputs
-    out = [f"backtest {i.scenario}: decision delay {outcome.delay_seconds:.0f} s, model {outcome.model_seconds:.1f} s"
+    out = [f"backtest {i.scenario}: limits in force {outcome.timing.fast_seconds:.0f} s (set, fast path) / "
+           f"{outcome.timing.final_seconds:.0f} s (recovery, final path) after their window, model "
+           f"{outcome.model_seconds:.1f} s"
            + (f", governor {i.governor_seconds:.0f} s" if i.governor_seconds is not None else ""),
            f"  onset -> first enforced limit: {_fmt(val('with', 'incident', 'onset_to_first_limit_window'))} windows, "
            f"{_fmt(val('with', 'incident', 'onset_to_enforced_limit'))} s",

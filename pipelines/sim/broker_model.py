@@ -172,10 +172,12 @@ def offered_from_stats(stats: pd.DataFrame, cfg: BrokerModelConfig | None = None
 # ====================================================================================================================
 # Limit schedule from gold/limits
 # ====================================================================================================================
-def limit_schedule(limits: pd.DataFrame, *, delay_seconds: float, ttl_seconds: float | None = None) -> pd.DataFrame:
+def limit_schedule(limits: pd.DataFrame, *, delay_seconds: float | pd.Series,
+                   ttl_seconds: float | None = None) -> pd.DataFrame:
     """``gold/limits`` rows → when each enforced limit is in force at the brokers, columns :data:`SCHEDULE_COLUMNS`.
 
-    A decision reaches the brokers at ``window_end + delay_seconds`` (the caller sums: the minute line's print lag,
+    A decision reaches the brokers at ``window_end + delay_seconds`` (one number, or one per row of ``limits``;
+    the caller sums: the minute line's print lag,
     the watermark, the trigger and the propagation delay; ``decided_at`` is a wall-clock time of the replay and is
     not used). A ``set`` is in force from then until the next decision of the same resource reaches the brokers or
     until it expires ``ttl`` after it arrived (``expires_at − decided_at`` of the row, else ``ttl_seconds``), whichever

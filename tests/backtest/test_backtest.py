@@ -79,7 +79,12 @@ def test_large_mix_small_size_has_storm_and_flash():
 # --- config and CLI ---------------------------------------------------------------------------------------------------
 def test_backtest_config_loads_and_names_bad_keys(tmp_path):
     cfg = load_backtest_config("conf/backtest.toml")
-    assert cfg.watermark_seconds == 10 and cfg.broker.wait_time_ms_in_send_queue == 200.0
+    assert cfg.shipping_seconds == 5 and cfg.broker.wait_time_ms_in_send_queue == 200.0
+    # no backtest-only timing: a [governor] watermark/trigger override is refused
+    override = tmp_path / "override.toml"
+    override.write_text(Path("conf/backtest.toml").read_text() + "\n[governor]\nwatermark_seconds = 10\n")
+    with pytest.raises(BacktestError, match="governor"):
+        load_backtest_config(override)
     bad = tmp_path / "bad.toml"
     bad.write_text(Path("conf/backtest.toml").read_text().replace("capacity_factor", "capacity_factr"))
     with pytest.raises(BacktestError, match="broker.capacity_factr"):
@@ -126,3 +131,18 @@ def test_results_append_through_the_lake_once_per_run(spark, tmp_path):
         ("run1", "rejected", 12.0), ("run1", "rejected_cut", None), ("run2", "rejected", 12.0),
         ("run2", "rejected_cut", None)]
     assert lake.committed_version(RESULTS_TABLE, "backtest-run1") == 0
+
+
+def test_timing_puts_sets_on_the_fast_path_and_recovery_on_the_final_path():
+    """The backtest's timing is the product's: a set is in force one trigger + shipping + micro-batch + propagation
+    after its window; recovery waits for the watermark (line lag + watermark) and two triggers as well."""
+    from types import SimpleNamespace
+
+    from pipelines.backtest.inputs import Timing
+
+    bcfg = load_backtest_config("conf/backtest.toml")
+    timing = Timing.of(SimpleNamespace(trigger_seconds=10, watermark_seconds=120), bcfg)
+    assert timing.fast_seconds == 10 + 5 + 5 + 10
+    assert timing.final_seconds == 60 + 120 + 2 * 10 + 5 + 5 + 10
+    delays = timing.delays(pd.DataFrame({"action": ["set", "relax", "lift"]}))
+    assert delays.tolist() == [30.0, 220.0, 220.0]
