@@ -75,13 +75,13 @@ def summary(lake: str, elapsed_s: float) -> str:
     ]
     limits = _rows(
         lake,
-        "SELECT resource_type, resource, action, limit_qps, mode, version, reason FROM gold_limits "
+        "SELECT resource_type, resource, action, limit_qps, mode, basis, window_end, version, reason FROM gold_limits "
         "ORDER BY resource_type, resource, version",
     )
     out.append(f"limits decided: {len(limits)}")
     out += [
         f"  {lim['action']:<5} {lim['resource_type']:<6} {lim['resource']:<34} {lim['limit_qps']:>8.1f} msg/s "
-        f"({lim['mode']}, v{lim['version']})"
+        f"({lim['mode']}, {lim['basis']}, window ending {lim['window_end']:%H:%M})"
         for lim in limits
     ]
     out += [

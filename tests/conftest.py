@@ -25,11 +25,3 @@ def spark():
     )
     yield session
     session.stop()
-
-
-def lean_config_text() -> str:
-    """conf/local.toml without per-batch GX validation (its results table is covered by tests/test_quality.py):
-    the end-to-end tests that only check governance run faster with it."""
-    from pathlib import Path
-
-    return Path("conf/local.toml").read_text().replace("validate_every_n_batches = 1", "validate_every_n_batches = 0")

@@ -26,3 +26,33 @@ def stats_line(local_time: str, stat: str, key: str, detail: str, period: str = 
 def ts(text: str) -> dt.datetime:
     """'2022-02-08 07:40' → naive UTC datetime."""
     return dt.datetime.fromisoformat(text)
+
+
+def write_config(path, base: str = "conf/local.toml", **settings) -> "Path":
+    """Write ``base`` with ``settings`` changed (dotted names: ``write_config(p, **{"windows.length_seconds": 120})``)
+    to ``path`` as TOML and return it. A setting ``base`` does not have raises KeyError, so a renamed setting
+    cannot make the change a silent no-op."""
+    from pathlib import Path
+
+    import tomli_w
+
+    from pipelines.config import read_toml
+
+    data = read_toml(base)
+    for dotted, value in settings.items():
+        *parents, leaf = dotted.split(".")
+        node = data
+        for name in parents:
+            node = node[name]
+        if leaf not in node:
+            raise KeyError(f"{base} has no setting {dotted}")
+        node[leaf] = value
+    out = Path(path)
+    out.write_text(tomli_w.dumps(data))
+    return out
+
+
+def lean_config_file(path) -> "Path":
+    """conf/local.toml without per-batch GX validation (its results table is covered by tests/quality): the
+    end-to-end tests that only check governance run faster with it."""
+    return write_config(path, **{"quality.validate_every_n_batches": 0})

@@ -12,7 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from control import record as cr
-from control.applier import Decision, LimitApplier, TokenBucketRateLimiter, default_burst
+from control.applier import Decision, LimitApplier
+from control.token_bucket import TokenBucketRateLimiter, default_burst
 
 KEY = b"test-signing-key"
 T0 = datetime(2026, 11, 22, 10, 0, 0, tzinfo=timezone.utc)

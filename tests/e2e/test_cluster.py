@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.io.lake import open_lake
-from tests.conftest import lean_config_text
+from tests.helpers import lean_config_file
 
 pytestmark = pytest.mark.slow
 
@@ -91,8 +91,7 @@ def standalone(tmp_path):
 def test_governor_on_a_standalone_cluster(spark, standalone, tmp_path):
     landing, lake = tmp_path / "landing", tmp_path / "lake"
     written = render_landing(SPEC, landing)
-    conf = tmp_path / "lean.toml"
-    conf.write_text(lean_config_text())
+    conf = lean_config_file(tmp_path / "lean.toml")
     done = subprocess.run(
         ["./spark-submit.sh", "--master", standalone, "--conf", f"spark.driver.host={LOOPBACK}",
          "--executor-memory", "1g", "--", "--conf", str(conf), "--landing", str(landing), "--lake", str(lake),

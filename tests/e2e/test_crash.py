@@ -20,6 +20,7 @@ from pipelines.config import load_config
 from pipelines.faults import CRASH_AFTER_ENV, CRASH_AT_ENV
 from pipelines.io.lake import TABLES, open_lake
 from tests.e2e.test_governor_e2e import _line_time
+from tests.helpers import write_config
 
 pytestmark = pytest.mark.slow
 
@@ -101,10 +102,9 @@ def _latest_state(df):
 
 
 def test_sigkill_at_each_point_then_restart_equals_uninterrupted_run(spark, tmp_path):
-    conf = tmp_path / "crash.toml"
-    # several micro-batches per run; GX validation off here (its results table is covered by tests/test_quality.py)
-    text = Path("conf/local.toml").read_text().replace("max_files_per_trigger = 0", "max_files_per_trigger = 4")
-    conf.write_text(text.replace("validate_every_n_batches = 1", "validate_every_n_batches = 0"))
+    # several micro-batches per run; GX validation off here (its results table is covered by tests/quality)
+    conf = write_config(tmp_path / "crash.toml", **{"source.max_files_per_trigger": 4,
+                                                    "quality.validate_every_n_batches": 0})
     clean_landing, crashed_landing = _chunked_landing(tmp_path / "a"), _chunked_landing(tmp_path / "b")
     clean, crashed = tmp_path / "clean", tmp_path / "crashed"
 
@@ -140,7 +140,7 @@ def test_restart_with_changed_window_length_is_refused(tmp_path):
     # the CLI refuses before starting Spark, in one line
     (tmp_path / "landing").mkdir()
     changed = tmp_path / "c.toml"
-    changed.write_text(Path("conf/local.toml").read_text().replace("length_seconds = 60", "length_seconds = 120"))
+    write_config(changed, **{"windows.length_seconds": 120})
     done = subprocess.run(
         [sys.executable, "-m", "pipelines.governor", "--conf", str(changed), "--landing", str(tmp_path / "landing"),
          "--lake", str(tmp_path / "lake"), "--once"], capture_output=True, text=True, timeout=120)

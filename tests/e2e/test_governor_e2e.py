@@ -16,7 +16,7 @@ from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.config import load_config
 from pipelines.io.lake import TABLES, open_lake
-from tests.conftest import lean_config_text
+from tests.helpers import lean_config_file, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -32,8 +32,7 @@ def run(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     landing, lake = root / "landing", root / "lake"
     written = render_landing(SPEC, landing)
-    conf = root / "lean.toml"
-    conf.write_text(lean_config_text())
+    conf = lean_config_file(root / "lean.toml")
     cfg = load_config(conf).with_paths(str(landing), str(lake))
     gov = governor.run(spark, cfg, once=True)
     counts = {t: open_lake(spark, str(lake)).read(t).count() for t in TABLES}
@@ -99,7 +98,7 @@ def test_cli_errors_are_one_line_and_nonzero(args, message):
 
 def test_bad_config_value_is_named(tmp_path):
     bad = tmp_path / "bad.toml"
-    bad.write_text(Path("conf/local.toml").read_text().replace("length_seconds = 60", "length_seconds = -5"))
+    write_config(bad, **{"windows.length_seconds": -5})
     done = _cli("pipelines.governor", "--conf", str(bad), "--landing", str(tmp_path))
     assert done.returncode == 2 and "windows.length_seconds" in done.stderr
 

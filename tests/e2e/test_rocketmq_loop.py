@@ -16,7 +16,7 @@ from pipelines.config import RocketMQSinkConfig, load_config
 from pipelines.io.rocketmq_sink import read_ledger
 from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
-from tests.conftest import lean_config_text
+from tests.helpers import lean_config_file
 from tests.rocketmq_loopback import LoopbackBroker, LoopbackNameServer
 
 pytestmark = pytest.mark.slow
@@ -50,8 +50,7 @@ def test_retry_storm_limit_reaches_the_brokers_is_refreshed_and_lifted(spark, tm
 
     landing, lake = tmp_path / "landing", tmp_path / "lake"
     render_landing(SPEC, landing)
-    conf = tmp_path / "lean.toml"
-    conf.write_text(lean_config_text())
+    conf = lean_config_file(tmp_path / "lean.toml")
     cfg = load_config(conf).with_paths(str(landing), str(lake))
     sink_cfg = RocketMQSinkConfig(enabled=True, namesrv_addr=(ns.addr,), cluster=SPEC.cluster, timeout_ms=2000)
     cfg = cfg.model_copy(update={"sink": cfg.sink.model_copy(update={"rocketmq": sink_cfg})})

@@ -19,7 +19,7 @@ from pipelines.io.lake import open_lake
 from pipelines.io.publish import current_limits, latest_per_resource
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.sim.minutes import land, minute_files
-from tests.conftest import lean_config_text
+from tests.helpers import lean_config_file
 from tests.helpers import stats_line
 
 pytestmark = pytest.mark.slow
@@ -41,8 +41,7 @@ def _flush_files() -> list[tuple[str, str]]:
 
 
 def _cfg(tmp, name: str, fast_path: str):
-    conf = tmp / "lean.toml"
-    conf.write_text(lean_config_text())
+    conf = lean_config_file(tmp / "lean.toml")
     for source in ("broker_stats", "send_failures"):
         (tmp / name / "landing" / source).mkdir(parents=True, exist_ok=True)
     cfg = load_config(conf).with_paths(str(tmp / name / "landing"), str(tmp / name / "lake"))
