@@ -89,7 +89,8 @@ class FastFlow:
         self._single = gold.partitioning(cfg.spark.gold_single_partition)
 
     def decide(self, open_windows: DataFrame, batch_id: int, now: dt.datetime) -> dict[str, DataFrame]:
-        """Open windows → ``{"gold/limits": preliminary decisions, "quarantine": refused decisions}``."""
+        """Open windows → ``{"gold/limits": preliminary decisions, "quarantine": refused decisions}``; empty when
+        the partial evidence proves no anomaly."""
         cfg = self.cfg
         first_open = open_windows.agg(F.min("window_start")).first()[0]
         since = gold.baseline_since(first_open, cfg)
@@ -103,6 +104,9 @@ class FastFlow:
         anomalies = fast.preliminary_anomalies(
             open_windows, topic_history, broker_history, expected, cfg.windows, cfg.detection
         ).transform(self._single).persist()
+        if anomalies.isEmpty():  # the usual case: no policy state to read, nothing to fold or write
+            anomalies.unpersist()
+            return {}
         candidates = policy.candidate_limits(anomalies, fast.topic_carriers(open_windows), cfg.limits)
         latest = latest_per_resource(self.lake.read("gold/limits").transform(self._single))
         state = preliminary_state(gold.latest_state(self.lake.read("state/policy").transform(self._single)), latest)
@@ -126,7 +130,8 @@ class FastFlow:
             with self.decision_lock:
                 now = self.clock()
                 outputs = self.decide(open_windows, batch_id, now)
-                report = write_outputs(self.lake, QUERY, FAST_APP_ID, batch_id, outputs)
+                report = write_outputs(self.lake, QUERY, FAST_APP_ID, batch_id, outputs) if outputs \
+                    else BatchReport(QUERY, batch_id)
                 self.reports.append(report)
                 if report.rows.get("gold/limits"):
                     started = time.monotonic()
