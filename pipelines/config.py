@@ -53,6 +53,9 @@ class LakeConfig(_Section):
     path: str = "lake"
     writer: Literal["auto", "delta-rs", "delta-spark"] = "auto"
     checkpoint_dir: str = ""
+    #: One governor per lake: a lease (pipelines/io/lease.py) renewed every ttl/3 s; a crashed holder's lease
+    #: expires after this long (at once when it ran on the same host).
+    lease_ttl_seconds: int = Field(default=60, ge=3)
 
 
 class StatsConfig(_Section):

@@ -38,6 +38,7 @@ from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.faults import crash_point
 from pipelines.io.sinks import build_sinks
 from pipelines.io.lake import Lake, open_lake
+from pipelines.io.lease import GovernorLease, LakeHeldError
 
 log = logging.getLogger("rate_governor")
 
@@ -358,20 +359,36 @@ def _await_all(queries: list[StreamingQuery]) -> None:
         raise
 
 
-def run(spark: SparkSession, cfg: GovernorConfig, *, once: bool, clock: Clock = utc_now) -> Governor:
+def run(
+    spark: SparkSession, cfg: GovernorConfig, *, once: bool, clock: Clock = utc_now, lease: GovernorLease | None = None
+) -> Governor:
     """Run the governor on ``cfg`` (landing and lake already set). With ``once``, returns when all that has landed
-    is processed; otherwise runs until a query stops or fails."""
-    check_checkpoint(cfg)
-    lake = open_lake(spark, cfg.lake.path, cfg.lake.writer)
-    governor = Governor(spark, cfg, lake, clock)
-    queries = start_queries(spark, cfg, governor, once)
-    governor.queries = queries
-    if not once:
-        spark.streams.awaitAnyTermination()
-    for query in queries:
-        if query.exception() is not None:
-            raise RuntimeError(f"query {query.name} failed: {query.exception()}")
-    return governor
+    is processed; otherwise runs until a query stops or fails. Holds the lake's lease (``lease``, or a new one)
+    while running and releases it at the end.
+
+    Raises:
+        LakeHeldError: another governor holds the lake (nothing was started or written), or took it over while
+            this one hung longer than ``lake.lease_ttl_seconds`` (its queries were stopped).
+    """
+    lease = lease or GovernorLease(cfg.lake.path, cfg.lake.lease_ttl_seconds)
+    lease.acquire()
+    try:
+        check_checkpoint(cfg)
+        lake = open_lake(spark, cfg.lake.path, cfg.lake.writer)
+        governor = Governor(spark, cfg, lake, clock)
+        queries = start_queries(spark, cfg, governor, once)
+        governor.queries = queries
+        lease.start_renewing(on_lost=lambda: [query.stop() for query in queries])
+        if not once:
+            spark.streams.awaitAnyTermination()
+        if lease.lost:
+            raise LakeHeldError(f"lake {cfg.lake.path}: the lease was taken over by another governor; stopped")
+        for query in queries:
+            if query.exception() is not None:
+                raise RuntimeError(f"query {query.name} failed: {query.exception()}")
+        return governor
+    finally:
+        lease.release()
 
 
 def build_parser() -> OneLineParser:
@@ -406,12 +423,17 @@ def main(argv: list[str] | None = None) -> int:
     log.setLevel(logging.INFO)
     try:
         cfg = load_run_config(args)
-    except (ConfigError, sources.LandingError, control_record.SigningKeyError) as exc:
+        lease = GovernorLease(cfg.lake.path, cfg.lake.lease_ttl_seconds)
+        lease.acquire()  # before Spark starts: a second governor on the lake refuses here, in one line
+    except (ConfigError, sources.LandingError, control_record.SigningKeyError, LakeHeldError) as exc:
         return fail("rate-governor", exc)
     from pipelines.session import build_session
 
     spark = build_session(cfg.spark)
-    run(spark, cfg, once=args.once)
+    try:
+        run(spark, cfg, once=args.once, lease=lease)
+    except LakeHeldError as exc:
+        return fail("rate-governor", exc)
     return 0
 
 
