@@ -36,7 +36,7 @@ from pipelines.quality import gate as quality
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.faults import crash_point
-from pipelines.io.sinks import build_sinks
+from pipelines.io.sinks import SinkSet
 from pipelines.io.lake import Lake, open_lake
 from pipelines.io.lease import GovernorLease, LakeHeldError
 
@@ -72,7 +72,7 @@ class Governor:
         self.lake = lake
         self.clock = clock
         self.signing_key = signing_key(cfg)
-        self.sinks = build_sinks(cfg)
+        self.sinks = SinkSet.from_config(cfg, lake)
         self.reports: list[BatchReport] = []
         self.queries: list[StreamingQuery] = []
 
@@ -147,6 +147,8 @@ class Governor:
             bounds = metrics.agg(F.min("window_start").alias("lo"), F.max("window_end").alias("hi")).first()
             if bounds is None or bounds["lo"] is None:
                 self.reports.append(BatchReport("gold", batch_id))
+                if self.sinks.behind:  # a sink that was down catches up without waiting for a new decision
+                    self.publish(self.clock(), batch_id)
                 return
             self._gold(metrics, batch_id, bounds["lo"], bounds["hi"])
         finally:
@@ -200,7 +202,7 @@ class Governor:
             },
         )
         started = time.monotonic()
-        self.publish(now)
+        self.publish(now, batch_id)
         log.info("gold batch %d: limits published in %.2f s", batch_id, time.monotonic() - started)
         for df in (topics, groups, brokers, anomalies, folded):
             df.unpersist()
@@ -228,15 +230,14 @@ class Governor:
             .drop("_rank", "batch_id")
         )
 
-    def publish(self, now: dt.datetime) -> Path:
-        """Publish the limits in force at ``now`` (from gold/limits): first the changes to Kafka (when enabled),
-        then ``<lake>/control/limits.json``, replaced atomically. A crash between the two re-sends the same
-        versions on replay, which brokers accept idempotently."""
+    def publish(self, now: dt.datetime, batch_id: int) -> Path:
+        """Publish the limits in force at ``now`` (from gold/limits): first the changes to the sinks (Kafka when
+        enabled; failing soft: retried, reported in ``control/sink_status``, caught up next batch), then
+        ``<lake>/control/limits.json``, replaced atomically. A crash between the two re-sends the same versions on
+        replay, which brokers accept idempotently."""
         current = publish.current_limits(self.lake.read("gold/limits"), now)
         records = publish.control_records(current, self.cfg.limits, self.signing_key)
-        previous = publish.read_published(self.lake.root)
-        for sink in self.sinks:
-            sink.publish(previous, records)
+        self.sinks.publish_all(records, batch_id=batch_id, now=now)
         return publish.write_limits_file(self.lake.root, records, now)
 
     # --- helpers -----------------------------------------------------------------------------------------------

@@ -290,6 +290,8 @@ TABLES.update(
             TableSpec("quality/validation_results", schemas.QUALITY_VALIDATION_RESULTS, "validated_at"),
             TableSpec("quality/validation_runs", schemas.QUALITY_VALIDATION_RUNS, "validated_at"),
             TableSpec("quality/reconciliation", schemas.QUALITY_RECONCILIATION, "recorded_at"),
+            # The write-back sinks' outcome per gold micro-batch (pipelines/io/sinks.py).
+            TableSpec("control/sink_status", schemas.SINK_STATUS, "at"),
         )
     }
 )

@@ -1,4 +1,4 @@
-"""Kafka write-back against kafka-python's producer API, with a recording stand-in (no broker runs here)."""
+"""Kafka write-back against kafka-python's producer API, with a recording stand-in (the real broker: test_sinks.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class RecordingProducer:
     def send(self, topic, key=None, value=None):
         self.sent.append((topic, self.config["key_serializer"](key), self.config["value_serializer"](value)))
 
-    def flush(self):
+    def flush(self, timeout=None):
         self.flushed += 1
 
     def close(self):
