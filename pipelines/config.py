@@ -63,10 +63,10 @@ class StatsConfig(_Section):
 
     timezone: str = "GMT+8"
     max_line_chars: int = Field(default=4096, gt=0)
-    #: A line stamped further ahead of its ingestion is quarantined (a broker clock running fast). Keep it at or
-    #: below ``windows.watermark_seconds``: an accepted line from a fast clock moves the watermark, and lines of the
-    #: other brokers behind it would then count as late.
-    max_future_seconds: int = Field(default=120, ge=0)
+    #: A line stamped further ahead of its ingestion is quarantined (a broker clock running fast). Keep it below
+    #: ``windows.watermark_seconds`` minus the shipping delay: an accepted line of a clock s seconds fast moves the
+    #: watermark s seconds ahead, and the other brokers' lines count as late once s exceeds the watermark delay.
+    max_future_seconds: int = Field(default=60, ge=0)
     max_age_days: int = Field(default=3650, ge=0)
 
 
