@@ -129,6 +129,7 @@ def test_half_written_file_is_ignored_until_renamed_then_read_once_despite_older
     assert before == written["stats_lines"]
 
     folder = landing / "broker_stats" / "broker-b"
+    folder.mkdir(exist_ok=True)
     tail = SPEC.start + dt.timedelta(minutes=SPEC.minutes + 5)
     lines = [_line(tail + dt.timedelta(minutes=i), "late-topic") for i in range(4)]
     hidden = folder / ".late.log.tmp"
@@ -137,7 +138,7 @@ def test_half_written_file_is_ignored_until_renamed_then_read_once_despite_older
     assert _count(spark, lake, "bronze/broker_stats") == before    # a hidden file is not read
 
     hidden.write_text("".join(lines))
-    oldest = min(p.stat().st_mtime for p in landing.rglob("*.log"))
+    oldest = min(p.stat().st_mtime for p in landing.rglob("*") if p.is_file() and p != hidden)
     os.utime(hidden, (oldest - 3600, oldest - 3600))                # written long ago, renamed only now
     hidden.rename(folder / "late.log")
     governor.run(spark, cfg, once=True)
