@@ -231,3 +231,42 @@ def test_without_the_guard_a_fast_clock_makes_the_other_brokers_lines_late(spark
     first, second = _clock_skew_runs(spark, tmp_path, "unguarded", max_future=86400)
     assert first["quarantine_rows"] == 0 and first["silver_rows"] == 10
     assert second["late_rows"] == 7                # broker-a's on-time lines too: what the guard prevents
+
+
+# --- the Kafka write-back down at start, then back --------------------------------------------------------------
+
+
+def test_governor_runs_with_its_kafka_sink_down_and_catches_up_when_it_is_back(spark, tmp_path):
+    import json
+
+    from tests.e2e.test_governor_e2e import CULPRIT, SPEC as STORM
+    from tests.kafka_broker import KafkaBroker, free_port
+
+    port = free_port()
+    conf = _conf(tmp_path, **{
+        "enabled = false\nbootstrap_servers = \"\"": f"enabled = true\nbootstrap_servers = \"127.0.0.1:{port}\"",
+        "options = {}\n\n[spark]": "options = {enable_idempotence = false}  # Tansu has no idempotent producer\n\n[spark]",
+    })
+    landing, lake = tmp_path / "landing", tmp_path / "lake"
+    simulate.render_landing(STORM, landing)
+    cfg = load_config(conf).with_paths(str(landing), str(lake))
+    governor.run(spark, cfg, once=True)                                    # no broker on that port
+    published = json.loads((lake / "control" / "limits.json").read_text())["records"]
+    assert [r["resource"] for r in published] == [CULPRIT]                 # the file sink went on
+    status = open_lake(spark, str(lake)).read("control/sink_status").collect()
+    assert status and all(not r["ok"] and r["error"] for r in status)
+
+    broker = KafkaBroker(port).start()
+    try:
+        broker.create_topic("rate-governor-limits")
+        tail = STORM.start + dt.timedelta(minutes=STORM.minutes + 10)
+        (landing / "broker_stats" / "broker-a" / "99-tail.log").write_text(_line(tail, "tail"))
+        governor.run(spark, cfg, once=True)                                # a restart, broker back
+        got = broker.read_topic("rate-governor-limits")
+    finally:
+        broker.kill()
+    status = open_lake(spark, str(lake)).read("control/sink_status").orderBy("batch_id").collect()
+    assert status[-1]["ok"] and status[-1]["sent"] >= 1
+    current = {r["resource"]: r["version"] for r in
+               json.loads((lake / "control" / "limits.json").read_text())["records"]}
+    assert {k: json.loads(v)["version"] for k, v in got if v} == {f"group:{CULPRIT}": current[CULPRIT]}
