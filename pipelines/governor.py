@@ -404,8 +404,8 @@ def build_parser() -> OneLineParser:
     return parser
 
 
-def load_run_config(args: argparse.Namespace) -> GovernorConfig:
-    """Config file + CLI overrides, with the landing directory checked.
+def load_run_config(args: argparse.Namespace, *, checkpoint: bool = True) -> GovernorConfig:
+    """Config file + CLI overrides, with the landing directory (and, with ``checkpoint``, the checkpoint) checked.
 
     Raises:
         ConfigError: bad config file; sources.LandingError: missing landing directory.
@@ -414,7 +414,8 @@ def load_run_config(args: argparse.Namespace) -> GovernorConfig:
     if cfg.source.kind == "files":
         sources.prepare_landing(cfg.source.landing)
     signing_key(cfg)
-    check_checkpoint(cfg)
+    if checkpoint:
+        check_checkpoint(cfg)
     return cfg
 
 
@@ -422,11 +423,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
+    lease = None
     try:
-        cfg = load_run_config(args)
+        cfg = load_run_config(args, checkpoint=False)
         lease = GovernorLease(cfg.lake.path, cfg.lake.lease_ttl_seconds)
-        lease.acquire()  # before Spark starts: a second governor on the lake refuses here, in one line
+        lease.acquire()  # before anything is written or Spark starts: a second governor refuses here, in one line
+        check_checkpoint(cfg)
     except (ConfigError, sources.LandingError, control_record.SigningKeyError, LakeHeldError) as exc:
+        if lease is not None:
+            lease.release()
         return fail("rate-governor", exc)
     from pipelines.session import build_session
 

@@ -153,7 +153,8 @@ class GovernorLease:
                     f"{lease.get('started_at')} (lease expires {lease['expires_at']}); stop it or wait"
                 )
             if lease and lease.get("owner") != self.owner:
-                log.warning("taking over the stale lease of %s (expired %s)", lease.get("owner"), lease["expires_at"])
+                log.warning("taking over the stale lease of %s (expires %s; expired, or its process is gone)",
+                            lease.get("owner"), lease["expires_at"])
             self._write()
             self.held = True
 
