@@ -53,6 +53,9 @@ class LakeConfig(_Section):
     path: str = "lake"
     writer: Literal["auto", "delta-rs", "delta-spark"] = "auto"
     checkpoint_dir: str = ""
+    #: One governor per lake: a lease (pipelines/io/lease.py) renewed every ttl/3 s; a crashed holder's lease
+    #: expires after this long (at once when it ran on the same host).
+    lease_ttl_seconds: int = Field(default=60, ge=3)
 
 
 class StatsConfig(_Section):
@@ -60,7 +63,10 @@ class StatsConfig(_Section):
 
     timezone: str = "GMT+8"
     max_line_chars: int = Field(default=4096, gt=0)
-    max_future_seconds: int = Field(default=86400, ge=0)
+    #: A line stamped further ahead of its ingestion is quarantined (a broker clock running fast). Keep it below
+    #: ``windows.watermark_seconds`` minus the shipping delay: an accepted line of a clock s seconds fast moves the
+    #: watermark s seconds ahead, and the other brokers' lines count as late once s exceeds the watermark delay.
+    max_future_seconds: int = Field(default=60, ge=0)
     max_age_days: int = Field(default=3650, ge=0)
 
 

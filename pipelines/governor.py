@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -33,47 +31,16 @@ from pyspark.sql.streaming import StreamingQuery
 from control.record import SigningKeyError
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, GovernorConfig, load_config
-from pipelines.flows.base import BatchReport
-from pipelines.flows.fast import FastFlow, open_window_stream
-from pipelines.flows.gold import Clock, GoldFlow, utc_now, window_stream
-from pipelines.flows.ingest import IngestFlow
+from pipelines.flows.assembly import Governor, build_governor
+from pipelines.flows.fast import open_window_stream
+from pipelines.flows.gold import Clock, utc_now, window_stream
 from pipelines.io import sources
 from pipelines.io.checkpoint import check_checkpoint
-from pipelines.io.lake import open_lake
-from pipelines.io.publish import Publisher, signing_key
+from pipelines.io.lease import GovernorLease, LakeHeldError
+from pipelines.io.publish import signing_key
 from pipelines.ops import console, progress
-from pipelines.quality.gate import QualityGate
 
 log = logging.getLogger("rate_governor")
-
-
-@dataclass
-class Governor:
-    """A running (or finished) governor: its flows and streaming queries."""
-
-    cfg: GovernorConfig
-    lake: object
-    ingest: IngestFlow
-    gold: GoldFlow
-    fast: FastFlow
-    queries: list[StreamingQuery] = field(default_factory=list)
-
-    @property
-    def reports(self) -> list[BatchReport]:
-        """Every micro-batch's report: ingest, gold, then fast."""
-        return [*self.ingest.reports, *self.gold.reports, *self.fast.reports]
-
-
-def build_governor(spark: SparkSession, cfg: GovernorConfig, clock: Clock = utc_now) -> Governor:
-    """The flows of a governor on ``cfg``'s lake (nothing started yet)."""
-    lake = open_lake(spark, cfg.lake.path, cfg.lake.writer)
-    gate = QualityGate(cfg, lake)
-    publisher = Publisher(cfg, lake)
-    decisions = threading.Lock()  # the final and fast paths decide one at a time (one state, one version order)
-    return Governor(
-        cfg, lake, IngestFlow(cfg, lake, gate), GoldFlow(cfg, lake, gate, publisher, clock, decisions),
-        FastFlow(cfg, lake, gate, publisher, clock, decisions),
-    )
 
 
 def _start(df: DataFrame, name: str, handler, mode: str, cfg: GovernorConfig, once: bool) -> StreamingQuery:
@@ -126,26 +93,39 @@ def _await_all(queries: list[StreamingQuery]) -> None:
         raise
 
 
-def run(spark: SparkSession, cfg: GovernorConfig, *, once: bool, clock: Clock = utc_now) -> Governor:
+def run(
+    spark: SparkSession, cfg: GovernorConfig, *, once: bool, clock: Clock = utc_now, lease: GovernorLease | None = None
+) -> Governor:
     """Run the governor on ``cfg`` (landing and lake already set). With ``once``, returns when all that has landed
-    is processed; otherwise runs until a query stops or fails.
+    is processed; otherwise runs until a query stops or fails. Holds the lake's lease (``lease``, or a new one)
+    while running and releases it at the end.
 
     Raises:
+        LakeHeldError: another governor holds the lake (nothing was started or written), or took it over while
+            this one hung longer than ``lake.lease_ttl_seconds`` (its queries were stopped).
         RuntimeError: a query failed (its name and error).
     """
-    check_checkpoint(cfg)
-    governor = build_governor(spark, cfg, clock)
-    listener = progress.attach(spark, governor, once=once)  # one console line per micro-batch
+    lease = lease or GovernorLease(cfg.lake.path, cfg.lake.lease_ttl_seconds)
+    lease.acquire()
     try:
-        start_queries(spark, governor, once)
-        if not once:
-            spark.streams.awaitAnyTermination()
+        check_checkpoint(cfg)
+        governor = build_governor(spark, cfg, clock)
+        listener = progress.attach(spark, governor, once=once)  # one console line per micro-batch
+        try:
+            start_queries(spark, governor, once)
+            lease.start_renewing(on_lost=lambda: [query.stop() for query in governor.queries])
+            if not once:
+                spark.streams.awaitAnyTermination()
+        finally:
+            progress.detach(spark, listener)
+        if lease.lost:
+            raise LakeHeldError(f"lake {cfg.lake.path}: the lease was taken over by another governor; stopped")
+        for query in governor.queries:
+            if query.exception() is not None:
+                raise RuntimeError(f"query {query.name} failed: {query.exception()}")
+        return governor
     finally:
-        progress.detach(spark, listener)
-    for query in governor.queries:
-        if query.exception() is not None:
-            raise RuntimeError(f"query {query.name} failed: {query.exception()}")
-    return governor
+        lease.release()
 
 
 def build_parser() -> OneLineParser:
@@ -162,11 +142,12 @@ def build_parser() -> OneLineParser:
 
 
 #: Start-up errors that end the CLI with one line.
-STARTUP_ERRORS = (ConfigError, sources.LandingError, SigningKeyError)
+STARTUP_ERRORS = (ConfigError, sources.LandingError, SigningKeyError, LakeHeldError)
 
 
-def load_run_config(args: argparse.Namespace) -> GovernorConfig:
-    """Config file + CLI overrides, with the landing directory, the signing key and the checkpoint checked.
+def load_run_config(args: argparse.Namespace, *, checkpoint: bool = True) -> GovernorConfig:
+    """Config file + CLI overrides, with the landing directory, the signing key and (with ``checkpoint``) the
+    checkpoint checked.
 
     Raises:
         one of :data:`STARTUP_ERRORS`.
@@ -175,21 +156,31 @@ def load_run_config(args: argparse.Namespace) -> GovernorConfig:
     if cfg.source.kind == "files":
         sources.prepare_landing(cfg.source.landing)
     signing_key(cfg)
-    check_checkpoint(cfg)
+    if checkpoint:
+        check_checkpoint(cfg)
     return cfg
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console.configure_logging(args.verbose)
+    lease = None
     try:
-        cfg = load_run_config(args)
+        cfg = load_run_config(args, checkpoint=False)
+        lease = GovernorLease(cfg.lake.path, cfg.lake.lease_ttl_seconds)
+        lease.acquire()  # before Spark starts or anything is written: a second governor refuses here, in one line
+        check_checkpoint(cfg)
     except STARTUP_ERRORS as exc:
+        if lease is not None:
+            lease.release()
         return fail("rate-governor", exc)
     from pipelines.session import build_session
 
     spark = build_session(cfg.spark, verbose=args.verbose)
-    run(spark, cfg, once=args.once)
+    try:
+        run(spark, cfg, once=args.once, lease=lease)
+    except LakeHeldError as exc:
+        return fail("rate-governor", exc)
     return 0
 
 

@@ -309,3 +309,16 @@ BROKER_MODEL_RESULT = _struct(
     ("reject_share", _D),
     ("max_wait_ms", _D),
 )
+
+#: ``control/sink_status`` (:class:`pipelines.io.sinks.SinkSet`): one row per write-back sink per gold micro-batch
+#: that published: ``ok`` whether the sink now holds the current limits, ``sent`` the messages it accepted, ``attempts``
+#: the tries (1 = first time right), ``error`` the last error (null when ok), ``at`` UTC.
+SINK_STATUS = _struct(
+    ("batch_id", _L),
+    ("sink", _S),
+    ("ok", T.BooleanType()),
+    ("sent", _I),
+    ("attempts", _I),
+    ("error", _S),
+    ("at", _TS),
+)

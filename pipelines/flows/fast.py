@@ -135,7 +135,7 @@ class FastFlow:
                 self.reports.append(report)
                 if report.rows.get("gold/limits"):
                     started = time.monotonic()
-                    self.publisher.publish(now)
+                    self.publisher.publish(now, batch_id, QUERY)
                     log.info("fast batch %d: %d preliminary decisions published in %.2f s", batch_id,
                              report.rows["gold/limits"], time.monotonic() - started)
         finally:

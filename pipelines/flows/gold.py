@@ -84,6 +84,8 @@ class GoldFlow:
             first_window, horizon_end = gold.window_bounds(metrics)
             if first_window is None:
                 self.reports.append(BatchReport(QUERY, batch_id))
+                if self.publisher.sinks.behind:  # a sink that was down catches up without a new decision
+                    self.publisher.publish(self.clock(), batch_id, QUERY)
                 return
             with self.decision_lock:
                 now = self.clock()
@@ -95,7 +97,7 @@ class GoldFlow:
                 )
                 self.reports.append(write_outputs(self.lake, QUERY, GOLD_APP_ID, batch_id, out.tables()))
                 started = time.monotonic()
-                self.publisher.publish(now)
+                self.publisher.publish(now, batch_id, QUERY)
                 log.info("gold batch %d: limits published in %.2f s", batch_id, time.monotonic() - started)
             for df in (out.topic_tps, out.group_tps, out.broker_tps, out.anomalies):
                 df.unpersist()

@@ -19,8 +19,6 @@ from pipelines.config import KafkaSinkConfig
 from control.record import record_key
 
 ProducerFactory = Callable[..., Any]
-#: Seconds to wait for the broker's acknowledgement of each record after ``flush``.
-SEND_TIMEOUT_S = 30.0
 #: Producer settings the sink starts from; ``[sink.kafka] options`` override them.
 PRODUCER_DEFAULTS: dict[str, Any] = {"acks": "all", "enable_idempotence": True}
 
@@ -35,8 +33,24 @@ def changes(previous: list[Mapping[str, Any]], current: list[Mapping[str, Any]])
     return sorted(sends, key=lambda kv: kv[0])
 
 
+#: Producer timeouts (ms) that bound how long one publish attempt can block when the cluster is down (kafka-python's
+#: defaults would block a micro-batch for up to 60 s in ``send`` and 120 s for delivery); ``[sink.kafka] options``
+#: override them.
+PRODUCER_TIMEOUTS: dict[str, int] = {
+    "max_block_ms": 2000,
+    "request_timeout_ms": 2000,
+    "delivery_timeout_ms": 3000,
+    "api_version_auto_timeout_ms": 2000,
+    "reconnect_backoff_max_ms": 1000,
+}
+
+
 class KafkaLimitsSink:
-    """Publishes control-record changes to a compacted Kafka topic with kafka-python's ``KafkaProducer``."""
+    """Publishes control-record changes to a compacted Kafka topic with kafka-python's ``KafkaProducer``.
+
+    The producer is created on the first publish (and again after a failed one), so the governor starts while the
+    cluster is unreachable; :class:`pipelines.io.sinks.SinkSet` retries, reports and catches up.
+    """
 
     name = "kafka"
 
@@ -50,12 +64,23 @@ class KafkaLimitsSink:
         self.cfg = cfg
         self.admin_factory = admin_factory
         self.topic_ready = False
-        self.producer = producer_factory(
-            bootstrap_servers=cfg.bootstrap_servers.split(","),
-            key_serializer=lambda key: key.encode("utf-8"),
-            value_serializer=lambda value: None if value is None else json.dumps(value, sort_keys=True).encode("utf-8"),
-            **{**PRODUCER_DEFAULTS, **dict(cfg.options)},
-        )
+        self._factory = producer_factory
+        self._config = {
+            "bootstrap_servers": cfg.bootstrap_servers.split(","),
+            "key_serializer": lambda key: key.encode("utf-8"),
+            "value_serializer": lambda value: None if value is None else json.dumps(value, sort_keys=True).encode("utf-8"),
+            **PRODUCER_DEFAULTS,
+            **PRODUCER_TIMEOUTS,
+            **dict(cfg.options),
+        }
+        self._producer: Any = None
+
+    @property
+    def producer(self) -> Any:
+        """The connected producer (connects on first use; raises kafka-python's NoBrokersAvailable when down)."""
+        if self._producer is None:
+            self._producer = self._factory(**self._config)
+        return self._producer
 
     def ensure_topic(self) -> None:
         """Create the topic compacted, one partition (one ordered log of decisions), unless it exists. Uses
@@ -82,19 +107,40 @@ class KafkaLimitsSink:
         self.topic_ready = True
 
     def publish(self, previous: list[Mapping[str, Any]], current: list[Mapping[str, Any]]) -> int:
-        """Send the changes from ``previous`` to ``current`` and wait for the broker's acknowledgement.
+        """Send the changes from ``previous`` to ``current`` and wait for the broker's acknowledgement of each.
 
-        Returns the number of messages sent. Raises kafka-python's errors when the cluster refuses them (each send's
-        result is checked after the flush).
+        Returns the number of messages sent. Raises kafka-python's errors (NoBrokersAvailable, KafkaTimeoutError,
+        a broker's refusal) when the cluster is unreachable or refuses one; the producer is then dropped (and the
+        topic checked again) and the next call connects anew.
         """
         sends = changes(previous, current)
-        if sends and not self.topic_ready:
-            self.ensure_topic()
-        futures = [self.producer.send(self.topic, key=key, value=record) for key, record in sends]
-        self.producer.flush()
-        for future in futures:
-            future.get(timeout=SEND_TIMEOUT_S)
-        return len(futures)
+        if not sends:
+            return 0
+        timeout = self._config["delivery_timeout_ms"] / 1000 + 1
+        try:
+            if not self.topic_ready:
+                self.ensure_topic()
+            producer = self.producer
+            futures = [producer.send(self.topic, key=key, value=record) for key, record in sends]
+            producer.flush(timeout=timeout)
+            for future in futures:
+                if future is not None:  # a recording stand-in returns None
+                    future.get(timeout=timeout)
+        except Exception:
+            self._drop()
+            self.topic_ready = False
+            raise
+        return len(sends)
+
+    def _drop(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.close(timeout=0)
+            except Exception:  # noqa: BLE001 - a half-open producer may fail to close; it is dropped either way
+                pass
 
     def close(self) -> None:
-        self.producer.close()
+        if self._producer is not None:
+            self._producer.close()
+            self._producer = None

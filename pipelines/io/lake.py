@@ -9,7 +9,10 @@
 
 Both append one micro-batch per commit, tagged with a Delta transaction ``(app_id, version=batch_id)``
 (``txnAppId``/``txnVersion`` in delta-spark, ``CommitProperties(app_transactions=...)`` in delta-rs). A batch whose
-version is already committed for that app id is skipped, so a replayed micro-batch never duplicates rows.
+version is already committed for that app id is skipped, so a replayed micro-batch never duplicates rows: Delta
+itself skips it on the delta-spark path (the protocol's "set transaction" action, which Delta keeps in checkpoints
+too); on the delta-rs path :meth:`DeltaRsLake.committed_version` reads the same action from the table's snapshot
+(``DeltaTable.transaction_version``) before writing.
 
 Example:
     >>> lake = open_lake(spark, "/data/lake", writer="auto")
@@ -21,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -31,6 +35,9 @@ from pyspark.sql import types as T
 
 from pipelines import schemas
 from pipelines.io import tables
+from pipelines.faults import APPEND_FAULT, fault_point
+
+log = logging.getLogger("rate_governor")
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ TABLES: dict[str, TableSpec] = {
         TableSpec(tables.QUALITY_VALIDATION_RESULTS, schemas.QUALITY_VALIDATION_RESULTS, "validated_at"),
         TableSpec(tables.QUALITY_VALIDATION_RUNS, schemas.QUALITY_VALIDATION_RUNS, "validated_at"),
         TableSpec(tables.QUALITY_RECONCILIATION, schemas.QUALITY_RECONCILIATION, "recorded_at"),
+        TableSpec(tables.CONTROL_SINK_STATUS, schemas.SINK_STATUS, "at"),
     )
 }
 
@@ -99,14 +107,20 @@ class Lake:
     def append(self, df: DataFrame, table: str, *, app_id: str, version: int) -> int:
         """Append ``df`` (conformed to the table's schema) as one commit tagged ``(app_id, version)``.
 
-        Returns the number of rows written: 0, writing nothing, when the table already holds a commit of
-        ``app_id`` at ``version`` or later (a replayed micro-batch) or when ``df`` is empty.
+        Nothing is written when the table already holds a commit of ``app_id`` at ``version`` or later (a
+        replayed micro-batch) or when ``df`` is empty. Returns the number of rows written (delta-rs: 0 for a skipped
+        replay; delta-spark: the rows handed to Delta, which skips a replay itself without telling).
+
+        Raises:
+            OSError: the write failed (e.g. ENOSPC, the disk of the lake full); nothing was committed.
         """
         spec = table_spec(table)
-        committed = self.committed_version(table, app_id)
-        if committed is not None and committed >= version:
-            return 0
-        return self._append(conform(df, spec.schema), spec, app_id=app_id, version=version)
+        conformed = conform(df, spec.schema)
+        for attempt in _append_retrying():
+            with attempt:
+                fault_point(APPEND_FAULT)
+                return self._append(conformed, spec, app_id=app_id, version=version)
+        raise AssertionError("unreachable: tenacity re-raises the last error")
 
     def read(
         self,
@@ -126,14 +140,35 @@ class Lake:
     def exists(self, table: str) -> bool:
         raise NotImplementedError
 
-    def committed_version(self, table: str, app_id: str) -> int | None:
-        raise NotImplementedError
-
     def _append(self, df: DataFrame, spec: TableSpec, *, app_id: str, version: int) -> int:
         raise NotImplementedError
 
     def _read(self, spec: TableSpec, since: dt.datetime | None, before: dt.datetime | None) -> DataFrame:
         raise NotImplementedError
+
+
+#: Attempts of one append before its error fails the micro-batch, and the back-off between them (s): 0.5, 1, 2, 4.
+APPEND_ATTEMPTS = 5
+APPEND_BACKOFF = (0.5, 4.0)
+
+
+def _append_retrying():
+    """Tenacity retrying for one append: an ``OSError`` (a full disk, a storage hiccup) is retried with back-off
+    (about 7.5 s in all), then re-raised so the micro-batch fails and is replayed on restart. Retrying is safe:
+    an append is skipped when its ``(app_id, version)`` is already committed, and a failed one committed nothing
+    (files written before the failure are not in the log; ``VACUUM`` removes them)."""
+    import tenacity
+
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(OSError),
+        stop=tenacity.stop_after_attempt(APPEND_ATTEMPTS),
+        wait=tenacity.wait_exponential(multiplier=APPEND_BACKOFF[0], max=APPEND_BACKOFF[1]),
+        before_sleep=lambda state: log.warning(
+            "lake append failed (attempt %d of %d), retrying: %s",
+            state.attempt_number, APPEND_ATTEMPTS, state.outcome.exception() if state.outcome else "?",
+        ),
+        reraise=True,
+    )
 
 
 def _utc(ts: dt.datetime) -> dt.datetime:
@@ -151,6 +186,8 @@ class DeltaRsLake(Lake):
         return DeltaTable.is_deltatable(self.path(table))
 
     def committed_version(self, table: str, app_id: str) -> int | None:
+        """The last micro-batch ``app_id`` committed to ``table`` (the snapshot's app transaction, which survives
+        log clean-up through checkpoints), None if none."""
         from deltalake import DeltaTable
 
         if not self.exists(table):
@@ -161,6 +198,9 @@ class DeltaRsLake(Lake):
         from deltalake import CommitProperties, Transaction, write_deltalake
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        committed = self.committed_version(spec.name, app_id)
+        if committed is not None and committed >= version:
+            return 0
         data = df.toArrow()
         if data.num_rows == 0:
             return 0
@@ -203,14 +243,8 @@ class DeltaSparkLake(Lake):
 
         return DeltaTable.isDeltaTable(self.spark, self.path(table))
 
-    def committed_version(self, table: str, app_id: str) -> int | None:
-        if not self.exists(table):
-            return None
-        history = self.spark.sql(f"SELECT txn FROM json.`{self.path(table)}/_delta_log/*.json` WHERE txn IS NOT NULL")
-        row = history.where(F.col("txn.appId") == app_id).agg(F.max("txn.version")).first()
-        return None if row is None or row[0] is None else int(row[0])
-
     def _append(self, df: DataFrame, spec: TableSpec, *, app_id: str, version: int) -> int:
+        # No look-up of our own: Delta skips a write whose (txnAppId, txnVersion) the table already holds.
         df = df.persist()
         rows = df.count()
         if rows:

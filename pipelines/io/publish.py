@@ -92,7 +92,7 @@ def signing_key(cfg: GovernorConfig) -> bytes | None:
 
 class Publisher:
     """Publishes the limits in force (from ``gold/limits``) to every write-back path: first the changes to each
-    sink of ``[sink]`` (:func:`pipelines.io.sinks.build_sinks`), then ``<lake>/control/limits.json``, replaced
+    sink of ``[sink]`` (:class:`pipelines.io.sinks.SinkSet`), then ``<lake>/control/limits.json``, replaced
     atomically. A crash between the two re-sends the same versions on replay, which brokers accept idempotently.
 
     Raises (constructor):
@@ -100,21 +100,21 @@ class Publisher:
     """
 
     def __init__(self, cfg: GovernorConfig, lake) -> None:
-        from pipelines.io.sinks import build_sinks
+        from pipelines.io.sinks import SinkSet
 
         self.cfg = cfg
         self.lake = lake
         self.key = signing_key(cfg)
-        self.sinks = build_sinks(cfg)
+        self.sinks = SinkSet.from_config(cfg, lake)
 
     def records(self, now: dt.datetime) -> list[dict[str, Any]]:
         """The control records of the limits in force at ``now`` (UTC), signed when a key is configured."""
         return control_records(current_limits(self.lake.read("gold/limits"), now), self.cfg.limits, self.key)
 
-    def publish(self, now: dt.datetime) -> Path:
-        """Publish the limits in force at ``now``; returns the path of ``limits.json``."""
+    def publish(self, now: dt.datetime, batch_id: int = 0, query: str = "gold") -> Path:
+        """Publish the limits in force at ``now`` (micro-batch ``batch_id`` of ``query``); returns the path of
+        ``limits.json``. The sinks fail soft (:class:`pipelines.io.sinks.SinkSet`): retried, reported in
+        ``control/sink_status``, caught up on a later publish; they never stop the file from being written."""
         records = self.records(now)
-        previous = read_published(self.lake.root)
-        for sink in self.sinks:
-            sink.publish(previous, records)
+        self.sinks.publish_all(records, batch_id=batch_id, now=now, query=query)
         return write_limits_file(self.lake.root, records, now)

@@ -52,7 +52,16 @@ def prepare_landing(landing: str) -> None:
 
 
 def _file_stream(spark: SparkSession, cfg: GovernorConfig, name: str) -> DataFrame:
-    reader = spark.readStream.format("text").option("recursiveFileLookup", "true")
+    """Lines of the files under ``<landing>/<name>``. A writer should write a hidden file (``.name`` or ``_name``,
+    which Spark skips) and rename it into place; a renamed file is a new path
+    and is read even if its modification time is older than files already read (up to Spark's ``maxFileAge``,
+    7 days before the newest file seen). A file removed between the micro-batch's listing and its reading is
+    skipped (``ignoreMissingFiles``): it has no rows to count, the batch and the governor go on."""
+    reader = (
+        spark.readStream.format("text")
+        .option("recursiveFileLookup", "true")
+        .option("ignoreMissingFiles", "true")
+    )
     if cfg.source.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", cfg.source.max_files_per_trigger)
     lines = reader.load(str(Path(cfg.source.landing) / name))

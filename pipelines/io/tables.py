@@ -24,3 +24,5 @@ QUALITY_VALIDATION_RESULTS = "quality/validation_results"
 QUALITY_VALIDATION_RUNS = "quality/validation_runs"
 #: Data quality: per ingest micro-batch and input, records read = silver + late + quarantine rows.
 QUALITY_RECONCILIATION = "quality/reconciliation"
+#: The write-back sinks' outcome per publish (:class:`pipelines.io.sinks.SinkSet`).
+CONTROL_SINK_STATUS = "control/sink_status"

@@ -1,4 +1,4 @@
-"""Kafka write-back against kafka-python's producer API, with a recording stand-in (no broker runs here)."""
+"""Kafka write-back against kafka-python's producer API, with a recording stand-in (the real broker: test_sinks.py)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class RecordingProducer:
         self.sent.append((topic, self.config["key_serializer"](key), self.config["value_serializer"](value)))
         return DoneFuture()
 
-    def flush(self):
+    def flush(self, timeout=None):
         self.flushed += 1
 
     def close(self):

@@ -55,6 +55,44 @@ def test_delta_spark_and_delta_rs_write_identical_tables(spark, tmp_path):
     rs, native = DeltaRsLake(spark, str(tmp_path / "rs")), DeltaSparkLake(spark, str(tmp_path / "spark"))
     for lake in (rs, native):
         assert lake.append(rows(spark), "gold/topic_tps", app_id="q", version=3) == 2
-        assert lake.append(rows(spark), "gold/topic_tps", app_id="q", version=3) == 0
+        lake.append(rows(spark), "gold/topic_tps", app_id="q", version=3)  # replay: Delta skips it on delta-spark
+        assert lake.read("gold/topic_tps").count() == 2
     assert_df_equality(rs.read("gold/topic_tps").orderBy("topic").drop("failures_by_class"),
                        native.read("gold/topic_tps").orderBy("topic").drop("failures_by_class"))
+
+
+def test_replay_is_skipped_after_log_cleanup_keeps_only_the_checkpoint(spark, tmp_path):
+    """The app transaction lives in the checkpoint once the JSON commits it was written in are cleaned up."""
+    from deltalake import DeltaTable
+
+    lake = DeltaRsLake(spark, str(tmp_path))
+    for version in range(3):
+        lake.append(rows(spark), "gold/topic_tps", app_id="q", version=version)
+    table = DeltaTable(lake.path("gold/topic_tps"))
+    table.create_checkpoint()
+    log_dir = tmp_path / "gold" / "topic_tps" / "_delta_log"
+    for commit in log_dir.glob("*.json"):  # what log retention does to old commits, all at once
+        if not commit.name.startswith("_"):
+            commit.unlink()
+    assert not list(log_dir.glob("0*.json")) and list(log_dir.glob("*.checkpoint.parquet"))
+    assert lake.committed_version("gold/topic_tps", "q") == 2
+    assert lake.append(rows(spark), "gold/topic_tps", app_id="q", version=1) == 0
+    assert lake.read("gold/topic_tps").count() == 6
+
+
+def test_disk_full_append_is_retried_then_succeeds_once(spark, tmp_path, monkeypatch):
+    from pipelines import faults
+    from pipelines.io import lake as lake_module
+
+    monkeypatch.setattr(lake_module, "APPEND_BACKOFF", (0.01, 0.02))
+    monkeypatch.setattr(faults, "_fail_hits", {})
+    monkeypatch.setenv(faults.FAIL_AT_ENV, faults.APPEND_FAULT)
+    monkeypatch.setenv(faults.FAIL_COUNT_ENV, "2")
+    lake = DeltaRsLake(spark, str(tmp_path))
+    assert lake.append(rows(spark), "gold/topic_tps", app_id="q", version=0) == 2   # 2 failures, then written
+    assert lake.read("gold/topic_tps").count() == 2
+    monkeypatch.setattr(faults, "_fail_hits", {})
+    monkeypatch.setenv(faults.FAIL_COUNT_ENV, str(lake_module.APPEND_ATTEMPTS))
+    with pytest.raises(OSError, match="No space left on device"):                    # full for too long
+        lake.append(rows(spark), "gold/topic_tps", app_id="q", version=1)
+    assert lake.read("gold/topic_tps").count() == 2

@@ -1,0 +1,48 @@
+"""The flows of one governor, wired to one lake: one quality gate, one publisher, one decision lock shared by the
+final and fast paths (one policy state, one version order)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from pipelines.config import GovernorConfig
+from pipelines.flows.base import BatchReport
+from pipelines.flows.fast import FastFlow
+from pipelines.flows.gold import Clock, GoldFlow, utc_now
+from pipelines.flows.ingest import IngestFlow
+from pipelines.io.lake import open_lake
+from pipelines.io.publish import Publisher
+from pipelines.quality.gate import QualityGate
+
+
+@dataclass
+class Governor:
+    """A running (or finished) governor: its flows and streaming queries."""
+
+    cfg: GovernorConfig
+    lake: object
+    ingest: IngestFlow
+    gold: GoldFlow
+    fast: FastFlow
+    queries: list[StreamingQuery] = field(default_factory=list)
+
+    @property
+    def reports(self) -> list[BatchReport]:
+        """Every micro-batch's report: ingest, gold, then fast."""
+        return [*self.ingest.reports, *self.gold.reports, *self.fast.reports]
+
+
+def build_governor(spark: SparkSession, cfg: GovernorConfig, clock: Clock = utc_now) -> Governor:
+    """The flows of a governor on ``cfg``'s lake (nothing started yet)."""
+    lake = open_lake(spark, cfg.lake.path, cfg.lake.writer)
+    gate = QualityGate(cfg, lake)
+    publisher = Publisher(cfg, lake)
+    decisions = threading.Lock()  # the final and fast paths decide one at a time (one state, one version order)
+    return Governor(
+        cfg, lake, IngestFlow(cfg, lake, gate), GoldFlow(cfg, lake, gate, publisher, clock, decisions),
+        FastFlow(cfg, lake, gate, publisher, clock, decisions),
+    )
