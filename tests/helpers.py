@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 from pipelines import schemas
 
@@ -28,11 +29,10 @@ def ts(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text)
 
 
-def write_config(path, base: str = "conf/local.toml", **settings) -> "Path":
+def write_config(path, base: str = "conf/local.toml", **settings) -> Path:
     """Write ``base`` with ``settings`` changed (dotted names: ``write_config(p, **{"windows.length_seconds": 120})``)
     to ``path`` as TOML and return it. A setting ``base`` does not have raises KeyError, so a renamed setting
     cannot make the change a silent no-op."""
-    from pathlib import Path
 
     import tomli_w
 
@@ -52,7 +52,7 @@ def write_config(path, base: str = "conf/local.toml", **settings) -> "Path":
     return out
 
 
-def lean_config_file(path) -> "Path":
+def lean_config_file(path) -> Path:
     """conf/local.toml without per-batch GX validation (its results table is covered by tests/quality): the
     end-to-end tests that only check governance run faster with it."""
     return write_config(path, **{"quality.validate_every_n_batches": 0})

@@ -18,26 +18,24 @@ from pipelines.config import load_config
 from pipelines.faults import APPEND_FAULT, FAIL_AT_ENV, FAIL_COUNT_ENV, FAIL_SKIP_ENV
 from pipelines.io import sources
 from pipelines.io.lake import APPEND_ATTEMPTS, open_lake
-from pipelines.sim import simulate
-from tests.conftest import lean_config_text
+from pipelines.flows.gold import GoldFlow
+from pipelines.flows.ingest import IngestFlow
+from pipelines.sim.render import render_landing
+from pipelines.sim.spec import ScenarioSpec
+from tests.helpers import write_config
 
 pytestmark = pytest.mark.slow
 
-SPEC = simulate.ScenarioSpec(
+SPEC = ScenarioSpec(
     seed=7, start=dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc), minutes=8, brokers=2, topics=3, groups=2,
     onset_minute=4,
 )
 GMT8 = dt.timedelta(hours=8)
 
 
-def _conf(tmp_path: Path, **replace: str) -> Path:
-    text = lean_config_text()
-    for old, new in replace.items():
-        assert old in text
-        text = text.replace(old, new)
-    conf = tmp_path / "faults.toml"
-    conf.write_text(text)
-    return conf
+def _conf(tmp_path: Path, **settings) -> Path:
+    """conf/local.toml without per-batch GX validation, with ``settings`` (dotted names) changed."""
+    return write_config(tmp_path / "faults.toml", **{"quality.validate_every_n_batches": 0, **settings})
 
 
 def _line(stamp_utc: dt.datetime, topic: str = "orders") -> str:
@@ -92,7 +90,7 @@ def test_file_removed_after_listing_fails_a_bare_file_source_but_not_ours(spark,
 
 def test_governor_goes_on_when_a_listed_file_disappears(spark, tmp_path, monkeypatch):
     landing, lake = tmp_path / "landing", tmp_path / "lake"
-    written = simulate.render_landing(SPEC, landing)
+    written = render_landing(SPEC, landing)
     victim = sorted((landing / "broker_stats").rglob("*.log"))[-1]
     victim_lines = len(victim.read_text().splitlines())
     removed: list[Path] = []
@@ -105,8 +103,8 @@ def test_governor_goes_on_when_a_listed_file_disappears(spark, tmp_path, monkeyp
             return handler(self, df, batch_id)
         return wrapped
 
-    monkeypatch.setattr(governor.Governor, "ingest_batch", removing(governor.Governor.ingest_batch))
-    monkeypatch.setattr(governor.Governor, "gold_batch", removing(governor.Governor.gold_batch))
+    monkeypatch.setattr(IngestFlow, "handle", removing(IngestFlow.handle))
+    monkeypatch.setattr(GoldFlow, "handle", removing(GoldFlow.handle))
     governor.run(spark, load_config(_conf(tmp_path)).with_paths(str(landing), str(lake)), once=True)
     assert removed
     bronze = _count(spark, lake, "bronze/broker_stats")
@@ -122,7 +120,7 @@ def test_governor_goes_on_when_a_listed_file_disappears(spark, tmp_path, monkeyp
 
 def test_half_written_file_is_ignored_until_renamed_then_read_once_despite_older_mtime(spark, tmp_path):
     landing, lake = tmp_path / "landing", tmp_path / "lake"
-    written = simulate.render_landing(SPEC, landing)
+    written = render_landing(SPEC, landing)
     cfg = load_config(_conf(tmp_path)).with_paths(str(landing), str(lake))
     governor.run(spark, cfg, once=True)
     before = _count(spark, lake, "bronze/broker_stats")
@@ -162,7 +160,7 @@ def _governor_process(conf: Path, landing: Path, lake: Path, **env: str) -> subp
 
 def test_disk_full_for_a_moment_is_retried_and_too_long_fails_the_batch_for_a_clean_replay(spark, tmp_path):
     landing = tmp_path / "landing"
-    written = simulate.render_landing(SPEC, landing)
+    written = render_landing(SPEC, landing)
     conf = _conf(tmp_path)
 
     brief = tmp_path / "brief"  # full for 3 appends in a row, mid-run: absorbed by the retries
@@ -203,7 +201,7 @@ def _clock_skew_runs(spark, tmp_path: Path, name: str, max_future: int) -> list:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / file).write_text("".join(_line(t) for t in stamps))
 
-    conf = _conf(tmp_path, **{"max_future_seconds = 60": f"max_future_seconds = {max_future}"})
+    conf = _conf(tmp_path, **{"stats.max_future_seconds": max_future})
     cfg = load_config(conf).with_paths(str(landing), str(lake))
     land("broker-a", "1.log", [now - k * minute for k in range(8, 3, -1)])
     land("broker-b", "1.log", [now - k * minute + ten for k in range(4, -1, -1)])  # fast: now+6 .. now+10
@@ -244,11 +242,12 @@ def test_governor_runs_with_its_kafka_sink_down_and_catches_up_when_it_is_back(s
 
     port = free_port()
     conf = _conf(tmp_path, **{
-        "enabled = false\nbootstrap_servers = \"\"": f"enabled = true\nbootstrap_servers = \"127.0.0.1:{port}\"",
-        "options = {}\n\n[spark]": "options = {enable_idempotence = false}  # Tansu has no idempotent producer\n\n[spark]",
+        "sink.kafka.enabled": True,
+        "sink.kafka.bootstrap_servers": f"127.0.0.1:{port}",
+        "sink.kafka.options": {"enable_idempotence": False},  # Tansu has no idempotent producer
     })
     landing, lake = tmp_path / "landing", tmp_path / "lake"
-    simulate.render_landing(STORM, landing)
+    render_landing(STORM, landing)
     cfg = load_config(conf).with_paths(str(landing), str(lake))
     governor.run(spark, cfg, once=True)                                    # no broker on that port
     published = json.loads((lake / "control" / "limits.json").read_text())["records"]

@@ -16,12 +16,13 @@ from pyspark.sql import functions as F
 
 from pipelines.io.lake import open_lake
 from pipelines.io.lease import LEASE_FILE
-from pipelines.sim import simulate
-from tests.conftest import lean_config_text
+from pipelines.sim.render import render_landing
+from pipelines.sim.spec import ScenarioSpec
+from tests.helpers import write_config
 
 pytestmark = pytest.mark.slow
 
-SPEC = simulate.ScenarioSpec(
+SPEC = ScenarioSpec(
     seed=3, start=dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc), minutes=8, brokers=2, topics=3, groups=2,
     onset_minute=4,
 )
@@ -44,10 +45,10 @@ def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen) -> N
 
 def test_second_governor_refuses_and_a_killed_ones_lease_is_taken_over(spark, tmp_path):
     conf = tmp_path / "lean.toml"
-    conf.write_text(lean_config_text().replace("trigger_seconds = 30", "trigger_seconds = 2"))
+    write_config(conf, **{"quality.validate_every_n_batches": 0, "windows.trigger_seconds": 2})
     first_landing, second_landing, lake = tmp_path / "landing", tmp_path / "other-landing", tmp_path / "lake"
-    simulate.render_landing(SPEC, first_landing)
-    simulate.render_landing(SPEC, second_landing)
+    render_landing(SPEC, first_landing)
+    render_landing(SPEC, second_landing)
     first = subprocess.Popen(_governor(conf, first_landing, lake), stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
     try:
