@@ -33,7 +33,8 @@ from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.flows.assembly import Governor, build_governor
 from pipelines.flows.fast import open_window_stream
-from pipelines.flows.gold import Clock, utc_now, window_stream
+from pipelines.flows.base import Clock, utc_now
+from pipelines.flows.gold import window_stream
 from pipelines.io import sources
 from pipelines.io.checkpoint import check_checkpoint
 from pipelines.io.lease import GovernorLease, LakeHeldError

@@ -12,7 +12,8 @@ from pyspark.sql.streaming import StreamingQuery
 from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport
 from pipelines.flows.fast import FastFlow
-from pipelines.flows.gold import Clock, GoldFlow, utc_now
+from pipelines.flows.base import Clock, utc_now
+from pipelines.flows.gold import GoldFlow
 from pipelines.flows.ingest import IngestFlow
 from pipelines.io.lake import open_lake
 from pipelines.io.publish import Publisher

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
 
+from pipelines.config import GovernorConfig
 from pipelines.faults import crash_point
+from pipelines.transforms import gold
 
 log = logging.getLogger("rate_governor")
 
@@ -41,3 +46,34 @@ def write_outputs(lake, query: str, app_id: str, batch_id: int, outputs: dict[st
             context.setJobDescription(None)
     log.debug("%s batch %d: rows %s, seconds %s", query, batch_id, report.rows, report.seconds)
     return report
+
+
+Clock = Callable[[], dt.datetime]
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class DecisionFlow:
+    """What the two deciding flows share (:class:`pipelines.flows.gold.GoldFlow`, the final path, and
+    :class:`pipelines.flows.fast.FastFlow`, the fast path).
+
+    Args:
+        cfg: the governor's config; lake: the lake (reads history and state, appends outputs);
+        gate: :class:`pipelines.quality.gate.QualityGate` (the ``gold/limits`` expectations);
+        publisher: :class:`pipelines.io.publish.Publisher`; clock: processing time (UTC);
+        decision_lock: shared by both flows, so that they decide one at a time (one policy state, one version
+            order).
+    """
+
+    def __init__(self, cfg: GovernorConfig, lake, gate, publisher, clock: Clock = utc_now,
+                 decision_lock: threading.Lock | None = None) -> None:
+        self.cfg = cfg
+        self.lake = lake
+        self.gate = gate
+        self.publisher = publisher
+        self.clock = clock
+        self.decision_lock = decision_lock or threading.Lock()
+        self.reports: list[BatchReport] = []
+        self._single = gold.partitioning(cfg.spark.gold_single_partition)

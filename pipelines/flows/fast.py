@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 import time
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipelines.io import tables
 from pipelines.config import GovernorConfig
-from pipelines.flows.base import BatchReport, write_outputs
-from pipelines.flows.gold import Clock, utc_now
+from pipelines.flows.base import BatchReport, DecisionFlow, write_outputs
 from pipelines.io.publish import latest_per_resource
 from pipelines.transforms import fast, gold, policy, policy_fold, silver
 
@@ -70,32 +69,20 @@ def preliminary_state(saved_state: DataFrame, latest_limits: DataFrame) -> DataF
     )
 
 
-class FastFlow:
+class FastFlow(DecisionFlow):
     """The ``foreachBatch`` handler of the fast query (preliminary decisions); see the module docstring.
 
-    Args:
-        decision_lock: shared with :class:`pipelines.flows.gold.GoldFlow` (one policy state, one version order).
+    Constructor: :class:`pipelines.flows.base.DecisionFlow`.
     """
 
-    def __init__(self, cfg: GovernorConfig, lake, gate, publisher, clock: Clock = utc_now,
-                 decision_lock: threading.Lock | None = None) -> None:
-        self.cfg = cfg
-        self.lake = lake
-        self.gate = gate
-        self.publisher = publisher
-        self.clock = clock
-        self.decision_lock = decision_lock or threading.Lock()
-        self.reports: list[BatchReport] = []
-        self._single = gold.partitioning(cfg.spark.gold_single_partition)
-
     def decide(self, open_windows: DataFrame, batch_id: int, now: dt.datetime) -> dict[str, DataFrame]:
-        """Open windows → ``{"gold/limits": preliminary decisions, "quarantine": refused decisions}``; empty when
+        """Open windows → ``{tables.GOLD_LIMITS: preliminary decisions, tables.QUARANTINE: refused decisions}``; empty when
         the partial evidence proves no anomaly."""
         cfg = self.cfg
         first_open = open_windows.agg(F.min("window_start")).first()[0]
         since = gold.baseline_since(first_open, cfg)
-        topic_history = self.lake.read("gold/topic_tps", since=since).transform(self._single)
-        broker_history = self.lake.read("gold/broker_tps", since=since).transform(self._single)
+        topic_history = self.lake.read(tables.GOLD_TOPIC_TPS, since=since).transform(self._single)
+        broker_history = self.lake.read(tables.GOLD_BROKER_TPS, since=since).transform(self._single)
         newest_final, expected = fast.newest_final_window(broker_history)
         if newest_final is not None:  # windows the final path has decided are its business
             open_windows = open_windows.where(F.col("window_start") > F.lit(newest_final))
@@ -108,8 +95,8 @@ class FastFlow:
             anomalies.unpersist()
             return {}
         candidates = policy.candidate_limits(anomalies, fast.topic_carriers(open_windows), cfg.limits)
-        latest = latest_per_resource(self.lake.read("gold/limits").transform(self._single))
-        state = preliminary_state(gold.latest_state(self.lake.read("state/policy").transform(self._single)), latest)
+        latest = latest_per_resource(self.lake.read(tables.GOLD_LIMITS).transform(self._single))
+        state = preliminary_state(gold.latest_state(self.lake.read(tables.STATE_POLICY).transform(self._single)), latest)
         horizon = open_windows.agg(F.max("window_end")).first()[0]
         folded = policy_fold.decide(candidates, state, horizon, cfg.limits, cfg.windows.length_seconds, recover=False)
         decided = policy.finish_decisions(
@@ -118,7 +105,7 @@ class FastFlow:
         )
         accepted, refused = self.gate.check_limits(decided, origin=f"{FAST_APP_ID}:{batch_id}", at=now)
         anomalies.unpersist()
-        return {"gold/limits": accepted, "quarantine": refused}
+        return {tables.GOLD_LIMITS: accepted, tables.QUARANTINE: refused}
 
     def handle(self, open_windows: DataFrame, batch_id: int) -> None:
         """One micro-batch of updated open windows → preliminary decisions, published when there are any."""
@@ -133,10 +120,10 @@ class FastFlow:
                 report = write_outputs(self.lake, QUERY, FAST_APP_ID, batch_id, outputs) if outputs \
                     else BatchReport(QUERY, batch_id)
                 self.reports.append(report)
-                if report.rows.get("gold/limits"):
+                if report.rows.get(tables.GOLD_LIMITS):
                     started = time.monotonic()
                     self.publisher.publish(now, batch_id, QUERY)
                     log.info("fast batch %d: %d preliminary decisions published in %.2f s", batch_id,
-                             report.rows["gold/limits"], time.monotonic() - started)
+                             report.rows[tables.GOLD_LIMITS], time.monotonic() - started)
         finally:
             open_windows.unpersist()

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 import time
-from collections.abc import Callable
 
 from pyspark.sql import DataFrame
 
+from pipelines.io import tables
 from pipelines.config import GovernorConfig
-from pipelines.flows.base import BatchReport, write_outputs
+from pipelines.flows.base import BatchReport, DecisionFlow, write_outputs
 from pipelines.io.publish import latest_per_resource
 from pipelines.transforms import gold, silver, tps
 
@@ -21,13 +20,6 @@ log = logging.getLogger("rate_governor")
 #: Delta transaction app id of the gold query's writes (with the micro-batch id as version).
 GOLD_APP_ID = "rate-governor-gold"
 QUERY = "gold"
-
-Clock = Callable[[], dt.datetime]
-
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
 
 def window_stream(raw: DataFrame, cfg: GovernorConfig, gate) -> DataFrame:
     """Streaming RAW_RECORD rows → windowed metric sums (:data:`~pipelines.schemas.WINDOW_METRIC`) with the
@@ -46,35 +38,18 @@ def window_stream(raw: DataFrame, cfg: GovernorConfig, gate) -> DataFrame:
     )
 
 
-class GoldFlow:
-    """The ``foreachBatch`` handler of the gold query.
-
-    Args:
-        cfg: the governor's config; lake: the lake (reads history and state, appends outputs);
-        gate: :class:`pipelines.quality.gate.QualityGate` (the ``gold/limits`` expectations); publisher: :class:`pipelines.io.publish.Publisher`; clock: processing time (UTC);
-        decision_lock: serialises policy decisions with the fast flow (one state, one version counter).
-    """
-
-    def __init__(self, cfg: GovernorConfig, lake, gate, publisher, clock: Clock = utc_now,
-                 decision_lock: threading.Lock | None = None) -> None:
-        self.cfg = cfg
-        self.lake = lake
-        self.gate = gate
-        self.publisher = publisher
-        self.clock = clock
-        self.decision_lock = decision_lock or threading.Lock()
-        self.reports: list[BatchReport] = []
-        self._single = gold.partitioning(cfg.spark.gold_single_partition)
+class GoldFlow(DecisionFlow):
+    """The ``foreachBatch`` handler of the gold query (constructor: :class:`pipelines.flows.base.DecisionFlow`)."""
 
     def inputs(self, metrics: DataFrame, batch_id: int, first_window: dt.datetime) -> gold.GoldInputs:
         """The batch's windows with the history and saved state it reads from the lake."""
         since = gold.baseline_since(first_window, self.cfg)
         return gold.GoldInputs(
             metrics=metrics,
-            topic_history=self.lake.read("gold/topic_tps", since=since, before=first_window),
-            broker_history=self.lake.read("gold/broker_tps", since=since, before=first_window),
-            policy_state=gold.latest_state(self.lake.read("state/policy").transform(self._single), batch_id),
-            latest_limits=latest_per_resource(self.lake.read("gold/limits").transform(self._single)),
+            topic_history=self.lake.read(tables.GOLD_TOPIC_TPS, since=since, before=first_window),
+            broker_history=self.lake.read(tables.GOLD_BROKER_TPS, since=since, before=first_window),
+            policy_state=gold.latest_state(self.lake.read(tables.STATE_POLICY).transform(self._single), batch_id),
+            latest_limits=latest_per_resource(self.lake.read(tables.GOLD_LIMITS).transform(self._single)),
         )
 
     def handle(self, metrics: DataFrame, batch_id: int) -> None:

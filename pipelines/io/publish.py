@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from control import record as control_record
+from pipelines.io import tables
 from pipelines.config import GovernorConfig, LimitsConfig
 from pipelines.transforms.policy import ACTION_LIFT
 
@@ -109,7 +110,7 @@ class Publisher:
 
     def records(self, now: dt.datetime) -> list[dict[str, Any]]:
         """The control records of the limits in force at ``now`` (UTC), signed when a key is configured."""
-        return control_records(current_limits(self.lake.read("gold/limits"), now), self.cfg.limits, self.key)
+        return control_records(current_limits(self.lake.read(tables.GOLD_LIMITS), now), self.cfg.limits, self.key)
 
     def publish(self, now: dt.datetime, batch_id: int = 0, query: str = "gold") -> Path:
         """Publish the limits in force at ``now`` (micro-batch ``batch_id`` of ``query``); returns the path of

@@ -156,7 +156,12 @@ class SinkSet:
                 with attempt:
                     attempts += 1
                     sent = sink.publish(delivered, records)
-            write_delivered(self.root, sink.name, records, now)
+            # a sink that retries per endpoint itself (the RocketMQ admin sink) reports the endpoints still failing
+            problems = getattr(sink, "status", None)
+            if problems:
+                error = "; ".join(f"{where}: {why}" for where, why in sorted(problems.items()))[:1000]
+            else:
+                write_delivered(self.root, sink.name, records, now)
         except Exception as exc:  # noqa: BLE001 - any transport error: the governor goes on, the status says why
             error = f"{type(exc).__name__}: {exc}"[:1000]
         ok = error is None

@@ -17,7 +17,7 @@ Example:
     >>> check = lambda d: gate.check_limits(d, origin="rate-governor-gold:7", at=now)
     >>> out = gold_outputs(GoldInputs(metrics, topic_hist, broker_hist, state, latest_limits), cfg, now,
     ...                    check=check, batch_id=7, first_window=lo, horizon_end=hi)
-    >>> out.tables()["gold/limits"].show()
+    >>> out.tables()[tables.GOLD_LIMITS].show()
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from pipelines.io import tables
 from pipelines.config import GovernorConfig
 from pipelines.transforms import detect, policy, policy_fold, tps
 from pipelines.transforms.types import Transform
@@ -101,13 +102,13 @@ class GoldOutputs:
     def tables(self) -> dict[str, DataFrame]:
         """Table name → rows to append, in the order the final path writes them."""
         return {
-            "gold/topic_tps": self.topic_tps,
-            "gold/group_tps": self.group_tps,
-            "gold/broker_tps": self.broker_tps,
-            "gold/anomalies": self.anomalies,
-            "gold/limits": self.limits,
-            "quarantine": self.refused,
-            "state/policy": self.state,
+            tables.GOLD_TOPIC_TPS: self.topic_tps,
+            tables.GOLD_GROUP_TPS: self.group_tps,
+            tables.GOLD_BROKER_TPS: self.broker_tps,
+            tables.GOLD_ANOMALIES: self.anomalies,
+            tables.GOLD_LIMITS: self.limits,
+            tables.QUARANTINE: self.refused,
+            tables.STATE_POLICY: self.state,
         }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipelines.io import tables
 from pipelines.config import GovernorConfig
 from pipelines.io.sources import BROKER_STATS, SEND_FAILURES
 from pipelines.transforms import parse, tps
@@ -62,11 +63,11 @@ def ingest_outputs(raw: DataFrame, stats: DataFrame, failures: DataFrame) -> dic
         failures.transform(parse.quarantine_rows(SEND_FAILURES))
     )
     return {
-        "bronze/broker_stats": raw.where(F.col("source") == BROKER_STATS),
-        "bronze/send_failures": raw.where(F.col("source") == SEND_FAILURES),
-        "silver/broker_stats": stats.transform(parse.silver_broker_stats),
-        "silver/send_failures": failures.transform(parse.silver_send_failures),
-        "quarantine": rejected,
+        tables.BRONZE_BROKER_STATS: raw.where(F.col("source") == BROKER_STATS),
+        tables.BRONZE_SEND_FAILURES: raw.where(F.col("source") == SEND_FAILURES),
+        tables.SILVER_BROKER_STATS: stats.transform(parse.silver_broker_stats),
+        tables.SILVER_SEND_FAILURES: failures.transform(parse.silver_send_failures),
+        tables.QUARANTINE: rejected,
     }
 
 

@@ -129,3 +129,26 @@ def test_unreadable_delivered_state_resends_everything(tmp_path, bad):
     sink = RecordingSink()
     SinkSet([sink], lake_root=str(tmp_path)).publish_all([record("g", 1)], batch_id=0, now=NOW)
     assert sink.calls == [([], [record("g", 1)])]
+
+
+class EndpointSink(RecordingSink):
+    """A sink that retries per endpoint itself and keeps the endpoints still failing in ``status`` (as the
+    RocketMQ admin sink does per broker)."""
+
+    name = "endpoints"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.status: dict[str, str] = {"broker-b": "timeout"}
+
+
+def test_a_sink_reporting_failing_endpoints_is_recorded_as_not_ok_and_caught_up_later(tmp_path):
+    sink = EndpointSink()
+    sinks = SinkSet([sink], lake_root=str(tmp_path), sleep=lambda _: None)
+    rows = sinks.publish_all([record("g", 1)], batch_id=0, now=NOW)
+    assert [(r["ok"], r["error"], r["attempts"]) for r in rows] == [(False, "broker-b: timeout", 1)]
+    assert sinks.behind and read_delivered(str(tmp_path), "endpoints") == []   # the next batch sends it again
+    sink.status.clear()
+    rows = sinks.publish_all([record("g", 1)], batch_id=1, now=NOW)
+    assert rows[0]["ok"] and not sinks.behind and sink.calls[-1][0] == []
+    assert read_delivered(str(tmp_path), "endpoints") == [record("g", 1)]
