@@ -60,7 +60,8 @@ class GoldFlow(DecisionFlow):
             if first_window is None:
                 self.reports.append(BatchReport(QUERY, batch_id))
                 if self.publisher.sinks.behind:  # a sink that was down catches up without a new decision
-                    self.publisher.publish(self.clock(), batch_id, QUERY)
+                    with self.decision_lock:
+                        self.publisher.publish(self.clock(), batch_id, QUERY)
                 return
             with self.decision_lock:
                 now = self.clock()
