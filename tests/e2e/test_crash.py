@@ -18,6 +18,7 @@ from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.config import load_config
 from pipelines.faults import CRASH_AFTER_ENV, CRASH_AT_ENV
+from pipelines.io.checkpoint import CheckpointMismatchError, check_checkpoint
 from pipelines.io.lake import TABLES, open_lake
 from tests.e2e.test_governor_e2e import _line_time
 from tests.helpers import write_config
@@ -131,12 +132,12 @@ def test_sigkill_at_each_point_then_restart_equals_uninterrupted_run(spark, tmp_
 
 def test_restart_with_changed_window_length_is_refused(tmp_path):
     base = load_config("conf/local.toml").with_paths(str(tmp_path / "landing"), str(tmp_path / "lake"))
-    governor.check_checkpoint(base)                                   # first start records the settings
+    check_checkpoint(base)                                   # first start records the settings
     detection = base.detection.model_copy(update={"retry_floor_tps": 80.0})
-    governor.check_checkpoint(base.model_copy(update={"detection": detection}))   # a threshold may change
+    check_checkpoint(base.model_copy(update={"detection": detection}))   # a threshold may change
     longer = base.model_copy(update={"windows": base.windows.model_copy(update={"length_seconds": 120})})
-    with pytest.raises(governor.CheckpointMismatchError, match="windows.length_seconds is 120 but the checkpoint"):
-        governor.check_checkpoint(longer)
+    with pytest.raises(CheckpointMismatchError, match="windows.length_seconds is 120 but the checkpoint"):
+        check_checkpoint(longer)
     # the CLI refuses before starting Spark, in one line
     (tmp_path / "landing").mkdir()
     changed = tmp_path / "c.toml"
