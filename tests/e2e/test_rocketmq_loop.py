@@ -65,13 +65,13 @@ def test_retry_storm_limit_reaches_the_brokers_is_refreshed_and_lifted(spark, tm
     assert read_ledger(lake / "control" / "rocketmq_owned.json") == {RETRY}
 
     brokers[1].rates[RETRY] = 100.0  # drift (e.g. reset from MQCloud): the next micro-batch pushes it again
-    gov.gold.publisher.publish(dt.datetime.now(dt.timezone.utc))
+    gov.gold.publisher.publish(dt.datetime.now(dt.timezone.utc), batch_id=100)
     assert [b.rates[RETRY] for b in brokers] == [record["limit_qps"], record["limit_qps"]]
 
     after_expiry = parse_expires_at(record["expires_at"]) + dt.timedelta(seconds=1)
-    gov.gold.publisher.publish(after_expiry)  # the limit expired: fail open, back to the broker's default
+    gov.gold.publisher.publish(after_expiry, batch_id=101)  # the limit expired: fail open, back to the broker's default
     assert [b.rates[RETRY] for b in brokers] == [100.0, 100.0]
     assert read_ledger(lake / "control" / "rocketmq_owned.json") == set()
     assert json.loads((lake / "control" / "limits.json").read_text())["records"] == []
-    for sink in gov.sinks:
+    for sink in gov.gold.publisher.sinks.sinks:
         sink.close()
