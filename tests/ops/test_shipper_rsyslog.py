@@ -95,7 +95,8 @@ def ship(tmp: Path, **env: str) -> Path:
 
 
 def shipped_records(spark, landing: Path, source: str):
-    rows = [(source, line, f"file://{landing}/{source}/x.jsonl", None, INGESTED) for line in lines_under(landing / source)]
+    rows = [(source, line, line.encode("utf-8"), f"file://{landing}/{source}/x.jsonl", None, INGESTED)
+            for line in lines_under(landing / source)]
     return spark.createDataFrame(rows, schemas.RAW_RECORD)
 
 
