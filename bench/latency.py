@@ -34,7 +34,7 @@ from pipelines.session import build_session  # noqa: E402
 from pipelines.sim.minutes import land, minute_files  # noqa: E402
 
 CULPRIT = "get-pugc-to-ai-consumer"
-LINE_LAG_SECONDS = 60  # a minute line is printed at the end of the minute it covers (pipelines/tps.py)
+LINE_LAG_SECONDS = 60  # a minute line is printed at the end of the minute it covers (pipelines/transforms/tps.py)
 
 
 def main(argv: list[str] | None = None) -> int:

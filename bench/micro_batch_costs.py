@@ -7,7 +7,7 @@
    ``quality.pandas_max_rows`` rows). Also checks both report the same unexpected counts.
 2. The policy fold of an empty micro-batch and of one with two candidates: a grouped pandas UDF (``applyInPandas``,
    the design before session 3, rebuilt here as the baseline) against the driver-side
-   :func:`pipelines.policy_fold.decide`.
+   :func:`pipelines.transforms.policy_fold.decide`.
 Prints the best of ``--repeat`` timings (after one warm-up) and the ratios baseline / new.
 """
 

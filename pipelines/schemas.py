@@ -183,7 +183,7 @@ GOLD_LIMITS = _struct(
 )
 
 #: Saved policy state per resource (``state/policy``): the latest row per resource with ``batch_id`` below the
-#: current micro-batch is the state the policy starts from (see :mod:`pipelines.policy`).
+#: current micro-batch is the state the policy starts from (see :mod:`pipelines.transforms.policy`).
 POLICY_STATE = _struct(
     ("resource_type", _S),
     ("resource", _S),
@@ -197,7 +197,7 @@ POLICY_STATE = _struct(
     ("batch_id", _L),
 )
 
-#: Rows into and out of the per-resource policy fold (:mod:`pipelines.policy_fold`): ``row_kind`` is ``state``,
+#: Rows into and out of the per-resource policy fold (:mod:`pipelines.transforms.policy_fold`): ``row_kind`` is ``state``,
 #: ``candidate`` (in) or ``decision``, ``state`` (out).
 POLICY_FOLD = _struct(
     ("row_kind", _S),

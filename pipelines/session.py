@@ -2,7 +2,7 @@
 
 The session time zone is UTC: every timestamp column of rate-governor is UTC (stats.log's GMT+8 is converted at
 parse time). When the Delta jars are on the classpath (a cluster with delta-spark installed), the Delta SQL
-extension and catalog are enabled; otherwise Delta tables are written with delta-rs (see :mod:`pipelines.lake`).
+extension and catalog are enabled; otherwise Delta tables are written with delta-rs (see :mod:`pipelines.io.lake`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Write-back: the current limits as control records (docs/contracts.md §3) to ``<lake>/control/limits.json``.
 
 The current set is the latest ``gold/limits`` row per resource (highest ``version``) that is not a ``lift`` and has
-not expired. Each record is signed (HMAC-SHA256, :mod:`pipelines.control_record`) when a signing key is configured.
+not expired. Each record is signed (HMAC-SHA256, :mod:`control.record`) when a signing key is configured.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Two steps:
 1. :func:`candidate_limits` (Spark-native): which resource should be limited in which window, to what, and why
    (retry storms on the group's retry traffic; surges only with a distressed broker, else advisory and never
    below the observed peak × headroom; protected resources never).
-2. :func:`fold_resource` (pure Python, run per resource by :func:`pipelines.policy_fold.decide`): walks the resource's
+2. :func:`fold_resource` (pure Python, run per resource by :func:`pipelines.transforms.policy_fold.decide`): walks the resource's
    candidate windows in event-time order with its saved state and emits ``set`` / ``relax`` / ``lift`` decisions
    with hysteresis, cool-down, a maximum cut unless critical, refresh while the anomaly lasts, and NSQ-style
    recovery (article 003: ×1.5 per window, then lift).

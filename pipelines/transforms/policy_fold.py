@@ -1,7 +1,7 @@
 """The per-resource policy fold, run on the driver over the micro-batch's small input.
 
 No built-in Spark function folds a sequence of windows with carried state (the current limit, its version, when
-the anomaly was last seen), so the fold is plain Python (:func:`pipelines.policy.fold_resource`), once per
+the anomaly was last seen), so the fold is plain Python (:func:`pipelines.transforms.policy.fold_resource`), once per
 resource. Its input is small: only resources with a candidate in this micro-batch or a limit in force (a few rows
 per anomalous resource; a storm over 10,000 topics would be 10,000 groups of a few rows, well within one driver).
 So the input is collected through Arrow and folded on the driver, and the result becomes a local DataFrame again.
@@ -124,7 +124,7 @@ def decide(
     :func:`pipelines.transforms.policy.fold_resource`).
 
     Args:
-        candidates: :func:`pipelines.policy.candidate_limits` rows.
+        candidates: :func:`pipelines.transforms.policy.candidate_limits` rows.
         state: saved state rows (:data:`pipelines.schemas.POLICY_STATE` without ``batch_id``), one per resource.
         horizon_end: end of the last finalized window of the micro-batch (UTC).
     Returns:
