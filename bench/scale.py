@@ -6,8 +6,9 @@ with its headroom against real time and a check of what it limited.
 Renders ``minutes`` minutes of ``large_mix`` (:func:`pipelines.sim.render.render_landing`; storm onset at
 ``minutes // 2``) into ``DIR/landing``, runs :func:`pipelines.governor.run` once on a lean ``conf/local.toml``
 (``quality.validate_every_n_batches = 0``, no per-batch GX validation; ``--validate`` keeps the file's setting)
-with the lake in ``DIR/lake``, then prints the input lines, the wall time of the run, events/s and the headroom ``minutes × 60 s ÷ wall time`` (how many times
-faster than the cluster produced the lines; > 1 means a single governor on this machine keeps up). The check uses
+with the lake in ``DIR/lake``, then prints the input lines, the wall time of the run, events/s and the headroom
+``minutes × 60 s ÷ wall time`` (how many times faster than the cluster produced the lines; > 1 means a single
+governor on this machine keeps up). The check uses
 the scenario's ground truth: the storm's culprit group must have an enforced limit and no other resource may
 (the backtest's "zero enforced limits on healthy resources"). Exit status 1 when the check fails. The Spark session's
 start is not in the wall time. A signing key for the control records is generated for the run when the
