@@ -7,8 +7,9 @@ The lines are generated inside Spark (``spark.range``): every stats line kind (S
 ``Value:``), topic/group/queue keys, 1 in 50 in a JSON envelope and 1 in 1,000 malformed. The measured work is
 ``parse_broker_stats`` followed by ``settled`` (as the ingest query runs it) written to Spark's ``noop`` sink, so every
 column of every row is computed; the plan counts are the ``regexp_extract``/``regexp_replace``/``RLIKE``/``split``
-expressions of that optimized plan (each is evaluated once per row that reaches it). The baseline runs in a subprocess on
-``git archive <commit> pipelines`` so both use the same lines and the same Spark settings. Prints the best of
+expressions of that optimized plan (each is evaluated once per row that reaches it). The baseline runs in a subprocess
+on ``git archive <commit> pipelines``, at the same time as the measure of this checkout, so that both use the same
+lines and Spark settings and see the same load of a shared machine. Prints the best of
 ``--repeat`` timings after one warm-up.
 """
 
@@ -107,22 +108,20 @@ def measure(n: int, repeat: int) -> dict:
     return {"lines": n, "seconds": min(times), "regex_nodes": counts, "rejected": rejected}
 
 
-def baseline(commit: str, n: int, repeat: int) -> dict:
-    """:func:`measure` on the ``pipelines`` package of ``commit``, in a subprocess."""
-    with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(
-            ["git", "-C", str(REPO), "archive", commit, "pipelines", "control"], check=True, capture_output=True
-        ).stdout
-        tar = Path(tmp) / "code.tar"
-        tar.write_bytes(archive)
-        with tarfile.open(tar) as t:
-            t.extractall(tmp, filter="data")
-        env = dict(os.environ, PYTHONPATH=tmp)
-        out = subprocess.run(
-            [sys.executable, __file__, "--lines", str(n), "--repeat", str(repeat), "--json", "--code", tmp],
-            check=True, capture_output=True, text=True, env=env,
-        ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+def baseline(commit: str, n: int, repeat: int, tmp: str) -> subprocess.Popen:
+    """Start :func:`measure` on the ``pipelines`` package of ``commit`` (extracted into ``tmp``) in a subprocess."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", commit, "pipelines", "control"], check=True, capture_output=True
+    ).stdout
+    tar = Path(tmp) / "code.tar"
+    tar.write_bytes(archive)
+    with tarfile.open(tar) as t:
+        t.extractall(tmp, filter="data")
+    env = dict(os.environ, PYTHONPATH=tmp)
+    return subprocess.Popen(
+        [sys.executable, __file__, "--lines", str(n), "--repeat", str(repeat), "--json", "--code", tmp],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+    )
 
 
 def show(label: str, result: dict) -> None:
@@ -144,9 +143,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.lines, args.repeat)))
         return 0
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    before = baseline(args.baseline, args.lines, args.repeat) if args.baseline else None
-    after = measure(args.lines, args.repeat)
-    print(f"parse of {args.lines:,} synthetic stats lines (parse_broker_stats + settled → noop sink), best of {args.repeat}")
+    with tempfile.TemporaryDirectory() as tmp:
+        # Both at the same time, so that both see the same load of a shared machine (each gets about half of it).
+        proc = baseline(args.baseline, args.lines, args.repeat, tmp) if args.baseline else None
+        after = measure(args.lines, args.repeat)
+        before = json.loads(proc.communicate()[0].strip().splitlines()[-1]) if proc else None
+    print(f"parse of {args.lines:,} synthetic stats lines (parse_broker_stats + settled → noop sink), best of "
+          f"{args.repeat}{', before and after run concurrently' if before else ''}")
     if before:
         show(f"before ({args.baseline})", before)
     show(f"after (working tree, {head.stdout.strip()})", after)
