@@ -7,21 +7,19 @@ The lines are generated inside Spark (``spark.range``): every stats line kind (S
 ``Value:``), topic/group/queue keys, 1 in 50 in a JSON envelope and 1 in 1,000 malformed. The measured work is
 ``parse_broker_stats`` followed by ``settled`` (as the ingest query runs it) written to Spark's ``noop`` sink, so every
 column of every row is computed; the plan counts are the ``regexp_extract``/``regexp_replace``/``RLIKE``/``split``
-expressions of that optimized plan (each is evaluated once per row that reaches it). The baseline runs in a subprocess
-on ``git archive <commit> pipelines``, at the same time as the measure of this checkout, so that both use the same
-lines and Spark settings and see the same load of a shared machine. Prints the best of
+expressions of that optimized plan (each is evaluated once per row that reaches it). The baseline is the
+``pipelines/transforms/parse.py`` of ``--baseline`` imported as a module of its own, run in the same Spark session on
+the same cached lines, its runs interleaved with those of this checkout so that a shared machine's load falls on both. Prints the best of
 ``--repeat`` timings after one warm-up.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
+import importlib.util
 import re
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -76,52 +74,50 @@ def synthetic_raw(spark, n: int):
     return rows.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schemas.RAW_RECORD.fields])
 
 
-def measure(n: int, repeat: int) -> dict:
-    """Regex node counts and the best wall time of the parse of ``n`` lines, with the ``pipelines`` on sys.path."""
+def parse_module_at(commit: str, tmp: str):
+    """``pipelines/transforms/parse.py`` of ``commit`` imported as a module of its own (it imports only modules that
+    are unchanged since, from this checkout)."""
+    source = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:pipelines/transforms/parse.py"],
+                            check=True, capture_output=True, text=True).stdout
+    path = Path(tmp) / f"parse_{commit}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"parse_{commit}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def measure(n: int, repeat: int, modules: dict) -> dict[str, dict]:
+    """Regex expression counts and the best wall time of the parse of ``n`` lines by each parse module, the runs of
+    the modules interleaved (before, after, before, after, ...) so that a shared machine's load falls on both."""
     from pyspark.sql import functions as F
 
     from pipelines.config import load_config
     from pipelines.session import build_session
-    from pipelines.transforms import parse
 
     cfg = load_config(str(REPO / "conf" / "local.toml"))
     spark = build_session(cfg.spark)
     spark.conf.set("spark.sql.debug.maxToStringFields", "100000")  # the whole plan, not "... 9 more fields"
     raw = synthetic_raw(spark, n).cache()
     raw.count()
-    parsed = raw.transform(parse.parse_broker_stats(cfg.stats)).transform(parse.settled)
-    plan = parsed._jdf.queryExecution().optimizedPlan().toString()
-    counts = {name: len(re.findall(pattern, plan)) for name, pattern in REGEX_NODES.items()}
-    counts = {k: v for k, v in counts.items() if v}
-    rejected = parsed.where(F.col("reject_reason").isNotNull()).count()
-
-    def run() -> None:
-        parsed.write.format("noop").mode("overwrite").save()
-
-    run()
-    times = []
-    for _ in range(repeat):
-        started = time.monotonic()
-        run()
-        times.append(time.monotonic() - started)
+    results, parsed = {}, {}
+    for label, module in modules.items():
+        parsed[label] = raw.transform(module.parse_broker_stats(cfg.stats)).transform(module.settled)
+        plan = parsed[label]._jdf.queryExecution().optimizedPlan().toString()
+        counts = {name: len(re.findall(pattern, plan)) for name, pattern in REGEX_NODES.items()}
+        rejected = parsed[label].where(F.col("reject_reason").isNotNull()).count()
+        results[label] = {"lines": n, "times": [], "regex_nodes": {k: v for k, v in counts.items() if v},
+                          "rejected": rejected}
+    for round_ in range(repeat + 1):  # round 0 warms up
+        for label in modules:
+            started = time.monotonic()
+            parsed[label].write.format("noop").mode("overwrite").save()
+            if round_:
+                results[label]["times"].append(time.monotonic() - started)
     raw.unpersist()
-    return {"lines": n, "seconds": min(times), "regex_nodes": counts, "rejected": rejected}
-
-
-def baseline(commit: str, n: int, repeat: int, tmp: str) -> subprocess.Popen:
-    """Start :func:`measure` on the ``pipelines`` package of ``commit`` (extracted into ``tmp``) in a subprocess."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", commit, "pipelines", "control"], check=True, capture_output=True
-    ).stdout
-    tar = Path(tmp) / "code.tar"
-    tar.write_bytes(archive)
-    with tarfile.open(tar) as t:
-        t.extractall(tmp, filter="data")
-    env = dict(os.environ, PYTHONPATH=tmp)
-    return subprocess.Popen(
-        [sys.executable, __file__, "--lines", str(n), "--repeat", str(repeat), "--json", "--code", tmp],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-    )
+    for result in results.values():
+        result["seconds"] = min(result["times"])
+    return results
 
 
 def show(label: str, result: dict) -> None:
@@ -135,26 +131,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lines", type=int, default=2_000_000)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--baseline", default="", help="git commit whose parse is measured too (e.g. 74b4287)")
-    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--code", default=str(REPO), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    sys.path.insert(0, args.code)
-    if args.json:
-        print(json.dumps(measure(args.lines, args.repeat)))
-        return 0
+    sys.path.insert(0, str(REPO))
+    from pipelines.transforms import parse
+
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     with tempfile.TemporaryDirectory() as tmp:
-        # Both at the same time, so that both see the same load of a shared machine (each gets about half of it).
-        proc = baseline(args.baseline, args.lines, args.repeat, tmp) if args.baseline else None
-        after = measure(args.lines, args.repeat)
-        before = json.loads(proc.communicate()[0].strip().splitlines()[-1]) if proc else None
+        modules = {f"before ({args.baseline})": parse_module_at(args.baseline, tmp)} if args.baseline else {}
+        modules[f"after (working tree, {head.stdout.strip()})"] = parse
+        results = measure(args.lines, args.repeat, modules)
     print(f"parse of {args.lines:,} synthetic stats lines (parse_broker_stats + settled → noop sink), best of "
-          f"{args.repeat}{', before and after run concurrently' if before else ''}")
-    if before:
-        show(f"before ({args.baseline})", before)
-    show(f"after (working tree, {head.stdout.strip()})", after)
-    if before:
-        print(f"ratio before/after: {before['seconds'] / after['seconds']:.2f}x")
+          f"{args.repeat}, runs interleaved")
+    for label, result in results.items():
+        show(label, result)
+    if args.baseline:
+        before, after = (r["seconds"] for r in results.values())
+        print(f"ratio before/after: {before / after:.2f}x")
     return 0
 
 
