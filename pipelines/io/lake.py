@@ -136,6 +136,11 @@ class Lake:
             return self.empty(table)
         return conform(self._read(spec, since, before), spec.schema)
 
+    def latest_rows(self, table: str, keys: list[str], order: str) -> list[dict] | None:
+        """The row with the highest ``order`` per ``keys`` of ``table``, as dicts, read on the driver without a Spark
+        job; None when this writer has no such path (then read the table and rank it with Spark)."""
+        return None
+
     # implemented by the writers
     def exists(self, table: str) -> bool:
         raise NotImplementedError
@@ -212,6 +217,28 @@ class DeltaRsLake(Lake):
             commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=version)]),
         )
         return data.num_rows
+
+    def latest_rows(self, table: str, keys: list[str], order: str) -> list[dict] | None:
+        """Driver-side "latest row per key": the table read with delta-rs into pandas, sorted by ``order`` and
+        de-duplicated on ``keys`` (keeping the last). No cache: every call reads the table's current snapshot, so
+        the rows of every writer (the gold and the fast flow) and a restart are always seen. Timestamps come back
+        as UTC-aware ``datetime``; an empty list when the table does not exist yet."""
+        from deltalake import DeltaTable
+
+        spec = table_spec(table)
+        if not self.exists(table):
+            return []
+        frame = DeltaTable(self.path(table)).to_pyarrow_table(columns=spec.schema.names).to_pandas()
+        if frame.empty:
+            return []
+        latest = frame.sort_values(order, kind="stable").drop_duplicates(keys, keep="last")
+        rows = latest.astype(object).where(latest.notna(), None).to_dict("records")
+        for row in rows:
+            for field in spec.schema.fields:
+                value = row[field.name]
+                if isinstance(field.dataType, T.TimestampType) and value is not None:
+                    row[field.name] = _utc(value.to_pydatetime() if hasattr(value, "to_pydatetime") else value)
+        return rows
 
     def _read(self, spec: TableSpec, since: dt.datetime | None, before: dt.datetime | None) -> DataFrame:
         import pyarrow.compute as pc

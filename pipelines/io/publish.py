@@ -34,6 +34,42 @@ def current_limits(limits: DataFrame, now: dt.datetime) -> DataFrame:
     return latest.where((F.col("action") != ACTION_LIFT) & (F.col("expires_at") > F.lit(now)))
 
 
+def current_rows(latest: list[dict[str, Any]], now: dt.datetime) -> list[dict[str, Any]]:
+    """:func:`current_limits` on the driver: the latest rows per resource (dicts, timestamps UTC-aware, e.g. from
+    :meth:`pipelines.io.lake.Lake.latest_rows`) → those in force at ``now`` (naive = UTC), by resource."""
+    at = now.replace(tzinfo=dt.timezone.utc) if now.tzinfo is None else now
+    live = [
+        r for r in latest
+        if r["action"] is not None and r["action"] != ACTION_LIFT and r["expires_at"] is not None
+        and r["expires_at"] > at
+    ]
+    # Python orders str by code point, as Spark orders UTF-8 strings by byte: the same order.
+    return sorted(live, key=lambda r: (r["resource_type"], r["resource"]))
+
+
+def _record(row, cfg: LimitsConfig, expires_at_text: str) -> dict[str, Any]:
+    return {
+        "resource_type": row["resource_type"],
+        "resource": row["resource"],
+        "limit_qps": float(row["limit_qps"]),
+        "burst": int(row["burst"]),
+        "breaker_open_ms": cfg.breaker_open_ms,
+        "mode": row["mode"],
+        "expires_at": expires_at_text,
+        "version": int(row["version"]),
+        "reason": row["reason"],
+    }
+
+
+def records_from_rows(rows: list[dict[str, Any]], cfg: LimitsConfig, key: bytes | None) -> list[dict[str, Any]]:
+    """Rows of :func:`current_rows` → control records, as :func:`control_records` makes them from a DataFrame."""
+    records = []
+    for row in rows:
+        record = _record(row, cfg, row["expires_at"].astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        records.append(control_record.sign(record, key) if key else record)
+    return records
+
+
 def control_records(current: DataFrame, cfg: LimitsConfig, key: bytes | None) -> list[dict[str, Any]]:
     """Rows of :func:`current_limits` → control records (dicts), signed when ``key`` is given."""
     records = []
@@ -41,17 +77,7 @@ def control_records(current: DataFrame, cfg: LimitsConfig, key: bytes | None) ->
         "*", F.date_format(F.col("expires_at"), "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("expires_at_text")
     ).orderBy("resource_type", "resource")
     for row in rows.collect():
-        record = {
-            "resource_type": row["resource_type"],
-            "resource": row["resource"],
-            "limit_qps": float(row["limit_qps"]),
-            "burst": int(row["burst"]),
-            "breaker_open_ms": cfg.breaker_open_ms,
-            "mode": row["mode"],
-            "expires_at": row["expires_at_text"],
-            "version": int(row["version"]),
-            "reason": row["reason"],
-        }
+        record = _record(row, cfg, row["expires_at_text"])
         records.append(control_record.sign(record, key) if key else record)
     return records
 
@@ -109,7 +135,14 @@ class Publisher:
         self.sinks = SinkSet.from_config(cfg, lake)
 
     def records(self, now: dt.datetime) -> list[dict[str, Any]]:
-        """The control records of the limits in force at ``now`` (UTC), signed when a key is configured."""
+        """The control records of the limits in force at ``now`` (UTC), signed when a key is configured.
+
+        On the delta-rs lake the latest row per resource is picked on the driver (:meth:`Lake.latest_rows`: no
+        Spark job, the table's current snapshot read each time, so both flows' decisions and a restart are seen);
+        elsewhere with Spark (:func:`current_limits`)."""
+        latest = self.lake.latest_rows(tables.GOLD_LIMITS, ["resource_type", "resource"], "version")
+        if latest is not None:
+            return records_from_rows(current_rows(latest, now), self.cfg.limits, self.key)
         return control_records(current_limits(self.lake.read(tables.GOLD_LIMITS), now), self.cfg.limits, self.key)
 
     def publish(self, now: dt.datetime, batch_id: int = 0, query: str = "gold") -> Path:

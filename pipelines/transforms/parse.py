@@ -30,6 +30,18 @@ STATS_LINE = (
     r"^(?:(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:,\d{1,3})?\s+)?(?:[A-Z]+\s+)?-\s+"
     r"\[([^\]]*)\]\s+\[([^\]]*)\]\s+Stats (In One Minute|In One Hour|In One Day|Every 5 Minutes),\s*(.*?)\s*$"
 )
+#: :data:`STATS_LINE` with the detail patterns below as alternatives inside its detail group, so that one match gives
+#: every field: 1 timestamp, 2 stat name, 3 key, 4 period, 5 detail (trimmed), 6-8 SUM/TPS/AVGPT, 9-10 TIMES/AVGRT,
+#: 11 Value. The look-ahead keeps STATS_LINE's rule that the detail holds no line break (``.``), which the ``\s+`` of
+#: the alternatives would otherwise cross; a detail matching no alternative is group 5 alone (``.*?``), as before.
+STATS_LINE_GROUPS = (
+    r"^(?:(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:,\d{1,3})?\s+)?(?:[A-Z]+\s+)?-\s+"
+    r"\[([^\]]*)\]\s+\[([^\]]*)\]\s+Stats (In One Minute|In One Hour|In One Day|Every 5 Minutes),\s*(?=.*?\s*$)"
+    r"((?:SUM:\s*(\S+)\s+TPS:\s*(\S+)\s+AVGPT:\s*(\S+)|TIMES:\s*(\S+)\s+AVGRT:\s*(\S+)|Value:\s*(\S+))|.*?)\s*$"
+)
+#: What a line matching :data:`STATS_LINE_GROUPS` is rewritten to (an unmatched group gives "").
+MATCHED = "="
+STATS_LINE_REWRITE = MATCHED + "$1]$2]$3]$4]$6 $7 $8 $9 $10 $11 $5"
 #: ``SUM: %d TPS: %.2f AVGPT: %.2f`` (StatsItem.statPrintDetail).
 DETAIL_SUM = r"^SUM:\s*(\S+)\s+TPS:\s*(\S+)\s+AVGPT:\s*(\S+)$"
 #: ``TIMES: %d AVGRT: %.2f`` (RTStatsItem, 4.7.1+; GROUP_GET_LATENCY from 4.9.3).
@@ -166,23 +178,34 @@ def parse_stats_lines(cfg: StatsConfig) -> Transform:
 
     def transform(df: DataFrame) -> DataFrame:
         line = F.col("line")
-        ts_text = _extract(line, STATS_LINE, 1)
-        detail = F.regexp_extract(line, STATS_LINE, 5)
-        sum_text = _extract(detail, DETAIL_SUM, 1)
-        tps_text = _extract(detail, DETAIL_SUM, 2)
-        avgpt_text = F.coalesce(_extract(detail, DETAIL_SUM, 3), _extract(detail, DETAIL_TIMES, 2))
-        value_text = F.coalesce(_extract(detail, DETAIL_TIMES, 1), _extract(detail, DETAIL_VALUE, 1))
-        step = df.select(
-            "*",
-            ts_text.alias("ts_text"),
-            _extract(line, STATS_LINE, 2).alias("stat_name"),
-            F.regexp_extract(line, STATS_LINE, 3).alias("stats_key"),
-            F.try_element_at(_lit_map(rmq.PERIODS), _extract(line, STATS_LINE, 4)).alias("period"),
+        # One regex evaluation per line: STATS_LINE_GROUPS rewrites a matching line into its groups, "]"-separated
+        # (the timestamp, stat name, key and period cannot hold "]"), then the six number groups, " "-separated (\S+
+        # cannot hold " "), then the detail, which may hold anything and comes last. A line the regex does not match
+        # is left as it is; it cannot start with MATCHED (the regex needs a digit, A-Z or "-" first).
+        # Each helper column is its own projection: the optimizer inlines a column into the next projection only
+        # when it is used once there, so the regex and the two splits run once per line.
+        rewritten = df.select("*", F.regexp_replace(line, STATS_LINE_GROUPS, STATS_LINE_REWRITE).alias("_rewritten"))
+        matched = F.col("_rewritten").startswith(MATCHED) & ~line.startswith(MATCHED)
+        split_head = F.split(F.substr(F.col("_rewritten"), F.lit(len(MATCHED) + 1)), "]", 5)
+        with_head = rewritten.select(*df.columns, F.when(matched, split_head).alias("_head"))
+        grouped = with_head.select("*", F.split(F.element_at("_head", 5), " ", 7).alias("_tail"))
+        head, tail = F.col("_head"), F.col("_tail")
+
+        def group(parts: Column, i: int) -> Column:
+            return F.nullif(F.element_at(parts, i), F.lit(""))
+
+        detail = F.coalesce(F.element_at(tail, 7), F.lit(""))
+        step = grouped.select(
+            *df.columns,
+            group(head, 1).alias("ts_text"),
+            group(head, 2).alias("stat_name"),
+            F.coalesce(F.element_at(head, 3), F.lit("")).alias("stats_key"),
+            F.try_element_at(_lit_map(rmq.PERIODS), group(head, 4)).alias("period"),
             detail.alias("detail"),
-            sum_text.alias("sum_text"),
-            tps_text.alias("tps_text"),
-            avgpt_text.alias("avgpt_text"),
-            value_text.alias("value_text"),
+            group(tail, 1).alias("sum_text"),
+            group(tail, 2).alias("tps_text"),
+            F.coalesce(group(tail, 3), group(tail, 5)).alias("avgpt_text"),
+            F.coalesce(group(tail, 4), group(tail, 6)).alias("value_text"),
         )
         local_time = F.try_to_timestamp(F.col("ts_text"), F.lit(STATS_TIME_FORMAT))
         key = _key_shape_columns(F.col("stat_name"), F.col("stats_key"))
