@@ -18,6 +18,7 @@ from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.config import load_config
 from pipelines.faults import CRASH_AFTER_ENV, CRASH_AT_ENV
+from pipelines.io.checkpoint import CheckpointMismatchError
 from pipelines.io.lake import TABLES, open_lake
 from tests.e2e.test_governor_e2e import _line_time
 from tests.helpers import write_config
@@ -32,6 +33,7 @@ SPEC = ScenarioSpec(
 TIMING_COLUMNS = {"ingested_at", "decided_at", "expires_at", "validated_at", "recorded_at"}
 #: (crash point, hit) for the interrupted runs, in order; the last run completes.
 CRASHES = [
+    ("ingest:after:events", 1),                   # the first batch's events file in place, checkpoint not committed
     ("ingest:after:bronze/broker_stats", 2),      # mid micro-batch (the second one)
     ("gold:after:state/policy", 1),               # all Delta writes of a batch done, checkpoint not committed
     ("publish:before-replace", 1),                # during the limits file write
@@ -135,7 +137,7 @@ def test_restart_with_changed_window_length_is_refused(tmp_path):
     detection = base.detection.model_copy(update={"retry_floor_tps": 80.0})
     governor.check_checkpoint(base.model_copy(update={"detection": detection}))   # a threshold may change
     longer = base.model_copy(update={"windows": base.windows.model_copy(update={"length_seconds": 120})})
-    with pytest.raises(governor.CheckpointMismatchError, match="windows.length_seconds is 120 but the checkpoint"):
+    with pytest.raises(CheckpointMismatchError, match="windows.length_seconds is 120 but the checkpoint"):
         governor.check_checkpoint(longer)
     # the CLI refuses before starting Spark, in one line
     (tmp_path / "landing").mkdir()
