@@ -7,7 +7,8 @@ Queries (each a thin flow of :mod:`pipelines.flows` over the pure transforms of 
 * ``fast`` (:class:`~pipelines.flows.fast.FastFlow`, the fast path): open windows, every micro-batch → preliminary
   ``gold/limits`` decisions on evidence that later input can only strengthen, and the published limits. Runs in
   the continuous job (``windows.fast_path``).
-* ``gold`` (:class:`~pipelines.flows.gold.GoldFlow`, the final path): windows finalized by the watermark →
+* ``gold`` (:class:`~pipelines.flows.gold.GoldFlow`, the final path): the metric events ``ingest`` writes per
+  micro-batch (:mod:`pipelines.io.events`: each record is parsed once), windows finalized by the watermark →
   ``gold/*`` TPS tables, ``gold/anomalies``, ``gold/limits`` (+ ``state/policy``, and the confirmation or reversal
   of preliminary decisions) and the published limits.
 
