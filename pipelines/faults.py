@@ -7,6 +7,8 @@ called:
 
 * ``<query>:after:<table>``: a micro-batch of ``ingest`` or ``gold`` has just committed that Delta table (the
   first table of a batch = mid micro-batch; the last = between the Delta writes and the checkpoint commit);
+* ``ingest:after:events``: an ingest micro-batch's metric-events file for the gold query is in place
+  (:mod:`pipelines.io.events`), its checkpoint not committed;
 * ``publish:before-replace``: limits.json's temporary file is written, not yet moved into place.
 """
 

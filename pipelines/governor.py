@@ -7,7 +7,8 @@ Queries (each a thin flow of :mod:`pipelines.flows` over the pure transforms of 
 * ``fast`` (:class:`~pipelines.flows.fast.FastFlow`, the fast path): open windows, every micro-batch → preliminary
   ``gold/limits`` decisions on evidence that later input can only strengthen, and the published limits. Runs in
   the continuous job (``windows.fast_path``).
-* ``gold`` (:class:`~pipelines.flows.gold.GoldFlow`, the final path): windows finalized by the watermark →
+* ``gold`` (:class:`~pipelines.flows.gold.GoldFlow`, the final path): the metric events ``ingest`` writes per
+  micro-batch (:mod:`pipelines.io.events`: each record is parsed once), windows finalized by the watermark →
   ``gold/*`` TPS tables, ``gold/anomalies``, ``gold/limits`` (+ ``state/policy``, and the confirmation or reversal
   of preliminary decisions) and the published limits.
 
@@ -34,7 +35,7 @@ from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.flows.assembly import Governor, build_governor
 from pipelines.flows.fast import open_window_stream
 from pipelines.flows.base import Clock, utc_now
-from pipelines.flows.gold import window_stream
+from pipelines.flows.gold import metric_event_stream, window_stream
 from pipelines.io import sources
 from pipelines.io.checkpoint import check_checkpoint
 from pipelines.io.lease import GovernorLease, LakeHeldError
@@ -57,11 +58,13 @@ def _start(df: DataFrame, name: str, handler, mode: str, cfg: GovernorConfig, on
 
 
 def start_queries(spark: SparkSession, governor: Governor, once: bool) -> list[StreamingQuery]:
-    """Start the queries side by side; with ``once`` (trigger ``availableNow``) wait until all have finished.
+    """Start the queries; with ``once`` (trigger ``availableNow``) wait until all have finished.
 
-    Each query writes its own tables (both append to ``quarantine``, under their own Delta app ids) and none reads
-    what another writes in the same micro-batch. Side by side, one query's driver-side work (Arrow collection,
-    delta-rs commits, GX on pandas) overlaps the other's Spark tasks.
+    ``ingest`` (and ``fast``) read the raw records; ``gold`` reads the metric events ``ingest`` writes per
+    micro-batch (:func:`pipelines.flows.gold.metric_event_stream`). Running, all start side by side. With ``once``
+    the gold query starts when the ingest query has finished (``availableNow`` reads what exists when it starts,
+    and the events of the backlog exist only then). Each query writes its own tables (ingest and gold both append
+    to ``quarantine``, under their own Delta app ids).
 
     Raises:
         pyspark.errors.StreamingQueryException: with ``once``, a query failed (the others are stopped first).
@@ -69,26 +72,28 @@ def start_queries(spark: SparkSession, governor: Governor, once: bool) -> list[S
     cfg = governor.cfg
     raw = sources.raw_records(spark, cfg)
     gate = governor.ingest.gate
-    governor.queries = [
-        _start(raw, "ingest", governor.ingest.handle, "append", cfg, once),
-        _start(window_stream(raw, cfg, gate), "gold", governor.gold.handle, "append", cfg, once),
-    ]
+    governor.queries = [_start(raw, "ingest", governor.ingest.handle, "append", cfg, once)]
     if cfg.windows.fast_path_on(once):
         governor.queries.append(
             _start(open_window_stream(raw, cfg, gate), "fast", governor.fast.handle, "update", cfg, once)
         )
     if once:
+        _await_all(governor.queries[:1], stop=governor.queries)
+    events = window_stream(metric_event_stream(spark, cfg), cfg)
+    governor.queries.append(_start(events, "gold", governor.gold.handle, "append", cfg, once))
+    if once:
         _await_all(governor.queries)
     return governor.queries
 
 
-def _await_all(queries: list[StreamingQuery]) -> None:
-    """Wait for every query to finish; when one fails, stop the others and raise its error."""
+def _await_all(queries: list[StreamingQuery], stop: list[StreamingQuery] | None = None) -> None:
+    """Wait for every query of ``queries`` to finish; when one fails, stop those of ``stop`` (default: ``queries``)
+    and raise its error."""
     try:
         for query in queries:
             query.awaitTermination()
     except Exception:
-        for query in queries:
+        for query in stop or queries:
             if query.isActive:
                 query.stop()
         raise

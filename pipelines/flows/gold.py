@@ -7,13 +7,13 @@ import datetime as dt
 import logging
 import time
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
-from pipelines.io import tables
+from pipelines.io import events, tables
 from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport, DecisionFlow, write_outputs
 from pipelines.io.publish import latest_per_resource
-from pipelines.transforms import gold, silver, tps
+from pipelines.transforms import gold, tps
 
 log = logging.getLogger("rate_governor")
 
@@ -21,18 +21,24 @@ log = logging.getLogger("rate_governor")
 GOLD_APP_ID = "rate-governor-gold"
 QUERY = "gold"
 
-def window_stream(raw: DataFrame, cfg: GovernorConfig, gate) -> DataFrame:
-    """Streaming RAW_RECORD rows → windowed metric sums (:data:`~pipelines.schemas.WINDOW_METRIC`) with the
+def metric_event_stream(spark: SparkSession, cfg: GovernorConfig) -> DataFrame:
+    """The gold query's input, streaming :data:`~pipelines.schemas.METRIC_EVENT` rows: the events files the ingest
+    query writes per micro-batch (:mod:`pipelines.io.events`), so a record is parsed once. The one place to choose
+    another source: on a cluster with delta-spark, a Delta stream of ``silver/*`` through
+    :func:`pipelines.transforms.silver.metric_events` would serve the same rows."""
+    return events.read_stream(spark, cfg)
+
+
+def window_stream(metric_events: DataFrame, cfg: GovernorConfig) -> DataFrame:
+    """Streaming METRIC_EVENT rows → windowed metric sums (:data:`~pipelines.schemas.WINDOW_METRIC`) with the
     watermark ``windows.watermark_seconds``; a stats line shipped twice counts once
     (:func:`pipelines.transforms.tps.window_metrics`).
 
-    One watermark over the union of both inputs (a single event-time operator: after a restart Spark restores one
+    One watermark over the events of both inputs (a single event-time operator: after a restart Spark restores one
     watermark, where several per-input watermarks would stay stuck until every input brought data).
     """
-    stats = raw.transform(silver.parsed_stats(cfg, gate.enforce_stats))
-    failures = raw.transform(silver.parsed_failures(cfg, gate.enforce_failures))
     return (
-        silver.metric_events(stats, failures)
+        metric_events
         .withWatermark("event_time", f"{cfg.windows.watermark_seconds} seconds")
         .transform(tps.window_metrics(cfg.windows))
     )

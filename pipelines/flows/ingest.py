@@ -1,17 +1,24 @@
 """The ingest flow: every raw record → ``bronze/*``, parsed → ``silver/*`` or ``quarantine`` (nothing is dropped),
-then the quality gate's validation and reconciliation of the micro-batch."""
+the batch's metric events → its events file for the gold query (:mod:`pipelines.io.events`, parse once), then the
+quality gate's validation and reconciliation of the micro-batch."""
 
 from __future__ import annotations
+
+import time
 
 from pyspark.sql import DataFrame
 
 from pipelines.config import GovernorConfig
+from pipelines.faults import crash_point
 from pipelines.flows.base import BatchReport, write_outputs
+from pipelines.io import events
 from pipelines.transforms import silver
 
 #: Delta transaction app id of the ingest query's writes (with the micro-batch id as version).
 INGEST_APP_ID = "rate-governor-ingest"
 QUERY = "ingest"
+#: Report key of the events file's rows, and the crash point once it is in place (``ingest:after:events``).
+EVENTS = "events"
 
 
 class IngestFlow:
@@ -26,6 +33,7 @@ class IngestFlow:
         self.cfg = cfg
         self.lake = lake
         self.gate = gate
+        self.events_dir = events.events_dir(cfg)
         self.reports: list[BatchReport] = []
 
     def parse(self, raw: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -35,12 +43,17 @@ class IngestFlow:
         return stats, failures
 
     def handle(self, raw: DataFrame, batch_id: int) -> None:
-        """One micro-batch of raw records → bronze, silver and quarantine, then the quality gate."""
+        """One micro-batch of raw records → bronze, silver and quarantine, the events file, then the quality gate."""
         raw = raw.persist()
         try:
             stats, failures = (df.persist() for df in self.parse(raw))
             outputs = silver.ingest_outputs(raw, stats, failures)
-            self.reports.append(write_outputs(self.lake, QUERY, INGEST_APP_ID, batch_id, outputs))
+            report = write_outputs(self.lake, QUERY, INGEST_APP_ID, batch_id, outputs)
+            started = time.monotonic()
+            report.rows[EVENTS] = events.write_batch(silver.metric_events(stats, failures), self.events_dir, batch_id)
+            report.seconds[EVENTS] = round(time.monotonic() - started, 2)
+            crash_point(f"{QUERY}:after:{EVENTS}")
+            self.reports.append(report)
             self.gate.after_ingest(batch_id, raw, stats, failures)
             stats.unpersist()
             failures.unpersist()

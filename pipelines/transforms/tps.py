@@ -99,7 +99,8 @@ def _per_second(amount: Column, cfg: WindowsConfig) -> Column:
 
 
 def _failure_counts(metrics: DataFrame, keys: tuple[str, ...]) -> DataFrame:
-    """Failures per ``keys`` × window: ``failures``, ``busy_failures`` and ``failures_by_class`` (map)."""
+    """Failures per ``keys`` × window: ``failures``, ``busy_failures`` and ``failures_by_class`` (map, entries in
+    class order, so the same counts give the same map whatever order the rows came in)."""
     failures = metrics.where(F.col("metric").startswith(FAILURE_METRIC_PREFIX)).select(
         *WINDOW_KEYS, *keys, F.substring_index(F.col("metric"), ":", -1).alias("failure_class"), F.col("amount")
     )
@@ -108,7 +109,7 @@ def _failure_counts(metrics: DataFrame, keys: tuple[str, ...]) -> DataFrame:
     return per_class.groupBy(*WINDOW_KEYS, *keys).agg(
         F.sum("n").alias("failures"),
         F.sum(F.when(is_busy, F.col("n")).otherwise(F.lit(0))).alias("busy_failures"),
-        F.map_from_entries(F.collect_list(F.struct("failure_class", "n"))).alias("failures_by_class"),
+        F.map_from_entries(F.array_sort(F.collect_list(F.struct("failure_class", "n")))).alias("failures_by_class"),
     )
 
 

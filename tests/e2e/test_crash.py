@@ -33,6 +33,7 @@ SPEC = ScenarioSpec(
 TIMING_COLUMNS = {"ingested_at", "decided_at", "expires_at", "validated_at", "recorded_at"}
 #: (crash point, hit) for the interrupted runs, in order; the last run completes.
 CRASHES = [
+    ("ingest:after:events", 1),                   # the first batch's events file in place, checkpoint not committed
     ("ingest:after:bronze/broker_stats", 2),      # mid micro-batch (the second one)
     ("gold:after:state/policy", 1),               # all Delta writes of a batch done, checkpoint not committed
     ("publish:before-replace", 1),                # during the limits file write

@@ -71,6 +71,14 @@ def test_topic_tps_sums_over_brokers_with_failures(spark):
     assert_df_equality(got, want, ignore_nullable=True)
 
 
+def test_failures_by_class_entries_are_in_class_order_whatever_the_row_order(spark):
+    rows = [("broker-a", "orders", None, f"failure:{c}", n) for c, n in (("TIMEOUT_CLEAN_QUEUE", 5), ("CLIENT_TIMEOUT", 1),
+                                                                        ("OTHER", 2))]
+    for ordered in (rows, rows[::-1]):
+        got = metrics(spark, ordered).repartition(3).transform(tps.topic_tps(W)).first()["failures_by_class"]
+        assert list(got) == ["CLIENT_TIMEOUT", "OTHER", "TIMEOUT_CLEAN_QUEUE"]
+
+
 def test_group_tps_consume_retry_and_ratio(spark):
     m = metrics(spark, [
         ("broker-a", "pugc", "g", "GROUP_GET_NUMS", 47400),
