@@ -122,6 +122,24 @@ class Lake:
                 return self._append(conformed, spec, app_id=app_id, version=version)
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
+    def append_rows(self, rows: list[tuple], table: str, *, app_id: str, version: int) -> int:
+        """Append driver-side records (tuples in the order of the table's schema, timestamps naive UTC or aware),
+        such as the quality gate's reconciliation rows, as one commit tagged ``(app_id, version)``: as
+        :meth:`append`, without a Spark job on the delta-rs path (the rows become Arrow on the driver; a DataFrame
+        built from them would only be collected back). Returns the number of rows written.
+
+        Raises:
+            OSError: the write failed; nothing was committed.
+        """
+        spec = table_spec(table)
+        if not rows:
+            return 0
+        for attempt in _append_retrying():
+            with attempt:
+                fault_point(APPEND_FAULT)
+                return self._append_rows(rows, spec, app_id=app_id, version=version)
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
     def read(
         self,
         table: str,
@@ -147,6 +165,9 @@ class Lake:
 
     def _append(self, df: DataFrame, spec: TableSpec, *, app_id: str, version: int) -> int:
         raise NotImplementedError
+
+    def _append_rows(self, rows: list[tuple], spec: TableSpec, *, app_id: str, version: int) -> int:
+        return self._append(self.spark.createDataFrame(rows, spec.schema), spec, app_id=app_id, version=version)
 
     def _read(self, spec: TableSpec, since: dt.datetime | None, before: dt.datetime | None) -> DataFrame:
         raise NotImplementedError
@@ -176,6 +197,13 @@ def _append_retrying():
     )
 
 
+def _arrow_schema(spec: TableSpec):
+    """The Arrow schema of a table (Spark's own type mapping: timestamps are microseconds, UTC)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spec.schema)
+
+
 def _utc(ts: dt.datetime) -> dt.datetime:
     return ts.replace(tzinfo=dt.timezone.utc) if ts.tzinfo is None else ts.astimezone(dt.timezone.utc)
 
@@ -200,16 +228,31 @@ class DeltaRsLake(Lake):
         return DeltaTable(self.path(table)).transaction_version(app_id)
 
     def _append(self, df: DataFrame, spec: TableSpec, *, app_id: str, version: int) -> int:
-        from deltalake import CommitProperties, Transaction, write_deltalake
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        committed = self.committed_version(spec.name, app_id)
-        if committed is not None and committed >= version:
+        if self._committed(spec, app_id, version):
             return 0
-        data = df.toArrow()
+        return self._commit(df.toArrow(), spec, app_id=app_id, version=version)
+
+    def _append_rows(self, rows: list[tuple], spec: TableSpec, *, app_id: str, version: int) -> int:
+        import pyarrow as pa
+
+        if self._committed(spec, app_id, version):
+            return 0
+        names = spec.schema.names
+        columns = {name: [row[i] for row in rows] for i, name in enumerate(names)}
+        return self._commit(pa.table(columns, schema=_arrow_schema(spec)), spec, app_id=app_id, version=version)
+
+    def _committed(self, spec: TableSpec, app_id: str, version: int) -> bool:
+        committed = self.committed_version(spec.name, app_id)
+        return committed is not None and committed >= version
+
+    def _commit(self, data, spec: TableSpec, *, app_id: str, version: int) -> int:
+        """One delta-rs append of the Arrow table ``data`` (cast to the table's schema) tagged ``(app_id,
+        version)``; nothing for an empty table."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
         if data.num_rows == 0:
             return 0
-        data = data.cast(to_arrow_schema(spec.schema))
+        data = data.cast(_arrow_schema(spec))
         write_deltalake(
             self.path(spec.name),
             data,

@@ -180,8 +180,8 @@ class SinkSet:
     def _record(self, rows: list[dict], batch_id: int, query: str) -> None:
         fields = [f.name for f in schemas.SINK_STATUS.fields]
         try:
-            df = self.lake.spark.createDataFrame([tuple(r[f] for f in fields) for r in rows], schemas.SINK_STATUS)
-            self.lake.append(df, SINK_STATUS_TABLE, app_id=f"{SINKS_APP_ID}-{query}", version=batch_id)
+            self.lake.append_rows([tuple(r[f] for f in fields) for r in rows], SINK_STATUS_TABLE,
+                                  app_id=f"{SINKS_APP_ID}-{query}", version=batch_id)
         except Exception as exc:  # noqa: BLE001 - the status row is a report; losing it must not stop the batch
             log.warning("sink status of batch %d not recorded: %s", batch_id, exc)
 

@@ -20,7 +20,6 @@ import logging
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipelines import schemas
 from pipelines.config import GovernorConfig
 from pipelines.io import tables
 from pipelines.quality import data_docs, rules
@@ -77,19 +76,26 @@ class QualityGate:
     def after_ingest(self, batch_id: int, raw: DataFrame, stats: DataFrame, failures: DataFrame) -> list[dict]:
         """GX validation (every Nth batch) and the reconciliation of ``batch_id``: ``raw`` is the micro-batch's
         RAW_RECORD rows, ``stats`` / ``failures`` the outputs of :meth:`enforce_stats` / :meth:`enforce_failures`.
-        Returns the reconciliation rows (also kept in :attr:`last_reconciliation`)."""
+        The counts both need come from one Spark job (:meth:`Reconciler.measure`). Returns the reconciliation rows
+        (also kept in :attr:`last_reconciliation`)."""
         now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        parsed = {"broker_stats": stats, "send_failures": failures}
+        measured = self.reconciler.measure(batch_id, raw, parsed)
         n = self.q.validate_every_n_batches
         if n and batch_id % n == 0:
-            self.validate_batch(batch_id, stats, failures, now)
-        parsed = {"broker_stats": stats, "send_failures": failures}
-        self.last_reconciliation = self.reconciler.reconcile(batch_id, raw, parsed, now)
+            counts = {table: measured[source]["candidates"] for table, source in (
+                (tables.SILVER_BROKER_STATS, "broker_stats"), (tables.SILVER_SEND_FAILURES, "send_failures"))}
+            self.validate_batch(batch_id, stats, failures, now, counts)
+        self.last_reconciliation = self.reconciler.reconcile(batch_id, raw, parsed, now, measured)
         return self.last_reconciliation
 
-    def validate_batch(self, batch_id: int, stats: DataFrame, failures: DataFrame, at: dt.datetime) -> list[tuple]:
+    def validate_batch(self, batch_id: int, stats: DataFrame, failures: DataFrame, at: dt.datetime,
+                       counts: dict[str, int] | None = None) -> list[tuple]:
         """GX validation of the candidate silver rows of ``batch_id`` (each non-empty input against its suite) at
-        ``at`` (naive UTC). Appends one row per expectation to ``quality/validation_results`` and GX's result per
-        suite to ``quality/validation_runs`` (each append idempotent per ``batch_id``); returns the former rows."""
+        ``at`` (naive UTC); ``counts`` maps a silver table to its candidate rows when the caller knows them (else
+        they are counted). Appends one row per expectation to ``quality/validation_results`` and GX's result per
+        suite to ``quality/validation_runs`` (each append idempotent per ``batch_id``, written from the driver
+        without a Spark job); returns the former rows."""
         rows: list[tuple] = []
         runs: list[tuple] = []
         for table, parsed, silver in (
@@ -97,18 +103,15 @@ class QualityGate:
             (tables.SILVER_SEND_FAILURES, failures, parse.silver_send_failures),
         ):
             data = rules.candidates(parsed, silver)
-            count = data.count()
+            count = counts[table] if counts is not None else data.count()
             if not count:
                 continue
             result = self.validator.validate(table, data, count)
             rows += result_rows(batch_id, table, result, at)
             runs.append(data_docs.run_row(batch_id, table, result, at))
         if rows:
-            spark = stats.sparkSession
-            df = spark.createDataFrame(rows, schemas.QUALITY_VALIDATION_RESULTS)
-            self.lake.append(df, tables.QUALITY_VALIDATION_RESULTS, app_id=QUALITY_APP_ID, version=batch_id)
-            runs_df = spark.createDataFrame(runs, schemas.QUALITY_VALIDATION_RUNS)
-            self.lake.append(runs_df, tables.QUALITY_VALIDATION_RUNS, app_id=QUALITY_APP_ID, version=batch_id)
+            self.lake.append_rows(rows, tables.QUALITY_VALIDATION_RESULTS, app_id=QUALITY_APP_ID, version=batch_id)
+            self.lake.append_rows(runs, tables.QUALITY_VALIDATION_RUNS, app_id=QUALITY_APP_ID, version=batch_id)
             failed = [r[2] for r in rows if not r[3]]
             log.info("quality batch %d: %d expectations validated by GX, failed: %s", batch_id, len(rows), failed)
         return rows

@@ -51,28 +51,55 @@ class Reconciler:
             return None
         return min(seen.values()) - dt.timedelta(seconds=self.watermark_seconds)
 
-    def reconcile(
-        self, batch_id: int, raw: DataFrame, parsed: dict[str, DataFrame], at: dt.datetime
-    ) -> list[dict]:
-        """Reconcile ``batch_id``: ``raw`` is the micro-batch's RAW_RECORD rows, ``parsed`` maps each source
-        (``broker_stats``, ``send_failures``) to its rows after enforcement (``reject_reason``, ``event_time``).
-        Appends one ``quality/reconciliation`` row per source (recorded ``at``, naive UTC) and returns them as
-        dicts keyed by the table's column names."""
+    def measure(self, batch_id: int, raw: DataFrame, parsed: dict[str, DataFrame]) -> dict[str, dict]:
+        """The counts of ``batch_id`` per source, in one Spark job: ``records`` (raw records read), ``rows``,
+        ``silver``, ``late``, ``quarantine``, ``expectations`` (quarantined by an expectation), ``candidates`` (rows
+        the parse accepted, what GX validates) and ``max_event_time`` (of accepted rows, naive UTC). ``raw`` and
+        ``parsed`` are as in :meth:`reconcile`."""
         wm = self.watermark(batch_id)
-        read = {r["source"]: r["count"] for r in raw.groupBy("source").count().collect()}
-        out = []
+        accepted = F.col("reject_reason").isNull()
+        late = accepted & F.lit(wm is not None) & (F.col("event_time") < F.lit(wm))
+        parts = [raw.groupBy("source").agg(F.count(F.lit(1)).alias("records"))]
         for source, df in parsed.items():
-            accepted = F.col("reject_reason").isNull()
-            late = accepted & F.lit(wm is not None) & (F.col("event_time") < F.lit(wm))
-            agg = df.agg(
+            parts.append(df.agg(
+                F.lit(source).alias("source"),
                 F.count(F.lit(1)).alias("rows"),
                 F.count_if(accepted & ~late).alias("silver"),
                 F.count_if(late).alias("late"),
                 F.count_if(~accepted).alias("quarantine"),
                 F.count_if(F.col("reject_reason").startswith(REASON_PREFIX)).alias("expectations"),
+                F.count_if(F.col("parse_reason").isNull()).alias("candidates"),
                 F.max(F.when(accepted, F.col("event_time"))).alias("max_event_time"),
-            ).first()
-            records = int(read.get(source, 0))
+            ))
+        union = parts[0]
+        for part in parts[1:]:
+            union = union.unionByName(part, allowMissingColumns=True)
+        measured: dict[str, dict] = {}
+        for row in union.collect():
+            counts = row.asDict()
+            entry = measured.setdefault(counts.pop("source"), {"records": 0})
+            records = counts.pop("records")
+            if records is not None:  # a row of the raw records' count
+                entry["records"] = records
+            else:
+                entry.update(counts)
+        return measured
+
+    def reconcile(
+        self, batch_id: int, raw: DataFrame, parsed: dict[str, DataFrame], at: dt.datetime,
+        measured: dict[str, dict] | None = None,
+    ) -> list[dict]:
+        """Reconcile ``batch_id``: ``raw`` is the micro-batch's RAW_RECORD rows, ``parsed`` maps each source
+        (``broker_stats``, ``send_failures``) to its rows after enforcement (``reject_reason``, ``parse_reason``,
+        ``event_time``); ``measured`` is :meth:`measure`'s result when the caller already has it.
+        Appends one ``quality/reconciliation`` row per source (recorded ``at``, naive UTC) and returns them as
+        dicts keyed by the table's column names."""
+        wm = self.watermark(batch_id)
+        measured = measured if measured is not None else self.measure(batch_id, raw, parsed)
+        out = []
+        for source in parsed:
+            agg = measured[source]
+            records = int(agg["records"])
             row = {
                 "batch_id": batch_id,
                 "source": source,
@@ -98,8 +125,8 @@ class Reconciler:
             )
             out.append(row)
         fields = [f.name for f in schemas.QUALITY_RECONCILIATION.fields]
-        df = raw.sparkSession.createDataFrame(
-            [tuple(r[f] for f in fields) for r in out], schemas.QUALITY_RECONCILIATION
+        self.lake.append_rows(
+            [tuple(r[f] for f in fields) for r in out], tables.QUALITY_RECONCILIATION,
+            app_id=self.app_id, version=batch_id,
         )
-        self.lake.append(df, tables.QUALITY_RECONCILIATION, app_id=self.app_id, version=batch_id)
         return out

@@ -29,6 +29,20 @@ def test_replayed_batch_writes_nothing_and_next_batch_appends(spark, tmp_path):
     assert lake.committed_version("gold/topic_tps", "q") == 0
 
 
+def test_driver_rows_append_as_the_same_table_as_a_dataframe(spark, tmp_path):
+    records = [tuple(r) for r in rows(spark).collect()]
+    records[1] = records[1][:7] + (None,) + records[1][8:]
+    aware = dt.datetime(2022, 2, 8, 9, 39, tzinfo=dt.timezone(dt.timedelta(hours=1)))   # = 08:39 UTC
+    records[1] = (aware,) + records[1][1:]
+    by_rows, by_frame = DeltaRsLake(spark, str(tmp_path / "rows")), DeltaRsLake(spark, str(tmp_path / "frame"))
+    assert by_rows.append_rows(records, "gold/topic_tps", app_id="q", version=3) == 2
+    assert by_rows.append_rows(records, "gold/topic_tps", app_id="q", version=3) == 0     # replay of batch 3
+    assert by_rows.append_rows([], "gold/topic_tps", app_id="q", version=4) == 0
+    by_frame.append(spark.createDataFrame(records, schemas.GOLD_TOPIC_TPS), "gold/topic_tps", app_id="q", version=3)
+    assert_df_equality(by_rows.read("gold/topic_tps").orderBy("topic"), by_frame.read("gold/topic_tps").orderBy("topic"))
+    assert by_rows.read("gold/topic_tps").where("topic = 'pay'").first()["window_start"] == dt.datetime(2022, 2, 8, 8, 39)
+
+
 def test_empty_batch_and_missing_table(spark, tmp_path):
     lake = DeltaRsLake(spark, str(tmp_path))
     assert lake.append(rows(spark).limit(0), "gold/topic_tps", app_id="q", version=0) == 0
