@@ -166,6 +166,9 @@ GOLD_ANOMALIES = _struct(
     ("detail", _S),
 )
 
+#: The key of a limited resource in ``gold/limits`` and ``state/policy``: a topic or a consumer group.
+RESOURCE_KEYS = ("resource_type", "resource")
+
 GOLD_LIMITS = _struct(
     ("decided_at", _TS),
     ("window_end", _TS),

@@ -13,6 +13,9 @@ from pyspark.sql import DataFrame
 
 from pipelines.config import GovernorConfig
 from pipelines.faults import crash_point
+from pipelines.io import tables
+from pipelines.schemas import RESOURCE_KEYS
+from pipelines.io.publish import latest_per_resource
 from pipelines.transforms import gold
 
 log = logging.getLogger("rate_governor")
@@ -77,3 +80,15 @@ class DecisionFlow:
         self.decision_lock = decision_lock or threading.Lock()
         self.reports: list[BatchReport] = []
         self._single = gold.partitioning(cfg.spark.gold_single_partition)
+
+    def latest_limits(self) -> DataFrame:
+        """The newest ``gold/limits`` row per resource (:func:`pipelines.io.publish.latest_per_resource`), picked
+        on the driver where the lake can (:meth:`pipelines.io.lake.Lake.latest`): not the whole table every batch."""
+        return self.lake.latest(tables.GOLD_LIMITS, list(RESOURCE_KEYS), "version",
+                                lambda df: latest_per_resource(df.transform(self._single)))
+
+    def saved_state(self, before_batch: int | None = None) -> DataFrame:
+        """The saved policy state per resource (:func:`pipelines.transforms.gold.latest_state`) of the batches
+        before ``before_batch`` when given, picked like :meth:`latest_limits`."""
+        return self.lake.latest(tables.STATE_POLICY, list(RESOURCE_KEYS), "batch_id",
+                                lambda df: gold.latest_state(df.transform(self._single)), below=before_batch)

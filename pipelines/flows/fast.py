@@ -20,7 +20,6 @@ from pyspark.sql import functions as F
 from pipelines.io import tables
 from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport, DecisionFlow, write_outputs
-from pipelines.io.publish import latest_per_resource
 from pipelines.transforms import fast, gold, policy, policy_fold, silver
 
 log = logging.getLogger("rate_governor")
@@ -95,8 +94,7 @@ class FastFlow(DecisionFlow):
             anomalies.unpersist()
             return {}
         candidates = policy.candidate_limits(anomalies, fast.topic_carriers(open_windows), cfg.limits)
-        latest = latest_per_resource(self.lake.read(tables.GOLD_LIMITS).transform(self._single))
-        state = preliminary_state(gold.latest_state(self.lake.read(tables.STATE_POLICY).transform(self._single)), latest)
+        state = preliminary_state(self.saved_state(), self.latest_limits())
         horizon = open_windows.agg(F.max("window_end")).first()[0]
         folded = policy_fold.decide(candidates, state, horizon, cfg.limits, cfg.windows.length_seconds, recover=False)
         decided = policy.finish_decisions(

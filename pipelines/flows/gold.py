@@ -12,7 +12,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pipelines.io import events, tables
 from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport, DecisionFlow, write_outputs
-from pipelines.io.publish import latest_per_resource
 from pipelines.transforms import gold, tps
 
 log = logging.getLogger("rate_governor")
@@ -54,8 +53,8 @@ class GoldFlow(DecisionFlow):
             metrics=metrics,
             topic_history=self.lake.read(tables.GOLD_TOPIC_TPS, since=since, before=first_window),
             broker_history=self.lake.read(tables.GOLD_BROKER_TPS, since=since, before=first_window),
-            policy_state=gold.latest_state(self.lake.read(tables.STATE_POLICY).transform(self._single), batch_id),
-            latest_limits=latest_per_resource(self.lake.read(tables.GOLD_LIMITS).transform(self._single)),
+            policy_state=self.saved_state(before_batch=batch_id),
+            latest_limits=self.latest_limits(),
         )
 
     def handle(self, metrics: DataFrame, batch_id: int) -> None:

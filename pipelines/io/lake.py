@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -154,10 +155,23 @@ class Lake:
             return self.empty(table)
         return conform(self._read(spec, since, before), spec.schema)
 
-    def latest_rows(self, table: str, keys: list[str], order: str) -> list[dict] | None:
-        """The row with the highest ``order`` per ``keys`` of ``table``, as dicts, read on the driver without a Spark
-        job; None when this writer has no such path (then read the table and rank it with Spark)."""
+    def latest_rows(self, table: str, keys: list[str], order: str, below: int | None = None) -> list[dict] | None:
+        """The row with the highest ``order`` per ``keys`` of ``table`` (among rows whose ``order`` is below
+        ``below`` when given), as dicts, read on the driver without a Spark job; None when this writer has no such
+        path (then read the table and rank it with Spark)."""
         return None
+
+    def latest(self, table: str, keys: list[str], order: str, rank: Callable[[DataFrame], DataFrame],
+               below: int | None = None) -> DataFrame:
+        """The latest row per ``keys`` of ``table`` by ``order`` (among rows whose ``order`` is below ``below`` when
+        given), as ``rank`` shapes it: ``rank`` is the Spark definition (e.g.
+        :func:`pipelines.io.publish.latest_per_resource`). Here it ranks the whole table; the delta-rs writer first
+        picks the latest rows on the driver from the table's snapshot (:meth:`latest_rows`), so only those cross to
+        Spark and ``rank`` changes nothing but the shape (tested: same rows either way)."""
+        df = self.read(table)
+        if below is not None:
+            df = df.where(F.col(order) < F.lit(below))
+        return rank(df)
 
     # implemented by the writers
     def exists(self, table: str) -> bool:
@@ -261,20 +275,37 @@ class DeltaRsLake(Lake):
         )
         return data.num_rows
 
-    def latest_rows(self, table: str, keys: list[str], order: str) -> list[dict] | None:
-        """Driver-side "latest row per key": the table read with delta-rs into pandas, sorted by ``order`` and
-        de-duplicated on ``keys`` (keeping the last). No cache: every call reads the table's current snapshot, so
-        the rows of every writer (the gold and the fast flow) and a restart are always seen. Timestamps come back
-        as UTC-aware ``datetime``; an empty list when the table does not exist yet."""
+    def _latest_arrow(self, table: str, keys: list[str], order: str, below: int | None):
+        """Driver-side "latest row per key": the table's current snapshot read with delta-rs (rows with ``order`` <
+        ``below`` when given), the last row by ``order`` per ``keys`` taken. No cache: every call reads the current
+        snapshot, so the rows of every writer (the gold and the fast flow) and a restart are always seen. None when
+        the table does not exist yet."""
+        import pyarrow.compute as pc
         from deltalake import DeltaTable
 
         spec = table_spec(table)
         if not self.exists(table):
+            return None
+        filters = pc.field(order) < below if below is not None else None
+        data = DeltaTable(self.path(table)).to_pyarrow_table(columns=spec.schema.names, filters=filters)
+        picked = data.select([*keys, order]).to_pandas().sort_values(order, kind="stable")
+        return data.take(sorted(picked.drop_duplicates(keys, keep="last").index))
+
+    def latest(self, table: str, keys: list[str], order: str, rank: Callable[[DataFrame], DataFrame],
+               below: int | None = None) -> DataFrame:
+        data = self._latest_arrow(table, keys, order, below)
+        if data is None or data.num_rows == 0:
+            return rank(self.empty(table))
+        return rank(self.spark.createDataFrame(data, schema=table_spec(table).schema))
+
+    def latest_rows(self, table: str, keys: list[str], order: str, below: int | None = None) -> list[dict] | None:
+        """:meth:`_latest_arrow` as dicts: timestamps UTC-aware ``datetime``; an empty list when the table does not
+        exist yet."""
+        spec = table_spec(table)
+        data = self._latest_arrow(table, keys, order, below)
+        if data is None or data.num_rows == 0:
             return []
-        frame = DeltaTable(self.path(table)).to_pyarrow_table(columns=spec.schema.names).to_pandas()
-        if frame.empty:
-            return []
-        latest = frame.sort_values(order, kind="stable").drop_duplicates(keys, keep="last")
+        latest = data.to_pandas()
         rows = latest.astype(object).where(latest.notna(), None).to_dict("records")
         for row in rows:
             for field in spec.schema.fields:

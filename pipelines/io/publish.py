@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 
 from control import record as control_record
 from pipelines.io import tables
+from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig, LimitsConfig
 from pipelines.transforms.policy import ACTION_LIFT
 
@@ -23,7 +24,7 @@ LIMITS_FILE = "control/limits.json"
 
 def latest_per_resource(limits: DataFrame) -> DataFrame:
     """gold/limits → the latest decision per (resource_type, resource), by ``version``."""
-    newest_first = Window.partitionBy("resource_type", "resource").orderBy(F.col("version").desc())
+    newest_first = Window.partitionBy(*RESOURCE_KEYS).orderBy(F.col("version").desc())
     ranked = limits.select("*", F.row_number().over(newest_first).alias("_rank"))
     return ranked.where(F.col("_rank") == 1).drop("_rank")
 
@@ -140,7 +141,7 @@ class Publisher:
         On the delta-rs lake the latest row per resource is picked on the driver (:meth:`Lake.latest_rows`: no
         Spark job, the table's current snapshot read each time, so both flows' decisions and a restart are seen);
         elsewhere with Spark (:func:`current_limits`)."""
-        latest = self.lake.latest_rows(tables.GOLD_LIMITS, ["resource_type", "resource"], "version")
+        latest = self.lake.latest_rows(tables.GOLD_LIMITS, list(RESOURCE_KEYS), "version")
         if latest is not None:
             return records_from_rows(current_rows(latest, now), self.cfg.limits, self.key)
         return control_records(current_limits(self.lake.read(tables.GOLD_LIMITS), now), self.cfg.limits, self.key)

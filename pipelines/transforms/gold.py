@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipelines.io import tables
+from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig
 from pipelines.transforms import detect, policy, policy_fold, tps
 from pipelines.transforms.types import Transform
@@ -60,7 +61,7 @@ def latest_state(saved: DataFrame, before_batch: int | None = None) -> DataFrame
     micro-batch starts from the state its first run started from)."""
     if before_batch is not None:
         saved = saved.where(F.col("batch_id") < before_batch)
-    newest_first = Window.partitionBy("resource_type", "resource").orderBy(F.col("batch_id").desc())
+    newest_first = Window.partitionBy(*RESOURCE_KEYS).orderBy(F.col("batch_id").desc())
     return (
         saved.select("*", F.row_number().over(newest_first).alias("_rank"))
         .where(F.col("_rank") == 1)

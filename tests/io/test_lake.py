@@ -110,3 +110,26 @@ def test_disk_full_append_is_retried_then_succeeds_once(spark, tmp_path, monkeyp
     with pytest.raises(OSError, match="No space left on device"):                    # full for too long
         lake.append(rows(spark), "gold/topic_tps", app_id="q", version=1)
     assert lake.read("gold/topic_tps").count() == 2
+
+
+def test_latest_row_per_resource_is_the_same_picked_on_the_driver_or_ranked_by_spark(spark, tmp_path):
+    from pipelines.io.lake import Lake
+    from pipelines.schemas import RESOURCE_KEYS
+    from pipelines.transforms.gold import latest_state
+
+    lake = DeltaRsLake(spark, str(tmp_path))
+    at = ts("2022-02-08 07:40:00")
+    state = [  # (resource, limit, batch): orders' newest row below batch 3 is batch 1's, pay has only batch 2's
+        ("topic", "orders", 10.0, 0), ("topic", "orders", 20.0, 1), ("topic", "orders", 30.0, 3),
+        ("group", "pay", 5.0, 2),
+    ]
+    for batch, group in ((0, state[:2]), (1, state[2:])):
+        lake.append(spark.createDataFrame(
+            [(t, r, q, 1, at, at, at, None, "enforce", b) for t, r, q, b in group], schemas.POLICY_STATE),
+            "state/policy", app_id="q", version=batch)
+    rank = latest_state
+    driver = lake.latest("state/policy", list(RESOURCE_KEYS), "batch_id", rank, below=3)
+    by_spark = Lake.latest(lake, "state/policy", list(RESOURCE_KEYS), "batch_id", rank, below=3)
+    assert_df_equality(driver.orderBy("resource"), by_spark.orderBy("resource"))
+    assert {(r["resource"], r["limit_qps"]) for r in driver.collect()} == {("orders", 20.0), ("pay", 5.0)}
+    assert lake.latest("gold/limits", list(RESOURCE_KEYS), "version", lambda df: df).count() == 0   # no table yet
