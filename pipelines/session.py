@@ -36,6 +36,9 @@ def build_session(
         .config("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+        # Parquet written by Spark (the delta-rs lake's large appends, pipelines/io/lake.py) stores timestamps as
+        # microseconds adjusted to UTC, Delta's timestamp type, instead of Spark's legacy INT96.
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     )
     if master or not _submitted():
         builder = builder.master(master or cfg.master)

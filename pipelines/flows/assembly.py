@@ -39,7 +39,7 @@ class Governor:
 
 def build_governor(spark: SparkSession, cfg: GovernorConfig, clock: Clock = utc_now) -> Governor:
     """The flows of a governor on ``cfg``'s lake (nothing started yet)."""
-    lake = open_lake(spark, cfg.lake.path, cfg.lake.writer)
+    lake = open_lake(spark, cfg.lake.path, cfg.lake.writer, cfg.lake.executor_write_rows)
     gate = QualityGate(cfg, lake)
     publisher = Publisher(cfg, lake)
     decisions = threading.Lock()  # the final and fast paths decide one at a time (one state, one version order)

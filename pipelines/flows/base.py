@@ -31,17 +31,20 @@ class BatchReport:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def write_outputs(lake, query: str, app_id: str, batch_id: int, outputs: dict[str, DataFrame]) -> BatchReport:
+def write_outputs(lake, query: str, app_id: str, batch_id: int, outputs: dict[str, DataFrame],
+                  rows: dict[str, int] | None = None) -> BatchReport:
     """Append each table of ``outputs`` to the lake, tagged with (``app_id``, ``batch_id``) so that a replayed
     micro-batch writes nothing twice; names the Spark jobs of each write ``<query> batch <id>: <table>`` (Spark UI,
-    event log). Returns the batch's report (also logged)."""
+    event log). ``rows``: the row count per table when known (a large append is then written from the executors,
+    :meth:`pipelines.io.lake.Lake.append`). Returns the batch's report (also logged)."""
     report = BatchReport(query, batch_id)
     context = next(iter(outputs.values())).sparkSession.sparkContext if outputs else None
     try:
         for table, df in outputs.items():
             started = time.monotonic()
             context.setJobDescription(f"{query} batch {batch_id}: {table}")
-            report.rows[table] = lake.append(df, table, app_id=app_id, version=batch_id)
+            report.rows[table] = lake.append(df, table, app_id=app_id, version=batch_id,
+                                             rows=(rows or {}).get(table))
             report.seconds[table] = round(time.monotonic() - started, 2)
             crash_point(f"{query}:after:{table}")
     finally:

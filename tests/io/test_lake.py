@@ -133,3 +133,25 @@ def test_latest_row_per_resource_is_the_same_picked_on_the_driver_or_ranked_by_s
     assert_df_equality(driver.orderBy("resource"), by_spark.orderBy("resource"))
     assert {(r["resource"], r["limit_qps"]) for r in driver.collect()} == {("orders", 20.0), ("pay", 5.0)}
     assert lake.latest("gold/limits", list(RESOURCE_KEYS), "version", lambda df: df).count() == 0   # no table yet
+
+
+def test_large_append_written_by_the_executors_is_the_same_table_and_readable_everywhere(spark, tmp_path):
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    by_executors = DeltaRsLake(spark, str(tmp_path / "executors"), executor_write_rows=1)
+    by_driver = DeltaRsLake(spark, str(tmp_path / "driver"), executor_write_rows=1)
+    assert by_executors.append(rows(spark), "gold/topic_tps", app_id="q", version=0, rows=2) == 2
+    assert by_executors.append(rows(spark), "gold/topic_tps", app_id="q", version=0, rows=2) == 0   # replay
+    assert by_driver.append(rows(spark), "gold/topic_tps", app_id="q", version=0, rows=1) == 2       # under the bar
+    assert_df_equality(by_executors.read("gold/topic_tps").orderBy("topic"),
+                       by_driver.read("gold/topic_tps").orderBy("topic"))
+    table = DeltaTable(by_executors.path("gold/topic_tps"))
+    adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    assert adds and all(a["path"].startswith("data/") for a in adds)                            # Spark's files
+    assert table.transaction_version("q") == 0
+    assert sorted(table.to_pandas()["topic"]) == ["orders", "pay"]                               # pandas, pyarrow
+    assert sum(a["num_records"] for a in adds) == 2
+    assert min(a["min.window_start"] for a in adds) == dt.datetime(2022, 2, 8, 7, 39, tzinfo=dt.timezone.utc)
+    in_range = by_executors.read("gold/topic_tps", since=dt.datetime(2022, 2, 8, 8, 0))
+    assert [r["topic"] for r in in_range.collect()] == ["pay"]
