@@ -47,14 +47,15 @@ class IngestFlow:
         raw = raw.persist()
         try:
             stats, failures = (df.persist() for df in self.parse(raw))
+            measured = self.gate.measure(batch_id, raw, stats, failures)   # one job, fills the caches
             outputs = silver.ingest_outputs(raw, stats, failures)
-            report = write_outputs(self.lake, QUERY, INGEST_APP_ID, batch_id, outputs)
+            report = write_outputs(self.lake, QUERY, INGEST_APP_ID, batch_id, outputs, silver.ingest_rows(measured))
             started = time.monotonic()
             report.rows[EVENTS] = events.write_batch(silver.metric_events(stats, failures), self.events_dir, batch_id)
             report.seconds[EVENTS] = round(time.monotonic() - started, 2)
             crash_point(f"{QUERY}:after:{EVENTS}")
             self.reports.append(report)
-            self.gate.after_ingest(batch_id, raw, stats, failures)
+            self.gate.after_ingest(batch_id, raw, stats, failures, measured)
             stats.unpersist()
             failures.unpersist()
         finally:

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from pipelines.config import GovernorConfig
 from pipelines.io import tables
+from pipelines.io.sources import BROKER_STATS, SEND_FAILURES
 from pipelines.quality import data_docs, rules
 from pipelines.quality.reconcile import Reconciler
 from pipelines.quality.suites import SUITES
@@ -73,18 +74,25 @@ class QualityGate:
 
     # --- ingest: after the batch is written
 
-    def after_ingest(self, batch_id: int, raw: DataFrame, stats: DataFrame, failures: DataFrame) -> list[dict]:
+    def measure(self, batch_id: int, raw: DataFrame, stats: DataFrame, failures: DataFrame) -> dict[str, dict]:
+        """The micro-batch's counts per source, in one Spark job (:meth:`Reconciler.measure`); arguments as for
+        :meth:`after_ingest`."""
+        return self.reconciler.measure(batch_id, raw, {BROKER_STATS: stats, SEND_FAILURES: failures})
+
+    def after_ingest(self, batch_id: int, raw: DataFrame, stats: DataFrame, failures: DataFrame,
+                     measured: dict[str, dict] | None = None) -> list[dict]:
         """GX validation (every Nth batch) and the reconciliation of ``batch_id``: ``raw`` is the micro-batch's
-        RAW_RECORD rows, ``stats`` / ``failures`` the outputs of :meth:`enforce_stats` / :meth:`enforce_failures`.
-        The counts both need come from one Spark job (:meth:`Reconciler.measure`). Returns the reconciliation rows
-        (also kept in :attr:`last_reconciliation`)."""
+        RAW_RECORD rows, ``stats`` / ``failures`` the outputs of :meth:`enforce_stats` / :meth:`enforce_failures`,
+        ``measured`` their :meth:`measure` when the caller has it (else measured here). Returns the reconciliation
+        rows (also kept in :attr:`last_reconciliation`)."""
         now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-        parsed = {"broker_stats": stats, "send_failures": failures}
-        measured = self.reconciler.measure(batch_id, raw, parsed)
+        parsed = {BROKER_STATS: stats, SEND_FAILURES: failures}
+        if measured is None:
+            measured = self.reconciler.measure(batch_id, raw, parsed)
         n = self.q.validate_every_n_batches
         if n and batch_id % n == 0:
             counts = {table: measured[source]["candidates"] for table, source in (
-                (tables.SILVER_BROKER_STATS, "broker_stats"), (tables.SILVER_SEND_FAILURES, "send_failures"))}
+                (tables.SILVER_BROKER_STATS, BROKER_STATS), (tables.SILVER_SEND_FAILURES, SEND_FAILURES))}
             self.validate_batch(batch_id, stats, failures, now, counts)
         self.last_reconciliation = self.reconciler.reconcile(batch_id, raw, parsed, now, measured)
         return self.last_reconciliation

@@ -71,6 +71,20 @@ def ingest_outputs(raw: DataFrame, stats: DataFrame, failures: DataFrame) -> dic
     }
 
 
+def ingest_rows(measured: dict[str, dict]) -> dict[str, int]:
+    """The row count of each :func:`ingest_outputs` table from the micro-batch's counts per source
+    (:meth:`pipelines.quality.reconcile.Reconciler.measure`: ``records``, ``silver``, ``late``, ``quarantine``):
+    bronze holds every record, silver the accepted rows (late ones included), quarantine the rejected rows."""
+    count = lambda source, *keys: sum(int(measured.get(source, {}).get(k) or 0) for k in keys)  # noqa: E731
+    return {
+        tables.BRONZE_BROKER_STATS: count(BROKER_STATS, "records"),
+        tables.BRONZE_SEND_FAILURES: count(SEND_FAILURES, "records"),
+        tables.SILVER_BROKER_STATS: count(BROKER_STATS, "silver", "late"),
+        tables.SILVER_SEND_FAILURES: count(SEND_FAILURES, "silver", "late"),
+        tables.QUARANTINE: count(BROKER_STATS, "quarantine") + count(SEND_FAILURES, "quarantine"),
+    }
+
+
 def metric_events(stats: DataFrame, failures: DataFrame) -> DataFrame:
     """Parsed stats and send-failure rows → :data:`~pipelines.schemas.METRIC_EVENT` rows (event time UTC)."""
     stats_events = stats.transform(parse.silver_broker_stats).transform(tps.stats_metric_events)

@@ -19,6 +19,7 @@ import datetime as dt
 import json
 import os
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
@@ -162,8 +163,11 @@ def mixed_run(spark, tmp_path_factory):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data + b"\n")
         os.utime(path, (base + i * 10, base + i * 10))
-    # GX validation on, so that its tables are among those checked for readability
-    cfg = parse_config({"source": {"max_files_per_trigger": 1}}).with_paths(str(landing), str(lake))
+    # GX validation on, so that its tables are among those checked for readability; appends of more than 3 rows
+    # are written by Spark's executors and committed by delta-rs, smaller ones through the driver: both paths
+    # meet every check below
+    cfg = parse_config({"source": {"max_files_per_trigger": 1}, "lake": {"executor_write_rows": 3}}).with_paths(
+        str(landing), str(lake))
     governor.run(spark, cfg, once=True)
     return open_lake(spark, str(lake), "delta-rs")
 
@@ -222,6 +226,9 @@ def test_mixed_landing_every_table_reads_with_pyarrow_pandas_and_spark(spark, mi
     existing = [t for t in TABLES if DeltaTable.is_deltatable(mixed_run.path(t))]
     assert {tables.BRONZE_BROKER_STATS, tables.BRONZE_SEND_FAILURES, tables.QUARANTINE, tables.SILVER_BROKER_STATS,
             tables.GOLD_TOPIC_TPS, tables.QUALITY_RECONCILIATION, tables.QUALITY_VALIDATION_RUNS} <= set(existing)
+    spark_written = [t for t in existing if any(
+        p.startswith("data/") for p in pa.table(DeltaTable(mixed_run.path(t)).get_add_actions()).column("path").to_pylist())]
+    assert {tables.BRONZE_BROKER_STATS, tables.SILVER_BROKER_STATS, tables.QUARANTINE} <= set(spark_written)
     for table in existing:
         delta = DeltaTable(mixed_run.path(table))
         arrow = delta.to_pyarrow_table()
