@@ -366,6 +366,7 @@ class DeltaRsLake(Lake):
         ``below`` when given), the last row by ``order`` per ``keys`` taken. No cache: every call reads the current
         snapshot, so the rows of every writer (the gold and the fast flow) and a restart are always seen. None when
         the table does not exist yet."""
+        import pyarrow as pa
         import pyarrow.compute as pc
         from deltalake import DeltaTable
 
@@ -374,8 +375,10 @@ class DeltaRsLake(Lake):
             return None
         filters = pc.field(order) < below if below is not None else None
         data = DeltaTable(self.path(table)).to_pyarrow_table(columns=spec.schema.names, filters=filters)
+        if data.num_rows == 0:
+            return data
         picked = data.select([*keys, order]).to_pandas().sort_values(order, kind="stable")
-        return data.take(sorted(picked.drop_duplicates(keys, keep="last").index))
+        return data.take(pa.array(sorted(picked.drop_duplicates(keys, keep="last").index), type=pa.int64()))
 
     def latest(self, table: str, keys: list[str], order: str, rank: Callable[[DataFrame], DataFrame],
                below: int | None = None) -> DataFrame:

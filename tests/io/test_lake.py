@@ -132,6 +132,7 @@ def test_latest_row_per_resource_is_the_same_picked_on_the_driver_or_ranked_by_s
     by_spark = Lake.latest(lake, "state/policy", list(RESOURCE_KEYS), "batch_id", rank, below=3)
     assert_df_equality(driver.orderBy("resource"), by_spark.orderBy("resource"))
     assert {(r["resource"], r["limit_qps"]) for r in driver.collect()} == {("orders", 20.0), ("pay", 5.0)}
+    assert lake.latest("state/policy", list(RESOURCE_KEYS), "batch_id", rank, below=0).count() == 0  # none below
     assert lake.latest("gold/limits", list(RESOURCE_KEYS), "version", lambda df: df).count() == 0   # no table yet
 
 
