@@ -1,0 +1,126 @@
+"""Where a small micro-batch's time goes: the continuous governor on a time-lapse (one stats minute of a 2-broker,
+8-topic, 4-group cluster lands every ``--minute-seconds``), with the flows' steps timed; prints, per query, the
+handler's total time and each step's total and share of it, and the median processing time of the micro-batches
+that had input rows (Spark's own ``recentProgress``).
+
+    .venv/bin/python bench/batch_profile.py [--minute-seconds 12] [--minutes 12]
+
+The reference is the handler's own total (``<query>.handle``, the ``foreachBatch`` call): shares say which step to
+work on. Steps overlap where one calls another (``gold_outputs`` includes ``policy_fold.decide``), and a deciding
+flow's handler includes the wait for the decision lock the other deciding flow holds. Absolute seconds are this
+machine's, with the three queries sharing its cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import functools
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipelines import governor  # noqa: E402
+from pipelines.config import load_config  # noqa: E402
+from pipelines.flows import fast as fast_flow, gold as gold_flow, ingest as ingest_flow  # noqa: E402
+from pipelines.io import events, lake, publish  # noqa: E402
+from pipelines.quality import gate, reconcile  # noqa: E402
+from pipelines.session import build_session  # noqa: E402
+from pipelines.sim.minutes import land, minute_files  # noqa: E402
+from pipelines.sim.spec import ScenarioSpec  # noqa: E402
+from pipelines.transforms import gold, policy_fold  # noqa: E402
+
+SECONDS: dict[str, dict[str, float]] = collections.defaultdict(lambda: collections.defaultdict(float))
+_current = threading.local()
+
+
+def timed(owner, name: str, label: str, handler: str | None = None) -> None:
+    """Replace ``owner.name`` with a wrapper adding its wall time to ``SECONDS[query][label]``."""
+    inner = getattr(owner, name)
+
+    @functools.wraps(inner)
+    def wrapper(*args, **kwargs):
+        if handler:
+            _current.query = handler
+        started = time.monotonic()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            SECONDS[getattr(_current, "query", "?")][label] += time.monotonic() - started
+
+    setattr(owner, name, wrapper)
+
+
+def instrument() -> None:
+    for flow, query in ((ingest_flow.IngestFlow, "ingest"), (gold_flow.GoldFlow, "gold"), (fast_flow.FastFlow, "fast")):
+        timed(flow, "handle", f"{query}.handle", handler=query)
+    timed(lake.DeltaRsLake, "_append", "lake appends (Spark collect + delta-rs)")
+    timed(lake.DeltaRsLake, "_append_rows", "lake appends of driver rows")
+    timed(lake.DeltaRsLake, "_read", "lake reads")
+    timed(lake.DeltaRsLake, "latest", "lake latest rows")
+    timed(gate.QualityGate, "measure", "counts per source (first job: read, parse)")
+    timed(gate.QualityGate, "validate_batch", "GX validation")
+    timed(reconcile.Reconciler, "reconcile", "reconciliation")
+    timed(events, "write_batch", "events file")
+    timed(publish.Publisher, "publish", "publish")
+    timed(gold, "window_bounds", "window bounds (first job: stateful windows)")
+    timed(gold, "gold_outputs", "gold outputs (incl. the fold)")
+    timed(policy_fold, "decide", "policy fold")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minute-seconds", type=float, default=12.0)
+    parser.add_argument("--minutes", type=int, default=12)
+    args = parser.parse_args(argv)
+    instrument()
+
+    start = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=args.minutes + 5)).replace(second=0, microsecond=0)
+    spec = ScenarioSpec(seed=7, start=start, minutes=args.minutes, brokers=2, topics=8, groups=4,
+                        onset_minute=args.minutes // 2)
+    work = Path(tempfile.mkdtemp(prefix="rg-profile-"))
+    landing, lake_dir = work / "landing", work / "lake"
+    for name in ("broker_stats", "send_failures"):
+        (landing / name).mkdir(parents=True)
+    os.environ.setdefault("RATE_GOVERNOR_SIGNING_KEY", "bench-key")
+    cfg = load_config(Path(__file__).resolve().parent.parent / "conf" / "local.toml").with_paths(
+        str(landing), str(lake_dir))
+    spark = build_session(cfg.spark)
+    threading.Thread(target=lambda: governor.run(spark, cfg, once=False), daemon=True).start()
+    time.sleep(3)
+    for files in minute_files(spec):
+        land(landing, files)
+        time.sleep(args.minute_seconds)
+    time.sleep(2 * cfg.windows.trigger_seconds)
+    progress = {q.name: list(q.recentProgress) for q in spark.streams.active}
+    for query in spark.streams.active:
+        query.stop()
+
+    print(f"one stats minute every {args.minute_seconds} s, trigger {cfg.windows.trigger_seconds} s, "
+          f"{os.cpu_count()} cores (seconds are this machine's)")
+    for name, batches in sorted(progress.items()):
+        with_input = [p["durationMs"].get("triggerExecution", 0) / 1000 for p in batches if p.get("numInputRows")]
+        if with_input:
+            print(f"{name}: {len(with_input)} micro-batches with input, processing time median "
+                  f"{statistics.median(with_input):.2f} s")
+    for query, steps in sorted(SECONDS.items()):
+        total = steps.get(f"{query}.handle", 0.0)
+        print(f"{query}: handler total {total:.1f} s")
+        for label, seconds in sorted(steps.items(), key=lambda kv: -kv[1]):
+            if label != f"{query}.handle":
+                print(f"   {label:45s} {seconds:7.2f} s  {seconds / total:6.1%}" if total else f"   {label} {seconds:.2f} s")
+    spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
