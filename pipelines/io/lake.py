@@ -104,7 +104,10 @@ class Lake:
         return f"{self.root}/{table}"
 
     def empty(self, table: str) -> DataFrame:
-        return self.spark.createDataFrame([], table_spec(table).schema)
+        """An empty DataFrame of ``table``'s schema. Built on an RDD without partitions: it runs no task, where one
+        made from a Python list (``createDataFrame([], schema)``) runs a task per core through a Python worker each
+        time a job reads it (about 0.2 s per job here)."""
+        return self.spark.createDataFrame(self.spark.sparkContext.emptyRDD(), table_spec(table).schema)
 
     def append(self, df: DataFrame, table: str, *, app_id: str, version: int, rows: int | None = None) -> int:
         """Append ``df`` (conformed to the table's schema) as one commit tagged ``(app_id, version)``.

@@ -8,7 +8,7 @@ import pytest
 from chispa import assert_df_equality
 
 from pipelines import schemas
-from pipelines.io.lake import DeltaRsLake, DeltaSparkLake, UnknownTableError, open_lake
+from pipelines.io.lake import DeltaRsLake, DeltaSparkLake, UnknownTableError, open_lake, table_spec
 from pipelines.session import delta_spark_available
 from tests.helpers import ts
 
@@ -46,7 +46,10 @@ def test_driver_rows_append_as_the_same_table_as_a_dataframe(spark, tmp_path):
 def test_empty_batch_and_missing_table(spark, tmp_path):
     lake = DeltaRsLake(spark, str(tmp_path))
     assert lake.append(rows(spark).limit(0), "gold/topic_tps", app_id="q", version=0) == 0
-    assert lake.read("gold/limits").count() == 0
+    missing = lake.read("gold/limits")
+    assert missing.count() == 0
+    assert missing.schema == table_spec("gold/limits").schema
+    assert missing.rdd.getNumPartitions() == 0  # no task (and no Python worker) when a job reads it
     with pytest.raises(UnknownTableError, match="unknown table 'gold/nope'"):
         lake.read("gold/nope")
 
