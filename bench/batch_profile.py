@@ -6,8 +6,8 @@ that had input rows (Spark's own ``recentProgress``).
     .venv/bin/python bench/batch_profile.py [--minute-seconds 12] [--minutes 12]
 
 The reference is the handler's own total (``<query>.handle``, the ``foreachBatch`` call): shares say which step to
-work on. Steps overlap where one calls another (``gold_outputs`` includes ``policy_fold.decide``), and a deciding
-flow's handler includes the wait for the decision lock the other deciding flow holds. Absolute seconds are this
+work on. Steps overlap where one calls another (``gold_outputs`` includes ``policy_fold.decide``); the wait for the
+decision lock the other deciding flow holds is its own line. Absolute seconds are this
 machine's, with the three queries sharing its cores.
 """
 
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipelines import governor  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
-from pipelines.flows import fast as fast_flow, gold as gold_flow, ingest as ingest_flow  # noqa: E402
+from pipelines.flows import base as base_flow, fast as fast_flow, gold as gold_flow, ingest as ingest_flow  # noqa: E402
 from pipelines.io import events, lake, publish  # noqa: E402
 from pipelines.quality import gate, reconcile  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
@@ -59,9 +59,34 @@ def timed(owner, name: str, label: str, handler: str | None = None) -> None:
     setattr(owner, name, wrapper)
 
 
+class TimedLock:
+    """The decision lock, adding the time spent waiting for it to ``SECONDS[query]["wait for the decision lock"]``."""
+
+    def __init__(self, lock) -> None:
+        self.lock = lock
+
+    def __enter__(self):
+        started = time.monotonic()
+        self.lock.acquire()
+        SECONDS[getattr(_current, "query", "?")]["wait for the decision lock"] += time.monotonic() - started
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.lock.release()
+
+
 def instrument() -> None:
+    init = base_flow.DecisionFlow.__init__
+
+    @functools.wraps(init)
+    def timed_lock_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.decision_lock = TimedLock(self.decision_lock)
+
+    base_flow.DecisionFlow.__init__ = timed_lock_init
     for flow, query in ((ingest_flow.IngestFlow, "ingest"), (gold_flow.GoldFlow, "gold"), (fast_flow.FastFlow, "fast")):
         timed(flow, "handle", f"{query}.handle", handler=query)
+    timed(fast_flow.FastFlow, "decide", "decide, under the lock (the rest: first job)")
     timed(lake.DeltaRsLake, "_append", "lake appends (Spark collect + delta-rs)")
     timed(lake.DeltaRsLake, "_append_rows", "lake appends of driver rows")
     timed(lake.DeltaRsLake, "_read", "lake reads")
