@@ -14,7 +14,9 @@ the gold query streams these files with Spark's own file source instead of parsi
   (``cleanSource = delete``, Spark's own option). A file read by the last batch before a stop is deleted by a later
   run (Spark cleans on the next batch's commit); at most one ingest batch's events can be rewritten after the gold
   query read them (a crash of ingest between the events file and its checkpoint commit) and stay: a few kB to MB,
-  removed with the checkpoint directory.
+  removed with the checkpoint directory. Spark's file source cleans a micro-batch's files on every commit of its
+  offset, and a no-data micro-batch (the watermark moved) commits the same offset again: its
+  ``WARN FileStreamSource$SourceFileRemover: Failed to remove …`` names a file already deleted, nothing is lost.
 * **Batches**: one file per ingest batch. With ``source.max_files_per_trigger`` set the gold query reads one file
   per micro-batch (``maxFilesPerTrigger = 1``): its micro-batches are the ingest query's, so its watermark advances
   exactly as it did when it parsed the same raw files itself; with 0 (no limit) it reads what has been written.
