@@ -123,11 +123,7 @@ class Lake:
         """
         spec = table_spec(table)
         conformed = conform(df, spec.schema)
-        for attempt in _append_retrying():
-            with attempt:
-                fault_point(APPEND_FAULT)
-                return self._append(conformed, spec, app_id=app_id, version=version, rows=rows)
-        raise AssertionError("unreachable: tenacity re-raises the last error")
+        return _retried(lambda: self._append(conformed, spec, app_id=app_id, version=version, rows=rows))
 
     def append_rows(self, rows: list[tuple], table: str, *, app_id: str, version: int) -> int:
         """Append driver-side records (tuples in the order of the table's schema, timestamps naive UTC or aware),
@@ -141,11 +137,7 @@ class Lake:
         spec = table_spec(table)
         if not rows:
             return 0
-        for attempt in _append_retrying():
-            with attempt:
-                fault_point(APPEND_FAULT)
-                return self._append_rows(rows, spec, app_id=app_id, version=version)
-        raise AssertionError("unreachable: tenacity re-raises the last error")
+        return _retried(lambda: self._append_rows(rows, spec, app_id=app_id, version=version))
 
     def read(
         self,
@@ -196,6 +188,16 @@ class Lake:
 #: Attempts of one append before its error fails the micro-batch, and the back-off between them (s): 0.5, 1, 2, 4.
 APPEND_ATTEMPTS = 5
 APPEND_BACKOFF = (0.5, 4.0)
+
+
+def _retried(write: Callable[[], int]) -> int:
+    """``write()`` (one append) behind the append fault point, retried by :func:`_append_retrying`."""
+
+    def attempt() -> int:
+        fault_point(APPEND_FAULT)
+        return write()
+
+    return _append_retrying()(attempt)
 
 
 def _append_retrying():
