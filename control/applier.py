@@ -79,6 +79,9 @@ class LimitApplier:
     - ``default_burst`` / ``breaker_open_ms``: used for default limits.
     - ``clock``: wall clock, epoch seconds (``time.time``); it serves both expiry (``expires_at``
       is wall time) and the buckets. ``now``/``now_ms`` arguments override it.
+    - ``broker``: the name of the broker this applier runs on (RocketMQ ``brokerName``). A record
+      with per-broker figures (``brokers``, docs/contracts.md §3) is applied at this broker's own
+      share (:func:`control.record.broker_limit`); None applies the cluster-wide ``limit_qps``.
 
     :meth:`apply` refuses (logs a warning on ``rate_governor.applier``, appends ``(key, reason)``
     to :attr:`refused`, returns False) anything that is forged, tampered, expired, malformed or
@@ -96,8 +99,10 @@ class LimitApplier:
         default_burst: int | None = None,
         breaker_open_ms: int = 1000,
         clock: Callable[[], float] = time.time,
+        broker: str | None = None,
     ) -> None:
         self._key = key or b""
+        self.broker = broker
         if default_qps is not None:
             check_qps(default_qps)
         self._default_qps = default_qps
@@ -184,8 +189,9 @@ class LimitApplier:
             entry.expires = cr.parse_expires_at(record["expires_at"])
             entry.max_version = version
             self._sync(key, entry, t.timestamp())  # the new rate counts from now (set_rate)
-        log.info("applied control record %s: %s qps (burst %s, %s) until %s, version %s",
-                 key, record["limit_qps"], record["burst"], record["mode"], record["expires_at"], version)
+        qps, burst = cr.broker_limit(record, self.broker)
+        log.info("applied control record %s: %s qps here (burst %s, cluster-wide %s qps, %s) until %s, version %s",
+                 key, qps, burst, record["limit_qps"], record["mode"], record["expires_at"], version)
         return True
 
     def lift(self, resource_type: str, resource: str) -> None:
@@ -268,7 +274,8 @@ class LimitApplier:
         default = self.default_for(key.partition(":")[0])
         default_cfg = None if default is None else (float(default), self._default_burst, self._breaker_open_ms)
         if rec is not None:
-            rec_cfg = (float(rec["limit_qps"]), rec["burst"], rec["breaker_open_ms"])
+            qps, burst = cr.broker_limit(rec, self.broker)
+            rec_cfg = (qps, burst, rec["breaker_open_ms"])
             advisory = rec["mode"] == "advisory"
         else:
             rec_cfg, advisory = None, False

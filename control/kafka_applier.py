@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key-env", default="RATE_GOVERNOR_SIGNING_KEY", help="environment variable with the key")
     parser.add_argument("--key-file", help="file with the signing key (when the variable is unset)")
     parser.add_argument("--default-qps", type=float, help="limit of resources without a record (default: none)")
+    parser.add_argument("--broker", help="this broker's name (brokerName): apply its own share of a limit that "
+                                         "carries per-broker figures (default: the cluster-wide limit)")
     args = parser.parse_args(argv)
     try:
         key = load_signing_key(args.key_env, args.key_file)
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: no signing key (set ${args.key_env} or --key-file)", file=sys.stderr)
         return 2
     try:
-        consumer = KafkaLimitsConsumer(LimitApplier(key, args.default_qps), args.bootstrap_servers, args.topic,
+        consumer = KafkaLimitsConsumer(LimitApplier(key, args.default_qps, broker=args.broker), args.bootstrap_servers, args.topic,
                                        args.group)
     except Exception as exc:  # kafka-python's NoBrokersAvailable, LookupError: one line, exit != 0
         print(f"{parser.prog}: {exc}", file=sys.stderr)

@@ -30,6 +30,16 @@ Fields and units:
   :func:`canonical_json` of the record (every field except ``signature`` itself, so extra
   fields are covered by the signature too).
 
+Optional, signed like every other field:
+
+- ``brokers``: each broker's own share of the limit, ``{"<brokerName>": {"limit_qps": q,
+  "burst": b}, ..., "*": {...}}``. A broker's token bucket is local (article 001; one limiter
+  per broker), so ``limit_qps`` above stays the cluster-wide figure the decision's reason speaks
+  of and each broker applies its own share (:func:`broker_limit`); the shares of the listed
+  brokers add up to ``limit_qps``. ``"*"`` is the figure of any broker not listed (a broker that
+  starts carrying the resource after the decision). A record without ``brokers`` (an older
+  governor) applies ``limit_qps`` on every broker.
+
 The file sink (docs/contracts.md §3) is ``<lake>/control/limits.json`` holding the whole current set,
 replaced atomically by :func:`write_limits_file`.
 """
@@ -67,6 +77,9 @@ __all__ = [
     "parse_expires_at",
     "format_expires_at",
     "load_signing_key",
+    "broker_limit",
+    "BROKERS_FIELD",
+    "ANY_BROKER",
     "write_limits_file",
     "read_limits_file",
 ]
@@ -84,6 +97,10 @@ FIELDS: tuple[str, ...] = (
     "reason",
 )
 SIGNATURE_FIELD = "signature"
+#: Optional field: per-broker shares of the limit (module docstring); ``ANY_BROKER`` keys the figure of an
+#: unlisted broker.
+BROKERS_FIELD = "brokers"
+ANY_BROKER = "*"
 RESOURCE_TYPES: frozenset[str] = frozenset({"topic", "group"})
 MODES: frozenset[str] = frozenset({"enforce", "advisory"})
 #: strftime/strptime format of ``expires_at`` (always UTC, always a literal ``Z``).
@@ -249,7 +266,47 @@ def validate(record: Any) -> VerifyResult:
         return _refuse(f"malformed expires_at: {r['expires_at']!r} (expected YYYY-MM-DDTHH:MM:SSZ)")
     if SIGNATURE_FIELD in r and not _HEX_SHA256_RE.fullmatch(r[SIGNATURE_FIELD].lower()):
         return _refuse("malformed signature: expected 64 hex characters")
+    if BROKERS_FIELD in r:
+        return _validate_brokers(r[BROKERS_FIELD])
     return _OK
+
+
+def _validate_brokers(brokers: Any) -> VerifyResult:
+    """Shape of the optional ``brokers`` field: a non-empty object of broker name → ``{limit_qps, burst}``."""
+    if not isinstance(brokers, Mapping) or not brokers:
+        return _refuse("wrong type: brokers must be a non-empty object")
+    for name, share in brokers.items():
+        if not isinstance(name, str) or not name:
+            return _refuse("brokers: empty broker name")
+        if not isinstance(share, Mapping) or "limit_qps" not in share:
+            return _refuse(f"brokers[{name}]: expected an object with limit_qps")
+        qps, burst = share["limit_qps"], share.get("burst")
+        if not _is_number(qps) or (isinstance(qps, float) and not math.isfinite(qps)) or qps <= 0:
+            return _refuse(f"brokers[{name}]: limit_qps must be a finite number > 0, got {qps!r}")
+        if burst is not None and (not _is_int(burst) or burst < 1):
+            return _refuse(f"brokers[{name}]: burst must be an integer >= 1 or null, got {burst!r}")
+    return _OK
+
+
+def broker_limit(record: Mapping[str, Any], broker: str | None) -> tuple[float, int | None]:
+    """``(limit_qps, burst)`` that ``broker`` applies for a valid record: its own entry of ``brokers``, else the
+    ``"*"`` entry, else the record's ``limit_qps`` / ``burst`` (a record without per-broker figures, or an applier
+    that does not know its broker name: ``broker`` None).
+
+    Example:
+        >>> broker_limit({"limit_qps": 40.0, "burst": 40,
+        ...               "brokers": {"broker-a": {"limit_qps": 30.0, "burst": 30},
+        ...                           "broker-b": {"limit_qps": 10.0, "burst": 10},
+        ...                           "*": {"limit_qps": 10.0, "burst": 10}}}, "broker-a")
+        (30.0, 30)
+    """
+    brokers = record.get(BROKERS_FIELD) or {}
+    share = brokers.get(broker) if broker is not None else None
+    if share is None and broker is not None:
+        share = brokers.get(ANY_BROKER)
+    if share is None:
+        return float(record["limit_qps"]), record.get("burst")
+    return float(share["limit_qps"]), share.get("burst")
 
 
 def verify(record: Any, key: bytes, now: datetime) -> VerifyResult:

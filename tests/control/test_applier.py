@@ -364,3 +364,22 @@ def test_apply_uses_clock_when_now_not_given():
     clock.t = (T0 + timedelta(seconds=10)).timestamp()
     assert app.apply(signed(expires_at="2026-11-22T10:00:10Z")) is False
     assert app.refused[-1][1].startswith("expired")
+
+
+def test_each_broker_applies_its_own_share_of_a_per_broker_record():
+    """A record with per-broker figures: each broker's applier enforces its own share (the shares add up to the
+    cluster-wide limit), an unlisted broker the "*" figure, an applier without a broker name the cluster-wide one."""
+    shares = {"broker-a": {"limit_qps": 3.0, "burst": 3}, "broker-b": {"limit_qps": 1.0, "burst": 1},
+              "*": {"limit_qps": 1.0, "burst": 1}}
+    rec = signed(limit_qps=4.0, burst=4, brokers=shares)
+    admitted = {}
+    for broker in ("broker-a", "broker-b", "broker-new", None):
+        app, _ = applier(broker=broker)
+        assert app.apply(rec, T0) is True
+        # 10 s at 20 requests per second (one every 50 ms): the bucket admits about its rate
+        admitted[broker] = sum(app.try_acquire("group", "get-pugc-to-ai-consumer", now_ms=T0_MS + 50 * i)
+                               for i in range(200))
+    assert 20 <= admitted["broker-a"] <= 40
+    assert 8 <= admitted["broker-b"] <= 14
+    assert admitted["broker-new"] == admitted["broker-b"]
+    assert admitted[None] > admitted["broker-a"]

@@ -263,3 +263,37 @@ def test_read_limits_file_malformed(tmp_path):
         cr.read_limits_file(bad)
     with pytest.raises(FileNotFoundError):
         cr.read_limits_file(tmp_path / "missing.json")
+
+
+# --- per-broker shares (docs/contracts.md §3, "brokers") -------------------------------------------------------------
+SHARES = {"broker-a": {"limit_qps": 30.0, "burst": 30}, "broker-b": {"limit_qps": 10.0, "burst": 10},
+          "*": {"limit_qps": 5.0, "burst": 5}}
+
+
+def test_brokers_field_is_signed_and_picked_per_broker():
+    signed = cr.sign(base_record(brokers=SHARES), KEY)
+    assert cr.verify(signed, KEY, NOW).ok
+    tampered = dict(signed, brokers={**SHARES, "broker-a": {"limit_qps": 3000.0, "burst": 3000}})
+    assert cr.verify(tampered, KEY, NOW).reason == "bad signature"
+    assert cr.broker_limit(signed, "broker-a") == (30.0, 30)
+    assert cr.broker_limit(signed, "broker-b") == (10.0, 10)
+    assert cr.broker_limit(signed, "broker-z") == (5.0, 5)      # unlisted: the "*" figure
+    assert cr.broker_limit(signed, None) == (40.0, 40)          # no broker name: cluster-wide
+    assert cr.broker_limit(base_record(), "broker-a") == (40.0, 40)  # an older record: cluster-wide everywhere
+    no_star = base_record(brokers={"broker-a": {"limit_qps": 30.0, "burst": None}})
+    assert cr.broker_limit(no_star, "broker-b") == (40.0, 40)
+    assert cr.broker_limit(no_star, "broker-a") == (30.0, None)
+
+
+@pytest.mark.parametrize("brokers, reason", [
+    ({}, "brokers must be a non-empty object"),
+    ([1], "brokers must be a non-empty object"),
+    ({"": {"limit_qps": 1.0}}, "empty broker name"),
+    ({"b": 3.0}, "expected an object with limit_qps"),
+    ({"b": {"limit_qps": 0}}, "limit_qps must be a finite number > 0"),
+    ({"b": {"limit_qps": float("inf")}}, "limit_qps must be a finite number > 0"),
+    ({"b": {"limit_qps": 1.0, "burst": 0}}, "burst must be an integer >= 1"),
+])
+def test_malformed_brokers_field_refused(brokers, reason):
+    result = cr.validate(base_record(brokers=brokers))
+    assert not result.ok and reason in result.reason
