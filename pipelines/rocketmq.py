@@ -104,7 +104,9 @@ FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (
     ("REJECTREQUEST", r"\[REJECTREQUEST\]"),
     ("OVERLOAD", r"\[OVERLOAD\]"),
     ("PC_SYNCHRONIZED", r"\[PC_SYNCHRONIZED\]"),
-    ("RATE_LIMITED", r"\brateLimit\b"),
+    # Sohu's RateLimitHandler (sohutv/rocketmq 5.3.1-sohu-01, 5.1.1-sohu-02/-03): SYSTEM_BUSY with the remark
+    # "[RateLimit] for <resource> need wait:<n>microsecs"; article 000's limiter: SYSTEM_BUSY "rateLimit".
+    ("RATE_LIMITED", r"\[RateLimit\] for |\brateLimit\b"),
     ("CLIENT_TIMEOUT", r"RemotingTimeoutException|RemotingTooMuchRequestException|request timeout"),
     ("SERVICE_NOT_AVAILABLE", r"service not available now"),
 )
@@ -112,6 +114,10 @@ FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (
 SERVICE_NOT_AVAILABLE_CODE = 14
 OTHER_FAILURE = "OTHER"
 FAILURE_CLASSES: tuple[str, ...] = tuple(name for name, _ in FAILURE_PATTERNS) + (OTHER_FAILURE,)
+
+#: A rejection by the in-broker rate limiter (the governor's own limits): demand of the resource it names, never a
+#: busy broker and never a failure spike of the topic it limits (docs/contracts.md §1.2).
+RATE_LIMITED = "RATE_LIMITED"
 
 #: Classes that mean "the broker is busy" (fast failure and flow control, docs/rocketmq-formats.md §5).
 BUSY_FAILURE_CLASSES: tuple[str, ...] = (

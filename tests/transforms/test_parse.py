@@ -140,6 +140,8 @@ def test_send_failure_code_from_java_and_go_messages_and_class(spark):
         '{"ts": "2022-02-08T07:40:00Z", "topic": "orders", "code": 2, "message": "[OVERLOAD]system busy, start flow control for a while"}',
         '{"ts": "2022-02-08T07:40:00Z", "topic": "orders", "code": 1, "message": "CODE: 1  DESC: [PC_SYNCHRONIZED]broker busy"}',
         '{"ts": "2022-02-08T07:40:00Z", "topic": "orders", "code": 2, "message": "CODE: 2  DESC: rateLimit"}',
+        '{"ts": "2022-02-08T07:40:00Z", "topic": "orders", "code": 2, "message": "CODE: 2  DESC: [RateLimit] for '
+        'orders need wait:23809microsecs, BROKER: 10.0.0.1:10911"}',
         '{"ts": "2022-02-08T07:40:00Z", "topic": "orders", "message": "RemotingTooMuchRequestException: sendDefaultImpl call timeout"}',
         '{"ts": "2022-02-08T07:40:00Z", "topic": "orders", "message": "request timeout"}',
         '{"ts": "2022-02-08T07:40:00Z", "topic": "orders", "code": 14, "message": null}',
@@ -152,7 +154,7 @@ def test_send_failure_code_from_java_and_go_messages_and_class(spark):
     want = spark.createDataFrame(
         [(t, "broker-a", 2, "TIMEOUT_CLEAN_QUEUE", None), (t, "broker-a", 2, "PCBUSY_CLEAN_QUEUE", None),
          (t, None, 2, "OVERLOAD", None), (t, None, 1, "PC_SYNCHRONIZED", None), (t, None, 2, "RATE_LIMITED", None),
-         (t, None, None, "CLIENT_TIMEOUT", None), (t, None, None, "CLIENT_TIMEOUT", None),
+         (t, None, 2, "RATE_LIMITED", None), (t, None, None, "CLIENT_TIMEOUT", None), (t, None, None, "CLIENT_TIMEOUT", None),
          (t, None, 14, "SERVICE_NOT_AVAILABLE", None), (t, None, 17, "OTHER", None), (t, None, None, "REJECTREQUEST", None)],
         "event_time timestamp, broker string, code int, failure_class string, reject_reason string")
     assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
