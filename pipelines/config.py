@@ -113,6 +113,12 @@ class DetectionConfig(_Section):
 
 
 class LimitsConfig(_Section):
+    @model_validator(mode="after")
+    def _clear_below_bound(self) -> "LimitsConfig":
+        if self.clear_share >= self.bound_share:
+            raise ValueError("limits.clear_share must be below limits.bound_share")
+        return self
+
     mode: Literal["enforce", "advisory"] = "enforce"
     allowed_retry_share: float = Field(default=0.1, gt=0, le=1)
     min_limit_qps: float = Field(default=1.0, gt=0)
@@ -127,6 +133,13 @@ class LimitsConfig(_Section):
     refresh_seconds: int = Field(default=300, gt=0)
     recovery_windows: int = Field(default=3, gt=0)
     relax_factor: float = Field(default=1.5, gt=1)
+    #: Closed loop (pipelines/transforms/fold.py): a limited resource whose cluster-wide observed rate is at least
+    #: this share of its cluster-wide limit runs at its cap (its anomaly persists) ...
+    bound_share: float = Field(default=0.9, gt=0, le=1)
+    #: ... and recovery counts only windows at most this share of the limit with no limiter rejection.
+    clear_share: float = Field(default=0.5, gt=0, lt=1)
+    #: A limit held longer than this (seconds of event time) is flagged on the status page and in the log.
+    max_held_seconds: int = Field(default=3600, gt=0)
     advisory_resources: tuple[str, ...] = ()
     signing_key_env: str = "RATE_GOVERNOR_SIGNING_KEY"
     signing_key_file: str = ""

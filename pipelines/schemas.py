@@ -119,7 +119,12 @@ WINDOW_METRIC = _struct(
 )
 
 FAILURES_BY_CLASS = T.MapType(_S, _L)
+#: Per-broker figures (broker name → msg/s, or a share): ``"*"`` is the figure of a broker not listed.
+BROKER_FIGURES = T.MapType(_S, _D)
 
+#: ``gold/topic_tps``: ``failure_rate`` leaves out ``rate_limited`` (the in-broker limiter's own rejections);
+#: ``limit_qps`` is the cluster-wide limit in force in the window (null: none), and such windows are kept out of the
+#: topic's surge baseline.
 GOLD_TOPIC_TPS = _struct(
     ("window_start", _TS),
     ("window_end", _TS),
@@ -130,6 +135,8 @@ GOLD_TOPIC_TPS = _struct(
     ("busy_failures", _L),
     ("failures_by_class", FAILURES_BY_CLASS),
     ("failure_rate", _D),
+    ("rate_limited", _L),
+    ("limit_qps", _D),
 )
 
 GOLD_GROUP_TPS = _struct(
@@ -183,10 +190,11 @@ GOLD_LIMITS = _struct(
     ("reason", _S),
     ("version", _L),
     ("basis", _S),
+    ("broker_limits", BROKER_FIGURES),
 )
 
 #: Saved policy state per resource (``state/policy``): the latest row per resource with ``batch_id`` below the
-#: current micro-batch is the state the policy starts from (see :mod:`pipelines.transforms.policy`).
+#: current micro-batch is the state the policy starts from (:class:`pipelines.transforms.fold.ResourceState`).
 POLICY_STATE = _struct(
     ("resource_type", _S),
     ("resource", _S),
@@ -197,11 +205,17 @@ POLICY_STATE = _struct(
     ("last_change_end", _TS),
     ("lift_at_qps", _D),
     ("mode", _S),
+    ("target_qps", _D),
+    ("limited_since", _TS),
+    ("broker_shares", BROKER_FIGURES),
+    ("last_distress_end", _TS),
     ("batch_id", _L),
 )
 
-#: Rows into and out of the per-resource policy fold (:mod:`pipelines.transforms.policy_fold`): ``row_kind`` is ``state``,
-#: ``candidate`` (in) or ``decision``, ``state`` (out).
+#: Rows into and out of the per-resource policy fold (:mod:`pipelines.transforms.policy_fold`): ``row_kind`` is
+#: ``state``, ``candidate``, ``observation`` (in) or ``decision``, ``state``, ``evidence`` (out). ``target_qps`` is a
+#: candidate's target, or a state's frozen target; ``broker_tps`` a candidate's traffic per broker,
+#: ``broker_shares`` a state's frozen shares, ``broker_limits`` a decision's per-broker figures.
 POLICY_FOLD = _struct(
     ("row_kind", _S),
     ("resource_type", _S),
@@ -221,6 +235,15 @@ POLICY_FOLD = _struct(
     ("last_decision_end", _TS),
     ("last_change_end", _TS),
     ("lift_at_qps", _D),
+    ("rejected", _L),
+    ("healthy", T.BooleanType()),
+    ("broker_tps", BROKER_FIGURES),
+    ("broker_shares", BROKER_FIGURES),
+    ("broker_limits", BROKER_FIGURES),
+    ("limited_since", _TS),
+    ("last_distress_end", _TS),
+    ("status", _S),
+    ("rule_fired", T.BooleanType()),
 )
 
 #: ``quality/validation_results``: one row per expectation per GX validation of a micro-batch

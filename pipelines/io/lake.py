@@ -86,8 +86,21 @@ def table_spec(name: str) -> TableSpec:
 
 
 def conform(df: DataFrame, schema: T.StructType) -> DataFrame:
-    """Select exactly the schema's columns, in order, cast to the schema's types."""
-    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+    """Select exactly the schema's columns, in order, cast to the schema's types; a column the DataFrame lacks (a
+    table written before the column was added) is null."""
+    return df.select(*[(F.col(f.name) if f.name in df.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+                       for f in schema.fields])
+
+
+def _conform_arrow(data, spec: "TableSpec"):
+    """An Arrow table read from a Delta table → exactly the table's current columns, in order: a column added after
+    the data was written (new nullable columns, written with schema merge) reads as nulls."""
+    import pyarrow as pa
+
+    target = _arrow_schema(spec)
+    columns = [data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
+               for f in target]
+    return pa.Table.from_arrays(columns, schema=target) if data.num_rows else target.empty_table()
 
 
 class Lake:
@@ -362,6 +375,7 @@ class DeltaRsLake(Lake):
             self.path(spec.name),
             data,
             mode="append",
+            schema_mode="merge",  # a table written before a column was added gains it (nullable, null before)
             commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=version)]),
         )
         return data.num_rows
@@ -379,7 +393,9 @@ class DeltaRsLake(Lake):
         if not self.exists(table):
             return None
         filters = pc.field(order) < below if below is not None else None
-        data = DeltaTable(self.path(table)).to_pyarrow_table(columns=spec.schema.names, filters=filters)
+        delta = DeltaTable(self.path(table))
+        present = [n for n in spec.schema.names if n in delta.schema().to_arrow().names]
+        data = _conform_arrow(delta.to_pyarrow_table(columns=present, filters=filters), spec)
         if data.num_rows == 0:
             return data
         picked = data.select([*keys, order]).to_pandas().sort_values(order, kind="stable")
@@ -425,7 +441,7 @@ class DeltaRsLake(Lake):
         data = table.to_pyarrow_table(filters=filters)
         if data.num_rows == 0:
             return self.empty(spec.name)
-        return self.spark.createDataFrame(data, schema=spec.schema)
+        return self.spark.createDataFrame(_conform_arrow(data, spec), schema=spec.schema)
 
 
 class DeltaSparkLake(Lake):
@@ -446,6 +462,7 @@ class DeltaSparkLake(Lake):
             (
                 df.write.format("delta")
                 .mode("append")
+                .option("mergeSchema", "true")
                 .option("txnAppId", app_id)
                 .option("txnVersion", version)
                 .save(self.path(spec.name))

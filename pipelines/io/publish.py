@@ -1,12 +1,14 @@
 """Write-back: the current limits as control records (docs/contracts.md §3) to ``<lake>/control/limits.json``.
 
 The current set is the latest ``gold/limits`` row per resource (highest ``version``) that is not a ``lift`` and has
-not expired. Each record is signed (HMAC-SHA256, :mod:`control.record`) when a signing key is configured.
+not expired. Each record carries the cluster-wide ``limit_qps`` and, when the decision split it, each broker's
+share (``brokers``); it is signed (HMAC-SHA256, :mod:`control.record`) when a signing key is configured.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,19 @@ def current_rows(latest: list[dict[str, Any]], now: dt.datetime) -> list[dict[st
     return sorted(live, key=lambda r: (r["resource_type"], r["resource"]))
 
 
+def broker_figures(split: Any, cfg: LimitsConfig) -> dict[str, dict[str, Any]] | None:
+    """``gold/limits.broker_limits`` (a map broker → msg/s, as a dict or Arrow's list of pairs) → the control
+    record's ``brokers`` field: ``{broker: {"limit_qps": q, "burst": max(1, ceil(q × burst_seconds))}}``; None
+    without a split (every broker then applies ``limit_qps``, docs/contracts.md §3)."""
+    if not split:
+        return None
+    pairs = split.items() if isinstance(split, dict) else split
+    return {str(b): {"limit_qps": float(q), "burst": max(1, math.ceil(float(q) * cfg.burst_seconds))}
+            for b, q in sorted(pairs)}
+
+
 def _record(row, cfg: LimitsConfig, expires_at_text: str) -> dict[str, Any]:
+    brokers = broker_figures(row["broker_limits"], cfg)
     return {
         "resource_type": row["resource_type"],
         "resource": row["resource"],
@@ -59,6 +73,7 @@ def _record(row, cfg: LimitsConfig, expires_at_text: str) -> dict[str, Any]:
         "expires_at": expires_at_text,
         "version": int(row["version"]),
         "reason": row["reason"],
+        **({control_record.BROKERS_FIELD: brokers} if brokers else {}),
     }
 
 

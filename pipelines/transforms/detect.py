@@ -10,7 +10,11 @@ Rules (thresholds from ``[detection]`` in ``conf/``):
   ``baseline_min_windows`` of them) and at least ``surge_floor_tps``. Article 001: one broker's writes rose ~8x.
 * ``BROKER_BUSY`` (broker): at least ``busy_failures_floor`` busy failures (``[TIMEOUT_CLEAN_QUEUE]`` …) in a window.
 * ``FAILURE_SPIKE`` (topic): failure rate at least ``failure_rate_threshold`` with at least ``failure_floor``
-  failures in a window.
+  failures in a window; rejections by the in-broker limiter (``RATE_LIMITED``) are the governor's own limits at
+  work and never count (a limited topic would otherwise flag itself).
+
+Windows in which a topic was under an enforced limit (``gold/topic_tps.limit_qps``) show the cap, not the demand:
+they are kept out of the topic's surge baseline (:func:`unlimited_history`).
 
 Severity is ``critical`` when the observed value is at least ``critical_factor`` × the rule's floor, else ``warning``.
 """
@@ -198,17 +202,17 @@ def broker_busy(windows: WindowsConfig, cfg: DetectionConfig) -> Transform:
 
 
 def failure_spike(windows: WindowsConfig, cfg: DetectionConfig) -> Transform:
-    """gold/topic_tps → FAILURE_SPIKE anomalies (observed = failures per second, baseline = put TPS)."""
+    """gold/topic_tps → FAILURE_SPIKE anomalies (observed = failures per second, baseline = put TPS); failures
+    rejected by the limiter (``rate_limited``) do not count."""
 
     def transform(topics: DataFrame) -> DataFrame:
-        firing = topics.where(
-            (F.col("failure_rate") >= cfg.failure_rate_threshold) & (F.col("failures") >= cfg.failure_floor)
-        )
+        faults = F.col("failures") - F.coalesce(F.col("rate_limited"), F.lit(0))
+        firing = topics.where((F.col("failure_rate") >= cfg.failure_rate_threshold) & (faults >= cfg.failure_floor))
         detail = F.format_string(
-            "topic %s had %d failed sends (%s), %.1f%% of attempts, while %.1f msg/s were put "
+            "topic %s had %d failed sends besides the limiter's (%s), %.1f%% of attempts, while %.1f msg/s were put "
             "(rule: rate >= %.1f%% and >= %d failures per window)",
             F.col("topic"),
-            F.col("failures"),
+            faults,
             _class_counts(F.col("failures_by_class")),
             F.col("failure_rate") * 100,
             F.col("put_tps"),
@@ -220,13 +224,19 @@ def failure_spike(windows: WindowsConfig, cfg: DetectionConfig) -> Transform:
             "topic",
             F.col("topic"),
             "FAILURE_SPIKE",
-            F.col("failures") / F.lit(float(windows.length_seconds)),
+            faults / F.lit(float(windows.length_seconds)),
             F.col("put_tps"),
-            _severity(F.col("failures"), cfg.failure_floor, cfg),
+            _severity(faults, cfg.failure_floor, cfg),
             detail,
         )
 
     return transform
+
+
+def unlimited_history(topic_history: DataFrame) -> DataFrame:
+    """``gold/topic_tps`` history rows → those of windows without an enforced limit in force (``limit_qps`` null):
+    a capped window shows the limit, and a baseline fed with it would hold the limit up (closed loop)."""
+    return topic_history.where(F.col("limit_qps").isNull())
 
 
 def current_only(first_window_start: dt.datetime | None) -> Transform:
@@ -271,7 +281,7 @@ def detect_anomalies(
     if first_window is None:
         first_window = first_window_start(topic_windows, broker_windows)
     first = current_only(first_window)
-    topic_all = topic_history.select("window_start", "topic", "put_tps").unionByName(
+    topic_all = unlimited_history(topic_history).select("window_start", "topic", "put_tps").unionByName(
         topic_windows.select("window_start", "topic", "put_tps")
     )
     # a broker's own BROKER_PUT_NUMS counts every write (article 001's 8x); the topic sum is the fallback

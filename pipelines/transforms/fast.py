@@ -54,11 +54,13 @@ def resource_events(events: DataFrame) -> DataFrame:
     failure, seen), ``busy`` (a busy failure class, docs/rocketmq-formats.md §5) and ``amount``.
 
     A topic's put lines count for the topic and its broker; a group's GROUP_GET_NUMS on non-retry topics is its
-    consume, its SNDBCK_PUT_NUMS its retry; a failure counts for its topic and broker; every stats line marks its
-    broker as reported in the window's census.
+    consume, its SNDBCK_PUT_NUMS its retry; a failure counts for its topic and broker, except a rejection by the
+    in-broker limiter (``RATE_LIMITED``: the governor's own limit at work, never a failure spike nor a busy broker;
+    the final path counts it as demand); every stats line marks its broker as reported in the window's census.
     """
     metric = F.col("metric")
     is_failure = metric.startswith(FAILURE_METRIC_PREFIX)
+    fault = is_failure & (metric != F.lit(FAILURE_METRIC_PREFIX + rmq.RATE_LIMITED))
     is_put = metric == rmq.TOPIC_PUT_NUMS
     consumed = (metric == rmq.GROUP_GET_NUMS) & ~F.col("topic").startswith(rmq.RETRY_TOPIC_PREFIX)
     targets = F.array(
@@ -67,8 +69,8 @@ def resource_events(events: DataFrame) -> DataFrame:
         _target("broker", F.col("broker"), BROKER_PUT, metric == rmq.BROKER_PUT_NUMS),
         _target("group", F.col("consumer_group"), CONSUME, consumed & F.col("consumer_group").isNotNull()),
         _target("group", F.col("consumer_group"), RETRY, (metric == rmq.SNDBCK_PUT_NUMS) & F.col("consumer_group").isNotNull()),
-        _target("topic", F.col("topic"), FAILURE, is_failure & F.col("topic").isNotNull()),
-        _target("broker", F.col("broker"), FAILURE, is_failure & F.col("broker").isNotNull()),
+        _target("topic", F.col("topic"), FAILURE, fault & F.col("topic").isNotNull()),
+        _target("broker", F.col("broker"), FAILURE, fault & F.col("broker").isNotNull()),
         _target(CLUSTER, F.lit(CENSUS), SEEN, ~is_failure & F.col("broker").isNotNull()),
     )
     busy = is_failure & F.substring_index(metric, ":", -1).isin(*rmq.BUSY_FAILURE_CLASSES)
@@ -79,6 +81,16 @@ def resource_events(events: DataFrame) -> DataFrame:
     return exploded.select(
         "event_time", "broker", "topic", "t.resource_type", "t.resource", "t.role", "busy", "amount"
     )
+
+
+def broker_amounts(lines: Column) -> Column:
+    """The lines of a window × resource → map broker → messages of the resource's limited traffic: a topic's puts
+    (role ``put``) or a group's send-backs (role ``retry``); other roles contribute nothing."""
+    counted = F.filter(lines, lambda x: x["role"].isin(PUT, RETRY))
+    brokers = F.array_sort(F.array_distinct(F.transform(counted, lambda x: x["broker"])))
+    amounts = F.transform(brokers, lambda b: F.aggregate(F.filter(counted, lambda x: x["broker"] == b),
+                                                         F.lit(0).cast("long"), lambda t, x: t + x["amount"]))
+    return F.map_from_arrays(brokers, amounts)
 
 
 def _line_sum(lines: Column, role: str) -> Column:
@@ -119,6 +131,7 @@ def open_window_sums(cfg: WindowsConfig) -> Transform:
             _line_sum(lines, RETRY).alias("retried"),
             F.coalesce(F.col("failures"), F.lit(0).cast("long")).alias("failures"),
             F.coalesce(F.col("busy_failures"), F.lit(0).cast("long")).alias("busy_failures"),
+            broker_amounts(lines).alias("broker_amounts"),
             F.array_sort(F.array_distinct(F.transform(F.filter(lines, lambda x: x["role"] == SEEN),
                                                       lambda x: x["broker"]))).alias("brokers"),
             F.array_sort(F.array_distinct(F.transform(F.filter(lines, lambda x: x["role"] == PUT),
@@ -184,6 +197,7 @@ def preliminary_anomalies(
 
     topics = of("topic").select(
         *WINDOW_KEYS, F.col("resource").alias("topic"), per_s("puts").alias("put_tps"), "failures", "busy_failures",
+        F.lit(0).cast("long").alias("rate_limited"),  # left out of the open-window sums (resource_events)
         _failures_by_class(F.col("busy_failures"), F.col("failures")).alias("failures_by_class"),
         F.when(F.col("puts") + F.col("failures") > 0,
                F.col("failures") / (F.col("puts") + F.col("failures"))).otherwise(0.0).alias("failure_rate"),
@@ -200,7 +214,7 @@ def preliminary_anomalies(
     )
     first_open = open_windows.agg(F.min("window_start")).first()[0]
     surge_topics = (
-        topic_history.select("window_start", "topic", "put_tps")
+        detect.unlimited_history(topic_history).select("window_start", "topic", "put_tps")
         .unionByName(topics.select("window_start", "topic", "put_tps"))
         .transform(detect.with_baseline("topic", "put_tps", windows, cfg))
         .transform(detect.current_only(first_open))
@@ -233,6 +247,15 @@ def topic_carriers(open_windows: DataFrame) -> DataFrame:
     (the shape of :func:`pipelines.transforms.tps.topic_brokers`)."""
     topics = open_windows.where(F.col("resource_type") == "topic")
     return topics.select(*WINDOW_KEYS, F.col("resource").alias("topic"), F.explode("carriers").alias("broker"))
+
+
+def open_broker_tps(open_windows: DataFrame, cfg: WindowsConfig) -> DataFrame:
+    """Open windows → ``window_end``, ``resource_type``, ``resource``, ``broker_tps`` (map broker → msg/s of the
+    resource's limited traffic so far: the shares of a preliminary limit, the shape of
+    :func:`pipelines.transforms.demand.demand`'s column)."""
+    rows = open_windows.where(F.col("resource_type").isin("topic", "group"))
+    per_s = F.transform_values("broker_amounts", lambda _, v: v.cast("double") / F.lit(float(cfg.length_seconds)))
+    return rows.select("window_end", "resource_type", "resource", per_s.alias("broker_tps"))
 
 
 def newest_final_window(broker_history: DataFrame) -> tuple[dt.datetime | None, list[str]]:

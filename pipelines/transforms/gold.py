@@ -5,8 +5,10 @@ Steps (each a module of :mod:`pipelines.transforms`):
 
 1. TPS per topic, consumer group and broker (:mod:`~pipelines.transforms.tps`);
 2. anomalies against the resources' own baselines (:mod:`~pipelines.transforms.detect`);
-3. limit candidates (:func:`pipelines.transforms.policy.candidate_limits`) and the per-resource policy fold
-   (:func:`pipelines.transforms.policy_fold.decide`);
+3. limit candidates (:func:`pipelines.transforms.policy.candidate_limits`), the demand evidence of limitable
+   resources (:mod:`pipelines.transforms.demand`: what each broker admitted and its limiter rejected) and the
+   per-resource policy fold (:func:`pipelines.transforms.policy_fold.decide`), which judges a resource under a
+   limit on that evidence (closed loop, :mod:`pipelines.transforms.fold`);
 4. ``gold/limits`` rows (:func:`pipelines.transforms.policy.finish_decisions`, basis ``final``), split by the
    ``gold/limits`` expectations into accepted decisions and quarantine rows;
 5. the preliminary decisions of the fast path on windows now final are confirmed, corrected or reversed
@@ -26,13 +28,14 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipelines.io import tables
 from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig
-from pipelines.transforms import detect, policy, policy_fold, tps
+from pipelines.transforms import demand, detect, policy, policy_fold, tps
+from pipelines.transforms.fold import ANY_BROKER, BOUND
 from pipelines.transforms.types import Transform
 
 #: Decisions → (accepted, quarantine rows): the ``gold/limits`` expectations (the quality gate's ``check_limits``).
@@ -124,27 +127,68 @@ def baseline_since(first_window: dt.datetime, cfg: GovernorConfig) -> dt.datetim
     return first_window - dt.timedelta(seconds=cfg.detection.baseline_windows * cfg.windows.length_seconds)
 
 
+@dataclass
+class Decided:
+    """The fold's outputs of one micro-batch: ``gold/limits`` rows, refused quarantine rows, new ``state/policy``
+    rows (tagged ``batch_id``) and the demand evidence of the windows under an enforced limit (POLICY_FOLD
+    ``evidence`` rows)."""
+
+    limits: DataFrame
+    refused: DataFrame
+    state: DataFrame
+    evidence: DataFrame
+
+
 def decisions(
     anomalies: DataFrame,
     topic_brokers: DataFrame,
+    demand_rows: DataFrame,
     policy_state: DataFrame,
     horizon_end: dt.datetime,
     cfg: GovernorConfig,
     now: dt.datetime,
     check: LimitsCheck,
     batch_id: int,
-) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """Anomalies → (``gold/limits`` rows, refused quarantine rows, new ``state/policy`` rows tagged ``batch_id``).
+) -> Decided:
+    """Anomalies and demand evidence → :class:`Decided`.
 
-    ``check`` splits decisions into (accepted, quarantine rows) by the ``gold/limits`` expectations
-    (:meth:`pipelines.quality.gate.QualityGate.check_limits`).
+    ``demand_rows``: :func:`pipelines.transforms.demand.demand` of the batch's windows (the per-broker traffic of
+    candidates, the observations of limited resources). ``check`` splits decisions into (accepted, quarantine rows)
+    by the ``gold/limits`` expectations (:meth:`pipelines.quality.gate.QualityGate.check_limits`).
     """
     limits_cfg = cfg.limits
-    candidates = policy.candidate_limits(anomalies, topic_brokers, limits_cfg)
-    folded = policy_fold.decide(candidates, policy_state, horizon_end, limits_cfg, cfg.windows.length_seconds)
+    candidates = demand.with_broker_tps(policy.candidate_limits(anomalies, topic_brokers, limits_cfg), demand_rows)
+    observed = policy_state.where(F.col("limit_qps").isNotNull()).select(*RESOURCE_KEYS).unionByName(
+        candidates.select(*RESOURCE_KEYS))
+    folded = policy_fold.decide(candidates, policy_state, horizon_end, limits_cfg, cfg.windows.length_seconds,
+                                observations=demand.observations(demand_rows, observed))
     accepted, refused = check(policy.finish_decisions(folded.where(F.col("row_kind") == "decision"), limits_cfg, now))
     state = folded.where(F.col("row_kind") == "state").select("*", F.lit(batch_id).cast("long").alias("batch_id"))
-    return accepted, refused, state
+    return Decided(accepted, refused, state, folded.where(F.col("row_kind") == "evidence"))
+
+
+def bound_anomalies(evidence: DataFrame, windows_cfg) -> DataFrame:
+    """Evidence rows of windows where no rule fired but the resource ran at its cap or its limiter rejected sends
+    → ``gold/anomalies`` rows: the anomaly that set the limit persists (``RUNAWAY_RETRY`` for a group's retry
+    traffic, ``TRAFFIC_SURGE`` for a topic), ``observed_tps`` the admitted rate, ``baseline_tps`` the limit,
+    ``detail`` "limit-bound: 38.2 of 40.2 msg/s[, rejecting (n sends rejected by the limiter)]"."""
+    kind = F.when(F.col("resource_type") == "group", F.lit("RUNAWAY_RETRY")).otherwise(F.lit("TRAFFIC_SURGE"))
+    bound = evidence.where((F.col("status") == BOUND) & ~F.col("rule_fired"))
+    return bound.select(
+        (F.col("window_end") - F.make_dt_interval(secs=F.lit(windows_cfg.length_seconds))).alias("window_start"),
+        "window_end", "resource_type", "resource", kind.alias("anomaly"), "observed_tps",
+        F.col("limit_qps").alias("baseline_tps"), F.lit("warning").alias("severity"),
+        F.concat(F.col("resource"), F.lit(": "), F.col("reason")).alias("detail"),
+    )
+
+
+def with_limit_in_force(topics: DataFrame, evidence: DataFrame) -> DataFrame:
+    """``gold/topic_tps`` rows → the same with ``limit_qps``: the topic's enforced cluster-wide limit in force in
+    the window (from the fold's evidence rows), null when none (such windows are left out of surge baselines)."""
+    limited = evidence.where(F.col("resource_type") == "topic").select(
+        "window_end", F.col("resource").alias("topic"), F.col("limit_qps").alias("_limit"))
+    joined = topics.join(limited, ["window_end", "topic"], "left")
+    return joined.select(*[F.col("_limit").alias(c) if c == "limit_qps" else F.col(c) for c in topics.columns])
 
 
 def reconcile_preliminary(
@@ -183,9 +227,13 @@ def reconcile_preliminary(
         "left_semi",
     )
     pending = prelim.join(decided_again.select(*keys), keys, "left_anti")
-    joined = pending.join(final_state.select(*keys, F.col("limit_qps").alias("final_qps")), keys, "left")
+    joined = pending.join(final_state.select(*keys, F.col("limit_qps").alias("final_qps"),
+                                             F.col("broker_shares").alias("final_shares")), keys, "left")
     final_qps = F.col("final_qps")
-    differs = final_qps.isNull() | (F.abs(final_qps - F.col("limit_qps")) > F.lit(1e-9) * F.abs(final_qps))
+    final_split = _split(final_qps, F.col("final_shares"))
+    split_differs = ~F.coalesce(_same_figures(F.col("broker_limits"), final_split), F.lit(False))
+    differs = final_qps.isNull() | (F.abs(final_qps - F.col("limit_qps")) > F.lit(1e-9) * F.abs(final_qps)) \
+        | split_differs
     window_text = F.date_format(F.col("window_end"), "yyyy-MM-dd'T'HH:mm:ss'Z'")
     lifted = final_qps.isNull()
     reason = F.when(
@@ -198,6 +246,10 @@ def reconcile_preliminary(
     )
     limit = F.when(lifted, F.col("limit_qps")).otherwise(final_qps)
     decided = F.lit(now).cast("timestamp")
+    reason = F.when(~lifted & split_differs & (F.abs(final_qps - F.col("limit_qps")) <= F.lit(1e-9) * F.abs(final_qps)),
+                    F.format_string("[final] the final window ending %s splits the %.1f msg/s limit over its brokers by "
+                                    "their complete traffic (the preliminary split saw part of the window)",
+                                    window_text, final_qps)).otherwise(reason)
     return joined.where(differs).select(
         decided.alias("decided_at"),
         F.col("window_end"),
@@ -211,7 +263,24 @@ def reconcile_preliminary(
         reason.alias("reason"),
         policy.decision_version(F.col("window_end"), policy.RECONCILE_RANK).alias("version"),
         F.lit(policy.BASIS_FINAL).alias("basis"),
+        F.when(~lifted, final_split).alias("broker_limits"),
     )
+
+
+def _split(limit: Column, shares: Column) -> Column:
+    """A limit split by frozen shares, as :func:`pipelines.transforms.fold.broker_limits` does (the ``"*"`` entry
+    at the smallest share); null without shares."""
+    split = F.transform_values(shares, lambda _, share: limit * share)
+    with_any = F.map_concat(split, F.create_map(F.lit(ANY_BROKER), F.array_min(F.map_values(split))))
+    return F.when(F.size(shares) > 0, with_any)
+
+
+def _same_figures(a: Column, b: Column) -> Column:
+    """Two per-broker maps with the same brokers and figures within 1e-9 relative (null = no split)."""
+    both_null = a.isNull() & b.isNull()
+    keys_equal = F.array_sort(F.map_keys(a)) == F.array_sort(F.map_keys(b))
+    close = F.forall(F.map_keys(a), lambda k: F.abs(a[k] - b[k]) <= F.lit(1e-9) * F.abs(b[k]))
+    return both_null | (a.isNotNull() & b.isNotNull() & keys_equal & close)
 
 
 def state_after(saved: DataFrame, folded_state: DataFrame) -> DataFrame:
@@ -252,12 +321,17 @@ def gold_outputs(
         inputs.topic_history.transform(single), inputs.broker_history.transform(single),
         windows, cfg.detection, first_window=first_window,
     ).transform(single).persist()
-    limits, refused, state = decisions(
-        anomalies, tps.topic_brokers(metrics), inputs.policy_state, horizon_end, cfg, now, check, batch_id,
+    demand_rows = demand.demand(demand.resource_traffic(metrics, windows), brokers, cfg.detection).transform(single)
+    decided = decisions(
+        anomalies, tps.topic_brokers(metrics), demand_rows, inputs.policy_state, horizon_end, cfg, now, check,
+        batch_id,
     )
-    limits = limits.persist()
-    state = state.persist()
+    limits = decided.limits.persist()
+    state = decided.state.persist()
+    evidence = decided.evidence.persist()
     reconciled = reconcile_preliminary(
         inputs.latest_limits, limits, state_after(inputs.policy_state, state.drop("batch_id")), horizon_end, cfg, now
     )
-    return GoldOutputs(topics, groups, brokers, anomalies, limits.unionByName(reconciled), refused, state)
+    return GoldOutputs(with_limit_in_force(topics, evidence), groups, brokers,
+                       anomalies.unionByName(bound_anomalies(evidence, windows)), limits.unionByName(reconciled),
+                       decided.refused, state)

@@ -99,8 +99,10 @@ def _per_second(amount: Column, cfg: WindowsConfig) -> Column:
 
 
 def _failure_counts(metrics: DataFrame, keys: tuple[str, ...]) -> DataFrame:
-    """Failures per ``keys`` × window: ``failures``, ``busy_failures`` and ``failures_by_class`` (map, entries in
-    class order, so the same counts give the same map whatever order the rows came in)."""
+    """Failures per ``keys`` × window: ``failures``, ``busy_failures``, ``rate_limited`` (rejections by the
+    in-broker limiter: the governor's own limits at work, not a fault of the broker or the topic) and
+    ``failures_by_class`` (map, entries in class order, so the same counts give the same map whatever order the
+    rows came in)."""
     failures = metrics.where(F.col("metric").startswith(FAILURE_METRIC_PREFIX)).select(
         *WINDOW_KEYS, *keys, F.substring_index(F.col("metric"), ":", -1).alias("failure_class"), F.col("amount")
     )
@@ -109,6 +111,7 @@ def _failure_counts(metrics: DataFrame, keys: tuple[str, ...]) -> DataFrame:
     return per_class.groupBy(*WINDOW_KEYS, *keys).agg(
         F.sum("n").alias("failures"),
         F.sum(F.when(is_busy, F.col("n")).otherwise(F.lit(0))).alias("busy_failures"),
+        F.sum(F.when(F.col("failure_class") == rmq.RATE_LIMITED, F.col("n")).otherwise(F.lit(0))).alias("rate_limited"),
         F.map_from_entries(F.array_sort(F.collect_list(F.struct("failure_class", "n")))).alias("failures_by_class"),
     )
 
@@ -117,8 +120,12 @@ def topic_tps(cfg: WindowsConfig) -> Transform:
     """WINDOW_METRIC rows → ``gold/topic_tps`` (:data:`~pipelines.schemas.GOLD_TOPIC_TPS`).
 
     ``put_tps`` is TOPIC_PUT_NUMS summed over brokers per second; ``brokers_reporting`` counts brokers with a put
-    line for the topic in the window; failures are the topic's failed sends by class; ``failure_rate`` =
-    failures / (failures + messages put), 0 when both are 0.
+    line for the topic in the window; ``failures`` are the topic's failed send attempts (one per failure line: a
+    producer retrying on another broker leaves one per attempt) by class; ``rate_limited`` those rejected by the
+    in-broker limiter (``RATE_LIMITED``); ``failure_rate`` = other failures / (other failures + messages put), 0
+    when both are 0: a limited topic's own rejections are its demand at the cap, never a failure spike.
+    ``limit_qps`` (the cluster-wide limit in force in the window) is filled by the final path
+    (:func:`pipelines.transforms.gold.gold_outputs`); null here.
     """
 
     def transform(metrics: DataFrame) -> DataFrame:
@@ -131,7 +138,9 @@ def topic_tps(cfg: WindowsConfig) -> Transform:
         joined = puts.join(failures, on=[*WINDOW_KEYS, "topic"], how="full")
         puts_n = F.coalesce(F.col("puts"), F.lit(0))
         failures_n = F.coalesce(F.col("failures"), F.lit(0))
-        attempts = puts_n + failures_n
+        limited_n = F.coalesce(F.col("rate_limited"), F.lit(0))
+        faults = failures_n - limited_n
+        attempts = puts_n + faults
         return joined.select(
             *WINDOW_KEYS,
             F.col("topic"),
@@ -140,7 +149,9 @@ def topic_tps(cfg: WindowsConfig) -> Transform:
             failures_n.alias("failures"),
             F.coalesce(F.col("busy_failures"), F.lit(0)).alias("busy_failures"),
             F.col("failures_by_class"),
-            F.when(attempts > 0, failures_n.cast("double") / attempts).otherwise(F.lit(0.0)).alias("failure_rate"),
+            F.when(attempts > 0, faults.cast("double") / attempts).otherwise(F.lit(0.0)).alias("failure_rate"),
+            limited_n.cast("long").alias("rate_limited"),
+            F.lit(None).cast("double").alias("limit_qps"),
         )
 
     return transform

@@ -15,8 +15,8 @@ from tests.helpers import ts
 
 def rows(spark):
     return spark.createDataFrame(
-        [(ts("2022-02-08 07:39:00"), ts("2022-02-08 07:40:00"), "orders", 10.0, 2, 3, 1, {"OTHER": 3}, 0.1),
-         (ts("2022-02-08 08:39:00"), ts("2022-02-08 08:40:00"), "pay", 1.0, 1, 0, 0, None, 0.0)],
+        [(ts("2022-02-08 07:39:00"), ts("2022-02-08 07:40:00"), "orders", 10.0, 2, 3, 1, {"OTHER": 3}, 0.1, 0, None),
+         (ts("2022-02-08 08:39:00"), ts("2022-02-08 08:40:00"), "pay", 1.0, 1, 0, 0, None, 0.0, 0, 5.0)],
         schemas.GOLD_TOPIC_TPS)
 
 
@@ -128,7 +128,8 @@ def test_latest_row_per_resource_is_the_same_picked_on_the_driver_or_ranked_by_s
     ]
     for batch, group in ((0, state[:2]), (1, state[2:])):
         lake.append(spark.createDataFrame(
-            [(t, r, q, 1, at, at, at, None, "enforce", b) for t, r, q, b in group], schemas.POLICY_STATE),
+            [(t, r, q, 1, at, at, at, None, "enforce", q, at, {"broker-a": 1.0}, None, b) for t, r, q, b in group],
+            schemas.POLICY_STATE),
             "state/policy", app_id="q", version=batch)
     rank = latest_state
     driver = lake.latest("state/policy", list(RESOURCE_KEYS), "batch_id", rank, below=3)
@@ -159,3 +160,33 @@ def test_large_append_written_by_the_executors_is_the_same_table_and_readable_ev
     assert min(a["min.window_start"] for a in adds) == dt.datetime(2022, 2, 8, 7, 39, tzinfo=dt.timezone.utc)
     in_range = by_executors.read("gold/topic_tps", since=dt.datetime(2022, 2, 8, 8, 0))
     assert [r["topic"] for r in in_range.collect()] == ["pay"]
+
+
+def test_a_table_written_before_a_column_was_added_reads_the_column_as_null_and_takes_it_on_append(spark, tmp_path):
+    """A lake of an older release: gold/topic_tps without rate_limited and limit_qps. Reads give them as nulls (Spark
+    and the driver path); the next append adds the columns (schema merge) and every reader sees all rows."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from pipelines.io.lake import DeltaRsLake
+    from pipelines.schemas import RESOURCE_KEYS
+
+    old = rows(spark).drop("rate_limited", "limit_qps").toArrow()
+    path = tmp_path / "gold" / "topic_tps"
+    write_deltalake(str(path), old)
+    lake = DeltaRsLake(spark, str(tmp_path))
+    read = lake.read("gold/topic_tps").orderBy("topic").collect()
+    assert [(r["topic"], r["rate_limited"], r["limit_qps"]) for r in read] == [("orders", None, None), ("pay", None, None)]
+    lake.append(rows(spark), "gold/topic_tps", app_id="new", version=0)
+    assert {f.name for f in DeltaTable(str(path)).schema().to_arrow()} >= {"rate_limited", "limit_qps"}
+    both = lake.read("gold/topic_tps").collect()
+    assert sorted(((r["topic"], r["limit_qps"]) for r in both), key=lambda t: (t[0], t[1] or -1)) == [
+        ("orders", None), ("orders", None), ("pay", None), ("pay", 5.0)]
+    assert pa.Table.from_pandas(DeltaTable(str(path)).to_pandas()).num_rows == 4
+    old_state = spark.createDataFrame([("topic", "orders", 10.0, 1, None, None, None, None, "enforce", 0)],
+                                      "resource_type string, resource string, limit_qps double, version long, "
+                                      "last_candidate_end timestamp, last_decision_end timestamp, "
+                                      "last_change_end timestamp, lift_at_qps double, mode string, batch_id long")
+    write_deltalake(str(tmp_path / "state" / "policy"), old_state.toArrow())
+    latest = lake.latest_rows("state/policy", list(RESOURCE_KEYS), "batch_id")
+    assert latest[0]["limit_qps"] == 10.0 and latest[0]["broker_shares"] is None

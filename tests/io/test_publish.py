@@ -15,8 +15,9 @@ LATER = NOW + dt.timedelta(minutes=10)
 KEY = b"k"
 
 
-def row(rtype, resource, qps, version, action="set", expires=LATER, mode="enforce"):
-    return (NOW, NOW, rtype, resource, qps, int(qps) + 1, None, action, mode, expires, f"r{version}", version, "final")
+def row(rtype, resource, qps, version, action="set", expires=LATER, mode="enforce", split=None):
+    return (NOW, NOW, rtype, resource, qps, int(qps) + 1, None, action, mode, expires, f"r{version}", version, "final",
+            split)
 
 
 def write(spark, lake, rows, app_id, batch):
@@ -42,11 +43,16 @@ def test_driver_path_equals_spark_path_over_both_writers(spark, tmp_path):
     write(spark, lake, [row("group", "g1", 12.5, 2), row("topic", "t1", 0.0, 2, action="lift"),
                         row("group", "g2", 6.0, 2, expires=NOW - dt.timedelta(seconds=1)),
                         row("topic", "t9", 99.0, 4, mode="advisory")], "governor-fast", 0)
-    write(spark, lake, [row("group", "g1", 11.0, 3, action="relax")], "governor-gold", 1)
+    write(spark, lake, [row("group", "g1", 11.0, 3, action="relax",
+                            split={"broker-a": 8.25, "broker-b": 2.75, "*": 2.75})], "governor-gold", 1)
     got = driver_path(lake, NOW)
     assert got == spark_path(lake, NOW)
     assert [(r["resource"], r["version"], r["limit_qps"]) for r in got] == [
         ("Z-upper", 1, 8.0), ("g1", 3, 11.0), ("ü-last", 1, 7.0), ("t9", 4, 99.0)]
+    # the per-broker shares ride in the signed record (docs/contracts.md §3); records without them carry none
+    assert got[1]["brokers"] == {"*": {"limit_qps": 2.75, "burst": 3}, "broker-a": {"limit_qps": 8.25, "burst": 9},
+                                 "broker-b": {"limit_qps": 2.75, "burst": 3}}
+    assert "brokers" not in got[0]
     assert got[0]["expires_at"] == "2026-11-22T08:10:00Z"
     assert driver_path(lake, LATER) == [] == spark_path(lake, LATER)  # everything expired
 

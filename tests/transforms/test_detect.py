@@ -52,8 +52,10 @@ def test_group_retry_ignores_consumption_of_the_retry_topic(spark):
     assert_df_equality(got, want, ignore_nullable=True)
 
 
-def topic_series(spark, topic, values):
-    rows = [(*win(i), topic, v, 1, 0, 0, None, 0.0) for i, v in enumerate(values)]
+def topic_series(spark, topic, values, limits=None):
+    """gold/topic_tps rows of one topic, window i putting values[i] msg/s (``limits[i]``: the limit in force)."""
+    limits = limits or [None] * len(values)
+    rows = [(*win(i), topic, v, 1, 0, 0, None, 0.0, 0, q) for i, (v, q) in enumerate(zip(values, limits))]
     return spark.createDataFrame(rows, schemas.GOLD_TOPIC_TPS)
 
 
@@ -106,8 +108,22 @@ def test_broker_busy_fires_on_busy_failures_only(spark):
 
 
 def test_failure_spike_needs_rate_and_count(spark):
-    rows = [(*win(0), "orders", 100.0, 1, 600, 600, {"TIMEOUT_CLEAN_QUEUE": 600}, 600 / 6600),
-            (*win(0), "pay", 1.0, 1, 10, 0, {"OTHER": 10}, 10 / 70),           # rate high, count low
-            (*win(0), "big", 10000.0, 1, 100, 0, {"OTHER": 100}, 100 / 600100)]  # count high, rate low
+    rows = [(*win(0), "orders", 100.0, 1, 600, 600, {"TIMEOUT_CLEAN_QUEUE": 600}, 600 / 6600, 0, None),
+            (*win(0), "pay", 1.0, 1, 10, 0, {"OTHER": 10}, 10 / 70, 0, None),           # rate high, count low
+            (*win(0), "big", 10000.0, 1, 100, 0, {"OTHER": 100}, 100 / 600100, 0, None),  # count high, rate low
+            # a limited topic's own rejections are its demand at the cap, not a failure spike
+            (*win(0), "limited", 40.0, 2, 6000, 0, {"RATE_LIMITED": 6000}, 0.0, 6000, 40.0)]
     t = spark.createDataFrame(rows, schemas.GOLD_TOPIC_TPS)
     assert fired(t.transform(detect.failure_spike(W, D))) == [("orders", "FAILURE_SPIKE", "critical")]
+
+
+def test_windows_under_a_limit_are_kept_out_of_the_surge_baseline(spark):
+    """A topic capped at 200 msg/s for 20 windows: a baseline fed with the cap (200) would make 800 msg/s only
+    4x; the windows under the limit are left out, so the baseline stays the pre-limit 100 msg/s."""
+    values = [100.0] * 10 + [200.0] * 20 + [700.0]
+    limits = [None] * 10 + [200.0] * 20 + [None]
+    series = topic_series(spark, "orders", values, limits)
+    history, current = series.where(F.col("put_tps") < 700), series.where(F.col("put_tps") >= 700)
+    got = surges(spark, current, history)
+    assert [(r["resource"], r["baseline_tps"]) for r in got.collect()] == [("orders", 100.0)]
+    assert fired(surges(spark, current, history.withColumn("limit_qps", F.lit(None).cast("double")))) == []

@@ -63,11 +63,15 @@ def test_topic_tps_sums_over_brokers_with_failures(spark):
         ("broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 150),
         ("broker-a", "orders", None, "failure:CLIENT_TIMEOUT", 50),
         ("broker-a", "pay", None, "failure:OTHER", 3),
+        ("broker-b", "limited", None, "TOPIC_PUT_NUMS", 2400),
+        ("broker-b", "limited", None, "failure:RATE_LIMITED", 900),
+        ("broker-b", "limited", None, "failure:OTHER", 10),
     ])
     got = m.transform(tps.topic_tps(W)).orderBy("topic")
     want = spark.createDataFrame(
-        [(T0, T1, "orders", 30.0, 2, 200, 150, {"TIMEOUT_CLEAN_QUEUE": 150, "CLIENT_TIMEOUT": 50}, 0.1),
-         (T0, T1, "pay", 0.0, 0, 3, 0, {"OTHER": 3}, 1.0)], schemas.GOLD_TOPIC_TPS)
+        [(T0, T1, "limited", 40.0, 1, 910, 0, {"OTHER": 10, "RATE_LIMITED": 900}, 10 / 2410, 900, None),
+         (T0, T1, "orders", 30.0, 2, 200, 150, {"TIMEOUT_CLEAN_QUEUE": 150, "CLIENT_TIMEOUT": 50}, 0.1, 0, None),
+         (T0, T1, "pay", 0.0, 0, 3, 0, {"OTHER": 3}, 1.0, 0, None)], schemas.GOLD_TOPIC_TPS)
     assert_df_equality(got, want, ignore_nullable=True)
 
 
