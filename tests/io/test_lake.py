@@ -141,7 +141,6 @@ def test_latest_row_per_resource_is_the_same_picked_on_the_driver_or_ranked_by_s
 
 
 def test_large_append_written_by_the_executors_is_the_same_table_and_readable_everywhere(spark, tmp_path):
-    import pyarrow as pa
     from deltalake import DeltaTable
 
     by_executors = DeltaRsLake(spark, str(tmp_path / "executors"), executor_write_rows=1)
@@ -165,7 +164,6 @@ def test_large_append_written_by_the_executors_is_the_same_table_and_readable_ev
 def test_a_table_written_before_a_column_was_added_reads_the_column_as_null_and_takes_it_on_append(spark, tmp_path):
     """A lake of an older release: gold/topic_tps without rate_limited and limit_qps. Reads give them as nulls (Spark
     and the driver path); the next append adds the columns (schema merge) and every reader sees all rows."""
-    import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
     from pipelines.io.lake import DeltaRsLake
@@ -182,7 +180,7 @@ def test_a_table_written_before_a_column_was_added_reads_the_column_as_null_and_
     both = lake.read("gold/topic_tps").collect()
     assert sorted(((r["topic"], r["limit_qps"]) for r in both), key=lambda t: (t[0], t[1] or -1)) == [
         ("orders", None), ("orders", None), ("pay", None), ("pay", 5.0)]
-    assert pa.Table.from_pandas(DeltaTable(str(path)).to_pandas()).num_rows == 4
+    assert len(DeltaTable(str(path)).to_pandas()) == 4  # pandas reads the merged table
     old_state = spark.createDataFrame([("topic", "orders", 10.0, 1, None, None, None, None, "enforce", 0)],
                                       "resource_type string, resource string, limit_qps double, version long, "
                                       "last_candidate_end timestamp, last_decision_end timestamp, "
