@@ -141,6 +141,7 @@ def test_latest_row_per_resource_is_the_same_picked_on_the_driver_or_ranked_by_s
 
 
 def test_large_append_written_by_the_executors_is_the_same_table_and_readable_everywhere(spark, tmp_path):
+    import pyarrow as pa
     from deltalake import DeltaTable
 
     by_executors = DeltaRsLake(spark, str(tmp_path / "executors"), executor_write_rows=1)
