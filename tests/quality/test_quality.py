@@ -52,18 +52,18 @@ def test_gold_limits_suite_predicates_agree_with_gx(spark, engine):
     validator = validation.shared_validator(pandas_max_rows=100 if engine == "pandas" else 0)
     t = dt.datetime(2026, 11, 22, 10, 0)
     later, earlier = t + dt.timedelta(minutes=10), t - dt.timedelta(minutes=1)
-    rows = [  # decided_at, window_end, type, resource, limit, burst, prev, action, mode, expires_at, reason, version, basis
-        (t, t, "group", "g-ok", 30.0, 30, None, "set", "enforce", later, "ok", 1, "final"),
-        (t, t, "group", "g-zero", 0.0, 1, None, "set", "enforce", later, "zero", 1, "final"),
-        (t, t, "topic", "t-inf", INF, 1, None, "set", "advisory", later, "inf", 1, "final"),
-        (t, t, "topic", "t-nan", NAN, 1, None, "relax", "enforce", later, "nan", 1, "final"),
-        (t, t, "topic", "t-neg", -1.0, 1, None, "lift", "enforce", later, "neg", 1, "final"),
-        (t, t, "topic", "t-exp", 5.0, 5, None, "set", "enforce", earlier, "expires before decided", 1, "final"),
-        (t, t, "broker", "b", 5.0, 5, None, "set", "enforce", later, "bad resource type", 1, "final"),
-        (t, t, "topic", "t-mode", 5.0, 5, None, "set", "shadow", later, "bad mode", 1, "final"),
-        (t, t, "topic", "t-act", 5.0, 5, None, "tighten", "enforce", later, "bad action", 1, "final"),
-        (t, t, "topic", "t-noexp", 5.0, 5, None, "set", "enforce", None, "no expiry", 1, "final"),
-        (t, t, "topic", "t-basis", 5.0, 5, None, "set", "enforce", later, "bad basis", 1, "tentative"),
+    rows = [  # decided_at, window_end, type, resource, limit, burst, prev, action, mode, expires_at, reason, version, basis, split
+        (t, t, "group", "g-ok", 30.0, 30, None, "set", "enforce", later, "ok", 1, "final", None),
+        (t, t, "group", "g-zero", 0.0, 1, None, "set", "enforce", later, "zero", 1, "final", None),
+        (t, t, "topic", "t-inf", INF, 1, None, "set", "advisory", later, "inf", 1, "final", None),
+        (t, t, "topic", "t-nan", NAN, 1, None, "relax", "enforce", later, "nan", 1, "final", None),
+        (t, t, "topic", "t-neg", -1.0, 1, None, "lift", "enforce", later, "neg", 1, "final", None),
+        (t, t, "topic", "t-exp", 5.0, 5, None, "set", "enforce", earlier, "expires before decided", 1, "final", None),
+        (t, t, "broker", "b", 5.0, 5, None, "set", "enforce", later, "bad resource type", 1, "final", None),
+        (t, t, "topic", "t-mode", 5.0, 5, None, "set", "shadow", later, "bad mode", 1, "final", None),
+        (t, t, "topic", "t-act", 5.0, 5, None, "tighten", "enforce", later, "bad action", 1, "final", None),
+        (t, t, "topic", "t-noexp", 5.0, 5, None, "set", "enforce", None, "no expiry", 1, "final", None),
+        (t, t, "topic", "t-basis", 5.0, 5, None, "set", "enforce", later, "bad basis", 1, "tentative", None),
     ]
     df = spark.createDataFrame(rows, schemas.GOLD_LIMITS)
     suite = suites.gold_limits_suite()
@@ -91,8 +91,8 @@ def test_check_limits_splits_decisions_and_quarantines_the_refused(spark, tmp_pa
     (raw = the decision as JSON, raw_bytes null), the others pass unchanged."""
     t = dt.datetime(2026, 11, 22, 10, 0)
     later = t + dt.timedelta(minutes=10)
-    rows = [(t, t, "group", "g-ok", 30.0, 30, None, "set", "enforce", later, "ok", 1, "final"),
-            (t, t, "topic", "t-inf", INF, 1, None, "set", "advisory", later, "inf", 1, "preliminary")]
+    rows = [(t, t, "group", "g-ok", 30.0, 30, None, "set", "enforce", later, "ok", 1, "final", None),
+            (t, t, "topic", "t-inf", INF, 1, None, "set", "advisory", later, "inf", 1, "preliminary", None)]
     lake = open_lake(spark, str(tmp_path / "lake"), "delta-rs")
     accepted, refused = gate.QualityGate(GovernorConfig(), lake).check_limits(
         spark.createDataFrame(rows, schemas.GOLD_LIMITS), origin="gold:7", at=t)
