@@ -105,7 +105,8 @@ class FastFlow(DecisionFlow):
             anomalies.unpersist()
             return {}
         candidates = demand.with_broker_tps(
-            policy.candidate_limits(anomalies, fast.topic_carriers(open_windows), cfg.limits),
+            policy.candidate_limits(anomalies, fast.topic_carriers(open_windows), cfg.limits)
+            .transform(lambda c: fast.cut_bounded_by_final_rates(c, open_windows, expected, cfg.windows)),
             fast.open_broker_tps(open_windows, cfg.windows),
         )
         state = preliminary_state(self.saved_state(), self.latest_limits())

@@ -8,6 +8,7 @@ import logging
 import time
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from pipelines.io import events, tables
 from pipelines.config import GovernorConfig
@@ -46,6 +47,25 @@ def window_stream(metric_events: DataFrame, cfg: GovernorConfig) -> DataFrame:
 class GoldFlow(DecisionFlow):
     """The ``foreachBatch`` handler of the gold query (constructor: :class:`pipelines.flows.base.DecisionFlow`)."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._held_warned: set[tuple] = set()  # (resource_type, resource, limited_since) already logged
+
+    def warn_held_too_long(self, state: DataFrame, horizon_end: dt.datetime) -> None:
+        """Log a WARNING, once per limit, for each limit in force since longer than ``limits.max_held_seconds`` of
+        event time (up to ``horizon_end``, UTC): a person should look at it (the status page flags it too)."""
+        cutoff = horizon_end - dt.timedelta(seconds=self.cfg.limits.max_held_seconds)
+        held = state.where(F.col("limit_qps").isNotNull() & (F.col("limited_since") < F.lit(cutoff)))
+        for row in held.select("resource_type", "resource", "limit_qps", "limited_since").collect():
+            key = (row["resource_type"], row["resource"], row["limited_since"])
+            if key not in self._held_warned:
+                self._held_warned.add(key)
+                log.warning("%s %s has been limited to %.1f msg/s since the window ending %s UTC, longer than "
+                            "limits.max_held_seconds = %d s: look at it (the cause may have changed, or the limit "
+                            "may be holding legitimate demand)", row["resource_type"], row["resource"],
+                            row["limit_qps"], f"{row['limited_since']:%Y-%m-%d %H:%M}",
+                            self.cfg.limits.max_held_seconds)
+
     def inputs(self, metrics: DataFrame, batch_id: int, first_window: dt.datetime) -> gold.GoldInputs:
         """The batch's windows with the history and saved state it reads from the lake."""
         since = gold.baseline_since(first_window, self.cfg)
@@ -80,6 +100,7 @@ class GoldFlow(DecisionFlow):
                 started = time.monotonic()
                 self.publisher.publish(now, batch_id, QUERY)
                 log.info("gold batch %d: limits published in %.2f s", batch_id, time.monotonic() - started)
+                self.warn_held_too_long(out.state, horizon_end)
             for df in (out.topic_tps, out.group_tps, out.broker_tps, out.anomalies):
                 df.unpersist()
         finally:

@@ -4,8 +4,9 @@ Reads the lake with delta-rs (no Spark, :func:`pipelines.query.run_sql`) and ``<
 writes ``<out>/index.html`` (default ``<lake>/status/index.html``) with the plots embedded as ``data:`` PNGs, so
 the file can be mailed or attached to a ticket as it is:
 
-* limits in force (``limits.json``): resource, limit (msg/s), mode, version, expiry (UTC, marked when past) and
-  the reason sentence;
+* limits in force (``limits.json``): resource, limit (cluster-wide msg/s, and each broker's share), mode, version,
+  held since (the window that started it; marked when held longer than ``limits.max_held_seconds``, for a person to
+  look at), expiry (UTC, marked when past) and the reason sentence;
 * a timeline of anomalies (one bar per flagged window, colour = kind) and limit decisions (triangles);
 * the TPS of every limited or flagged resource and of the brokers that carry it, around its anomalies and
   decisions (``gold/topic_tps.put_tps``; ``gold/group_tps`` consume and retry TPS summed over the group's topics;
@@ -30,6 +31,7 @@ import pandas as pd
 
 from pipelines import query
 from pipelines.cli import OneLineParser, fail
+from pipelines.config import LimitsConfig
 from pipelines.io import publish
 from pipelines.ops import plots
 from pipelines.quality.data_docs import DOCS_SUBDIR
@@ -46,7 +48,7 @@ STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-wid
 table{border-collapse:collapse;font-size:0.85em;margin:0.5em 0}td,th{border:1px solid #ccc;padding:3px 6px;
 text-align:left;vertical-align:top}th{background:#f3f3f3}.expired{color:#999}.reason{max-width:640px}
 img{max-width:100%;display:block;margin:0.4em 0 1.2em}h2{border-bottom:1px solid #ddd;padding-bottom:2px}
-.muted{color:#777}"""
+.muted{color:#777}.held-long{background:#fff3cd}"""
 
 
 class StatusError(Exception):
@@ -74,6 +76,24 @@ class Status:
     latest_window: pd.Timestamp | None
     figures: list[Figure] = field(default_factory=list)
     omitted: list[str] = field(default_factory=list)
+    max_held_seconds: int = LimitsConfig().max_held_seconds
+
+    def held_since(self, resource_type: str, resource: str) -> pd.Timestamp | None:
+        """The window end of the decision that started the resource's current limit: the first decision after its
+        last lift (None when it has no decision)."""
+        mine = self.decisions[(self.decisions["resource_type"] == resource_type)
+                              & (self.decisions["resource"] == resource)].sort_values(["window_end", "version"])
+        mine = mine.reset_index(drop=True)
+        lifts = mine.index[mine["action"] == "lift"]
+        after = mine.iloc[lifts[-1] + 1:] if len(lifts) else mine
+        return pd.Timestamp(after["window_end"].iloc[0]) if len(after) else None
+
+    def held_too_long(self, since: pd.Timestamp | None) -> bool:
+        """Whether a limit held since ``since`` has been held longer than ``max_held_seconds`` of event time (up to
+        the newest window)."""
+        if since is None or self.latest_window is None:
+            return False
+        return (pd.Timestamp(self.latest_window) - since).total_seconds() > self.max_held_seconds
 
 
 def _frame(lake: str, sql: str, columns: list[str]) -> pd.DataFrame:
@@ -217,14 +237,23 @@ def _limits_table(status: Status) -> str:
     for rec in sorted(status.limits_in_force, key=lambda r: (r.get("resource_type", ""), r.get("resource", ""))):
         expires = pd.Timestamp(rec.get("expires_at")) if rec.get("expires_at") else None
         expired = expires is not None and expires < pd.Timestamp(status.now)
-        cells = [rec.get("resource_type"), rec.get("resource"), f"{float(rec.get('limit_qps', 0)):.1f}",
-                 rec.get("burst"), rec.get("mode"), rec.get("version"),
+        since = status.held_since(rec.get("resource_type"), rec.get("resource"))
+        too_long = status.held_too_long(since)
+        held = "" if since is None else f"{since:%Y-%m-%d %H:%M}"
+        if too_long:
+            held += f" (held over {status.max_held_seconds // 60} min: look at it)"
+        shares = rec.get("brokers") or {}
+        split = ", ".join(f"{b} {float(v['limit_qps']):.1f}" for b, v in sorted(shares.items()) if b != "*")
+        cells = [rec.get("resource_type"), rec.get("resource"), f"{float(rec.get('limit_qps', 0)):.1f}", split,
+                 rec.get("burst"), rec.get("mode"), rec.get("version"), held,
                  f"{rec.get('expires_at')}{' (expired: brokers fell back to their default)' if expired else ''}"]
         tds = "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
-        rows.append(f'<tr class="{"expired" if expired else ""}">{tds}'
+        css = " ".join(c for c, on in (("expired", expired), ("held-long", too_long)) if on)
+        rows.append(f'<tr class="{css}">{tds}'
                     f'<td class="reason">{html.escape(str(rec.get("reason", "")))}</td></tr>')
-    head = "".join(f"<th>{h}</th>" for h in ("type", "resource", "limit msg/s", "burst", "mode", "version",
-                                             "expires (UTC)", "reason"))
+    head = "".join(f"<th>{h}</th>" for h in ("type", "resource", "limit msg/s (cluster)", "per broker msg/s",
+                                             "burst", "mode", "version", "held since (UTC)", "expires (UTC)",
+                                             "reason"))
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
@@ -271,13 +300,16 @@ def render(status: Status) -> str:
 
 
 def write_page(lake: str, out: str | Path | None = None, *, now: dt.datetime | None = None,
-               margin_minutes: int = 30, max_resources: int = 24) -> Path:
+               margin_minutes: int = 30, max_resources: int = 24,
+               max_held_seconds: int = LimitsConfig().max_held_seconds) -> Path:
     """Read ``lake``, render the page and write ``<out>/index.html`` (default ``<lake>/status``); returns its path.
 
     Raises:
         StatusError: nothing to show under ``lake``.
     """
-    status = add_figures(read_status(lake, now), margin_minutes, max_resources)
+    status = read_status(lake, now)
+    status.max_held_seconds = max_held_seconds
+    status = add_figures(status, margin_minutes, max_resources)
     out_dir = Path(out) if out else Path(lake) / STATUS_SUBDIR
     out_dir.mkdir(parents=True, exist_ok=True)
     page = out_dir / "index.html"
@@ -289,11 +321,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m pipelines.ops.status", description=__doc__.splitlines()[0])
     parser.add_argument("--lake", required=True, help="lake directory the governor writes")
     parser.add_argument("--out", help="output directory (default: <lake>/status)")
+    parser.add_argument("--max-held-seconds", type=int, default=LimitsConfig().max_held_seconds,
+                        help="flag limits held longer than this (event time; limits.max_held_seconds)")
     parser.add_argument("--margin-minutes", type=int, default=30, help="TPS plots: minutes around events (30)")
     parser.add_argument("--max-resources", type=int, default=24, help="TPS plots: at most this many (24)")
     args = parser.parse_args(argv)
     try:
-        page = write_page(args.lake, args.out, margin_minutes=args.margin_minutes, max_resources=args.max_resources)
+        page = write_page(args.lake, args.out, margin_minutes=args.margin_minutes, max_resources=args.max_resources,
+                          max_held_seconds=args.max_held_seconds)
     except StatusError as exc:
         return fail("rate-governor status", exc)
     print(f"status page: {page.resolve().as_uri()}")

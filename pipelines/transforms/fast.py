@@ -249,6 +249,18 @@ def topic_carriers(open_windows: DataFrame) -> DataFrame:
     return topics.select(*WINDOW_KEYS, F.col("resource").alias("topic"), F.explode("carriers").alias("broker"))
 
 
+def cut_bounded_by_final_rates(candidates: DataFrame, open_windows: DataFrame, expected_brokers: list[str],
+                               cfg: WindowsConfig) -> DataFrame:
+    """Limit candidates of open windows → those the fast path may act on: a non-critical candidate's first cut is
+    bounded by ``max_cut_pct`` of the observed rate (:func:`pipelines.transforms.fold.fold_resource`), and a partial
+    window's rate is below the true one, so a non-critical candidate waits until its window is complete by census
+    (its observed rate final); critical ones act at once."""
+    complete = census(open_windows, expected_brokers).where("complete").select(
+        (F.col("window_start") + F.make_dt_interval(secs=F.lit(cfg.length_seconds))).alias("window_end"))
+    settled = candidates.where(~F.col("critical")).join(complete, "window_end", "left_semi")
+    return candidates.where(F.col("critical")).unionByName(settled)
+
+
 def open_broker_tps(open_windows: DataFrame, cfg: WindowsConfig) -> DataFrame:
     """Open windows → ``window_end``, ``resource_type``, ``resource``, ``broker_tps`` (map broker → msg/s of the
     resource's limited traffic so far: the shares of a preliminary limit, the shape of

@@ -166,8 +166,9 @@ def decide(
         order.
     """
     rows = fold_input(candidates, state, observations).toArrow().to_pandas()
-    rows = rows[rows.groupby(["resource_type", "resource"])["row_kind"].transform(
-        lambda kinds: kinds.isin([CANDIDATE, STATE]).any())]  # observed only: neither limited nor a candidate
+    # a resource that is only observed (neither limited nor a candidate) has nothing to fold
+    anchored = rows.loc[rows["row_kind"].isin([CANDIDATE, STATE]), ["resource_type", "resource"]].drop_duplicates()
+    rows = rows.merge(anchored, on=["resource_type", "resource"], how="inner")
     folded = [
         _fold_group(group, horizon_end, cfg, window_seconds, recover)
         for _, group in rows.groupby(["resource_type", "resource"], sort=True)

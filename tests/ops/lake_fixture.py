@@ -75,7 +75,8 @@ def build_lake(lake: Path) -> Path:
     ])
     records = [
         {"resource_type": "group", "resource": GROUP, "limit_qps": 30.0, "burst": 30, "mode": "enforce",
-         "expires_at": minute(57).strftime("%Y-%m-%dT%H:%M:%SZ"), "version": 2, "reason": reason, "signature": "ab"},
+         "expires_at": minute(57).strftime("%Y-%m-%dT%H:%M:%SZ"), "version": 2, "reason": reason, "signature": "ab",
+         "brokers": {"broker-a": {"limit_qps": 30.0, "burst": 30}, "*": {"limit_qps": 30.0, "burst": 30}}},
         {"resource_type": "topic", "resource": "orders", "limit_qps": 120.0, "burst": 120, "mode": "advisory",
          "expires_at": minute(45).strftime("%Y-%m-%dT%H:%M:%SZ"), "version": 3, "reason": "TRAFFIC_SURGE: orders",
          "signature": "cd"},

@@ -43,6 +43,16 @@ def test_page_shows_limits_timeline_tps_and_quarantine(lake, tmp_path):
     assert status.IMAGE_CHECK_SCRIPT in page
 
 
+def test_limits_held_longer_than_the_maximum_are_flagged_for_a_person(lake, tmp_path):
+    """The group's limit started with the window ending 10:21 and the newest window ends 10:40: held 19 minutes.
+    Under a 60-minute maximum it is a plain row; under a 10-minute one it is flagged."""
+    calm = status.write_page(str(lake), tmp_path / "calm", now=NOW).read_text()
+    row = re.search(r'<tr class="[^"]*">(?:(?!</tr>).)*get-pugc-to-ai-consumer(?:(?!</tr>).)*</tr>', calm).group(0)
+    assert "2026-11-22 10:21" in row and "broker-a 30.0" in row and "held-long" not in row
+    flagged = status.write_page(str(lake), tmp_path / "flag", now=NOW, max_held_seconds=600).read_text()
+    assert re.search(r'<tr class="held-long">(?:(?!</tr>).)*held over 10 min: look at it', flagged)
+
+
 def test_figures_are_limited_and_ordered(lake):
     st = status.add_figures(status.read_status(str(lake), NOW), max_resources=1)
     titles = [f.title for f in st.figures]

@@ -36,10 +36,15 @@ def test_running_sums_per_resource_count_a_duplicated_line_once(spark):
         (T0, "broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 1),
         (T0, "broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 1),  # failures count as they come
         (T0, "broker-a", "orders", None, "failure:OTHER", 1),
+        (T0, "broker-b", "orders", None, "failure:RATE_LIMITED", 1),  # the limiter's own: demand, not a failure
     ])
     rows = {(r["resource_type"], r["resource"]): r for r in got.collect()}
     assert rows["topic", "orders"]["puts"] == 1800 and rows["topic", "orders"]["carriers"] == ["broker-a", "broker-b"]
     assert rows["topic", "orders"]["failures"] == 3 and rows["topic", "orders"]["busy_failures"] == 2
+    assert rows["broker", "broker-b"]["failures"] == 0
+    # per-broker amounts of the limited traffic: a topic's puts, a group's send-backs (the shares of a new limit)
+    assert rows["topic", "orders"]["broker_amounts"] == {"broker-a": 600, "broker-b": 1200}
+    assert rows["group", "g"]["broker_amounts"] == {"broker-a": 240}
     assert rows["broker", "broker-a"]["puts"] == 600 and rows["broker", "broker-a"]["broker_puts"] is None
     assert (rows["group", "g"]["consumed"], rows["group", "g"]["retried"]) == (300, 240)
     assert rows["cluster", "*"]["brokers"] == ["broker-a", "broker-b"]
@@ -91,3 +96,17 @@ def test_surge_on_partial_sums_uses_the_baseline_of_finalized_windows(spark):
     open_windows = sums(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 60 * 100)])
     got = _prelim(spark, open_windows, ["broker-a", "broker-b"], history).where(F.col("anomaly") == "TRAFFIC_SURGE")
     assert [(r["resource_type"], r["resource"], r["baseline_tps"]) for r in got.collect()] == [("broker", "broker-a", 20.0)]
+
+
+def test_non_critical_candidates_wait_for_the_census_critical_ones_act_at_once(spark):
+    """A partial window's observed rate is below the true one, so a non-critical first cut (at most max_cut_pct of
+    the observed rate) would cut deeper than allowed: it waits until every expected broker has reported."""
+    cands = spark.createDataFrame(
+        [("topic", "a", ts("2022-02-08 10:01"), 10.0, True), ("topic", "b", ts("2022-02-08 10:01"), 10.0, False)],
+        "resource_type string, resource string, window_end timestamp, target_qps double, critical boolean")
+    partial = sums(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600)])
+    got = fast.cut_bounded_by_final_rates(cands, partial, ["broker-a", "broker-b"], W)
+    assert [r["resource"] for r in got.collect()] == ["a"]
+    complete = sums(spark, [(T0, b, "orders", None, "TOPIC_PUT_NUMS", 600) for b in ("broker-a", "broker-b")])
+    got = fast.cut_bounded_by_final_rates(cands, complete, ["broker-a", "broker-b"], W)
+    assert sorted(r["resource"] for r in got.collect()) == ["a", "b"]
