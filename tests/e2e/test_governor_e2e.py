@@ -177,23 +177,32 @@ def test_enforce_mode_without_signing_key_is_a_start_up_error(tmp_path):
 
 
 def test_once_stops_the_other_query_and_raises_when_one_fails(spark, run, tmp_path, monkeypatch):
-    """--once runs both queries side by side; when one fails, the other is stopped and the failure is raised."""
+    """--once with the fast path on (``windows.fast_path = "always"``) runs ingest and fast side by side; when ingest
+    fails while a fast micro-batch is still running, the fast query is stopped and the failure is raised. (Gold
+    starts only after ingest has finished, so it is the fast query that can be caught running.)"""
+    import threading
     import time
 
     from pyspark.errors import StreamingQueryException
 
-    from pipelines.flows.gold import GoldFlow
+    from pipelines.flows.fast import FastFlow
     from pipelines.flows.ingest import IngestFlow
 
+    fast_running = threading.Event()
+
     def broken_ingest_batch(self, raw, batch_id):
+        assert fast_running.wait(60), "the fast query never started a micro-batch"
         raise RuntimeError("ingest batch broken on purpose")
 
-    def slow_gold_batch(self, metrics, batch_id):
-        time.sleep(15)  # still running when the ingest query fails
+    def slow_fast_batch(self, open_windows, batch_id):
+        fast_running.set()
+        time.sleep(10)  # still running when the ingest query fails
 
     monkeypatch.setattr(IngestFlow, "handle", broken_ingest_batch)
-    monkeypatch.setattr(GoldFlow, "handle", slow_gold_batch)
+    monkeypatch.setattr(FastFlow, "handle", slow_fast_batch)
     cfg = run["cfg"].with_paths(str(run["landing"]), str(tmp_path / "lake"))
+    cfg = cfg.model_copy(update={"windows": cfg.windows.model_copy(update={"fast_path": "always"})})
     with pytest.raises(StreamingQueryException, match="ingest batch broken on purpose"):
         governor.run(spark, cfg, once=True)
+    assert fast_running.is_set()
     assert not spark.streams.active

@@ -127,3 +127,33 @@ def test_windows_under_a_limit_are_kept_out_of_the_surge_baseline(spark):
     got = surges(spark, current, history)
     assert [(r["resource"], r["baseline_tps"]) for r in got.collect()] == [("orders", 100.0)]
     assert fired(surges(spark, current, history.withColumn("limit_qps", F.lit(None).cast("double")))) == []
+
+
+def test_surge_baseline_is_the_median_not_the_mean_or_the_max(spark):
+    """Histories that tell the three apart: with a few high windows the median stays low (mean and max would hide
+    the surge); with a few low windows the median stays high (the mean would fire on a normal window)."""
+    spiky = topic_series(spark, "spiky", [100.0] * 6 + [1000.0] * 4 + [500.0])   # median 100, mean 460, max 1000
+    dippy = topic_series(spark, "dippy", [10.0] * 4 + [100.0] * 6 + [350.0])     # median 100, mean 64
+    series = spiky.unionByName(dippy)
+    last = win(10)[0]
+    got = surges(spark, series.where(F.col("window_start") == last), series.where(F.col("window_start") < last))
+    assert [(r["resource"], r["baseline_tps"]) for r in got.collect()] == [("spiky", 100.0)]
+
+
+def test_a_broker_baseline_prefers_its_own_broker_put_nums(spark):
+    """Article 001: a broker's writes rose 8x while the topics it prints stayed flat (retry re-puts and schedule
+    writes are in BROKER_PUT_NUMS only). The broker's surge is measured on its own BROKER_PUT_NUMS; a broker that
+    prints none falls back to the sum of its topics."""
+    def broker_rows(broker, topic_sum, own):
+        return [(*win(i), broker, t, o, 3, 0, 0, None) for i, (t, o) in enumerate(zip(topic_sum, own))]
+    rows = broker_rows("broker-a", [100.0] * 11, [100.0] * 10 + [800.0]) \
+        + broker_rows("broker-b", [100.0] * 10 + [800.0], [None] * 11)
+    all_brokers = spark.createDataFrame(rows, schemas.GOLD_BROKER_TPS)
+    last = win(10)[0]
+    empty_topics = spark.createDataFrame([], schemas.GOLD_TOPIC_TPS)
+    empty_groups = spark.createDataFrame([], schemas.GOLD_GROUP_TPS)
+    got = detect.detect_anomalies(empty_topics, empty_groups, all_brokers.where(F.col("window_start") == last),
+                                  empty_topics, all_brokers.where(F.col("window_start") < last), W, D)
+    surged = sorted((r["resource"], r["observed_tps"], r["baseline_tps"])
+                    for r in got.where(F.col("anomaly") == "TRAFFIC_SURGE").collect())
+    assert surged == [("broker-a", 800.0, 100.0), ("broker-b", 800.0, 100.0)]
