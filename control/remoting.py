@@ -187,12 +187,9 @@ def encode(cmd: RemotingCommand, serialize_type: int | None = None) -> bytes:
     """A whole frame, length field included (``RemotingCommand.encode``), with a JSON or binary header
     (``serialize_type``, default ``cmd.serialize_type``)."""
     kind = cmd.serialize_type if serialize_type is None else serialize_type
-    if kind == SERIALIZE_JSON:
-        header = header_json(cmd)
-    elif kind == SERIALIZE_ROCKETMQ:
-        header = header_rocketmq(cmd)
-    else:
+    if kind not in _HEADER_CODECS:
         raise RemotingProtocolError(f"serialization type {kind} is neither JSON (0) nor ROCKETMQ (1)")
+    header = _HEADER_CODECS[kind][0](cmd)
     if len(header) > 0xFFFFFF:
         raise RemotingProtocolError(f"header of {len(header)} bytes does not fit in 24 bits")
     length = 4 + len(header) + len(cmd.body)
@@ -250,6 +247,11 @@ def _decode_rocketmq_header(data: bytes) -> dict[str, Any]:
             "flag": flag, "remark": remark, "extFields": ext}
 
 
+#: Serialization type → (header encoder, header decoder).
+_HEADER_CODECS = {SERIALIZE_JSON: (header_json, _decode_json_header),
+                  SERIALIZE_ROCKETMQ: (header_rocketmq, _decode_rocketmq_header)}
+
+
 def decode(frame: bytes) -> RemotingCommand:
     """A frame without its leading length field (what ``NettyDecoder`` hands to ``RemotingCommand.decode``); the
     header may be JSON or ROCKETMQ (binary), told by the high byte of the header length.
@@ -264,13 +266,9 @@ def decode(frame: bytes) -> RemotingCommand:
     kind, header_len = ori >> 24, ori & 0xFFFFFF
     if header_len > len(frame) - 4:
         raise RemotingProtocolError(f"header length {header_len} exceeds the frame ({len(frame) - 4} bytes left)")
-    data = bytes(frame[4:4 + header_len])
-    if kind == SERIALIZE_JSON:
-        header = _decode_json_header(data)
-    elif kind == SERIALIZE_ROCKETMQ:
-        header = _decode_rocketmq_header(data)
-    else:
+    if kind not in _HEADER_CODECS:
         raise RemotingProtocolError(f"serialization type unknown ({kind}); JSON (0) and ROCKETMQ (1) are known")
+    header = _HEADER_CODECS[kind][1](bytes(frame[4:4 + header_len]))
     try:
         return RemotingCommand(
             code=header["code"],

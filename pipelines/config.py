@@ -151,6 +151,11 @@ class KafkaSinkConfig(_Section):
     options: dict[str, str | int | bool] = Field(default_factory=dict)
 
 
+#: ``BrokerConfig`` ``sendMsgRateLimitQps`` / ``sendRetryMsgRateLimitQps`` of the current sohutv/rocketmq line
+#: (5.1.1-sohu-02/-03, 5.3.1-sohu-01), the sink's fallback defaults.
+CURRENT_FORK_DEFAULT_QPS = (10000.0, 1000.0)
+
+
 class RocketMQSinkConfig(_Section):
     """RocketMQ admin write-back (pipelines/io/rocketmq_sink.py): limits pushed to the master brokers of a Sohu
     RocketMQ cluster with MQCloud's rate-limit requests.
@@ -176,8 +181,8 @@ class RocketMQSinkConfig(_Section):
     max_parallel_brokers: int = Field(default=16, gt=0, le=256)
     idle_timeout_seconds: float = Field(default=120.0, gt=0)
     defaults_refresh_seconds: float = Field(default=300.0, ge=0)
-    default_topic_qps: float = Field(default=10000.0, gt=0)
-    default_retry_qps: float = Field(default=1000.0, gt=0)
+    default_topic_qps: float = Field(default=CURRENT_FORK_DEFAULT_QPS[0], gt=0)
+    default_retry_qps: float = Field(default=CURRENT_FORK_DEFAULT_QPS[1], gt=0)
     acl_access_key_env: str = "RATE_GOVERNOR_ROCKETMQ_ACCESS_KEY"
     acl_secret_key_env: str = "RATE_GOVERNOR_ROCKETMQ_SECRET_KEY"
     acl_key_file: str = ""
@@ -187,7 +192,8 @@ class RocketMQSinkConfig(_Section):
     def _namesrv_when_enabled(self) -> "RocketMQSinkConfig":
         if self.enabled and not self.namesrv_addr:
             raise ValueError("sink.rocketmq.namesrv_addr must list at least one name server when enabled")
-        if self.request_codes == "330/329" and (self.default_topic_qps, self.default_retry_qps) == (10000.0, 1000.0):
+        if self.request_codes == "330/329" and (self.default_topic_qps,
+                                                self.default_retry_qps) == CURRENT_FORK_DEFAULT_QPS:
             raise ValueError(
                 'sink.rocketmq.request_codes = "330/329" is for 4.9.3-sohu builds before 2023-05 (defaults 2000 / '
                 "100); default_topic_qps / default_retry_qps 10000 / 1000 are the current 5.x line, where 329 is "

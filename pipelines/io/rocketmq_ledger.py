@@ -59,14 +59,17 @@ class Ledger:
         with self._lock:
             return {r for owned in self._owned.values() for r in owned}
 
-    def take(self, broker: str, resource: str, prior_qps: float | None) -> None:
-        """Record that the governor is about to change ``resource`` on ``broker``, which is at ``prior_qps``
-        (None: the broker's default or no limiter). A resource already owned keeps its first prior."""
+    def take(self, broker: str, priors: dict[str, float | None]) -> None:
+        """Record that the governor is about to change these resources on ``broker``: ``{resource: prior_qps}``
+        (None: the broker's default or no limiter). A resource already owned keeps its first prior. One write."""
         with self._lock:
             entry = self._owned.setdefault(broker, {})
-            if resource in entry:
+            new = {r: q for r, q in priors.items() if r not in entry}
+            if not new:
+                if not entry:
+                    self._owned.pop(broker, None)
                 return
-            entry[resource] = prior_qps
+            entry.update(new)
             self._write()
 
     def release(self, broker: str, resources: set[str]) -> None:
@@ -136,7 +139,7 @@ def write_ledger(path: Path, owned: dict[str, dict[str, float | None]]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(body, out, indent=1)
+            json.dump(body, out, separators=(",", ":"))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

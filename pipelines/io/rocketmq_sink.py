@@ -168,6 +168,7 @@ class RocketMQAdminSink:
         if not masters:
             log.warning("rocketmq sink: name server lists no master for cluster %r", self.cfg.cluster)
         self.ledger.adopt_legacy(sorted(masters))
+        self._inflight = {n: f for n, f in self._inflight.items() if not f.done()}
         status: dict[str, str] = {}
         futures: dict[Future, tuple[str, str]] = {}
         for name, addr in masters.items():
@@ -213,6 +214,7 @@ class RocketMQAdminSink:
         view, defaults = self.read_master(broker, addr, deadline)
         owned = self.ledger.owned(broker)
         plan: dict[str, float] = {}
+        taken: dict[str, float | None] = {}
         release: set[str] = set()
         for resource, record in desired.items():
             have = view.rates.get(resource)
@@ -221,8 +223,9 @@ class RocketMQAdminSink:
             target = min(broker_limit(record, broker)[0], ceiling)
             if have is None or abs(have - target) > RATE_TOLERANCE:
                 if resource not in owned:
-                    self.ledger.take(broker, resource, prior)  # before the first change
+                    taken[resource] = prior
                 plan[resource] = target
+        self.ledger.take(broker, taken)  # written before the first change
         for resource, prior in owned.items():
             if resource in desired:
                 continue
