@@ -21,8 +21,9 @@ rejects sends over its rate in a second with ``SYSTEM_BUSY`` (a per-second windo
 ``TokenBucketRateLimiter``), stamping ``lastRateLimitTimestamp`` (-1 until then); UPDATE changes an existing limiter
 only and answers SUCCESS either way (``AdminBrokerProcessor.updateSendMessageRateLimit``); ``GET_BROKER_CONFIG``
 answers ``key=value`` lines (``Configuration.getAllConfigsFormatString``); :meth:`update_broker_config` is
-``UPDATE_BROKER_CONFIG`` of the rate keys (``setDefaultLimitQps`` / ``setSendMsgBackLimitQps`` reset every limiter of
-that kind). On a 5.x version 329 is ``DELETE_EXPIRED_COMMITLOG``: counted in ``commitlog_cleanups``, answered SUCCESS
+``UPDATE_BROKER_CONFIG`` of the rate keys (current line: ``setDefaultLimitQps`` / ``setSendMsgBackLimitQps`` reset
+every limiter of that kind); on the older line UPDATE's ``defaultLimitQps`` / ``sendMsgBackLimitQps`` change the
+limiter's defaults only, which its view reports and GET_BROKER_CONFIG does not. On a 5.x version 329 is ``DELETE_EXPIRED_COMMITLOG``: counted in ``commitlog_cleanups``, answered SUCCESS
 with an empty body. Other codes: ``REQUEST_CODE_NOT_SUPPORTED``. Every response carries the broker's ``version``.
 
 Both servers: ``serialize="ROCKETMQ"`` answers binary headers (``rocketmq.serialize.type``); ``idle_close_s`` closes
@@ -188,8 +189,9 @@ class LoopbackBroker(_Loopback):
         if old_codes and (line != "older" or is_rocketmq5(version)):
             raise ValueError("codes 330/329 existed only on 4.9.3-sohu (older line, 4.x)")
         self.update_code, self.view_code = (RC.UPDATE_OLD, RC.VIEW_OLD) if old_codes else (RC.UPDATE, RC.VIEW)
-        self.default_qps = spec["defaults"][0] if default_qps is None else default_qps
+        self.default_qps = spec["defaults"][0] if default_qps is None else default_qps  # the limiter's defaults
         self.retry_qps = spec["defaults"][1] if retry_qps is None else retry_qps
+        self.config_qps = (self.default_qps, self.retry_qps)  # BrokerConfig, what GET_BROKER_CONFIG reports
         self.rates: dict[str, float] = {}   # RateLimitHandler.rateLimiterMap: resource -> qps
         self.stamps: dict[str, int] = {}    # resource -> lastRateLimitTimestamp (ms, -1 = never)
         self._window: dict[str, tuple[int, int]] = {}  # resource -> (second, permits used)
@@ -200,6 +202,7 @@ class LoopbackBroker(_Loopback):
         self.error_code: int | None = None
         self.garbage = False
         self.empty_view = False
+        self.disabled = False  # older line: RateLimitHandler.disabled (UPDATE's "disabled")
         super().__init__(version, serialize, idle_close_s, acl)
 
     # --- RateLimitHandler -----------------------------------------------------------------------------------------
@@ -228,22 +231,31 @@ class LoopbackBroker(_Loopback):
             self.persisted = {k: v for k, v in self.rates.items()
                               if not ((self._is_retry(k) and v == self.retry_qps) or v == self.default_qps)}
 
+    def _set_defaults(self, topic_qps: float | None, retry_qps: float | None) -> None:
+        """``RateLimitHandler.setDefaultLimitQps`` / ``setSendMsgBackLimitQps``: every limiter of that kind is set to
+        the new default (both lines). Caller holds the lock."""
+        if topic_qps is not None:
+            self.default_qps = topic_qps
+            self.rates.update({k: topic_qps for k in self.rates if not self._is_retry(k)})
+        if retry_qps is not None:
+            self.retry_qps = retry_qps
+            self.rates.update({k: retry_qps for k in self.rates if self._is_retry(k)})
+        self.data_version += 1
+
     def update_broker_config(self, topic_qps: float | None = None, retry_qps: float | None = None) -> None:
-        """``UPDATE_BROKER_CONFIG`` with the rate keys (``AdminBrokerProcessor.updateBrokerConfig`` on the current
-        line, the handler's ``setDefaultLimitQps`` / ``setSendMsgBackLimitQps`` on both): every limiter of that kind
-        is set to the new default."""
+        """``UPDATE_BROKER_CONFIG`` with the rate keys: the ``BrokerConfig`` values; on the current line
+        (``AdminBrokerProcessor.updateBrokerConfig``, 5.3.1-sohu-01) also the limiter's defaults and limiters. The
+        older line's limiter takes them at the next start only (4.9.3-sohu ``BrokerController``)."""
         with self.lock:
-            if topic_qps is not None:
-                self.default_qps = topic_qps
-                self.rates.update({k: topic_qps for k in self.rates if not self._is_retry(k)})
-            if retry_qps is not None:
-                self.retry_qps = retry_qps
-                self.rates.update({k: retry_qps for k in self.rates if self._is_retry(k)})
-            self.data_version += 1
-            self._persist()
+            self.config_qps = (self.config_qps[0] if topic_qps is None else topic_qps,
+                               self.config_qps[1] if retry_qps is None else retry_qps)
+            if self.line == "current":
+                self._set_defaults(topic_qps, retry_qps)
+                self._persist()
 
     def _on_restart(self) -> None:
         with self.lock:  # RateLimitConfigManager.load(): the persisted limiters come back, nothing else
+            self.default_qps, self.retry_qps = self.config_qps
             self.rates = dict(self.persisted) if self.persists else {}
             self.stamps = {k: -1 for k in self.rates}
             self._window = {}
@@ -251,8 +263,8 @@ class LoopbackBroker(_Loopback):
     # --- requests -------------------------------------------------------------------------------------------------
     def config_body(self) -> bytes:
         props = {"brokerName": self.name, "brokerClusterName": "c1", "brokerId": "0", "listenPort":
-                 self.addr.rsplit(":", 1)[1], "sendMsgRateLimitQps": repr(self.default_qps),
-                 "sendRetryMsgRateLimitQps": repr(self.retry_qps), "enableRateLimit": "true"}
+                 self.addr.rsplit(":", 1)[1], "sendMsgRateLimitQps": repr(self.config_qps[0]),
+                 "sendRetryMsgRateLimitQps": repr(self.config_qps[1]), "enableRateLimit": "true"}
         return "".join(f"{k}={v}\n" for k, v in props.items()).encode("utf-8")
 
     def view_body(self) -> bytes:
@@ -263,7 +275,7 @@ class LoopbackBroker(_Loopback):
                 body = {"dataVersion": {"counter": self.data_version, "stateVersion": 0, "timestamp": 0},
                         "topicRateLimitList": items}
             else:
-                body = {"defaultLimitQps": self.default_qps, "disabled": False,
+                body = {"defaultLimitQps": self.default_qps, "disabled": self.disabled,
                         "sendMsgBackLimitQps": self.retry_qps, "topicRateLimitList": items}
         return json.dumps(body, sort_keys=True).encode("utf-8")
 
@@ -296,6 +308,12 @@ class LoopbackBroker(_Loopback):
                 return self.reply(request, RC.SUCCESS, body=b"" if self.empty_view else self.view_body())
             topic, qps = ext.get("topic"), float(ext.get("topicLimitQps", "-1"))
             with self.lock:
+                if self.line == "older":  # 4.9.3-sohu UpdateSendMsgRateLimitRequestHeader: the limiter's defaults
+                    topic_default = float(ext.get("defaultLimitQps", "-1"))
+                    retry_default = float(ext.get("sendMsgBackLimitQps", "-1"))
+                    if topic_default > -1 or retry_default > -1:
+                        self._set_defaults(topic_default if topic_default > -1 else None,
+                                           retry_default if retry_default > -1 else None)
                 if topic is not None and qps > -1 and topic in self.rates:  # updateLimitQps: existing limiters only
                     self.rates[topic] = qps
                     self.data_version += 1

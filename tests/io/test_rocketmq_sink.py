@@ -13,6 +13,7 @@ import time
 import pytest
 
 from control import remoting as rm
+from control.remoting_client import RemotingClient
 from pipelines.config import ConfigError, GovernorConfig, RocketMQSinkConfig
 from pipelines.io.rocketmq_ledger import ANY_MASTER, read_ledger
 from pipelines.io.rocketmq_sink import RocketMQAdminSink, broker_resource, main
@@ -167,7 +168,7 @@ def test_older_line_defaults_come_from_its_view_body(tmp_path, caplog, version):
     (the current line's 10000 / 1000) is not used, and the difference is logged once."""
     brokers = [LoopbackBroker("broker-a", "older", version=version)]
     brokers[0].traffic("%RETRY%g1", retry=True)
-    sink, ns = make_cluster(tmp_path, brokers)
+    sink, ns = make_cluster(tmp_path, brokers, defaults_refresh_seconds=0)  # GET_BROKER_CONFIG every publish
     try:
         with caplog.at_level(logging.WARNING, logger="rate_governor.sink.rocketmq"):
             sink.publish([], [rec("g1", 40.0)], now=NOW)
@@ -179,6 +180,31 @@ def test_older_line_defaults_come_from_its_view_body(tmp_path, caplog, version):
         sink.close()
         ns.stop()
         brokers[0].stop()
+
+
+def test_older_line_limiter_defaults_changed_at_run_time_win_over_its_broker_config(tmp_path, caplog):
+    """On 4.9.3-sohu MQCloud changes the limiter's defaults with UPDATE (``sendMsgBackLimitQps``, which also sets
+    every retry limiter): the view reports 150, GET_BROKER_CONFIG still 100. A lift restores the limiter's own."""
+    broker = LoopbackBroker("broker-a", "older")
+    broker.traffic("%RETRY%g1", retry=True)
+    sink, ns = make_cluster(tmp_path, [broker])
+    client = RemotingClient(timeout_s=2)
+    try:
+        sink.publish([], [rec("g1", 40.0)], now=NOW)
+        reply = client.invoke(broker.addr, rm.UPDATE_SEND_MESSAGE_RATE_LIMIT, {"sendMsgBackLimitQps": "150.0"})
+        assert reply.code == rm.SUCCESS and broker.rates["%RETRY%g1"] == 150.0
+        assert b"sendRetryMsgRateLimitQps=100.0" in broker.config_body()
+        assert sink.publish([], [rec("g1", 40.0)], now=NOW) == 1  # the governor's limit back
+        assert sink.publish([], [], now=NOW) == 1 and broker.rates["%RETRY%g1"] == 150.0
+        broker.disabled = True
+        with caplog.at_level(logging.WARNING, logger="rate_governor.sink.rocketmq"):
+            sink.publish([], [], now=NOW)
+        assert "rate limiter disabled" in caplog.text
+    finally:
+        client.close()
+        sink.close()
+        ns.stop()
+        broker.stop()
 
 
 def test_old_request_codes_on_an_old_4x_broker(tmp_path):
@@ -259,13 +285,14 @@ def test_garbage_answer_and_dead_name_servers_do_not_raise(cluster):
 
 def test_twenty_stalled_masters_do_not_stall_a_publish(tmp_path):
     """One publish talks to the masters in parallel under a deadline: 20 masters that accept and never answer
-    cost the deadline, not 20 x timeout_ms (20 s here) as master by master did."""
-    healthy = LoopbackBroker("broker-00")
+    cost the deadline, not 20 x timeout_ms (20 s here) as master by master did, and the healthy master, last in
+    name order, is still served within it."""
+    healthy = LoopbackBroker("broker-99")
     healthy.traffic("%RETRY%g1", retry=True)
     stalled = [LoopbackBroker(f"broker-{i:02d}") for i in range(1, 21)]
     for b in stalled:
         b.stall = True
-    sink, ns = make_cluster(tmp_path, [healthy, *stalled], timeout_ms=1000, publish_deadline_ms=1500)
+    sink, ns = make_cluster(tmp_path, [*stalled, healthy], timeout_ms=1000, publish_deadline_ms=1500)
     try:
         started = time.monotonic()
         assert sink.publish([], [rec("g1", 40.0)], now=NOW) == 1
