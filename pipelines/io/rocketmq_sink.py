@@ -191,6 +191,8 @@ class RocketMQAdminSink:
                     continue
                 except (rm.RemotingError, ValueError) as exc:
                     status[addr] = str(exc)
+                except Exception as exc:  # noqa: BLE001 - one master's surprise must not cost the others' results
+                    status[addr] = f"{type(exc).__name__}: {exc}"
             log.warning("rocketmq sink: broker %s (%s): %s; retrying next micro-batch", name, addr, status[addr])
         self.status = status
         return sent
