@@ -1,50 +1,60 @@
-"""RocketMQ's remoting protocol, the small part an admin client needs: frames, JSON headers, request/response.
+"""RocketMQ's remoting protocol, the small part an admin client needs: frames, JSON and binary headers.
 
 Written from Apache RocketMQ's ``org.apache.rocketmq.remoting.protocol.RemotingCommand`` (``encode``,
 ``headerEncode``, ``markProtocolType``, ``decode``, ``getHeaderLength``, ``getProtocolType``),
-``RemotingSerializable`` (fastjson ``JSON.toJSONString``), ``SerializeType`` (JSON = 0, ROCKETMQ = 1),
-``LanguageCode``, ``RequestCode``/``ResponseCode``/``RemotingSysResponseCode`` and ``NettyDecoder`` (frame limit);
-the rate-limit codes are Sohu's (sohutv/rocketmq ``RequestCode``, sohutv/mqcloud ``SohuMQAdmin``).
+``RemotingSerializable`` (fastjson ``JSON.toJSONString``), ``RocketMQSerializable`` (the binary header),
+``SerializeType`` (JSON = 0, ROCKETMQ = 1), ``LanguageCode``, ``MQVersion.Version``,
+``RequestCode``/``ResponseCode``/``RemotingSysResponseCode`` and ``NettyDecoder`` (frame limit), branch develop; the
+rate-limit codes are Sohu's (sohutv/rocketmq ``RequestCode``, sohutv/mqcloud ``SohuMQAdmin``).
 
 A frame on the wire (all integers big-endian)::
 
     int32 length            = 4 + header length + body length (the length field itself excluded)
-    int32 header length     high byte: serialization type (0 JSON), low 3 bytes: header length
-    header                  UTF-8 JSON {"code", "extFields", "flag", "language", "opaque", "remark",
-                                        "serializeTypeCurrentRPC", "version"}, null fields left out
+    int32 header length     high byte: serialization type (0 JSON, 1 ROCKETMQ), low 3 bytes: header length
+    header                  JSON: UTF-8 {"code", "extFields", "flag", "language", "opaque", "remark",
+                                         "serializeTypeCurrentRPC", "version"}, null fields left out
+                            ROCKETMQ (``RocketMQSerializable.rocketMQProtocolEncode``): int16 code, int8 language
+                                         (``LanguageCode``), int16 version, int32 opaque, int32 flag, int32 remark
+                                         length + UTF-8 remark, int32 ext length + per ext field (int16 key length,
+                                         key, int32 value length, value)
     body                    the rest (RemotingSerializable JSON for admin bodies)
 
 ``flag`` bit 0 marks a response (``RPC_TYPE``), bit 1 a one-way request (``RPC_ONEWAY``). A response carries the
-``opaque`` of its request; :class:`RemotingClient` matches them. ``extFields`` values are strings: Java's
-``makeCustomHeaderToNet`` sends ``value.toString()`` of every header field, e.g. ``"40.0"`` for a double.
-
-Only JSON headers are implemented; a ROCKETMQ (binary, ``RocketMQSerializable``) header is refused with a clear
-error. This module imports only the standard library (no pyspark).
+``opaque`` of its request (:class:`control.remoting_client.RemotingClient` matches them) and the server's own
+version (``MQVersion.CURRENT_VERSION``, an ordinal of ``MQVersion.Version``; :func:`is_rocketmq5`). ``extFields``
+values are strings: Java's ``makeCustomHeaderToNet`` sends ``value.toString()`` of every header field, e.g.
+``"40.0"`` for a double. A server started with ``rocketmq.serialize.type=ROCKETMQ`` answers every request with a
+binary header whatever the request used (``RemotingCommand.serializeTypeConfigInThisServer``). This module imports
+only the standard library (no pyspark).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import socket
 import struct
-import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "RemotingError", "RemotingProtocolError", "RemotingTimeout", "RemotingCommand", "RemotingClient",
+    "RemotingError", "RemotingProtocolError", "RemotingConnectionClosed", "RemotingTimeout", "RemotingCommand",
     "encode", "decode", "read_frame", "fastjson_loads", "parse_addr", "cluster_masters", "retry_topic",
+    "is_rocketmq5", "version_name",
 ]
 
 # --- codes (RequestCode / ResponseCode / RemotingSysResponseCode) -----------------------------------------------------
 SEND_MESSAGE = 10
+GET_BROKER_CONFIG = 26
 CONSUMER_SEND_MSG_BACK = 36
 GET_BROKER_CLUSTER_INFO = 106
 SEND_MESSAGE_V2 = 310
-#: Sohu's rate-limit admin codes, MQCloud numbering (``VIEW_SEND_MESSAGE_RATE_LIMIT_V2`` /
-#: ``UPDATE_SEND_MESSAGE_RATE_LIMIT_V2``); older Sohu brokers answer 329 / 330 (MQCloud ``isOldReqestCodeBroker``).
+#: Apache RocketMQ 5.x and every 5.x Sohu branch (``RequestCode``, develop, 5.1.1-sohu, 5.3.1-sohu-01): a manual
+#: commitlog clean-up (``AdminBrokerProcessor.deleteExpiredCommitLog``), answered SUCCESS with an empty body.
+DELETE_EXPIRED_COMMITLOG = 329
+#: Sohu's rate-limit admin codes (sohutv/rocketmq ``RequestCode`` on 4.9.3-sohu since commit 07863b04c,
+#: 2023-05-31, and on every 5.x Sohu branch; MQCloud's ``VIEW_SEND_MESSAGE_RATE_LIMIT_V2`` /
+#: ``UPDATE_SEND_MESSAGE_RATE_LIMIT_V2``). 4.9.3-sohu builds before that commit answer 329 / 330 (MQCloud
+#: ``isOldReqestCodeBroker``), which a 5.x broker reads as ``DELETE_EXPIRED_COMMITLOG`` / an unknown code.
 VIEW_SEND_MESSAGE_RATE_LIMIT = 9002
 UPDATE_SEND_MESSAGE_RATE_LIMIT = 9003
 VIEW_SEND_MESSAGE_RATE_LIMIT_OLD = 329
@@ -68,7 +78,28 @@ MAX_FRAME_BYTES = 16_777_216
 #: ``MixAll.RETRY_GROUP_TOPIC_PREFIX``; ``MixAll.MASTER_ID`` is broker id 0.
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 MASTER_ID = "0"
-_SERIALIZE_NAMES = {SERIALIZE_JSON: "JSON", SERIALIZE_ROCKETMQ: "ROCKETMQ"}
+SERIALIZE_NAMES = {SERIALIZE_JSON: "JSON", SERIALIZE_ROCKETMQ: "ROCKETMQ"}
+#: ``LanguageCode``: enum name (JSON header) <-> byte (binary header).
+LANGUAGE_CODES = {"JAVA": 0, "CPP": 1, "DOTNET": 2, "PYTHON": 3, "DELPHI": 4, "ERLANG": 5, "RUBY": 6, "OTHER": 7,
+                  "HTTP": 8, "GO": 9, "PHP": 10, "OMS": 11, "RUST": 12, "NODE_JS": 13}
+_LANGUAGE_NAMES = {v: k for k, v in LANGUAGE_CODES.items()}
+#: ``MQVersion.Version`` ordinals (the ``version`` of every response): ``V5_0_0_SNAPSHOT`` is the first 5.x one.
+#: The same in Apache develop and in sohutv/rocketmq 4.9.3-sohu (which reports ``V4_9_1``), 5.1.1-sohu(-02/-03)
+#: (``V5_1_1``) and 5.3.1-sohu-01 (``V5_3_1``).
+V4_9_1, V4_9_3, V5_0_0_SNAPSHOT, V5_1_1, V5_3_1 = 395, 399, 412, 435, 475
+_VERSION_NAMES = {V4_9_1: "V4_9_1", V4_9_3: "V4_9_3", V5_0_0_SNAPSHOT: "V5_0_0_SNAPSHOT", V5_1_1: "V5_1_1",
+                  V5_3_1: "V5_3_1"}
+
+
+def is_rocketmq5(version: int) -> bool:
+    """Whether a ``MQVersion.Version`` ordinal (a response's ``version``) is RocketMQ 5.x or later."""
+    return version >= V5_0_0_SNAPSHOT
+
+
+def version_name(version: int) -> str:
+    """A readable name for a version ordinal: ``V5_3_1`` when known, else ``4.x``/``5.x`` and the ordinal."""
+    name = _VERSION_NAMES.get(version)
+    return f"{name} ({version})" if name else f"{'5.x' if is_rocketmq5(version) else '4.x or older'} ({version})"
 
 
 class RemotingError(Exception):
@@ -76,7 +107,11 @@ class RemotingError(Exception):
 
 
 class RemotingProtocolError(RemotingError):
-    """Bytes that are not a RocketMQ remoting frame: short read, length out of range, non-JSON header."""
+    """Bytes that are not a RocketMQ remoting frame: short read, length out of range, unreadable header."""
+
+
+class RemotingConnectionClosed(RemotingProtocolError):
+    """The peer closed the connection before a whole frame arrived (a "short read")."""
 
 
 class RemotingTimeout(RemotingError):
@@ -95,6 +130,9 @@ class RemotingCommand:
     language: str = "PYTHON"
     version: int = 0
     body: bytes = field(default=b"", repr=False)
+    #: The header format this command was decoded from, or is encoded with by default (``SERIALIZE_JSON`` or
+    #: ``SERIALIZE_ROCKETMQ``).
+    serialize_type: int = SERIALIZE_JSON
 
     @property
     def is_response(self) -> bool:
@@ -106,7 +144,8 @@ class RemotingCommand:
 
     def response(self, code: int, remark: str | None = None, body: bytes = b"") -> "RemotingCommand":
         """A response to this request (``createResponseCommand`` + ``setOpaque``)."""
-        return RemotingCommand(code, None, self.opaque, RPC_TYPE_BIT, remark, self.language, self.version, body)
+        return RemotingCommand(code, None, self.opaque, RPC_TYPE_BIT, remark, self.language, self.version, body,
+                               self.serialize_type)
 
 
 def header_json(cmd: RemotingCommand) -> bytes:
@@ -121,33 +160,45 @@ def header_json(cmd: RemotingCommand) -> bytes:
     return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def encode(cmd: RemotingCommand) -> bytes:
-    """A whole frame, length field included (``RemotingCommand.encode``)."""
-    header = header_json(cmd)
+def header_rocketmq(cmd: RemotingCommand) -> bytes:
+    """The binary header (``RocketMQSerializable.rocketMQProtocolEncode``, layout in the module docstring): an
+    empty remark is written as length 0, an empty ``extFields`` as length 0; ext fields in ``ext_fields`` order.
+
+    Raises:
+        RemotingProtocolError: ``code`` or ``version`` outside int16, a language ``LanguageCode`` does not know,
+            a key longer than int16.
+    """
+    if not -32768 <= cmd.code <= 32767 or not -32768 <= cmd.version <= 32767:
+        raise RemotingProtocolError(f"code {cmd.code} / version {cmd.version} do not fit the binary header's int16")
+    if cmd.language not in LANGUAGE_CODES:
+        raise RemotingProtocolError(f"language {cmd.language!r} has no LanguageCode")
+    remark = (cmd.remark or "").encode("utf-8")
+    ext = bytearray()
+    for key, value in (cmd.ext_fields or {}).items():
+        k, v = str(key).encode("utf-8"), str(value).encode("utf-8")
+        if len(k) > 32767:
+            raise RemotingProtocolError(f"ext field name of {len(k)} bytes does not fit int16")
+        ext += struct.pack(">h", len(k)) + k + struct.pack(">i", len(v)) + v
+    return (struct.pack(">hbhii", cmd.code, LANGUAGE_CODES[cmd.language], cmd.version, cmd.opaque, cmd.flag)
+            + struct.pack(">i", len(remark)) + remark + struct.pack(">i", len(ext)) + bytes(ext))
+
+
+def encode(cmd: RemotingCommand, serialize_type: int | None = None) -> bytes:
+    """A whole frame, length field included (``RemotingCommand.encode``), with a JSON or binary header
+    (``serialize_type``, default ``cmd.serialize_type``)."""
+    kind = cmd.serialize_type if serialize_type is None else serialize_type
+    if kind not in _HEADER_CODECS:
+        raise RemotingProtocolError(f"serialization type {kind} is neither JSON (0) nor ROCKETMQ (1)")
+    header = _HEADER_CODECS[kind][0](cmd)
     if len(header) > 0xFFFFFF:
         raise RemotingProtocolError(f"header of {len(header)} bytes does not fit in 24 bits")
     length = 4 + len(header) + len(cmd.body)
-    return struct.pack(">iI", length, (SERIALIZE_JSON << 24) | len(header)) + header + cmd.body
+    return struct.pack(">iI", length, (kind << 24) | len(header)) + header + cmd.body
 
 
-def decode(frame: bytes) -> RemotingCommand:
-    """A frame without its leading length field (what ``NettyDecoder`` hands to ``RemotingCommand.decode``).
-
-    Raises:
-        RemotingProtocolError: shorter than 4 bytes, header length beyond the frame, a ROCKETMQ (binary) or unknown
-            serialization type, a header that is not a JSON object, or header fields of the wrong type.
-    """
-    if len(frame) < 4:
-        raise RemotingProtocolError(f"frame of {len(frame)} bytes has no header length")
-    (ori,) = struct.unpack(">I", frame[:4])
-    kind, header_len = ori >> 24, ori & 0xFFFFFF
-    if header_len > len(frame) - 4:
-        raise RemotingProtocolError(f"header length {header_len} exceeds the frame ({len(frame) - 4} bytes left)")
-    if kind != SERIALIZE_JSON:
-        name = _SERIALIZE_NAMES.get(kind, f"unknown ({kind})")
-        raise RemotingProtocolError(f"serialization type {name} is not supported; only JSON headers")
+def _decode_json_header(data: bytes) -> dict[str, Any]:
     try:
-        header = json.loads(frame[4:4 + header_len].decode("utf-8"))
+        header = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise RemotingProtocolError(f"header is not JSON: {exc}") from None
     if not isinstance(header, dict) or not isinstance(header.get("code"), int):
@@ -155,16 +206,80 @@ def decode(frame: bytes) -> RemotingCommand:
     ext = header.get("extFields")
     if ext is not None and not isinstance(ext, dict):
         raise RemotingProtocolError("header 'extFields' is not an object")
+    header["extFields"] = None if ext is None else {str(k): str(v) for k, v in ext.items()}
+    return header
+
+
+def _decode_rocketmq_header(data: bytes) -> dict[str, Any]:
+    """``RocketMQSerializable.rocketMQProtocolDecode``: a zero-length remark or ext value reads as null
+    (``readStr``)."""
+    pos = 0
+
+    def take(n: int, what: str) -> bytes:
+        nonlocal pos
+        if n < 0 or pos + n > len(data):
+            raise RemotingProtocolError(f"binary header: {what} of {n} bytes runs past the header ({len(data)} bytes)")
+        pos += n
+        return data[pos - n:pos]
+
+    def text(n: int, what: str) -> str:
+        try:
+            return take(n, what).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RemotingProtocolError(f"binary header: {what} is not UTF-8: {exc}") from None
+
+    code, lang, version, opaque, flag = struct.unpack(">hbhii", take(13, "fixed fields"))
+    (remark_len,) = struct.unpack(">i", take(4, "remark length"))
+    remark = text(remark_len, "remark") if remark_len else None
+    (ext_len,) = struct.unpack(">i", take(4, "extFields length"))
+    ext = None
+    if ext_len > 0:
+        end = pos + ext_len
+        if end > len(data):
+            raise RemotingProtocolError(f"binary header: extFields length {ext_len} exceeds the header")
+        ext = {}
+        while pos < end:
+            (klen,) = struct.unpack(">h", take(2, "key length"))
+            key = text(klen, "key")
+            (vlen,) = struct.unpack(">i", take(4, "value length"))
+            ext[key] = text(vlen, "value") if vlen else None
+    return {"code": code, "language": _LANGUAGE_NAMES.get(lang, "OTHER"), "version": version, "opaque": opaque,
+            "flag": flag, "remark": remark, "extFields": ext}
+
+
+#: Serialization type → (header encoder, header decoder).
+_HEADER_CODECS = {SERIALIZE_JSON: (header_json, _decode_json_header),
+                  SERIALIZE_ROCKETMQ: (header_rocketmq, _decode_rocketmq_header)}
+
+
+def decode(frame: bytes) -> RemotingCommand:
+    """A frame without its leading length field (what ``NettyDecoder`` hands to ``RemotingCommand.decode``); the
+    header may be JSON or ROCKETMQ (binary), told by the high byte of the header length.
+
+    Raises:
+        RemotingProtocolError: shorter than 4 bytes, header length beyond the frame, an unknown serialization type,
+            a JSON header that is not an object, a binary header cut short, header fields of the wrong type.
+    """
+    if len(frame) < 4:
+        raise RemotingProtocolError(f"frame of {len(frame)} bytes has no header length")
+    (ori,) = struct.unpack(">I", frame[:4])
+    kind, header_len = ori >> 24, ori & 0xFFFFFF
+    if header_len > len(frame) - 4:
+        raise RemotingProtocolError(f"header length {header_len} exceeds the frame ({len(frame) - 4} bytes left)")
+    if kind not in _HEADER_CODECS:
+        raise RemotingProtocolError(f"serialization type unknown ({kind}); JSON (0) and ROCKETMQ (1) are known")
+    header = _HEADER_CODECS[kind][1](bytes(frame[4:4 + header_len]))
     try:
         return RemotingCommand(
             code=header["code"],
-            ext_fields=None if ext is None else {str(k): str(v) for k, v in ext.items()},
+            ext_fields=header.get("extFields"),
             opaque=int(header.get("opaque", 0)),
             flag=int(header.get("flag", 0)),
             remark=header.get("remark"),
             language=str(header.get("language", "JAVA")),
             version=int(header.get("version", 0)),
             body=bytes(frame[4 + header_len:]),
+            serialize_type=kind,
         )
     except (TypeError, ValueError) as exc:
         raise RemotingProtocolError(f"header field of the wrong type: {exc}") from None
@@ -175,7 +290,7 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     while got < n:
         chunk = sock.recv(min(n - got, 1 << 20))
         if not chunk:
-            raise RemotingProtocolError(f"connection closed after {got} of {n} bytes (short read)")
+            raise RemotingConnectionClosed(f"connection closed after {got} of {n} bytes (short read)")
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
@@ -185,7 +300,7 @@ def read_frame(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> Remotin
     """Read one frame from ``sock`` (its timeout applies to every read) and decode it.
 
     Raises:
-        RemotingProtocolError: EOF mid-frame, a length < 4 or > ``max_bytes`` (checked before reading the rest, so an
+        RemotingConnectionClosed: EOF before a whole frame. RemotingProtocolError: a length < 4 or > ``max_bytes`` (checked before reading the rest, so an
             oversize length never makes us wait for bytes that will not come), or a bad header (:func:`decode`).
         RemotingTimeout: the socket timed out.
     """
@@ -271,70 +386,3 @@ def cluster_masters(cluster_info: dict, cluster: str | None = None) -> dict[str,
         if master:
             masters[name] = master
     return masters
-
-
-class RemotingClient:
-    """Synchronous request/response over one TCP connection per address (``NettyRemotingClient.invokeSync``).
-
-    A response is matched to its request by ``opaque``; frames with another opaque (a late answer to a request that
-    timed out) are dropped. Any failure closes that address's connection, so the next call reconnects. Thread-safe.
-    """
-
-    def __init__(self, timeout_s: float = 3.0, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
-        self.timeout_s = timeout_s
-        self.max_frame_bytes = max_frame_bytes
-        self._socks: dict[str, socket.socket] = {}
-        self._lock = threading.Lock()
-        self._opaque = itertools.count(1)
-
-    def _connect(self, addr: str, deadline: float) -> socket.socket:
-        sock = self._socks.get(addr)
-        if sock is None:
-            host, port = parse_addr(addr)
-            sock = socket.create_connection((host, port), timeout=max(0.001, deadline - time.monotonic()))
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._socks[addr] = sock
-        return sock
-
-    def invoke(self, addr: str, code: int, ext_fields: dict[str, str] | None = None, body: bytes = b"",
-               timeout_s: float | None = None) -> RemotingCommand:
-        """Send request ``code`` to ``addr`` and return its response (any response code; callers check it).
-
-        Raises:
-            RemotingTimeout: no matching response in time. RemotingProtocolError: a bad frame. RemotingError:
-            connection refused/reset (wrapping the ``OSError``); ``ValueError`` for a malformed ``addr``.
-        """
-        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
-        with self._lock:
-            request = RemotingCommand(code, ext_fields, next(self._opaque) & 0x7FFFFFFF, body=body)
-            try:
-                sock = self._connect(addr, deadline)
-                sock.settimeout(max(0.001, deadline - time.monotonic()))
-                sock.sendall(encode(request))
-                while True:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise RemotingTimeout(f"no response from {addr} to code {code}")
-                    sock.settimeout(remaining)
-                    reply = read_frame(sock, self.max_frame_bytes)
-                    if reply.is_response and reply.opaque == request.opaque:
-                        return reply
-            except RemotingError:
-                self._drop(addr)
-                raise
-            except socket.timeout:
-                self._drop(addr)
-                raise RemotingTimeout(f"timed out talking to {addr} (code {code})") from None
-            except OSError as exc:
-                self._drop(addr)
-                raise RemotingError(f"{addr}: {exc}") from exc
-
-    def _drop(self, addr: str) -> None:
-        sock = self._socks.pop(addr, None)
-        if sock is not None:
-            sock.close()
-
-    def close(self) -> None:
-        with self._lock:
-            for addr in list(self._socks):
-                self._drop(addr)

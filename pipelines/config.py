@@ -164,25 +164,53 @@ class KafkaSinkConfig(_Section):
     options: dict[str, str | int | bool] = Field(default_factory=dict)
 
 
+#: ``BrokerConfig`` ``sendMsgRateLimitQps`` / ``sendRetryMsgRateLimitQps`` of the current sohutv/rocketmq line
+#: (5.1.1-sohu-02/-03, 5.3.1-sohu-01), the sink's fallback defaults.
+CURRENT_FORK_DEFAULT_QPS = (10000.0, 1000.0)
+
+
 class RocketMQSinkConfig(_Section):
     """RocketMQ admin write-back (pipelines/io/rocketmq_sink.py): limits pushed to the master brokers of a Sohu
-    RocketMQ cluster with MQCloud's rate-limit requests. ``default_topic_qps`` / ``default_retry_qps`` must equal the
-    brokers' ``sendMsgRateLimitQps`` / ``sendRetryMsgRateLimitQps`` (BrokerConfig defaults 2000 / 100): a lifted or
-    expired limit is set back to them."""
+    RocketMQ cluster with MQCloud's rate-limit requests.
+
+    The brokers' own default rates are read from each master (``GET_BROKER_CONFIG``, re-read every
+    ``defaults_refresh_seconds``); ``default_topic_qps`` / ``default_retry_qps`` are only the fallback for a broker
+    that cannot be read: the current fork line's ``BrokerConfig`` defaults 10000 / 1000 (sohutv/rocketmq
+    5.1.1-sohu-02/-03, 5.3.1-sohu-01), the older line's 2000 / 100 (4.9.3-sohu, 5.1.1-sohu). ``request_codes``
+    ``"330/329"`` exist only on 4.9.3-sohu builds before 2023-05-31 (older line): on 5.x, 329 is
+    ``DELETE_EXPIRED_COMMITLOG``, so that choice with the current line's fallback defaults is refused here, and
+    per broker at run time when its version is 5.x. One publish talks to up to ``max_parallel_brokers`` masters at
+    once and gives up on the rest after ``publish_deadline_ms`` (a request: ``timeout_ms``). Connections idle for
+    90 % of ``idle_timeout_seconds`` (the servers' ``serverChannelMaxIdleTimeSeconds``, 120) are renewed before use.
+    ACL keys (``AclClientRPCHook`` signing) come from the two environment variables, else from ``acl_key_file``
+    (``AccessKey=`` / ``SecretKey=`` lines); neither: requests go unsigned."""
 
     enabled: bool = False
     namesrv_addr: tuple[str, ...] = ()
     cluster: str = ""
     request_codes: Literal["9003/9002", "330/329"] = "9003/9002"
     timeout_ms: int = Field(default=3000, gt=0)
-    default_topic_qps: float = Field(default=2000.0, gt=0)
-    default_retry_qps: float = Field(default=100.0, gt=0)
+    publish_deadline_ms: int = Field(default=5000, gt=0)
+    max_parallel_brokers: int = Field(default=16, gt=0, le=256)
+    idle_timeout_seconds: float = Field(default=120.0, gt=0)
+    defaults_refresh_seconds: float = Field(default=300.0, ge=0)
+    default_topic_qps: float = Field(default=CURRENT_FORK_DEFAULT_QPS[0], gt=0)
+    default_retry_qps: float = Field(default=CURRENT_FORK_DEFAULT_QPS[1], gt=0)
+    acl_access_key_env: str = "RATE_GOVERNOR_ROCKETMQ_ACCESS_KEY"
+    acl_secret_key_env: str = "RATE_GOVERNOR_ROCKETMQ_SECRET_KEY"
+    acl_key_file: str = ""
     ledger_file: str = ""
 
     @model_validator(mode="after")
     def _namesrv_when_enabled(self) -> "RocketMQSinkConfig":
         if self.enabled and not self.namesrv_addr:
             raise ValueError("sink.rocketmq.namesrv_addr must list at least one name server when enabled")
+        if self.request_codes == "330/329" and (self.default_topic_qps,
+                                                self.default_retry_qps) == CURRENT_FORK_DEFAULT_QPS:
+            raise ValueError(
+                'sink.rocketmq.request_codes = "330/329" is for 4.9.3-sohu builds before 2023-05 (defaults 2000 / '
+                "100); default_topic_qps / default_retry_qps 10000 / 1000 are the current 5.x line, where 329 is "
+                'DELETE_EXPIRED_COMMITLOG: use "9003/9002", or set the older line\'s defaults')
         return self
 
 

@@ -1,6 +1,8 @@
 """End to end, closing the loop: the streaming governor (--once) on a generated retry storm, with the RocketMQ admin
-sink pointed at a loopback name server; the brokers' ``%RETRY%<group>`` rate becomes the decided limit, is pushed
-again when it drifts, and returns to ``sendRetryMsgRateLimitQps`` when the limit expires."""
+sink pointed at a loopback name server and brokers of the current Sohu fork line (5.3.1-sohu-01: defaults
+10000 / 1000, non-default rates persisted); the brokers' ``%RETRY%<group>`` rate becomes the decided limit, is
+pushed again when it drifts, and returns to the broker's own ``sendRetryMsgRateLimitQps`` (read with
+GET_BROKER_CONFIG) when the limit expires, leaving nothing persisted."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ import pytest
 
 from control import remoting as rm
 from control.record import parse_expires_at
+from control.remoting_client import RemotingClient
 from pipelines import governor
 from pipelines.config import RocketMQSinkConfig, load_config
-from pipelines.io.rocketmq_sink import read_ledger
+from pipelines.io.rocketmq_ledger import read_ledger
 from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from tests.helpers import lean_config_file
@@ -41,12 +44,12 @@ def rocketmq():
 
 def test_retry_storm_limit_reaches_the_brokers_is_refreshed_and_lifted(spark, tmp_path, rocketmq):
     ns, brokers = rocketmq
-    client = rm.RemotingClient(timeout_s=2)
+    client = RemotingClient(timeout_s=2)
     for b in brokers:  # the storm's send-backs reach RateLimitHandler: the retry limiter exists at its default
         client.invoke(b.addr, rm.CONSUMER_SEND_MSG_BACK, {"group": CULPRIT, "offset": "0", "delayLevel": "0"})
         client.invoke(b.addr, rm.SEND_MESSAGE_V2, {"a": "producer", "b": "orders-0"})
     client.close()
-    assert [b.rates[RETRY] for b in brokers] == [100.0, 100.0]
+    assert [b.rates[RETRY] for b in brokers] == [1000.0, 1000.0]
 
     landing, lake = tmp_path / "landing", tmp_path / "lake"
     render_landing(SPEC, landing)
@@ -60,18 +63,21 @@ def test_retry_storm_limit_reaches_the_brokers_is_refreshed_and_lifted(spark, tm
     [record] = json.loads((lake / "control" / "limits.json").read_text())["records"]
     assert (record["resource_type"], record["resource"], record["mode"]) == ("group", CULPRIT, "enforce")
     assert [b.rates[RETRY] for b in brokers] == [record["limit_qps"], record["limit_qps"]]
-    assert record["limit_qps"] < 100.0  # tighter than the broker's own sendMsgBackLimitQps
-    assert [b.rates["orders-0"] for b in brokers] == [2000.0, 2000.0]  # topics the governor left alone: untouched
-    assert read_ledger(lake / "control" / "rocketmq_owned.json") == {RETRY}
+    assert record["limit_qps"] < 1000.0  # tighter than the broker's own sendRetryMsgRateLimitQps
+    assert [b.rates["orders-0"] for b in brokers] == [10000.0, 10000.0]  # topics the governor left alone: untouched
+    owned = {RETRY: None}  # it was at the broker's default before
+    assert read_ledger(lake / "control" / "rocketmq_owned.json") == {"broker-a": owned, "broker-b": owned}
+    assert [b.persisted for b in brokers] == [{RETRY: record["limit_qps"]}] * 2  # RateLimitConfigManager
 
-    brokers[1].rates[RETRY] = 100.0  # drift (e.g. reset from MQCloud): the next micro-batch pushes it again
+    brokers[1].rates[RETRY] = 1000.0  # drift (e.g. reset from MQCloud): the next micro-batch pushes it again
     gov.gold.publisher.publish(dt.datetime.now(dt.timezone.utc), batch_id=100)
     assert [b.rates[RETRY] for b in brokers] == [record["limit_qps"], record["limit_qps"]]
 
     after_expiry = parse_expires_at(record["expires_at"]) + dt.timedelta(seconds=1)
     gov.gold.publisher.publish(after_expiry, batch_id=101)  # the limit expired: fail open, back to the broker's default
-    assert [b.rates[RETRY] for b in brokers] == [100.0, 100.0]
-    assert read_ledger(lake / "control" / "rocketmq_owned.json") == set()
+    assert [b.rates[RETRY] for b in brokers] == [1000.0, 1000.0]
+    assert [b.persisted for b in brokers] == [{}, {}]  # nothing of the governor's survives a broker restart
+    assert read_ledger(lake / "control" / "rocketmq_owned.json") == {}
     assert json.loads((lake / "control" / "limits.json").read_text())["records"] == []
     for sink in gov.gold.publisher.sinks.sinks:
         sink.close()
