@@ -348,3 +348,17 @@ SINK_STATUS = _struct(
     ("error", _S),
     ("at", _TS),
 )
+
+#: ``control/limiter_rejections`` (:class:`pipelines.io.sinks.SinkSet`): one row each time a write-back sink sees an
+#: in-broker limiter's last rejection move (the RocketMQ admin sink's VIEW, ``TopicRateLimit.lastRateLimitTimestamp``
+#: of sohutv/rocketmq 5.3.1-sohu-01): ``broker`` (brokerName), ``resource`` the limiter's key (a topic, or
+#: ``%RETRY%<group>``), ``last_rejected_at`` when it last rejected a send (UTC), ``seen_at`` when the sink read it
+#: (UTC), ``batch_id`` of the micro-batch that published.
+LIMITER_REJECTIONS = _struct(
+    ("seen_at", _TS),
+    ("sink", _S),
+    ("broker", _S),
+    ("resource", _S),
+    ("last_rejected_at", _TS),
+    ("batch_id", _L),
+)

@@ -66,15 +66,21 @@ class GoldFlow(DecisionFlow):
                             row["limit_qps"], f"{row['limited_since']:%Y-%m-%d %H:%M}",
                             self.cfg.limits.max_held_seconds)
 
-    def inputs(self, metrics: DataFrame, batch_id: int, first_window: dt.datetime) -> gold.GoldInputs:
-        """The batch's windows with the history and saved state it reads from the lake."""
+    def inputs(self, metrics: DataFrame, batch_id: int, first_window: dt.datetime,
+               horizon_end: dt.datetime | None = None) -> gold.GoldInputs:
+        """The batch's windows with the history and saved state it reads from the lake, and the limiters'
+        rejections the write-back sinks saw in the batch's windows."""
         since = gold.baseline_since(first_window, self.cfg)
+        rejections = None
+        if self.lake.exists(tables.CONTROL_LIMITER_REJECTIONS):
+            rejections = self.lake.read(tables.CONTROL_LIMITER_REJECTIONS, since=first_window, before=horizon_end)
         return gold.GoldInputs(
             metrics=metrics,
             topic_history=self.lake.read(tables.GOLD_TOPIC_TPS, since=since, before=first_window),
             broker_history=self.lake.read(tables.GOLD_BROKER_TPS, since=since, before=first_window),
             policy_state=self.saved_state(before_batch=batch_id),
             latest_limits=self.latest_limits(),
+            limiter_rejections=rejections,
         )
 
     def handle(self, metrics: DataFrame, batch_id: int) -> None:
@@ -91,7 +97,7 @@ class GoldFlow(DecisionFlow):
             with self.decision_lock:
                 now = self.clock()
                 out = gold.gold_outputs(
-                    self.inputs(metrics, batch_id, first_window), self.cfg, now,
+                    self.inputs(metrics, batch_id, first_window, horizon_end), self.cfg, now,
                     check=lambda d: self.gate.check_limits(d, origin=f"{GOLD_APP_ID}:{batch_id}", at=now),
                     batch_id=batch_id,
                     first_window=first_window, horizon_end=horizon_end,

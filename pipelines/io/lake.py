@@ -70,6 +70,7 @@ TABLES: dict[str, TableSpec] = {
         TableSpec(tables.QUALITY_VALIDATION_RUNS, schemas.QUALITY_VALIDATION_RUNS, "validated_at"),
         TableSpec(tables.QUALITY_RECONCILIATION, schemas.QUALITY_RECONCILIATION, "recorded_at"),
         TableSpec(tables.CONTROL_SINK_STATUS, schemas.SINK_STATUS, "at"),
+        TableSpec(tables.CONTROL_LIMITER_REJECTIONS, schemas.LIMITER_REJECTIONS, "last_rejected_at"),
     )
 }
 

@@ -32,11 +32,12 @@ from typing import Any, Protocol
 import tenacity
 
 from pipelines import schemas
+from pipelines.io import tables
 from pipelines.config import GovernorConfig
 
 log = logging.getLogger("rate_governor")
 
-SINK_STATUS_TABLE = "control/sink_status"
+SINK_STATUS_TABLE = tables.CONTROL_SINK_STATUS
 SINKS_APP_ID = "rate-governor-sinks"
 #: Tries per sink per micro-batch, the exponential back-off between them (s), and the time after which no new try
 #: starts: a sink that is down holds a micro-batch at most GIVE_UP_SECONDS + one try (a try is bounded by the
@@ -117,6 +118,8 @@ class SinkSet:
         self.sleep = sleep
         #: sink name → False while its last publish failed (it has changes to catch up on).
         self.healthy: dict[str, bool] = {s.name: True for s in sinks}
+        #: (sink, broker, limiter key) → the last rejection time already recorded (epoch ms).
+        self._rejections_recorded: dict[tuple[str, str, str], int] = {}
 
     @classmethod
     def from_config(cls, cfg: GovernorConfig, lake) -> "SinkSet":
@@ -138,7 +141,34 @@ class SinkSet:
         rows = [self._publish_one(sink, records, batch_id, now) for sink in self.sinks]
         if rows and self.lake is not None:
             self._record(rows, batch_id, query)
+            self._record_rejections(batch_id, now, query)
         return rows
+
+    def rejection_rows(self, batch_id: int, now: dt.datetime) -> list[tuple]:
+        """:data:`~pipelines.schemas.LIMITER_REJECTIONS` rows of the limiters whose last rejection moved since the
+        last call (a sink that reads its limiters exposes ``last_rejections``: ``(broker, key)`` → epoch ms, -1 =
+        never; the RocketMQ admin sink does)."""
+        seen_at = now.astimezone(dt.timezone.utc).replace(tzinfo=None) if now.tzinfo else now
+        rows = []
+        for sink in self.sinks:
+            for (broker, key), at_ms in sorted((getattr(sink, "last_rejections", None) or {}).items()):
+                mark = (sink.name, broker, key)
+                if at_ms is None or at_ms <= 0 or self._rejections_recorded.get(mark) == at_ms:
+                    continue
+                self._rejections_recorded[mark] = at_ms
+                at = dt.datetime.fromtimestamp(at_ms / 1000.0, dt.timezone.utc).replace(tzinfo=None)
+                rows.append((seen_at, sink.name, broker, key, at, batch_id))
+        return rows
+
+    def _record_rejections(self, batch_id: int, now: dt.datetime, query: str) -> None:
+        rows = self.rejection_rows(batch_id, now)
+        if not rows:
+            return
+        try:
+            self.lake.append_rows(rows, tables.CONTROL_LIMITER_REJECTIONS,
+                                  app_id=f"{SINKS_APP_ID}-rejections-{query}", version=batch_id)
+        except Exception as exc:  # noqa: BLE001 - evidence lost for one window must not stop the batch
+            log.warning("limiter rejections of batch %d not recorded: %s", batch_id, exc)
 
     def _publish_one(self, sink: LimitsSink, records: list[Mapping[str, Any]], batch_id: int,
                      now: dt.datetime) -> dict:

@@ -14,6 +14,9 @@ its rule alone. Per rule (the resource a rule limits and the traffic its limiter
 * ``TRAFFIC_SURGE`` limits a topic's puts: its ``TOPIC_PUT_NUMS`` per broker; rejections are ``RATE_LIMITED``
   failures of the topic.
 
+Where the RocketMQ admin sink is on, the views it reads at every publish carry each limiter's last rejection
+(:func:`limiter_traffic`): a limiter that rejected in a window is evidence too.
+
 Units: ``tps`` and ``observed_tps`` are messages per second (per broker, or summed over brokers: cluster-wide);
 ``rejected`` counts failed send attempts in the window (a producer that retries a rejected send on another broker,
 RocketMQ 5.3.0+, leaves one failure line per attempt, each on the broker it went to).
@@ -70,6 +73,24 @@ def resource_traffic(metrics: DataFrame, windows: WindowsConfig) -> DataFrame:
     return topic_rows.unionByName(group_rows).select(
         *WINDOW_KEYS, "resource_type", "resource", "broker", "tps", F.col("rejected").cast("long").alias("rejected")
     )
+
+
+def limiter_traffic(rejections: DataFrame, windows: WindowsConfig) -> DataFrame:
+    """``control/limiter_rejections`` rows (the in-broker limiters' last rejections as the RocketMQ admin sink's views
+    report them) → :data:`TRAFFIC_COLUMNS` rows: one per window × resource × broker whose limiter rejected a send in
+    the window, ``tps`` 0 and ``rejected`` 1 (the view tells that it rejected, not how much). The limiter key
+    ``%RETRY%<group>`` is the group's retry traffic; any other key is a topic. This is the one rejection evidence of a
+    retry limit: send-backs a broker refuses never reach the producers' failure logs."""
+    window = F.window(F.col("last_rejected_at"), f"{windows.length_seconds} seconds")
+    key = F.col("resource")
+    is_retry = key.startswith(rmq.RETRY_TOPIC_PREFIX)
+    return rejections.select(
+        window.start.alias("window_start"), window.end.alias("window_end"),
+        F.when(is_retry, F.lit("group")).otherwise(F.lit("topic")).alias("resource_type"),
+        F.when(is_retry, _group_of_retry_topic(key)).otherwise(key).alias("resource"),
+        "broker",
+    ).distinct().select(*WINDOW_KEYS, "resource_type", "resource", "broker", F.lit(0.0).alias("tps"),
+                        F.lit(1).cast("long").alias("rejected"))
 
 
 def demand(traffic: DataFrame, broker_windows: DataFrame, cfg: DetectionConfig) -> DataFrame:

@@ -82,6 +82,8 @@ class GoldInputs:
         policy_state: the saved policy state per resource (:func:`latest_state`).
         latest_limits: the newest ``gold/limits`` row per resource
             (:func:`pipelines.io.publish.latest_per_resource`), for :func:`reconcile_preliminary`.
+        limiter_rejections: ``control/limiter_rejections`` rows of the batch's windows (demand evidence,
+            :func:`pipelines.transforms.demand.limiter_traffic`); None when there are none.
     """
 
     metrics: DataFrame
@@ -89,6 +91,7 @@ class GoldInputs:
     broker_history: DataFrame
     policy_state: DataFrame
     latest_limits: DataFrame
+    limiter_rejections: DataFrame | None = None
 
 
 @dataclass
@@ -321,7 +324,12 @@ def gold_outputs(
         inputs.topic_history.transform(single), inputs.broker_history.transform(single),
         windows, cfg.detection, first_window=first_window,
     ).transform(single).persist()
-    demand_rows = demand.demand(demand.resource_traffic(metrics, windows), brokers, cfg.detection).transform(single)
+    traffic = demand.resource_traffic(metrics, windows)
+    if inputs.limiter_rejections is not None:
+        batch_windows = metrics.select("window_start").distinct()
+        traffic = traffic.unionByName(demand.limiter_traffic(inputs.limiter_rejections, windows)
+                                      .join(batch_windows, "window_start", "left_semi"))
+    demand_rows = demand.demand(traffic, brokers, cfg.detection).transform(single)
     decided = decisions(
         anomalies, tps.topic_brokers(metrics), demand_rows, inputs.policy_state, horizon_end, cfg, now, check,
         batch_id,

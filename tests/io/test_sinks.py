@@ -152,3 +152,28 @@ def test_a_sink_reporting_failing_endpoints_is_recorded_as_not_ok_and_caught_up_
     rows = sinks.publish_all([record("g", 1)], batch_id=1, now=NOW)
     assert rows[0]["ok"] and not sinks.behind and sink.calls[-1][0] == []
     assert read_delivered(str(tmp_path), "endpoints") == [record("g", 1)]
+
+
+def test_limiter_rejections_the_sinks_see_are_recorded_once_each_time_they_move(spark, tmp_path):
+    """A sink that reads its limiters (the RocketMQ admin sink's ``last_rejections``): each move of a limiter's
+    last rejection becomes one row of control/limiter_rejections; an unchanged or a never (-1) value none."""
+    from pipelines.io import tables
+
+    class ViewingSink(RecordingSink):
+        name = "rocketmq"
+        last_rejections: dict = {}
+
+    sink = ViewingSink()
+    lake = DeltaRsLake(spark, str(tmp_path))
+    sinks = SinkSet([sink], lake, sleep=lambda s: None)
+    t1 = int(NOW.timestamp() * 1000) - 30_000
+    sink.last_rejections = {("broker-a", "%RETRY%g"): t1, ("broker-b", "%RETRY%g"): -1}
+    sinks.publish_all([record("g", 1)], batch_id=0, now=NOW)
+    sinks.publish_all([record("g", 1)], batch_id=1, now=NOW)                     # nothing moved
+    sink.last_rejections = {("broker-a", "%RETRY%g"): t1 + 20_000, ("broker-b", "%RETRY%g"): t1}
+    sinks.publish_all([record("g", 1)], batch_id=2, now=NOW)
+    rows = sorted((r["batch_id"], r["broker"], r["resource"], r["last_rejected_at"])
+                  for r in lake.read(tables.CONTROL_LIMITER_REJECTIONS).collect())
+    at = lambda ms: dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).replace(tzinfo=None)  # noqa: E731
+    assert rows == [(0, "broker-a", "%RETRY%g", at(t1)), (2, "broker-a", "%RETRY%g", at(t1 + 20_000)),
+                    (2, "broker-b", "%RETRY%g", at(t1))]
