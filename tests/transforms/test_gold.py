@@ -52,3 +52,35 @@ def test_unconfirmed_preliminary_limits_are_reversed_and_different_ones_correcte
     assert (got["corrected"]["action"], got["corrected"]["limit_qps"], got["corrected"]["previous_qps"]) == ("set", 40.0, 30.0)
     epoch = int(W1.replace(tzinfo=dt.timezone.utc).timestamp())
     assert got["unconfirmed"]["version"] == epoch * 10 + 6   # above the window's preliminary (1) and final (5)
+
+
+def test_a_limited_group_whose_limiter_rejected_in_the_window_is_still_bound(spark):
+    """The final path's wiring of the limiters' own evidence: a group limited to 40 msg/s shows only 10 msg/s of
+    retry traffic in the window (below the 90 % bound), but the RocketMQ admin sink saw its %RETRY% limiter reject
+    sends in that window: the anomaly persists (a limit-bound row), the limit is not lifted."""
+    from pipelines.transforms.fold import ResourceState  # noqa: F401 (the state row's meaning)
+
+    t0, t1 = ts("2022-02-08 07:00"), ts("2022-02-08 07:01")
+    windows = [(t0 + dt.timedelta(minutes=i), t0 + dt.timedelta(minutes=i + 1)) for i in range(4)]
+    metrics = spark.createDataFrame(
+        [(s, e, "broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 600) for s, e in windows]
+        + [(s, e, "broker-a", "orders", "g", "GROUP_GET_NUMS", 24_000) for s, e in windows], schemas.WINDOW_METRIC)
+    state = spark.createDataFrame([("group", "g", 40.0, 3, t0, t0, t0, 400.0, "enforce", 40.0, t0,
+                                    {"broker-a": 1.0}, None)],
+                                  schemas.POLICY_STATE.__class__([f for f in schemas.POLICY_STATE.fields
+                                                                  if f.name != "batch_id"]))
+    rejections = spark.createDataFrame(
+        [(windows[-1][1], "rocketmq", "broker-a", "%RETRY%g", s + dt.timedelta(seconds=30), 7) for s, _ in windows],
+        schemas.LIMITER_REJECTIONS)
+    empty = lambda schema: spark.createDataFrame([], schema)  # noqa: E731
+    def outputs(limiter_rejections):
+        inputs = gold.GoldInputs(metrics, empty(schemas.GOLD_TOPIC_TPS), empty(schemas.GOLD_BROKER_TPS), state,
+                                 empty(schemas.GOLD_LIMITS), limiter_rejections)
+        return gold.gold_outputs(inputs, CFG, NOW, check=lambda d: (d, d.limit(0)), batch_id=1,
+                                 first_window=windows[0][0], horizon_end=windows[-1][1])
+    with_views = outputs(rejections)
+    bound = with_views.anomalies.where("resource = 'g'").collect()
+    assert len(bound) == 4 and all("limit-bound: 10.0 of 40.0 msg/s, rejecting" in r["detail"] for r in bound)
+    assert with_views.limits.where("action = 'lift'").count() == 0
+    without = outputs(None)   # the same traffic with no view of the limiter: 10 of 40 msg/s is clear: lifted
+    assert [r["action"] for r in without.limits.collect()] == ["lift"]
