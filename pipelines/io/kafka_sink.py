@@ -102,7 +102,7 @@ class KafkaLimitsSink:
 
     @property
     def producer(self) -> Any:
-        """The connected producer (connects on first use; raises kafka-python's NoBrokersAvailable when down)."""
+        """The connected producer (connects on first use; raises kafka-python's KafkaTimeoutError when the cluster is down)."""
         if self._producer is None:
             self._producer = self._factory(**self._config)
         return self._producer
@@ -133,7 +133,7 @@ class KafkaLimitsSink:
     def publish(self, previous: list[Mapping[str, Any]], current: list[Mapping[str, Any]]) -> int:
         """Send the changes from ``previous`` to ``current`` and wait for the broker's acknowledgement of each.
 
-        Returns the number of messages sent. Raises kafka-python's errors (NoBrokersAvailable, KafkaTimeoutError,
+        Returns the number of messages sent. Raises kafka-python's errors (KafkaTimeoutError,
         a broker's refusal) when the cluster is unreachable or refuses one; the producer is then dropped (and the
         topic checked again) and the next call connects anew.
         """

@@ -70,14 +70,15 @@ def _run(landing: Path, lake: Path, conf: Path, crash: tuple[str, int] | None = 
     return done.returncode
 
 
-def _tables(spark, lake: Path) -> dict:
+def _tables(spark, lake: Path, origin: str = "/[ab]/landing/") -> dict:
+    """Every table without its wall-clock columns; ``origin`` (a regex) is where the runs' landing paths differ."""
     out = {}
     for table in TABLES:
         df = open_lake(spark, str(lake)).read(table)
         keep = [c for c in df.columns if c not in TIMING_COLUMNS and c != "failures_by_class"]
         df = df.select(*keep)
-        if "origin" in df.columns:  # the two runs read copies of the landing directory in /a and /b
-            df = df.withColumn("origin", F.regexp_replace("origin", "/[ab]/landing/", "/landing/"))
+        if "origin" in df.columns:  # the two runs read copies of the landing directory (in /a and /b here)
+            df = df.withColumn("origin", F.regexp_replace("origin", origin, "/landing/"))
         out[table] = df
     return out
 
