@@ -97,6 +97,19 @@ def _write_tail(landing: Path) -> None:
     os.utime(target, (1_700_000_100, 1_700_000_100))
 
 
+def assert_same_tables(spark, got_lake: Path, want_lake: Path, how: str, origin: str = "/[ab]/landing/") -> dict:
+    """Every table of ``got_lake`` equals ``want_lake``'s (rows as multisets, wall-clock columns left out, the
+    policy state's latest row per resource); returns ``want_lake``'s tables. ``how`` names ``got_lake`` in a
+    failure."""
+    want, got = _tables(spark, want_lake, origin), _tables(spark, got_lake, origin)
+    want["state/policy"], got["state/policy"] = _latest_state(want["state/policy"]), _latest_state(got["state/policy"])
+    for table in TABLES:
+        a, b = got[table], want[table]
+        assert a.count() == b.count(), f"{table}: {a.count()} rows {how}, {b.count()} in the reference run"
+        assert a.exceptAll(b).count() == 0 and b.exceptAll(a).count() == 0, f"{table} differs"
+    return want
+
+
 def _latest_state(df):
     from pyspark.sql import Window
 
@@ -121,12 +134,7 @@ def test_sigkill_at_each_point_then_restart_equals_uninterrupted_run(spark, tmp_
     _write_tail(crashed_landing)
     governor.run(spark, load_config(conf).with_paths(str(crashed_landing), str(crashed)), once=True)  # recovery
 
-    want, got = _tables(spark, clean), _tables(spark, crashed)
-    want["state/policy"], got["state/policy"] = _latest_state(want["state/policy"]), _latest_state(got["state/policy"])
-    for table in TABLES:
-        a, b = got[table], want[table]
-        assert a.count() == b.count(), f"{table}: {a.count()} rows after crashes, {b.count()} uninterrupted"
-        assert a.exceptAll(b).count() == 0 and b.exceptAll(a).count() == 0, f"{table} differs"
+    want = assert_same_tables(spark, crashed, clean, "after crashes")
     assert want["gold/limits"].where(F.col("resource") == "get-pugc-to-ai-consumer").count() > 0
     assert _limits_records(crashed) == _limits_records(clean)
     assert not list((crashed / "control").glob(".limits.json.*.tmp"))

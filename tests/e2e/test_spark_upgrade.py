@@ -32,8 +32,8 @@ from pyspark.sql import functions as F
 from pipelines import governor
 from pipelines.config import load_config
 from pipelines.io.checkpoint import CHECKPOINT_SETTINGS_FILE, SPARK_VERSION_KEY
-from pipelines.io.lake import TABLES, open_lake
-from tests.e2e.test_crash import _latest_state, _limits_records, _tables
+from pipelines.io.lake import open_lake
+from tests.e2e.test_crash import _limits_records, assert_same_tables
 from tests.fixtures.spark40_checkpoint.digest import logic_digest
 from tests.helpers import write_config
 
@@ -127,12 +127,6 @@ def test_restart_on_spark40_checkpoints_continues_where_40_stopped(spark, tmp_pa
                       "its tables were not compared with the reference run; regenerate it with "
                       "tests/fixtures/spark40_checkpoint/make_fixture.sh", stacklevel=1)
         return
-    want = _tables(spark, reference, ORIGIN)
-    got = _tables(spark, run / "lake", ORIGIN)
-    want["state/policy"], got["state/policy"] = _latest_state(want["state/policy"]), _latest_state(got["state/policy"])
-    for table in TABLES:
-        a, b = got[table], want[table]
-        assert a.count() == b.count(), f"{table}: {a.count()} rows after the upgrade, {b.count()} on one line"
-        assert a.exceptAll(b).count() == 0 and b.exceptAll(a).count() == 0, f"{table} differs"
+    want = assert_same_tables(spark, run / "lake", reference, "after the upgrade", ORIGIN)
     assert want["gold/limits"].where(F.col("resource") == "get-pugc-to-ai-consumer").count() > 0
     assert _limits_records(run / "lake") == _limits_records(reference)
