@@ -97,16 +97,20 @@ def _write_tail(landing: Path) -> None:
     os.utime(target, (1_700_000_100, 1_700_000_100))
 
 
-def assert_same_tables(spark, got_lake: Path, want_lake: Path, how: str, origin: str = "/[ab]/landing/") -> dict:
-    """Every table of ``got_lake`` equals ``want_lake``'s (rows as multisets, wall-clock columns left out, the
-    policy state's latest row per resource); returns ``want_lake``'s tables. ``how`` names ``got_lake`` in a
+def assert_same_tables(spark, got_lake: Path, want_lake: Path, how: str, origin: str = "/[ab]/landing/",
+                       tables=TABLES) -> dict:
+    """Each of ``tables`` in ``got_lake`` equals ``want_lake``'s (rows as multisets, wall-clock columns left out,
+    the policy state's latest row per resource); returns ``want_lake``'s tables. ``how`` names ``got_lake`` in a
     failure."""
     want, got = _tables(spark, want_lake, origin), _tables(spark, got_lake, origin)
     want["state/policy"], got["state/policy"] = _latest_state(want["state/policy"]), _latest_state(got["state/policy"])
-    for table in TABLES:
+    for table in tables:
         a, b = got[table], want[table]
         assert a.count() == b.count(), f"{table}: {a.count()} rows {how}, {b.count()} in the reference run"
-        assert a.exceptAll(b).count() == 0 and b.exceptAll(a).count() == 0, f"{table} differs"
+        extra, missing = a.exceptAll(b), b.exceptAll(a)
+        assert extra.count() == 0 and missing.count() == 0, (
+            f"{table} differs: {how} only {[r.asDict() for r in extra.limit(3).collect()]}, "
+            f"reference only {[r.asDict() for r in missing.limit(3).collect()]}")
     return want
 
 

@@ -5,8 +5,14 @@ The fixture ``tests/fixtures/spark40_checkpoint/fixture.tar.gz`` (116 kB) is mad
 it: pyspark 4.0.5 in a throw-away venv ran ``python -m pipelines.governor --once`` (fast path on, so all three
 queries have state) over minutes 0-10 of a 12-minute retry storm; ``next/`` holds minute 11. This test lands minute
 11 and restarts the governor with the installed pyspark, as an operator upgrading would, and checks that it goes on
-where 4.0 stopped: every landed line is in bronze exactly once, and every table and ``limits.json`` equal a run of
-the same two steps entirely on the new line. Spark's file-source logs hold absolute paths, so the unpacked
+where 4.0 stopped: every landed line is in bronze exactly once, every table the final path alone writes equals a
+run of the same two steps entirely on the new line, and so does the latest decision per resource. The fast
+path's preliminary decisions (and the final path's reconciliation of them: ``gold/limits``' history,
+``state/policy``, ``control/sink_status``) depend on how far the gold query had got when a fast micro-batch ran,
+which no Spark line fixes; the product's promise there is the one README "Two speeds" states and
+``tests/e2e/test_two_speeds.py`` checks: the same limits. ``limits.json`` is not compared: its records are the
+decisions not yet expired at publish time (``expires_at`` = ``decided_at``, a processing time, + the TTL), and the
+fixture's decisions were made when it was generated. Spark's file-source logs hold absolute paths, so the unpacked
 checkpoint's paths are rewritten from where the fixture was made to where it is unpacked (and the rewritten
 files' Hadoop ``.crc`` files dropped); an operator's paths do not move.
 
@@ -32,8 +38,10 @@ from pyspark.sql import functions as F
 from pipelines import governor
 from pipelines.config import load_config
 from pipelines.io.checkpoint import CHECKPOINT_SETTINGS_FILE, SPARK_VERSION_KEY
-from pipelines.io.lake import open_lake
-from tests.e2e.test_crash import _limits_records, assert_same_tables
+from pipelines.io import tables
+from pipelines.io.lake import TABLES, open_lake
+from pipelines.io.publish import latest_per_resource
+from tests.e2e.test_crash import assert_same_tables
 from tests.fixtures.spark40_checkpoint.digest import logic_digest
 from tests.helpers import write_config
 
@@ -43,6 +51,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "spark40_checkpoint" / "fixture.tar.gz"
 #: The overrides of conf/local.toml the fixture was written with (make_fixture.sh applies the same).
 OVERRIDES = {"windows.fast_path": "always", "source.max_files_per_trigger": 3, "quality.validate_every_n_batches": 0}
+#: Tables the fast path's timing touches (see the module docstring): compared through the limits in force.
+FAST_PATH_TIMED = {tables.GOLD_LIMITS, tables.STATE_POLICY, tables.CONTROL_SINK_STATUS}
 #: Every origin is a landing file; the fixture's, the restarted run's and the reference's live in different places.
 ORIGIN = r"^.*/landing/"
 
@@ -127,6 +137,15 @@ def test_restart_on_spark40_checkpoints_continues_where_40_stopped(spark, tmp_pa
                       "its tables were not compared with the reference run; regenerate it with "
                       "tests/fixtures/spark40_checkpoint/make_fixture.sh", stacklevel=1)
         return
-    want = assert_same_tables(spark, run / "lake", reference, "after the upgrade", ORIGIN)
-    assert want["gold/limits"].where(F.col("resource") == "get-pugc-to-ai-consumer").count() > 0
-    assert _limits_records(run / "lake") == _limits_records(reference)
+    exact = [t for t in TABLES if t not in FAST_PATH_TIMED]
+    want = assert_same_tables(spark, run / "lake", reference, "after the upgrade", ORIGIN, exact)
+    assert want["gold/anomalies"].where(F.col("resource") == "get-pugc-to-ai-consumer").count() > 0
+    latest = {lake: _latest_decisions(spark, lake) for lake in (run / "lake", reference)}
+    assert latest[run / "lake"] == latest[reference]
+    assert any(resource == "get-pugc-to-ai-consumer" for _, resource, *_ in latest[reference])
+
+
+def _latest_decisions(spark, lake: Path) -> set[tuple]:
+    """(resource type, resource, action, limit, mode) of the latest ``gold/limits`` row per resource."""
+    rows = latest_per_resource(open_lake(spark, str(lake)).read(tables.GOLD_LIMITS)).collect()
+    return {(r["resource_type"], r["resource"], r["action"], round(r["limit_qps"], 6), r["mode"]) for r in rows}
