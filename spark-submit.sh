@@ -8,11 +8,13 @@
 # spark-submit unchanged (--master, --deploy-mode, --conf spark.*=..., --executor-memory, ...).
 #
 # Delta and Kafka jars on a cluster: with RG_ADD_PACKAGES=1 this script adds
-#   --packages io.delta:delta-spark_<scala>:<RG_DELTA_VERSION>,org.apache.spark:spark-sql-kafka-0-10_<scala>:<spark>
-# with the Spark version of this environment (RG_SCALA_VERSION default 2.13, RG_DELTA_VERSION default 4.0.0, the
-# Delta release for Spark 4.0), or exactly RG_PACKAGES if set. --packages needs a reachable Maven repository;
-# where there is none, pre-install the jars on the cluster's classpath instead and leave both unset. Without the
-# Delta jars the governor writes its tables with delta-rs on the driver (same tables).
+#   --packages org.apache.spark:spark-sql-kafka-0-10_<scala>:<spark>[,io.delta:delta-spark_<scala>:<delta>]
+# with the Spark version of this environment (RG_SCALA_VERSION default 2.13), or exactly RG_PACKAGES if set. The
+# Delta jars are added only when the delta-spark extra is installed (pip install '.[delta-spark]'): <delta> is that
+# package's version (or RG_DELTA_VERSION), a Delta release whose declared pyspark range holds this Spark line. No
+# Delta release supports Spark 4.3 yet (delta-spark 4.4.1: pyspark<=4.2.0); without the Delta jars the governor
+# writes its tables with delta-rs, which needs no jars (same tables). --packages needs a reachable Maven
+# repository; where there is none, pre-install the jars on the cluster's classpath instead and leave both unset.
 source "$(dirname "$0")/scripts/env.sh"
 
 submit_opts=()
@@ -42,7 +44,13 @@ extra=()
 if [ -z "${RG_PACKAGES:-}" ] && [ "${RG_ADD_PACKAGES:-0}" = "1" ]; then
   spark_version="$("$RG_PYTHON" -c 'import pyspark; print(pyspark.__version__)')"
   scala="${RG_SCALA_VERSION:-2.13}"
-  RG_PACKAGES="io.delta:delta-spark_${scala}:${RG_DELTA_VERSION:-4.0.0},org.apache.spark:spark-sql-kafka-0-10_${scala}:${spark_version}"
+  RG_PACKAGES="org.apache.spark:spark-sql-kafka-0-10_${scala}:${spark_version}"
+  delta_version="${RG_DELTA_VERSION:-$("$RG_PYTHON" -c 'from importlib.metadata import version; print(version("delta-spark"))' 2>/dev/null || true)}"
+  if [ -n "$delta_version" ]; then
+    RG_PACKAGES="$RG_PACKAGES,io.delta:delta-spark_${scala}:${delta_version}"
+  else
+    echo "spark-submit.sh: no delta-spark extra installed: the lake is written with delta-rs (no Delta jars added)" >&2
+  fi
 fi
 [ -n "${RG_PACKAGES:-}" ] && extra+=(--packages "$RG_PACKAGES")
 # executors run the project's interpreter unless the cluster says otherwise

@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key-env", default="RATE_GOVERNOR_SIGNING_KEY", help="environment variable with the key")
     parser.add_argument("--key-file", help="file with the signing key (when the variable is unset)")
     parser.add_argument("--default-qps", type=float, help="limit of resources without a record (default: none)")
+    parser.add_argument("--bootstrap-timeout-ms", type=int,
+                        help="how long to try the first connection before giving up (default: kafka-python's, 30 s "
+                             "in kafka-python 3)")
     parser.add_argument("--broker", help="this broker's name (brokerName): apply its own share of a limit that "
                                          "carries per-broker figures (default: the cluster-wide limit)")
     args = parser.parse_args(argv)
@@ -117,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: no signing key (set ${args.key_env} or --key-file)", file=sys.stderr)
         return 2
     try:
+        options = {} if args.bootstrap_timeout_ms is None else {"bootstrap_timeout_ms": args.bootstrap_timeout_ms}
         consumer = KafkaLimitsConsumer(LimitApplier(key, args.default_qps, broker=args.broker), args.bootstrap_servers, args.topic,
-                                       args.group)
-    except Exception as exc:  # kafka-python's NoBrokersAvailable, LookupError: one line, exit != 0
+                                       args.group, **options)
+    except Exception as exc:  # kafka-python's KafkaTimeoutError (3.x; NoBrokersAvailable in 2.x), LookupError: one line, exit != 0
         print(f"{parser.prog}: {exc}", file=sys.stderr)
         return 1
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

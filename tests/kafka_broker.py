@@ -82,11 +82,12 @@ class KafkaBroker:
 
     def create_topic(self, topic: str, partitions: int = 1) -> None:
         """Create ``topic`` (compacted, like the limits topic in production)."""
-        from kafka.admin import KafkaAdminClient, NewTopic
+        from kafka.admin import KafkaAdminClient
 
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000)
         try:
-            admin.create_topics([NewTopic(topic, partitions, 1, topic_configs={"cleanup.policy": "compact"})])
+            admin.create_topics({topic: {"num_partitions": partitions, "replication_factor": 1,
+                                         "configs": {"cleanup.policy": "compact"}}})
         finally:
             admin.close()
 

@@ -1,9 +1,11 @@
-"""The streaming checkpoints' compatibility with the config: a restart may change thresholds, limits and the
-trigger, but not the settings the saved stream state depends on."""
+"""The streaming checkpoints' compatibility with the config and with the Spark line: a restart may change
+thresholds, limits and the trigger, but not the settings the saved stream state depends on, nor go back to an older
+Spark line than the one that last ran on the checkpoint."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from pipelines.config import ConfigError, GovernorConfig
@@ -14,19 +16,45 @@ CHECKPOINT_BOUND_SETTINGS = {
     "source.kind": lambda cfg: cfg.source.kind,
 }
 CHECKPOINT_SETTINGS_FILE = "governor-settings.json"
+#: Key in the settings file: the Spark version (``pyspark.__version__``) that last started on the checkpoint.
+SPARK_VERSION_KEY = "spark.version"
 
 
 class CheckpointMismatchError(ConfigError):
-    """The config changes a setting the existing checkpoint depends on (e.g. the window length)."""
+    """The config changes a setting the existing checkpoint depends on (e.g. the window length), or the running
+    Spark line is older than the one that last wrote the checkpoint."""
 
 
-def check_checkpoint(cfg: GovernorConfig) -> None:
-    """Refuse a restart whose config is incompatible with the existing checkpoint; record the settings on first
-    start. Other settings (thresholds, limits, trigger) may change between restarts.
+def spark_line(version: str) -> tuple[int, int]:
+    """``"4.3.0"`` → ``(4, 3)``: Spark keeps a checkpoint's format within a feature line (major.minor)."""
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def check_checkpoint(cfg: GovernorConfig, spark_version: str | None = None) -> None:
+    """Refuse a restart whose config or Spark line is incompatible with the existing checkpoint; record the
+    settings on first start and the Spark version on every start. Other settings (thresholds, limits, trigger) may
+    change between restarts.
+
+    Spark lines: a newer line continues on a checkpoint an older one wrote (pyspark 4.0 → 4.3 is tested on a
+    committed 4.0 checkpoint, ``tests/e2e/test_spark_upgrade.py``). Going back is refused: a checkpoint a newer
+    line started records state settings an older one does not know and ignores (pyspark 4.3 records
+    ``spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion = 2`` and
+    ``spark.sql.dropDuplicates.deterministicKeyOrder.enabled = true`` in every offset-log entry; 4.0.5 restarted on
+    it without an error, reading the state as 4.0 writes it). A checkpoint recorded without a Spark version was
+    written before versions were recorded, i.e. by pyspark 4.0.
+
+    Args:
+        spark_version: the running Spark version; default ``pyspark.__version__`` (the driver's, which equals the
+            cluster's: spark-submit puts the cluster's pyspark first).
 
     Raises:
-        CheckpointMismatchError: names the setting, both values and what to do.
+        CheckpointMismatchError: names the setting or the Spark versions, and what to do.
     """
+    if spark_version is None:
+        import pyspark
+
+        spark_version = pyspark.__version__
     root = Path(cfg.checkpoint_root)
     current = {name: read(cfg) for name, read in CHECKPOINT_BOUND_SETTINGS.items()}
     saved_file = root / CHECKPOINT_SETTINGS_FILE
@@ -39,8 +67,26 @@ def check_checkpoint(cfg: GovernorConfig) -> None:
                     f"{name} = {saved[name]!r}, or start a new stream with another lake.checkpoint_dir "
                     "(and a new lake, since windows of both lengths would mix)"
                 )
+        written_by = saved.get(SPARK_VERSION_KEY)
+        if written_by is not None and spark_line(spark_version) < spark_line(written_by):
+            major, minor = spark_line(written_by)
+            raise CheckpointMismatchError(
+                f"the checkpoint in {root} was last run by Spark {written_by} and this governor runs Spark "
+                f"{spark_version}, an older line that ignores the state settings the newer one recorded there; run it with pyspark {major}.{minor} or "
+                f"newer (pip install 'pyspark>={major}.{minor}'), or start a new stream with another "
+                "lake.checkpoint_dir"
+            )
+        if written_by != spark_version:
+            _write_json(saved_file, {**saved, SPARK_VERSION_KEY: spark_version})
         return
     if root.exists() and any(root.iterdir()):
         return  # a checkpoint from before settings were recorded: nothing to compare against
     root.mkdir(parents=True, exist_ok=True)
-    saved_file.write_text(json.dumps(current, indent=2) + "\n")
+    _write_json(saved_file, {**current, SPARK_VERSION_KEY: spark_version})
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Replace ``path`` atomically (a crash leaves the old file or the new one)."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(temporary, path)

@@ -61,9 +61,9 @@ def write_batch(events: DataFrame, directory: Path, batch_id: int) -> int:
         OSError: the file could not be written (nothing was renamed into place).
     """
     import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from pipelines.spark_compat import arrow_schema
 
-    data = events.select(*METRIC_EVENT.fieldNames()).toArrow().cast(to_arrow_schema(METRIC_EVENT))
+    data = events.select(*METRIC_EVENT.fieldNames()).toArrow().cast(arrow_schema(METRIC_EVENT))
     directory.mkdir(parents=True, exist_ok=True)
     target = batch_file(directory, batch_id)
     temporary = directory / f".{target.name}.tmp"

@@ -7,6 +7,11 @@ since the previous set are sent, so republishing the same set sends nothing; a r
 same versions, which brokers accept idempotently (same version, same record). The producer uses ``acks="all"`` and
 kafka-python's idempotent producer; ``[sink.kafka] options`` override these and add security settings (SASL/SSL).
 Before the first send the topic is created compacted (``cleanup.policy=compact``) if it does not exist.
+
+kafka-python 3 (the supported line, ``pyproject.toml``): serializers are :class:`kafka.serializer.Serializer`
+objects (a plain callable is deprecated there), ``create_topics`` takes ``{name: {...}}`` (``NewTopic`` is
+deprecated), and the first-connection timeout is ``bootstrap_timeout_ms`` (2.x's ``api_version_auto_timeout_ms`` is
+refused as an unknown setting).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from kafka.serializer import Serializer
 
 from pipelines.config import KafkaSinkConfig
 from control.record import record_key
@@ -34,15 +41,33 @@ def changes(previous: list[Mapping[str, Any]], current: list[Mapping[str, Any]])
 
 
 #: Producer timeouts (ms) that bound how long one publish attempt can block when the cluster is down (kafka-python's
-#: defaults would block a micro-batch for up to 60 s in ``send`` and 120 s for delivery); ``[sink.kafka] options``
-#: override them.
+#: defaults would block a micro-batch for up to 60 s in ``send``, 120 s for delivery and 30 s for the first
+#: connection); ``[sink.kafka] options`` override them.
 PRODUCER_TIMEOUTS: dict[str, int] = {
     "max_block_ms": 2000,
     "request_timeout_ms": 2000,
     "delivery_timeout_ms": 3000,
-    "api_version_auto_timeout_ms": 2000,
+    "bootstrap_timeout_ms": 2000,
     "reconnect_backoff_max_ms": 1000,
 }
+#: Settings the topic-creating admin client takes from the producer's (after ``[sink.kafka] options``): the same
+#: bounds on a down cluster, the same security settings.
+ADMIN_SETTINGS = ("request_timeout_ms", "bootstrap_timeout_ms")
+ADMIN_SETTING_PREFIXES = ("security_", "sasl_", "ssl_")
+
+
+class KeySerializer(Serializer):
+    """The record key ``<resource_type>:<resource>`` as UTF-8."""
+
+    def serialize(self, topic, headers, data):
+        return data.encode("utf-8")
+
+
+class RecordSerializer(Serializer):
+    """The control record as JSON (keys sorted), or None (a tombstone) for a lifted limit."""
+
+    def serialize(self, topic, headers, data):
+        return None if data is None else json.dumps(data, sort_keys=True).encode("utf-8")
 
 
 class KafkaLimitsSink:
@@ -67,8 +92,8 @@ class KafkaLimitsSink:
         self._factory = producer_factory
         self._config = {
             "bootstrap_servers": cfg.bootstrap_servers.split(","),
-            "key_serializer": lambda key: key.encode("utf-8"),
-            "value_serializer": lambda value: None if value is None else json.dumps(value, sort_keys=True).encode("utf-8"),
+            "key_serializer": KeySerializer(),
+            "value_serializer": RecordSerializer(),
             **PRODUCER_DEFAULTS,
             **PRODUCER_TIMEOUTS,
             **dict(cfg.options),
@@ -77,7 +102,7 @@ class KafkaLimitsSink:
 
     @property
     def producer(self) -> Any:
-        """The connected producer (connects on first use; raises kafka-python's NoBrokersAvailable when down)."""
+        """The connected producer (connects on first use; raises kafka-python's KafkaTimeoutError when the cluster is down)."""
         if self._producer is None:
             self._producer = self._factory(**self._config)
         return self._producer
@@ -89,17 +114,16 @@ class KafkaLimitsSink:
 
         if self.admin_factory is None:
             from kafka import KafkaAdminClient
-            from kafka.admin import NewTopic
 
-            admin_factory, new_topic = KafkaAdminClient, NewTopic
+            admin_factory = KafkaAdminClient
         else:
-            admin_factory, new_topic = self.admin_factory, dict
-        options = {k: v for k, v in self.cfg.options.items() if k.startswith(("security_", "sasl_", "ssl_"))}
+            admin_factory = self.admin_factory
+        options = {k: v for k, v in self._config.items()
+                   if k in ADMIN_SETTINGS or k.startswith(ADMIN_SETTING_PREFIXES)}
         admin = admin_factory(bootstrap_servers=self.cfg.bootstrap_servers.split(","), **options)
         try:
-            admin.create_topics([new_topic(name=self.topic, num_partitions=1,
-                                           replication_factor=self.cfg.replication_factor,
-                                           topic_configs={"cleanup.policy": "compact"})])
+            admin.create_topics({self.topic: {"num_partitions": 1, "replication_factor": self.cfg.replication_factor,
+                                              "configs": {"cleanup.policy": "compact"}}})
         except TopicAlreadyExistsError:
             pass
         finally:
@@ -109,7 +133,7 @@ class KafkaLimitsSink:
     def publish(self, previous: list[Mapping[str, Any]], current: list[Mapping[str, Any]]) -> int:
         """Send the changes from ``previous`` to ``current`` and wait for the broker's acknowledgement of each.
 
-        Returns the number of messages sent. Raises kafka-python's errors (NoBrokersAvailable, KafkaTimeoutError,
+        Returns the number of messages sent. Raises kafka-python's errors (KafkaTimeoutError,
         a broker's refusal) when the cluster is unreachable or refuses one; the producer is then dropped (and the
         topic checked again) and the next call connects anew.
         """

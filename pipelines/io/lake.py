@@ -264,9 +264,9 @@ def _file_stats(footer, time_column: str | None) -> dict:
 
 def _arrow_schema(spec: TableSpec):
     """The Arrow schema of a table (Spark's own type mapping: timestamps are microseconds, UTC)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from pipelines.spark_compat import arrow_schema
 
-    return to_arrow_schema(spec.schema)
+    return arrow_schema(spec.schema)
 
 
 def _utc(ts: dt.datetime) -> dt.datetime:

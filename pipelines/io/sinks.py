@@ -193,7 +193,7 @@ class SinkSet:
             else:
                 write_delivered(self.root, sink.name, records, now)
         except Exception as exc:  # noqa: BLE001 - any transport error: the governor goes on, the status says why
-            error = f"{type(exc).__name__}: {exc}"[:1000]
+            error = _one_line(exc)
         ok = error is None
         if not ok:
             log.warning("sink %s: publish failed after %d attempts (batch %d), will catch up next batch: %s",
@@ -221,3 +221,10 @@ class SinkSet:
                 sink.close()
             except Exception as exc:  # noqa: BLE001
                 log.warning("sink %s: close failed: %s", sink.name, exc)
+
+
+def _one_line(exc: BaseException) -> str:
+    """``<error class>: <message>`` (at most 1,000 characters); kafka-python 3's errors already start their message
+    with their class name, which is not repeated."""
+    text, name = str(exc), type(exc).__name__
+    return (text if text.startswith(name) else f"{name}: {text}")[:1000]

@@ -16,9 +16,9 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipelines import schemas
+from pipelines.spark_compat import arrow_schema
 from pipelines.config import LimitsConfig
 from pipelines.transforms.fold import Candidate, Observation, ResourceState, fold_resource
 
@@ -30,7 +30,7 @@ PANDAS_DTYPES = {
     )
     for f in schemas.POLICY_FOLD.fields
 }
-FOLD_ARROW_SCHEMA = to_arrow_schema(schemas.POLICY_FOLD)
+FOLD_ARROW_SCHEMA = arrow_schema(schemas.POLICY_FOLD)
 #: The state columns of POLICY_FOLD (and POLICY_STATE) besides the resource keys, with the ResourceState field each
 #: one holds.
 STATE_COLUMNS = ("limit_qps", "version", "last_candidate_end", "last_decision_end", "last_change_end",

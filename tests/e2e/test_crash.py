@@ -70,14 +70,15 @@ def _run(landing: Path, lake: Path, conf: Path, crash: tuple[str, int] | None = 
     return done.returncode
 
 
-def _tables(spark, lake: Path) -> dict:
+def _tables(spark, lake: Path, origin: str = "/[ab]/landing/") -> dict:
+    """Every table without its wall-clock columns; ``origin`` (a regex) is where the runs' landing paths differ."""
     out = {}
     for table in TABLES:
         df = open_lake(spark, str(lake)).read(table)
         keep = [c for c in df.columns if c not in TIMING_COLUMNS and c != "failures_by_class"]
         df = df.select(*keep)
-        if "origin" in df.columns:  # the two runs read copies of the landing directory in /a and /b
-            df = df.withColumn("origin", F.regexp_replace("origin", "/[ab]/landing/", "/landing/"))
+        if "origin" in df.columns:  # the two runs read copies of the landing directory (in /a and /b here)
+            df = df.withColumn("origin", F.regexp_replace("origin", origin, "/landing/"))
         out[table] = df
     return out
 
@@ -94,6 +95,23 @@ def _write_tail(landing: Path) -> None:
     target = landing / "broker_stats" / "broker-a" / "99-tail.log"
     target.write_text(f"{tail:%Y-%m-%d %H:%M:%S} INFO - [TOPIC_PUT_NUMS] [tail] Stats In One Minute, SUM: 60 TPS: 1.00 AVGPT: 1.00\n")
     os.utime(target, (1_700_000_100, 1_700_000_100))
+
+
+def assert_same_tables(spark, got_lake: Path, want_lake: Path, how: str, origin: str = "/[ab]/landing/",
+                       tables=TABLES) -> dict:
+    """Each of ``tables`` in ``got_lake`` equals ``want_lake``'s (rows as multisets, wall-clock columns left out,
+    the policy state's latest row per resource); returns ``want_lake``'s tables. ``how`` names ``got_lake`` in a
+    failure."""
+    want, got = _tables(spark, want_lake, origin), _tables(spark, got_lake, origin)
+    want["state/policy"], got["state/policy"] = _latest_state(want["state/policy"]), _latest_state(got["state/policy"])
+    for table in tables:
+        a, b = got[table], want[table]
+        assert a.count() == b.count(), f"{table}: {a.count()} rows {how}, {b.count()} in the reference run"
+        extra, missing = a.exceptAll(b), b.exceptAll(a)
+        assert extra.count() == 0 and missing.count() == 0, (
+            f"{table} differs: {how} only {[r.asDict() for r in extra.limit(3).collect()]}, "
+            f"reference only {[r.asDict() for r in missing.limit(3).collect()]}")
+    return want
 
 
 def _latest_state(df):
@@ -120,12 +138,7 @@ def test_sigkill_at_each_point_then_restart_equals_uninterrupted_run(spark, tmp_
     _write_tail(crashed_landing)
     governor.run(spark, load_config(conf).with_paths(str(crashed_landing), str(crashed)), once=True)  # recovery
 
-    want, got = _tables(spark, clean), _tables(spark, crashed)
-    want["state/policy"], got["state/policy"] = _latest_state(want["state/policy"]), _latest_state(got["state/policy"])
-    for table in TABLES:
-        a, b = got[table], want[table]
-        assert a.count() == b.count(), f"{table}: {a.count()} rows after crashes, {b.count()} uninterrupted"
-        assert a.exceptAll(b).count() == 0 and b.exceptAll(a).count() == 0, f"{table} differs"
+    want = assert_same_tables(spark, crashed, clean, "after crashes")
     assert want["gold/limits"].where(F.col("resource") == "get-pugc-to-ai-consumer").count() > 0
     assert _limits_records(crashed) == _limits_records(clean)
     assert not list((crashed / "control").glob(".limits.json.*.tmp"))

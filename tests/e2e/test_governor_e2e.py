@@ -16,6 +16,7 @@ from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.config import load_config
 from pipelines.io.lake import TABLES, open_lake
+from tests.landing_time import line_time as _line_time
 from tests.helpers import lean_config_file, write_config
 
 pytestmark = pytest.mark.slow
@@ -112,21 +113,6 @@ def test_published_records_are_signed_and_verify_with_the_reference_applier(run)
     assert result.applied == 1 and not applier.refused
     forged = LimitApplier(key=b"another-key")
     assert forged.load_file(run["lake"] / "control" / "limits.json").applied == 0 and forged.refused
-
-
-def _line_time(line: str) -> dt.datetime:
-    """Event time (UTC) of a landing line: a stats line (raw or in an envelope, GMT+8) or a send failure."""
-    if line.startswith("{"):
-        record = json.loads(line)
-        if "line" in record:
-            line = record["line"]
-        else:
-            ts = record["ts"]
-            if isinstance(ts, (int, float)):
-                return dt.datetime.fromtimestamp(ts / 1000, dt.timezone.utc)
-            return dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    local = dt.datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
-    return (local - dt.timedelta(hours=8)).replace(tzinfo=dt.timezone.utc)
 
 
 def _split_landing(src: Path, dst_a: Path, dst_b: Path, cut: dt.datetime) -> None:

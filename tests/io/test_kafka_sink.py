@@ -20,11 +20,14 @@ class RecordingAdmin:
 
     created: list = []
 
+    last: dict = {}
+
     def __init__(self, **config):
         self.config = config
+        RecordingAdmin.last = config
 
     def create_topics(self, topics):
-        RecordingAdmin.created.extend(topics)
+        RecordingAdmin.created.extend({"name": name, **spec} for name, spec in topics.items())
 
     def close(self):
         pass
@@ -39,7 +42,8 @@ class RecordingProducer:
         self.flushed = 0
 
     def send(self, topic, key=None, value=None):
-        self.sent.append((topic, self.config["key_serializer"](key), self.config["value_serializer"](value)))
+        serialize = {name: self.config[name].serialize for name in ("key_serializer", "value_serializer")}
+        self.sent.append((topic, serialize["key_serializer"](topic, None, key), serialize["value_serializer"](topic, None, value)))
         return DoneFuture()
 
     def flush(self, timeout=None):
@@ -76,7 +80,7 @@ def test_publish_keys_json_values_tombstone_and_flush():
     assert values[2] is None  # tombstone on lift: compaction removes the key
     assert s.producer.flushed == 3
     assert RecordingAdmin.created[-1] == {"name": "limits", "num_partitions": 1, "replication_factor": 1,
-                                          "topic_configs": {"cleanup.policy": "compact"}}
+                                          "configs": {"cleanup.policy": "compact"}}
 
 
 def test_republishing_the_same_set_is_idempotent():
@@ -94,8 +98,26 @@ def test_producer_settings_and_security_passthrough():
     assert (c["security_protocol"], c["sasl_mechanism"], c["sasl_plain_username"]) == ("SASL_SSL", "SCRAM-SHA-512", "governor")
 
 
-def test_real_kafka_producer_accepts_the_settings_names():
-    from kafka import KafkaProducer
+def test_real_kafka_clients_accept_every_setting_the_sink_passes():
+    """kafka-python refuses an unknown setting (3.0 renamed ``api_version_auto_timeout_ms`` to
+    ``bootstrap_timeout_ms``): every name the sink passes must be one the installed client knows."""
+    from kafka import KafkaAdminClient, KafkaProducer
 
-    for name in ("acks", "enable_idempotence", "key_serializer", "value_serializer", "security_protocol", "sasl_mechanism"):
-        assert name in KafkaProducer.DEFAULT_CONFIG
+    s = sink(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", request_timeout_ms=2500)
+    unknown = set(s.producer.config) - set(KafkaProducer.DEFAULT_CONFIG)
+    assert not unknown, f"settings kafka-python's producer does not know: {sorted(unknown)}"
+    s.publish([], [record("g", 1)])
+    admin = RecordingAdmin.last
+    assert not set(admin) - set(KafkaAdminClient.DEFAULT_CONFIG)
+    assert admin["bootstrap_timeout_ms"] == 2000 and admin["request_timeout_ms"] == 2500  # a down cluster: bounded
+    assert admin["security_protocol"] == "SASL_SSL" and "acks" not in admin
+
+
+def test_serializers_are_kafka_python_serializers():
+    """A plain callable is deprecated in kafka-python 3 (wrapped with a DeprecationWarning)."""
+    from kafka.serializer import Serializer
+
+    config = sink().producer.config
+    assert isinstance(config["key_serializer"], Serializer) and isinstance(config["value_serializer"], Serializer)
+    assert config["value_serializer"].serialize("t", [], {"b": 1, "a": 2}) == b'{"a": 2, "b": 1}'
+    assert config["value_serializer"].serialize("t", [], None) is None

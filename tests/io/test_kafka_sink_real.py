@@ -49,10 +49,11 @@ def test_kafka_sink_on_a_real_broker(tansu):
         sink.close()
 
     admin = KafkaAdminClient(bootstrap_servers=tansu)
-    [described] = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
     admin.close()
-    entries = {e[0]: e[1] for e in described.resources[0][4]}
-    assert entries.get("cleanup.policy") == "compact"
+    # kafka-python 3: {resource type: {resource name: {config name: {value, ...}}}}
+    [entries] = [configs for by_name in described.values() for name, configs in by_name.items() if name == topic]
+    assert entries["cleanup.policy"]["value"] == "compact"
 
     messages = read_all(tansu, topic)
     assert [k for k, _ in messages] == ["group:g1", "topic:orders", "group:g1", "topic:orders"]

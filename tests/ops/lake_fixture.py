@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import write_deltalake
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipelines.io import publish
 from pipelines.io.lake import TABLES
+from pipelines.spark_compat import arrow_schema
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.timezone.utc)
 GROUP = "get-pugc-to-ai-consumer"
@@ -25,7 +25,7 @@ def minute(i: int) -> dt.datetime:
 
 
 def _write(lake: Path, table: str, rows: list[dict]) -> None:
-    schema = to_arrow_schema(TABLES[table].schema)
+    schema = arrow_schema(TABLES[table].schema)
     full = [{f.name: row.get(f.name) for f in schema} for row in rows]
     write_deltalake(str(lake / table), pa.Table.from_pylist(full, schema=schema))
 

@@ -113,8 +113,11 @@ def _line(key, detail, stat="TOPIC_PUT_NUMS", at="2022-02-08 18:00:00"):
 def ingested(spark, tmp_path_factory):
     """Two ingest micro-batches through IngestFlow.handle (static DataFrames, the streaming handler as is):
     batch 0 good and bad rows, batch 1 late rows and an expectation failure."""
-    root = tmp_path_factory.mktemp("quality")
-    cfg = GovernorConfig().with_paths(str(root / "landing"), str(root / "lake"))
+    return _ingest_two_batches(spark, tmp_path_factory.mktemp("quality"), GovernorConfig())
+
+
+def _ingest_two_batches(spark, root, cfg: GovernorConfig) -> dict:
+    cfg = cfg.with_paths(str(root / "landing"), str(root / "lake"))
     gov = governor.build_governor(spark, cfg)
     batch0 = [
         _line("orders", "SUM: 600 TPS: 10.00 AVGPT: 1.00"),
@@ -162,6 +165,24 @@ def test_gx_results_per_batch_match_the_row_level_enforcement(ingested):
     # quarantined by an expectation in the reconciliation == GX's unexpected counts of that batch
     rec = {(r["batch_id"], r["source"]): r for r in ingested["lake"].read(tables.QUALITY_RECONCILIATION).collect()}
     assert rec[(0, "broker_stats")]["expectation_rows"] == 2
+
+
+@pytest.mark.slow
+def test_gx_spark_engine_in_the_gate_gives_the_pandas_engines_results(spark, ingested, tmp_path):
+    """Micro-batches over ``quality.pandas_max_rows`` are validated by GX's Spark engine on the executors (the
+    large-batch path): the same two batches through a gate that always uses it give the same results per
+    expectation as the pandas engine above (GX 1.x's Spark engine on this pyspark line)."""
+    cfg = GovernorConfig(quality=QualityConfig(pandas_max_rows=0))
+    spark_engine = _ingest_two_batches(spark, tmp_path, cfg)
+    assert spark_engine["gov"].ingest.gate.validator.engine(1) == "spark"
+
+    def results(lake):
+        return sorted((r["batch_id"], r["suite"], r["expectation"], r["success"], r["element_count"],
+                       r["unexpected_count"]) for r in lake.read(tables.QUALITY_VALIDATION_RESULTS).collect())
+
+    got, want = results(spark_engine["lake"]), results(ingested["lake"])
+    assert len(got) > 20 and any(not success for _, _, _, success, _, _ in got)
+    assert got == want
 
 
 @pytest.mark.slow

@@ -50,9 +50,10 @@ def test_udf_equals_driver_simulate_on_two_brokers(spark, group_by):
     driver = bm.simulate(offered, schedule, CFG, CAPACITY)
 
     fn = simulate_per_broker(schedule, CFG, CAPACITY, minutes)
-    key = F.col("broker") if group_by == "broker" else F.lit(0)
-    rows = (spark.createDataFrame(offered, schema=schemas.BROKER_MODEL_OFFERED)
-            .groupBy(key).applyInPandas(fn, schema=schemas.BROKER_MODEL_RESULT))
+    # a bucket column as the backtest groups (pyspark 4.2.0 fails to analyse groupBy(F.lit(0)).applyInPandas:
+    # INTERNAL_ERROR, unresolved ordinal)
+    df = spark.createDataFrame(offered, schema=schemas.BROKER_MODEL_OFFERED).withColumn("bucket", F.lit(0))
+    rows = df.groupBy(group_by).applyInPandas(fn, schema=schemas.BROKER_MODEL_RESULT)
     got = rows.where("row_kind = 'resource'").groupBy("broker", "resource_type", "resource").sum(
         "offered", "limited_rejected", "busy_rejected", "admitted")
     got = got.toDF("broker", "resource_type", "resource", "offered", "limited_rejected", "busy_rejected",
