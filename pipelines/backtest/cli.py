@@ -41,18 +41,21 @@ from pipelines.backtest.settings import (
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError
 from pipelines.io.lake import open_lake
+from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.spec import ScenarioSpec
 
 PROG = "python -m pipelines.backtest"
 
 
 def run_backtest(spark, *, lake: Path, bcfg: BacktestConfig, spec: ScenarioSpec,
-                 propagation_seconds: float | None = None, progress=None) -> dict[str, Any]:
-    """Run one scenario in closed loop, compute its figures, write the table, the report and the picture.
-    Returns ``{"result", "figures", "report", "png", "table", "run_id"}``."""
+                 propagation_seconds: float | None = None, progress=None, backlog_minutes: int = 0) -> dict[str, Any]:
+    """Run one scenario in closed loop (:func:`pipelines.backtest.loop.run_loop`), compute its figures, write the
+    table, the report and the picture. Returns ``{"result", "figures", "report", "png", "table", "run_id"}``."""
     lake = Path(lake)
-    result = run_loop(spark, spec, bcfg, lake, propagation_seconds, progress=progress)
-    figures: Figures = compute(result)
+    result = run_loop(spark, spec, bcfg, lake, propagation_seconds, progress=progress, backlog_minutes=backlog_minutes)
+    baseline = ClosedLoopCluster(spec, bcfg.broker, bcfg.clients)  # the same cluster without any limit
+    baseline.advance_to(baseline.end)
+    figures: Figures = compute(result, baseline)
     run_id = uuid.uuid4().hex[:12]
     out = lake / "backtest"
     png = plot(result, out / f"closed-loop-{spec.name}.png")

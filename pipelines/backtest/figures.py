@@ -6,7 +6,9 @@ Figures that do not depend on how long the run is (times UTC, simulated; per sec
 * ``culprit_admitted_over_target``: what the culprit's buckets admitted, summed over brokers, ÷ the decided target
   (the record's cluster-wide ``limit_qps``), over the seconds after containment while the cause persists.
 * ``bystander_rejected_per_minute_before`` / ``_after`` (rejected attempts per storm minute of the other resources
-  on the culprit's brokers, before and after containment) and ``bystander_after_pct_of_before``.
+  on the culprit's brokers, before and after containment) and ``bystander_after_pct_of_before``; the baseline
+  ``bystander_rejected_per_minute_no_governor``: the same seconds after containment in the same cluster without
+  any limit.
 * ``limit_changes_while_cause_persists``: changes of the value in force (the cluster-wide figure; a limit that
   disappears counts) per culprit resource after its first limit, while the cause persists; refreshes and a final
   decision confirming a preliminary one do not change the value.
@@ -102,8 +104,10 @@ def targets_in_force(result, culprits) -> tuple[np.ndarray, dict]:
     return total, per
 
 
-def compute(result) -> Figures:
-    """The figures and checks of one closed-loop run (:class:`pipelines.backtest.loop.LoopResult`)."""
+def compute(result, baseline=None) -> Figures:
+    """The figures and checks of one closed-loop run (:class:`pipelines.backtest.loop.LoopResult`). ``baseline``:
+    the same scenario's cluster run to its end without any limit (:class:`~pipelines.sim.cluster.ClosedLoopCluster`),
+    for the bystanders' rejected sends per storm minute after containment without a governor."""
     c = result.cluster
     culprits, spans = truth(result)
     values: dict[str, tuple[float, str, str]] = {}
@@ -147,6 +151,10 @@ def compute(result) -> Figures:
         values["bystander_rejected_per_minute_before"] = (rb, "msgs/min", "bystander")
         values["bystander_rejected_per_minute_after"] = (ra, "msgs/min", "bystander")
         values["bystander_after_pct_of_before"] = (100.0 * ra / rb if rb > 0 else nan, "pct", "bystander")
+        if baseline is not None:
+            base = baseline.second_rejected[:, bystander].sum(axis=1)
+            values["bystander_rejected_per_minute_no_governor"] = (
+                base[after_b].sum() / (after_b.sum() / 60.0) if after_b.any() else nan, "msgs/min", "bystander")
         changes = {}
         for r, arr in per.items():
             have = ~np.isnan(arr)
@@ -185,6 +193,9 @@ def compute(result) -> Figures:
     values["step_seconds_median"] = (float(np.median(seconds)), "s", "run")
     values["step_seconds_max"] = (float(seconds.max()), "s", "run")
     values["steps_over_trigger"] = (float((seconds > result.trigger_seconds).sum()), "count", "run")
+    for query in ("ingest", "fast", "gold"):
+        values[f"{query}_batch_seconds_total"] = (float(sum(s.query_seconds.get(query, 0.0) for s in result.steps)),
+                                                  "s", "run")
     values["failure_lines"] = (float(result.failure_lines), "count", "run")
     values["wall_seconds"] = (float(result.wall_seconds), "s", "run")
     values["propagation_seconds"] = (float(result.propagation_seconds), "s", "config")

@@ -74,7 +74,7 @@ class SimClock:
 
     def __call__(self) -> dt.datetime:
         now = self.base if self.wall is None else self.at_wall(time.time())
-        return now.to_pydatetime()
+        return now.floor("us").to_pydatetime()
 
 
 @dataclass
@@ -96,6 +96,7 @@ class Step:
     stats_minutes: list[int]
     failure_lines: int
     batches: int
+    query_seconds: dict[str, float] = field(default_factory=dict)  # per query: its micro-batches' time in the step
 
 
 @dataclass
@@ -147,7 +148,7 @@ class _Watcher(threading.Thread):
         at = self.clock.at_wall(st.st_mtime_ns / 1e9)
         self.seen[2] += 1
         copy = self.out_dir / f"limits-{self.seen[2]:05d}.json"
-        cr.write_limits_file(records, copy, generated_at=at.to_pydatetime())
+        cr.write_limits_file(records, copy, generated_at=at.floor("us").to_pydatetime())
         self.published.append(Publication(at, records, copy, at + pd.Timedelta(seconds=self.propagation)))
 
     def run(self) -> None:
@@ -188,7 +189,7 @@ class Brokers:
         c.advance_to(when)
 
     def _refresh(self, at: pd.Timestamp) -> None:
-        now = at.to_pydatetime()
+        now = at.floor("us").to_pydatetime()
         for pub in [p for p in self.pending if p.effective <= at]:
             for applier in self.appliers.values():
                 applier.load_file(pub.path, now=now)
@@ -218,16 +219,19 @@ def _grid_after(t: pd.Timestamp, trigger: int) -> pd.Timestamp:
     return pd.Timestamp(int((math.floor(sec / trigger) + 1) * trigger * 1e9), tz="UTC")
 
 
-def _batch_ends(queries, since_wall: float) -> tuple[int, float]:
-    """(micro-batches that started after ``since_wall``, wall time the last of them ended)."""
-    count, end = 0, since_wall
+def _batch_ends(queries, since_wall: float) -> tuple[int, float, dict[str, float]]:
+    """(micro-batches that started after ``since_wall``, wall time the last of them ended, seconds per query)."""
+    count, end, per = 0, since_wall, {}
     for q in queries:
         for p in q.recentProgress:
             began = dt.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
             if began + 1e-3 >= since_wall:
+                took = p["durationMs"].get("triggerExecution", 0) / 1000.0
                 count += 1
-                end = max(end, began + p["durationMs"].get("triggerExecution", 0) / 1000.0)
-    return count, end
+                end = max(end, began + took)
+                name = q.name.removeprefix("rate-governor-")
+                per[name] = round(per.get(name, 0.0) + took, 2)
+    return count, end, per
 
 
 #: Spark's "Current batch is falling behind" warning: with the harness's short poll trigger it says nothing (the
@@ -244,8 +248,11 @@ def _log_level(spark, name: str, level: str | None) -> str | None:
 
 
 def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
-             propagation_seconds: float | None = None, progress=None) -> LoopResult:
+             propagation_seconds: float | None = None, progress=None, backlog_minutes: int = 0) -> LoopResult:
     """Run ``spec`` in closed loop against the governor's real queries, tables in ``lake`` (fresh).
+    ``backlog_minutes``: the lines of the first minutes land as one backlog (the first step is when the last of
+    them lands): cheaper, for a test whose incident starts later; 0 = minute by minute from the start.
+    ``progress(step, publications)`` is called after every step.
 
     Raises:
         BacktestError: ``lake`` already holds governor tables.
@@ -285,7 +292,8 @@ def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
     try:
         gov = build_governor(spark, cfg, clock)
         queries = governor.start_queries(spark, gov, once=False, interval=f"{bcfg.poll_milliseconds} milliseconds")
-        t = _grid_after(cluster.start, trigger)
+        t = max(_grid_after(cluster.start, trigger),
+                cluster.start + pd.Timedelta(minutes=backlog_minutes, seconds=ship.stats_seconds))
         last_land = cluster.end + pd.Timedelta(seconds=max(ship.stats_seconds, ship.failures_seconds
                                                            + ship.failures_batch_seconds))
         while t <= last_land + pd.Timedelta(seconds=trigger):
@@ -337,12 +345,12 @@ def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
             watcher.halt.set()
             watcher.join()
             watcher.check()
-            batches, end = _batch_ends(queries, wall0)
+            batches, end, per_query = _batch_ends(queries, wall0)
             seconds = max(0.0, end - wall0)
             clock.stop(seconds)
             publications += watcher.published
             brokers.pending += watcher.published
-            steps.append(Step(t, seconds, due, 0 if failures is None else len(failures), batches))
+            steps.append(Step(t, seconds, due, 0 if failures is None else len(failures), batches, per_query))
             if progress is not None:
                 progress(steps[-1], watcher.published)
             t = max(_grid_after(t, trigger), t + pd.Timedelta(seconds=seconds))

@@ -40,13 +40,16 @@ def summary_lines(result, figures: Figures) -> list[str]:
            f"({figures.details.get('culprit_admitted_over_target', 'n/a')})",
            f"  bystander rejected sends per storm minute: before {_fmt(v('bystander_rejected_per_minute_before'))}, "
            f"after {_fmt(v('bystander_rejected_per_minute_after'))} "
-           f"({_fmt(v('bystander_after_pct_of_before'), '%')} of before)",
+           f"({_fmt(v('bystander_after_pct_of_before'), '%')} of before; without a governor then: "
+           f"{_fmt(v('bystander_rejected_per_minute_no_governor'))})",
            f"  limit changes while the cause persists: {_fmt(v('limit_changes_while_cause_persists'))}; fix -> lift: "
            f"{figures.details.get('fix_to_lift_minutes', 'n/a')} min; false limits: {_fmt(v('false_limits'))} "
            f"({figures.details.get('false_limits')}); decisions set/relax/lift {_fmt(v('decisions_set'))}/"
            f"{_fmt(v('decisions_relax'))}/{_fmt(v('decisions_lift'))}",
            f"  {_fmt(v('steps'))} steps, processing median {_fmt(v('step_seconds_median'), 's')}, max "
-           f"{_fmt(v('step_seconds_max'), 's')}, {_fmt(v('steps_over_trigger'))} over the trigger; "
+           f"{_fmt(v('step_seconds_max'), 's')}, {_fmt(v('steps_over_trigger'))} over the trigger; micro-batch "
+           f"seconds ingest {_fmt(v('ingest_batch_seconds_total'))}, fast {_fmt(v('fast_batch_seconds_total'))}, "
+           f"gold {_fmt(v('gold_batch_seconds_total'))}; "
            f"{_fmt(v('failure_lines'))} send-failure lines; wall {_fmt(v('wall_seconds'), 's')}"]
     out += [f"  [{'PASS' if ok else 'FAIL'}] {name}: {measured}" for name, ok, measured in figures.checks]
     return out

@@ -1,4 +1,8 @@
-"""Broker model for backtests: what a RocketMQ broker does with the offered send traffic, with and without limits.
+"""Broker model: what a RocketMQ broker does with the offered send traffic, with and without limits. The rules of one
+tick live in :mod:`pipelines.sim.ticks`; this module reads offered traffic from stats rows, sizes the brokers and
+runs a whole scenario with limits known in advance (open loop). The closed-loop backtest steps the same rules
+minute by minute with the limits the governor publishes and the clients' answers to rejections
+(:mod:`pipelines.sim.cluster`).
 
 Good enough to show article 001 (``docs/background.md``) and nothing more:
 
@@ -18,8 +22,8 @@ Good enough to show article 001 (``docs/background.md``) and nothing more:
   pairs only. Unlimited resources are never expanded to ticks: their busy rejections are their minute's offered
   volume × the broker's mean reject share in that minute. A 10,000-topic, 50-broker hour is seconds of numpy.
 
-Not modelled (said in the report): producer retries of rejected sends, feedback of the limits on the traffic the
-governor observes (open loop: the governor saw the unlimited traffic), queue capacity overflow (``[OVERLOAD]``).
+Not modelled here: producer retries of rejected sends and the feedback of the limits on the traffic the governor
+observes (:mod:`pipelines.sim.cluster` has both), queue capacity overflow (``[OVERLOAD]``).
 
 Inputs and outputs are pandas frames:
 

