@@ -2,8 +2,8 @@
 module is not touched), the scenario sizes it runs by default, and the governor config as shipped.
 
 Nothing here is a governor setting: the governor runs ``governor_conf`` (``conf/local.toml``) exactly as shipped —
-its trigger, watermark, fast path and thresholds — except that per-batch GX validation results are not written
-(row-level expectations still apply). What the backtest adds is the world around it: when lines land (the
+its trigger, watermark, fast path, thresholds and per-micro-batch GX validation. What the backtest adds is the
+world around it: when lines land (the
 shippers), how long a published limit takes to reach the brokers (propagation), the brokers (capacity, send queue,
 tick) and the clients' answers to a rejection.
 """
@@ -84,12 +84,11 @@ def load_backtest_config(path: str | Path | None) -> BacktestConfig:
 
 
 def governor_config(bcfg: BacktestConfig, landing: str | None, lake: str | None):
-    """The governor's config (``bcfg.governor_conf`` as shipped) with the paths, without per-batch GX validation
-    results (row-level expectations still apply)."""
+    """The governor's config, ``bcfg.governor_conf`` exactly as shipped (GX validation per micro-batch included:
+    its time is part of what a micro-batch costs), with the paths."""
     from pipelines.config import load_config
 
-    cfg = load_config(bcfg.governor_conf).with_paths(landing, lake)
-    return cfg.model_copy(update={"quality": cfg.quality.model_copy(update={"validate_every_n_batches": 0})})
+    return load_config(bcfg.governor_conf).with_paths(landing, lake)
 
 
 def with_backtest_key(cfg, lake: Path):
