@@ -45,7 +45,13 @@ import pandas as pd
 from control import record as cr
 from control.applier import LimitApplier
 from control.token_bucket import default_burst
-from pipelines.backtest.settings import BacktestConfig, BacktestError, governor_config, with_backtest_key
+from pipelines.backtest.settings import (
+    BacktestConfig,
+    BacktestError,
+    ShippingConfig,
+    governor_config,
+    with_backtest_key,
+)
 from pipelines.io.publish import LIMITS_FILE, signing_key
 from pipelines.sim.admitted import admitted_rows, failure_rows, trickle
 from pipelines.sim.cluster import ClosedLoopCluster
@@ -213,6 +219,53 @@ class Brokers:
             self.timeline.append((at, snapshot))
 
 
+class Shipper:
+    """What has landed by a simulated time: each minute's stats lines ``stats_seconds`` after the end of the minute
+    they cover (rendered from what the brokers admitted), each send-failure line ``failures_seconds`` after it was
+    logged (or at the shipper's last batch, every ``failures_batch_seconds``), the demand's trickle of ordinary
+    failures included. The cluster must have run to the time asked for."""
+
+    def __init__(self, cluster: ClosedLoopCluster, shipping: ShippingConfig, rng: np.random.Generator) -> None:
+        self.cluster, self.ship, self.rng = cluster, shipping, rng
+        self.background = trickle(cluster, rng)
+        self.landed: set[int] = set()
+        self.admitted: list[pd.DataFrame] = []
+        self.logged = self.trickled = 0
+
+    def due(self, t: pd.Timestamp, serial: int) -> tuple[list[tuple[str, str]], list[int], int]:
+        """(files to land at ``t``: relative path and text, the minutes whose stats lines they hold, failure lines);
+        ``serial`` names the failures file."""
+        c, ship = self.cluster, self.ship
+        minutes = [m for m in range(c.minutes_done()) if m not in self.landed
+                   and c.start + pd.Timedelta(minutes=m + 1, seconds=ship.stats_seconds) <= t]
+        files: list[tuple[str, str]] = []
+        if minutes:
+            self.admitted += [admitted_rows(c, m) for m in minutes]
+            self.landed.update(minutes)
+            rendered = stats_files(c.spec, pd.concat(self.admitted, ignore_index=True), set(minutes))
+            files += [f for m in sorted(rendered) for f in rendered[m]]
+        cutoff = t - pd.Timedelta(seconds=ship.failures_seconds)
+        if ship.failures_batch_seconds > 0:
+            batch = ship.failures_batch_seconds
+            cutoff = pd.Timestamp(int(math.floor(cutoff.value / 1e9 / batch) * batch * 1e9), tz="UTC")
+        last_tick = int(np.floor((cutoff - c.start).total_seconds() / c.dt))
+        upto = self.logged
+        while upto < len(c.rejections.tick) and c.rejections.tick[upto] < last_tick:
+            upto += 1
+        parts = [failure_rows(c, self.logged, upto, self.rng)]
+        self.logged = upto
+        bg_end = int(self.background["event_time"].searchsorted(cutoff, side="left")) if len(self.background) else 0
+        parts.append(self.background.iloc[self.trickled:bg_end])
+        self.trickled = max(self.trickled, bg_end)
+        parts = [p for p in parts if len(p)]
+        n = 0
+        if parts:
+            failures = pd.concat(parts, ignore_index=True)
+            files.append((f"send_failures/s{serial:05d}.jsonl", failure_text(failures)))
+            n = len(failures)
+        return files, minutes, n
+
+
 def _grid_after(t: pd.Timestamp, trigger: int) -> pd.Timestamp:
     """Spark's ``ProcessingTimeExecutor.nextBatchTime``: the next multiple of the trigger interval after ``t``."""
     sec = t.value / 1e9
@@ -276,7 +329,6 @@ def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
     cluster = ClosedLoopCluster(spec, bcfg.broker, bcfg.clients)
     brokers = Brokers(cluster, signing_key(cfg))
     rng = np.random.default_rng(spec.seed + 1)
-    background = trickle(cluster, rng)
     clock = SimClock(cluster.start)
     lease = GovernorLease(cfg.lake.path, cfg.lake.lease_ttl_seconds)
     lease.acquire()
@@ -285,9 +337,8 @@ def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
     steps: list[Step] = []
     publications: list[Publication] = []
     seen: list = [None, None, 0]
-    landed_minutes: set[int] = set()
-    admitted: list[pd.DataFrame] = []
-    logged, trickled, lines_total = 0, 0, 0
+    shipper = Shipper(cluster, ship, rng)
+    lines_total = 0
     queries: list = []
     try:
         gov = build_governor(spark, cfg, clock)
@@ -298,38 +349,8 @@ def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
                                                            + ship.failures_batch_seconds))
         while t <= last_land + pd.Timedelta(seconds=trigger):
             brokers.apply_until(t)
-            # stats lines of the minutes printed by t - shipping
-            due = [m for m in range(cluster.minutes_done())
-                   if m not in landed_minutes
-                   and cluster.start + pd.Timedelta(minutes=m + 1, seconds=ship.stats_seconds) <= t]
-            files: list[tuple[str, str]] = []
-            for m in due:
-                admitted.append(admitted_rows(cluster, m))
-                landed_minutes.add(m)
-            if due:
-                whole = pd.concat(admitted, ignore_index=True)
-                for m, fs in sorted(stats_files(spec, whole, set(due)).items()):
-                    files += fs
-            # send failures logged by t - shipping (or at the shipper's last batch)
-            cutoff = t - pd.Timedelta(seconds=ship.failures_seconds)
-            if ship.failures_batch_seconds > 0:
-                sec = cutoff.value / 1e9
-                cutoff = pd.Timestamp(int(math.floor(sec / ship.failures_batch_seconds)
-                                          * ship.failures_batch_seconds * 1e9), tz="UTC")
-            last_tick = int(np.floor((cutoff - cluster.start).total_seconds() / cluster.dt))
-            upto = logged
-            while upto < len(cluster.rejections.tick) and cluster.rejections.tick[upto] < last_tick:
-                upto += 1
-            parts = [failure_rows(cluster, logged, upto, rng)]
-            logged = upto
-            t_end = background["event_time"].searchsorted(cutoff, side="left") if len(background) else 0
-            parts.append(background.iloc[trickled:t_end])
-            trickled = max(trickled, int(t_end))
-            failures = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) \
-                else None
-            if failures is not None:
-                files.append((f"send_failures/s{len(steps):05d}.jsonl", failure_text(failures)))
-                lines_total += len(failures)
+            files, due, n_failures = shipper.due(t, len(steps))
+            lines_total += n_failures
             if not files:
                 t = _grid_after(t, trigger)
                 continue
@@ -350,7 +371,7 @@ def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
             clock.stop(seconds)
             publications += watcher.published
             brokers.pending += watcher.published
-            steps.append(Step(t, seconds, due, 0 if failures is None else len(failures), batches, per_query))
+            steps.append(Step(t, seconds, due, n_failures, batches, per_query))
             if progress is not None:
                 progress(steps[-1], watcher.published)
             t = max(_grid_after(t, trigger), t + pd.Timedelta(seconds=seconds))

@@ -5,6 +5,7 @@ queries in the loop are exercised in tests/e2e/test_closed_loop_e2e.py (slow).""
 from __future__ import annotations
 
 import datetime as dt
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,14 @@ import pytest
 
 from control import record as cr
 from pipelines.backtest.figures import compute
-from pipelines.backtest.loop import Brokers, LoopResult, Publication, SimClock, _grid_after
-from pipelines.backtest.settings import BacktestConfig, BacktestError, build_spec, load_backtest_config
+from pipelines.backtest.loop import Brokers, LoopResult, Publication, Shipper, SimClock, _grid_after
+from pipelines.backtest.settings import (
+    BacktestConfig,
+    BacktestError,
+    ShippingConfig,
+    build_spec,
+    load_backtest_config,
+)
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.spec import ScenarioSpec
 
@@ -77,6 +84,38 @@ def test_trigger_grid_and_clock():
     assert clock.at_wall(wall + 2.5) == t + pd.Timedelta(seconds=2.5)
     clock.stop(4.0)
     assert clock() == (t + pd.Timedelta(seconds=4)).to_pydatetime()
+
+
+def test_lines_land_when_printed_and_shipped_each_once():
+    spec = ScenarioSpec(name="persisting_storm", seed=11, start=START, minutes=6, brokers=3, topics=5, groups=3,
+                        onset_minute=2, culprit_topic_brokers=2)
+    cluster = ClosedLoopCluster(spec)
+    shipper = Shipper(cluster, ShippingConfig(), np.random.default_rng(0))
+    at = lambda seconds: cluster.start + pd.Timedelta(seconds=seconds)  # noqa: E731
+    cluster.advance_to(at(64))
+    files, minutes, _ = shipper.due(at(64), 0)
+    assert minutes == [] and not [f for f, _ in files if f.startswith("broker_stats")]
+    cluster.advance_to(at(65))
+    files, minutes, _ = shipper.due(at(65), 1)                    # minute 0 printed at 1:00, shipped 5 s later
+    assert minutes == [0] and sorted(f for f, _ in files) == [f"broker_stats/{b}/m0001.log"
+                                                              for b in ("broker-a", "broker-b", "broker-c")]
+    lines = 0
+    for seconds in range(70, 200, 10):                             # the storm from 2:00: failures every step
+        cluster.advance_to(at(seconds))
+        files, _, n = shipper.due(at(seconds), seconds)
+        lines += n
+        for path, text in files:
+            if path.startswith("send_failures/"):
+                stamps = pd.to_datetime(pd.read_json(io.StringIO(text), lines=True)["ts"], utc=True,
+                                        format="mixed")
+                assert stamps.max() < at(seconds - 5)              # logged at least 5 s before landing
+    rejections = sum(c for c, tick in zip(cluster.rejections.count, cluster.rejections.tick) if tick < 1850)   # ticks before the last cutoff, 3:05
+    assert lines - len(shipper.background.iloc[:shipper.trickled]) == rejections    # each line once
+    batched = Shipper(ClosedLoopCluster(spec), ShippingConfig(failures_batch_seconds=60), np.random.default_rng(0))
+    batched.cluster.advance_to(at(170))
+    assert batched.due(at(170), 0)[2] == len(batched.background.iloc[:batched.trickled])  # nothing since 2:00 yet
+    batched.cluster.advance_to(at(185))
+    assert batched.due(at(185), 1)[2] > 1000                       # the 2:00-3:00 batch, shipped at 3:05
 
 
 # --- the simulated brokers and the figures -----------------------------------------------------------------------------
