@@ -7,8 +7,9 @@ figures and checks of each, and what the suite costs on this machine.
 
 Runs ``--scenarios`` (default: all seven) at ``--propagation`` seconds (default: the config's), and the ``--sweep``
 scenarios also at every ``--sweep-propagation``; one Spark session, one fresh lake per run under ``DIR`` (a
-temporary directory by default; the run lakes are deleted unless ``--keep``). Every run's figures are appended to
-``DIR/results`` (Delta table ``backtest/results``, governor ``closed-loop``). Prints one table (the baseline of each
+temporary directory by default; the run lakes are deleted unless ``--keep``, their reports and pictures are copied
+to ``DIR/reports``). Every run's figures are appended to ``DIR/results`` (Delta table ``backtest/results``,
+governor ``closed-loop``). Prints one table (the baseline of each
 run: the same cluster without any limit, for the bystanders' rejected sends), the config, the wall time of each
 run and of the suite. Exit status 1 when a check fails.
 """
@@ -97,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(row(name, prop, out))
         print(f"  {name} ({SCENARIO_ROLES[name]}) at propagation {prop:g} s: {time.monotonic() - t0:.0f} s, "
               f"{'PASS' if ok else 'FAIL'}; {config_line(out['result'])}", flush=True)
+        kept = root / "reports"
+        kept.mkdir(exist_ok=True)
+        for path in (out["report"], out["png"]):
+            shutil.copy(path, kept / f"{path.stem}-p{prop:g}{path.suffix}")
         if not args.keep:
             shutil.rmtree(lake, ignore_errors=True)
     print()
