@@ -10,8 +10,9 @@ Figures that do not depend on how long the run is (times UTC, simulated; per sec
   ``bystander_rejected_per_minute_no_governor``: the same seconds after containment in the same cluster without
   any limit.
 * ``limit_changes_while_cause_persists``: changes of the value in force (the cluster-wide figure; a limit that
-  disappears counts) per culprit resource after its first limit, while the cause persists; refreshes and a final
-  decision confirming a preliminary one do not change the value.
+  disappears counts) per culprit resource while the cause persists, from the first second of each episode of the
+  cause with a limit in force (the most of any episode); refreshes and a final decision confirming a preliminary
+  one do not change the value.
 * ``fix_to_lift_minutes``: the fix (end of the cause) → no limit on the culprit in force at any broker.
 * ``false_limits``: resources (not culprits) that had an enforced limit below their demand at some broker.
 
@@ -157,15 +158,19 @@ def compute(result, baseline=None) -> Figures:
                 base[after_b].sum() / (after_b.sum() / 60.0) if after_b.any() else nan, "msgs/min", "bystander")
         changes = {}
         for r, arr in per.items():
-            have = ~np.isnan(arr)
-            if not have.any():
-                continue
-            window = active & (sec >= int(np.argmax(have)))
-            states = np.round(np.where(np.isnan(arr[window]), -1.0, arr[window]), 6)
-            changes[r] = int((np.diff(states) != 0).sum()) if states.size else 0
-        values["limit_changes_while_cause_persists"] = (float(max(changes.values())) if changes else nan, "count",
-                                                        "incident")
-        details["limit_changes_while_cause_persists"] = "; ".join(f"{t}:{r} {n}" for (t, r), n in changes.items())
+            counts = []
+            for a, b in spans:  # per episode of the cause, from its first second with a limit in force
+                lo, hi = max(0, int((a - c.start).total_seconds())), min(c.T * 60, int((b - c.start).total_seconds()))
+                have = np.flatnonzero(~np.isnan(arr[lo:hi]))
+                if have.size:
+                    states = np.round(np.where(np.isnan(arr[lo + have[0]:hi]), -1.0, arr[lo + have[0]:hi]), 6)
+                    counts.append(int((np.diff(states) != 0).sum()))
+            if counts:
+                changes[r] = counts
+        values["limit_changes_while_cause_persists"] = (
+            float(max(max(n) for n in changes.values())) if changes else nan, "count", "incident")
+        details["limit_changes_while_cause_persists"] = "; ".join(
+            f"{t}:{r} {', '.join(map(str, n))} (per episode)" for (t, r), n in changes.items())
         lifts = []
         for _a, b in spans:
             fix = int((b - c.start).total_seconds())

@@ -224,3 +224,16 @@ def test_results_append_through_the_lake_once_per_run(spark, tmp_path):
         ("run1", "onset_to_limit_in_force", 85.0, "closed-loop"),
         ("run2", "culprit_admitted_over_target", None, "closed-loop"),
         ("run2", "onset_to_limit_in_force", 85.0, "closed-loop")]
+
+
+def test_an_intermittent_storm_counts_changes_per_episode(tmp_path):
+    far = pd.Timestamp(START) + pd.Timedelta(hours=1)
+    shares = {"broker-a": 20.0, "broker-b": 20.0}
+    res = _run(tmp_path, "intermittent_storm", [
+        (180 + 75, [_record(GROUP, 40.0, 1, far, brokers=shares)]),
+        (8 * 60, []),                                                 # lifted while the consumer was fine
+        (9 * 60 + 75, [_record(GROUP, 40.0, 3, far, brokers=shares)]),  # limited again in the next episode
+    ], storm_on_minutes=3, storm_off_minutes=3)
+    f = compute(res)
+    assert f.value("limit_changes_while_cause_persists") == 0, f.details
+    assert f.details["fix_to_lift_minutes"].startswith("2.2")       # first fix 6:00, lifted at 8:10
