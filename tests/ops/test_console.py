@@ -72,6 +72,12 @@ from pipelines.session import build_session
 spark = build_session(SparkConfig(master="local[1]", app_name="console-test", shuffle_partitions=1),
                       verbose=sys.argv[1] == "verbose")
 spark.range(3).count()
+# a trigger shorter than any micro-batch: Spark warns that the query is falling behind
+query = (spark.readStream.format("rate").option("rowsPerSecond", 10).load().writeStream.format("noop")
+         .trigger(processingTime="1 millisecond").start())
+import time
+time.sleep(4)
+query.stop()
 spark.stop()
 """
 
@@ -88,6 +94,7 @@ def test_pyspark_launched_jvm_is_quiet_unless_verbose(tmp_path):
     verbose, quiet = stderr("verbose"), stderr("quiet")
     assert "Using Spark's default log4j profile" in verbose
     assert "NativeCodeLoader" in verbose  # Spark's defaults print it on this platform
+    assert "is falling behind" in verbose
     for notice in ("Using Spark's default log4j profile", "NativeCodeLoader", "resolves to a loopback address",
-                   "Setting default log level"):
+                   "Setting default log level", "is falling behind"):
         assert notice not in quiet, notice
