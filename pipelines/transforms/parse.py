@@ -24,16 +24,14 @@ from pipelines.transforms.types import Transform
 
 
 #: ``<yyyy-MM-dd HH:mm:ss>[,SSS] <LEVEL> - [<name>] [<key>] Stats <period>, <detail>`` (logback pattern
-#: ``%d{yyy-MM-dd HH:mm:ss,GMT+8} %p - %m%n``, docs/rocketmq-formats.md §1-2). The timestamp is optional in the regex so
-#: that a line without it is recognised and quarantined with its own reason.
-STATS_LINE = (
-    r"^(?:(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:,\d{1,3})?\s+)?(?:[A-Z]+\s+)?-\s+"
-    r"\[([^\]]*)\]\s+\[([^\]]*)\]\s+Stats (In One Minute|In One Hour|In One Day|Every 5 Minutes),\s*(.*?)\s*$"
-)
-#: :data:`STATS_LINE` with the detail patterns below as alternatives inside its detail group, so that one match gives
-#: every field: 1 timestamp, 2 stat name, 3 key, 4 period, 5 detail (trimmed), 6-8 SUM/TPS/AVGPT, 9-10 TIMES/AVGRT,
-#: 11 Value. The look-ahead keeps STATS_LINE's rule that the detail holds no line break (``.``), which the ``\s+`` of
-#: the alternatives would otherwise cross; a detail matching no alternative is group 5 alone (``.*?``), as before.
+#: ``%d{yyy-MM-dd HH:mm:ss,GMT+8} %p - %m%n``, docs/rocketmq-formats.md §1-2) in one regex whose groups give every
+#: field: 1 timestamp (optional, so that a line without it is recognised and quarantined with its own reason), 2 stat
+#: name, 3 key, 4 period, 5 detail (trimmed), 6-8 SUM/TPS/AVGPT (``SUM: %d TPS: %.2f AVGPT: %.2f``,
+#: StatsItem.statPrintDetail), 9-10 TIMES/AVGRT (``TIMES: %d AVGRT: %.2f``, RTStatsItem, 4.7.1+; GROUP_GET_LATENCY
+#: from 4.9.3), 11 Value (``Value: %d``, MomentStatsItem, ``Stats Every 5 Minutes``). The look-ahead keeps the rule
+#: that the detail holds no line break (``.``), which the ``\s+`` of the alternatives would otherwise cross; a detail
+#: matching no alternative is group 5 alone (``.*?``). tests/transforms/test_parse_one_regex.py checks it against the
+#: same grammar written as four separate patterns.
 STATS_LINE_GROUPS = (
     r"^(?:(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:,\d{1,3})?\s+)?(?:[A-Z]+\s+)?-\s+"
     r"\[([^\]]*)\]\s+\[([^\]]*)\]\s+Stats (In One Minute|In One Hour|In One Day|Every 5 Minutes),\s*(?=.*?\s*$)"
@@ -42,12 +40,6 @@ STATS_LINE_GROUPS = (
 #: What a line matching :data:`STATS_LINE_GROUPS` is rewritten to (an unmatched group gives "").
 MATCHED = "="
 STATS_LINE_REWRITE = MATCHED + "$1]$2]$3]$4]$6 $7 $8 $9 $10 $11 $5"
-#: ``SUM: %d TPS: %.2f AVGPT: %.2f`` (StatsItem.statPrintDetail).
-DETAIL_SUM = r"^SUM:\s*(\S+)\s+TPS:\s*(\S+)\s+AVGPT:\s*(\S+)$"
-#: ``TIMES: %d AVGRT: %.2f`` (RTStatsItem, 4.7.1+; GROUP_GET_LATENCY from 4.9.3).
-DETAIL_TIMES = r"^TIMES:\s*(\S+)\s+AVGRT:\s*(\S+)$"
-#: ``Value: %d`` (MomentStatsItem, ``Stats Every 5 Minutes``).
-DETAIL_VALUE = r"^Value:\s*(\S+)$"
 STATS_TIME_FORMAT = "yyyy-MM-dd HH:mm:ss"
 #: U+FFFD, what a decoder upstream (e.g. a log shipper) puts in place of invalid UTF-8 bytes.
 REPLACEMENT_CHAR = "\ufffd"

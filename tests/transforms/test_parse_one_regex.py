@@ -10,6 +10,17 @@ from pipelines.config import StatsConfig
 from pipelines.transforms import parse
 from tests.helpers import raw_records
 
+#: The reference grammar, one pattern per part (logback pattern ``%d{yyy-MM-dd HH:mm:ss,GMT+8} %p - %m%n``,
+#: docs/rocketmq-formats.md §1-2): the line, then its detail (StatsItem.statPrintDetail, RTStatsItem,
+#: MomentStatsItem). The product parses with :data:`pipelines.transforms.parse.STATS_LINE_GROUPS`, one regex.
+STATS_LINE = (
+    r"^(?:(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:,\d{1,3})?\s+)?(?:[A-Z]+\s+)?-\s+"
+    r"\[([^\]]*)\]\s+\[([^\]]*)\]\s+Stats (In One Minute|In One Hour|In One Day|Every 5 Minutes),\s*(.*?)\s*$"
+)
+DETAIL_SUM = r"^SUM:\s*(\S+)\s+TPS:\s*(\S+)\s+AVGPT:\s*(\S+)$"
+DETAIL_TIMES = r"^TIMES:\s*(\S+)\s+AVGRT:\s*(\S+)$"
+DETAIL_VALUE = r"^Value:\s*(\S+)$"
+
 FIELDS = ["ts_text", "stat_name", "stats_key", "period", "detail", "sum_text", "tps_text", "avgpt_text", "value_text"]
 HEAD = "2026-11-22 08:00:00 INFO - [TOPIC_PUT_NUMS] [orders] Stats In One Minute,"
 LINES = [
@@ -39,21 +50,21 @@ LINES = [
 
 def reference(line):
     """The fields as the parse computed them before: one regexp_extract per field."""
-    detail = F.regexp_extract(line, parse.STATS_LINE, 5)
+    detail = F.regexp_extract(line, STATS_LINE, 5)
 
     def ext(col, pattern, i):
         return F.nullif(F.regexp_extract(col, pattern, i), F.lit(""))
 
     return [
-        ext(line, parse.STATS_LINE, 1).alias("ts_text"),
-        ext(line, parse.STATS_LINE, 2).alias("stat_name"),
-        F.regexp_extract(line, parse.STATS_LINE, 3).alias("stats_key"),
-        F.try_element_at(parse._lit_map(parse.rmq.PERIODS), ext(line, parse.STATS_LINE, 4)).alias("period"),
+        ext(line, STATS_LINE, 1).alias("ts_text"),
+        ext(line, STATS_LINE, 2).alias("stat_name"),
+        F.regexp_extract(line, STATS_LINE, 3).alias("stats_key"),
+        F.try_element_at(parse._lit_map(parse.rmq.PERIODS), ext(line, STATS_LINE, 4)).alias("period"),
         detail.alias("detail"),
-        ext(detail, parse.DETAIL_SUM, 1).alias("sum_text"),
-        ext(detail, parse.DETAIL_SUM, 2).alias("tps_text"),
-        F.coalesce(ext(detail, parse.DETAIL_SUM, 3), ext(detail, parse.DETAIL_TIMES, 2)).alias("avgpt_text"),
-        F.coalesce(ext(detail, parse.DETAIL_TIMES, 1), ext(detail, parse.DETAIL_VALUE, 1)).alias("value_text"),
+        ext(detail, DETAIL_SUM, 1).alias("sum_text"),
+        ext(detail, DETAIL_SUM, 2).alias("tps_text"),
+        F.coalesce(ext(detail, DETAIL_SUM, 3), ext(detail, DETAIL_TIMES, 2)).alias("avgpt_text"),
+        F.coalesce(ext(detail, DETAIL_TIMES, 1), ext(detail, DETAIL_VALUE, 1)).alias("value_text"),
     ]
 
 
