@@ -85,6 +85,8 @@ GROUP_GET_FALL_SIZE = "GROUP_GET_FALL_SIZE"
 BROKER_GET_NUMS = "BROKER_GET_NUMS"
 
 #: Prefixes of the per-group system topics (RocketMQ ``MixAll.RETRY_GROUP_TOPIC_PREFIX`` / ``DLQ_GROUP_TOPIC_PREFIX``).
+#: The same prefix is written again in control/remoting.py: the broker side never imports the governor's package,
+#: and the governor's executors receive pipelines/ and udfs/ only (spark-submit.sh).
 RETRY_TOPIC_PREFIX = "%RETRY%"
 DLQ_TOPIC_PREFIX = "%DLQ%"
 

@@ -35,6 +35,7 @@ from pipelines.config import LimitsConfig
 from pipelines.io import publish
 from pipelines.ops import plots
 from pipelines.quality.data_docs import DOCS_SUBDIR
+from pipelines.rocketmq import RETRY_TOPIC_PREFIX
 
 STATUS_SUBDIR = "status"
 #: Marks every <img> with its ``naturalWidth`` once the page has loaded (0 = the image did not decode); the
@@ -196,8 +197,8 @@ def add_figures(status: Status, margin_minutes: int = 30, max_resources: int = 2
     flagged_windows = anomalies.groupby(["resource_type", "resource"]).size().to_dict()
     resources = sorted(set(zip(keys["resource_type"], keys["resource"])),
                        key=lambda k: (k not in limited, -flagged_windows.get(k, 0), k))
-    brokers = _brokers_of(lake, {r for t, r in resources if t == "topic"} | {f"%RETRY%{r}" for t, r in resources
-                          if t == "group"}, {r for t, r in resources if t == "group"})
+    topics = {r for t, r in resources if t == "topic"} | {RETRY_TOPIC_PREFIX + r for t, r in resources if t == "group"}
+    brokers = _brokers_of(lake, topics, {r for t, r in resources if t == "group"})
     resources += [("broker", b) for b in brokers if ("broker", b) not in resources]
     margin = pd.Timedelta(minutes=margin_minutes)
     for rtype, resource in resources:
