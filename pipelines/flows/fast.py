@@ -20,8 +20,8 @@ from pyspark.sql import functions as F
 from pipelines.io import tables
 from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport, DecisionFlow, write_outputs
-from pipelines.transforms.fold import ANY_BROKER
 from pipelines.transforms import demand, fast, gold, policy, policy_fold, silver
+from pipelines.transforms.reconcile import preliminary_state
 
 log = logging.getLogger("rate_governor")
 
@@ -40,42 +40,6 @@ def open_window_stream(raw: DataFrame, cfg: GovernorConfig, gate) -> DataFrame:
         .withWatermark("event_time", f"{cfg.windows.watermark_seconds} seconds")
         .transform(fast.resource_events)
         .transform(fast.open_window_sums(cfg.windows))
-    )
-
-
-def preliminary_state(saved_state: DataFrame, latest_limits: DataFrame) -> DataFrame:
-    """The state the fast path folds from: the final path's saved state, with the limit of a newer preliminary
-    decision in force (so a preliminary limit is not decided again every micro-batch; hysteresis, cool-down and
-    the maximum cut apply from it). A preliminary limit the final path has not folded yet also freezes its target
-    and its per-broker shares (from its ``broker_limits``), as the final path will. Columns of POLICY_STATE
-    without ``batch_id``."""
-    keys = ["resource_type", "resource"]
-    prelim = latest_limits.where(F.col("basis") == policy.BASIS_PRELIMINARY).select(
-        *keys,
-        F.when(F.col("action") != policy.ACTION_LIFT, F.col("limit_qps")).alias("p_limit"),
-        F.col("window_end").alias("p_end"),
-        F.col("mode").alias("p_mode"),
-        F.map_filter("broker_limits", lambda b, _: b != F.lit(ANY_BROKER)).alias("p_split"),
-    )
-    joined = saved_state.join(prelim, keys, "full")
-    has_prelim = F.col("p_end").isNotNull()
-    over = lambda name, value: F.when(has_prelim, value).otherwise(F.col(name)).alias(name)  # noqa: E731
-    first = has_prelim & F.col("limit_qps").isNull()  # a limit only the fast path has decided so far
-    p_shares = F.transform_values("p_split", lambda _, q: q / F.col("p_limit"))
-    keep_or = lambda name, value: F.when(first, value).otherwise(F.col(name)).alias(name)  # noqa: E731
-    return joined.select(
-        *keys,
-        over("limit_qps", F.col("p_limit")),
-        F.coalesce(F.col("version"), F.lit(0).cast("long")).alias("version"),
-        F.col("last_candidate_end"),
-        over("last_decision_end", F.col("p_end")),
-        over("last_change_end", F.col("p_end")),
-        F.col("lift_at_qps"),
-        over("mode", F.col("p_mode")),
-        keep_or("target_qps", F.col("p_limit")),
-        keep_or("limited_since", F.col("p_end")),
-        keep_or("broker_shares", p_shares),
-        F.col("last_distress_end"),
     )
 
 

@@ -20,7 +20,7 @@ windows. A rule whose evidence is a ratio may act early only where the partial n
     rule). Otherwise they wait for the final window.
 
 A preliminary decision that the final window does not confirm is reversed by the final path
-(:func:`pipelines.transforms.gold.reconcile_preliminary`).
+(:func:`pipelines.transforms.reconcile.reconcile_preliminary`).
 """
 
 from __future__ import annotations

@@ -44,6 +44,9 @@ ACTION_SET = "set"
 ACTION_RELAX = "relax"
 ACTION_LIFT = "lift"
 MODE_ENFORCE = "enforce"
+#: The basis of a decision: decided on an open window's partial evidence (fast path) or on a finalized window.
+BASIS_PRELIMINARY = "preliminary"
+BASIS_FINAL = "final"
 #: Demand evidence of a window under an enforced limit (:func:`classify`).
 BOUND, HOLD, CLEAR = "bound", "hold", "clear"
 #: Key of the per-broker figure of a broker that carried no traffic when the limit was set (docs/contracts.md §3).

@@ -12,7 +12,7 @@ Steps (each a module of :mod:`pipelines.transforms`):
 4. ``gold/limits`` rows (:func:`pipelines.transforms.policy.finish_decisions`, basis ``final``), split by the
    ``gold/limits`` expectations into accepted decisions and quarantine rows;
 5. the preliminary decisions of the fast path on windows now final are confirmed, corrected or reversed
-   (:func:`reconcile_preliminary`), so the limits in force once every window is final do not depend on how the
+   (:func:`pipelines.transforms.reconcile.reconcile_preliminary`), so the limits in force once every window is final do not depend on how the
    input was cut into micro-batches.
 
 Example:
@@ -34,8 +34,8 @@ from pyspark.sql import functions as F
 from pipelines.io import tables
 from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig
-from pipelines.transforms import demand, detect, policy, policy_fold, tps
-from pipelines.transforms.fold import ANY_BROKER, BOUND
+from pipelines.transforms import demand, detect, policy, policy_fold, reconcile, tps
+from pipelines.transforms.fold import BOUND
 from pipelines.transforms.types import Transform
 
 #: Decisions → (accepted, quarantine rows): the ``gold/limits`` expectations (the quality gate's ``check_limits``).
@@ -81,7 +81,7 @@ class GoldInputs:
         topic_history, broker_history: earlier ``gold/topic_tps`` / ``gold/broker_tps`` rows (baselines).
         policy_state: the saved policy state per resource (:func:`latest_state`).
         latest_limits: the newest ``gold/limits`` row per resource
-            (:func:`pipelines.io.publish.latest_per_resource`), for :func:`reconcile_preliminary`.
+            (:func:`pipelines.io.publish.latest_per_resource`), for :func:`pipelines.transforms.reconcile.reconcile_preliminary`.
         limiter_rejections: ``control/limiter_rejections`` rows of the batch's windows (demand evidence,
             :func:`pipelines.transforms.demand.limiter_traffic`); None when there are none.
     """
@@ -194,105 +194,6 @@ def with_limit_in_force(topics: DataFrame, evidence: DataFrame) -> DataFrame:
     return joined.select(*[F.col("_limit").alias(c) if c == "limit_qps" else F.col(c) for c in topics.columns])
 
 
-def reconcile_preliminary(
-    latest_limits: DataFrame,
-    final_limits: DataFrame,
-    final_state: DataFrame,
-    horizon_end: dt.datetime,
-    cfg: GovernorConfig,
-    now: dt.datetime,
-) -> DataFrame:
-    """The final path's answer to preliminary decisions on windows that are now final → ``gold/limits`` rows.
-
-    For each resource whose newest decision is a preliminary ``set`` of a window ending at or before
-    ``horizon_end`` (UTC) and that this batch did not decide again (no final row of that window or later):
-
-    * the final policy state has no limit for it (the final window did not confirm the anomaly) → ``lift``:
-      the preliminary limit is reversed, with its own reason;
-    * the final state's limit differs → ``set`` to the final limit (the partial evidence gave another number);
-    * the same limit → confirmed, no row.
-
-    Rows are basis ``final``, ``version`` :func:`~pipelines.transforms.policy.decision_version` of the preliminary
-    window with rank :data:`~pipelines.transforms.policy.RECONCILE_RANK` (above the window's preliminary version).
-
-    Args:
-        final_state: POLICY_STATE rows (without ``batch_id``) after this batch's fold, one per resource.
-    """
-    keys = ["resource_type", "resource"]
-    prelim = latest_limits.where(
-        (F.col("basis") == policy.BASIS_PRELIMINARY) & (F.col("action") == policy.ACTION_SET)
-        & (F.col("window_end") <= F.lit(horizon_end))
-    )
-    decided_again = prelim.alias("p").join(
-        final_limits.alias("f"),
-        (F.col("p.resource_type") == F.col("f.resource_type")) & (F.col("p.resource") == F.col("f.resource"))
-        & (F.col("f.window_end") >= F.col("p.window_end")),
-        "left_semi",
-    )
-    pending = prelim.join(decided_again.select(*keys), keys, "left_anti")
-    joined = pending.join(final_state.select(*keys, F.col("limit_qps").alias("final_qps"),
-                                             F.col("broker_shares").alias("final_shares")), keys, "left")
-    final_qps = F.col("final_qps")
-    final_split = _split(final_qps, F.col("final_shares"))
-    split_differs = ~F.coalesce(_same_figures(F.col("broker_limits"), final_split), F.lit(False))
-    differs = final_qps.isNull() | (F.abs(final_qps - F.col("limit_qps")) > F.lit(1e-9) * F.abs(final_qps)) \
-        | split_differs
-    window_text = F.date_format(F.col("window_end"), "yyyy-MM-dd'T'HH:mm:ss'Z'")
-    lifted = final_qps.isNull()
-    reason = F.when(
-        lifted,
-        F.format_string("[final] the final window ending %s did not confirm the preliminary limit of %.1f msg/s; "
-                        "reversed, brokers fall back to their defaults", window_text, F.col("limit_qps")),
-    ).otherwise(
-        F.format_string("[final] the final window ending %s sets %.1f msg/s where the preliminary decision on "
-                        "partial evidence set %.1f msg/s", window_text, final_qps, F.col("limit_qps")),
-    )
-    limit = F.when(lifted, F.col("limit_qps")).otherwise(final_qps)
-    decided = F.lit(now).cast("timestamp")
-    reason = F.when(~lifted & split_differs & (F.abs(final_qps - F.col("limit_qps")) <= F.lit(1e-9) * F.abs(final_qps)),
-                    F.format_string("[final] the final window ending %s splits the %.1f msg/s limit over its brokers by "
-                                    "their complete traffic (the preliminary split saw part of the window)",
-                                    window_text, final_qps)).otherwise(reason)
-    return joined.where(differs).select(
-        decided.alias("decided_at"),
-        F.col("window_end"),
-        *keys,
-        limit.alias("limit_qps"),
-        policy.burst_for(limit, cfg.limits).alias("burst"),
-        F.col("limit_qps").alias("previous_qps"),
-        F.when(lifted, F.lit(policy.ACTION_LIFT)).otherwise(F.lit(policy.ACTION_SET)).alias("action"),
-        F.col("mode"),
-        (decided + F.make_dt_interval(secs=F.lit(cfg.limits.ttl_seconds))).alias("expires_at"),
-        reason.alias("reason"),
-        policy.decision_version(F.col("window_end"), policy.RECONCILE_RANK).alias("version"),
-        F.lit(policy.BASIS_FINAL).alias("basis"),
-        F.when(~lifted, final_split).alias("broker_limits"),
-    )
-
-
-def _split(limit: Column, shares: Column) -> Column:
-    """A limit split by frozen shares, as :func:`pipelines.transforms.fold.broker_limits` does (the ``"*"`` entry
-    at the smallest share); null without shares."""
-    split = F.transform_values(shares, lambda _, share: limit * share)
-    with_any = F.map_concat(split, F.create_map(F.lit(ANY_BROKER), F.array_min(F.map_values(split))))
-    return F.when(F.size(shares) > 0, with_any)
-
-
-def _same_figures(a: Column, b: Column) -> Column:
-    """Two per-broker maps with the same brokers and figures within 1e-9 relative (null = no split)."""
-    both_null = a.isNull() & b.isNull()
-    keys_equal = F.array_sort(F.map_keys(a)) == F.array_sort(F.map_keys(b))
-    close = F.forall(F.map_keys(a), lambda k: F.abs(a[k] - b[k]) <= F.lit(1e-9) * F.abs(b[k]))
-    return both_null | (a.isNotNull() & b.isNotNull() & keys_equal & close)
-
-
-def state_after(saved: DataFrame, folded_state: DataFrame) -> DataFrame:
-    """The policy state per resource after a fold: the fold's state rows where it ran, else the saved rows."""
-    keys = ["resource_type", "resource"]
-    untouched = saved.join(folded_state.select(*keys), keys, "left_anti")
-    return folded_state.select(*saved.columns).unionByName(untouched)
-
-
 def gold_outputs(
     inputs: GoldInputs,
     cfg: GovernorConfig,
@@ -337,8 +238,8 @@ def gold_outputs(
     limits = decided.limits.persist()
     state = decided.state.persist()
     evidence = decided.evidence.persist()
-    reconciled = reconcile_preliminary(
-        inputs.latest_limits, limits, state_after(inputs.policy_state, state.drop("batch_id")), horizon_end, cfg, now
+    reconciled = reconcile.reconcile_preliminary(
+        inputs.latest_limits, limits, reconcile.state_after(inputs.policy_state, state.drop("batch_id")), horizon_end, cfg, now
     )
     return GoldOutputs(with_limit_in_force(topics, evidence), groups, brokers,
                        anomalies.unionByName(bound_anomalies(evidence, windows)), limits.unionByName(reconciled),

@@ -25,18 +25,11 @@ from pyspark.sql import functions as F
 
 from pipelines import rocketmq as rmq
 from pipelines.config import LimitsConfig
-from pipelines.transforms.fold import ACTION_LIFT, ACTION_RELAX, ACTION_SET  # noqa: F401 (the decisions' vocabulary)
+from pipelines.transforms.fold import (  # noqa: F401 (the decisions' vocabulary)
+    ACTION_LIFT, ACTION_RELAX, ACTION_SET, BASIS_FINAL, BASIS_PRELIMINARY,
+)
+from pipelines.transforms.reconcile import VERSION_RANK, decision_version
 from pipelines.transforms.types import WINDOW_KEYS
-
-#: The basis of a decision: decided on an open window's partial evidence (fast path) or on a finalized window.
-BASIS_PRELIMINARY = "preliminary"
-BASIS_FINAL = "final"
-#: Last digit of a decision's ``version`` by basis: the final decision (or the reversal) of a window outranks
-#: the preliminary decision of the same window (see :func:`decision_version`).
-VERSION_RANK = {BASIS_PRELIMINARY: 1, BASIS_FINAL: 5}
-#: Rank of the final path's confirmation or reversal of a preliminary decision.
-RECONCILE_RANK = 6
-
 
 # --- step 1: candidates (Spark) --------------------------------------------------------------------------------
 
@@ -150,17 +143,6 @@ def candidate_limits(anomalies: DataFrame, topic_brokers: DataFrame, cfg: Limits
 def burst_for(limit_qps: Column, cfg: LimitsConfig) -> Column:
     """Token-bucket burst for a limit: ``ceil(limit_qps × burst_seconds)``, at least 1."""
     return F.greatest(F.lit(1), F.ceil(limit_qps * F.lit(cfg.burst_seconds))).cast("long")
-
-
-def decision_version(window_end: Column, rank: Column | int) -> Column:
-    """The ``version`` of a decision: ``unix seconds of window_end × 10 + rank`` (:data:`VERSION_RANK`).
-
-    Built from event time, versions grow per resource across restarts and across lakes (a new lake after a
-    checkpoint change continues above the old one), so brokers that refuse a stale version (``control/applier.py``)
-    keep accepting a new governor's records; a window's final decision outranks its preliminary one.
-    """
-    rank_col = rank if isinstance(rank, Column) else F.lit(rank)
-    return (F.unix_timestamp(window_end).cast("long") * 10 + rank_col).cast("long")
 
 
 def finish_decisions(
