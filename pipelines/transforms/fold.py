@@ -189,11 +189,13 @@ def fold_resource(
             observed rate; the target and the per-broker shares are frozen;
          b. the limit is below the candidate's floor (a growing legitimate surge, advisory) → ``set`` to the target;
          c. the (frozen) target is lower than the limit by more than ``hysteresis_pct`` and the last change is at
-            least ``cooldown_windows`` old (or the anomaly is critical) → ``set`` (non-critical: at most
-            ``max_cut_pct``);
+            least ``cooldown_windows`` old (or the anomaly is critical) → ``set``: to a frozen target in one step
+            (the anomaly outlived the first cut), else at most ``max_cut_pct``;
          d. else, ``refresh_seconds`` after the last decision → ``set`` with the same limit (new ``expires_at``);
       2. no rule fired but the resource is under an enforced limit: :func:`classify` its observation; ``bound``
-         and ``hold`` keep the anomaly alive (refresh as 1d); a ``bound`` surge limit whose brokers have been
+         and ``hold`` keep the anomaly alive (refresh as 1d); a ``bound`` group limit still above its frozen target
+         (the first cut was bounded by ``max_cut_pct``) goes down to the target once the cool-down is over, so a
+         persisting storm sees at most one change after its first limit; a ``bound`` surge limit whose brokers have been
          healthy for ``recovery_windows`` windows is probed upward (``relax`` x``relax_factor``; ``lift`` once at
          ``lift_at_qps``);
       3. ``recovery_windows`` windows after the anomaly or the cap was last seen → ``lift``.
@@ -273,8 +275,13 @@ def fold_resource(
         elif target < current * (1.0 - cfg.hysteresis_pct / 100.0) and (
             cand.critical or state.last_change_end is None or cand.window_end - state.last_change_end >= cooldown
         ):
-            tighter = target if cand.critical else max(target, current * keep)
-            emit(cand.window_end, tighter, ACTION_SET, cand.reason, cand.mode, shares=shares, target=target)
+            # max_cut_pct bounds a cut on one window's evidence; a frozen target is proven by the limit's first
+            # window and by this one (the anomaly outlived the first cut): reached in one step
+            tighter = target if cand.critical or frozen else max(target, current * keep)
+            reason = cand.reason if not frozen else (
+                f"{cand.reason}; the anomaly outlived the first cut: down to the target of "
+                f"{target:.1f} msg/s frozen on {state.limited_since:%Y-%m-%dT%H:%M:%SZ}")
+            emit(cand.window_end, tighter, ACTION_SET, reason, cand.mode, shares=shares, target=target)
         elif refresh_due(cand.window_end):
             emit(cand.window_end, current, ACTION_SET, f"refresh (anomaly persists): {cand.reason}", state.mode,
                  change=False, shares=shares)
@@ -286,7 +293,12 @@ def fold_resource(
                             if x is not None)
         surge = status == BOUND and state.resource_type == "topic"
         probed_above = state.target_qps is not None and current > state.target_qps * (1.0 + cfg.hysteresis_pct / 100)
-        if surge and not obs.healthy and probed_above:  # a probe made a carrier busy again: one step back
+        cooled = state.last_change_end is None or obs.window_end - state.last_change_end >= window * cfg.cooldown_windows
+        if status == BOUND and not surge and probed_above and cooled:  # demand still runs into the first cut
+            emit(obs.window_end, state.target_qps, ACTION_SET,
+                 f"the anomaly outlived the first cut ({detail}): down to the target of {state.target_qps:.1f} msg/s "
+                 f"frozen on {state.limited_since:%Y-%m-%dT%H:%M:%SZ}", state.mode)
+        elif surge and not obs.healthy and probed_above:  # a probe made a carrier busy again: one step back
             lower = max(state.target_qps, current / cfg.relax_factor)
             emit(obs.window_end, lower, ACTION_SET, f"probe undone: {detail} and a broker carrying it is busy; "
                  f"back to {lower:.1f} msg/s", state.mode)

@@ -139,8 +139,21 @@ def test_fold_neither_tightens_below_nor_loosens_above_its_frozen_target_while_t
 def test_fold_cooldown_and_max_cut_for_non_critical_anomalies():
     warn = dict(critical=False, observed_tps=200.0)
     decisions, _ = fold([cand(1, 20.0, **warn), cand(2, 10.0, **warn), cand(3, 10.0, **warn), cand(4, 10.0, **warn)], horizon=4)
-    # first cut at most 50 % of the observed 200/s; no change in the cool-down (2 windows); then at most 50 % again
-    assert actions(decisions) == [("set", end(1), 100.0, None, 1), ("set", end(3), 50.0, 100.0, 2)]
+    # first cut at most 50 % of the observed 200/s; no change in the cool-down (2 windows); then the anomaly has
+    # outlived the first cut: down to the target frozen on window 1 in one step (one change after the first limit)
+    assert actions(decisions) == [("set", end(1), 100.0, None, 1), ("set", end(3), 20.0, 100.0, 2)]
+    assert "outlived the first cut: down to the target of 20.0 msg/s" in decisions[1].reason
+
+
+def test_a_group_limit_bound_above_its_frozen_target_goes_down_to_it_once_after_the_cool_down():
+    """The storm's first window was partial (not critical): the first limit cut 50 % of the observed 200/s. Under
+    it the rule falls silent (the cap shows), but the demand runs into the cap: once the cool-down is over the
+    limit goes to the frozen target in one step, then holds (refreshes only)."""
+    decisions, state = fold([cand(1, 20.0, critical=False, observed_tps=200.0)], horizon=8,
+                            obs=[seen(i, 99.0) for i in range(2, 9)])
+    assert changes(decisions) == [("set", end(1), 100.0), ("set", end(3), 20.0)]
+    assert "limit-bound: 99.0 of 100.0 msg/s" in decisions[1].reason
+    assert state.limit_qps == 20.0 and state.target_qps == 20.0
 
 
 def test_fold_critical_cuts_at_once():
