@@ -112,6 +112,14 @@ class Lake:
     def __init__(self, spark: SparkSession, root: str) -> None:
         self.spark = spark
         self.root = root.rstrip("/")
+        #: Called before every write (each append attempt, each publish): raises when this governor may no longer
+        #: write to the lake (:meth:`pipelines.io.lease.GovernorLease.check`, set by :func:`pipelines.governor.run`).
+        self.fence: Callable[[], None] | None = None
+
+    def check_fence(self) -> None:
+        """Raise (``LakeHeldError``) when the fence says this governor lost the lake; nothing without a fence."""
+        if self.fence is not None:
+            self.fence()
 
     def path(self, table: str) -> str:
         table_spec(table)
@@ -137,7 +145,8 @@ class Lake:
         """
         spec = table_spec(table)
         conformed = conform(df, spec.schema)
-        return _retried(lambda: self._append(conformed, spec, app_id=app_id, version=version, rows=rows))
+        return _retried(lambda: self._append(conformed, spec, app_id=app_id, version=version, rows=rows),
+                        self.check_fence)
 
     def append_rows(self, rows: list[tuple], table: str, *, app_id: str, version: int) -> int:
         """Append driver-side records (tuples in the order of the table's schema, timestamps naive UTC or aware),
@@ -151,7 +160,7 @@ class Lake:
         spec = table_spec(table)
         if not rows:
             return 0
-        return _retried(lambda: self._append_rows(rows, spec, app_id=app_id, version=version))
+        return _retried(lambda: self._append_rows(rows, spec, app_id=app_id, version=version), self.check_fence)
 
     def read(
         self,
@@ -204,10 +213,12 @@ APPEND_ATTEMPTS = 5
 APPEND_BACKOFF = (0.5, 4.0)
 
 
-def _retried(write: Callable[[], int]) -> int:
-    """``write()`` (one append) behind the append fault point, retried by :func:`_append_retrying`."""
+def _retried(write: Callable[[], int], fence: Callable[[], None]) -> int:
+    """``write()`` (one append) behind ``fence`` and the append fault point, retried by :func:`_append_retrying`
+    (the fence is asked before every attempt; its error is not retried)."""
 
     def attempt() -> int:
+        fence()
         fault_point(APPEND_FAULT)
         return write()
 
