@@ -5,8 +5,8 @@ offered traffic of a large_mix cluster, without limits and with one enforced lim
 
 Prints the seconds of each run (best of ``--repeat``) and checks that both give the same rejected sends: the driver
 (:func:`pipelines.sim.broker_model.simulate`, all brokers in one vectorised tick loop), the executors with one
-group per broker, and the executors with brokers hashed into one bucket per core (what the backtest does,
-:func:`pipelines.backtest.metrics.model_on_executors`).
+group per broker, and the executors with brokers hashed into one bucket per core
+(:func:`udfs.broker_model.model_on_executors`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pandas as pd  # noqa: E402
 
 from pipelines import schemas  # noqa: E402
-from pipelines.backtest.metrics import model_on_executors  # noqa: E402
 from pipelines.config import SparkConfig  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
 from pipelines.sim import broker_model as bm  # noqa: E402
 from pipelines.sim.spec import ScenarioSpec  # noqa: E402
 from pipelines.sim.traffic import build_traffic  # noqa: E402
-from udfs.broker_model import simulate_per_broker  # noqa: E402
+from udfs.broker_model import model_on_executors, simulate_per_broker  # noqa: E402
 
 
 def per_broker_groups(spark, offered, schedule, cfg, capacity) -> pd.DataFrame:

@@ -56,9 +56,8 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from pipelines.faults import crash_point
 
 __all__ = [
     "FIELDS",
@@ -395,6 +394,7 @@ def write_limits_file(
     path: str | os.PathLike[str],
     *,
     generated_at: datetime | None = None,
+    before_replace: Callable[[], None] | None = None,
 ) -> None:
     """Write the whole current set of control records to ``path``, atomically.
 
@@ -404,6 +404,8 @@ def write_limits_file(
     and Windows), so a reader sees either the old file or the new one, never a half-written one.
     On any failure the temporary file is removed and the old file is left as it was. The parent
     directory is created if missing. Records are written as given (sign them first).
+    ``before_replace`` is called once the temporary file is complete, before the rename (the
+    governor's crash-test hook).
     """
     target = Path(path)
     directory = target.parent
@@ -423,7 +425,8 @@ def write_limits_file(
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp_name, 0o644)  # mkstemp creates 0600; brokers' operators must read it
-        crash_point("publish:before-replace")
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp_name, target)
     except BaseException:
         try:

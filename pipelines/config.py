@@ -223,7 +223,7 @@ class SparkConfig(_Section):
     master: str = "local[2]"
     app_name: str = "rate-governor"
     shuffle_partitions: int = Field(default=4, gt=0)
-    #: Keep the gold side's DataFrames (finalized windows) in one partition (Governor._gold_partitioning).
+    #: Keep the gold side's DataFrames (finalized windows) in one partition (pipelines.transforms.gold.partitioning).
     gold_single_partition: bool = True
     conf: dict[str, str] = Field(default_factory=dict)
 

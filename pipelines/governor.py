@@ -56,7 +56,8 @@ def _fenced(handler, governor: Governor):
     return handle
 
 
-def _start(df: DataFrame, name: str, handler, mode: str, cfg: GovernorConfig, once: bool) -> StreamingQuery:
+def _start(df: DataFrame, name: str, handler, mode: str, cfg: GovernorConfig, once: bool,
+           interval: str | None = None) -> StreamingQuery:
     writer = (
         df.writeStream.queryName(f"rate-governor-{name}")
         .outputMode(mode)
@@ -65,11 +66,15 @@ def _start(df: DataFrame, name: str, handler, mode: str, cfg: GovernorConfig, on
     )
     if once:
         return writer.trigger(availableNow=True).start()
-    return writer.trigger(processingTime=f"{cfg.windows.trigger_seconds} seconds").start()
+    return writer.trigger(processingTime=interval or f"{cfg.windows.trigger_seconds} seconds").start()
 
 
-def start_queries(spark: SparkSession, governor: Governor, once: bool) -> list[StreamingQuery]:
-    """Start the queries; with ``once`` (trigger ``availableNow``) wait until all have finished.
+def start_queries(spark: SparkSession, governor: Governor, once: bool,
+                  interval: str | None = None) -> list[StreamingQuery]:
+    """Start the queries; with ``once`` (trigger ``availableNow``) wait until all have finished. ``interval``
+    (e.g. ``"100 milliseconds"``) replaces the processing-time trigger of a continuous run: the closed-loop
+    backtest (:mod:`pipelines.backtest.loop`) polls with a short one and steps the shipped
+    ``windows.trigger_seconds`` in simulated time.
 
     ``ingest`` (and ``fast``) read the raw records; ``gold`` reads the metric events ``ingest`` writes per
     micro-batch (:func:`pipelines.flows.gold.metric_event_stream`). Running, all start side by side. With ``once``
@@ -83,16 +88,20 @@ def start_queries(spark: SparkSession, governor: Governor, once: bool) -> list[S
     cfg = governor.cfg
     raw = sources.raw_records(spark, cfg)
     gate = governor.ingest.gate
-    governor.queries = [_start(raw, "ingest", _fenced(governor.ingest.handle, governor), "append", cfg, once)]
+    governor.queries = [
+        _start(raw, "ingest", _fenced(governor.ingest.handle, governor), "append", cfg, once, interval)
+    ]
     if cfg.windows.fast_path_on(once):
         governor.queries.append(
             _start(open_window_stream(raw, cfg, gate), "fast", _fenced(governor.fast.handle, governor), "update",
-                   cfg, once)
+                   cfg, once, interval)
         )
     if once:
         _await_all(governor.queries[:1], stop=governor.queries)
     events = window_stream(metric_event_stream(spark, cfg), cfg)
-    governor.queries.append(_start(events, "gold", _fenced(governor.gold.handle, governor), "append", cfg, once))
+    governor.queries.append(
+        _start(events, "gold", _fenced(governor.gold.handle, governor), "append", cfg, once, interval)
+    )
     if once:
         _await_all(governor.queries)
     return governor.queries

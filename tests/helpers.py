@@ -56,3 +56,13 @@ def lean_config_file(path) -> Path:
     """conf/local.toml without per-batch GX validation (its results table is covered by tests/quality): the
     end-to-end tests that only check governance run faster with it."""
     return write_config(path, **{"quality.validate_every_n_batches": 0})
+
+
+def set_comparable(df):
+    """``df`` with every MAP column as its entries sorted by key (set operations such as ``exceptAll`` refuse maps,
+    and a map's entry order is not part of its value)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import MapType
+
+    return df.select(*[F.array_sort(F.map_entries(f.name)).alias(f.name) if isinstance(f.dataType, MapType)
+                       else F.col(f.name) for f in df.schema.fields])

@@ -10,7 +10,10 @@ time axis (so that every broker's ticks line up with the driver's run).
 
 A group may hold several whole brokers: the model vectorises over the brokers of a group, and its tick loop costs
 about the same for one broker as for fifty, so the backtest groups brokers into as many buckets as the cluster
-has cores (:func:`pipelines.backtest.metrics.model_on_executors`) rather than one group per broker.
+has cores (:func:`model_on_executors`) rather than one group per broker.
+
+The closed-loop backtest (:mod:`pipelines.backtest`) steps the model minute by minute on the driver
+(:mod:`pipelines.sim.cluster`); this whole-run, open-loop form is measured by ``bench/broker_model_udf.py``.
 
 Cost, measured (``bench/broker_model_udf.py``, large_mix 50 brokers × 2,000 topics × 30 min, 101,418 offered rows,
 ``local[2]`` on a shared 2-core machine): the driver's vectorised run takes 0.5 s without limits and 1.2 s with one
@@ -33,6 +36,9 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from pipelines import schemas
 from pipelines.sim import broker_model as bm
@@ -63,3 +69,31 @@ def simulate_per_broker(schedule: pd.DataFrame | None, cfg: bm.BrokerModelConfig
         return out[RESULT_COLUMNS]
 
     return one_group
+
+
+def model_on_executors(spark: SparkSession, offered: pd.DataFrame, schedule: pd.DataFrame | None,
+                       cfg: bm.BrokerModelConfig, capacity: pd.Series) -> bm.ModelResult:
+    """:func:`pipelines.sim.broker_model.simulate` of ``offered`` (:data:`~pipelines.sim.broker_model.OFFERED_COLUMNS`)
+    with ``schedule`` on the executors: the brokers hashed into one bucket per core (``defaultParallelism``, at most
+    one broker per bucket), each bucket one group of ``applyInPandas`` with the UDF of :mod:`udfs.broker_model`
+    (whole brokers per group, so the result is the driver's), collected into a
+    :class:`~pipelines.sim.broker_model.ModelResult` in the driver run's row order. ``capacity``: units/s per
+    broker, computed once for both runs."""
+    minutes = pd.date_range(offered["minute_start"].min(), offered["minute_start"].max(), freq="min")
+    buckets = max(1, min(offered["broker"].nunique(), spark.sparkContext.defaultParallelism))
+    df = spark.createDataFrame(offered[list(bm.OFFERED_COLUMNS)], schema=schemas.BROKER_MODEL_OFFERED)
+    rows = (df.withColumn("broker_bucket", F.pmod(F.hash("broker"), F.lit(buckets)))
+            .groupBy("broker_bucket")
+            .applyInPandas(simulate_per_broker(schedule, cfg, capacity, minutes), schema=schemas.BROKER_MODEL_RESULT)
+            .toPandas())
+    stamps = pd.to_datetime(rows["minute_start"])
+    rows["minute_start"] = stamps.dt.tz_localize("UTC") if stamps.dt.tz is None else stamps.dt.tz_convert("UTC")
+    res = rows[rows["row_kind"] == "resource"].sort_values(["minute_start", "broker", "resource_type", "resource"],
+                                                          kind="mergesort")
+    brk = rows[rows["row_kind"] == "broker"].sort_values(["broker", "minute_start"], kind="mergesort")
+    resource_cols = ["minute_start", "broker", "resource_type", "resource", "offered", "limited_rejected",
+                     "busy_rejected", "admitted", "limit_qps"]
+    broker_cols = ["minute_start", "broker", "offered_work", "admitted_work", "served_work", "capacity_tps",
+                   "reject_share", "max_wait_ms"]
+    return bm.ModelResult(resources=res[resource_cols].reset_index(drop=True),
+                          brokers=brk[broker_cols].reset_index(drop=True))

@@ -1,36 +1,22 @@
-"""Backtest: replay traffic through a broker model with and without the governor's limits.
+"""Closed-loop backtest: the governor's real streaming queries against a simulated cluster whose brokers apply the
+limits it publishes.
 
 Usage::
 
-    python -m pipelines.backtest --scenario NAME --lake DIR [--conf conf/backtest.toml] [--seed 7] [--minutes N]
-                                 [--onset N] [--brokers N] [--topics N] [--groups N] [--strict]
-    python -m pipelines.backtest --from-lake SRC --lake DIR [--conf conf/backtest.toml] [--scenario LABEL]
+    python -m pipelines.backtest --scenario NAME --lake DIR [--propagation-seconds N] [--conf conf/backtest.toml]
+                                 [--seed 7] [--minutes N] [--onset N] [--brokers N] [--topics N] [--groups N]
 
-``--scenario``: generate the scenario (:data:`pipelines.sim.scenarios.SCENARIOS`) into
-``DIR/backtest/landing-<scenario>``, run the governor's real pipeline on it (:func:`pipelines.governor.run`,
-``--once``, tables in ``DIR``), then run the broker model (:mod:`pipelines.sim.broker_model`, one broker per group
-on the executors: :mod:`udfs.broker_model`) twice on the scenario's traffic: without limits and with the enforced
-limits of ``gold/limits``. ``--from-lake SRC``: replay what a governor
-already recorded in ``SRC`` (``silver/broker_stats`` for the traffic, ``gold/limits``, ``gold/anomalies``,
-``gold/topic_tps``, ``gold/group_tps``); results go to ``DIR``. Without ground truth, the limited resources are
-taken as the incident and the ``BROKER_BUSY`` brokers as its brokers.
+Scenarios (:data:`pipelines.backtest.settings.SCENARIO_SIZES`): ``persisting_storm``, ``storm_fixed``,
+``intermittent_storm``, ``spread_storm``, ``flash_sale``, ``noisy_neighbour`` (a busy broker from a surging topic),
+``normal_day``. The run (:func:`pipelines.backtest.loop.run_loop`) steps simulated time with the shipped trigger,
+each micro-batch's measured wall time added 1:1; ``DIR`` receives the governor's tables, the landing directory
+(``backtest/landing``), every ``limits.json`` published (``backtest/published``), and:
 
-Outputs (``DIR/backtest/``):
+* Delta table ``backtest/results`` (:data:`pipelines.schemas.BACKTEST_RESULTS`, governor ``closed-loop``): the
+  figures of :mod:`pipelines.backtest.figures` and the config they ran with, one commit per run;
+* ``backtest/report-<scenario>.md`` and ``backtest/closed-loop-<scenario>.png``.
 
-* Delta table ``results`` (:data:`pipelines.schemas.BACKTEST_RESULTS`, registered in
-  :data:`pipelines.io.lake.TABLES`, appended through the lake as one commit per run tagged with a transaction):
-  one row per run × governor (with/without/both) × resource class × metric (``run_id``).
-* ``report-<scenario>.md``: onset → first enforced limit (windows, seconds), rejected sends per class with and
-  without the governor, false limits, limits below the observed peak, limits over time, the done checks.
-* ``backtest-<scenario>.png``: per broker and per resource TPS with anomalies and limits, without | with.
-
-A limit reaches the brokers at ``window_end + line_lag + watermark + trigger + propagation`` (``conf/backtest.toml``;
-``decided_at`` is the replay's wall clock and is not used) and stays until its next decision arrives, it is lifted,
-or it expires (``expires_at − decided_at`` after arrival); see :mod:`pipelines.backtest.inputs`.
-
-Modules: :mod:`~pipelines.backtest.inputs` (config, timing, generated or replayed inputs),
-:mod:`~pipelines.backtest.metrics` (model runs, classes, metrics, checks, results table),
-:mod:`~pipelines.backtest.report` (Markdown, PNG, summary), this one (command line, :func:`run_backtest`).
+Exit status: 0 when every check passes, 1 when one fails, 2 for bad input (one line on stderr).
 """
 
 from __future__ import annotations
@@ -41,95 +27,84 @@ import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
-from pipelines.backtest.inputs import (
+from pipelines.backtest.figures import Figures, compute, write_results
+from pipelines.backtest.loop import run_loop
+from pipelines.backtest.report import plot, report, summary_lines
+from pipelines.backtest.settings import (
+    SCENARIO_SIZES,
     BacktestConfig,
     BacktestError,
     build_spec,
-    generate_inputs,
     governor_config,
     load_backtest_config,
-    replay_inputs,
 )
-from pipelines.backtest.metrics import run_models, write_results
-from pipelines.backtest.report import plot, report, summary_lines
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError
 from pipelines.io.lake import open_lake
-from pipelines.sim.scenarios import SCENARIOS
+from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.spec import ScenarioSpec
 
 PROG = "python -m pipelines.backtest"
 
 
-def run_backtest(spark, *, lake: Path, bcfg: BacktestConfig, spec: ScenarioSpec | None = None,
-                 from_lake: Path | None = None, label: str | None = None) -> dict[str, Any]:
-    """Generate-or-replay, model both runs, write table + PNG + report. Returns paths, metrics and checks."""
+def run_backtest(spark, *, lake: Path, bcfg: BacktestConfig, spec: ScenarioSpec,
+                 propagation_seconds: float | None = None, progress=None, backlog_minutes: int = 0) -> dict[str, Any]:
+    """Run one scenario in closed loop (:func:`pipelines.backtest.loop.run_loop`), compute its figures, write the
+    table, the report and the picture. Returns ``{"result", "figures", "report", "png", "table", "run_id"}``."""
     lake = Path(lake)
-    if from_lake is not None:
-        inputs = replay_inputs(spark, Path(from_lake), bcfg, label or "replay")
-    else:
-        assert spec is not None
-        inputs = generate_inputs(spark, spec, bcfg, lake)
-    outcome = run_models(spark, inputs, bcfg)
+    result = run_loop(spark, spec, bcfg, lake, propagation_seconds, progress=progress, backlog_minutes=backlog_minutes)
+    baseline = ClosedLoopCluster(spec, bcfg.broker, bcfg.clients)  # the same cluster without any limit
+    baseline.advance_to(baseline.end)
+    figures: Figures = compute(result, baseline)
     run_id = uuid.uuid4().hex[:12]
-    recorded = dt.datetime.now(dt.timezone.utc)
-    out_dir = lake / "backtest"
-    png = plot(outcome, out_dir / f"backtest-{inputs.scenario}.png")
-    md = report(outcome, bcfg, png, out_dir / f"report-{inputs.scenario}.md", run_id)
-    table = write_results(open_lake(spark, lake, governor_config(bcfg, None, None).lake.writer), outcome, run_id,
-                          recorded)
-    return {"outcome": outcome, "png": png, "report": md, "table": table, "run_id": run_id}
+    out = lake / "backtest"
+    png = plot(result, out / f"closed-loop-{spec.name}.png")
+    md = report(result, figures, png, out / f"report-{spec.name}.md", run_id)
+    table = write_results(open_lake(spark, lake, governor_config(bcfg, None, None).lake.writer), result, figures,
+                          run_id, dt.datetime.now(dt.timezone.utc))
+    return {"result": result, "figures": figures, "report": md, "png": png, "table": table, "run_id": run_id}
 
 
 def build_parser() -> OneLineParser:
     """The ``python -m pipelines.backtest`` flags."""
-    p = OneLineParser(prog=PROG, description="Backtest the governor's limits on replayed traffic (broker model).")
-    src = p.add_mutually_exclusive_group(required=False)
-    p.add_argument("--scenario", help=f"scenario to generate ({', '.join(sorted(SCENARIOS))}); with "
-                                      "--from-lake, only a label")
-    src.add_argument("--from-lake", help="replay a lake a governor already wrote (silver + gold tables)")
-    p.add_argument("--lake", required=True, help="where the governor tables (generate mode) and results go")
+    p = OneLineParser(prog=PROG, description="Closed-loop backtest: the governor's real queries against a simulated "
+                                             "cluster whose brokers apply its limits.")
+    p.add_argument("--scenario", required=True, help=f"one of {', '.join(sorted(SCENARIO_SIZES))}")
+    p.add_argument("--lake", required=True, help="a fresh directory for the governor's tables and the results")
     p.add_argument("--conf", default="conf/backtest.toml", help="backtest config (default conf/backtest.toml)")
+    p.add_argument("--propagation-seconds", type=float, help="published limits.json -> in force at the brokers, "
+                                                            "seconds (default: the config's)")
     for flag in ("seed", "minutes", "onset", "brokers", "topics", "groups"):
         p.add_argument(f"--{flag}", type=int, help=f"scenario {flag} (default per scenario)")
-    p.add_argument("--strict", action="store_true", help="exit 1 when a done check fails")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 done, 1 a done check failed with ``--strict``, 2 bad input)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.from_lake is None and args.scenario is None:
-        parser.error("one of --scenario or --from-lake is required")
-    if args.from_lake is None and args.scenario not in SCENARIOS:
-        parser.error(f"argument --scenario: unknown scenario {args.scenario!r} "
-                     f"(known: {', '.join(sorted(SCENARIOS))})")
+    """Run the command line; returns the exit code (0 every check passed, 1 a check failed, 2 bad input)."""
+    args = build_parser().parse_args(argv)
     try:
+        if args.propagation_seconds is not None and args.propagation_seconds < 0:
+            raise BacktestError(f"--propagation-seconds must be >= 0, got {args.propagation_seconds:g}")
         bcfg = load_backtest_config(args.conf)
-        spec = None
-        if args.from_lake is None:
-            spec = build_spec(args.scenario, {"seed": args.seed, "minutes": args.minutes, "onset_minute": args.onset,
-                                              "brokers": args.brokers, "topics": args.topics, "groups": args.groups})
-        elif not Path(args.from_lake).is_dir():
-            raise BacktestError(f"lake directory not found: {args.from_lake}")
+        spec = build_spec(args.scenario, {"seed": args.seed, "minutes": args.minutes, "onset_minute": args.onset,
+                                          "brokers": args.brokers, "topics": args.topics, "groups": args.groups})
         gcfg = governor_config(bcfg, None, None)  # a bad governor config fails before Spark starts
+        lake = Path(args.lake)
+        if (lake / "_checkpoints").exists() or (lake / "gold").exists():
+            raise BacktestError(f"lake {lake} already holds governor tables; use a fresh --lake")
     except (BacktestError, ConfigError, ValueError) as exc:
         return fail(PROG, exc)
     from pipelines.session import build_session
 
     spark = build_session(gcfg.spark)
     try:
-        out = run_backtest(spark, lake=Path(args.lake), bcfg=bcfg, spec=spec,
-                           from_lake=Path(args.from_lake) if args.from_lake else None, label=args.scenario)
+        out = run_backtest(spark, lake=lake, bcfg=bcfg, spec=spec, propagation_seconds=args.propagation_seconds)
     except BacktestError as exc:
         return fail(PROG, exc)
-    for line in summary_lines(out["outcome"]):
+    for line in summary_lines(out["result"], out["figures"]):
         print(line)
     print(f"  report {out['report']}\n  plot {out['png']}\n  table {out['table']} (run {out['run_id']})")
-    if args.strict and not all(ok for _, ok, _ in out["outcome"].checks):
-        return 1
-    return 0
+    return 0 if all(ok for _, ok, _ in out["figures"].checks) else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Backtest outputs for people: the Markdown report (``report-<scenario>.md``), its PNG (``backtest-<scenario>.png``:
-per broker and per resource TPS with anomalies and limits, without | with the governor) and the console summary.
-"""
+"""Closed-loop backtest outputs for people: the console summary, the Markdown report (``report-<scenario>.md``) and
+its picture (``closed-loop-<scenario>.png``: the culprit's demand, admitted traffic and the limit in force; the
+bystanders' rejected sends; the brokers' send-queue wait)."""
 
 from __future__ import annotations
 
@@ -9,205 +9,154 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipelines.backtest.inputs import BacktestConfig
-from pipelines.backtest.metrics import CLASSES, Outcome, classify, metric_value
-
-
-def _limit_steps(schedule: pd.DataFrame, rt: str, r: str) -> tuple[list, list]:
-    rows = schedule[(schedule["resource_type"] == rt) & (schedule["resource"] == r)].sort_values("start")
-    xs, ys = [], []
-    for s_, e_, q in zip(rows["start"], rows["end"], rows["limit_qps"]):
-        xs += [s_, s_, e_, e_]
-        ys += [np.nan, q, q, np.nan]
-    return xs, ys
-
-
-def plot(outcome: Outcome, path: Path) -> Path:
-    """PNG: rows = broker work vs capacity, resource TPS with limits and anomalies, rejected sends/s per class;
-    columns = without | with the governor (same y scales)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    inputs = outcome.inputs
-    sched = outcome.schedule
-    bw = outcome.without.brokers
-    peak = bw.groupby("broker")["reject_share"].max().sort_values(ascending=False)
-    brokers = sorted(inputs.incident_brokers) or []
-    brokers += [b for b in peak.index[:3] if b not in brokers and peak[b] > 0]
-    if not brokers:
-        brokers = list(bw.groupby("broker")["offered_work"].max().sort_values(ascending=False).index[:3])
-    brokers = brokers[:4]
-    res_w = outcome.without.resources
-    limited = list(dict.fromkeys(zip(sched["resource_type"], sched["resource"]))) if len(sched) else []
-    focus = list(dict.fromkeys(sorted(inputs.incident_resources) + limited))[:4]
-    by = res_w[res_w["broker"].isin(brokers) & (res_w["resource_type"] == "topic")]
-    top_by = [("topic", r) for r in by.groupby("resource")["offered"].sum().sort_values(ascending=False).index
-              if ("topic", r) not in focus][:3]
-    series = focus + top_by
-    fig, axes = plt.subplots(3, 2, figsize=(15, 11), sharex=True, sharey="row")
-    for col, (title, result) in enumerate((("without governor", outcome.without), ("with governor", outcome.with_))):
-        b = result.brokers
-        ax = axes[0, col]
-        for name in brokers:
-            d = b[b["broker"] == name]
-            line, = ax.plot(d["minute_start"], d["admitted_work"], label=f"{name} arriving at send queue")
-            ax.plot(d["minute_start"], d["served_work"], ls=":", color=line.get_color())
-            ax.axhline(float(outcome.capacity.get(name, np.nan)), ls="--", color=line.get_color(), lw=0.8)
-        if len(inputs.anomalies):
-            busy = inputs.anomalies[(inputs.anomalies["anomaly"] == "BROKER_BUSY")
-                                    & inputs.anomalies["resource"].isin(brokers)]
-            for ws in pd.to_datetime(busy["window_start"], utc=True).unique():
-                ax.axvspan(ws, ws + pd.Timedelta(seconds=inputs.window_seconds), color="red", alpha=0.06, lw=0)
-        ax.set_title(f"{inputs.scenario}: {title}")
-        ax.set_ylabel("broker writes/s (dashed: capacity,\ndotted: served; red: BROKER_BUSY)")
-        ax.legend(fontsize=7, loc="upper left")
-        ax = axes[1, col]
-        r = result.resources
-        for rt, name in series:
-            d = r[(r["resource_type"] == rt) & (r["resource"] == name)].groupby("minute_start")[
-                ["offered", "admitted"]].sum() / 60.0
-            if d.empty:
-                continue
-            line, = ax.plot(d.index, d["admitted"], label=f"{rt}:{name} admitted")
-            if rt == "group" or (rt, name) in inputs.incident_resources:
-                ax.plot(d.index, d["offered"], ls=":", color=line.get_color(), label=f"{rt}:{name} offered")
-            if col == 1:
-                xs, ys = _limit_steps(sched, rt, name)
-                if xs:
-                    ax.plot(xs, ys, color=line.get_color(), lw=2.5, alpha=0.6, label=f"limit {rt}:{name}")
-            if len(inputs.anomalies):
-                a = inputs.anomalies[(inputs.anomalies["resource_type"] == rt) & (inputs.anomalies["resource"] == name)]
-                if len(a):
-                    ax.scatter(pd.to_datetime(a["window_start"], utc=True), a["observed_tps"], marker="x", s=18,
-                               color=line.get_color())
-        ax.set_ylabel("msgs/s (x: anomaly, observed TPS;\nthick: limit in force)")
-        ax.set_yscale("symlog", linthresh=10)
-        ax.legend(fontsize=6, loc="upper left")
-        ax = axes[2, col]
-        cls = classify(r, inputs)
-        for c in CLASSES:
-            d = r[cls == c]
-            rej = (d["busy_rejected"] + d["limited_rejected"]).groupby(d["minute_start"]).sum() / 60.0
-            ax.plot(rej.index, rej.values, label=f"{c}: rejected sends/s")
-        ax.set_ylabel("rejected sends/s")
-        ax.legend(fontsize=7, loc="upper left")
-    t_lo, t_hi = bw["minute_start"].min(), bw["minute_start"].max() + pd.Timedelta(minutes=1)
-    for ax in axes.ravel():
-        ax.set_xlim(t_lo, t_hi)
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+from pipelines.backtest.figures import Figures, targets_in_force, truth
+from pipelines.backtest.settings import SCENARIO_ROLES
 
 
 def _fmt(v: float, unit: str = "") -> str:
     if v is None or not np.isfinite(v):
         return "n/a"
-    return f"{v:,.0f}{unit}" if abs(v) >= 100 or float(v).is_integer() else f"{v:,.2f}{unit}"
+    text = f"{v:,.0f}" if abs(v) >= 100 or float(v).is_integer() else f"{v:,.2f}"
+    return f"{text} {unit}".rstrip()
 
 
-def report(outcome: Outcome, bcfg: BacktestConfig, png: Path, path: Path, run_id: str) -> Path:
-    """Write the Markdown report (embeds ``png`` by relative name)."""
-    i, m = outcome.inputs, outcome.metrics
+def config_line(result) -> str:
+    """The config a run ran with, one line."""
+    b, s = result.bcfg, result.spec
+    return (f"closed loop, {b.governor_conf} as shipped (trigger {result.trigger_seconds} s, watermark "
+            f"{result.watermark_seconds} s, fast path on); propagation {result.propagation_seconds:g} s; shipping "
+            f"stats {b.shipping.stats_seconds:g} s, failures {b.shipping.failures_seconds:g} s"
+            + (f" in batches of {b.shipping.failures_batch_seconds:g} s" if b.shipping.failures_batch_seconds else "")
+            + f"; {s.brokers} brokers, {s.topics} topics, {s.groups} groups, {s.minutes} min, seed {s.seed}")
 
-    def val(gov: str, c: str, name: str) -> float:
-        return metric_value(m, gov, c, name)
 
-    lines = [f"# Backtest: {i.scenario}", "",
-             f"Run `{run_id}`, seed {i.seed}. Incident: {i.incident_detail}.",
-             f"Onset: {i.onset:%Y-%m-%dT%H:%M:%SZ}." if i.onset is not None else "Onset: none.", "",
-             "## Timing assumptions", "",
-             f"The governor's own timing (watermark {i.watermark_seconds} s, trigger {i.trigger_seconds} s, window "
-             f"{i.window_seconds} s). A `set` is in force {outcome.timing.fast_seconds:.0f} s after its window ends "
-             f"(fast path: shipping {bcfg.shipping_seconds:.0f} s + trigger wait {i.trigger_seconds} s + micro-batch "
-             f"{bcfg.micro_batch_seconds:.0f} s + propagation {bcfg.propagation_seconds:.0f} s); recovery (`relax`, "
-             f"`lift`) {outcome.timing.final_seconds:.0f} s after (final path: line lag {bcfg.line_lag_seconds:.0f} s "
-             f"+ watermark + two triggers + the same shipping, micro-batch and propagation). Broker capacity "
-             f"{bcfg.broker.capacity_factor}× its normal write rate (min {bcfg.broker.capacity_min_tps:.0f}/s), "
-             f"waitTimeMillsInSendQueue {bcfg.broker.wait_time_ms_in_send_queue:.0f} ms, tick "
-             f"{bcfg.broker.tick_seconds} s, breaker open {bcfg.broker.breaker_open_ms} ms.", ""]
-    if i.governor_seconds is not None:
-        lines += [f"Governor run (`governor.run(..., once=True)`): {i.governor_seconds:.0f} s; broker model (both runs): "
-                  f"{outcome.model_seconds:.1f} s.", ""]
-    else:
-        lines += [f"Broker model (both runs): {outcome.model_seconds:.1f} s.", ""]
-    lines += ["## Done checks", "", "| check | result | measured |", "|---|---|---|"]
-    lines += [f"| {n} | {'PASS' if ok else 'FAIL'} | {v} |" for n, ok, v in outcome.checks] or ["| (none) | | |"]
-    lines += ["", "## Headline numbers", "",
-              f"* onset → first enforced limit on the incident: {_fmt(val('with', 'incident', 'onset_to_first_limit_window'))} "
-              f"windows (decision window end), {_fmt(val('with', 'incident', 'onset_to_enforced_limit'))} s "
-              "(in force at the brokers)",
-              f"* bystanders' rejected sends: {_fmt(val('without', 'bystander', 'rejected'))} without → "
-              f"{_fmt(val('with', 'bystander', 'rejected'))} with the governor "
-              f"(cut {_fmt(val('both', 'bystander', 'rejected_cut'), ' %')})",
-              f"* enforced limits: {_fmt(val('with', 'all', 'enforced_limit_resources'))} resources, "
-              f"{_fmt(val('with', 'all', 'enforced_limit_decisions'))} decisions; false limits on healthy resources: "
-              f"{_fmt(val('with', 'all', 'false_limits'))}; unwarranted limits below the observed peak: "
-              f"{_fmt(val('with', 'all', 'limits_below_observed_peak_unwarranted'))}", "",
-              "## Sends per resource class (msgs)", "",
-              "| class | resources | offered | rejected w/o governor (busy) | rejected with governor (busy + limiter) |",
-              "|---|---|---|---|---|"]
-    for c in CLASSES:
-        lines.append(f"| {c} | {_fmt(val('without', c, 'resources'))} | {_fmt(val('without', c, 'offered'))} | "
-                     f"{_fmt(val('without', c, 'busy_rejected'))} | {_fmt(val('with', c, 'busy_rejected'))} + "
-                     f"{_fmt(val('with', c, 'limiter_rejected'))} |")
-    lines += ["", "`incident` = the resource(s) the scenario made misbehave; `bystander` = the other resources on the "
-              "incident broker(s); `other` = resources elsewhere.", "", "## Limits over time (enforced, in force at "
-              "the brokers)", ""]
-    if len(outcome.schedule):
-        lines += ["| resource | version | window end | in force from | until | limit (msgs/s) |", "|---|---|---|---|---|---|"]
-        for _, s in outcome.schedule.sort_values(["start", "resource"]).head(40).iterrows():
-            lines.append(f"| {s['resource_type']}:{s['resource']} | {s['version']} | {s['window_end']:%H:%M:%S} | "
-                         f"{s['start']:%H:%M:%S} | {s['end']:%H:%M:%S} | {s['limit_qps']:.1f} |")
-    else:
-        lines.append("No enforced limit.")
-    if len(i.limits):
-        lines += ["", "All decisions in gold/limits:", "", "| version | resource | action | window end | limit | reason |",
-                  "|---|---|---|---|---|---|"]
-        for _, d in i.limits.sort_values(["resource", "version"]).head(40).iterrows():
-            reason = str(d["reason"]).replace("|", "/")[:140]
-            lines.append(f"| {d['version']} | {d['resource_type']}:{d['resource']} | {d['action']} | "
-                         f"{pd.Timestamp(d['window_end']):%H:%M} | {d['limit_qps']:.1f} | {reason} |")
-    if len(i.anomalies):
-        a = i.anomalies.groupby(["anomaly", "resource_type", "resource"]).agg(
-            windows=("window_start", "count"), peak=("observed_tps", "max")).reset_index().head(30)
-        lines += ["", "## Anomalies", "", "| anomaly | resource | windows | peak observed |", "|---|---|---|---|"]
-        lines += [f"| {r.anomaly} | {r.resource_type}:{r.resource} | {r.windows} | {r.peak:.1f} |"
-                  for r in a.itertuples()]
-    lines += ["", "## Plot", "", f"![TPS per resource, without and with the governor]({png.name})", "",
-              "## Model limits", "",
-              "Open loop: the governor saw the traffic of the run without limits; producer retries of rejected sends "
-              "are not modelled; traffic is constant within a minute (stats.log resolution); a send-back costs its "
-              "schedule write and re-put (work per request from the stats). See `pipelines/sim/broker_model.py`.", ""]
+def summary_lines(result, figures: Figures) -> list[str]:
+    """The console summary: config, the figures, the checks."""
+    v = figures.value
+    out = [f"backtest {result.spec.name} ({SCENARIO_ROLES.get(result.spec.name, result.spec.name)}): "
+           + config_line(result),
+           f"  onset -> limit in force: {_fmt(v('onset_to_limit_in_force'), 's')}; culprit admitted / decided "
+           f"target: {_fmt(v('culprit_admitted_over_target'), 'x')} "
+           f"({figures.details.get('culprit_admitted_over_target', 'n/a')})",
+           f"  bystander rejected sends per storm minute: before {_fmt(v('bystander_rejected_per_minute_before'))}, "
+           f"after {_fmt(v('bystander_rejected_per_minute_after'))} "
+           f"({_fmt(v('bystander_after_pct_of_before'), '%')} of before; without a governor then: "
+           f"{_fmt(v('bystander_rejected_per_minute_no_governor'))})",
+           f"  limit changes while the cause persists: {_fmt(v('limit_changes_while_cause_persists'))}; fix -> lift: "
+           f"{figures.details.get('fix_to_lift_minutes', 'n/a')} min; false limits: {_fmt(v('false_limits'))} "
+           f"({figures.details.get('false_limits')}); decisions set/relax/lift {_fmt(v('decisions_set'))}/"
+           f"{_fmt(v('decisions_relax'))}/{_fmt(v('decisions_lift'))}",
+           f"  {_fmt(v('steps'))} steps, processing median {_fmt(v('step_seconds_median'), 's')}, max "
+           f"{_fmt(v('step_seconds_max'), 's')}, {_fmt(v('steps_over_trigger'))} over the trigger; micro-batch "
+           f"seconds ingest {_fmt(v('ingest_batch_seconds_total'))}, fast {_fmt(v('fast_batch_seconds_total'))}, "
+           f"gold {_fmt(v('gold_batch_seconds_total'))}; "
+           f"{_fmt(v('failure_lines'))} send-failure lines; wall {_fmt(v('wall_seconds'), 's')}"]
+    out += [f"  [{'PASS' if ok else 'FAIL'}] {name}: {measured}" for name, ok, measured in figures.checks]
+    return out
+
+
+def limit_timeline(result) -> pd.DataFrame:
+    """The limits in force at the brokers over time: one row per change per resource (simulated UTC ``at``,
+    cluster-wide ``limit_qps`` of the record, the brokers' own figures, version, reason)."""
+    rows, last = [], {}
+    for at, snap in result.in_force:
+        now: dict = {}
+        for (b, rt, r), (qps, rec) in snap.items():
+            d = now.setdefault((rt, r), {"limit_qps": rec["limit_qps"], "version": rec["version"],
+                                         "reason": rec["reason"], "brokers": {}})
+            d["brokers"][b] = qps
+        for key in sorted(set(now) | set(last)):
+            cur, prev = now.get(key), last.get(key)
+            if cur == prev:
+                continue
+            rows.append({"at": at, "resource": f"{key[0]}:{key[1]}",
+                         "limit_qps": cur["limit_qps"] if cur else np.nan,
+                         "brokers": ", ".join(f"{b} {q:.1f}" for b, q in sorted(cur["brokers"].items())) if cur
+                         else "none in force", "version": cur["version"] if cur else None,
+                         "reason": (cur["reason"] if cur else "lifted or expired")[:160]})
+        last = now
+    return pd.DataFrame(rows, columns=["at", "resource", "limit_qps", "brokers", "version", "reason"])
+
+
+def plot(result, path: Path) -> Path:
+    """PNG: culprit demand / admitted / target in force per second (10 s means), bystanders' rejected sends per
+    second, the send-queue wait per broker per minute."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = result.cluster
+    culprits, spans = truth(result)
+    key = list(zip(c.pairs["resource_type"], c.pairs["resource"]))
+    is_culprit = np.array([k in culprits for k in key], dtype=bool)
+    t = c.start + pd.to_timedelta(np.arange(c.T * 60), unit="s")
+    fig, axes = plt.subplots(3, 1, figsize=(12, 10), sharex=True)
+    ax = axes[0]
+    if is_culprit.any():
+        demand = np.repeat(c.demand[is_culprit].sum(axis=0), 60)
+        admitted = pd.Series(c.second_admitted[:, is_culprit].sum(axis=1)).rolling(10, min_periods=1).mean()
+        ax.plot(t, demand, ls=":", label="culprit demand (msgs/s)")
+        ax.plot(t, admitted, label="culprit admitted, all brokers (10 s mean)")
+        target, _ = targets_in_force(result, culprits)
+        ax.plot(t, target, lw=2.5, alpha=0.6, label="decided target in force (cluster-wide limit_qps)")
+    for a, b in spans:
+        for x in axes:
+            x.axvspan(a, b, color="red", alpha=0.05, lw=0)
+    ax.set_yscale("symlog", linthresh=10)
+    ax.set_ylabel("msgs/s")
+    ax.set_title(f"{result.spec.name}: closed loop, propagation {result.propagation_seconds:g} s (red: cause active)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax = axes[1]
+    hosts = set(c.pairs.loc[is_culprit, "broker"]) or set(c.brokers)
+    by = (~is_culprit) & c.pairs["broker"].isin(hosts).to_numpy() & (c.pairs["kind"] != "background").to_numpy()
+    ax.plot(t, pd.Series(c.second_rejected[:, by].sum(axis=1)).rolling(10, min_periods=1).mean(),
+            label="bystanders' rejected attempts (10 s mean)")
+    ax.set_ylabel("rejected/s")
+    ax.legend(fontsize=8, loc="upper left")
+    ax = axes[2]
+    minutes = c.start + pd.to_timedelta(np.arange(c.T), unit="min")
+    for i, b in enumerate(c.brokers):
+        ax.plot(minutes, c.max_wait_ms[i], label=f"{b} longest send-queue wait (ms)")
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.autofmt_xdate()
+    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines), encoding="utf-8")
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
     return path
 
 
-def summary_lines(outcome: Outcome) -> list[str]:
-    """The console summary of a backtest: timing, headline numbers and the done checks, one line each."""
-    m = outcome.metrics
-
-    def val(gov: str, c: str, name: str) -> float:
-        return metric_value(m, gov, c, name)
-
-    i = outcome.inputs
-    out = [f"backtest {i.scenario}: limits in force {outcome.timing.fast_seconds:.0f} s (set, fast path) / "
-           f"{outcome.timing.final_seconds:.0f} s (recovery, final path) after their window, model "
-           f"{outcome.model_seconds:.1f} s"
-           + (f", governor {i.governor_seconds:.0f} s" if i.governor_seconds is not None else ""),
-           f"  onset -> first enforced limit: {_fmt(val('with', 'incident', 'onset_to_first_limit_window'))} windows, "
-           f"{_fmt(val('with', 'incident', 'onset_to_enforced_limit'))} s",
-           f"  bystander rejected sends: without {_fmt(val('without', 'bystander', 'rejected'))}, with "
-           f"{_fmt(val('with', 'bystander', 'rejected'))} (cut {_fmt(val('both', 'bystander', 'rejected_cut'), ' %')})",
-           f"  incident rejected sends: without {_fmt(val('without', 'incident', 'rejected'))}, with "
-           f"{_fmt(val('with', 'incident', 'rejected'))}",
-           f"  enforced limits: {_fmt(val('with', 'all', 'enforced_limit_resources'))} resources; false limits: "
-           f"{_fmt(val('with', 'all', 'false_limits'))}; unwarranted limits below observed peak: "
-           f"{_fmt(val('with', 'all', 'limits_below_observed_peak_unwarranted'))}"]
-    out += [f"  [{'PASS' if ok else 'FAIL'}] {n}: {v}" for n, ok, v in outcome.checks]
-    return out
+def report(result, figures: Figures, png: Path, path: Path, run_id: str) -> Path:
+    """Write the Markdown report (embeds ``png`` by relative name)."""
+    inc = result.cluster.incident
+    lines = [f"# Closed-loop backtest: {result.spec.name}", "",
+             f"Run `{run_id}`. {SCENARIO_ROLES.get(result.spec.name, '')}. "
+             f"Incident: {inc.detail if inc else 'none'}.", "", config_line(result) + ".", "",
+             "## Checks", "", "| check | result | measured |", "|---|---|---|"]
+    lines += [f"| {n} | {'PASS' if ok else 'FAIL'} | {m} |" for n, ok, m in figures.checks]
+    lines += ["", "## Figures", "", "| figure | value | unit | detail |", "|---|---|---|---|"]
+    lines += [f"| {k} | {_fmt(v)} | {u} | {figures.details.get(k, '')} |" for k, (v, u, _c) in figures.values.items()]
+    lines += ["", "## Limits in force at the brokers", ""]
+    tl = limit_timeline(result)
+    if len(tl):
+        lines += ["| at (UTC) | resource | limit_qps (cluster-wide) | per broker | version | reason |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r.at:%H:%M:%S} | {r.resource} | {_fmt(r.limit_qps)} | {r.brokers} | {r.version} | "
+                  f"{str(r.reason).replace('|', '/')} |" for r in tl.itertuples()]
+    else:
+        lines.append("No enforced limit reached a broker.")
+    lim = result.limits
+    if len(lim):
+        lines += ["", "## Decisions (gold/limits)", "", "| decided (sim UTC) | window end | resource | action | basis | "
+                  "limit_qps |", "|---|---|---|---|---|---|"]
+        for r in lim.sort_values(["version"]).head(60).itertuples():
+            lines.append(f"| {pd.Timestamp(r.decided_at):%H:%M:%S} | {pd.Timestamp(r.window_end):%H:%M} | "
+                         f"{r.resource_type}:{r.resource} | {r.action} | {r.basis} | {_fmt(r.limit_qps)} |")
+    lines += ["", f"![closed loop]({png.name})", "",
+              "Model: `pipelines/sim/cluster.py` (brokers, clients' retries and fallbacks), "
+              "`pipelines/backtest/loop.py` (stepping, clock, propagation).", ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

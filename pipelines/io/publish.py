@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from control import record as control_record
+from pipelines.faults import crash_point
 from pipelines.io import tables
 from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig, LimitsConfig
@@ -104,7 +105,8 @@ def write_limits_file(lake_root: str, records: list[dict[str, Any]], now: dt.dat
     path.parent.mkdir(parents=True, exist_ok=True)
     for leftover in path.parent.glob(f".{path.name}.*.tmp"):  # a write interrupted by a crash
         leftover.unlink(missing_ok=True)
-    control_record.write_limits_file(records, path, generated_at=now)
+    control_record.write_limits_file(records, path, generated_at=now,
+                                     before_replace=lambda: crash_point("publish:before-replace"))
     return path
 
 

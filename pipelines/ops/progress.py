@@ -8,8 +8,9 @@
     gold batch 3: 6.9 s (availableNow), watermark 2026-11-23 10:41:00, 310 window aggregates in state
 
 * rows and rows/s are ``numInputRows`` and ``processedRowsPerSecond`` of the progress, shown for the ingest query
-  only: the gold query reads the raw stream in two branches (stats, failures), and Spark counts a source's rows
-  once per branch that reads it, so its ``numInputRows`` is twice the records;
+  only: the gold query reads the metric events the ingest query wrote (records already counted there), and the
+  fast query reads the raw stream in two branches (stats, failures), which Spark counts once per branch, so its
+  ``numInputRows`` is twice the records;
 * the batch duration (``batchDuration``, ms) is set against the trigger interval: ``6.0 s of 30 s trigger``,
   ``(falling behind)`` when it is longer; with ``--once`` the trigger is ``availableNow``;
 * the watermark is ``eventTime["watermark"]`` and the windows kept are the state operators' ``numRowsTotal`` (the

@@ -21,8 +21,14 @@ Modules, in the order the data flows:
 * :mod:`~pipelines.sim.failures` — producer send failures (background trickle, broker-busy failures).
 * :mod:`~pipelines.sim.render` — the stats.log / envelope / failure JSON text and the landing directory.
 * :mod:`~pipelines.sim.cli` — the command line.
-* :mod:`~pipelines.sim.broker_model` — what a broker does with the offered traffic, with and without limits
-  (used by :mod:`pipelines.backtest`).
+* :mod:`~pipelines.sim.ticks` — the broker's rules for one tick: per-resource token buckets with the 1 s breaker,
+  the send queue with fast failure.
+* :mod:`~pipelines.sim.broker_model` — offered traffic from stats rows, broker capacity, and the whole-run,
+  open-loop model (limits known in advance; ``bench/broker_model_udf.py``).
+* :mod:`~pipelines.sim.cluster` — the closed-loop cluster of :mod:`pipelines.backtest`: the brokers under the
+  limits the governor publishes, the producers' retries and the consumers' fallbacks, tick by tick.
+* :mod:`~pipelines.sim.admitted` — what that cluster prints (stats rows of what was admitted) and what its
+  clients log (send failures of rejected attempts).
 
 Randomness: one ``numpy.random.default_rng(seed)`` spawns a child generator per stage
 (:data:`pipelines.sim.spec.RNG_STREAMS`), so a scenario that draws more numbers does not shift the catalog or the

@@ -1,4 +1,8 @@
-"""Broker model for backtests: what a RocketMQ broker does with the offered send traffic, with and without limits.
+"""Broker model: what a RocketMQ broker does with the offered send traffic, with and without limits. The rules of one
+tick live in :mod:`pipelines.sim.ticks`; this module reads offered traffic from stats rows, sizes the brokers and
+runs a whole scenario with limits known in advance (open loop). The closed-loop backtest steps the same rules
+minute by minute with the limits the governor publishes and the clients' answers to rejections
+(:mod:`pipelines.sim.cluster`).
 
 Good enough to show article 001 (``docs/background.md``) and nothing more:
 
@@ -18,8 +22,8 @@ Good enough to show article 001 (``docs/background.md``) and nothing more:
   pairs only. Unlimited resources are never expanded to ticks: their busy rejections are their minute's offered
   volume × the broker's mean reject share in that minute. A 10,000-topic, 50-broker hour is seconds of numpy.
 
-Not modelled (said in the report): producer retries of rejected sends, feedback of the limits on the traffic the
-governor observes (open loop: the governor saw the unlimited traffic), queue capacity overflow (``[OVERLOAD]``).
+Not modelled here: producer retries of rejected sends and the feedback of the limits on the traffic the governor
+observes (:mod:`pipelines.sim.cluster` has both), queue capacity overflow (``[OVERLOAD]``).
 
 Inputs and outputs are pandas frames:
 
@@ -45,6 +49,7 @@ from pydantic import Field, field_validator
 
 from pipelines import rocketmq as rmq
 from pipelines.config import ConfigSection
+from pipelines.sim.ticks import SendQueues, TokenBuckets
 
 #: Resource type of load no limiter can touch (``%DLQ%`` puts, unattributed writes without a send-back source).
 BACKGROUND = "background"
@@ -302,13 +307,9 @@ def simulate(offered: pd.DataFrame, schedule: pd.DataFrame | None, cfg: BrokerMo
                     burst[i, lo:hi] = bu
     open_ticks = max(1, int(round(cfg.breaker_open_ms / 1000.0 / dt_s))) if cfg.breaker_open_ms > 0 else 0
 
-    # --- tick loop: vectors over brokers (B) and limited pairs (L) -------------------------------------------------
-    tokens = np.minimum(burst[:, 0], 1.0) if L else np.zeros(0)
-    open_left = np.zeros(L, dtype=np.int64)
-    queue = np.zeros(B)
-    wait_s = cfg.wait_time_ms_in_send_queue / 1000.0
-    served_cap = cap * dt_s
-    max_q = cap * wait_s
+    # --- tick loop: vectors over brokers (B) and limited pairs (L), the rules of pipelines/sim/ticks.py -----------
+    buckets = TokenBuckets.empty(L)
+    queues = SendQueues.empty(cap, cfg.wait_time_ms_in_send_queue)
     reject_share_tick = np.zeros((B, n_ticks))
     arrived_tick = np.zeros((B, n_ticks))
     served_tick = np.zeros((B, n_ticks))
@@ -321,40 +322,15 @@ def simulate(offered: pd.DataFrame, schedule: pd.DataFrame | None, cfg: BrokerMo
         arrivals = base_work[:, m] * dt_s
         if L:
             a = pr[:, m] * dt_s
-            lim = limit[:, k]
-            has = ~np.isnan(lim)
-            adm = a.copy()
-            rej = np.zeros(L)
-            if has.any():
-                bu = burst[:, k]
-                is_open = has & (open_left > 0)
-                closed = has & ~is_open
-                tokens = np.where(has, np.minimum(bu, tokens + np.nan_to_num(lim) * dt_s), np.minimum(bu, 1.0))
-                short = closed & (a > tokens + 1e-9)
-                adm = np.where(is_open, 0.0, np.where(short, tokens, a))
-                adm = np.where(has, adm, a)
-                tokens = np.where(closed, tokens - adm, tokens)
-                rej = a - adm
-                open_left = np.where(is_open, open_left - 1, open_left)
-                open_left = np.where(short, open_ticks, open_left)
-                open_left = np.where(has, open_left, 0)  # no limit in force: no breaker, as in the branch below
-            else:
-                tokens = np.minimum(burst[:, k], 1.0)
-                open_left[:] = 0
+            adm = buckets.admit(a, limit[:, k], burst[:, k], open_ticks, dt_s)
             p_adm[:, m] += adm
-            p_lim[:, m] += rej
+            p_lim[:, m] += a - adm
             np.add.at(arrivals, pair_broker, adm * pw[:, m])
-        q = queue + arrivals
-        served = np.minimum(q, served_cap)
-        q = q - served
-        over = np.maximum(q - max_q, 0.0)
-        q = q - over
-        share = np.where(arrivals > 0, np.minimum(over / np.where(arrivals > 0, arrivals, 1.0), 1.0), 0.0)
+        share, served, wait = queues.serve(arrivals, dt_s)
         reject_share_tick[:, k] = share
         arrived_tick[:, k] = arrivals
         served_tick[:, k] = served
-        max_wait[:, m] = np.maximum(max_wait[:, m], q / cap)
-        queue = q
+        max_wait[:, m] = np.maximum(max_wait[:, m], wait)
         if L:
             p_busy[:, m] += adm * share[pair_broker]  # this tick's admitted × the broker's reject share
 

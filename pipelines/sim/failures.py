@@ -50,8 +50,7 @@ def failure_frame(spec: ScenarioSpec, rng: np.random.Generator, minute: np.ndarr
     instance = rng.integers(0, 2, n)
     base_ms = int(pd.Timestamp(spec.start_utc).value // 1_000_000)
     epoch_ms = base_ms + minute.astype(np.int64) * 60_000 + offset_ms
-    host = 2 * topic_ids + instance
-    client = [f"10.1.{h // 250}.{h % 250 + 1}@{30000 + h}" for h in host.tolist()]
+    client = client_address(topic_ids, instance)
     return pd.DataFrame({
         "ts": epoch_ms,
         "topic": topics,
@@ -66,7 +65,43 @@ def failure_frame(spec: ScenarioSpec, rng: np.random.Generator, minute: np.ndarr
     })
 
 
-def _trickle_failures(spec: ScenarioSpec, topic_rates: pd.Series, rng: np.random.Generator) -> pd.DataFrame:
+#: ``ResponseCode.SYSTEM_BUSY``: the broker's fast failure and Sohu's limiter both answer with it.
+SYSTEM_BUSY = 2
+#: ``MixAll.CLIENT_INNER_PRODUCER_GROUP``: the producer group of a consumer's own producer, which sends a message
+#: whose send-back failed to ``%RETRY%<group>`` (apache/rocketmq ``DefaultMQPushConsumerImpl.sendMessageBackAsNormalMessage``).
+CLIENT_INNER_PRODUCER = "CLIENT_INNER_PRODUCER"
+
+
+def busy_remark(period_ms: int, queue_size: int) -> str:
+    """The broker's fast-failure remark (``BrokerFastFailure.cleanExpiredRequestInQueue``, docs/rocketmq-formats.md §5)."""
+    return (f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: {period_ms}ms, "
+            f"size of queue: {queue_size}")
+
+
+def rate_limit_remark(resource: str, need_wait_us: int) -> str:
+    """Sohu's limiter remark (sohutv/rocketmq 5.3.1-sohu-01 ``RateLimitHandler``: ``SYSTEM_BUSY`` with
+    ``"[RateLimit] for " + resource + " need wait:" + lastNeedWaitMicrosecs + "microsecs"``); ``resource`` is the
+    topic, or ``%RETRY%<group>`` for a consumer's send-back and for a plain send to its retry topic."""
+    return f"[RateLimit] for {resource} need wait:{need_wait_us}microsecs"
+
+
+def client_messages(spec: ScenarioSpec, code: int, remarks: list[str], addrs: list[str],
+                    go: np.ndarray) -> list[str]:
+    """What the client logs for a broker's error answer: the Java ``MQBrokerException`` text (``CODE: 2  DESC: …
+    BROKER: ip:port`` + the FAQ line, docs/rocketmq-formats.md §6) or, where ``go``, the Go client's
+    (``CODE: 2, DESC: …``, §7)."""
+    return [f"CODE: {code}, DESC: {d}" if g else
+            f"CODE: {code}  DESC: {d} BROKER: {a}\nFor more information, please visit the url, {spec.faq_url}"
+            for d, a, g in zip(remarks, addrs, go.tolist())]
+
+
+def client_address(topic_ids: np.ndarray, instance: np.ndarray) -> list[str]:
+    """``ip@pid`` of one of two producer instances per topic (``topic_ids``: a stable number per topic)."""
+    host = 2 * np.asarray(topic_ids, dtype=np.int64) + np.asarray(instance, dtype=np.int64)
+    return [f"10.1.{h // 250}.{h % 250 + 1}@{30000 + h}" for h in host.tolist()]
+
+
+def trickle_failures(spec: ScenarioSpec, topic_rates: pd.Series, rng: np.random.Generator) -> pd.DataFrame:
     """Background failures on every broker, whole range: client timeouts (code null) and TOPIC_NOT_EXIST (17)."""
     frames: list[pd.DataFrame] = []
     hosted = set(topic_rates.index.get_level_values(0))
@@ -123,18 +158,15 @@ def busy_broker_failures(spec: ScenarioSpec, topic_rates: pd.Series, incident: I
     queue = rng.integers(spec.busy_queue_size_min, spec.busy_queue_size_max, n)
     go = rng.random(n) < spec.go_client_share
     addr = broker_address(spec, broker_index)
-    desc = [f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: {p}ms, "
-            f"size of queue: {q}" for p, q in zip(period.tolist(), queue.tolist())]
-    message = [f"CODE: 2, DESC: {d}" if g else
-               f"CODE: 2  DESC: {d} BROKER: {addr}\nFor more information, please visit the url, {spec.faq_url}"
-               for d, g in zip(desc, go.tolist())]
+    desc = [busy_remark(p, q) for p, q in zip(period.tolist(), queue.tolist())]
+    message = client_messages(spec, SYSTEM_BUSY, desc, [addr] * n, go)
     code = np.where(rng.random(n) < spec.null_code_share, -1, 2)
     latency = period + rng.integers(1, 30, n)
     return failure_frame(spec, rng, minute, topics, topic_ids, incident.culprit_broker, code, message, latency,
                          "TIMEOUT_CLEAN_QUEUE")
 
 
-def _business_topic_rates(traffic: pd.DataFrame) -> pd.Series:
+def business_topic_rates(traffic: pd.DataFrame) -> pd.Series:
     """Mean TOPIC_PUT_NUMS SUM per (broker, topic) over business topics (not %RETRY%/%DLQ%)."""
     tp = traffic[(traffic["stat_name"] == rmq.TOPIC_PUT_NUMS) & (traffic["period"] == "minute")
                  & ~traffic["stats_key"].str.startswith("%")]
@@ -149,9 +181,9 @@ def build_send_failures(spec: ScenarioSpec, traffic: pd.DataFrame) -> pd.DataFra
     ``expected_class`` (ground truth, not written)). ``ts`` is epoch millis (int) or, for ``iso_ts_share`` of
     rows, an ISO-8601 string ending in ``Z``; ``code`` is nullable. Sorted by time."""
     rng = rng_streams(spec.seed)["failures"]
-    rates = _business_topic_rates(traffic)
+    rates = business_topic_rates(traffic)
     incident = traffic.attrs.get("incident")
-    frames = [_trickle_failures(spec, rates, rng)]
+    frames = [trickle_failures(spec, rates, rng)]
     from pipelines.sim.scenarios import SCENARIOS  # the registry imports this module: import on use
 
     extra = SCENARIOS[spec.name].failures
@@ -160,7 +192,12 @@ def build_send_failures(spec: ScenarioSpec, traffic: pd.DataFrame) -> pd.DataFra
     frames = [f for f in frames if len(f)]
     if not frames:
         return empty_failures()
-    out = pd.concat(frames, ignore_index=True)
+    return finish_failures(spec, pd.concat(frames, ignore_index=True), rng)
+
+
+def finish_failures(spec: ScenarioSpec, out: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
+    """Failure rows with ``ts`` in epoch millis → sorted by time, ``ts`` an ISO-8601 string for ``iso_ts_share``
+    of them, columns :data:`FAILURE_COLUMNS` + :data:`FAILURE_EXTRA_COLUMNS`."""
     out = out.sort_values(["event_time", "broker", "topic"], kind="mergesort").reset_index(drop=True)
     iso = rng.random(len(out)) < spec.iso_ts_share
     millis = out["ts"].astype(np.int64)

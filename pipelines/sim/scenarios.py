@@ -106,6 +106,60 @@ def _shape_retry_storm(spec: ScenarioSpec, world: World, rng: np.random.Generato
     )
 
 
+def broken_minutes(spec: ScenarioSpec) -> np.ndarray:
+    """Per minute of the run: whether the culprit group is broken (``persisting_storm`` from the onset to the end,
+    ``storm_fixed`` until ``storm_fix_minute``, ``intermittent_storm`` ``storm_on_minutes`` on and
+    ``storm_off_minutes`` off from the onset; ``spread_storm`` like ``persisting_storm``)."""
+    T, o = spec.minutes, spec.onset_index
+    on = np.zeros(T, dtype=bool)
+    on[o:] = True
+    if spec.name == "storm_fixed":
+        fix = spec.storm_fix_minute if spec.storm_fix_minute is not None else o + (T - o) // 2
+        on[fix:] = False
+    elif spec.name == "intermittent_storm":
+        period = spec.storm_on_minutes + spec.storm_off_minutes
+        on[o:] = (np.arange(T - o) % period) < spec.storm_on_minutes
+    return on
+
+
+def _spans(spec: ScenarioSpec, on: np.ndarray) -> tuple:
+    """[start, end) UTC spans of the True runs of a per-minute mask."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], on.astype(np.int8), [0]])))
+    start = pd.Timestamp(spec.start_utc)
+    return tuple((start + pd.Timedelta(minutes=int(a)), start + pd.Timedelta(minutes=int(b)))
+                 for a, b in zip(edges[0::2], edges[1::2]))
+
+
+def _shape_broken_consumer(spec: ScenarioSpec, world: World, rng: np.random.Generator) -> Incident:
+    """The culprit group consumes ``culprit_topic`` (``storm_consume_tps``, on ``culprit_topic_brokers`` brokers)
+    and, while broken (:func:`broken_minutes`), sends back ``storm_sendback_tps`` (1.5x what it consumes) to the
+    broker each message came from; every send-back costs ``storm_write_amplification`` further broker writes
+    (unattributed, as in article 001). This is the *demand*: what the brokers admit of it is the closed-loop
+    cluster's business (:mod:`pipelines.sim.cluster`); a broken consumer keeps sending back whatever the limit
+    (its rejected send-backs are re-consumed locally and sent back again)."""
+    if spec.name == "spread_storm" and spec.culprit_topic_brokers < 3:
+        raise ValueError(f"spread_storm needs culprit_topic_brokers >= 3, got {spec.culprit_topic_brokers}")
+    on = broken_minutes(spec)
+    places = np.flatnonzero(world.pl_topic == 0)
+    world.put_rate[places] *= spec.storm_consume_tps / world.put_rate[places].sum(axis=0).mean()
+    n = int(on.sum())
+    for p in places.tolist():
+        b = int(world.pl_broker[p])
+        sendback = spec.storm_sendback_tps * world.pl_share[p] * (1.0 + rng.uniform(-spec.storm_noise,
+                                                                                  spec.storm_noise, n))
+        world.sp_sendback_rate[world.subscription(0, p), on] = sendback
+        world.broker_unattributed_put_rate[b, on] += spec.storm_write_amplification * sendback
+    hosts = sorted(world.brokers[int(b)] for b in world.pl_broker[places])
+    spans = _spans(spec, on)
+    when = ", ".join(f"{a:%H:%M}-{b:%H:%M}" for a, b in spans)
+    return Incident(
+        kind=spec.name, onset=spec.onset, culprit_group=spec.culprit_group, culprit_topic=spec.culprit_topic,
+        culprit_broker=world.brokers[spec.culprit_broker_index], active=spans,
+        detail=(f"{spec.culprit_group} consumes {spec.storm_consume_tps:.0f} msgs/s of {spec.culprit_topic} on "
+                f"{', '.join(hosts)} and sends back {spec.storm_sendback_tps:.0f} msgs/s while broken ({when} UTC)"),
+    )
+
+
 def _flash_topic(spec: ScenarioSpec, world: World) -> int:
     """Index of the flash-sale topic (never the culprit topic 0 when there is another one)."""
     n = world.topic.size
@@ -209,6 +263,13 @@ SCENARIOS: dict[str, Scenario] = {
                                 busy_broker_failures),
     "normal_day": Scenario("diurnal traffic with noise and one broker restart (NaN first minute), no incident",
                            _shape_normal_day, None),
+    "persisting_storm": Scenario("a consumer group sends back 1.5x what it consumes from the onset to the end "
+                                 "(its retry topic on culprit_topic_brokers brokers)", _shape_broken_consumer, None),
+    "storm_fixed": Scenario("the persisting storm, fixed at storm_fix_minute", _shape_broken_consumer, None),
+    "intermittent_storm": Scenario("the persisting storm on and off (storm_on_minutes / storm_off_minutes)",
+                                   _shape_broken_consumer, None),
+    "spread_storm": Scenario("the persisting storm on a topic spread over culprit_topic_brokers (>= 3) brokers",
+                             _shape_broken_consumer, None),
     "large_mix": Scenario("a large cluster (10,000 topics, 50 brokers): diurnal traffic, a retry storm and a flash "
                           "sale", _shape_large_mix, busy_broker_failures),
 }

@@ -91,6 +91,16 @@ class ScenarioSpec:
     busy_queue_size_min: int = 50  # "size of queue: n" range
     busy_queue_size_max: int = 3000
 
+    # --- broken consumer groups (persisting_storm, storm_fixed, intermittent_storm, spread_storm) ----------------
+    culprit_topic_brokers: int = 1  # brokers hosting culprit_topic (and the group's retry topic): broker-a, broker-b, …
+    storm_consume_tps: float = 400.0  # culprit_topic's put rate = what the group consumes of it (all brokers), msgs/s
+    storm_sendback_tps: float = 600.0  # send-backs while the group is broken (all brokers), msgs/s: 1.5x its consumption
+    storm_write_amplification: float = 3.15  # extra broker writes per send-back (schedule topic …): article 001's
+    #                                          (225,400 − 30,000 − 47,119) / 47,119 unattributed writes per minute
+    storm_fix_minute: int | None = None  # storm_fixed: the group is fixed from this minute (None → halfway after onset)
+    storm_on_minutes: int = 4  # intermittent_storm: broken this many minutes …
+    storm_off_minutes: int = 4  # … then fine this many, repeated from the onset
+
     # --- background send failures (every scenario) ---------------------------------------------------------------
     trickle_timeouts_per_broker_min: float = 0.3  # RemotingTimeoutException / Go "request timeout", code null
     trickle_topic_not_exist_per_broker_min: float = 0.05  # code 17 TOPIC_NOT_EXIST
@@ -136,6 +146,13 @@ class ScenarioSpec:
             problems.append(f"onset minute must be within 1..{self.minutes - 1}, got {self.onset_minute}")
         if not 0 < self.base_tps_min <= self.base_tps_max:
             problems.append("need 0 < base_tps_min <= base_tps_max")
+        if not 1 <= self.culprit_topic_brokers <= max(self.brokers, 1):
+            problems.append(f"culprit topic brokers must be within 1..{self.brokers}, got {self.culprit_topic_brokers}")
+        if self.storm_fix_minute is not None and not self.onset_index < self.storm_fix_minute <= self.minutes:
+            problems.append(f"storm fix minute must be within {self.onset_index + 1}..{self.minutes}, "
+                            f"got {self.storm_fix_minute}")
+        if self.storm_on_minutes < 1 or self.storm_off_minutes < 1:
+            problems.append("storm on/off minutes must be >= 1")
         if self.culprit_topic_tps * 60 >= self.culprit_broker_normal_put_per_min:
             problems.append("culprit_topic_tps must be below the culprit broker's normal put rate")
         if self.cluster == "" or "@" in self.cluster:
@@ -187,6 +204,9 @@ class Incident:
     culprit_topic: str | None
     culprit_broker: str | None
     detail: str
+    #: UTC [start, end) spans while the cause is active (a broken consumer before its fix); empty = from the onset
+    #: to the end of the run.
+    active: tuple[tuple[datetime, datetime], ...] = ()
 
 
 def broker_names(n: int) -> list[str]:

@@ -5,7 +5,8 @@ lines, is :mod:`pipelines.sim.traffic`).
    same cluster): brokers ``broker-a``, ``broker-b`` …; topics, each hosted by one or two brokers (two with
    probability ``two_broker_topic_share``) with a base put rate drawn log-uniformly in
    [``base_tps_min``, ``base_tps_max``] msgs/s and an average message size; consumer groups, each subscribing one or
-   two topics. Topic 0 is always ``culprit_topic`` (``pugc-content``) pinned to ``broker-a`` and group 0 is always
+   two topics. Topic 0 is always ``culprit_topic`` (``pugc-content``) pinned to ``broker-a`` (and the next
+   ``culprit_topic_brokers − 1`` brokers, equal shares) and group 0 is always
    ``culprit_group`` (``get-pugc-to-ai-consumer``) subscribing it alone (article 001).
 2. **Rates** (msgs/s per topic placement × minute): base rate × ``1 ± put_noise`` (uniform, independent per
    minute, so a steady series never moves more than (1+n)/(1-n) ≈ 1.22x minute to minute). A scenario function from
@@ -134,7 +135,7 @@ def build_world(spec: ScenarioSpec, rngs: Mapping[str, np.random.Generator] | No
     base = _log_uniform(rc, spec.base_tps_min, spec.base_tps_max, N)
     size = _log_uniform(rc, spec.msg_bytes_min, spec.msg_bytes_max, N)
 
-    # placements: each topic on one broker, or two (culprit topic pinned to the culprit broker alone)
+    # placements: each topic on one broker, or two (culprit topic pinned to the culprit broker, or k brokers)
     first = rc.integers(0, B, size=N)
     two = (rc.random(N) < spec.two_broker_topic_share) & (B > 1)
     second = _second_choice(rc, first, B)
@@ -142,6 +143,11 @@ def build_world(spec: ScenarioSpec, rngs: Mapping[str, np.random.Generator] | No
     pl_topic = np.concatenate([np.arange(N), np.flatnonzero(two)])
     pl_broker = np.concatenate([first, second[two]])
     pl_share = np.where(np.concatenate([two, two[two]]), 0.5, 1.0)
+    k = spec.culprit_topic_brokers  # the culprit topic on k brokers from the culprit broker on, equal shares
+    if k > 1:
+        pl_topic = np.concatenate([pl_topic, np.zeros(k - 1, dtype=pl_topic.dtype)])
+        pl_broker = np.concatenate([pl_broker, (cb + np.arange(1, k)) % B])
+        pl_share = np.where(pl_topic == 0, 1.0 / k, np.concatenate([pl_share, np.zeros(k - 1)]))
     order = np.lexsort((pl_topic, pl_broker))
     pl_topic, pl_broker, pl_share = pl_topic[order], pl_broker[order], pl_share[order]
 

@@ -1,148 +1,239 @@
-"""Backtest (pipelines/backtest/): the scenarios it uses, its config and CLI errors. The done criteria measured on
-the governor's real pipeline (slow) are in tests/e2e/test_backtest_e2e.py."""
+"""Closed-loop backtest (pipelines/backtest/): its config and CLI errors, the simulated brokers applying published
+limits (signature, expiry, per-broker figures), the figures and checks, the results table. The governor's real
+queries in the loop are exercised in tests/e2e/test_closed_loop_e2e.py (slow)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines import rocketmq as rmq
-from pipelines.backtest.inputs import BacktestError, load_backtest_config
-from pipelines.sim.scenarios import SCENARIOS
+from control import record as cr
+from pipelines.backtest.figures import compute
+from pipelines.backtest.loop import Brokers, LoopResult, Publication, Shipper, SimClock, _grid_after
+from pipelines.backtest.settings import (
+    BacktestConfig,
+    BacktestError,
+    ShippingConfig,
+    build_spec,
+    load_backtest_config,
+)
+from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.spec import ScenarioSpec
-from pipelines.sim.traffic import build_traffic
 
 START = dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc)
-SMALL = {"brokers": 2, "topics": 4, "groups": 3, "seed": 11, "start": START}
-
-
-def _puts(traffic: pd.DataFrame, key: str) -> pd.Series:
-    tp = traffic[(traffic["stat_name"] == rmq.TOPIC_PUT_NUMS) & (traffic["period"] == "minute")
-                 & (traffic["stats_key"] == key)]
-    return tp.groupby("minute_start", observed=True)["sum"].sum() / 60.0
-
-
-# --- scenarios ------------------------------------------------------------------------------------------------------
-def test_existing_scenarios_kept_and_new_ones_registered():
-    assert {"retry_storm", "steady", "flash_sale", "noisy_neighbour", "normal_day", "large_mix"} <= set(SCENARIOS)
-
-
-def test_flash_sale_ramps_5x_over_10_minutes_and_consumers_keep_up():
-    spec = ScenarioSpec(name="flash_sale", minutes=30, onset_minute=10, **SMALL)
-    traffic = build_traffic(spec)
-    inc = traffic.attrs["incident"]
-    put = _puts(traffic, inc.culprit_topic).to_numpy()
-    assert put[5:10].mean() == pytest.approx(spec.flash_base_tps, rel=0.1)
-    assert put[20:].mean() == pytest.approx(5 * spec.flash_base_tps, rel=0.1)
-    assert 1.2 < put[11] / put[9] < 2.0                       # a ramp, not a step
-    gets = traffic[(traffic["stat_name"] == rmq.GROUP_GET_NUMS) & traffic["stats_key"].astype(str)
-                   .str.startswith(inc.culprit_topic + "@")]
-    assert gets.empty or gets.groupby("minute_start", observed=True)["sum"].sum().iloc[-1] / 60 > 0.9 * put[-1]
-
-
-def test_noisy_neighbour_saturates_one_broker():
-    spec = ScenarioSpec(name="noisy_neighbour", minutes=20, onset_minute=10, **SMALL)
-    traffic = build_traffic(spec)
-    inc = traffic.attrs["incident"]
-    put = _puts(traffic, inc.culprit_topic).to_numpy()
-    assert put[12] > 50 * put[5] and inc.culprit_broker == "broker-a"
-
-
-def test_normal_day_is_diurnal_with_one_restart_minute():
-    spec = ScenarioSpec(name="normal_day", minutes=40, **SMALL)
-    traffic = build_traffic(spec)
-    assert traffic.attrs["incident"] is None
-    minute = traffic[traffic["period"] == "minute"]
-    nan_minutes = minute[minute["tps"].isna() & (minute["style"] == "SUM")].groupby(
-        ["broker", "minute_start"], observed=True).size()
-    restarted = {(b, m) for b, m in nan_minutes.index if m != pd.Timestamp(START)}
-    assert restarted == {("broker-b", pd.Timestamp(START) + pd.Timedelta(minutes=20))}
-    bp = minute[minute["stat_name"] == rmq.BROKER_PUT_NUMS].groupby("minute_start", observed=True)["sum"].sum()
-    assert bp.iloc[18:22].max() > 1.6 * bp.iloc[1:4].mean()   # peak mid-run, trough at the start
-
-
-def test_large_mix_small_size_has_storm_and_flash():
-    spec = ScenarioSpec(name="large_mix", minutes=12, onset_minute=6, brokers=5, topics=200, groups=40, seed=3,
-                        start=START)
-    traffic = build_traffic(spec)
-    inc = traffic.attrs["incident"]
-    assert inc.kind == "large_mix" and "flash sale" in inc.detail
-    retry = _puts(traffic, rmq.RETRY_TOPIC_PREFIX + spec.culprit_group)
-    assert retry.iloc[-1] > 700
+GROUP = "get-pugc-to-ai-consumer"
+KEY = b"backtest-test-key"
 
 
 # --- config and CLI ---------------------------------------------------------------------------------------------------
-def test_backtest_config_loads_and_names_bad_keys(tmp_path):
+def test_config_loads_and_names_bad_keys(tmp_path):
     cfg = load_backtest_config("conf/backtest.toml")
-    assert cfg.shipping_seconds == 5 and cfg.broker.wait_time_ms_in_send_queue == 200.0
-    # no backtest-only timing: a [governor] watermark/trigger override is refused
-    override = tmp_path / "override.toml"
-    override.write_text(Path("conf/backtest.toml").read_text() + "\n[governor]\nwatermark_seconds = 10\n")
-    with pytest.raises(BacktestError, match="governor"):
-        load_backtest_config(override)
+    assert cfg.shipping.stats_seconds == 5 and cfg.propagation_seconds == 10 and cfg.clients.producer_attempts == 3
+    # no assumed micro-batch time: the open-loop [timing] table is gone, and refused
+    old = tmp_path / "old.toml"
+    old.write_text(Path("conf/backtest.toml").read_text() + "\n[timing]\nmicro_batch_seconds = 5\n")
+    with pytest.raises(BacktestError, match="timing"):
+        load_backtest_config(old)
     bad = tmp_path / "bad.toml"
-    bad.write_text(Path("conf/backtest.toml").read_text().replace("capacity_factor", "capacity_factr"))
-    with pytest.raises(BacktestError, match="broker.capacity_factr"):
+    bad.write_text(Path("conf/backtest.toml").read_text().replace("retrying_share", "retrying_shares"))
+    with pytest.raises(BacktestError, match="clients.retrying_shares"):
         load_backtest_config(bad)
+
+
+def test_scenarios_end_before_now_and_bad_sizes_are_named():
+    now = dt.datetime(2026, 11, 22, 12, 0, 30, tzinfo=dt.timezone.utc)
+    spec = build_spec("persisting_storm", {"minutes": 20}, now=now)
+    assert spec.end <= now - dt.timedelta(minutes=5) and spec.culprit_topic_brokers == 2
+    with pytest.raises(BacktestError, match="unknown scenario 'nope'"):
+        build_spec("nope", {})
+    with pytest.raises(BacktestError, match="onset minute must be within"):
+        build_spec("persisting_storm", {"minutes": 5})
 
 
 @pytest.mark.parametrize("args, message", [
     (["--scenario", "nope", "--lake", "x"], "unknown scenario 'nope'"),
-    (["--lake", "x"], "one of --scenario or --from-lake is required"),
-    (["--from-lake", "/no/such/lake", "--lake", "x"], "lake directory not found: /no/such/lake"),
-    (["--scenario", "retry_storm", "--lake", "x", "--conf", "missing.toml"], "config file not found: missing.toml"),
-    (["--scenario", "retry_storm"], "the following arguments are required: --lake"),
+    (["--lake", "x"], "the following arguments are required: --scenario"),
+    (["--scenario", "persisting_storm", "--lake", "x", "--conf", "missing.toml"], "config file not found: missing.toml"),
+    (["--scenario", "persisting_storm", "--lake", "x", "--propagation-seconds", "-1"], "must be >= 0"),
+    (["--scenario", "persisting_storm"], "the following arguments are required: --lake"),
 ])
 def test_cli_errors_are_one_line_and_nonzero(args, message):
     done = subprocess.run([sys.executable, "-m", "pipelines.backtest", *args], capture_output=True, text=True,
                           timeout=60)
-    assert done.returncode != 0
+    assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
 
 
-# --- results table: through the lake, one transaction per run ---------------------------------------------------------
-def test_results_append_through_the_lake_once_per_run(spark, tmp_path):
-    from types import SimpleNamespace
+# --- stepping -----------------------------------------------------------------------------------------------------------
+def test_trigger_grid_and_clock():
+    t = pd.Timestamp("2026-11-22T08:00:03Z")
+    assert _grid_after(t, 10) == pd.Timestamp("2026-11-22T08:00:10Z")
+    assert _grid_after(pd.Timestamp("2026-11-22T08:00:10Z"), 10) == pd.Timestamp("2026-11-22T08:00:20Z")
+    clock = SimClock(t)
+    assert clock() == t.to_pydatetime()
+    wall = clock.start(t)
+    assert clock.at_wall(wall + 2.5) == t + pd.Timedelta(seconds=2.5)
+    clock.stop(4.0)
+    assert clock() == (t + pd.Timedelta(seconds=4)).to_pydatetime()
 
+
+def test_lines_land_when_printed_and_shipped_each_once():
+    spec = ScenarioSpec(name="persisting_storm", seed=11, start=START, minutes=6, brokers=3, topics=5, groups=3,
+                        onset_minute=2, culprit_topic_brokers=2)
+    cluster = ClosedLoopCluster(spec)
+    shipper = Shipper(cluster, ShippingConfig(), np.random.default_rng(0))
+    at = lambda seconds: cluster.start + pd.Timedelta(seconds=seconds)  # noqa: E731
+    cluster.advance_to(at(64))
+    files, minutes, _ = shipper.due(at(64), 0)
+    assert minutes == [] and not [f for f, _ in files if f.startswith("broker_stats")]
+    cluster.advance_to(at(65))
+    files, minutes, _ = shipper.due(at(65), 1)                    # minute 0 printed at 1:00, shipped 5 s later
+    assert minutes == [0] and sorted(f for f, _ in files) == [f"broker_stats/{b}/m0001.log"
+                                                              for b in ("broker-a", "broker-b", "broker-c")]
+    lines = 0
+    for seconds in range(70, 200, 10):                             # the storm from 2:00: failures every step
+        cluster.advance_to(at(seconds))
+        files, _, n = shipper.due(at(seconds), seconds)
+        lines += n
+        for path, text in files:
+            if path.startswith("send_failures/"):
+                stamps = pd.to_datetime(pd.read_json(io.StringIO(text), lines=True)["ts"], utc=True,
+                                        format="mixed")
+                assert stamps.max() < at(seconds - 5)              # logged at least 5 s before landing
+    rejections = sum(c for c, tick in zip(cluster.rejections.count, cluster.rejections.tick) if tick < 1850)   # ticks before the last cutoff, 3:05
+    assert lines - len(shipper.background.iloc[:shipper.trickled]) == rejections    # each line once
+    batched = Shipper(ClosedLoopCluster(spec), ShippingConfig(failures_batch_seconds=60), np.random.default_rng(0))
+    batched.cluster.advance_to(at(170))
+    assert batched.due(at(170), 0)[2] == len(batched.background.iloc[:batched.trickled])  # nothing since 2:00 yet
+    batched.cluster.advance_to(at(185))
+    assert batched.due(at(185), 1)[2] > 1000                       # the 2:00-3:00 batch, shipped at 3:05
+
+
+# --- the simulated brokers and the figures -----------------------------------------------------------------------------
+def _record(resource: str, qps: float, version: int, expires: pd.Timestamp, rtype: str = "group",
+            brokers: dict | None = None, key: bytes = KEY) -> dict:
+    rec = {"resource_type": rtype, "resource": resource, "limit_qps": qps, "burst": int(np.ceil(qps)),
+           "breaker_open_ms": 1000, "mode": "enforce", "expires_at": cr.format_expires_at(expires),
+           "version": version, "reason": f"test limit {qps}"}
+    if brokers:
+        rec["brokers"] = {b: {"limit_qps": q, "burst": int(np.ceil(q))} for b, q in brokers.items()}
+    return cr.sign(rec, key)
+
+
+def _run(tmp_path, name: str, publications: list[tuple[float, list[dict]]], propagation: float = 10.0,
+         **kw) -> LoopResult:
+    """A cluster run to its end with ``publications`` ((seconds after start, records)) delivered to its brokers
+    ``propagation`` seconds later, as the loop does (no Spark)."""
+    sizes = dict(name=name, seed=11, start=START, minutes=12, brokers=3, topics=5, groups=3, onset_minute=3,
+                 culprit_topic_brokers=2)
+    sizes.update(kw)
+    spec = ScenarioSpec(**sizes)
+    cluster = ClosedLoopCluster(spec)
+    brokers = Brokers(cluster, KEY)
+    pubs = []
+    for n, (at, records) in enumerate(publications):
+        path = tmp_path / f"limits-{n}.json"
+        when = cluster.start + pd.Timedelta(seconds=at)
+        cr.write_limits_file(records, path, generated_at=when.to_pydatetime())
+        pubs.append(Publication(when, records, path, when + pd.Timedelta(seconds=propagation)))
+    brokers.pending += pubs
+    brokers.apply_until(cluster.end)
+    return LoopResult(spec=spec, bcfg=BacktestConfig(), cluster=cluster, propagation_seconds=propagation,
+                      trigger_seconds=10, watermark_seconds=120, steps=[], publications=pubs,
+                      in_force=brokers.timeline, limits=pd.DataFrame({"action": ["set"] * len(pubs)}),
+                      lake=tmp_path, wall_seconds=0.0)
+
+
+def test_every_broker_applies_the_cluster_wide_figure_without_shares(tmp_path):
+    onset = 180.0
+    far = pd.Timestamp(START) + pd.Timedelta(hours=1)
+    res = _run(tmp_path, "persisting_storm", [(onset + 75, [_record(GROUP, 40.0, 1, far)])])
+    f = compute(res)
+    assert f.value("onset_to_limit_in_force") == pytest.approx(75 + 10, abs=0.2)
+    assert f.value("culprit_admitted_over_target") == pytest.approx(2 * 0.91, rel=0.06)   # two brokers × 40
+    assert f.value("limit_changes_while_cause_persists") == 0
+    assert f.value("bystander_rejected_per_minute_before") > 1000
+    assert f.value("bystander_after_pct_of_before") < 1.0
+    checks = dict((name.split(" ")[0], ok) for name, ok, _ in f.checks)
+    assert checks["cluster-wide"] is False and checks["onset"] is True and checks["0"] is True
+
+
+def test_per_broker_shares_add_up_to_the_target_and_changes_and_expiry_count(tmp_path):
+    onset = 180.0
+    t1 = pd.Timestamp(START) + pd.Timedelta(seconds=onset + 75)
+    shares = {"broker-a": 20.0, "broker-b": 20.0, "*": 1.0}
+    res = _run(tmp_path, "persisting_storm", [
+        (onset + 75, [_record(GROUP, 40.0, 1, t1 + pd.Timedelta(minutes=10), brokers=shares)]),
+        (onset + 135, [_record(GROUP, 40.0, 2, t1 + pd.Timedelta(minutes=11), brokers=shares)]),   # a refresh
+        (onset + 200, [_record(GROUP, 40.0, 3, t1 + pd.Timedelta(seconds=240), key=b"forged", brokers=shares)]),
+        (onset + 260, [_record(GROUP, 30.0, 4, t1 + pd.Timedelta(seconds=300), brokers={"broker-a": 15.0,
+                                                                                          "broker-b": 15.0})]),
+    ])
+    f = compute(res)
+    assert f.value("culprit_admitted_over_target") == pytest.approx(0.91, rel=0.06)
+    # 40 -> 30 (a change), then the record expires while the storm goes on (another): 2; the refresh and the forged
+    # record (refused by every broker's applier, the last good limit stays) change nothing
+    assert f.value("limit_changes_while_cause_persists") == 2
+    last = res.in_force[-1]
+    assert last[1] == {} and last[0] == t1 + pd.Timedelta(seconds=300)
+
+
+def test_fix_to_lift_and_false_limits(tmp_path):
+    far = pd.Timestamp(START) + pd.Timedelta(hours=1)
+    healthy = _record("risk-notify", 1.0, 1, far, rtype="topic")
+    res = _run(tmp_path, "storm_fixed", [
+        (255, [_record(GROUP, 40.0, 1, far, brokers={"broker-a": 20.0, "broker-b": 20.0}), healthy]),
+        (7 * 60 + 150, [healthy]),                  # the culprit's limit gone from limits.json: lifted
+    ], storm_fix_minute=7)
+    f = compute(res)
+    assert f.value("fix_to_lift_minutes") == pytest.approx((150 + 10) / 60, abs=0.02)
+    assert f.value("false_limits") == 1 and f.details["false_limits"] == "topic:risk-notify"
+    names = {name: ok for name, ok, _ in f.checks}
+    assert names["lifted <= 8 event minutes after the fix"] is True
+    assert names["0 enforced limits below a healthy resource's demand"] is False
+
+
+def test_results_append_through_the_lake_once_per_run(spark, tmp_path):
     from pipelines import schemas
-    from pipelines.backtest.metrics import RESULTS_TABLE, write_results
+    from pipelines.backtest.figures import RESULTS_TABLE, Figures, write_results
     from pipelines.io.lake import open_lake
 
     lake = open_lake(spark, tmp_path / "lake", "delta-rs")
-    metrics = pd.DataFrame({"governor": ["with", "both"], "resource_class": ["incident", "bystander"],
-                            "metric": ["rejected", "rejected_cut"], "value": [12.0, float("nan")],
-                            "unit": ["msgs", "pct"]})
-    outcome = SimpleNamespace(metrics=metrics, inputs=SimpleNamespace(scenario="retry_storm", seed=11))
+    figures = Figures({"onset_to_limit_in_force": (85.0, "s", "incident"),
+                       "culprit_admitted_over_target": (float("nan"), "ratio", "incident")}, {}, [])
+    result = SimpleNamespace(spec=SimpleNamespace(name="persisting_storm", seed=7))
     recorded = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.timezone.utc)
-    path = write_results(lake, outcome, "run1", recorded)
-    write_results(lake, outcome, "run1", recorded)                  # a retried write of the same run adds nothing
-    write_results(lake, outcome, "run2", recorded)
+    path = write_results(lake, result, figures, "run1", recorded)
+    write_results(lake, result, figures, "run1", recorded)                  # a retried write adds nothing
+    write_results(lake, result, figures, "run2", recorded)
     assert path == lake.path(RESULTS_TABLE)
     got = lake.read(RESULTS_TABLE)
     assert got.schema == schemas.BACKTEST_RESULTS
     rows = got.orderBy("run_id", "metric").collect()
-    assert [(r.run_id, r.metric, r.value) for r in rows] == [
-        ("run1", "rejected", 12.0), ("run1", "rejected_cut", None), ("run2", "rejected", 12.0),
-        ("run2", "rejected_cut", None)]
-    assert lake.committed_version(RESULTS_TABLE, "backtest-run1") == 0
+    assert [(r.run_id, r.metric, r.value, r.governor) for r in rows] == [
+        ("run1", "culprit_admitted_over_target", None, "closed-loop"),
+        ("run1", "onset_to_limit_in_force", 85.0, "closed-loop"),
+        ("run2", "culprit_admitted_over_target", None, "closed-loop"),
+        ("run2", "onset_to_limit_in_force", 85.0, "closed-loop")]
 
 
-def test_timing_puts_sets_on_the_fast_path_and_recovery_on_the_final_path():
-    """The backtest's timing is the product's: a set is in force one trigger + shipping + micro-batch + propagation
-    after its window; recovery waits for the watermark (line lag + watermark) and two triggers as well."""
-    from types import SimpleNamespace
-
-    from pipelines.backtest.inputs import Timing
-
-    bcfg = load_backtest_config("conf/backtest.toml")
-    timing = Timing.of(SimpleNamespace(trigger_seconds=10, watermark_seconds=120), bcfg)
-    assert timing.fast_seconds == 10 + 5 + 5 + 10
-    assert timing.final_seconds == 60 + 120 + 2 * 10 + 5 + 5 + 10
-    delays = timing.delays(pd.DataFrame({"action": ["set", "relax", "lift"]}))
-    assert delays.tolist() == [30.0, 220.0, 220.0]
+def test_an_intermittent_storm_counts_changes_per_episode(tmp_path):
+    far = pd.Timestamp(START) + pd.Timedelta(hours=1)
+    shares = {"broker-a": 20.0, "broker-b": 20.0}
+    res = _run(tmp_path, "intermittent_storm", [
+        (180 + 75, [_record(GROUP, 40.0, 1, far, brokers=shares)]),
+        (8 * 60, []),                                                 # lifted while the consumer was fine
+        (9 * 60 + 75, [_record(GROUP, 40.0, 3, far, brokers=shares)]),  # limited again in the next episode
+    ], storm_on_minutes=3, storm_off_minutes=3)
+    f = compute(res)
+    assert f.value("limit_changes_while_cause_persists") == 0, f.details
+    assert f.details["fix_to_lift_minutes"].startswith("2.2")       # first fix 6:00, lifted at 8:10

@@ -21,7 +21,7 @@ from pipelines.faults import CRASH_AFTER_ENV, CRASH_AT_ENV
 from pipelines.io.checkpoint import CheckpointMismatchError, check_checkpoint
 from pipelines.io.lake import TABLES, open_lake
 from tests.e2e.test_governor_e2e import _line_time
-from tests.helpers import write_config
+from tests.helpers import set_comparable, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ def _tables(spark, lake: Path, origin: str = "/[ab]/landing/") -> dict:
         df = df.select(*keep)
         if "origin" in df.columns:  # the two runs read copies of the landing directory (in /a and /b here)
             df = df.withColumn("origin", F.regexp_replace("origin", origin, "/landing/"))
-        out[table] = df
+        out[table] = set_comparable(df)
     return out
 
 

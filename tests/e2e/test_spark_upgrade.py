@@ -18,7 +18,10 @@ files' Hadoop ``.crc`` files dropped); an operator's paths do not move.
 
 The equality holds only while the fixture and this checkout share their decision logic (manifest.json's digest of
 the sources in ``digest.py``). After a change of rules, flows, quality suites, schemas or defaults the test still
-checks the restart (exit 0, each line once, no window twice) and warns that the fixture needs ``make_fixture.sh``.
+checks the restart (exit 0, each line once, no window twice): an operator upgrading both the code and the Spark
+line at once, over tables written before their new columns existed. Regenerating the fixture with
+``make_fixture.sh`` brings the table comparison back, at the price of no longer holding the older release's
+tables.
 """
 
 from __future__ import annotations
@@ -133,9 +136,10 @@ def test_restart_on_spark40_checkpoints_continues_where_40_stopped(spark, tmp_pa
     assert gold.agg(F.max("window_end")).first()[0] > finalized_by_40  # the watermark moved on: new windows
 
     if manifest["logic_digest"] != logic_digest(ROOT):
-        warnings.warn(f"the decision logic changed since the Spark 4.0 fixture was made ({manifest['commit']}): "
-                      "its tables were not compared with the reference run; regenerate it with "
-                      "tests/fixtures/spark40_checkpoint/make_fixture.sh", stacklevel=1)
+        warnings.warn(f"the decision logic changed since the Spark 4.0 fixture was made ({manifest['commit']}): the "
+                      "restart on its checkpoints and older tables was checked, its tables were not compared with the "
+                      "reference run (tests/fixtures/spark40_checkpoint/make_fixture.sh brings the comparison back)",
+                      stacklevel=1)
         return
     exact = [t for t in TABLES if t not in FAST_PATH_TIMED]
     want = assert_same_tables(spark, run / "lake", reference, "after the upgrade", ORIGIN, exact)

@@ -11,7 +11,6 @@ import datetime as dt
 
 import pytest
 from pyspark.sql import functions as F
-from pyspark.sql.types import MapType
 
 from pipelines import governor
 from pipelines.config import load_config
@@ -19,7 +18,7 @@ from pipelines.io.lake import open_lake
 from pipelines.io.publish import current_limits, latest_per_resource
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.sim.minutes import land, minute_files
-from tests.helpers import lean_config_file
+from tests.helpers import lean_config_file, set_comparable
 from tests.helpers import stats_line
 
 pytestmark = pytest.mark.slow
@@ -46,12 +45,6 @@ def _cfg(tmp, name: str, fast_path: str):
         (tmp / name / "landing" / source).mkdir(parents=True, exist_ok=True)
     cfg = load_config(conf).with_paths(str(tmp / name / "landing"), str(tmp / name / "lake"))
     return cfg.model_copy(update={"windows": cfg.windows.model_copy(update={"fast_path": fast_path})})
-
-
-def _comparable(df):
-    """Map columns as JSON text (set operations refuse maps)."""
-    return df.select(*[F.to_json(f.name).alias(f.name) if isinstance(f.dataType, MapType) else F.col(f.name)
-                       for f in df.schema.fields])
 
 
 def _in_force(spark, lake, at: dt.datetime) -> set[tuple]:
@@ -107,7 +100,7 @@ def test_final_path_writes_every_window_once_and_preliminary_rows_stay_apart(spa
     inc = open_lake(spark, str(runs["tmp"] / "incremental" / "lake"))
     back = open_lake(spark, str(runs["tmp"] / "backlog" / "lake"))
     for table in ("gold/topic_tps", "gold/group_tps", "gold/broker_tps", "gold/anomalies"):
-        a, b = _comparable(inc.read(table)), _comparable(back.read(table))
+        a, b = set_comparable(inc.read(table)), set_comparable(back.read(table))
         assert a.count() == b.count() and a.exceptAll(b).count() == 0, table
     bases = {r["basis"] for r in inc.read("gold/limits").select("basis").distinct().collect()}
     assert bases == {"preliminary", "final"}

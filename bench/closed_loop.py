@@ -1,0 +1,118 @@
+"""The closed-loop backtest's scenario suite: every scenario of the issue run against the governor's real streaming
+queries (shipped conf/local.toml, continuous mode) with the feedback of the simulated brokers' limiters, the
+figures and checks of each, and what the suite costs on this machine.
+
+    .venv/bin/python bench/closed_loop.py [--scenarios a,b,...] [--propagation 10] [--sweep persisting_storm]
+                                          [--sweep-propagation 0,10,30] [--dir DIR] [--keep] [--conf conf/backtest.toml]
+
+Runs ``--scenarios`` (default: all seven) at ``--propagation`` seconds (default: the config's), and the ``--sweep``
+scenarios also at every ``--sweep-propagation``; one Spark session, one fresh lake per run under ``DIR`` (a
+temporary directory by default; the run lakes are deleted unless ``--keep``, their reports and pictures are copied
+to ``DIR/reports``). Every run's figures are appended to ``DIR/results`` (Delta table ``backtest/results``,
+governor ``closed-loop``). Prints one table (the baseline of each
+run: the same cluster without any limit, for the bystanders' rejected sends), the config, the wall time of each
+run and of the suite. Exit status 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from pipelines.backtest.cli import run_backtest  # noqa: E402
+from pipelines.backtest.figures import write_results  # noqa: E402
+from pipelines.backtest.report import config_line  # noqa: E402
+from pipelines.backtest.settings import SCENARIO_ROLES, SCENARIO_SIZES, build_spec, governor_config  # noqa: E402
+from pipelines.backtest.settings import load_backtest_config  # noqa: E402
+from pipelines.io.lake import open_lake  # noqa: E402
+from pipelines.session import build_session  # noqa: E402
+
+
+def _fmt(v: float, digits: int = 0) -> str:
+    return "n/a" if v is None or not np.isfinite(v) else f"{v:,.{digits}f}"
+
+
+def row(name: str, prop: float, out: dict) -> str:
+    f = out["figures"]
+    v = f.value
+    failed = [n for n, ok, _ in f.checks if not ok]
+    return (f"| {name} | {prop:g} | {_fmt(v('onset_to_limit_in_force'))} | "
+            f"{_fmt(v('culprit_admitted_over_target'), 2)} | {_fmt(v('bystander_rejected_per_minute_before'))} | "
+            f"{_fmt(v('bystander_rejected_per_minute_after'), 1)} ({_fmt(v('bystander_after_pct_of_before'), 2)} %) | "
+            f"{_fmt(v('bystander_rejected_per_minute_no_governor'))} | "
+            f"{_fmt(v('limit_changes_while_cause_persists'))} | {f.details.get('fix_to_lift_minutes', 'n/a')} | "
+            f"{_fmt(v('false_limits'))} | {_fmt(v('step_seconds_median'), 1)} / {_fmt(v('step_seconds_max'), 1)} | "
+            f"{_fmt(v('wall_seconds'))} | {'PASS' if not failed else 'FAIL: ' + '; '.join(failed)} |")
+
+
+HEADER = ("| scenario | propagation s | onset -> in force s | admitted / target | bystander rejected/min before | "
+          "after (% of before) | no governor, same minutes | value changes | fix -> lift min | false limits | "
+          "step s median / max | wall s | checks |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenarios", default=",".join(SCENARIO_SIZES), help="comma-separated (default: all)")
+    p.add_argument("--propagation", type=float, default=None, help="seconds (default: the config's)")
+    p.add_argument("--sweep", default="persisting_storm", help="scenarios also run at --sweep-propagation ('' none)")
+    p.add_argument("--sweep-propagation", default="0,10,30")
+    p.add_argument("--conf", default="conf/backtest.toml")
+    p.add_argument("--dir", default=None)
+    p.add_argument("--keep", action="store_true", help="keep every run's lake")
+    args = p.parse_args(argv)
+    bcfg = load_backtest_config(args.conf)
+    base_prop = bcfg.propagation_seconds if args.propagation is None else args.propagation
+    runs = [(s, base_prop) for s in args.scenarios.split(",") if s]
+    for s in [x for x in args.sweep.split(",") if x]:
+        runs += [(s, float(v)) for v in args.sweep_propagation.split(",") if (s, float(v)) not in runs]
+    unknown = sorted({s for s, _ in runs} - set(SCENARIO_SIZES))
+    if unknown:
+        print(f"bench/closed_loop.py: unknown scenario(s) {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("RATE_GOVERNOR_SIGNING_KEY", "bench-closed-loop-key")
+    root = Path(args.dir or tempfile.mkdtemp(prefix="rg-closed-loop-"))
+    spark = build_session(governor_config(bcfg, None, None).spark)
+    results = open_lake(spark, root / "results", "delta-rs")
+    lines, failed, started = [], 0, time.monotonic()
+    print(f"closed-loop suite: {len(runs)} runs on {os.cpu_count()} cores; {bcfg.governor_conf} as shipped; "
+          f"dir {root}", flush=True)
+    for name, prop in runs:
+        spec = build_spec(name, {})
+        lake = root / f"{name}-p{prop:g}"
+        t0 = time.monotonic()
+        out = run_backtest(spark, lake=lake, bcfg=bcfg, spec=spec, propagation_seconds=prop)
+        write_results(results, out["result"], out["figures"], uuid.uuid4().hex[:12], dt.datetime.now(dt.timezone.utc))
+        ok = all(c[1] for c in out["figures"].checks)
+        failed += not ok
+        lines.append(row(name, prop, out))
+        print(f"  {name} ({SCENARIO_ROLES[name]}) at propagation {prop:g} s: {time.monotonic() - t0:.0f} s, "
+              f"{'PASS' if ok else 'FAIL'}; {config_line(out['result'])}", flush=True)
+        kept = root / "reports"
+        kept.mkdir(exist_ok=True)
+        for path in (out["report"], out["png"]):
+            shutil.copy(path, kept / f"{path.stem}-p{prop:g}{path.suffix}")
+        if not args.keep:
+            shutil.rmtree(lake, ignore_errors=True)
+    print()
+    print(HEADER)
+    print("\n".join(lines))
+    total = time.monotonic() - started
+    print(f"\nsuite: {len(runs)} runs, {total:.0f} s ({total / 60:.1f} min) wall on {os.cpu_count()} cores; "
+          f"{failed} run(s) with a failed check; results in {root / 'results'}")
+    spark.stop()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,389 @@
+"""The closed loop: the governor's real streaming queries (ingest, fast, gold) in continuous mode with the shipped
+config, reading what a simulated cluster prints, while the cluster's brokers apply what the governor publishes.
+
+Simulated time ``t`` (UTC, the scenario's own) is stepped the way the shipped trigger paces the queries:
+
+1. The cluster (:class:`pipelines.sim.cluster.ClosedLoopCluster`) runs to ``t`` with the limits in force at its
+   brokers. A minute's stats lines are printed at the end of the minute they cover and land
+   ``shipping.stats_seconds`` later, rendered by :mod:`pipelines.sim.render` from what the brokers admitted
+   (:mod:`pipelines.sim.admitted`); a rejected attempt's send-failure line lands ``shipping.failures_seconds``
+   after it failed (or with the shipper's next batch, ``shipping.failures_batch_seconds``).
+2. When something landed, one step: the queries (started with a short trigger, ``poll_milliseconds``) run until
+   all of it is processed (``processAllAvailable``); the governor's clock (:class:`SimClock`: ``decided_at``,
+   ``expires_at``, the publisher's "now") reads ``t`` + the wall time elapsed in this step. The step's measured
+   time is from the landing to the end of the last micro-batch it caused (Spark's progress events), added to
+   simulated time 1:1.
+3. The next step starts as Spark's processing-time trigger would start it
+   (``ProcessingTimeExecutor``: at the next multiple of ``windows.trigger_seconds`` after this one started, or at
+   once when this one ran longer); a trigger that finds nothing new costs nothing and is skipped.
+
+Every ``control/limits.json`` the governor writes during a step is seen by a watcher thread; its simulated
+publication time comes from the file's modification time. It reaches every broker ``propagation_seconds`` later:
+each broker runs the reference applier (:class:`control.applier.LimitApplier`: signature, expiry at simulated
+time, stale versions, a record missing from the file lifted) and applies its own figure
+(:func:`control.record.broker_limit`). No assumed micro-batch time anywhere: every delay between a line being
+printed and a limit being in force is landing, trigger pacing, the measured processing, or propagation.
+
+Simplification, stated: the three queries share one trigger grid in the harness (in the product each has its own
+executor, started within milliseconds of each other).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from control import record as cr
+from control.applier import LimitApplier
+from control.token_bucket import default_burst
+from pipelines.backtest.settings import (
+    BacktestConfig,
+    BacktestError,
+    ShippingConfig,
+    governor_config,
+    with_backtest_key,
+)
+from pipelines.io.publish import LIMITS_FILE, signing_key
+from pipelines.sim.admitted import admitted_rows, failure_rows, trickle
+from pipelines.sim.cluster import ClosedLoopCluster
+from pipelines.sim.minutes import failure_text, land, stats_files
+from pipelines.sim.spec import ScenarioSpec
+
+log = logging.getLogger("rate_governor.backtest")
+
+
+class SimClock:
+    """The governor's clock: simulated UTC time, advancing 1:1 with wall time inside a step, frozen between."""
+
+    def __init__(self, at: pd.Timestamp) -> None:
+        self.base, self.wall = at, None
+
+    def start(self, at: pd.Timestamp) -> float:
+        self.base, self.wall = at, time.time()
+        return self.wall
+
+    def at_wall(self, wall: float) -> pd.Timestamp:
+        """Simulated time of a wall-clock instant (epoch seconds) of the current step."""
+        return self.base + pd.Timedelta(seconds=max(0.0, wall - (self.wall or wall)))
+
+    def stop(self, seconds: float) -> None:
+        self.base, self.wall = self.base + pd.Timedelta(seconds=seconds), None
+
+    def __call__(self) -> dt.datetime:
+        now = self.base if self.wall is None else self.at_wall(time.time())
+        return now.floor("us").to_pydatetime()
+
+
+@dataclass
+class Publication:
+    """One ``limits.json`` the governor wrote: simulated time, its records, and when the brokers apply it."""
+
+    at: pd.Timestamp
+    records: list[dict]
+    path: Path
+    effective: pd.Timestamp
+
+
+@dataclass
+class Step:
+    """One step: simulated start, measured processing seconds (wall), what landed, micro-batches run."""
+
+    at: pd.Timestamp
+    seconds: float
+    stats_minutes: list[int]
+    failure_lines: int
+    batches: int
+    query_seconds: dict[str, float] = field(default_factory=dict)  # per query: its micro-batches' time in the step
+
+
+@dataclass
+class LoopResult:
+    """Everything a closed-loop run produced (simulated times UTC)."""
+
+    spec: ScenarioSpec
+    bcfg: BacktestConfig
+    cluster: ClosedLoopCluster
+    propagation_seconds: float
+    trigger_seconds: int
+    watermark_seconds: int
+    steps: list[Step]
+    publications: list[Publication]
+    in_force: list[tuple[pd.Timestamp, dict]]  # at each change: {(broker, type, resource): (qps here, record)}
+    limits: pd.DataFrame  # gold/limits
+    lake: Path
+    wall_seconds: float
+    failure_lines: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class _Watcher(threading.Thread):
+    """Polls ``limits.json`` during a step; every change of its records is a :class:`Publication`."""
+
+    def __init__(self, path: Path, clock: SimClock, out_dir: Path, propagation: float, seen: list) -> None:
+        super().__init__(daemon=True)
+        self.path, self.clock, self.out_dir, self.propagation = path, clock, out_dir, propagation
+        self.published: list[Publication] = []
+        self.seen = seen  # [last (mtime_ns, size), last records, copies written]
+        self.halt = threading.Event()
+
+    def check(self) -> None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return
+        if (st.st_mtime_ns, st.st_size) == self.seen[0]:
+            return
+        self.seen[0] = (st.st_mtime_ns, st.st_size)
+        try:
+            records = cr.read_limits_file(self.path)
+        except (OSError, ValueError):
+            self.seen[0] = None
+            return
+        if records == self.seen[1]:
+            return
+        self.seen[1] = records
+        at = self.clock.at_wall(st.st_mtime_ns / 1e9)
+        self.seen[2] += 1
+        copy = self.out_dir / f"limits-{self.seen[2]:05d}.json"
+        cr.write_limits_file(records, copy, generated_at=at.floor("us").to_pydatetime())
+        self.published.append(Publication(at, records, copy, at + pd.Timedelta(seconds=self.propagation)))
+
+    def run(self) -> None:
+        while not self.halt.wait(0.02):
+            self.check()
+
+
+class Brokers:
+    """The simulated brokers' appliers: one :class:`control.applier.LimitApplier` per broker, fed with the
+    publications at their effective times, and the limit vectors they give the cluster's pairs."""
+
+    def __init__(self, cluster: ClosedLoopCluster, key: bytes | None) -> None:
+        self.cluster = cluster
+        self.appliers = {b: LimitApplier(key, broker=b) for b in cluster.brokers}
+        self.pending: list[Publication] = []
+        self.timeline: list[tuple[pd.Timestamp, dict]] = []
+        logging.getLogger("rate_governor.applier").setLevel(logging.WARNING)
+
+    def next_event(self, after: pd.Timestamp) -> pd.Timestamp | None:
+        """The next instant after ``after`` when the limits at the brokers change: a delivery or an expiry."""
+        times = [max(p.effective, after) for p in self.pending]  # one already due is applied at once
+        if self.timeline:
+            for _qps, rec in self.timeline[-1][1].values():
+                expires = pd.Timestamp(cr.parse_expires_at(rec["expires_at"]))
+                if expires > after:
+                    times.append(expires)
+        return min(times) if times else None
+
+    def apply_until(self, when: pd.Timestamp) -> None:
+        """Run the cluster to ``when``, changing its limits at every delivery and expiry on the way."""
+        c = self.cluster
+        while True:
+            event = self.next_event(c.now)
+            if event is None or event > when:
+                break
+            c.advance_to(event)
+            self._refresh(event)
+        c.advance_to(when)
+
+    def _refresh(self, at: pd.Timestamp) -> None:
+        now = at.floor("us").to_pydatetime()
+        for pub in [p for p in self.pending if p.effective <= at]:
+            for applier in self.appliers.values():
+                applier.load_file(pub.path, now=now)
+            self.pending.remove(pub)
+        c, now_ms = self.cluster, int(at.value // 1_000_000)
+        L = len(c.pairs)
+        limit, burst, open_ms = np.full(L, np.nan), np.ones(L), np.full(L, float(c.cfg.breaker_open_ms))
+        snapshot = {}
+        for i, (b, rt, r) in enumerate(zip(c.pairs["broker"], c.pairs["resource_type"], c.pairs["resource"])):
+            if rt not in cr.RESOURCE_TYPES:
+                continue
+            rec = self.appliers[b].current_record(rt, r, now_ms)
+            if rec is None or rec["mode"] != "enforce":
+                continue
+            qps, bu = cr.broker_limit(rec, b)
+            limit[i], burst[i] = qps, bu if bu is not None else default_burst(qps)
+            open_ms[i] = rec["breaker_open_ms"]
+            snapshot[(b, rt, r)] = (qps, rec)
+        c.set_limits(limit, burst, open_ms)
+        if not self.timeline or self.timeline[-1][1] != snapshot:
+            self.timeline.append((at, snapshot))
+
+
+class Shipper:
+    """What has landed by a simulated time: each minute's stats lines ``stats_seconds`` after the end of the minute
+    they cover (rendered from what the brokers admitted), each send-failure line ``failures_seconds`` after it was
+    logged (or at the shipper's last batch, every ``failures_batch_seconds``), the demand's trickle of ordinary
+    failures included. The cluster must have run to the time asked for."""
+
+    def __init__(self, cluster: ClosedLoopCluster, shipping: ShippingConfig, rng: np.random.Generator) -> None:
+        self.cluster, self.ship, self.rng = cluster, shipping, rng
+        self.background = trickle(cluster, rng)
+        self.landed: set[int] = set()
+        self.admitted: list[pd.DataFrame] = []
+        self.logged = self.trickled = 0
+
+    def due(self, t: pd.Timestamp, serial: int) -> tuple[list[tuple[str, str]], list[int], int]:
+        """(files to land at ``t``: relative path and text, the minutes whose stats lines they hold, failure lines);
+        ``serial`` names the failures file."""
+        c, ship = self.cluster, self.ship
+        minutes = [m for m in range(c.minutes_done()) if m not in self.landed
+                   and c.start + pd.Timedelta(minutes=m + 1, seconds=ship.stats_seconds) <= t]
+        files: list[tuple[str, str]] = []
+        if minutes:
+            self.admitted += [admitted_rows(c, m) for m in minutes]
+            self.landed.update(minutes)
+            rendered = stats_files(c.spec, pd.concat(self.admitted, ignore_index=True), set(minutes))
+            files += [f for m in sorted(rendered) for f in rendered[m]]
+        cutoff = t - pd.Timedelta(seconds=ship.failures_seconds)
+        if ship.failures_batch_seconds > 0:
+            batch = ship.failures_batch_seconds
+            cutoff = pd.Timestamp(int(math.floor(cutoff.value / 1e9 / batch) * batch * 1e9), tz="UTC")
+        last_tick = int(np.floor((cutoff - c.start).total_seconds() / c.dt))
+        upto = self.logged
+        while upto < len(c.rejections.tick) and c.rejections.tick[upto] < last_tick:
+            upto += 1
+        parts = [failure_rows(c, self.logged, upto, self.rng)]
+        self.logged = upto
+        bg_end = int(self.background["event_time"].searchsorted(cutoff, side="left")) if len(self.background) else 0
+        parts.append(self.background.iloc[self.trickled:bg_end])
+        self.trickled = max(self.trickled, bg_end)
+        parts = [p for p in parts if len(p)]
+        n = 0
+        if parts:
+            failures = pd.concat(parts, ignore_index=True)
+            files.append((f"send_failures/s{serial:05d}.jsonl", failure_text(failures)))
+            n = len(failures)
+        return files, minutes, n
+
+
+def _grid_after(t: pd.Timestamp, trigger: int) -> pd.Timestamp:
+    """Spark's ``ProcessingTimeExecutor.nextBatchTime``: the next multiple of the trigger interval after ``t``."""
+    sec = t.value / 1e9
+    return pd.Timestamp(int((math.floor(sec / trigger) + 1) * trigger * 1e9), tz="UTC")
+
+
+def _batch_ends(queries, since_wall: float) -> tuple[int, float, dict[str, float]]:
+    """(micro-batches that started after ``since_wall``, wall time the last of them ended, seconds per query)."""
+    count, end, per = 0, since_wall, {}
+    for q in queries:
+        for p in q.recentProgress:
+            began = dt.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+            if began + 1e-3 >= since_wall:
+                took = p["durationMs"].get("triggerExecution", 0) / 1000.0
+                count += 1
+                end = max(end, began + took)
+                name = q.name.removeprefix("rate-governor-")
+                per[name] = round(per.get(name, 0.0) + took, 2)
+    return count, end, per
+
+
+#: Spark's "Current batch is falling behind" warning: with the harness's short poll trigger it says nothing (the
+#: shipped trigger is stepped in simulated time, and the steps report their measured time).
+_POLL_LOGGER = "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor"
+
+
+def _log_level(spark, name: str, level: str | None) -> str | None:
+    """Set a driver JVM logger's level (None: inherit); returns the previous one."""
+    log4j = spark._jvm.org.apache.logging.log4j
+    previous = log4j.LogManager.getLogger(name).getLevel()
+    log4j.core.config.Configurator.setLevel(name, log4j.Level.toLevel(level) if level else None)
+    return previous.toString() if previous is not None else None
+
+
+def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
+             propagation_seconds: float | None = None, progress=None, backlog_minutes: int = 0) -> LoopResult:
+    """Run ``spec`` in closed loop against the governor's real queries, tables in ``lake`` (fresh).
+    ``backlog_minutes``: the lines of the first minutes land as one backlog (the first step is when the last of
+    them lands): cheaper, for a test whose incident starts later; 0 = minute by minute from the start.
+    ``progress(step, publications)`` is called after every step.
+
+    Raises:
+        BacktestError: ``lake`` already holds governor tables.
+        RuntimeError: a governor query failed (its name and error).
+    """
+    from pipelines import governor
+    from pipelines.flows.assembly import build_governor
+    from pipelines.io.lease import GovernorLease
+    from pipelines.io.lake import open_lake
+    from pipelines.backtest.figures import read_limits
+
+    lake = Path(lake)
+    if (lake / "_checkpoints").exists() or (lake / "gold").exists():
+        raise BacktestError(f"lake {lake} already holds governor tables; use a fresh --lake")
+    prop = bcfg.propagation_seconds if propagation_seconds is None else float(propagation_seconds)
+    landing, work = lake / "backtest" / "landing", lake / "backtest" / "published"
+    for d in (landing / "broker_stats", landing / "send_failures", work):
+        d.mkdir(parents=True, exist_ok=True)
+    cfg = with_backtest_key(governor_config(bcfg, str(landing), str(lake)), lake)
+    trigger, ship = cfg.windows.trigger_seconds, bcfg.shipping
+    cluster = ClosedLoopCluster(spec, bcfg.broker, bcfg.clients)
+    brokers = Brokers(cluster, signing_key(cfg))
+    rng = np.random.default_rng(spec.seed + 1)
+    clock = SimClock(cluster.start)
+    lease = GovernorLease(cfg.lake.path, cfg.lake.lease_ttl_seconds)
+    lease.acquire()
+    previous_level = _log_level(spark, _POLL_LOGGER, "ERROR")
+    started = time.monotonic()
+    steps: list[Step] = []
+    publications: list[Publication] = []
+    seen: list = [None, None, 0]
+    shipper = Shipper(cluster, ship, rng)
+    lines_total = 0
+    queries: list = []
+    try:
+        gov = build_governor(spark, cfg, clock)
+        queries = governor.start_queries(spark, gov, once=False, interval=f"{bcfg.poll_milliseconds} milliseconds")
+        t = max(_grid_after(cluster.start, trigger),
+                cluster.start + pd.Timedelta(minutes=backlog_minutes, seconds=ship.stats_seconds))
+        last_land = cluster.end + pd.Timedelta(seconds=max(ship.stats_seconds, ship.failures_seconds
+                                                           + ship.failures_batch_seconds))
+        while t <= last_land + pd.Timedelta(seconds=trigger):
+            brokers.apply_until(t)
+            files, due, n_failures = shipper.due(t, len(steps))
+            lines_total += n_failures
+            if not files:
+                t = _grid_after(t, trigger)
+                continue
+            watcher = _Watcher(lake / LIMITS_FILE, clock, work, prop, seen)
+            wall0 = clock.start(t)
+            land(landing, files)
+            watcher.start()
+            for q in queries:
+                q.processAllAvailable()
+            for q in queries:
+                if q.exception() is not None:
+                    raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+            watcher.halt.set()
+            watcher.join()
+            watcher.check()
+            batches, end, per_query = _batch_ends(queries, wall0)
+            seconds = max(0.0, end - wall0)
+            clock.stop(seconds)
+            publications += watcher.published
+            brokers.pending += watcher.published
+            steps.append(Step(t, seconds, due, n_failures, batches, per_query))
+            if progress is not None:
+                progress(steps[-1], watcher.published)
+            t = max(_grid_after(t, trigger), t + pd.Timedelta(seconds=seconds))
+    finally:
+        for q in queries:
+            if q.isActive:
+                q.stop()
+        lease.release()
+        _log_level(spark, _POLL_LOGGER, previous_level)
+    brokers.apply_until(cluster.end)
+    limits = read_limits(open_lake(spark, lake, cfg.lake.writer))
+    return LoopResult(spec=spec, bcfg=bcfg, cluster=cluster, propagation_seconds=prop, trigger_seconds=trigger,
+                      watermark_seconds=cfg.windows.watermark_seconds, steps=steps, publications=publications,
+                      in_force=brokers.timeline, limits=limits, lake=lake,
+                      wall_seconds=time.monotonic() - started, failure_lines=lines_total)

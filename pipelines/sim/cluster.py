@@ -1,0 +1,257 @@
+"""The closed-loop cluster: what the brokers admit of the clients' demand under the limits in force, tick by tick,
+and how the clients answer a rejection. It is the broker model of :mod:`pipelines.sim.broker_model` (the rules of
+:mod:`pipelines.sim.ticks`) with the feedback the open-loop model leaves out.
+
+Demand: the scenario's World (:mod:`pipelines.sim.scenarios`) realised as stats rows (:func:`build_traffic`), read by
+:func:`~pipelines.sim.broker_model.offered_from_stats` into requests/s and write units per request for every
+(broker, resource) pair and minute: what producers and consumers *want* to send. Every pair has a token bucket (a
+limit comes into force when :meth:`ClosedLoopCluster.set_limits` says so: each broker its own figure) in front of
+its broker's send queue.
+
+What the clients do with a rejection (``SYSTEM_BUSY``, code 2, from the queue's fast failure or from the limiter):
+
+* **Producers retry on another broker** (apache/rocketmq ``DefaultMQProducerImpl.sendDefaultImpl``: up to
+  1 + ``retryTimesWhenSendFailed`` = 3 attempts, ``selectOneMessageQueue`` avoiding the last broker; code 2 is in
+  ``retryResponseCodes`` from 5.3.0, PR #5845): a rejected attempt is offered again in the next tick to the
+  topic's other brokers (the same broker when it is alone), for the ``retrying_share`` of sends whose clients do
+  so (rocketmq-client-go's ``needRetryCode`` and Java clients before 5.3.0 do not). Every rejected attempt leaves
+  one send-failure line naming the broker it went to.
+* **A consumer whose send-back is rejected falls back to a plain send** to ``%RETRY%<group>``
+  (``DefaultMQPushConsumerImpl.sendMessageBack`` → ``sendMessageBackAsNormalMessage``, through the client's own
+  producer, group ``CLIENT_INNER_PRODUCER``): it is offered in the next tick to any broker of the group's retry
+  topic, into the **same bucket** (Sohu's ``RateLimitHandler`` keys ``CONSUMER_SEND_MSG_BACK`` by
+  ``%RETRY%<group>`` and a plain send by its topic, sohutv/rocketmq 5.3.1-sohu-01), with the producer's retries.
+  Its rejections are logged like any producer's; a rejected send-back itself is logged by the consumer only, so
+  it leaves no send-failure line. A message that still fails is re-consumed locally
+  (``ConsumeMessageConcurrentlyService.submitConsumeRequestLater``) and sent back again: the demand of a broken
+  consumer does not fall, whatever the limit (the World's send-back rate stays). Such messages stay in the
+  process queue, whose flow control (``pullThresholdForQueue``, ``consumeConcurrentlyMaxSpan``) slows the pulls:
+  the group's consumption of its other topics falls by ``consume_drop_when_rejected`` × the share of its retry
+  traffic lost (:mod:`pipelines.sim.admitted`).
+
+Not modelled: the retry topic's delay levels (a re-put lands in the same minute, as in :mod:`pipelines.sim.traffic`),
+producers giving up under ``sendMsgTimeout``, queue capacity overflow (``[OVERLOAD]``), Sohu's default per-resource
+limits (``sendMsgRateLimitQps``; a resource without a record is unlimited here).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from pipelines.config import ConfigSection
+from pipelines.sim import broker_model as bm
+from pipelines.sim.spec import Incident, ScenarioSpec
+from pipelines.sim.ticks import SendQueues, TokenBuckets
+from pipelines.sim.traffic import build_traffic
+
+
+class ClientConfig(ConfigSection):
+    """How the clients answer a rejection; the ``[clients]`` table of ``conf/backtest.toml``."""
+
+    producer_attempts: int = Field(default=3, ge=1)  # 1 + DefaultMQProducer.retryTimesWhenSendFailed (2)
+    retrying_share: float = Field(default=0.6, ge=0, le=1)  # sends whose client retries code 2 on another broker
+    consume_drop_when_rejected: float = Field(default=0.5, ge=0, le=1)  # share of a group's consumption lost when
+    #                                                                     all of its retry traffic is lost
+
+
+@dataclass
+class Rejections:
+    """Send-failure lines emitted so far, one entry per (tick, pair, stream, kind) with ``count`` lines."""
+
+    tick: list[int]
+    pair: list[int]
+    stream: list[int]
+    busy: list[bool]
+    count: list[int]
+    limit: list[float]  # the pair's limit in force (requests/s at this broker), NaN for busy rejections
+    queue: list[float]  # the broker's send queue (write units) at the tick
+
+
+class ClosedLoopCluster:
+    """One scenario's cluster in closed loop. Time runs in ticks of ``broker_cfg.tick_seconds`` from the scenario's
+    start; :meth:`advance_to` runs them with the limit vectors last given to :meth:`set_limits`.
+
+    Attributes after construction: ``pairs`` (frame: broker, resource_type, resource, kind), ``incident``,
+    ``traffic`` (the demand's stats rows, :data:`pipelines.sim.traffic.TRAFFIC_COLUMNS`), ``capacity`` (units/s per
+    broker: :func:`~pipelines.sim.broker_model.broker_capacity` of the minutes before the onset).
+    """
+
+    def __init__(self, spec: ScenarioSpec, broker_cfg: bm.BrokerModelConfig | None = None,
+                 clients: ClientConfig | None = None, capacity: pd.Series | None = None) -> None:
+        self.spec, self.cfg, self.clients = spec, broker_cfg or bm.BrokerModelConfig(), clients or ClientConfig()
+        self.traffic = build_traffic(spec)
+        self.incident: Incident | None = self.traffic.attrs.get("incident")
+        minute = self.traffic[self.traffic["period"] == "minute"]
+        stats = pd.DataFrame({c: minute[c].astype(str) for c in ("broker", "stat_name", "stats_key")})
+        stats["minute_start"], stats["sum"] = minute["minute_start"], minute["sum"]
+        offered = bm.offered_from_stats(stats, self.cfg)
+        self.start = pd.Timestamp(spec.start_utc)
+        self.T = spec.minutes
+        self.dt = float(self.cfg.tick_seconds)
+        self.ticks_per_minute = int(round(60.0 / self.dt))
+        self.brokers = list(spec.broker_names)
+        pairs = offered[["broker", "resource_type", "resource"]].drop_duplicates().sort_values(
+            ["broker", "resource_type", "resource"], kind="mergesort").reset_index(drop=True)
+        self.pairs = pairs.assign(kind=pairs["resource_type"])
+        L, T = len(pairs), self.T
+        index = {tuple(r): i for i, r in enumerate(pairs.itertuples(index=False))}
+        rows = np.array([index[(b, t, r)] for b, t, r in zip(offered["broker"], offered["resource_type"],
+                                                              offered["resource"])], dtype=np.int64)
+        m = ((offered["minute_start"] - self.start) // pd.Timedelta(minutes=1)).to_numpy(dtype=np.int64)
+        self.demand = np.zeros((L, T))
+        self.demand[rows, m] = offered["requests_tps"].to_numpy(dtype=float)
+        work = np.full((L, T), np.nan)
+        work[rows, m] = offered["work_per_request"].to_numpy(dtype=float)
+        self.work = pd.DataFrame(work).T.ffill().bfill().fillna(1.0).T.to_numpy()
+        self.pair_broker = pairs["broker"].map({b: i for i, b in enumerate(self.brokers)}).to_numpy(dtype=np.int64)
+        if capacity is None:
+            before = offered if self.incident is None else offered[offered["minute_start"] < pd.Timestamp(
+                self.incident.onset)]
+            capacity = bm.broker_capacity(before if len(before) else offered, self.cfg)
+        self.capacity = capacity.reindex(self.brokers).fillna(self.cfg.capacity_min_tps)
+        self._routes()
+        S = self.streams
+        self.buckets = TokenBuckets.empty(L)
+        self.queues = SendQueues.empty(self.capacity.to_numpy(dtype=float), self.cfg.wait_time_ms_in_send_queue)
+        self.pending = np.zeros((L, S))
+        self.k = 0
+        self.limit = np.full(L, np.nan)
+        self.burst = np.ones(L)
+        self.open_ticks = np.full(L, self._ticks(self.cfg.breaker_open_ms), dtype=np.int64)
+        # per minute × pair × stream (msgs); per second × pair (msgs); per broker × minute
+        self.offered = np.zeros((T, L, S))
+        self.admitted = np.zeros((T, L, S))
+        self.limiter_rejected = np.zeros((T, L, S))
+        self.busy_rejected = np.zeros((T, L, S))
+        self.lost = np.zeros((T, L))
+        self.limited_seconds = np.zeros((T, L))
+        self.limit_min = np.full((T, L), np.nan)
+        self.second_admitted = np.zeros((T * 60, L))
+        self.second_rejected = np.zeros((T * 60, L))
+        self.arrived_work = np.zeros((len(self.brokers), T))
+        self.max_wait_ms = np.zeros((len(self.brokers), T))
+        self._debt = np.zeros((2, L, S))
+        self.rejections = Rejections([], [], [], [], [], [], [])
+
+    # --- set-up ------------------------------------------------------------------------------------------------------
+    @property
+    def streams(self) -> int:
+        """Request streams per pair: a topic's attempts 1..A (A = ``producer_attempts``); a group's send-backs
+        (0) and its fallback plain sends' attempts 1..A."""
+        return self.clients.producer_attempts + 1
+
+    def _ticks(self, open_ms: float) -> int:
+        return max(1, int(round(open_ms / 1000.0 / self.dt))) if open_ms > 0 else 0
+
+    def _routes(self) -> None:
+        """Where the rejections of stream k go as stream k + 1 (``self.route[k]``, pairs × pairs) and which
+        (pair, stream) rejections leave a send-failure line (``self.logged``)."""
+        L, S, A = len(self.pairs), self.streams, self.clients.producer_attempts
+        kind = self.pairs["kind"].to_numpy()
+        key = list(zip(self.pairs["resource_type"], self.pairs["resource"]))
+        same = np.array([[a == b for b in key] for a in key], dtype=float) if L else np.zeros((0, 0))
+        n = same.sum(axis=1, keepdims=True)
+        any_broker = same / np.maximum(n, 1)
+        other = np.where(n > 1, same * (1 - np.eye(L)) / np.maximum(n - 1, 1), same)
+        topic, group = (kind == "topic")[:, None], (kind == "group")[:, None]
+        r = self.clients.retrying_share
+        self.route = np.zeros((S - 1, L, L))
+        for k in range(S - 1):
+            if k <= A - 2:
+                self.route[k] += np.where(topic, r * other, 0.0)
+            if k == 0:
+                self.route[k] += np.where(group, any_broker, 0.0)
+            elif k <= A - 1:
+                self.route[k] += np.where(group, r * other, 0.0)
+        streams = np.arange(S)[None, :]
+        self.logged = (topic & (streams < A)) | (group & (streams >= 1))
+
+    # --- time --------------------------------------------------------------------------------------------------------
+    def time_of(self, tick: int | float) -> pd.Timestamp:
+        """UTC time of a tick's start."""
+        return self.start + pd.Timedelta(seconds=float(tick) * self.dt)
+
+    @property
+    def now(self) -> pd.Timestamp:
+        """UTC time up to which the cluster has run."""
+        return self.time_of(self.k)
+
+    @property
+    def end(self) -> pd.Timestamp:
+        return self.start + pd.Timedelta(minutes=self.T)
+
+    def minutes_done(self) -> int:
+        """Number of whole minutes simulated so far."""
+        return self.k // self.ticks_per_minute
+
+    def set_limits(self, limit: np.ndarray, burst: np.ndarray, breaker_open_ms: np.ndarray) -> None:
+        """The limits in force from :attr:`now` on, per pair: ``limit`` requests/s at that broker (NaN = none),
+        ``burst`` requests, ``breaker_open_ms``."""
+        self.limit = np.asarray(limit, dtype=float)
+        self.burst = np.where(np.isnan(self.limit), 1.0, np.maximum(np.asarray(burst, dtype=float), 1.0))
+        self.open_ticks = np.array([self._ticks(ms) for ms in np.asarray(breaker_open_ms, dtype=float)],
+                                   dtype=np.int64)
+
+    # --- the tick loop -----------------------------------------------------------------------------------------------
+    def advance_to(self, when: pd.Timestamp | dt.datetime) -> None:
+        """Run the ticks that start before ``when`` (at most to the end of the scenario)."""
+        last = min(int(np.ceil((pd.Timestamp(when) - self.start).total_seconds() / self.dt - 1e-9)),
+                   self.T * self.ticks_per_minute)
+        while self.k < last:
+            self._tick()
+
+    def _tick(self) -> None:
+        k, dt_s, tpm = self.k, self.dt, self.ticks_per_minute
+        m, sec = k // tpm, int(k * dt_s + 1e-9)
+        x = self.pending
+        x[:, 0] += self.demand[:, m] * dt_s
+        total = x.sum(axis=1)
+        passed = self.buckets.admit(total, self.limit, self.burst, self.open_ticks, dt_s)
+        arrivals = np.bincount(self.pair_broker, passed * self.work[:, m], minlength=len(self.brokers))
+        share, _served, wait = self.queues.serve(arrivals, dt_s)
+        busy = passed * share[self.pair_broker]
+        safe = np.where(total > 0, total, 1.0)
+        r_lim = x * ((total - passed) / safe)[:, None]
+        r_busy = x * (busy / safe)[:, None]
+        rejected = r_lim + r_busy
+        self.offered[m] += x
+        self.admitted[m] += x - rejected
+        self.limiter_rejected[m] += r_lim
+        self.busy_rejected[m] += r_busy
+        self.second_admitted[sec] += total - rejected.sum(axis=1)
+        self.second_rejected[sec] += rejected.sum(axis=1)
+        self.arrived_work[:, m] += arrivals
+        self.max_wait_ms[:, m] = np.maximum(self.max_wait_ms[:, m], wait * 1000.0)
+        has = ~np.isnan(self.limit)
+        self.limited_seconds[m] += np.where(has, dt_s, 0.0)
+        self.limit_min[m] = np.fmin(self.limit_min[m], self.limit)
+        nxt = np.zeros_like(x)
+        for s in range(self.streams - 1):
+            nxt[:, s + 1] = self.route[s].T @ rejected[:, s]
+        self.lost[m] += rejected.sum(axis=1) - nxt.sum(axis=1)
+        self.pending = nxt
+        self._log(k, r_lim, r_busy)
+        self.k += 1
+
+    def _log(self, k: int, r_lim: np.ndarray, r_busy: np.ndarray) -> None:
+        """Whole send-failure lines of this tick's logged rejections (fractions carry over to the next tick)."""
+        self._debt[0] += np.where(self.logged, r_lim, 0.0)
+        self._debt[1] += np.where(self.logged, r_busy, 0.0)
+        lines = np.floor(self._debt + 1e-9)
+        if not lines.any():
+            return
+        self._debt -= lines
+        rj = self.rejections
+        for busy, i, s in zip(*np.nonzero(lines)):
+            rj.tick.append(k)
+            rj.pair.append(int(i))
+            rj.stream.append(int(s))
+            rj.busy.append(bool(busy))
+            rj.count.append(int(lines[busy, i, s]))
+            rj.limit.append(float(self.limit[i]))
+            rj.queue.append(float(self.queues.queue[self.pair_broker[i]]))

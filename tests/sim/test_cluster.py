@@ -1,0 +1,137 @@
+"""The closed-loop cluster (pipelines/sim/cluster.py) and what it prints and logs (pipelines/sim/admitted.py): the
+clients' answers to a rejection, per-broker limits, busy brokers, and the stats lines of what was admitted."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipelines import rocketmq as rmq
+from pipelines.sim.admitted import admitted_rows, failure_rows
+from pipelines.sim.cluster import ClientConfig, ClosedLoopCluster
+from pipelines.sim.failures import CLIENT_INNER_PRODUCER
+from pipelines.sim.minutes import stats_files
+from pipelines.sim.spec import ScenarioSpec
+
+START = dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc)
+GROUP = "get-pugc-to-ai-consumer"
+
+
+def spec(**kw) -> ScenarioSpec:
+    sizes = dict(name="persisting_storm", seed=11, start=START, minutes=8, brokers=3, topics=5, groups=3,
+                 onset_minute=3, culprit_topic_brokers=2)
+    sizes.update(kw)
+    return ScenarioSpec(**sizes)
+
+
+def pair(c: ClosedLoopCluster, broker: str, rtype: str, resource: str) -> int:
+    hit = np.flatnonzero((c.pairs["broker"] == broker) & (c.pairs["resource_type"] == rtype)
+                         & (c.pairs["resource"] == resource))
+    assert hit.size == 1
+    return int(hit[0])
+
+
+def limits(c: ClosedLoopCluster, values: dict[int, float]):
+    limit = np.full(len(c.pairs), np.nan)
+    for i, q in values.items():
+        limit[i] = q
+    return limit, np.where(np.isnan(limit), 1, np.ceil(np.nan_to_num(limit))), np.full(len(c.pairs), 1000)
+
+
+def test_a_producer_retries_a_rejected_send_on_the_topics_other_broker():
+    roomy = pd.Series(10_000.0, index=["broker-a", "broker-b", "broker-c"])  # no broker gets busy here
+    c = ClosedLoopCluster(spec(name="normal_day"), capacity=roomy)
+    a, b = pair(c, "broker-a", "topic", "pugc-content"), pair(c, "broker-b", "topic", "pugc-content")
+    c.set_limits(*limits(c, {a: 50.0}))
+    c.advance_to(c.start + pd.Timedelta(minutes=4))
+    m = 3
+    demand_a, demand_b = c.demand[a, m] * 60, c.demand[b, m] * 60
+    rejected_a = c.limiter_rejected[m, a].sum()
+    assert c.admitted[m, a].sum() / 60 == pytest.approx(50 * 0.91, rel=0.08)       # token bucket + 1 s breaker
+    retried = c.offered[m, b, 1:].sum()                                           # attempts 2 and 3 landed on b
+    assert retried == pytest.approx(0.6 * c.limiter_rejected[m, a, 0], rel=0.02)    # retrying_share of attempt 1
+    assert c.admitted[m, b].sum() == pytest.approx(demand_b + retried, rel=1e-6)    # b is not limited, not busy
+    assert c.offered[m, a, 0] == pytest.approx(demand_a)                           # demand does not fall
+    lines = failure_rows(c, 0, len(c.rejections.tick), np.random.default_rng(1))
+    mine = lines[(lines["topic"] == "pugc-content") & (lines["broker"] == "broker-a")]
+    assert len(mine) == pytest.approx(c.limiter_rejected[:, a].sum(), abs=3)      # one line per rejected attempt
+    assert mine["message"].str.contains(r"\[RateLimit\] for pugc-content need wait:\d+microsecs").all()
+    assert (lines["broker"] == "broker-b").sum() == 0
+
+    no_retry = ClosedLoopCluster(spec(name="normal_day"), clients=ClientConfig(retrying_share=0.0), capacity=roomy)
+    no_retry.set_limits(*limits(no_retry, {a: 50.0}))
+    no_retry.advance_to(no_retry.start + pd.Timedelta(minutes=4))
+    assert no_retry.offered[m, b, 1:].sum() == 0 and rejected_a > 0
+
+
+def test_a_rejected_send_back_falls_back_to_a_plain_send_into_the_same_bucket():
+    c = ClosedLoopCluster(spec())
+    ga, gb = pair(c, "broker-a", "group", GROUP), pair(c, "broker-b", "group", GROUP)
+    c.set_limits(*limits(c, {ga: 20.0, gb: 10.0}))                                # each broker its own figure
+    c.advance_to(c.end)
+    m = 6
+    assert c.offered[m, ga, 0] / 60 == pytest.approx(300, rel=0.05)                 # the broken consumer's demand
+    assert c.offered[m, ga, 1:].sum() > c.offered[m, ga, 0]                       # fallbacks, and their retries
+    assert c.admitted[m, ga].sum() / 60 == pytest.approx(20 * 0.91, rel=0.08)       # one bucket for both streams
+    assert c.admitted[m, gb].sum() / 60 == pytest.approx(10 * 0.91, rel=0.08)
+    lines = failure_rows(c, 0, len(c.rejections.tick), np.random.default_rng(1))
+    retry = lines[lines["topic"] == rmq.RETRY_TOPIC_PREFIX + GROUP]
+    assert (retry["producer_group"] == CLIENT_INNER_PRODUCER).all()
+    assert retry["message"].str.contains(rf"\[RateLimit\] for %RETRY%{GROUP} need wait").all()
+    # a rejected send-back leaves no line (the consumer logs it); its fallback attempts do
+    logged = c.limiter_rejected[:, [ga, gb], 1:].sum()
+    assert len(retry) == pytest.approx(logged, abs=10)
+    assert c.limiter_rejected[:, [ga, gb], 0].sum() > 0
+
+
+def test_a_storm_makes_its_brokers_busy_for_every_topic_on_them_and_a_limit_ends_it():
+    c = ClosedLoopCluster(spec())
+    c.advance_to(c.start + pd.Timedelta(minutes=5))
+    ga, gb = pair(c, "broker-a", "group", GROUP), pair(c, "broker-b", "group", GROUP)
+    by = pair(c, "broker-a", "topic", "risk-notify")
+    elsewhere = pair(c, "broker-c", "topic", "payment-index")
+    assert c.busy_rejected[4, by].sum() > 0.2 * c.offered[4, by].sum()              # bystander on a busy broker
+    assert c.busy_rejected[4, elsewhere].sum() == 0
+    assert c.max_wait_ms[0, 4] == pytest.approx(200.0)
+    lines = failure_rows(c, 0, len(c.rejections.tick), np.random.default_rng(2))
+    busy = lines[lines["topic"] == "risk-notify"]
+    assert busy["message"].str.contains(r"\[TIMEOUT_CLEAN_QUEUE\]broker busy, start flow control").all()
+    assert (busy["expected_class"] == "TIMEOUT_CLEAN_QUEUE").all() and (busy["broker"] == "broker-a").all()
+    c.set_limits(*limits(c, {ga: 20.0, gb: 20.0}))
+    c.advance_to(c.end)
+    assert c.busy_rejected[7, by].sum() == 0 and c.max_wait_ms[:, 7].max() < 200.0
+
+
+def test_the_stats_lines_show_what_the_brokers_admitted():
+    c = ClosedLoopCluster(spec())
+    ga, gb = pair(c, "broker-a", "group", GROUP), pair(c, "broker-b", "group", GROUP)
+    c.set_limits(*limits(c, {ga: 20.0, gb: 20.0}))
+    c.advance_to(c.end)
+    m = 6
+    rows = admitted_rows(c, m)
+    demand = c.traffic[c.traffic["minute_start"] == c.start + pd.Timedelta(minutes=m)]
+
+    def one(frame, stat, key, broker="broker-a"):
+        hit = frame[(frame["stat_name"].astype(str) == stat) & (frame["stats_key"].astype(str) == key)
+                    & (frame["broker"].astype(str) == broker)]
+        assert len(hit) == 1
+        return hit.iloc[0]
+
+    sb = one(rows, rmq.SNDBCK_PUT_NUMS, f"pugc-content@{GROUP}")
+    assert sb["sum"] == pytest.approx(c.admitted[m, ga, 0], abs=1)                  # admitted send-backs only
+    assert sb["tps"] == pytest.approx(sb["sum"] / 60)
+    retry_put = one(rows, rmq.TOPIC_PUT_NUMS, rmq.RETRY_TOPIC_PREFIX + GROUP)
+    assert retry_put["sum"] == pytest.approx(c.admitted[m, ga].sum(), abs=1)       # send-backs + fallbacks
+    consumed = one(rows, rmq.GROUP_GET_NUMS, f"pugc-content@{GROUP}")["sum"]
+    before = one(demand, rmq.GROUP_GET_NUMS, f"pugc-content@{GROUP}")["sum"]
+    lost = c.lost[m, [ga, gb]].sum() / (c.demand[[ga, gb], m].sum() * 60)
+    assert consumed == pytest.approx(before * (1 - 0.5 * lost), rel=0.01)         # pull flow control
+    files = stats_files(c.spec, rows, {m})[m]
+    text = "".join(t for path, t in files if path.startswith("broker_stats/broker-a/"))
+    stamp = (START + dt.timedelta(minutes=m + 1, hours=8)).strftime("%Y-%m-%d %H:%M:%S")
+    assert f"{stamp} INFO - [SNDBCK_PUT_NUMS] [pugc-content@{GROUP}] Stats In One Minute, SUM: {sb['sum']} " in text
+    with pytest.raises(ValueError, match="not been simulated"):
+        admitted_rows(ClosedLoopCluster(spec()), 0)
