@@ -251,7 +251,6 @@ def test_governor_runs_with_its_kafka_sink_down_and_catches_up_when_it_is_back(s
     conf = _conf(tmp_path, **{
         "sink.kafka.enabled": True,
         "sink.kafka.bootstrap_servers": f"127.0.0.1:{port}",
-        "sink.kafka.options": {"enable_idempotence": False},  # Tansu has no idempotent producer
     })
     landing, lake = tmp_path / "landing", tmp_path / "lake"
     render_landing(STORM, landing)
