@@ -90,6 +90,7 @@ class GovernorLease:
         self.lost = False
         #: expires_at of the lease this holder last wrote (None before acquire)
         self.expires_at: dt.datetime | None = None
+        self._renewed_text = "never"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -132,6 +133,7 @@ class GovernorLease:
         tmp.write_text(json.dumps(lease, indent=2) + "\n")
         os.replace(tmp, self.path)
         self.expires_at = now + self.ttl
+        self._renewed_text = _text(now)
 
     def _stale(self, lease: dict[str, Any]) -> bool:
         expires = dt.datetime.fromisoformat(lease["expires_at"].replace("Z", "+00:00"))
@@ -223,7 +225,9 @@ class GovernorLease:
                     log.warning("lease renewal failed: %s", exc)
                     continue
                 if not ok:
-                    log.error("lake %s: the lease was taken over by another governor; stopping", self.root)
+                    log.error("lake %s: the lease was taken over by another governor, or expired before this process "
+                              "renewed it (last renewed %s, now %s); stopping", self.root, self._renewed_text,
+                              _text(self.clock()))
                     if on_lost is not None:
                         on_lost()
                     return

@@ -114,8 +114,13 @@ def test_a_holder_that_hung_past_the_ttl_stops_its_queries_and_writes_nothing_af
             os.killpg(first.pid, signal.SIGCONT)
             os.killpg(first.pid, signal.SIGKILL)
             first.wait(timeout=30)
-    assert first.returncode not in (0, None), stderr[-3000:]
-    assert "Traceback" not in stderr, stderr[-3000:]
+    assert first.returncode == 2, stderr[-3000:]
+    # no traceback but Spark's report of a micro-batch that failed on the lost lease (one planned before the
+    # renewal thread saw the loss may start after SIGCONT; its foreachBatch asks the lease first and raises)
+    lines = stderr.splitlines()
+    for start in (i for i, line in enumerate(lines) if line.startswith("Traceback")):
+        block = lines[start:start + 60]
+        assert any("LakeHeldError: " in line for line in block), "\n".join(block)
     assert stderr.strip().splitlines()[-1] == (
         f"rate-governor: lake {lake}: the lease was taken over by another governor; stopped"), stderr[-3000:]
     after = _files(lake)
