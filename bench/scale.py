@@ -1,12 +1,13 @@
 """Scale: the governor (``--once``) on the ``large_mix`` scenario (10,000 topics, 50 brokers, 2,000 groups), timed,
 with its headroom against real time and a check of what it limited.
 
-    .venv/bin/python bench/scale.py [--minutes 20] [--validate] [--dir DIR] [--seed 7]
+    .venv/bin/python bench/scale.py [--minutes 20] [--no-validate] [--conf FILE] [--dir DIR] [--seed 7]
 
 Renders ``minutes`` minutes of ``large_mix`` (:func:`pipelines.sim.render.render_landing`; storm onset at
-``minutes // 2``) into ``DIR/landing``, runs :func:`pipelines.governor.run` once on a lean ``conf/local.toml``
-(``quality.validate_every_n_batches = 0``, no per-batch GX validation; ``--validate`` keeps the file's setting)
-with the lake in ``DIR/lake``, then prints the input lines, the wall time of the run, events/s and the headroom
+``minutes // 2``) into ``DIR/landing``, runs :func:`pipelines.governor.run` once on the shipped ``conf/local.toml``
+(GX validation per micro-batch on, as shipped; ``--no-validate`` sets ``quality.validate_every_n_batches = 0``, a
+non-shipped setting the output names) with the lake in ``DIR/lake``, then prints the config it ran with (file and
+every setting changed from it), the input lines, the wall time of the run, events/s and the headroom
 ``minutes × 60 s ÷ wall time`` (how many times faster than the cluster produced the lines; > 1 means a single
 governor on this machine keeps up). The check uses
 the scenario's ground truth: the storm's culprit group must have an enforced limit and no other resource may
@@ -62,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=int, default=20, help="minutes of traffic to generate (default 20)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--validate", action="store_true",
-                    help="keep the config's GX validation (default: quality.validate_every_n_batches = 0)")
+    ap.add_argument("--no-validate", action="store_true",
+                    help="quality.validate_every_n_batches = 0 (not shipped: no GX validation per micro-batch)")
     ap.add_argument("--conf", default=str(REPO / "conf" / "local.toml"))
     ap.add_argument("--dir", default="", help="work directory (default: a temporary one, removed at the end)")
     args = ap.parse_args(argv)
@@ -85,8 +86,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{written['culprit_group']}, onset {written['onset']:%H:%M} UTC", flush=True)
 
         cfg = load_config(args.conf).with_paths(str(landing), str(lake))
-        if not args.validate:
+        changed = []
+        if args.no_validate:
             cfg = cfg.model_copy(update={"quality": cfg.quality.model_copy(update={"validate_every_n_batches": 0})})
+            changed.append("quality.validate_every_n_batches = 0")
+        shipped = Path(args.conf).resolve() == REPO / "conf" / "local.toml"
+        print(f"config: {args.conf}{' (shipped)' if shipped else ''}; changed for this run: "
+              f"{', '.join(changed) or 'nothing'}; spark.master {cfg.spark.master}, shuffle partitions "
+              f"{cfg.spark.shuffle_partitions}, lake.writer {cfg.lake.writer}, GX validation every "
+              f"{cfg.quality.validate_every_n_batches} batch(es), source.max_files_per_trigger "
+              f"{cfg.source.max_files_per_trigger}; {os.cpu_count()} cores", flush=True)
         if not os.environ.get(cfg.limits.signing_key_env) and not cfg.limits.signing_key_file:
             os.environ[cfg.limits.signing_key_env] = secrets.token_hex(32)  # this run only
         spark = build_session(cfg.spark)

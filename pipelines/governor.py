@@ -45,6 +45,17 @@ from pipelines.ops import console, progress
 log = logging.getLogger("rate_governor")
 
 
+def _fenced(handler, governor: Governor):
+    """``handler`` behind the lake's fence: a micro-batch that starts after this governor lost the lake's lease
+    fails before it reads or writes anything (the flows' own appends and publishes ask the fence again)."""
+
+    def handle(df: DataFrame, batch_id: int) -> None:
+        governor.lake.check_fence()
+        return handler(df, batch_id)
+
+    return handle
+
+
 def _start(df: DataFrame, name: str, handler, mode: str, cfg: GovernorConfig, once: bool,
            interval: str | None = None) -> StreamingQuery:
     writer = (
@@ -77,15 +88,20 @@ def start_queries(spark: SparkSession, governor: Governor, once: bool,
     cfg = governor.cfg
     raw = sources.raw_records(spark, cfg)
     gate = governor.ingest.gate
-    governor.queries = [_start(raw, "ingest", governor.ingest.handle, "append", cfg, once, interval)]
+    governor.queries = [
+        _start(raw, "ingest", _fenced(governor.ingest.handle, governor), "append", cfg, once, interval)
+    ]
     if cfg.windows.fast_path_on(once):
         governor.queries.append(
-            _start(open_window_stream(raw, cfg, gate), "fast", governor.fast.handle, "update", cfg, once, interval)
+            _start(open_window_stream(raw, cfg, gate), "fast", _fenced(governor.fast.handle, governor), "update",
+                   cfg, once, interval)
         )
     if once:
         _await_all(governor.queries[:1], stop=governor.queries)
     events = window_stream(metric_event_stream(spark, cfg), cfg)
-    governor.queries.append(_start(events, "gold", governor.gold.handle, "append", cfg, once, interval))
+    governor.queries.append(
+        _start(events, "gold", _fenced(governor.gold.handle, governor), "append", cfg, once, interval)
+    )
     if once:
         _await_all(governor.queries)
     return governor.queries
@@ -112,8 +128,9 @@ def run(
     while running and releases it at the end.
 
     Raises:
-        LakeHeldError: another governor holds the lake (nothing was started or written), or took it over while
-            this one hung longer than ``lake.lease_ttl_seconds`` (its queries were stopped).
+        LakeHeldError: another governor holds the lake (nothing was started or written), or this one's lease was
+            lost (taken over, or expired while it hung longer than ``lake.lease_ttl_seconds``): its queries were
+            stopped and it wrote nothing after its lease expired (every write asks the lease first).
         RuntimeError: a query failed (its name and error).
     """
     lease = lease or GovernorLease(cfg.lake.path, cfg.lake.lease_ttl_seconds)
@@ -121,15 +138,21 @@ def run(
     try:
         check_checkpoint(cfg)
         governor = build_governor(spark, cfg, clock)
+        governor.lake.fence = lease.check  # no write once the lease is lost (taken over, or expired in a hang)
         listener = progress.attach(spark, governor, once=once)  # one console line per micro-batch
+        # renewed from before the first query starts: a --once backlog can take longer than the ttl
+        lease.start_renewing(on_lost=lambda: _stop_all(governor.queries))
         try:
             start_queries(spark, governor, once)
-            lease.start_renewing(on_lost=lambda: [query.stop() for query in governor.queries])
             if not once:
                 spark.streams.awaitAnyTermination()
+        except Exception:
+            if not lease.lost:  # a query failed on the fence: the lease, not the query, is the error
+                raise
         finally:
             progress.detach(spark, listener)
         if lease.lost:
+            _stop_all(governor.queries)
             raise LakeHeldError(f"lake {cfg.lake.path}: the lease was taken over by another governor; stopped")
         for query in governor.queries:
             if query.exception() is not None:
@@ -137,6 +160,15 @@ def run(
         return governor
     finally:
         lease.release()
+
+
+def _stop_all(queries: list[StreamingQuery]) -> None:
+    for query in list(queries):
+        try:
+            if query.isActive:
+                query.stop()
+        except Exception as exc:  # noqa: BLE001 - stopping the others goes on
+            log.warning("stopping query %s failed: %s", query.name, exc)
 
 
 def build_parser() -> OneLineParser:

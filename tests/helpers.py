@@ -66,3 +66,25 @@ def set_comparable(df):
 
     return df.select(*[F.array_sort(F.map_entries(f.name)).alias(f.name) if isinstance(f.dataType, MapType)
                        else F.col(f.name) for f in df.schema.fields])
+
+
+def assert_every_table_readable(spark, lake) -> list[str]:
+    """Every Delta table of the lake ``lake`` (a :class:`pipelines.io.lake.Lake`) is valid Arrow (``validate(full=
+    True)`` checks UTF-8), reads into pandas, through Spark's Parquet reader (the files of the Delta log), through
+    the lake's own reader and through the SQL of ``python -m pipelines.query``, with the same row count each way.
+    Returns the tables found."""
+    from deltalake import DeltaTable
+
+    from pipelines import query
+    from pipelines.io.lake import TABLES
+
+    existing = [t for t in TABLES if DeltaTable.is_deltatable(lake.path(t))]
+    for table in existing:
+        delta = DeltaTable(lake.path(table))
+        arrow = delta.to_pyarrow_table()
+        arrow.validate(full=True)
+        assert len(delta.to_pandas()) == arrow.num_rows, table
+        assert spark.read.format("parquet").load(delta.file_uris()).count() == arrow.num_rows, table
+        assert len(lake.read(table).collect()) == arrow.num_rows, table
+        assert query.run_sql(lake.root, f"SELECT * FROM {query.sql_name(table)}").num_rows == arrow.num_rows
+    return existing

@@ -2,10 +2,12 @@
 
 :func:`start_kafka_broker` starts it on 127.0.0.1 on a free port; :meth:`KafkaBroker.kill` stops it (SIGKILL by
 pid, as a crash would) and :meth:`KafkaBroker.start` brings it back on the same port (empty: Tansu keeps topics in
-memory), for the "broker killed mid-run, broker back" tests. Seen working with kafka-python: ``create_topics``,
-produce with ``acks="all"``, consume with and without a group, tombstones, ``describe_configs``. What does not
-(tansu v0.6): the idempotent producer (``InitProducerId`` answers an error, every send fails with ``UnknownError``)
-and ``KafkaAdminClient.list_topics()`` (fails on Tansu's ACL field); the tests rely on neither.
+memory), for the "broker killed mid-run, broker back" tests. Seen working with kafka-python 3 (tansu v0.6):
+``create_topics``, the idempotent producer (``InitProducerId`` answers a producer id; kafka-python 2.x's request
+got an error) with ``acks="all"``, consume with and without a group, tombstones, ``describe_configs``. What does
+not: ``KafkaAdminClient.list_topics()`` (fails on Tansu's ACL field); the tests do not rely on it. Tansu has no
+storage that outlives its process here (``memory://``; its s3/postgres engines need servers), so a test that
+must see a re-sent record keeps a consumer up across the restart instead.
 
 The session fixture :func:`tansu` gives ``host:port`` of one broker shared by the tests that only need a broker.
 """

@@ -5,7 +5,11 @@ Compacted topic, key ``<resource_type>:<resource>`` (UTF-8), value the control r
 tombstone (null value) when a limit leaves the current set (lifted or expired). Only records whose version changed
 since the previous set are sent, so republishing the same set sends nothing; a replay after a crash re-sends the
 same versions, which brokers accept idempotently (same version, same record). The producer uses ``acks="all"`` and
-kafka-python's idempotent producer; ``[sink.kafka] options`` override these and add security settings (SASL/SSL).
+kafka-python's idempotent producer (no duplicate of a record its own retries re-sent; tested against Tansu, whose
+``InitProducerId`` kafka-python 3 uses); ``[sink.kafka] options`` override these and add security settings
+(SASL/SSL). A cluster that refuses the idempotent producer (a broker before 0.11, or an ACL without
+``IdempotentWrite`` on brokers before 2.8) fails every publish with its error in ``control/sink_status``: set
+``options = {enable_idempotence = false}`` there.
 Before the first send the topic is created compacted (``cleanup.policy=compact``) if it does not exist.
 
 kafka-python 3 (the supported line, ``pyproject.toml``): serializers are :class:`kafka.serializer.Serializer`

@@ -112,6 +112,14 @@ class Lake:
     def __init__(self, spark: SparkSession, root: str) -> None:
         self.spark = spark
         self.root = root.rstrip("/")
+        #: Called before every write (each append attempt, each publish): raises when this governor may no longer
+        #: write to the lake (:meth:`pipelines.io.lease.GovernorLease.check`, set by :func:`pipelines.governor.run`).
+        self.fence: Callable[[], None] | None = None
+
+    def check_fence(self) -> None:
+        """Raise (``LakeHeldError``) when the fence says this governor lost the lake; nothing without a fence."""
+        if self.fence is not None:
+            self.fence()
 
     def path(self, table: str) -> str:
         table_spec(table)
@@ -137,7 +145,8 @@ class Lake:
         """
         spec = table_spec(table)
         conformed = conform(df, spec.schema)
-        return _retried(lambda: self._append(conformed, spec, app_id=app_id, version=version, rows=rows))
+        return _retried(lambda: self._append(conformed, spec, app_id=app_id, version=version, rows=rows),
+                        self.check_fence, self.path(table))
 
     def append_rows(self, rows: list[tuple], table: str, *, app_id: str, version: int) -> int:
         """Append driver-side records (tuples in the order of the table's schema, timestamps naive UTC or aware),
@@ -151,7 +160,8 @@ class Lake:
         spec = table_spec(table)
         if not rows:
             return 0
-        return _retried(lambda: self._append_rows(rows, spec, app_id=app_id, version=version))
+        return _retried(lambda: self._append_rows(rows, spec, app_id=app_id, version=version), self.check_fence,
+                        self.path(table))
 
     def read(
         self,
@@ -204,25 +214,34 @@ APPEND_ATTEMPTS = 5
 APPEND_BACKOFF = (0.5, 4.0)
 
 
-def _retried(write: Callable[[], int]) -> int:
-    """``write()`` (one append) behind the append fault point, retried by :func:`_append_retrying`."""
+def _retried(write: Callable[[], int], fence: Callable[[], None], where: str) -> int:
+    """``write()`` (one append to the table at ``where``) behind ``fence`` and the append fault point, retried by
+    :func:`_append_retrying` (the fence is asked before every attempt; its error is not retried)."""
 
     def attempt() -> int:
-        fault_point(APPEND_FAULT)
+        fence()
+        fault_point(APPEND_FAULT, where)
         return write()
 
     return _append_retrying()(attempt)
 
 
+def storage_error(exc: BaseException) -> bool:
+    """True for an error of the storage under the lake, worth retrying: an ``OSError`` (a full disk, a storage
+    hiccup), or delta-rs's ``DeltaError`` carrying an operating-system error (a real ENOSPC reaches Python as
+    ``DeltaError: ... No space left on device (os error 28)``, not as an OSError)."""
+    return isinstance(exc, OSError) or (type(exc).__name__ == "DeltaError" and "(os error " in str(exc))
+
+
 def _append_retrying():
-    """Tenacity retrying for one append: an ``OSError`` (a full disk, a storage hiccup) is retried with back-off
-    (about 7.5 s in all), then re-raised so the micro-batch fails and is replayed on restart. Retrying is safe:
-    an append is skipped when its ``(app_id, version)`` is already committed, and a failed one committed nothing
-    (files written before the failure are not in the log; ``VACUUM`` removes them)."""
+    """Tenacity retrying for one append: a storage error (:func:`storage_error`) is retried with back-off (about
+    7.5 s in all), then re-raised so the micro-batch fails and is replayed on restart. Retrying is safe: an append
+    is skipped when its ``(app_id, version)`` is already committed, and a failed one committed nothing (files
+    written before the failure are not in the log; ``VACUUM`` removes them)."""
     import tenacity
 
     return tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(OSError),
+        retry=tenacity.retry_if_exception(storage_error),
         stop=tenacity.stop_after_attempt(APPEND_ATTEMPTS),
         wait=tenacity.wait_exponential(multiplier=APPEND_BACKOFF[0], max=APPEND_BACKOFF[1]),
         before_sleep=lambda state: log.warning(

@@ -9,6 +9,9 @@ holder.
 The file is JSON ``{"owner": "HOST:PID:STARTED:NONCE", "host", "pid", "started_at", "renewed_at", "expires_at"}`` (times
 ISO 8601 UTC). A holder renews it every ``ttl/3`` seconds from a daemon thread; a lease past ``expires_at`` is stale
 (the holder crashed or hangs) and is taken over, and so is a lease of a process on this host that no longer runs.
+A holder whose own lease expired before it renewed it (it hung longer than the ttl: a stopped process, a long GC
+or VM pause) has lost it, whether or not another governor took it over and even released it since: it must not
+write again (:meth:`GovernorLease.check`, the fence the lake's writes call).
 Read-check-write is serialised with ``flock`` on ``<lake>/_governor.lease.lock`` and the lease is replaced
 atomically (temporary file + ``os.replace``), so two starting governors cannot both win. The lease needs a lake on a
 POSIX file system (local disk, a mount); on an object store (``s3://``, ``abfss://``) it is skipped with a warning.
@@ -85,6 +88,9 @@ class GovernorLease:
         self.owner = f"{self.host}:{self.pid}:{_text(self.started_at)}:{uuid.uuid4().hex[:8]}"
         self.held = False
         self.lost = False
+        #: expires_at of the lease this holder last wrote (None before acquire)
+        self.expires_at: dt.datetime | None = None
+        self._renewed_text = "never"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -126,6 +132,8 @@ class GovernorLease:
         tmp = self.path.with_name(f".{LEASE_FILE}.{self.pid}.tmp")
         tmp.write_text(json.dumps(lease, indent=2) + "\n")
         os.replace(tmp, self.path)
+        self.expires_at = now + self.ttl
+        self._renewed_text = _text(now)
 
     def _stale(self, lease: dict[str, Any]) -> bool:
         expires = dt.datetime.fromisoformat(lease["expires_at"].replace("Z", "+00:00"))
@@ -158,17 +166,36 @@ class GovernorLease:
             self._write()
             self.held = True
 
+    def _expired(self) -> bool:
+        """True when the lease this holder last wrote has expired: it hung past the ttl, and another governor was
+        entitled to take the lake over (and may have released it again since)."""
+        return self.held and self.expires_at is not None and self.clock() >= self.expires_at
+
     def renew(self) -> bool:
-        """Extend the lease by ``ttl``; False (and nothing written) when another governor took it over."""
+        """Extend the lease by ``ttl``; False (and nothing written) when another governor took it over or this
+        holder's own lease expired before this renewal (it hung longer than the ttl)."""
         if not self.supported:
             return True
         with self._locked():
             lease = self.read()
-            if lease is not None and lease.get("owner") != self.owner:
+            if self._expired() or (lease is not None and lease.get("owner") != self.owner):
                 self.held, self.lost = False, True
                 return False
             self._write()
             return True
+
+    def check(self) -> None:
+        """The fence before a write to the lake: returns when this holder's lease is still valid.
+
+        Raises:
+            LakeHeldError: the lease was lost (taken over, or expired while this process hung); ``lost`` is set.
+        """
+        if not self.supported:
+            return
+        if not self.lost and self._expired():
+            self.held, self.lost = False, True
+        if self.lost:
+            raise LakeHeldError(f"lake {self.root}: the lease was taken over by another governor; stopped")
 
     def release(self) -> None:
         """Stop renewing and delete the lease if it is still ours."""
@@ -184,8 +211,8 @@ class GovernorLease:
         self.held = False
 
     def start_renewing(self, on_lost: Callable[[], None] | None = None) -> None:
-        """Renew every ttl/3 s in a daemon thread; when the lease was taken over (this process hung longer than
-        the ttl), log an ERROR and call ``on_lost`` (the governor stops its queries)."""
+        """Renew every ttl/3 s in a daemon thread; when the lease was lost (taken over, or this process hung longer
+        than the ttl), log an ERROR and call ``on_lost`` (the governor stops its queries)."""
         if not self.supported or self._thread is not None:
             return
         interval = max(self.ttl.total_seconds() / 3, 0.1)
@@ -198,7 +225,9 @@ class GovernorLease:
                     log.warning("lease renewal failed: %s", exc)
                     continue
                 if not ok:
-                    log.error("lake %s: the lease was taken over by another governor; stopping", self.root)
+                    log.error("lake %s: the lease was taken over by another governor, or expired before this process "
+                              "renewed it (last renewed %s, now %s); stopping", self.root, self._renewed_text,
+                              _text(self.clock()))
                     if on_lost is not None:
                         on_lost()
                     return

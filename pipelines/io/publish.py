@@ -166,7 +166,12 @@ class Publisher:
     def publish(self, now: dt.datetime, batch_id: int = 0, query: str = "gold") -> Path:
         """Publish the limits in force at ``now`` (micro-batch ``batch_id`` of ``query``); returns the path of
         ``limits.json``. The sinks fail soft (:class:`pipelines.io.sinks.SinkSet`): retried, reported in
-        ``control/sink_status``, caught up on a later publish; they never stop the file from being written."""
+        ``control/sink_status``, caught up on a later publish; they never stop the file from being written.
+
+        Raises:
+            pipelines.io.lease.LakeHeldError: this governor lost the lake's lease (the lake's fence): nothing is
+                published."""
+        self.lake.check_fence()
         records = self.records(now)
         self.sinks.publish_all(records, batch_id=batch_id, now=now, query=query)
         return write_limits_file(self.lake.root, records, now)

@@ -178,7 +178,9 @@ class ProgressListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event) -> None:  # noqa: N802
         if event.exception:
-            log.error("query %s stopped: %s", event.id, event.exception.splitlines()[0])
+            held = [line for line in event.exception.splitlines() if "LakeHeldError: " in line]
+            why = held[0].split("LakeHeldError: ", 1)[1] if held else event.exception.splitlines()[0]
+            log.error("query %s stopped: %s", event.id, why)
 
     def onQueryProgress(self, event) -> None:  # noqa: N802
         try:

@@ -34,8 +34,7 @@ def signed(resource, version, qps=40.0, rtype="group", key=KEY):
 
 def publish_with_the_sink(bootstrap, topic, *steps, previous=()):
     """Publish each set of ``steps`` in turn, as the governor does (``previous`` = the set already published)."""
-    sink = KafkaLimitsSink(KafkaSinkConfig(enabled=True, bootstrap_servers=bootstrap, topic=topic,
-                                           options={"enable_idempotence": False}))
+    sink = KafkaLimitsSink(KafkaSinkConfig(enabled=True, bootstrap_servers=bootstrap, topic=topic))
     previous = list(previous)
     for current in steps:
         sink.publish(previous, current)

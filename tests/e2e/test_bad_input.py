@@ -24,12 +24,12 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from pipelines import governor, query
+from pipelines import governor
 from pipelines.transforms import parse
 from pipelines.io import sources, tables
 from pipelines.config import StatsConfig, parse_config
 from pipelines.io.lake import TABLES, open_lake
-from tests.helpers import raw_records, stats_line
+from tests.helpers import assert_every_table_readable, raw_records, stats_line
 
 OK = "SUM: 600 TPS: 10.00 AVGPT: 1.00"
 LONG_TOPIC = "t" * 128
@@ -229,14 +229,7 @@ def test_mixed_landing_every_table_reads_with_pyarrow_pandas_and_spark(spark, mi
     spark_written = [t for t in existing if any(
         p.startswith("data/") for p in pa.table(DeltaTable(mixed_run.path(t)).get_add_actions()).column("path").to_pylist())]
     assert {tables.BRONZE_BROKER_STATS, tables.SILVER_BROKER_STATS, tables.QUARANTINE} <= set(spark_written)
-    for table in existing:
-        delta = DeltaTable(mixed_run.path(table))
-        arrow = delta.to_pyarrow_table()
-        arrow.validate(full=True)
-        assert len(delta.to_pandas()) == arrow.num_rows, table
-        assert spark.read.format("parquet").load(delta.file_uris()).count() == arrow.num_rows, table
-        assert len(mixed_run.read(table).collect()) == arrow.num_rows, table
-        assert query.run_sql(mixed_run.root, f"SELECT * FROM {query.sql_name(table)}").num_rows == arrow.num_rows
+    assert assert_every_table_readable(spark, mixed_run) == existing
 
 
 @pytest.mark.slow

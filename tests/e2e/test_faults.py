@@ -15,14 +15,15 @@ from pyspark.sql import functions as F
 
 from pipelines import governor
 from pipelines.config import load_config
-from pipelines.faults import APPEND_FAULT, FAIL_AT_ENV, FAIL_COUNT_ENV, FAIL_SKIP_ENV
+from pipelines.faults import (APPEND_FAULT, BALLAST, FAIL_AT_ENV, FAIL_COUNT_ENV, FAIL_MODE_ENV, FAIL_SKIP_ENV,
+                             FILL_DIR_ENV)
 from pipelines.io import sources
 from pipelines.io.lake import APPEND_ATTEMPTS, open_lake
 from pipelines.flows.gold import GoldFlow
 from pipelines.flows.ingest import IngestFlow
 from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
-from tests.helpers import write_config
+from tests.helpers import assert_every_table_readable, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -158,21 +159,42 @@ def _governor_process(conf: Path, landing: Path, lake: Path, **env: str) -> subp
          "--lake", str(lake), "--once"], capture_output=True, text=True, timeout=900, env={**clean, **env})
 
 
-def test_disk_full_for_a_moment_is_retried_and_too_long_fails_the_batch_for_a_clean_replay(spark, tmp_path):
+@pytest.fixture()
+def small_disk(tmp_path):
+    """A 64 MiB tmpfs for the lakes (mounting needs root), and the fault mode that goes with it: ``fill`` (the
+    governor really fills it at the failure point, a real torn write and ENOSPC); without a mount, ``torn`` (a
+    partial Parquet file written into the table, then ENOSPC raised)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)],
+                             capture_output=True).returncode == 0
+    yield disk, "fill" if mounted else "torn"
+    if mounted:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_disk_full_for_a_moment_is_retried_and_too_long_fails_the_batch_for_a_clean_replay(spark, tmp_path, small_disk):
+    """The lake's disk fills up in the middle of an append (part of the file written, then ENOSPC): for a moment
+    (3 attempts), the append is retried and the run completes; for longer than the retries, the micro-batch fails,
+    the job exits != 0, and a restart once there is space replays it to the same tables. Every table stays readable
+    by pyarrow, pandas and Spark."""
+    disk, mode = small_disk
     landing = tmp_path / "landing"
     written = render_landing(SPEC, landing)
     conf = _conf(tmp_path)
+    fault = {FAIL_AT_ENV: APPEND_FAULT, FAIL_SKIP_ENV: "2", FAIL_MODE_ENV: mode, FILL_DIR_ENV: str(disk)}
 
-    brief = tmp_path / "brief"  # full for 3 appends in a row, mid-run: absorbed by the retries
-    done = _governor_process(conf, landing, brief, **{FAIL_AT_ENV: APPEND_FAULT, FAIL_SKIP_ENV: "2",
-                                                      FAIL_COUNT_ENV: "3"})
+    brief = disk / "brief"  # full for 3 attempts in a row, mid-run: absorbed by the retries
+    done = _governor_process(conf, landing, brief, **fault, **{FAIL_COUNT_ENV: "3"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr.count("lake append failed") == 3 and "No space left on device" in done.stderr
+    assert not (disk / BALLAST).exists()
 
-    long = tmp_path / "long"  # full for longer than the retries of both queries: a batch fails, a restart replays it
-    failed = _governor_process(conf, landing, long, **{FAIL_AT_ENV: APPEND_FAULT, FAIL_SKIP_ENV: "2",
-                                                       FAIL_COUNT_ENV: str(2 * APPEND_ATTEMPTS)})
+    long = disk / "long"  # full for longer than the retries of both queries: a batch fails, a restart replays it
+    failed = _governor_process(conf, landing, long, **fault, **{FAIL_COUNT_ENV: str(2 * APPEND_ATTEMPTS)})
     assert failed.returncode != 0 and "No space left on device" in failed.stderr
+    assert failed.stderr.count("lake append failed") == APPEND_ATTEMPTS - 1
+    (disk / BALLAST).unlink(missing_ok=True)  # space again
     assert _governor_process(conf, landing, long).returncode == 0
     # When the failure stopped the gold query after its data batch but before the batch that emits the windows,
     # Spark emits them only once newer data moves the watermark (no trailing no-data batch after a restart): one
@@ -188,6 +210,7 @@ def test_disk_full_for_a_moment_is_retried_and_too_long_fails_the_batch_for_a_cl
         accounted = sum(_count(spark, lake, t) for t in ("silver/broker_stats", "silver/send_failures", "quarantine"))
         assert accounted == written["stats_lines"] + 1 + written["failure_lines"]
         _assert_balanced(spark, lake)
+        assert_every_table_readable(spark, open_lake(spark, str(lake)))
     for table in ("gold/topic_tps", "gold/limits"):
         assert _count(spark, brief, table) == _count(spark, long, table) > 0
 
@@ -251,7 +274,6 @@ def test_governor_runs_with_its_kafka_sink_down_and_catches_up_when_it_is_back(s
     conf = _conf(tmp_path, **{
         "sink.kafka.enabled": True,
         "sink.kafka.bootstrap_servers": f"127.0.0.1:{port}",
-        "sink.kafka.options": {"enable_idempotence": False},  # Tansu has no idempotent producer
     })
     landing, lake = tmp_path / "landing", tmp_path / "lake"
     render_landing(STORM, landing)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -77,3 +78,56 @@ def test_second_governor_refuses_and_a_killed_ones_lease_is_taken_over(spark, tm
     bronze = open_lake(spark, str(lake)).read("bronze/broker_stats")
     assert bronze.where(F.col("origin").contains("other-landing")).count() == 0   # nothing of the refused one
     assert bronze.count() == bronze.dropDuplicates(["origin", "raw"]).count() > 0  # nothing twice
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root``: relative path → (size, mtime in ns)."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_holder_that_hung_past_the_ttl_stops_its_queries_and_writes_nothing_after(spark, tmp_path):
+    """A continuous governor is stopped (SIGSTOP, Python and its JVM) longer than ``lake.lease_ttl_seconds``;
+    another governor takes the lake over, runs and releases it; when the first resumes (SIGCONT) it must notice
+    that its lease expired, stop its queries, write nothing and exit != 0 with one line."""
+    ttl = 15
+    conf = write_config(tmp_path / "hung.toml", **{"quality.validate_every_n_batches": 0,
+                                                    "windows.trigger_seconds": 2, "lake.lease_ttl_seconds": ttl})
+    landing, lake = tmp_path / "landing", tmp_path / "lake"
+    render_landing(SPEC, landing)
+    first = subprocess.Popen(_governor(conf, landing, lake), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        _wait_for(lambda: (lake / "control" / "limits.json").exists(), 240, "its first gold micro-batch", first)
+        os.killpg(first.pid, signal.SIGSTOP)  # the driver and its JVM hang
+        time.sleep(ttl + 1.5)
+        later = dt.datetime(2026, 11, 22, 8, 0) + dt.timedelta(minutes=SPEC.minutes + 5, hours=8)
+        (landing / "broker_stats" / "broker-a" / "late.log").write_text(
+            f"{later:%Y-%m-%d %H:%M:%S} INFO - [TOPIC_PUT_NUMS] [late] Stats In One Minute, SUM: 60 TPS: 1.00 AVGPT: 1.00\n")
+        second = subprocess.run(_governor(conf, landing, lake, "--once"), capture_output=True, text=True, timeout=600)
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert "taking over the stale lease" in second.stderr
+        before = _files(lake)
+        os.killpg(first.pid, signal.SIGCONT)
+        _, stderr = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGCONT)
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait(timeout=30)
+    assert first.returncode == 2, stderr[-3000:]
+    # no traceback but Spark's report of a micro-batch that failed on the lost lease (one planned before the
+    # renewal thread saw the loss may start after SIGCONT; its foreachBatch asks the lease first and raises)
+    lines = stderr.splitlines()
+    for start in (i for i, line in enumerate(lines) if line.startswith("Traceback")):
+        block = lines[start:start + 60]
+        assert any("LakeHeldError: " in line for line in block), "\n".join(block)
+    assert stderr.strip().splitlines()[-1] == (
+        f"rate-governor: lake {lake}: the lease was taken over by another governor; stopped"), stderr[-3000:]
+    after = _files(lake)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    # Nothing written after it resumed: no table, no limits.json, no sink state, no lease, no state store, no commit.
+    # Only Spark's own planning of one more micro-batch may land first (its offsets, and the file source's list of
+    # files seen), written by the JVM before any of the governor's code runs; that micro-batch then fails on the
+    # fence before it reads anything, and the next governor runs it.
+    assert all(re.fullmatch(r"_checkpoints/(ingest|fast|gold)/(offsets|sources/0)/\.?\d+(\.crc)?", k) for k in changed), changed
+    assert not (lake / LEASE_FILE).exists()

@@ -36,8 +36,7 @@ def read_all(bootstrap, topic):
 
 def test_kafka_sink_on_a_real_broker(tansu):
     topic = f"limits-{uuid.uuid4().hex[:8]}"
-    # Tansu answers InitProducerId with an error, so the idempotent producer is switched off here.
-    cfg = KafkaSinkConfig(enabled=True, bootstrap_servers=tansu, topic=topic, options={"enable_idempotence": False})
+    cfg = KafkaSinkConfig(enabled=True, bootstrap_servers=tansu, topic=topic)  # the shipped producer settings
     sink = KafkaLimitsSink(cfg)
     try:
         first = [signed("g1", 1), signed("orders", 1, 500.0, "topic")]
@@ -45,6 +44,9 @@ def test_kafka_sink_on_a_real_broker(tansu):
         second = [signed("g1", 2, 20.0), signed("orders", 1, 500.0, "topic")]
         assert sink.publish(first, second) == 1  # only the changed version
         assert sink.publish(second, second[:1]) == 1  # orders lifted: tombstone
+        # the shipped setting ran: the producer is idempotent (kafka-python 3 got a producer id from the broker)
+        assert sink.producer.config["enable_idempotence"] is True
+        assert sink.producer._transaction_manager.producer_id_and_epoch.producer_id >= 0
     finally:
         sink.close()
 
@@ -73,7 +75,7 @@ def test_kafka_sink_on_a_real_broker(tansu):
 
 def test_second_sink_finds_the_topic_existing(tansu):
     topic = f"limits-{uuid.uuid4().hex[:8]}"
-    cfg = KafkaSinkConfig(enabled=True, bootstrap_servers=tansu, topic=topic, options={"enable_idempotence": False})
+    cfg = KafkaSinkConfig(enabled=True, bootstrap_servers=tansu, topic=topic)
     for version in (1, 2):  # a restarted governor: create_topics answers TopicAlreadyExists, which is fine
         sink = KafkaLimitsSink(cfg)
         assert sink.publish([], [signed("g1", version)]) == 1

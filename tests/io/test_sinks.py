@@ -25,9 +25,7 @@ def record(resource, version, qps=40.0):
 
 
 def kafka_sink(bootstrap: str) -> KafkaLimitsSink:
-    # Tansu does not implement the idempotent producer (InitProducerId answers UnknownError): off for the tests
-    cfg = KafkaSinkConfig(enabled=True, bootstrap_servers=bootstrap, topic=TOPIC,
-                          options={"enable_idempotence": False})
+    cfg = KafkaSinkConfig(enabled=True, bootstrap_servers=bootstrap, topic=TOPIC)  # the shipped producer settings
     return KafkaLimitsSink(cfg)
 
 
