@@ -1,0 +1,49 @@
+"""The open-window stream of the fast query (pipelines/flows/fast.py open_window_stream), in the style of Spark's own
+streaming tests: one query on a tiny file source, ``processAllAvailable()``, a memory sink, ``stop()`` in
+``finally``. Two micro-batches: broker-a's minute line, then broker-b's line of the same minute and broker-a's
+line shipped again; in ``update`` mode each micro-batch emits the running sums of the windows its input touched."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from pipelines.config import load_config
+from pipelines.flows.fast import open_window_stream
+from pipelines.io import sources
+from pipelines.quality.gate import QualityGate
+from pipelines.sim.minutes import land
+from tests.helpers import stats_line
+
+# 18:00 in GMT+8 (stats.timezone) is 10:00 UTC; a line stamped 18:01:00 covers the minute 10:00-10:01 UTC
+LOCAL = "2022-02-08 18:01:00"
+START, END = dt.datetime(2022, 2, 8, 10, 0), dt.datetime(2022, 2, 8, 10, 1)
+
+
+def puts(tps_sum: int) -> str:
+    return stats_line(LOCAL, "TOPIC_PUT_NUMS", "orders", f"SUM: {tps_sum} TPS: {tps_sum / 60:.2f} AVGPT: 1.00")
+
+
+def test_open_window_sums_grow_per_micro_batch_and_count_a_reshipped_line_once(spark, tmp_path):
+    cfg = load_config("conf/local.toml").with_paths(str(tmp_path / "landing"), str(tmp_path / "lake"))
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    stream = open_window_stream(sources.raw_records(spark, cfg), cfg, QualityGate(cfg, lake=None))
+    orders = stream.where((F.col("resource_type") == "topic") & (F.col("resource") == "orders"))
+    query = (orders.select("window_start", "window_end", "puts", "carriers").writeStream.format("memory")
+             .queryName("open_windows").outputMode("update").start())
+    try:
+        land(landing, [("broker_stats/broker-a/m1.log", puts(600) + "\n")])
+        query.processAllAvailable()
+        land(landing, [("broker_stats/broker-b/m1.log", puts(1200) + "\n"),
+                       ("broker_stats/broker-a/m1-again.log", puts(600) + "\n")])  # shipped twice
+        query.processAllAvailable()
+        got = spark.sql("select * from open_windows")
+        expected = spark.createDataFrame(
+            [(START, END, 600, ["broker-a"]), (START, END, 1800, ["broker-a", "broker-b"])],
+            got.schema)
+        assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+    finally:
+        query.stop()
