@@ -16,12 +16,14 @@ import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from pipelines.transforms.anomalies import Anomaly  # noqa: E402
+
 #: One colour per anomaly kind (docs/contracts.md §2, ``gold/anomalies.anomaly``).
 ANOMALY_COLOURS = {
-    "RUNAWAY_RETRY": "tab:red",
-    "TRAFFIC_SURGE": "tab:orange",
-    "BROKER_BUSY": "tab:purple",
-    "FAILURE_SPIKE": "tab:brown",
+    Anomaly.RUNAWAY_RETRY.value: "tab:red",
+    Anomaly.TRAFFIC_SURGE.value: "tab:orange",
+    Anomaly.BROKER_BUSY.value: "tab:purple",
+    Anomaly.FAILURE_SPIKE.value: "tab:brown",
 }
 DECISION_COLOUR = "tab:blue"
 DPI = 100

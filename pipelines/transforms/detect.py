@@ -1,4 +1,5 @@
-"""Anomaly rules over the gold TPS tables → ``gold/anomalies`` rows (:data:`~pipelines.schemas.GOLD_ANOMALIES`).
+"""Anomaly rules over the gold TPS tables → ``gold/anomalies`` rows (:data:`~pipelines.schemas.GOLD_ANOMALIES`); the
+kinds, their evidence and their settings are catalogued in :mod:`pipelines.transforms.anomalies`.
 
 Rules (thresholds from ``[detection]`` in ``conf/``):
 
@@ -29,6 +30,7 @@ from pyspark.sql import functions as F
 
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
+from pipelines.transforms.anomalies import Anomaly
 from pipelines.transforms.types import WINDOW_KEYS, Transform
 
 
@@ -97,7 +99,7 @@ def runaway_retry(cfg: DetectionConfig) -> Transform:
             firing,
             "group",
             F.col("consumer_group"),
-            "RUNAWAY_RETRY",
+            Anomaly.RUNAWAY_RETRY.value,
             F.col("retry_tps"),
             F.col("consume_tps"),
             _severity(F.col("retry_tps"), cfg.retry_floor_tps, cfg),
@@ -157,7 +159,7 @@ def traffic_surge(resource_type: str, resource_col: str, cfg: DetectionConfig) -
             firing,
             resource_type,
             F.col(resource_col),
-            "TRAFFIC_SURGE",
+            Anomaly.TRAFFIC_SURGE.value,
             F.col("put_tps"),
             F.col("baseline_tps"),
             _severity(F.col("put_tps") / F.greatest(F.col("baseline_tps"), F.lit(1e-9)), cfg.surge_factor, cfg),
@@ -191,7 +193,7 @@ def broker_busy(windows: WindowsConfig, cfg: DetectionConfig) -> Transform:
             firing,
             "broker",
             F.col("broker"),
-            "BROKER_BUSY",
+            Anomaly.BROKER_BUSY.value,
             F.col("busy_failures") / F.lit(float(windows.length_seconds)),
             F.col("put_tps"),
             _severity(F.col("busy_failures"), cfg.busy_failures_floor, cfg),
@@ -223,7 +225,7 @@ def failure_spike(windows: WindowsConfig, cfg: DetectionConfig) -> Transform:
             firing,
             "topic",
             F.col("topic"),
-            "FAILURE_SPIKE",
+            Anomaly.FAILURE_SPIKE.value,
             faults / F.lit(float(windows.length_seconds)),
             F.col("put_tps"),
             _severity(faults, cfg.failure_floor, cfg),

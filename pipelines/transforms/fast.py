@@ -228,11 +228,11 @@ def preliminary_anomalies(
     )
     window_ends = open_windows.select(*WINDOW_KEYS).distinct()
     parts = [
-        # monotone: a count floor, or a floor and a factor of a baseline of finalized windows
+        # MONOTONE rules (pipelines/transforms/anomalies.py): a count floor, or a floor and a factor of a baseline
         brokers.transform(detect.broker_busy(windows, cfg)),
         surge_topics.join(window_ends, "window_start").transform(detect.traffic_surge("topic", "topic", cfg)),
         surge_brokers.join(window_ends, "window_start").transform(detect.traffic_surge("broker", "broker", cfg)),
-        # ratios: only where the census proves the denominator final
+        # RATIO rules: only where the census proves the denominator final
         groups.join(complete, "window_start", "left_semi").transform(detect.runaway_retry(cfg)),
         topics.join(complete, "window_start", "left_semi").transform(detect.failure_spike(windows, cfg)),
     ]

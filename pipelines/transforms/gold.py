@@ -35,6 +35,7 @@ from pipelines.io import tables
 from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig
 from pipelines.transforms import demand, detect, policy, policy_fold, reconcile, tps
+from pipelines.transforms.anomalies import limited_by
 from pipelines.transforms.fold import BOUND
 from pipelines.transforms.types import Transform
 
@@ -175,7 +176,8 @@ def bound_anomalies(evidence: DataFrame, windows_cfg) -> DataFrame:
     → ``gold/anomalies`` rows: the anomaly that set the limit persists (``RUNAWAY_RETRY`` for a group's retry
     traffic, ``TRAFFIC_SURGE`` for a topic), ``observed_tps`` the admitted rate, ``baseline_tps`` the limit,
     ``detail`` "limit-bound: 38.2 of 40.2 msg/s[, rejecting (n sends rejected by the limiter)]"."""
-    kind = F.when(F.col("resource_type") == "group", F.lit("RUNAWAY_RETRY")).otherwise(F.lit("TRAFFIC_SURGE"))
+    kind = F.when(F.col("resource_type") == "group", F.lit(limited_by("group").value)).otherwise(
+        F.lit(limited_by("topic").value))
     bound = evidence.where((F.col("status") == BOUND) & ~F.col("rule_fired"))
     return bound.select(
         (F.col("window_end") - F.make_dt_interval(secs=F.lit(windows_cfg.length_seconds))).alias("window_start"),

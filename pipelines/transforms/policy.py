@@ -28,6 +28,7 @@ from pipelines.config import LimitsConfig
 from pipelines.transforms.fold import (  # noqa: F401 (the decisions' vocabulary)
     ACTION_LIFT, ACTION_RELAX, ACTION_SET, BASIS_FINAL, BASIS_PRELIMINARY,
 )
+from pipelines.transforms.anomalies import Anomaly
 from pipelines.transforms.reconcile import VERSION_RANK, decision_version
 from pipelines.transforms.types import WINDOW_KEYS
 
@@ -72,7 +73,7 @@ def candidate_limits(anomalies: DataFrame, topic_brokers: DataFrame, cfg: Limits
     Retry and DLQ topics are governed through their group; protected resources get no candidate. Targets are
     finite, ≥ ``min_limit_qps`` and ≤ ``max_limit_qps``; at most one row per resource and window (lowest target).
     """
-    retry = anomalies.where(F.col("anomaly") == "RUNAWAY_RETRY")
+    retry = anomalies.where(F.col("anomaly") == Anomaly.RUNAWAY_RETRY.value)
     consume = F.coalesce(F.col("baseline_tps"), F.lit(0.0))
     group_candidates = retry.select(
         F.col("resource_type"),
@@ -91,11 +92,11 @@ def candidate_limits(anomalies: DataFrame, topic_brokers: DataFrame, cfg: Limits
         ).alias("reason"),
     )
 
-    busy = anomalies.where(F.col("anomaly") == "BROKER_BUSY").select(
+    busy = anomalies.where(F.col("anomaly") == Anomaly.BROKER_BUSY.value).select(
         *WINDOW_KEYS, F.col("resource").alias("broker")
     )
     surges = anomalies.where(
-        (F.col("anomaly") == "TRAFFIC_SURGE")
+        (F.col("anomaly") == Anomaly.TRAFFIC_SURGE.value)
         & (F.col("resource_type") == "topic")
         & ~F.col("resource").startswith(rmq.RETRY_TOPIC_PREFIX)
         & ~F.col("resource").startswith(rmq.DLQ_TOPIC_PREFIX)

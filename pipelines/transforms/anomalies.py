@@ -1,0 +1,85 @@
+"""The rule catalogue: every anomaly kind the governor detects, defined once, with what each rule needs.
+
+``gold/anomalies.anomaly`` holds :class:`Anomaly` values (docs/contracts.md §2). Per rule, :data:`RULES` says:
+
+* ``resource_types``: what it flags (a consumer group, a topic, a broker);
+* ``evidence``: :data:`MONOTONE` (a count floor, or a floor and a factor of a baseline of finalized windows: the
+  lines still to come can only add, so the fast path may act on an open window's partial sums) or :data:`RATIO`
+  (retry ÷ consume, failures ÷ attempts: acts on an open window only once every expected broker has reported, so
+  the denominator is final; :mod:`pipelines.transforms.fast`);
+* ``limited``: the resource types it limits, and ``limits`` what such a limit governs (none: it limits nothing
+  itself);
+* ``demand_evidence``: under an enforced limit the rule falls silent (the cap shows), so the final path judges the
+  limited resource on this evidence instead (:mod:`pipelines.transforms.demand`, :func:`pipelines.transforms.fold.
+  classify`);
+* ``config``: its thresholds in ``[detection]`` (:class:`pipelines.config.DetectionConfig`);
+* ``source``: where the rule comes from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+#: Evidence kinds (see the module docstring).
+MONOTONE, RATIO = "monotone", "ratio"
+
+
+class Anomaly(str, Enum):
+    """An anomaly kind; ``.value`` is what ``gold/anomalies.anomaly`` holds."""
+
+    RUNAWAY_RETRY = "RUNAWAY_RETRY"
+    TRAFFIC_SURGE = "TRAFFIC_SURGE"
+    BROKER_BUSY = "BROKER_BUSY"
+    FAILURE_SPIKE = "FAILURE_SPIKE"
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """One rule of the catalogue (fields: see the module docstring)."""
+
+    kind: Anomaly
+    resource_types: tuple[str, ...]
+    evidence: str
+    limited: tuple[str, ...]
+    limits: str | None
+    demand_evidence: str | None
+    config: tuple[str, ...]
+    source: str
+
+
+RULES: dict[Anomaly, RuleSpec] = {
+    Anomaly.RUNAWAY_RETRY: RuleSpec(
+        Anomaly.RUNAWAY_RETRY, ("group",), RATIO, limited=("group",),
+        limits="the group's retry traffic: one limiter per broker keyed %RETRY%<group>",
+        demand_evidence="per broker the larger of the group's SNDBCK_PUT_NUMS and the plain sends to %RETRY%<group> "
+                        "(TOPIC_PUT_NUMS), against the cluster-wide limit; RATE_LIMITED failures naming "
+                        "%RETRY%<group>; the limiter's own last rejection (control/limiter_rejections)",
+        config=("retry_ratio_threshold", "retry_floor_tps", "critical_factor"),
+        source="article 001: a consumer that never acknowledged, %RETRY%get-pugc-to-ai-consumer at 785 TPS"),
+    Anomaly.TRAFFIC_SURGE: RuleSpec(
+        Anomaly.TRAFFIC_SURGE, ("topic", "broker"), MONOTONE, limited=("topic",),
+        limits="a topic's puts, only while a broker carrying it is BROKER_BUSY (else an advisory record)",
+        demand_evidence="the topic's cluster-wide TOPIC_PUT_NUMS against its limit; RATE_LIMITED failures of the "
+                        "topic; the carriers' health (BROKER_BUSY) for probing the limit upward",
+        config=("surge_factor", "surge_floor_tps", "baseline_windows", "baseline_min_windows", "baseline_quantile",
+                "critical_factor"),
+        source="article 001: one broker's writes rose about 8x"),
+    Anomaly.BROKER_BUSY: RuleSpec(
+        Anomaly.BROKER_BUSY, ("broker",), MONOTONE, limited=(), limits=None, demand_evidence=None,
+        config=("busy_failures_floor", "critical_factor"),
+        source="article 001: [TIMEOUT_CLEAN_QUEUE]broker busy fast failures rejected sends of every topic"),
+    Anomaly.FAILURE_SPIKE: RuleSpec(
+        Anomaly.FAILURE_SPIKE, ("topic",), RATIO, limited=(), limits=None, demand_evidence=None,
+        config=("failure_rate_threshold", "failure_floor", "critical_factor"),
+        source="producer send failures; the limiter's own RATE_LIMITED rejections never count"),
+}
+
+
+def limited_by(resource_type: str) -> Anomaly:
+    """The rule whose limit governs a limited resource of ``resource_type`` (``group`` → RUNAWAY_RETRY, ``topic``
+    → TRAFFIC_SURGE)."""
+    for spec in RULES.values():
+        if resource_type in spec.limited:
+            return spec.kind
+    raise ValueError(f"no rule limits a {resource_type}")
