@@ -187,6 +187,16 @@ def test_per_broker_shares_add_up_to_the_target_and_changes_and_expiry_count(tmp
     assert last[1] == {} and last[0] == t1 + pd.Timedelta(seconds=300)
 
 
+def test_a_final_row_within_the_hysteresis_of_the_preliminary_confirms_it(tmp_path):
+    far = pd.Timestamp(START) + pd.Timedelta(hours=1)
+    res = _run(tmp_path, "persisting_storm", [
+        (255, [_record(GROUP, 40.0, 1, far)]),      # preliminary, on part of the window
+        (375, [_record(GROUP, 40.1, 5, far)]),      # final, 0.25 % above: within hysteresis_pct (10 %)
+        (500, [_record(GROUP, 20.0, 6, far)]),      # tightened: a change
+    ])
+    assert compute(res).value("limit_changes_while_cause_persists") == 1
+
+
 def test_fix_to_lift_and_false_limits(tmp_path):
     far = pd.Timestamp(START) + pd.Timedelta(hours=1)
     healthy = _record("risk-notify", 1.0, 1, far, rtype="topic")
