@@ -21,7 +21,10 @@ def spark():
 
     session = build_session(
         SparkConfig(master="local[2]", app_name="rate-governor-tests", shuffle_partitions=2,
-                    conf={"spark.ui.enabled": "false", "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"})
+                    # the driver heap of the shipped conf/local.toml (Spark's default, 1 GiB, is what a governor
+                    # runs out of first; tests/e2e/test_governor_e2e.py checks that a run leaves nothing cached)
+                    conf={"spark.ui.enabled": "false", "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+                          "spark.driver.memory": "4g"})
     )
     yield session
     session.stop()

@@ -86,6 +86,7 @@ class GoldFlow(DecisionFlow):
     def handle(self, metrics: DataFrame, batch_id: int) -> None:
         """One micro-batch of finalized windows → gold tables, anomalies, limit decisions, published limits."""
         metrics = metrics.transform(self._single).persist()
+        out = None
         try:
             first_window, horizon_end = gold.window_bounds(metrics)
             if first_window is None:
@@ -107,7 +108,7 @@ class GoldFlow(DecisionFlow):
                 self.publisher.publish(now, batch_id, QUERY)
                 log.info("gold batch %d: limits published in %.2f s", batch_id, time.monotonic() - started)
                 self.warn_held_too_long(out.state, horizon_end)
-            for df in (out.topic_tps, out.group_tps, out.broker_tps, out.anomalies):
-                df.unpersist()
         finally:
+            if out is not None:
+                out.release()
             metrics.unpersist()

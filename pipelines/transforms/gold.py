@@ -106,6 +106,14 @@ class GoldOutputs:
     limits: DataFrame
     refused: DataFrame
     state: DataFrame
+    #: The DataFrames cached while building the outputs; :meth:`release` unpersists them once written.
+    cached: tuple[DataFrame, ...] = ()
+
+    def release(self) -> None:
+        """Unpersist what :func:`gold_outputs` cached (a continuous job would otherwise keep every micro-batch's
+        cached plans registered on the driver until its heap runs out)."""
+        for df in self.cached:
+            df.unpersist()
 
     def tables(self) -> dict[str, DataFrame]:
         """Table name → rows to append, in the order the final path writes them."""
@@ -214,7 +222,8 @@ def gold_outputs(
         check: see :func:`decisions`.
         first_window: the batch's first ``window_start``; horizon_end: its last ``window_end`` (UTC).
     Returns:
-        :class:`GoldOutputs` (lazy DataFrames; the caller persists what it reuses).
+        :class:`GoldOutputs` (lazy DataFrames over cached intermediates; the caller calls
+        :meth:`GoldOutputs.release` once they are written).
     """
     windows = cfg.windows
     single = partitioning(cfg.spark.gold_single_partition)
@@ -245,4 +254,4 @@ def gold_outputs(
     )
     return GoldOutputs(with_limit_in_force(topics, evidence), groups, brokers,
                        anomalies.unionByName(bound_anomalies(evidence, windows)), limits.unionByName(reconciled),
-                       decided.refused, state)
+                       decided.refused, state, cached=(topics, groups, brokers, anomalies, limits, state, evidence))

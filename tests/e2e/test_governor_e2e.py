@@ -35,9 +35,18 @@ def run(spark, tmp_path_factory):
     written = render_landing(SPEC, landing)
     conf = lean_config_file(root / "lean.toml")
     cfg = load_config(conf).with_paths(str(landing), str(lake))
+    spark.catalog.clearCache()
     gov = governor.run(spark, cfg, once=True)
+    cached = not spark._jsparkSession.sharedState().cacheManager().isEmpty()
     counts = {t: open_lake(spark, str(lake)).read(t).count() for t in TABLES}
-    return {"cfg": cfg, "lake": lake, "landing": landing, "written": written, "gov": gov, "counts": counts}
+    return {"cfg": cfg, "lake": lake, "landing": landing, "written": written, "gov": gov, "counts": counts,
+            "left_cached": cached}
+
+
+def test_a_run_leaves_nothing_cached(run):
+    # every micro-batch unpersists what it cached: a continuous job would otherwise keep each batch's cached plans
+    # registered on the driver until its heap runs out (the test session's 1 GiB did, running the whole suite)
+    assert run["left_cached"] is False
 
 
 def test_every_input_line_is_in_bronze_and_silver_or_quarantine(run):
