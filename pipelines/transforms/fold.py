@@ -245,6 +245,13 @@ def fold_resource(
     def refresh_due(window_end: dt.datetime) -> bool:
         return state.last_decision_end is not None and window_end - state.last_decision_end >= refresh
 
+    def cooled(window_end: dt.datetime) -> bool:
+        return state.last_change_end is None or window_end - state.last_change_end >= cooldown
+
+    def outlived(evidence: str) -> str:
+        return (f"the anomaly outlived the first cut{evidence}: down to the target of {state.target_qps:.1f} msg/s "
+                f"frozen on {state.limited_since:%Y-%m-%dT%H:%M:%SZ}")
+
     def recover(until: dt.datetime) -> None:
         if not recover_windows or state.limit_qps is None or state.last_candidate_end is None:
             return
@@ -272,15 +279,11 @@ def fold_resource(
         shares = None if state.broker_shares else shares_of(cand.broker_tps)  # adopt shares a limit lacks
         if current < cand.floor_qps:
             emit(cand.window_end, target, ACTION_SET, cand.reason, cand.mode, shares=shares, target=target)
-        elif target < current * (1.0 - cfg.hysteresis_pct / 100.0) and (
-            cand.critical or state.last_change_end is None or cand.window_end - state.last_change_end >= cooldown
-        ):
+        elif target < current * (1.0 - cfg.hysteresis_pct / 100.0) and (cand.critical or cooled(cand.window_end)):
             # max_cut_pct bounds a cut on one window's evidence; a frozen target is proven by the limit's first
             # window and by this one (the anomaly outlived the first cut): reached in one step
             tighter = target if cand.critical or frozen else max(target, current * keep)
-            reason = cand.reason if not frozen else (
-                f"{cand.reason}; the anomaly outlived the first cut: down to the target of "
-                f"{target:.1f} msg/s frozen on {state.limited_since:%Y-%m-%dT%H:%M:%SZ}")
+            reason = f"{cand.reason}; {outlived('')}" if frozen else cand.reason
             emit(cand.window_end, tighter, ACTION_SET, reason, cand.mode, shares=shares, target=target)
         elif refresh_due(cand.window_end):
             emit(cand.window_end, current, ACTION_SET, f"refresh (anomaly persists): {cand.reason}", state.mode,
@@ -293,11 +296,8 @@ def fold_resource(
                             if x is not None)
         surge = status == BOUND and state.resource_type == "topic"
         probed_above = state.target_qps is not None and current > state.target_qps * (1.0 + cfg.hysteresis_pct / 100)
-        cooled = state.last_change_end is None or obs.window_end - state.last_change_end >= window * cfg.cooldown_windows
-        if status == BOUND and not surge and probed_above and cooled:  # demand still runs into the first cut
-            emit(obs.window_end, state.target_qps, ACTION_SET,
-                 f"the anomaly outlived the first cut ({detail}): down to the target of {state.target_qps:.1f} msg/s "
-                 f"frozen on {state.limited_since:%Y-%m-%dT%H:%M:%SZ}", state.mode)
+        if status == BOUND and not surge and probed_above and cooled(obs.window_end):  # demand runs into the first cut
+            emit(obs.window_end, state.target_qps, ACTION_SET, outlived(f" ({detail})"), state.mode)
         elif surge and not obs.healthy and probed_above:  # a probe made a carrier busy again: one step back
             lower = max(state.target_qps, current / cfg.relax_factor)
             emit(obs.window_end, lower, ACTION_SET, f"probe undone: {detail} and a broker carrying it is busy; "
