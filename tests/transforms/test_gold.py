@@ -11,7 +11,6 @@ from tests.helpers import ts
 
 CFG = GovernorConfig()
 NOW = dt.datetime(2026, 11, 22, 10, 0)
-W1, W2 = ts("2022-02-08 07:01"), ts("2022-02-08 07:02")
 
 
 def test_a_limited_group_whose_limiter_rejected_in_the_window_is_still_bound(spark):
