@@ -140,6 +140,10 @@ class LimitsConfig(_Section):
     clear_share: float = Field(default=0.5, gt=0, lt=1)
     #: A limit held longer than this (seconds of event time) is flagged on the status page and in the log.
     max_held_seconds: int = Field(default=3600, gt=0)
+    #: Recurrence memory (flap damping, pipelines/transforms/fold.py): an anomaly within this many windows of its
+    #: resource's last lift is a recurrence: straight to the remembered target, and each recurrence doubles the clear
+    #: windows the next lift needs (recovery_windows x 2^n, at most max(recovery_windows, recurrence_windows)).
+    recurrence_windows: int = Field(default=30, ge=0)
     advisory_resources: tuple[str, ...] = ()
     signing_key_env: str = "RATE_GOVERNOR_SIGNING_KEY"
     signing_key_file: str = ""

@@ -209,6 +209,9 @@ POLICY_STATE = _struct(
     ("limited_since", _TS),
     ("broker_shares", BROKER_FIGURES),
     ("last_distress_end", _TS),
+    ("last_lift_end", _TS),
+    ("lifted_target_qps", _D),
+    ("recurrences", _L),
     ("batch_id", _L),
 )
 
@@ -242,6 +245,9 @@ POLICY_FOLD = _struct(
     ("broker_limits", BROKER_FIGURES),
     ("limited_since", _TS),
     ("last_distress_end", _TS),
+    ("last_lift_end", _TS),
+    ("lifted_target_qps", _D),
+    ("recurrences", _L),
     ("status", _S),
     ("rule_fired", T.BooleanType()),
 )

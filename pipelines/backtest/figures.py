@@ -9,6 +9,10 @@ Figures that do not depend on how long the run is (times UTC, simulated; per sec
   on the culprit's brokers, before and after containment) and ``bystander_after_pct_of_before``; the baseline
   ``bystander_rejected_per_minute_no_governor``: the same seconds after containment in the same cluster without
   any limit.
+* ``bystander_rejected_per_minute_after_recurrence`` and ``bystander_after_recurrence_pct_of_before`` (a cause
+  with three or more episodes): the same from the third episode on, once the cause has come back once. A governor
+  cannot tell at the first quiet spell a consumer that is fixed (to be lifted within minutes) from one that will
+  break again; the recurrence memory holds the limit from the second recurrence, and this figure checks that.
 * ``limit_changes_while_cause_persists``: changes of the value in force (the cluster-wide figure; a limit that
   disappears counts) per culprit resource while the cause persists, from the first second of each episode of the
   cause with a limit in force (the most of any episode); refreshes and a final decision confirming a preliminary
@@ -167,6 +171,12 @@ def compute(result, baseline=None) -> Figures:
         values["bystander_rejected_per_minute_before"] = (rb, "msgs/min", "bystander")
         values["bystander_rejected_per_minute_after"] = (ra, "msgs/min", "bystander")
         values["bystander_after_pct_of_before"] = (100.0 * ra / rb if rb > 0 else nan, "pct", "bystander")
+        if len(spans) >= 3:  # from the third episode: the storm has come back once
+            learned = active & (sec >= int((spans[2][0] - c.start).total_seconds()))
+            rl = rejected[learned].sum() / (learned.sum() / 60.0) if learned.any() else nan
+            values["bystander_rejected_per_minute_after_recurrence"] = (rl, "msgs/min", "bystander")
+            values["bystander_after_recurrence_pct_of_before"] = (100.0 * rl / rb if rb > 0 else nan, "pct",
+                                                                  "bystander")
         if baseline is not None:
             base = baseline.second_rejected[:, bystander].sum(axis=1)
             values["bystander_rejected_per_minute_no_governor"] = (
@@ -241,9 +251,14 @@ def _checks(result, v: dict, has_culprit: bool) -> list[tuple[str, bool, str]]:
         lo, hi = TARGET_RATIO
         out.append((f"cluster-wide admitted within {lo}x-{hi}x the decided target", bool(lo <= x <= hi),
                     f"{x:.2f}x"))
-        x = get("bystander_after_pct_of_before")
-        out.append((f"bystander rejected sends per storm minute after containment <= {BYSTANDER_AFTER_MAX_PCT:.0f} % "
-                    "of before", bool(x <= BYSTANDER_AFTER_MAX_PCT), f"{x:.2f} %"))
+        if "bystander_after_recurrence_pct_of_before" in v:  # an intermittent cause: judged once it came back
+            x = get("bystander_after_recurrence_pct_of_before")
+            out.append((f"bystander rejected sends per storm minute from the third episode <= "
+                        f"{BYSTANDER_AFTER_MAX_PCT:.0f} % of before", bool(x <= BYSTANDER_AFTER_MAX_PCT), f"{x:.2f} %"))
+        else:
+            x = get("bystander_after_pct_of_before")
+            out.append((f"bystander rejected sends per storm minute after containment <= {BYSTANDER_AFTER_MAX_PCT:.0f} "
+                        "% of before", bool(x <= BYSTANDER_AFTER_MAX_PCT), f"{x:.2f} %"))
         if result.spec.name == "storm_fixed":
             x = get("fix_to_lift_minutes")
             out.append((f"lifted <= {FIX_TO_LIFT_MAX_MIN:.0f} event minutes after the fix",

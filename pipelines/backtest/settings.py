@@ -29,7 +29,7 @@ _CLUSTER = {"brokers": 4, "topics": 10, "groups": 6}
 SCENARIO_SIZES: dict[str, dict[str, Any]] = {
     "persisting_storm": {**_CLUSTER, "minutes": 20, "onset_minute": 6, "culprit_topic_brokers": 2},
     "storm_fixed": {**_CLUSTER, "minutes": 24, "onset_minute": 6, "culprit_topic_brokers": 2, "storm_fix_minute": 14},
-    "intermittent_storm": {**_CLUSTER, "minutes": 22, "onset_minute": 6, "culprit_topic_brokers": 2,
+    "intermittent_storm": {**_CLUSTER, "minutes": 30, "onset_minute": 6, "culprit_topic_brokers": 2,
                            "storm_on_minutes": 4, "storm_off_minutes": 4},
     "spread_storm": {**_CLUSTER, "brokers": 5, "minutes": 20, "onset_minute": 6, "culprit_topic_brokers": 4},
     "flash_sale": {**_CLUSTER, "minutes": 25, "onset_minute": 12},

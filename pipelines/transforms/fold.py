@@ -28,6 +28,14 @@ throttled consumer's falling consume rate must not ratchet its limit down to the
 shares of the limit (each broker's share of the resource's traffic in the window that set it: a capped share must
 not feed on itself). Both are reset when the limit is lifted.
 
+**Recurrence memory** (flap damping, as BGP route-flap damping or an alert's back-off). A lift remembers when it
+happened and the frozen target. An anomaly of the same resource within ``recurrence_windows`` windows of that lift
+is a *recurrence*: the new limit goes straight to the remembered target (no ``max_cut_pct`` step: the target was
+proven by the limit before), and each recurrence doubles the clear windows the next lift needs
+(``recovery_windows`` × 2^recurrences, at most ``max(recovery_windows, recurrence_windows)``). A consumer that breaks
+every few minutes thus keeps its limit through its quiet spells from its second storm on, while a consumer fixed
+once is lifted after ``recovery_windows``. Quiet for ``recurrence_windows`` after a lift, the memory is forgotten.
+
 Decisions depend only on event-time windows and saved state, never on how windows were cut into micro-batches.
 """
 
@@ -61,7 +69,9 @@ class ResourceState:
     ``broker_shares`` each broker's share of the limit (fractions summing to 1, frozen at the first set);
     ``limited_since`` the window end of the decision that started the current limit; ``last_candidate_end`` the
     last window where the anomaly or the cap was seen; ``last_distress_end`` the last window where a broker
-    carrying the resource was busy (surge probing waits for health).
+    carrying the resource was busy (surge probing waits for health). Recurrence memory: ``last_lift_end`` when the
+    last limit was lifted, ``lifted_target_qps`` its frozen target, ``recurrences`` how many limits in a row were
+    set within ``recurrence_windows`` of the previous lift (0: the first).
     """
 
     resource_type: str
@@ -77,6 +87,15 @@ class ResourceState:
     limited_since: dt.datetime | None = None
     broker_shares: Mapping[str, float] = field(default_factory=dict)
     last_distress_end: dt.datetime | None = None
+    last_lift_end: dt.datetime | None = None
+    lifted_target_qps: float | None = None
+    recurrences: int = 0
+
+
+def recovery_needed(recurrences: int, cfg: LimitsConfig) -> int:
+    """Clear windows a limit needs before its lift: ``recovery_windows`` doubled per recurrence, at most
+    ``max(recovery_windows, recurrence_windows)`` (see the module's "Recurrence memory")."""
+    return min(cfg.recovery_windows * 2 ** min(recurrences, 16), max(cfg.recovery_windows, cfg.recurrence_windows))
 
 
 @dataclass(frozen=True)
@@ -186,7 +205,8 @@ def fold_resource(
     Per window, in order:
       1. a rule fired (a candidate):
          a. no limit yet → ``set``: the target, but a non-critical anomaly cuts at most ``max_cut_pct`` of the
-            observed rate; the target and the per-broker shares are frozen;
+            observed rate; the target and the per-broker shares are frozen; a recurrence (``recurrence_windows``
+            after a lift) goes straight to the remembered target;
          b. the limit is below the candidate's floor (a growing legitimate surge, advisory) → ``set`` to the target;
          c. the (frozen) target is lower than the limit by more than ``hysteresis_pct`` and the last change is at
             least ``cooldown_windows`` old (or the anomaly is critical) → ``set``: to a frozen target in one step
@@ -198,7 +218,8 @@ def fold_resource(
          persisting storm sees at most one change after its first limit; a ``bound`` surge limit whose brokers have been
          healthy for ``recovery_windows`` windows is probed upward (``relax`` x``relax_factor``; ``lift`` once at
          ``lift_at_qps``);
-      3. ``recovery_windows`` windows after the anomaly or the cap was last seen → ``lift``.
+      3. :func:`recovery_needed` windows after the anomaly or the cap was last seen (``recovery_windows``, doubled
+         per recurrence) → ``lift``, remembered for ``recurrence_windows``.
     The fast path (open windows) folds with ``recover_windows=False``: absence is only known on final windows.
     A window older than the last one seen (a final window behind a preliminary one) may tighten the limit but does
     not move ``last_candidate_end`` back.
@@ -210,14 +231,20 @@ def fold_resource(
     evidence: list[Evidence] = []
     window = dt.timedelta(seconds=window_seconds)
     recovery = window * cfg.recovery_windows
+    memory = window * cfg.recurrence_windows
     refresh = dt.timedelta(seconds=cfg.refresh_seconds)
     cooldown = window * cfg.cooldown_windows
     keep = 1.0 - cfg.max_cut_pct / 100.0
 
     def emit(window_end: dt.datetime, limit: float, action: str, reason: str, mode: str, change: bool = True,
-             shares: Mapping[str, float] | None = None, target: float | None = None) -> None:
+             shares: Mapping[str, float] | None = None, target: float | None = None, remember: bool = False) -> None:
+        """Append a decision and move the state; ``remember``: a lift the recurrence memory keeps (the cause went
+        away); any other lift forgets it (a surge probed up to its normal rate was legitimate demand)."""
         nonlocal state
         lifted = action == ACTION_LIFT
+        if lifted:
+            memo = (window_end, state.target_qps or state.limit_qps, state.recurrences) if remember else (None, None, 0)
+            state = replace(state, last_lift_end=memo[0], lifted_target_qps=memo[1], recurrences=memo[2])
         new_limit = state.limit_qps is None and not lifted
         shares = dict(state.broker_shares) if shares is None else dict(shares)
         decisions.append(
@@ -255,24 +282,50 @@ def fold_resource(
     def recover(until: dt.datetime) -> None:
         if not recover_windows or state.limit_qps is None or state.last_candidate_end is None:
             return
-        lift_at = max(state.last_candidate_end + recovery, (state.last_decision_end or state.last_candidate_end) + window)
+        needed = recovery_needed(state.recurrences, cfg)
+        lift_at = max(state.last_candidate_end + window * needed,
+                      (state.last_decision_end or state.last_candidate_end) + window)
         if lift_at <= until:
             why = (f"demand at most {cfg.clear_share:.0%} of the {state.limit_qps:.1f} msg/s limit and no anomaly"
                    if state.mode == MODE_ENFORCE else "anomaly absent")
+            damped = f", doubled for each of {state.recurrences} recurrences" if state.recurrences else ""
             emit(lift_at, state.limit_qps, ACTION_LIFT,
-                 f"{why} since {state.last_candidate_end:%Y-%m-%dT%H:%M:%SZ} ({cfg.recovery_windows} windows): the "
-                 "limit is doing nothing and is lifted, brokers fall back to their defaults", state.mode)
+                 f"{why} since {state.last_candidate_end:%Y-%m-%dT%H:%M:%SZ} ({needed} windows{damped}): the "
+                 "limit is doing nothing and is lifted, brokers fall back to their defaults", state.mode, remember=True)
+
+    def recurrence(cand: Candidate) -> tuple[float, str] | None:
+        """(remembered target, reason suffix) when a new limit is a recurrence (module docstring), else None;
+        moves the memory: the recurrence count grows, or a memory older than ``recurrence_windows`` is forgotten."""
+        nonlocal state
+        last = state.last_lift_end
+        if last is None or cand.window_end < last:  # no lift remembered, or a window from before it
+            return None
+        if cand.window_end - last > memory:
+            state = replace(state, last_lift_end=None, lifted_target_qps=None, recurrences=0)
+            return None
+        state = replace(state, recurrences=state.recurrences + 1)
+        if state.lifted_target_qps is None or cand.mode != MODE_ENFORCE:
+            return None
+        lifted = (window * recovery_needed(state.recurrences, cfg)).total_seconds() / 60
+        return state.lifted_target_qps, (
+            f"; recurrence {state.recurrences} within {cfg.recurrence_windows} windows of the lift at "
+            f"{last:%Y-%m-%dT%H:%M:%SZ}: straight to the target of {state.lifted_target_qps:.1f} msg/s frozen "
+            f"before, lifted only after {lifted:g} min of clear windows")
 
     def on_candidate(cand: Candidate) -> None:
         if not (math.isfinite(cand.target_qps) and cand.target_qps > 0):
             raise ValueError(f"limit target for {state.resource} must be finite and > 0, got {cand.target_qps}")
         current = state.limit_qps
         if current is None:
-            start = cand.target_qps
-            if not cand.critical and cand.observed_tps:
+            start, reason, target = cand.target_qps, cand.reason, cand.target_qps
+            again = recurrence(cand)
+            if again is not None:
+                start = target = again[0]
+                reason += again[1]
+            elif not cand.critical and cand.observed_tps:
                 start = max(start, cand.observed_tps * keep)
-            emit(cand.window_end, start, ACTION_SET, cand.reason, cand.mode,
-                 shares=shares_of(cand.broker_tps), target=cand.target_qps)
+            emit(cand.window_end, start, ACTION_SET, reason, cand.mode, shares=shares_of(cand.broker_tps),
+                 target=target)
             return
         frozen = state.mode == MODE_ENFORCE and cand.mode == MODE_ENFORCE and state.target_qps is not None
         target = state.target_qps if frozen else cand.target_qps

@@ -34,7 +34,8 @@ FOLD_ARROW_SCHEMA = arrow_schema(schemas.POLICY_FOLD)
 #: The state columns of POLICY_FOLD (and POLICY_STATE) besides the resource keys, with the ResourceState field each
 #: one holds.
 STATE_COLUMNS = ("limit_qps", "version", "last_candidate_end", "last_decision_end", "last_change_end",
-                 "lift_at_qps", "mode", "target_qps", "limited_since", "broker_shares", "last_distress_end")
+                 "lift_at_qps", "mode", "target_qps", "limited_since", "broker_shares", "last_distress_end",
+                 "last_lift_end", "lifted_target_qps", "recurrences")
 #: Row kinds of POLICY_FOLD.
 CANDIDATE, OBSERVATION, STATE, DECISION, EVIDENCE = "candidate", "observation", "state", "decision", "evidence"
 
@@ -82,6 +83,9 @@ def _saved_state(rows: pd.DataFrame) -> ResourceState:
         limited_since=_ts(s["limited_since"]),
         broker_shares=_figures(s["broker_shares"]),
         last_distress_end=_ts(s["last_distress_end"]),
+        last_lift_end=_ts(s["last_lift_end"]),
+        lifted_target_qps=_num(s["lifted_target_qps"]),
+        recurrences=0 if pd.isna(s["recurrences"]) else int(s["recurrences"]),
     )
 
 

@@ -80,6 +80,9 @@ def preliminary_state(saved_state: DataFrame, latest_limits: DataFrame) -> DataF
         keep_or("limited_since", F.col("p_end")),
         keep_or("broker_shares", p_shares),
         F.col("last_distress_end"),
+        F.col("last_lift_end"),
+        F.col("lifted_target_qps"),
+        F.col("recurrences"),
     )
 
 

@@ -247,3 +247,23 @@ def test_an_intermittent_storm_counts_changes_per_episode(tmp_path):
     f = compute(res)
     assert f.value("limit_changes_while_cause_persists") == 0, f.details
     assert f.details["fix_to_lift_minutes"].startswith("2.2")       # first fix 6:00, lifted at 8:10
+
+
+def test_an_intermittent_storm_is_judged_from_its_third_episode_once_it_came_back(tmp_path):
+    """Episodes 3-6, 9-12, 15-18 min. Held through the second quiet spell, the third episode finds the limit in force
+    and its bystanders see nothing; lifted in that spell too, the third episode starts unlimited and the check fails."""
+    far = pd.Timestamp(START) + pd.Timedelta(hours=1)
+    shares = {"broker-a": 20.0, "broker-b": 20.0}
+    first = [(180 + 75, [_record(GROUP, 40.0, 1, far, brokers=shares)]), (8 * 60, []),
+             (9 * 60 + 75, [_record(GROUP, 40.0, 3, far, brokers=shares)])]
+    check = "bystander rejected sends per storm minute from the third episode <= 1 % of before"
+    held = compute(_run(tmp_path / "held", "intermittent_storm", first, minutes=18, storm_on_minutes=3,
+                        storm_off_minutes=3))
+    assert held.value("bystander_rejected_per_minute_before") > 100
+    assert held.value("bystander_after_recurrence_pct_of_before") <= 1.0
+    assert (check, True) in [(name, ok) for name, ok, _ in held.checks]
+    again = first + [(14 * 60, []), (15 * 60 + 75, [_record(GROUP, 40.0, 5, far, brokers=shares)])]
+    lifted = compute(_run(tmp_path / "lifted", "intermittent_storm", again, minutes=18, storm_on_minutes=3,
+                          storm_off_minutes=3))
+    assert lifted.value("bystander_after_recurrence_pct_of_before") > 5.0
+    assert (check, False) in [(name, ok) for name, ok, _ in lifted.checks]

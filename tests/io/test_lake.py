@@ -128,7 +128,8 @@ def test_latest_row_per_resource_is_the_same_picked_on_the_driver_or_ranked_by_s
     ]
     for batch, group in ((0, state[:2]), (1, state[2:])):
         lake.append(spark.createDataFrame(
-            [(t, r, q, 1, at, at, at, None, "enforce", q, at, {"broker-a": 1.0}, None, b) for t, r, q, b in group],
+            [(t, r, q, 1, at, at, at, None, "enforce", q, at, {"broker-a": 1.0}, None, None, None, None, b)
+             for t, r, q, b in group],
             schemas.POLICY_STATE),
             "state/policy", app_id="q", version=batch)
     rank = latest_state

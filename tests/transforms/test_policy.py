@@ -374,3 +374,50 @@ def test_decide_folds_observations_and_returns_the_evidence(spark):
     state = out.where(F.col("row_kind") == "state").first()
     assert (state["target_qps"], state["limited_since"], state["broker_shares"]) == (
         40.0, end(1), {"broker-a": 0.5, "broker-b": 0.5})
+
+
+# --- recurrence memory (flap damping) ------------------------------------------------------------------------------
+
+def test_an_intermittent_storm_keeps_its_limit_through_its_quiet_spells_from_its_second_storm_on():
+    """4 storm minutes, 4 quiet, again and again (limit 40 msg/s, frozen). The first quiet spell lifts the limit after
+    recovery_windows (3) clear windows; the second storm is a recurrence: straight to the remembered target, and
+    the next lift needs 6 clear windows, more than the 4-minute quiet spell, so the third storm finds it in force."""
+    storm = lambda i: seen(i, 39.0)  # noqa: E731 (at the cap)
+    quiet = lambda i: seen(i, 0.3)   # noqa: E731
+    obs = ([storm(i) for i in range(2, 5)] + [quiet(i) for i in range(5, 9)]
+           + [quiet(i) for i in range(9, 10)] + [storm(i) for i in range(10, 13)] + [quiet(i) for i in range(13, 17)]
+           + [storm(i) for i in range(17, 21)] + [quiet(i) for i in range(21, 40)])
+    # the second storm's first window fires the rule, against a lower (throttled) consume rate
+    decisions, state = fold([cand(1, 40.0), cand(9, 25.0, critical=False, observed_tps=300.0)], horizon=40, obs=obs)
+    assert changes(decisions) == [
+        ("set", end(1), 40.0), ("lift", end(7), 40.0),    # first quiet spell: 3 clear windows (5, 6, 7)
+        ("set", end(9), 40.0),                            # recurrence: the remembered 40, not 25, no max-cut step
+        ("lift", end(26), 40.0)]                          # held through 13-16; lifted after 6 clear windows (21-26)
+    assert "recurrence 1 within 30 windows of the lift at" in decisions[2].reason
+    assert "(6 windows, doubled for each of 1 recurrences)" in decisions[-1].reason
+    assert (state.recurrences, state.last_lift_end, state.lifted_target_qps) == (1, end(26), 40.0)
+
+
+def test_recurrences_double_the_clear_windows_up_to_the_memory_and_a_quiet_memory_is_forgotten():
+    cfg = LimitsConfig()
+    assert [fl.recovery_needed(n, cfg) for n in range(6)] == [3, 6, 12, 24, 30, 30]
+    assert [fl.recovery_needed(n, LimitsConfig(recurrence_windows=0)) for n in range(3)] == [3, 3, 3]
+    remembered = fl.ResourceState("group", "g", version=4, last_lift_end=end(10), lifted_target_qps=40.0,
+                                  recurrences=2)
+    decisions, later = fold([cand(41, 60.0)], horizon=41, state=remembered)   # 31 windows after the lift: forgotten
+    assert changes(decisions) == [("set", end(41), 60.0)] and "recurrence" not in decisions[0].reason
+    assert (later.recurrences, later.last_lift_end, later.lifted_target_qps) == (0, None, None)
+    decisions, again = fold([cand(40, 60.0)], horizon=40, state=remembered)   # 30 windows after: a recurrence
+    assert changes(decisions) == [("set", end(40), 40.0)] and again.recurrences == 3
+    decisions, off = fold([cand(12, 60.0)], horizon=12, state=remembered, cfg=LimitsConfig(recurrence_windows=0))
+    assert changes(decisions) == [("set", end(12), 60.0)] and off.recurrences == 0
+
+
+def test_a_surge_limit_probed_up_to_its_normal_rate_is_not_remembered():
+    """A probe-lift means the demand was legitimate: a later surge starts afresh (max-cut step, 3-window recovery)."""
+    probed = fl.ResourceState("topic", "g", limit_qps=600.0, version=3, target_qps=400.0, lift_at_qps=800.0,
+                              last_candidate_end=end(1), last_decision_end=end(1), last_change_end=end(1),
+                              limited_since=end(1), last_lift_end=end(0), lifted_target_qps=300.0, recurrences=1)
+    decisions, state = fold([], horizon=5, state=probed, obs=[seen(i, 599.0) for i in range(2, 6)])
+    assert [d.action for d in decisions][-1] == "lift"
+    assert (state.recurrences, state.last_lift_end, state.lifted_target_qps) == (0, None, None)

@@ -19,13 +19,18 @@ NOW = dt.datetime(2026, 11, 22, 10, 0)
 STATE = schemas.POLICY_STATE.__class__([f for f in schemas.POLICY_STATE.fields if f.name != "batch_id"])
 
 
+def pad(row: tuple) -> tuple:
+    """A state row whose newer trailing columns (the recurrence memory) are null."""
+    return row + (None,) * (len(STATE.fields) - len(row))
+
+
 def limit(resource, window_end, qps, basis, action="set", split=None):
     return (NOW, window_end, "group", resource, qps, int(qps) + 1, None, action, "enforce",
             NOW + dt.timedelta(minutes=10), f"[{basis}] r", 1, basis, split)
 
 
 def saved(resource, qps, target=None, shares=None, since=None):
-    return ("group", resource, qps, 3, W1, W1, W1, 400.0, "enforce", target, since, shares, None)
+    return pad(("group", resource, qps, 3, W1, W1, W1, 400.0, "enforce", target, since, shares, None))
 
 
 def test_preliminary_limits_in_force_override_the_saved_state_and_freeze_their_target_and_shares(spark):
@@ -43,12 +48,12 @@ def test_preliminary_limits_in_force_override_the_saved_state_and_freeze_their_t
     got = preliminary_state(state, latest).orderBy("resource")
     want = spark.createDataFrame([
         # final-only: untouched; lifted: the preliminary lift is in force (no limit), the saved target stays
-        ("group", "final-only", 50.0, 3, W1, W1, W1, 400.0, "enforce", 50.0, W1, None, None),
-        ("group", "lifted", None, 3, W1, W2, W2, 400.0, "enforce", 40.0, W1, None, None),
+        pad(("group", "final-only", 50.0, 3, W1, W1, W1, 400.0, "enforce", 50.0, W1, None, None)),
+        pad(("group", "lifted", None, 3, W1, W2, W2, 400.0, "enforce", 40.0, W1, None, None)),
         # new: only the fast path has limited it: its limit is its frozen target, its split its shares
-        ("group", "new", 40.0, 0, None, W2, W2, None, "enforce", 40.0, W2, {"broker-a": 0.75, "broker-b": 0.25}, None),
+        pad(("group", "new", 40.0, 0, None, W2, W2, None, "enforce", 40.0, W2, {"broker-a": 0.75, "broker-b": 0.25}, None)),
         # tightened: the newer preliminary limit is in force; the final path's target and shares stay frozen
-        ("group", "tightened", 20.0, 3, W1, W3, W3, 400.0, "enforce", 40.0, W1, {"broker-a": 1.0}, None),
+        pad(("group", "tightened", 20.0, 3, W1, W3, W3, 400.0, "enforce", 40.0, W1, {"broker-a": 1.0}, None)),
     ], STATE)
     assert_df_equality(got, want, ignore_nullable=True)
 
@@ -62,7 +67,7 @@ def limit_row(resource, window_end, qps, basis, action="set", version=1, split=N
 
 
 def state_row(resource, qps, shares=None):
-    return ("group", resource, qps, 1, W1, W1, W1, 790.0, "enforce", qps, W1, shares, None)
+    return pad(("group", resource, qps, 1, W1, W1, W1, 790.0, "enforce", qps, W1, shares, None))
 
 
 def test_unconfirmed_preliminary_limits_are_reversed_and_different_ones_corrected(spark):
