@@ -57,7 +57,7 @@ class LakeConfig(_Section):
     #: expires after this long (at once when it ran on the same host).
     lease_ttl_seconds: int = Field(default=60, ge=3)
     #: delta-rs lake: an ingest append of more rows than this is written by Spark's executors and committed by
-    #: delta-rs; smaller ones go through the driver as Arrow (pipelines/io/lake.py DeltaRsLake).
+    #: delta-rs; smaller ones go through the driver as Arrow (pipelines/io/lake/delta_rs.py DeltaRsLake).
     executor_write_rows: int = Field(default=200_000, ge=0)
 
 

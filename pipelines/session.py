@@ -36,8 +36,8 @@ def build_session(
         .config("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-        # Parquet written by Spark (the delta-rs lake's large appends, pipelines/io/lake.py) stores timestamps as
-        # microseconds adjusted to UTC, Delta's timestamp type, instead of Spark's legacy INT96.
+        # Parquet written by Spark (the delta-rs lake's large appends, pipelines/io/lake/delta_rs.py) stores
+        # timestamps as microseconds adjusted to UTC, Delta's timestamp type, instead of Spark's legacy INT96.
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     )
     if master or not _submitted():

@@ -12,12 +12,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from control import record as control_record
 from pipelines.faults import crash_point
 from pipelines.io import tables
+from pipelines.io.lake import Lake
+from pipelines.io.lake.base import newest_per_key
 from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig, LimitsConfig
 from pipelines.transforms.policy import ACTION_LIFT
@@ -27,19 +29,18 @@ LIMITS_FILE = "control/limits.json"
 
 def latest_per_resource(limits: DataFrame) -> DataFrame:
     """gold/limits → the latest decision per (resource_type, resource), by ``version``."""
-    newest_first = Window.partitionBy(*RESOURCE_KEYS).orderBy(F.col("version").desc())
-    ranked = limits.select("*", F.row_number().over(newest_first).alias("_rank"))
-    return ranked.where(F.col("_rank") == 1).drop("_rank")
+    return newest_per_key(limits, list(RESOURCE_KEYS), "version")
 
 
 def current_limits(limits: DataFrame, now: dt.datetime) -> DataFrame:
-    """gold/limits → the limits in force at ``now`` (UTC): latest per resource, not lifted, not expired."""
+    """gold/limits → the limits in force at ``now`` (UTC): latest per resource, not lifted, not expired. The Spark
+    definition of what :class:`Publisher` publishes (for queries and to check :func:`current_rows` against)."""
     latest = latest_per_resource(limits)
     return latest.where((F.col("action") != ACTION_LIFT) & (F.col("expires_at") > F.lit(now)))
 
 
 def current_rows(latest: list[dict[str, Any]], now: dt.datetime) -> list[dict[str, Any]]:
-    """:func:`current_limits` on the driver: the latest rows per resource (dicts, timestamps UTC-aware, e.g. from
+    """:func:`current_limits` on the driver: the latest rows per resource (dicts, timestamps UTC-aware, from
     :meth:`pipelines.io.lake.Lake.latest_rows`) → those in force at ``now`` (naive = UTC), by resource."""
     at = now.replace(tzinfo=dt.timezone.utc) if now.tzinfo is None else now
     live = [
@@ -88,7 +89,8 @@ def records_from_rows(rows: list[dict[str, Any]], cfg: LimitsConfig, key: bytes 
 
 
 def control_records(current: DataFrame, cfg: LimitsConfig, key: bytes | None) -> list[dict[str, Any]]:
-    """Rows of :func:`current_limits` → control records (dicts), signed when ``key`` is given."""
+    """Rows of :func:`current_limits` → control records (dicts), signed when ``key`` is given: the Spark definition
+    of :func:`records_from_rows` (tests check one against the other)."""
     records = []
     rows = current.select(
         "*", F.date_format(F.col("expires_at"), "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("expires_at_text")
@@ -144,7 +146,7 @@ class Publisher:
         control.record.SigningKeyError: see :func:`signing_key`.
     """
 
-    def __init__(self, cfg: GovernorConfig, lake) -> None:
+    def __init__(self, cfg: GovernorConfig, lake: Lake) -> None:
         from pipelines.io.sinks import SinkSet
 
         self.cfg = cfg
@@ -153,15 +155,12 @@ class Publisher:
         self.sinks = SinkSet.from_config(cfg, lake)
 
     def records(self, now: dt.datetime) -> list[dict[str, Any]]:
-        """The control records of the limits in force at ``now`` (UTC), signed when a key is configured.
-
-        On the delta-rs lake the latest row per resource is picked on the driver (:meth:`Lake.latest_rows`: no
-        Spark job, the table's current snapshot read each time, so both flows' decisions and a restart are seen);
-        elsewhere with Spark (:func:`current_limits`)."""
+        """The control records of the limits in force at ``now`` (UTC), signed when a key is configured: the latest
+        ``gold/limits`` row per resource from the lake (:meth:`pipelines.io.lake.Lake.latest_rows`: the table's
+        current snapshot read each time, so both flows' decisions and a restart are seen), those in force kept
+        (:func:`current_rows`)."""
         latest = self.lake.latest_rows(tables.GOLD_LIMITS, list(RESOURCE_KEYS), "version")
-        if latest is not None:
-            return records_from_rows(current_rows(latest, now), self.cfg.limits, self.key)
-        return control_records(current_limits(self.lake.read(tables.GOLD_LIMITS), now), self.cfg.limits, self.key)
+        return records_from_rows(current_rows(latest, now), self.cfg.limits, self.key)
 
     def publish(self, now: dt.datetime, batch_id: int = 0, query: str = "gold") -> Path:
         """Publish the limits in force at ``now`` (micro-batch ``batch_id`` of ``query``); returns the path of

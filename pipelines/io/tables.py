@@ -1,7 +1,7 @@
 """The names of the lake's Delta tables: their paths under the lake root (docs/contracts.md §2).
 
 Plain constants with no Spark import, so that Spark-free code (the Data Docs builder, the control plane's tools)
-can name a table too. The registry of schemas and time columns is :data:`pipelines.io.lake.TABLES`, keyed by these.
+can name a table too. The registry of schemas and time columns is :data:`pipelines.io.lake.registry.TABLES`, keyed by these.
 """
 
 from __future__ import annotations

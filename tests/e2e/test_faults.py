@@ -18,7 +18,8 @@ from pipelines.config import load_config
 from pipelines.faults import (APPEND_FAULT, BALLAST, FAIL_AT_ENV, FAIL_COUNT_ENV, FAIL_MODE_ENV, FAIL_SKIP_ENV,
                              FILL_DIR_ENV)
 from pipelines.io import sources
-from pipelines.io.lake import APPEND_ATTEMPTS, open_lake
+from pipelines.io.lake import open_lake
+from pipelines.io.lake.retry import APPEND_ATTEMPTS
 from pipelines.flows.gold import GoldFlow
 from pipelines.flows.ingest import IngestFlow
 from pipelines.sim.render import render_landing

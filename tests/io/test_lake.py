@@ -99,7 +99,7 @@ def test_replay_is_skipped_after_log_cleanup_keeps_only_the_checkpoint(spark, tm
 
 def test_disk_full_append_is_retried_then_succeeds_once(spark, tmp_path, monkeypatch):
     from pipelines import faults
-    from pipelines.io import lake as lake_module
+    from pipelines.io.lake import retry as lake_module
 
     monkeypatch.setattr(lake_module, "APPEND_BACKOFF", (0.01, 0.02))
     monkeypatch.setattr(faults, "_fail_hits", {})
@@ -116,7 +116,7 @@ def test_disk_full_append_is_retried_then_succeeds_once(spark, tmp_path, monkeyp
 
 
 def test_latest_row_per_resource_is_the_same_picked_on_the_driver_or_ranked_by_spark(spark, tmp_path):
-    from pipelines.io.lake import Lake
+    from pipelines.io.lake.base import LakeBase as Lake
     from pipelines.schemas import RESOURCE_KEYS
     from pipelines.transforms.gold import latest_state
 

@@ -71,3 +71,22 @@ def test_publisher_uses_the_driver_path_and_rebuilds_from_the_table(spark, tmp_p
 
 def spark_path_with(cfg, lake, key):
     return publish.control_records(publish.current_limits(lake.read(tables.GOLD_LIMITS), NOW), cfg.limits, key)
+
+
+def test_the_spark_ranked_latest_rows_of_the_delta_spark_writer_publish_the_same_records(spark, tmp_path):
+    """Both writers give ``latest_rows``, so the publisher has one path: the delta-spark writer's (ranked with Spark,
+    :class:`pipelines.io.lake.base.LakeBase`) gives the same records as the delta-rs writer's driver-side pick."""
+    from pipelines.io.lake.base import LakeBase
+
+    class SparkRanked(DeltaRsLake):  # delta-rs storage, the delta-spark writer's ranking
+        latest = LakeBase.latest
+        latest_rows = LakeBase.latest_rows
+
+    lake = DeltaRsLake(spark, str(tmp_path))
+    ranked = SparkRanked(spark, str(tmp_path))
+    assert ranked.latest_rows(tables.GOLD_LIMITS, ["resource_type", "resource"], "version") == []  # no table yet
+    write(spark, lake, [row("group", "g1", 30.0, 1), row("topic", "t1", 50.0, 1)], "governor-gold", 0)
+    write(spark, lake, [row("group", "g1", 11.0, 3, action="relax", split={"broker-a": 8.25, "*": 2.75}),
+                        row("topic", "t1", 0.0, 2, action="lift")], "governor-gold", 1)
+    assert driver_path(ranked, NOW) == driver_path(lake, NOW) == spark_path(lake, NOW)
+    assert [(r["resource"], r["version"]) for r in driver_path(ranked, NOW)] == [("g1", 3)]
