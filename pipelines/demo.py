@@ -21,13 +21,15 @@ from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, load_config, throwaway_signing_key
+from pipelines.io import tables
+from pipelines.io.tables import sql_name
 from pipelines.ops import console, status
 
 #: The embedded default configuration of this checkout.
 DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "local.toml"
 EXAMPLE_SQL = (
     "SELECT resource_type, resource, action, round(limit_qps, 1) AS limit_qps, mode, window_end, reason "
-    "FROM gold_limits ORDER BY version"
+    f"FROM {sql_name(tables.GOLD_LIMITS)} ORDER BY version"
 )
 
 
@@ -57,8 +59,9 @@ def _count(lake: str, sql: str) -> int:
 
 def summary(lake: str, elapsed_s: float) -> str:
     """A short report of what the governor found and decided, read back from the Delta tables."""
-    lines_in = sum(_count(lake, f"SELECT count(*) FROM {t}") for t in ("bronze_broker_stats", "bronze_send_failures"))
-    quarantined = _count(lake, "SELECT count(*) FROM quarantine")
+    lines_in = sum(_count(lake, f"SELECT count(*) FROM {sql_name(t)}")
+                   for t in (tables.BRONZE_BROKER_STATS, tables.BRONZE_SEND_FAILURES))
+    quarantined = _count(lake, f"SELECT count(*) FROM {sql_name(tables.QUARANTINE)}")
     out = [
         f"rate-governor: processed {lines_in} input lines in {elapsed_s:.0f} s "
         f"({quarantined} quarantined with a reason)",
@@ -66,7 +69,7 @@ def summary(lake: str, elapsed_s: float) -> str:
     anomalies = _rows(
         lake,
         "SELECT anomaly, resource_type, resource, count(*) AS windows, round(max(observed_tps), 1) AS peak_tps "
-        "FROM gold_anomalies GROUP BY anomaly, resource_type, resource ORDER BY anomaly, resource",
+        f"FROM {sql_name(tables.GOLD_ANOMALIES)} GROUP BY anomaly, resource_type, resource ORDER BY anomaly, resource",
     )
     out.append(f"anomalies: {len(anomalies)} resources flagged")
     out += [
@@ -75,8 +78,8 @@ def summary(lake: str, elapsed_s: float) -> str:
     ]
     limits = _rows(
         lake,
-        "SELECT resource_type, resource, action, limit_qps, mode, basis, window_end, version, reason FROM gold_limits "
-        "ORDER BY resource_type, resource, version",
+        "SELECT resource_type, resource, action, limit_qps, mode, basis, window_end, version, reason "
+        f"FROM {sql_name(tables.GOLD_LIMITS)} ORDER BY resource_type, resource, version",
     )
     out.append(f"limits decided: {len(limits)}")
     out += [

@@ -15,10 +15,7 @@ import pyarrow as pa
 
 from pipelines.cli import OneLineParser, fail
 from pipelines.io.lake import TABLES
-
-
-def sql_name(table: str) -> str:
-    return table.replace("/", "_")
+from pipelines.io.tables import sql_name
 
 
 def run_sql(lake_root: str, sql: str) -> pa.Table:

@@ -15,7 +15,7 @@ from pipelines.flows.fast import FastFlow
 from pipelines.flows.base import Clock, utc_now
 from pipelines.flows.gold import GoldFlow
 from pipelines.flows.ingest import IngestFlow
-from pipelines.io.lake import open_lake
+from pipelines.io.lake import Lake, open_lake
 from pipelines.io.publish import Publisher
 from pipelines.quality.gate import QualityGate
 
@@ -25,7 +25,7 @@ class Governor:
     """A running (or finished) governor: its flows and streaming queries."""
 
     cfg: GovernorConfig
-    lake: object
+    lake: Lake
     ingest: IngestFlow
     gold: GoldFlow
     fast: FastFlow

@@ -15,7 +15,9 @@ from pipelines.config import GovernorConfig
 from pipelines.faults import crash_point
 from pipelines.io import tables
 from pipelines.schemas import RESOURCE_KEYS
-from pipelines.io.publish import latest_per_resource
+from pipelines.io.lake import Lake
+from pipelines.io.publish import Publisher, latest_per_resource
+from pipelines.quality.gate import QualityGate
 from pipelines.transforms import gold
 
 log = logging.getLogger("rate_governor")
@@ -31,7 +33,7 @@ class BatchReport:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def write_outputs(lake, query: str, app_id: str, batch_id: int, outputs: dict[str, DataFrame],
+def write_outputs(lake: Lake, query: str, app_id: str, batch_id: int, outputs: dict[str, DataFrame],
                   rows: dict[str, int] | None = None) -> BatchReport:
     """Append each table of ``outputs`` to the lake, tagged with (``app_id``, ``batch_id``) so that a replayed
     micro-batch writes nothing twice; names the Spark jobs of each write ``<query> batch <id>: <table>`` (Spark UI,
@@ -73,8 +75,8 @@ class DecisionFlow:
             order).
     """
 
-    def __init__(self, cfg: GovernorConfig, lake, gate, publisher, clock: Clock = utc_now,
-                 decision_lock: threading.Lock | None = None) -> None:
+    def __init__(self, cfg: GovernorConfig, lake: Lake, gate: QualityGate, publisher: Publisher,
+                 clock: Clock = utc_now, decision_lock: threading.Lock | None = None) -> None:
         self.cfg = cfg
         self.lake = lake
         self.gate = gate

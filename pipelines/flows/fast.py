@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from pipelines.io import tables
 from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport, DecisionFlow, write_outputs
+from pipelines.quality.gate import QualityGate
 from pipelines.transforms import demand, fast, gold, policy, policy_fold, silver
 from pipelines.transforms.reconcile import preliminary_state
 
@@ -30,7 +31,7 @@ FAST_APP_ID = "rate-governor-fast"
 QUERY = "fast"
 
 
-def open_window_stream(raw: DataFrame, cfg: GovernorConfig, gate) -> DataFrame:
+def open_window_stream(raw: DataFrame, cfg: GovernorConfig, gate: QualityGate) -> DataFrame:
     """Streaming RAW_RECORD rows → running sums per window × resource (:func:`pipelines.transforms.fast.open_window_sums`),
     with the gold query's watermark; run it in ``update`` output mode."""
     stats = raw.transform(silver.parsed_stats(cfg, gate.enforce_stats))

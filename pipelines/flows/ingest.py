@@ -12,6 +12,8 @@ from pipelines.config import GovernorConfig
 from pipelines.faults import crash_point
 from pipelines.flows.base import BatchReport, write_outputs
 from pipelines.io import events
+from pipelines.io.lake import Lake
+from pipelines.quality.gate import QualityGate
 from pipelines.transforms import silver
 
 #: Delta transaction app id of the ingest query's writes (with the micro-batch id as version).
@@ -29,7 +31,7 @@ class IngestFlow:
         >>> flow.handle(raw_batch, 0)       # RAW_RECORD rows of micro-batch 0
     """
 
-    def __init__(self, cfg: GovernorConfig, lake, gate) -> None:
+    def __init__(self, cfg: GovernorConfig, lake: Lake, gate: QualityGate) -> None:
         self.cfg = cfg
         self.lake = lake
         self.gate = gate

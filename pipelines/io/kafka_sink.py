@@ -103,6 +103,8 @@ class KafkaLimitsSink:
             **dict(cfg.options),
         }
         self._producer: Any = None
+        #: :class:`pipelines.io.sinks.LimitsSink` ``status``: always empty, a failed publish raises.
+        self.status: dict[str, str] = {}
 
     @property
     def producer(self) -> Any:

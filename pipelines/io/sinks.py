@@ -27,7 +27,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import tenacity
 
@@ -35,9 +35,11 @@ from pipelines import schemas
 from pipelines.io import tables
 from pipelines.config import GovernorConfig
 
+if TYPE_CHECKING:
+    from pipelines.io.lake import Lake
+
 log = logging.getLogger("rate_governor")
 
-SINK_STATUS_TABLE = tables.CONTROL_SINK_STATUS
 SINKS_APP_ID = "rate-governor-sinks"
 #: Tries per sink per micro-batch, the exponential back-off between them (s), and the time after which no new try
 #: starts: a sink that is down holds a micro-batch at most GIVE_UP_SECONDS + one try (a try is bounded by the
@@ -52,6 +54,10 @@ class LimitsSink(Protocol):
 
     #: Short name for logs and status rows, e.g. ``"kafka"``.
     name: str
+    #: After :meth:`publish`: endpoint (e.g. a broker address) → the error that left it behind, for a sink that
+    #: retries per endpoint itself (the RocketMQ admin sink); empty when every endpoint was brought in line (always,
+    #: for a sink whose failures raise). A non-empty status makes the publish count as failed.
+    status: Mapping[str, str]
 
     def publish(self, previous: list[Mapping[str, Any]], current: list[Mapping[str, Any]]) -> int:
         """Push the changes from ``previous`` to ``current``; returns how many changes were sent. Raises when the
@@ -59,6 +65,14 @@ class LimitsSink(Protocol):
 
     def close(self) -> None:
         """Release connections."""
+
+
+@runtime_checkable
+class ReadsLimiters(Protocol):
+    """A sink that reads its limiters back (the RocketMQ admin sink): ``last_rejections`` is ``(broker, limiter
+    key)`` → the limiter's last rejection, epoch milliseconds (UTC), -1 = never."""
+
+    last_rejections: Mapping[tuple[str, str], int]
 
 
 def build_sinks(cfg: GovernorConfig) -> list[LimitsSink]:
@@ -105,12 +119,12 @@ class SinkSet:
 
     Args:
         sinks: the transports (:func:`build_sinks`).
-        lake: the :class:`pipelines.io.lake.Lake` holding ``control/sink_status`` and ``control/sinks/``; None =
-            no status table (the log lines only) and ``lake_root`` for the delivered sets.
+        lake: the lake holding ``control/sink_status``, ``control/limiter_rejections`` and ``control/sinks/``;
+            None = no status table (the log lines only) and ``lake_root`` for the delivered sets.
         sleep: tenacity's sleep between attempts (tests pass a no-op).
     """
 
-    def __init__(self, sinks: list[LimitsSink], lake=None, *, lake_root: str | None = None,
+    def __init__(self, sinks: list[LimitsSink], lake: Lake | None = None, *, lake_root: str | None = None,
                  sleep: Callable[[float], None] = tenacity.nap.sleep) -> None:
         self.sinks = sinks
         self.lake = lake
@@ -122,7 +136,7 @@ class SinkSet:
         self._rejections_recorded: dict[tuple[str, str, str], int] = {}
 
     @classmethod
-    def from_config(cls, cfg: GovernorConfig, lake) -> "SinkSet":
+    def from_config(cls, cfg: GovernorConfig, lake: Lake | None) -> "SinkSet":
         return cls(build_sinks(cfg), lake)
 
     @property
@@ -146,12 +160,13 @@ class SinkSet:
 
     def rejection_rows(self, batch_id: int, now: dt.datetime) -> list[tuple]:
         """:data:`~pipelines.schemas.LIMITER_REJECTIONS` rows of the limiters whose last rejection moved since the
-        last call (a sink that reads its limiters exposes ``last_rejections``: ``(broker, key)`` → epoch ms, -1 =
-        never; the RocketMQ admin sink does)."""
+        last call (the sinks that read their limiters, :class:`ReadsLimiters`)."""
         seen_at = now.astimezone(dt.timezone.utc).replace(tzinfo=None) if now.tzinfo else now
         rows = []
         for sink in self.sinks:
-            for (broker, key), at_ms in sorted((getattr(sink, "last_rejections", None) or {}).items()):
+            if not isinstance(sink, ReadsLimiters):
+                continue
+            for (broker, key), at_ms in sorted((sink.last_rejections or {}).items()):
                 mark = (sink.name, broker, key)
                 if at_ms is None or at_ms <= 0 or self._rejections_recorded.get(mark) == at_ms:
                     continue
@@ -187,7 +202,7 @@ class SinkSet:
                     attempts += 1
                     sent = sink.publish(delivered, records)
             # a sink that retries per endpoint itself (the RocketMQ admin sink) reports the endpoints still failing
-            problems = getattr(sink, "status", None)
+            problems = sink.status
             if problems:
                 error = "; ".join(f"{where}: {why}" for where, why in sorted(problems.items()))[:1000]
             else:
@@ -210,7 +225,7 @@ class SinkSet:
     def _record(self, rows: list[dict], batch_id: int, query: str) -> None:
         fields = [f.name for f in schemas.SINK_STATUS.fields]
         try:
-            self.lake.append_rows([tuple(r[f] for f in fields) for r in rows], SINK_STATUS_TABLE,
+            self.lake.append_rows([tuple(r[f] for f in fields) for r in rows], tables.CONTROL_SINK_STATUS,
                                   app_id=f"{SINKS_APP_ID}-{query}", version=batch_id)
         except Exception as exc:  # noqa: BLE001 - the status row is a report; losing it must not stop the batch
             log.warning("sink status of batch %d not recorded: %s", batch_id, exc)

@@ -1,7 +1,8 @@
 """The names of the lake's Delta tables: their paths under the lake root (docs/contracts.md §2).
 
 Plain constants with no Spark import, so that Spark-free code (the Data Docs builder, the control plane's tools)
-can name a table too. The registry of schemas and time columns is :data:`pipelines.io.lake.registry.TABLES`, keyed by these.
+can name a table too. The registry of schemas and time columns is :data:`pipelines.io.lake.registry.TABLES`, keyed
+by these; every module names a table through these constants, never a literal.
 """
 
 from __future__ import annotations
@@ -29,3 +30,9 @@ CONTROL_SINK_STATUS = "control/sink_status"
 #: When each in-broker limiter last rejected a send, as the RocketMQ admin sink's views report it (demand evidence
 #: of a limited resource, :mod:`pipelines.transforms.demand`).
 CONTROL_LIMITER_REJECTIONS = "control/limiter_rejections"
+
+
+def sql_name(table: str) -> str:
+    """The name a table has in SQL over the lake (:func:`pipelines.query.run_sql`): its path with ``/`` replaced by
+    ``_``, e.g. ``gold_limits`` for :data:`GOLD_LIMITS`."""
+    return table.replace("/", "_")

@@ -41,6 +41,8 @@ from pathlib import Path
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
+from pipelines.io import tables
+
 log = logging.getLogger("rate_governor.progress")
 
 #: Prefix of the governor's query names (``rate-governor-ingest``, ``rate-governor-gold``).
@@ -217,13 +219,13 @@ class ProgressListener(StreamingQueryListener):
             )
         if self.batch_rows is not None and query == "ingest":
             rows = self.batch_rows(query, batch_id) or {}
-            quarantined = int(rows.get("quarantine", 0))
+            quarantined = int(rows.get(tables.QUARANTINE, 0))
             if quarantined:
-                read = sum(v for k, v in rows.items() if k.startswith("bronze/"))
+                read = sum(rows.get(t, 0) for t in (tables.BRONZE_BROKER_STATS, tables.BRONZE_SEND_FAILURES))
                 log.warning(
-                    "ingest batch %d: %d of %d records quarantined; see the quarantine table "
-                    "(python -m pipelines.query --lake LAKE \"SELECT reason, count(*) FROM quarantine GROUP BY reason\")",
-                    batch_id, quarantined, read,
+                    "ingest batch %d: %d of %d records quarantined; see the quarantine table (python -m "
+                    "pipelines.query --lake LAKE \"SELECT reason, count(*) FROM %s GROUP BY reason\")",
+                    batch_id, quarantined, read, tables.sql_name(tables.QUARANTINE),
                 )
         return line
 
@@ -267,9 +269,10 @@ def _bronze_rows(lake: str) -> int:
     from pipelines import query
 
     total = 0
-    for table in ("bronze_broker_stats", "bronze_send_failures"):
+    for table in (tables.BRONZE_BROKER_STATS, tables.BRONZE_SEND_FAILURES):
         try:
-            total += int(query.run_sql(lake, f"SELECT count(*) AS n FROM {table}").column("n")[0].as_py())
+            sql = f"SELECT count(*) AS n FROM {tables.sql_name(table)}"
+            total += int(query.run_sql(lake, sql).column("n")[0].as_py())
         except ValueError:
             pass  # the table does not exist yet
     return total

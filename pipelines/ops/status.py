@@ -32,7 +32,8 @@ import pandas as pd
 from pipelines import query
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import LimitsConfig
-from pipelines.io import publish
+from pipelines.io import publish, tables
+from pipelines.io.tables import sql_name
 from pipelines.ops import plots
 from pipelines.quality.data_docs import DOCS_SUBDIR
 from pipelines.rocketmq import RETRY_TOPIC_PREFIX
@@ -110,7 +111,8 @@ def _quoted(names) -> str:
 
 
 def _count(lake: str, table: str) -> int:
-    frame = _frame(lake, f"SELECT count(*) AS n FROM {table}", ["n"])
+    """Rows of ``table`` (a :mod:`pipelines.io.tables` name); 0 when it does not exist yet."""
+    frame = _frame(lake, f"SELECT count(*) AS n FROM {sql_name(table)}", ["n"])
     return int(frame["n"].iloc[0]) if len(frame) else 0
 
 
@@ -126,16 +128,16 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
     anomalies = _frame(
         lake,
         "SELECT window_start, window_end, resource_type, resource, anomaly, observed_tps, baseline_tps, severity "
-        "FROM gold_anomalies ORDER BY window_start",
+        f"FROM {sql_name(tables.GOLD_ANOMALIES)} ORDER BY window_start",
         ["window_start", "window_end", "resource_type", "resource", "anomaly", "observed_tps", "baseline_tps", "severity"],
     )
     decisions = _frame(
         lake,
         "SELECT decided_at, window_end, resource_type, resource, limit_qps, action, mode, version, reason "
-        "FROM gold_limits ORDER BY window_end, version",
+        f"FROM {sql_name(tables.GOLD_LIMITS)} ORDER BY window_end, version",
         ["decided_at", "window_end", "resource_type", "resource", "limit_qps", "action", "mode", "version", "reason"],
     )
-    latest = _frame(lake, "SELECT max(window_end) AS t FROM gold_topic_tps", ["t"])
+    latest = _frame(lake, f"SELECT max(window_end) AS t FROM {sql_name(tables.GOLD_TOPIC_TPS)}", ["t"])
     return Status(
         lake=lake,
         now=now,
@@ -143,10 +145,11 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
         anomalies=anomalies,
         decisions=decisions,
         quarantine=_frame(
-            lake, "SELECT source, reason, count(*) AS n FROM quarantine GROUP BY source, reason ORDER BY n DESC",
+            lake, f"SELECT source, reason, count(*) AS n FROM {sql_name(tables.QUARANTINE)} "
+            "GROUP BY source, reason ORDER BY n DESC",
             ["source", "reason", "n"],
         ),
-        input_rows=_count(lake, "bronze_broker_stats") + _count(lake, "bronze_send_failures"),
+        input_rows=_count(lake, tables.BRONZE_BROKER_STATS) + _count(lake, tables.BRONZE_SEND_FAILURES),
         latest_window=latest["t"].iloc[0] if len(latest) and pd.notna(latest["t"].iloc[0]) else None,
     )
 
@@ -156,16 +159,18 @@ def _series(lake: str, resource_type: str, resource: str) -> dict[str, pd.DataFr
     name = _quoted([resource])
     cols = ["window_start", "tps"]
     if resource_type == "topic":
-        return {"put TPS": _frame(lake, f"SELECT window_start, put_tps AS tps FROM gold_topic_tps WHERE topic = {name} "
-                                         "ORDER BY window_start", cols)}
+        return {"put TPS": _frame(lake, f"SELECT window_start, put_tps AS tps FROM {sql_name(tables.GOLD_TOPIC_TPS)} "
+                                         f"WHERE topic = {name} ORDER BY window_start", cols)}
     if resource_type == "group":
-        base = f"FROM gold_group_tps WHERE consumer_group = {name} GROUP BY window_start ORDER BY window_start"
+        base = (f"FROM {sql_name(tables.GOLD_GROUP_TPS)} WHERE consumer_group = {name} "
+                "GROUP BY window_start ORDER BY window_start")
         return {
             "consume TPS": _frame(lake, f"SELECT window_start, sum(consume_tps) AS tps {base}", cols),
             "retry TPS (sent back)": _frame(lake, f"SELECT window_start, sum(retry_tps) AS tps {base}", cols),
         }
-    return {"broker put TPS": _frame(lake, f"SELECT window_start, put_tps AS tps FROM gold_broker_tps "
-                                           f"WHERE broker = {name} ORDER BY window_start", cols)}
+    return {"broker put TPS": _frame(lake, f"SELECT window_start, put_tps AS tps FROM "
+                                           f"{sql_name(tables.GOLD_BROKER_TPS)} WHERE broker = {name} "
+                                           "ORDER BY window_start", cols)}
 
 
 def _brokers_of(lake: str, topics: set[str], groups: set[str]) -> list[str]:
@@ -174,7 +179,7 @@ def _brokers_of(lake: str, topics: set[str], groups: set[str]) -> list[str]:
         return []
     frame = _frame(
         lake,
-        f"SELECT DISTINCT broker FROM silver_broker_stats WHERE broker IS NOT NULL AND "
+        f"SELECT DISTINCT broker FROM {sql_name(tables.SILVER_BROKER_STATS)} WHERE broker IS NOT NULL AND "
         f"(topic IN ({_quoted(topics)}) OR consumer_group IN ({_quoted(groups)})) ORDER BY broker",
         ["broker"],
     )

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from pipelines.config import GovernorConfig
 from pipelines.io import tables
+from pipelines.io.lake import Lake
 from pipelines.io.sources import BROKER_STATS, SEND_FAILURES
 from pipelines.quality import data_docs, rules
 from pipelines.quality.reconcile import Reconciler
@@ -37,11 +38,11 @@ QUALITY_APP_ID = "rate-governor-quality"
 
 class QualityGate:
     """The data-quality rules of one governor run: ``cfg`` is the :class:`~pipelines.config.GovernorConfig`
-    (``[quality]``, ``[windows] watermark_seconds``), ``lake`` the :class:`~pipelines.io.lake.Lake` the quality
+    (``[quality]``, ``[windows] watermark_seconds``), ``lake`` the lake the quality
     tables are written to. The GX context is created on the first validation (it costs seconds) and shared by every
     gate of the process with the same ``[quality] pandas_max_rows``."""
 
-    def __init__(self, cfg: GovernorConfig, lake) -> None:
+    def __init__(self, cfg: GovernorConfig, lake: Lake) -> None:
         self.cfg = cfg
         self.q = cfg.quality
         self.lake = lake

@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 
 from pipelines import schemas
 from pipelines.io import tables
+from pipelines.io.lake import Lake
 from pipelines.quality.rules import REASON_PREFIX
 
 log = logging.getLogger("rate_governor.quality")
@@ -25,11 +26,11 @@ class Reconciler:
     """Reconciles ingest micro-batches of one lake, keeping the largest accepted event time per source (restored
     from ``quality/reconciliation`` on first use, so a restarted job computes the same watermark).
 
-    ``watermark_seconds`` is ``[windows] watermark_seconds``; ``lake`` is a :class:`pipelines.io.lake.Lake`;
+    ``watermark_seconds`` is ``[windows] watermark_seconds``; ``lake`` the lake written to;
     ``app_id`` tags the Delta commits (one per micro-batch, idempotent on replay).
     """
 
-    def __init__(self, watermark_seconds: int, lake, app_id: str) -> None:
+    def __init__(self, watermark_seconds: int, lake: Lake, app_id: str) -> None:
         self.watermark_seconds = watermark_seconds
         self.lake = lake
         self.app_id = app_id

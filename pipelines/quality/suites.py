@@ -14,6 +14,7 @@ from typing import Any
 
 from pipelines import rocketmq as rmq
 from pipelines.io import tables
+from pipelines.io.tables import sql_name
 
 #: ``failure_class`` values of ``silver/send_failures``: the classes of the message patterns and of code 14.
 FAILURE_CLASSES = sorted({*rmq.FAILURE_CLASSES, "SERVICE_NOT_AVAILABLE"})
@@ -31,7 +32,7 @@ def silver_broker_stats_suite():
 
     gxe = _gxe()
     return gx.ExpectationSuite(
-        name="silver_broker_stats",
+        name=sql_name(tables.SILVER_BROKER_STATS),
         expectations=[
             gxe.ExpectColumnValuesToNotBeNull(column="event_time"),
             gxe.ExpectColumnValuesToNotBeNull(column="broker"),
@@ -58,7 +59,7 @@ def silver_send_failures_suite():
 
     gxe = _gxe()
     return gx.ExpectationSuite(
-        name="silver_send_failures",
+        name=sql_name(tables.SILVER_SEND_FAILURES),
         expectations=[
             gxe.ExpectColumnValuesToNotBeNull(column="event_time"),
             gxe.ExpectColumnValuesToNotBeNull(column="topic"),
@@ -77,7 +78,7 @@ def gold_limits_suite():
 
     gxe = _gxe()
     return gx.ExpectationSuite(
-        name="gold_limits",
+        name=sql_name(tables.GOLD_LIMITS),
         expectations=[
             gxe.ExpectColumnValuesToNotBeNull(column="limit_qps"),
             # strictly positive and finite: +inf and NaN are above any finite max_value

@@ -31,6 +31,7 @@ def kafka_sink(bootstrap: str) -> KafkaLimitsSink:
 
 class RecordingSink:
     name = "recording"
+    status: dict[str, str] = {}  # LimitsSink: no endpoint left behind
 
     def __init__(self, failures: int = 0) -> None:
         self.failures = failures
