@@ -111,7 +111,7 @@ def persist_floor_run(spark, cfg, work: Path) -> float:
     gold); returns seconds."""
     from pyspark.sql import functions as F
 
-    from pipelines.transforms import parse
+    from pipelines.transforms import parse, parse_failures
     from pipelines.io import sources
 
     gov = governor.build_governor(spark, cfg.with_paths(None, str(work / "persist-floor-lake")))
@@ -124,7 +124,7 @@ def persist_floor_run(spark, cfg, work: Path) -> float:
         stats, failures = gov.ingest.parse(raw)
         stats.transform(parse.silver_broker_stats).write.mode("append").parquet(
             str(out / "silver" / "broker_stats"))
-        failures.transform(parse.silver_send_failures).write.mode("append").parquet(
+        failures.transform(parse_failures.silver_send_failures).write.mode("append").parquet(
             str(out / "silver" / "send_failures"))
         raw.unpersist()
 

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from control import record as cr
+from control.limits_file import read_limits_file
 from control.token_bucket import TokenBucketRateLimiter, check_open_ms, check_qps, default_burst
 
 __all__ = ["TokenBucketRateLimiter", "LimitApplier", "Decision", "LoadResult", "default_burst"]
@@ -212,7 +213,7 @@ class LimitApplier:
         malformed file changes nothing and is logged as a refusal with key ``file:<path>``.
         """
         try:
-            records = cr.read_limits_file(path)
+            records = read_limits_file(path)
         except (OSError, ValueError) as exc:
             self._refuse(f"file:{path}", f"cannot read limits file: {exc}")
             return LoadResult(error=str(exc))

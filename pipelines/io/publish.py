@@ -15,6 +15,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from control import limits_file
 from control import record as control_record
 from pipelines.faults import crash_point
 from pipelines.io import tables
@@ -107,8 +108,8 @@ def write_limits_file(lake_root: str, records: list[dict[str, Any]], now: dt.dat
     path.parent.mkdir(parents=True, exist_ok=True)
     for leftover in path.parent.glob(f".{path.name}.*.tmp"):  # a write interrupted by a crash
         leftover.unlink(missing_ok=True)
-    control_record.write_limits_file(records, path, generated_at=now,
-                                     before_replace=lambda: crash_point("publish:before-replace"))
+    limits_file.write_limits_file(records, path, generated_at=now,
+                                  before_replace=lambda: crash_point("publish:before-replace"))
     return path
 
 
@@ -116,7 +117,7 @@ def read_published(lake_root: str) -> list[dict[str, Any]]:
     """The records of the current ``limits.json`` (empty when it does not exist yet or cannot be read)."""
     path = Path(lake_root) / LIMITS_FILE
     try:
-        return control_record.read_limits_file(path)
+        return limits_file.read_limits_file(path)
     except (FileNotFoundError, ValueError):
         return []
 

@@ -28,7 +28,7 @@ from pipelines.quality import data_docs, rules
 from pipelines.quality.reconcile import Reconciler
 from pipelines.quality.suites import SUITES
 from pipelines.quality.validation import Validator, result_rows, shared_validator
-from pipelines.transforms import parse
+from pipelines.transforms import parse, parse_failures
 
 log = logging.getLogger("rate_governor.quality")
 
@@ -109,7 +109,7 @@ class QualityGate:
         runs: list[tuple] = []
         for table, parsed, silver in (
             (tables.SILVER_BROKER_STATS, stats, parse.silver_broker_stats),
-            (tables.SILVER_SEND_FAILURES, failures, parse.silver_send_failures),
+            (tables.SILVER_SEND_FAILURES, failures, parse_failures.silver_send_failures),
         ):
             data = rules.candidates(parsed, silver)
             count = counts[table] if counts is not None else data.count()

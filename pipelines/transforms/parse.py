@@ -2,7 +2,8 @@
 
 Both transports (files and Kafka) yield :data:`pipelines.schemas.RAW_RECORD` rows; everything below is shared.
 Every record ends either in silver (``reject_reason`` null) or in quarantine with the first failing check as its
-reason; nothing is dropped.
+reason (:mod:`pipelines.transforms.checks`); nothing is dropped. This module parses broker statistics and gives the
+quarantine rows of either parse; send failures are :mod:`pipelines.transforms.parse_failures`.
 
 Example:
     >>> parsed = raw.transform(parse_broker_stats(cfg.stats))
@@ -12,14 +13,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipelines import rocketmq as rmq
 from pipelines import schemas
-from pipelines.config import BrokersConfig, StatsConfig
+from pipelines.config import StatsConfig
+from pipelines.transforms.checks import REPLACEMENT_CHAR, first_reason, lit_map, not_utf8, time_checks, valid_name
 from pipelines.transforms.types import Transform
 
 
@@ -41,54 +41,6 @@ STATS_LINE_GROUPS = (
 MATCHED = "="
 STATS_LINE_REWRITE = MATCHED + "$1]$2]$3]$4]$6 $7 $8 $9 $10 $11 $5"
 STATS_TIME_FORMAT = "yyyy-MM-dd HH:mm:ss"
-#: U+FFFD, what a decoder upstream (e.g. a log shipper) puts in place of invalid UTF-8 bytes.
-REPLACEMENT_CHAR = "\ufffd"
-
-
-def _lit_map(mapping: Mapping[str, object]) -> Column:
-    return F.create_map(*[F.lit(item) for pair in mapping.items() for item in pair])
-
-
-def _extract(column: Column, pattern: str, group: int) -> Column:
-    """``regexp_extract`` that yields null instead of "" when the pattern or group does not match."""
-    return F.nullif(F.regexp_extract(column, pattern, group), F.lit(""))
-
-
-def _first_reason(*checks: tuple[Column, Column | str]) -> Column:
-    """The reason of the first check whose condition is true, else null. Conditions that are null count as false."""
-    return F.coalesce(
-        *[F.when(cond, reason if isinstance(reason, Column) else F.lit(reason)) for cond, reason in checks]
-    )
-
-
-def _not_utf8(text: Column) -> Column:
-    """True when ``text`` holds invalid UTF-8 bytes or U+FFFD. The sources turn invalid bytes into U+FFFD
-    (:func:`pipelines.io.sources.record_text`, the exact bytes stay in ``raw_bytes``), as a decoder upstream (a log
-    shipper) does; ``is_valid_utf8`` catches text that reached a RAW_RECORD some other way."""
-    return ~F.is_valid_utf8(text) | text.contains(REPLACEMENT_CHAR)
-
-
-def _valid_name(name: Column, max_length: int) -> Column:
-    return name.rlike(rmq.NAME_PATTERN) & (F.length(name) <= max_length)
-
-
-def _time_checks(event_time: Column, ingested_at: Column, cfg: StatsConfig) -> list[tuple[Column, str]]:
-    checks = [
-        (
-            event_time > ingested_at + F.make_dt_interval(secs=F.lit(cfg.max_future_seconds)),
-            f"event time more than {cfg.max_future_seconds} s after ingestion",
-        )
-    ]
-    if cfg.max_age_days:
-        checks.append(
-            (
-                event_time < ingested_at - F.make_dt_interval(days=F.lit(cfg.max_age_days)),
-                f"event time more than {cfg.max_age_days} days before ingestion",
-            )
-        )
-    return checks
-
-
 def settled(df: DataFrame) -> DataFrame:
     """The same rows and columns, each column computed once per row before any later filter (an optimizer barrier).
 
@@ -118,7 +70,7 @@ def unwrap_envelopes(df: DataFrame) -> DataFrame:
         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
     )
     with_env = df.withColumn("_env", F.when(is_envelope, env))
-    reason = _first_reason(
+    reason = first_reason(
         (is_envelope & F.col("_env._corrupt_record").isNotNull(), "envelope is not valid JSON"),
         (is_envelope & F.col("_env.line").isNull(), "envelope missing field: line"),
         (is_envelope & F.col("_env.broker").isNull(), "envelope missing field: broker"),
@@ -141,12 +93,12 @@ def _key_shape_columns(stat_name: Column, stats_key: Column) -> dict[str, Column
     }
     parts = F.split(stats_key, "@")
     shape = F.try_element_at(
-        _lit_map(shape_by_stat_and_parts), F.concat_ws("#", stat_name, F.size(parts).cast("string"))
+        lit_map(shape_by_stat_and_parts), F.concat_ws("#", stat_name, F.size(parts).cast("string"))
     )
 
     def part(role: str) -> Column:
         positions = {name: roles.index(role) + 1 for name, roles in rmq.KEY_SHAPES.items() if role in roles}
-        return F.try_element_at(parts, F.try_element_at(_lit_map(positions), shape))
+        return F.try_element_at(parts, F.try_element_at(lit_map(positions), shape))
 
     return {
         "key_shape": shape,
@@ -192,7 +144,7 @@ def parse_stats_lines(cfg: StatsConfig) -> Transform:
             group(head, 1).alias("ts_text"),
             group(head, 2).alias("stat_name"),
             F.coalesce(F.element_at(head, 3), F.lit("")).alias("stats_key"),
-            F.try_element_at(_lit_map(rmq.PERIODS), group(head, 4)).alias("period"),
+            F.try_element_at(lit_map(rmq.PERIODS), group(head, 4)).alias("period"),
             detail.alias("detail"),
             group(tail, 1).alias("sum_text"),
             group(tail, 2).alias("tps_text"),
@@ -214,15 +166,15 @@ def parse_stats_lines(cfg: StatsConfig) -> Transform:
         is_line = F.col("stat_name").isNotNull()
         has_detail = F.col("sum_text").isNotNull() | F.col("value_text").isNotNull()
         known_stat = F.try_element_at(
-            _lit_map({name: True for name in rmq.STAT_KEY_SHAPES}), F.col("stat_name")
+            lit_map({name: True for name in rmq.STAT_KEY_SHAPES}), F.col("stat_name")
         ).isNotNull()
-        reason = _first_reason(
+        reason = first_reason(
             (F.col("envelope_reason").isNotNull(), F.col("envelope_reason")),
             (F.col("line").isNull() | (F.trim(F.col("line")) == ""), "empty line"),
             (F.length("line") > cfg.max_line_chars, f"line longer than {cfg.max_line_chars} characters"),
-            (_not_utf8(F.col("raw")) | F.col("line").contains(REPLACEMENT_CHAR), "line is not valid UTF-8"),
+            (not_utf8(F.col("raw")) | F.col("line").contains(REPLACEMENT_CHAR), "line is not valid UTF-8"),
             # a folder name or Kafka key with invalid bytes (the sources replaced them with U+FFFD)
-            (_not_utf8(F.col("broker")), "broker name is not valid UTF-8"),
+            (not_utf8(F.col("broker")), "broker name is not valid UTF-8"),
             (F.col("broker").isNull() | (F.col("broker") == ""), "no broker: not in a broker folder or envelope"),
             (~is_line, "not a stats.log line"),
             (F.col("ts_text").isNull(), "missing timestamp prefix"),
@@ -246,15 +198,15 @@ def parse_stats_lines(cfg: StatsConfig) -> Transform:
             (F.col("tps_num").isin(float("inf"), float("-inf")), "non-finite TPS"),
             ((F.col("sum") < 0) | (F.col("tps_num") < 0) | (F.col("value") < 0), "negative SUM, TPS or value"),
             (
-                F.col("topic").isNotNull() & ~_valid_name(F.col("topic"), rmq.TOPIC_MAX_LENGTH),
+                F.col("topic").isNotNull() & ~valid_name(F.col("topic"), rmq.TOPIC_MAX_LENGTH),
                 F.concat(F.lit("invalid topic name: "), F.col("topic")),
             ),
             (
-                F.col("consumer_group").isNotNull() & ~_valid_name(F.col("consumer_group"), rmq.GROUP_MAX_LENGTH),
+                F.col("consumer_group").isNotNull() & ~valid_name(F.col("consumer_group"), rmq.GROUP_MAX_LENGTH),
                 F.concat(F.lit("invalid consumer group name: "), F.col("consumer_group")),
             ),
             (F.col("queue_raw").isNotNull() & F.col("queue_id").isNull(), "non-numeric queue id"),
-            *_time_checks(F.col("event_time"), F.col("ingested_at"), cfg),
+            *time_checks(F.col("event_time"), F.col("ingested_at"), cfg),
         )
         return parsed.select(
             "*",
@@ -295,91 +247,6 @@ def silver_broker_stats(parsed: DataFrame) -> DataFrame:
         F.col("origin"),
         F.col("ingested_at"),
     )
-
-
-# --- send failures ---------------------------------------------------------------------------------------------
-
-
-def classify_failure(message: Column, code: Column) -> Column:
-    """``failure_class`` of a failed send: the first pattern of :data:`pipelines.rocketmq.FAILURE_PATTERNS` found
-    in the message, else ``SERVICE_NOT_AVAILABLE`` for code 14, else ``OTHER`` (docs/contracts.md §1.2)."""
-    text = F.coalesce(message, F.lit(""))
-    result = F.when(code == rmq.SERVICE_NOT_AVAILABLE_CODE, F.lit("SERVICE_NOT_AVAILABLE")).otherwise(
-        F.lit(rmq.OTHER_FAILURE)
-    )
-    for name, pattern in reversed(rmq.FAILURE_PATTERNS):
-        result = F.when(text.rlike(pattern), F.lit(name)).otherwise(result)
-    return result
-
-
-def parse_send_failures(stats_cfg: StatsConfig, brokers: BrokersConfig) -> Transform:
-    """RAW_RECORD rows of ``send_failures`` (JSON lines) → parsed rows with ``reject_reason``.
-
-    ``ts`` is epoch milliseconds or an ISO-8601 string (UTC unless it carries an offset). A null ``code`` is read
-    from the message (Java ``CODE: 2  DESC:``, Go ``CODE: 2, DESC:``, docs/rocketmq-formats.md §6-7). ``broker`` given as
-    ``ip:port`` is mapped to a broker name through ``brokers.addresses`` when listed. Output adds the columns of
-    :data:`~pipelines.schemas.SILVER_SEND_FAILURES` plus ``reject_reason``.
-    """
-
-    def transform(raw: DataFrame) -> DataFrame:
-        j = F.from_json(
-            F.col("raw"),
-            schemas.SEND_FAILURE_JSON,
-            {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
-        )
-        step = raw.select("*", j.alias("j"))
-        ts = F.col("j.ts")
-        is_epoch = ts.rlike(r"^-?\d+(\.\d+)?$")
-        event_time = F.when(is_epoch, F.timestamp_millis(ts.try_cast("double").cast("long"))).otherwise(
-            ts.try_cast("timestamp")
-        )
-        code = F.coalesce(F.col("j.code"), _extract(F.col("j.message"), rmq.CODE_IN_MESSAGE, 1).try_cast("int"))
-        broker_raw = F.col("j.broker")
-        broker = (
-            F.coalesce(F.try_element_at(_lit_map(brokers.addresses), broker_raw), broker_raw)
-            if brokers.addresses
-            else broker_raw
-        )
-        parsed = step.select(
-            "*",
-            event_time.alias("event_time"),
-            F.col("j.topic").alias("topic"),
-            broker.alias("broker"),
-            F.col("j.producer_group").alias("producer_group"),
-            F.col("j.client").alias("client"),
-            code.alias("code"),
-            F.col("j.message").alias("message"),
-            F.col("j.latency_ms").alias("latency_ms"),
-        )
-        corrupt = F.col("j._corrupt_record").isNotNull()
-        reason = _first_reason(
-            (F.col("raw").isNull() | (F.trim(F.col("raw")) == ""), "empty line"),
-            (_not_utf8(F.col("raw")), "line is not valid UTF-8"),
-            (corrupt & ~F.ltrim(F.col("raw")).startswith("{"), "not a JSON object"),
-            (corrupt, "malformed JSON or a field of the wrong type (e.g. code as a string)"),
-            (ts.isNull(), "missing field: ts"),
-            (F.col("event_time").isNull(), "ts is neither epoch milliseconds nor an ISO-8601 date"),
-            (F.col("topic").isNull(), "missing field: topic"),
-            (
-                ~_valid_name(F.col("topic"), rmq.TOPIC_MAX_LENGTH),
-                F.concat(F.lit("invalid topic name: "), F.col("topic")),
-            ),
-            (F.col("latency_ms") < 0, "negative latency_ms"),
-            *_time_checks(F.col("event_time"), F.col("ingested_at"), stats_cfg),
-        )
-        return parsed.select(
-            "*",
-            classify_failure(F.col("message"), F.col("code")).alias("failure_class"),
-            reason.alias("reject_reason"),
-        )
-
-    return transform
-
-
-def silver_send_failures(parsed: DataFrame) -> DataFrame:
-    """Accepted rows of :func:`parse_send_failures` in the shape of ``silver/send_failures``."""
-    accepted = parsed.where(F.col("reject_reason").isNull())
-    return accepted.select(*[F.col(field.name) for field in schemas.SILVER_SEND_FAILURES.fields])
 
 
 # --- quarantine ------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pipelines.io import tables
 from pipelines.config import GovernorConfig
 from pipelines.io.sources import BROKER_STATS, SEND_FAILURES
-from pipelines.transforms import parse, tps
+from pipelines.transforms import parse, parse_failures, tps
 from pipelines.transforms.types import Transform
 
 
@@ -47,7 +47,7 @@ def parsed_failures(cfg: GovernorConfig, enforce: Transform = _identity) -> Tran
     def transform(raw: DataFrame) -> DataFrame:
         return (
             raw.where(F.col("source") == SEND_FAILURES)
-            .transform(parse.parse_send_failures(cfg.stats, cfg.brokers))
+            .transform(parse_failures.parse_send_failures(cfg.stats, cfg.brokers))
             .transform(enforce)
             .transform(parse.settled)
         )
@@ -66,7 +66,7 @@ def ingest_outputs(raw: DataFrame, stats: DataFrame, failures: DataFrame) -> dic
         tables.BRONZE_BROKER_STATS: raw.where(F.col("source") == BROKER_STATS),
         tables.BRONZE_SEND_FAILURES: raw.where(F.col("source") == SEND_FAILURES),
         tables.SILVER_BROKER_STATS: stats.transform(parse.silver_broker_stats),
-        tables.SILVER_SEND_FAILURES: failures.transform(parse.silver_send_failures),
+        tables.SILVER_SEND_FAILURES: failures.transform(parse_failures.silver_send_failures),
         tables.QUARANTINE: rejected,
     }
 
@@ -88,5 +88,5 @@ def ingest_rows(measured: dict[str, dict]) -> dict[str, int]:
 def metric_events(stats: DataFrame, failures: DataFrame) -> DataFrame:
     """Parsed stats and send-failure rows → :data:`~pipelines.schemas.METRIC_EVENT` rows (event time UTC)."""
     stats_events = stats.transform(parse.silver_broker_stats).transform(tps.stats_metric_events)
-    failure_events = failures.transform(parse.silver_send_failures).transform(tps.failure_metric_events)
+    failure_events = failures.transform(parse_failures.silver_send_failures).transform(tps.failure_metric_events)
     return stats_events.unionByName(failure_events)

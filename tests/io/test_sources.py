@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 from pipelines import schemas
 from pipelines.config import BrokersConfig, StatsConfig
 from pipelines.io import sources
-from pipelines.transforms import parse
+from pipelines.transforms import parse, parse_failures
 from tests.helpers import stats_line
 
 KAFKA = "key binary, value binary, topic string, partition int, offset long"
@@ -43,7 +43,7 @@ def test_kafka_records_with_invalid_bytes_are_quarantined_with_their_bytes(spark
     assert [r["origin"] for r in rows] == [f"kafka:{m[2]}:{m[3]}:{m[4]}" for m in messages]
     stats = raw.where(F.col("source") == sources.BROKER_STATS).transform(parse.parse_broker_stats(StatsConfig()))
     failures = raw.where(F.col("source") == sources.SEND_FAILURES).transform(
-        parse.parse_send_failures(StatsConfig(), BrokersConfig()))
+        parse_failures.parse_send_failures(StatsConfig(), BrokersConfig()))
     quarantined = stats.transform(parse.quarantine_rows(sources.BROKER_STATS)).unionByName(
         failures.transform(parse.quarantine_rows(sources.SEND_FAILURES)))
     assert quarantined.schema.names == schemas.QUARANTINE.names

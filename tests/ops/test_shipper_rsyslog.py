@@ -19,7 +19,7 @@ from chispa import assert_df_equality
 
 from pipelines import schemas
 from pipelines.config import BrokersConfig, StatsConfig
-from pipelines.transforms import parse
+from pipelines.transforms import parse, parse_failures
 from tests.helpers import INGESTED, raw_records, stats_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,7 +130,7 @@ def test_rsyslog_envelopes_parse_like_the_original_lines(spark, tmp_path):
 
     assert lines_under(landing / "send_failures") == FAILURE_LINES  # passed through unchanged
     failures = shipped_records(spark, landing, "send_failures").transform(
-        parse.parse_send_failures(stats_cfg, BrokersConfig()))
-    got = failures.transform(parse.silver_send_failures).select("topic", "code", "failure_class").collect()
+        parse_failures.parse_send_failures(stats_cfg, BrokersConfig()))
+    got = failures.transform(parse_failures.silver_send_failures).select("topic", "code", "failure_class").collect()
     assert sorted(((r["topic"], r["code"], r["failure_class"]) for r in got), key=lambda t: t[2]) == [
         ("orders", None, "CLIENT_TIMEOUT"), ("orders", 2, "TIMEOUT_CLEAN_QUEUE")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 
-from pipelines.transforms import parse
+from pipelines.transforms import parse, parse_failures
 from pipelines import schemas
 from pipelines.config import BrokersConfig, StatsConfig
 from tests.helpers import raw_records, stats_line, ts
@@ -128,7 +128,7 @@ def test_every_record_is_silver_or_quarantine(spark):
 
 def failures(spark, lines, brokers=BrokersConfig()):
     raw = raw_records(spark, "send_failures", lines, broker_hint=None)
-    return raw.transform(parse.parse_send_failures(StatsConfig(), brokers))
+    return raw.transform(parse_failures.parse_send_failures(StatsConfig(), brokers))
 
 
 def test_send_failure_code_from_java_and_go_messages_and_class(spark):

@@ -7,7 +7,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from pipelines.config import StatsConfig
-from pipelines.transforms import parse
+from pipelines.transforms import checks, parse
 from tests.helpers import raw_records
 
 #: The reference grammar, one pattern per part (logback pattern ``%d{yyy-MM-dd HH:mm:ss,GMT+8} %p - %m%n``,
@@ -59,7 +59,7 @@ def reference(line):
         ext(line, STATS_LINE, 1).alias("ts_text"),
         ext(line, STATS_LINE, 2).alias("stat_name"),
         F.regexp_extract(line, STATS_LINE, 3).alias("stats_key"),
-        F.try_element_at(parse._lit_map(parse.rmq.PERIODS), ext(line, STATS_LINE, 4)).alias("period"),
+        F.try_element_at(checks.lit_map(parse.rmq.PERIODS), ext(line, STATS_LINE, 4)).alias("period"),
         detail.alias("detail"),
         ext(detail, DETAIL_SUM, 1).alias("sum_text"),
         ext(detail, DETAIL_SUM, 2).alias("tps_text"),
