@@ -233,7 +233,7 @@ class SparkConfig(_Section):
 
 
 #: GX validates a DataFrame of up to this many rows with its pandas engine on the driver, a larger one with its
-#: Spark engine (pipelines/quality/validation.py Validator; the crossover measured in README "Performance").
+#: Spark engine (pipelines/quality/validation.py Validator; the crossover measured in docs/performance.md).
 DEFAULT_PANDAS_MAX_ROWS = 500_000
 
 

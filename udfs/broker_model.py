@@ -15,10 +15,9 @@ has cores (:func:`model_on_executors`) rather than one group per broker.
 The closed-loop backtest (:mod:`pipelines.backtest`) steps the model minute by minute on the driver
 (:mod:`pipelines.sim.cluster`); this whole-run, open-loop form is measured by ``bench/broker_model_udf.py``.
 
-Cost, measured (``bench/broker_model_udf.py``, large_mix 50 brokers × 2,000 topics × 30 min, 101,418 offered rows,
-``local[2]`` on a shared 2-core machine): the driver's vectorised run takes 0.5 s without limits and 1.2 s with one
-limit; the UDF with one bucket per core 13.6 s and 14.2 s; one group per broker 33.1 s and 32.3 s; all three give
-the same rejected sends. The UDF pays for itself only where the driver cannot hold or loop over the cluster.
+Cost: the driver's vectorised run is many times faster than the UDF at the sizes measured (one bucket per core
+beats one group per broker; all three give the same rejected sends; the figures are in docs/performance.md). The
+UDF pays for itself only where the driver cannot hold or loop over the cluster.
 
 Usage::
 

@@ -22,9 +22,8 @@ the gold query streams these files with Spark's own file source instead of parsi
   exactly as it did when it parsed the same raw files itself; with 0 (no limit) it reads what has been written.
 
 Written on the driver with pyarrow (the batch's events are collected as Arrow, as the delta-rs writes of the same
-batch are): 2 M events took 7.3 s that way (5.5 MB) against 10.4 s (9.9 MB) for Spark's executors writing one part
-file to a temporary directory and a rename (``bench/events_write.py --events 2000000 --repeat 2``, best of 2, on a
-2-core machine shared with other work, load average ~20: the ratio 1.44 is the figure, not the seconds).
+batch are): faster and smaller than Spark's executors writing one part file to a temporary directory and a rename
+(``bench/events_write.py``; the figures are in docs/performance.md).
 """
 
 from __future__ import annotations
