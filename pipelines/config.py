@@ -1,7 +1,10 @@
 """Typed configuration of rate-governor, loaded from a TOML file in ``conf/``.
 
-Every setting has a default here and a comment in ``conf/local.toml``. Unknown keys are an error, so a typo in a
-config file is caught at start-up instead of silently falling back to a default.
+Every setting has a default and its documentation here (``Field(description=...)``: units and where the default
+comes from) and a comment in ``conf/local.toml`` (``tests/test_config.py`` keeps the two equal). Unknown keys are an
+error, so a typo in a config file is caught at start-up instead of silently falling back to a default. The sinks'
+sections are :mod:`pipelines.config_sinks`, the section machinery :mod:`pipelines.config_base`; both importable from
+here.
 
 Example:
     >>> cfg = load_config("conf/local.toml")
@@ -11,81 +14,119 @@ Example:
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
+from pipelines.config_base import ConfigError, ConfigSection, read_toml, validate_model
+from pipelines.config_base import ConfigSection as _Section
+from pipelines.config_sinks import CURRENT_FORK_DEFAULT_QPS, KafkaSinkConfig, RocketMQSinkConfig, SinkConfig
 
-class ConfigError(Exception):
-    """The configuration file is missing, not TOML, or has an invalid setting (the message names it)."""
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-#: Base of every config section: unknown keys are errors, values are immutable.
-ConfigSection = _Section
-_M = TypeVar("_M", bound=BaseModel)
+__all__ = [
+    "ConfigError", "ConfigSection", "read_toml", "validate_model", "CURRENT_FORK_DEFAULT_QPS", "KafkaSinkConfig",
+    "RocketMQSinkConfig", "SinkConfig", "KafkaSourceConfig", "SourceConfig", "LakeConfig", "StatsConfig",
+    "BrokersConfig", "WindowsConfig", "DetectionConfig", "LimitsConfig", "SparkConfig", "DEFAULT_PANDAS_MAX_ROWS",
+    "QualityConfig", "GovernorConfig", "parse_config", "load_config", "throwaway_signing_key",
+]
 
 
 class KafkaSourceConfig(_Section):
-    """Spark Kafka source settings (production transport). ``options`` are passed through, e.g. SASL/SSL."""
+    """Spark Kafka source settings (production transport), used when ``source.kind = "kafka"``."""
 
-    bootstrap_servers: str = ""
-    stats_topic: str = "rmq-broker-stats"
-    failures_topic: str = "rmq-send-failures"
-    starting_offsets: str = "latest"
-    max_offsets_per_trigger: int = Field(default=0, ge=0)
-    options: dict[str, str] = Field(default_factory=dict)
+    bootstrap_servers: str = Field("", description="Kafka bootstrap servers, comma-separated ``host:port``.")
+    stats_topic: str = Field("rmq-broker-stats", description=(
+        "Topic of the stats.log records (raw lines or JSON envelopes, docs/contracts.md §1.1); the name is this "
+        "project's convention."))
+    failures_topic: str = Field("rmq-send-failures", description=(
+        "Topic of the send-failure JSON lines (docs/contracts.md §1.2); the name is this project's convention."))
+    starting_offsets: str = Field("latest", description=(
+        "Spark Kafka source ``startingOffsets`` of a new checkpoint (``latest``, ``earliest`` or a JSON offsets "
+        "object); Spark's own default for streaming queries."))
+    max_offsets_per_trigger: int = Field(default=0, ge=0, description=(
+        "Spark ``maxOffsetsPerTrigger``: records per micro-batch over all partitions; 0 = no limit (Spark's "
+        "default)."))
+    options: dict[str, str] = Field(default_factory=dict, description=(
+        "Passed to the Spark Kafka source as ``kafka.<key>`` options unchanged, e.g. SASL/SSL settings."))
 
 
 class SourceConfig(_Section):
-    kind: Literal["files", "kafka"] = "files"
-    landing: str = "landing"
-    max_files_per_trigger: int = Field(default=0, ge=0)
-    kafka: KafkaSourceConfig = KafkaSourceConfig()
+    """Where the raw records come from (docs/contracts.md §1)."""
+
+    kind: Literal["files", "kafka"] = Field("files", description=(
+        "``files`` (Spark's file source over ``<landing>/broker_stats`` and ``<landing>/send_failures``, the "
+        "embedded default) or ``kafka`` (:class:`KafkaSourceConfig`, production)."))
+    landing: str = Field("landing", description=(
+        "Landing directory of the file source (relative to the working directory); the CLI's ``--landing`` "
+        "overrides it."))
+    max_files_per_trigger: int = Field(default=0, ge=0, description=(
+        "Files per micro-batch of the file source (Spark ``maxFilesPerTrigger``); 0 = no limit, everything that "
+        "has landed. With a limit the gold query reads one ingest batch's metric events per micro-batch."))
+    kafka: KafkaSourceConfig = Field(KafkaSourceConfig(), description="The Kafka source (``[source.kafka]``).")
 
 
 class LakeConfig(_Section):
-    path: str = "lake"
-    writer: Literal["auto", "delta-rs", "delta-spark"] = "auto"
-    checkpoint_dir: str = ""
-    #: One governor per lake: a lease (pipelines/io/lease.py) renewed every ttl/3 s; a crashed holder's lease
-    #: expires after this long (at once when it ran on the same host).
-    lease_ttl_seconds: int = Field(default=60, ge=3)
-    #: delta-rs lake: an ingest append of more rows than this is written by Spark's executors and committed by
-    #: delta-rs; smaller ones go through the driver as Arrow (pipelines/io/lake/delta_rs.py DeltaRsLake).
-    executor_write_rows: int = Field(default=200_000, ge=0)
+    """The lake: Delta tables, checkpoints and ``control/limits.json``."""
+
+    path: str = Field("lake", description=(
+        "Root of the Delta tables and of ``control/limits.json`` (local path or URI); the CLI's ``--lake`` "
+        "overrides it."))
+    writer: Literal["auto", "delta-rs", "delta-spark"] = Field("auto", description=(
+        "Delta writer: ``auto`` (delta-spark when the Delta jars are on the classpath, else delta-rs), "
+        "``delta-rs`` or ``delta-spark`` (:mod:`pipelines.io.lake`)."))
+    checkpoint_dir: str = Field("", description="Streaming checkpoints; empty = ``<lake>/_checkpoints``.")
+    lease_ttl_seconds: int = Field(default=60, ge=3, description=(
+        "Seconds a governor's lease on the lake (``<lake>/_governor.lease``, :mod:`pipelines.io.lease`) stays "
+        "valid; renewed every ttl/3 s, a crashed holder's lease is taken over after it (at once on the same host). "
+        "60 s: this project's choice, a few trigger intervals."))
+    executor_write_rows: int = Field(default=200_000, ge=0, description=(
+        "delta-rs lake only: an append of more rows than this is written as Parquet by Spark's executors and "
+        "committed by delta-rs; smaller ones go through the driver as Arrow "
+        "(:class:`pipelines.io.lake.delta_rs.DeltaRsLake`). Rows; 0 = always from the executors. The default keeps "
+        "a micro-batch collected on the driver well inside a 4 GiB driver (docs/performance.md)."))
 
 
 class StatsConfig(_Section):
-    """Parsing of stats.log lines. The GMT+8 default is RocketMQ's logback pattern (docs/rocketmq-formats.md §1)."""
+    """Parsing of stats.log lines (docs/rocketmq-formats.md §1)."""
 
-    timezone: str = "GMT+8"
-    max_line_chars: int = Field(default=4096, gt=0)
-    #: A line stamped further ahead of its ingestion is quarantined (a broker clock running fast). Keep it below
-    #: ``windows.watermark_seconds`` minus the shipping delay: an accepted line of a clock s seconds fast moves the
-    #: watermark s seconds ahead, and the other brokers' lines count as late once s exceeds the watermark delay.
-    max_future_seconds: int = Field(default=60, ge=0)
-    max_age_days: int = Field(default=3650, ge=0)
+    timezone: str = Field("GMT+8", description=(
+        "Zone of stats.log timestamps: RocketMQ's logback pattern ``%d{yyy-MM-dd HH:mm:ss,GMT+8}`` "
+        "(``logback_broker.xml``, docs/rocketmq-formats.md §1)."))
+    max_line_chars: int = Field(default=4096, gt=0, description=(
+        "Characters; a longer line is quarantined (a real stats line is under 300)."))
+    max_future_seconds: int = Field(default=60, ge=0, description=(
+        "Seconds; a record stamped further ahead of its ingestion is quarantined (a broker clock running fast). "
+        "Keep it below ``windows.watermark_seconds`` minus the shipping delay: an accepted line of a clock s "
+        "seconds fast moves the watermark s seconds ahead, and the other brokers' lines count as late once s "
+        "exceeds the watermark delay."))
+    max_age_days: int = Field(default=3650, ge=0, description=(
+        "Days; a record older than this at ingestion is quarantined; 0 disables the check."))
 
 
 class BrokersConfig(_Section):
-    addresses: dict[str, str] = Field(default_factory=dict)
+    """Broker names."""
+
+    addresses: dict[str, str] = Field(default_factory=dict, description=(
+        "``ip:port`` → broker name, for send failures that name a broker by address (docs/contracts.md §1.2)."))
 
 
 class WindowsConfig(_Section):
-    """Event-time windows. 60 s matches RocketMQ's minute stats (StatsItem ``Stats In One Minute``)."""
+    """Event-time windows."""
 
-    length_seconds: int = Field(default=60, gt=0)
-    watermark_seconds: int = Field(default=120, ge=0)
-    trigger_seconds: int = Field(default=10, gt=0)
-    #: When the fast path (preliminary decisions on open windows, :mod:`pipelines.flows.fast`) runs: in the
-    #: continuous job only (a backlog run with --once decides every window on the final path), always, or never.
-    fast_path: Literal["continuous", "always", "never"] = "continuous"
+    length_seconds: int = Field(default=60, gt=0, description=(
+        "Window length, seconds: RocketMQ's minute statistics (``StatsItem`` ``Stats In One Minute``, "
+        "docs/rocketmq-formats.md §1)."))
+    watermark_seconds: int = Field(default=120, ge=0, description=(
+        "Seconds to wait for late lines before a window is final. A minute line is printed at the end of the "
+        "minute it covers, so 120 s lets a broker's shipper lag up to 3 minutes behind the fastest broker before "
+        "its lines count as late (README \"Two speeds\"); the fast path does not wait for it."))
+    trigger_seconds: int = Field(default=10, gt=0, description=(
+        "Processing-time trigger of the continuous job, seconds (ignored with --once): the three queries' "
+        "micro-batches of one stats minute finish within it on 2 cores (docs/performance.md)."))
+    fast_path: Literal["continuous", "always", "never"] = Field("continuous", description=(
+        "When the fast path (preliminary decisions on open windows, :mod:`pipelines.flows.fast`) runs: in the "
+        "continuous job only (a backlog run with --once decides every window on the final path), always, or "
+        "never."))
 
     def fast_path_on(self, once: bool) -> bool:
         """Whether the fast query runs in a run with (``once``) or without --once."""
@@ -93,17 +134,38 @@ class WindowsConfig(_Section):
 
 
 class DetectionConfig(_Section):
-    retry_ratio_threshold: float = Field(default=0.5, gt=0)
-    retry_floor_tps: float = Field(default=50.0, ge=0)
-    surge_factor: float = Field(default=4.0, gt=1)
-    surge_floor_tps: float = Field(default=50.0, ge=0)
-    baseline_quantile: float = Field(default=0.5, gt=0, lt=1)
-    baseline_windows: int = Field(default=30, gt=0)
-    baseline_min_windows: int = Field(default=5, gt=0)
-    busy_failures_floor: int = Field(default=10, gt=0)
-    failure_rate_threshold: float = Field(default=0.05, gt=0, le=1)
-    failure_floor: int = Field(default=20, gt=0)
-    critical_factor: float = Field(default=4.0, ge=1)
+    """Thresholds of the anomaly rules (:mod:`pipelines.transforms.anomalies`, README "What it decides"). The
+    defaults are this project's choices, sized against article 001's incident unless a description says more."""
+
+    retry_ratio_threshold: float = Field(default=0.5, gt=0, description=(
+        "RUNAWAY_RETRY: a group's retry TPS (``SNDBCK_PUT_NUMS``) at least this share (ratio, 0.5 = 50 %) of its "
+        "consume TPS (``GROUP_GET_NUMS``) on its non-retry topics."))
+    retry_floor_tps: float = Field(default=50.0, ge=0, description=(
+        "RUNAWAY_RETRY: and at least this many retries per second (msg/s); article 001's storm ran at 785."))
+    surge_factor: float = Field(default=4.0, gt=1, description=(
+        "TRAFFIC_SURGE: put TPS at least this many times (factor) the resource's own baseline; article 001's "
+        "broker rose 8x."))
+    surge_floor_tps: float = Field(default=50.0, ge=0, description=(
+        "TRAFFIC_SURGE: and at least this many messages per second (msg/s), so tiny topics going 0 → 5 msg/s "
+        "do not fire."))
+    baseline_quantile: float = Field(default=0.5, gt=0, lt=1, description=(
+        "Baseline: this quantile (0.5 = the median) of the resource's put TPS over its previous "
+        "``baseline_windows`` finalized windows."))
+    baseline_windows: int = Field(default=30, gt=0, description=(
+        "Baseline: finalized windows it is taken over (30 one-minute windows = half an hour)."))
+    baseline_min_windows: int = Field(default=5, gt=0, description=(
+        "Baseline: windows needed at least; with fewer, TRAFFIC_SURGE does not fire."))
+    busy_failures_floor: int = Field(default=10, gt=0, description=(
+        "BROKER_BUSY: busy failures (``[TIMEOUT_CLEAN_QUEUE]``, ``[PCBUSY_CLEAN_QUEUE]``, ``[REJECTREQUEST]``, "
+        "``[OVERLOAD]``, ``[PC_SYNCHRONIZED]``: RocketMQ ``BrokerFastFailure`` and ``SendMessageProcessor``, "
+        "docs/rocketmq-formats.md) of one broker in one window, count."))
+    failure_rate_threshold: float = Field(default=0.05, gt=0, le=1, description=(
+        "FAILURE_SPIKE: a topic's failures ÷ (failures + puts) in a window at least this (ratio, 0.05 = 5 %); "
+        "``RATE_LIMITED`` rejections never count."))
+    failure_floor: int = Field(default=20, gt=0, description="FAILURE_SPIKE: and at least this many failures (count).")
+    critical_factor: float = Field(default=4.0, ge=1, description=(
+        "Severity is ``critical`` when the observed value is at least this many times (factor) the rule's "
+        "threshold, else ``warning``; a critical anomaly may cut past ``limits.max_cut_pct`` and the cool-down."))
 
     @model_validator(mode="after")
     def _min_le_windows(self) -> "DetectionConfig":
@@ -113,123 +175,100 @@ class DetectionConfig(_Section):
 
 
 class LimitsConfig(_Section):
+    """How limits are decided, issued and lifted (:mod:`pipelines.transforms.policy`, README "What it decides")."""
+
     @model_validator(mode="after")
     def _clear_below_bound(self) -> "LimitsConfig":
         if self.clear_share >= self.bound_share:
             raise ValueError("limits.clear_share must be below limits.bound_share")
         return self
 
-    mode: Literal["enforce", "advisory"] = "enforce"
-    allowed_retry_share: float = Field(default=0.1, gt=0, le=1)
-    min_limit_qps: float = Field(default=1.0, gt=0)
-    surge_headroom: float = Field(default=2.0, ge=1)
-    ttl_seconds: int = Field(default=600, gt=0)
-    burst_seconds: float = Field(default=1.0, gt=0)
-    breaker_open_ms: int = Field(default=1000, ge=0)
-    max_limit_qps: float = Field(default=1_000_000.0, gt=0)
-    hysteresis_pct: float = Field(default=10.0, ge=0, lt=100)
-    cooldown_windows: int = Field(default=2, ge=0)
-    max_cut_pct: float = Field(default=50.0, gt=0, le=100)
-    refresh_seconds: int = Field(default=300, gt=0)
-    recovery_windows: int = Field(default=3, gt=0)
-    relax_factor: float = Field(default=1.5, gt=1)
-    #: Closed loop (pipelines/transforms/fold.py): a limited resource whose cluster-wide observed rate is at least
-    #: this share of its cluster-wide limit runs at its cap (its anomaly persists) ...
-    bound_share: float = Field(default=0.9, gt=0, le=1)
-    #: ... and recovery counts only windows at most this share of the limit with no limiter rejection.
-    clear_share: float = Field(default=0.5, gt=0, lt=1)
-    #: A limit held longer than this (seconds of event time) is flagged on the status page and in the log.
-    max_held_seconds: int = Field(default=3600, gt=0)
-    #: Recurrence memory (flap damping, pipelines/transforms/fold.py): an anomaly within this many windows of its
-    #: resource's last lift is a recurrence: straight to the remembered target, and each recurrence doubles the clear
-    #: windows the next lift needs (recovery_windows x 2^n, at most max(recovery_windows, recurrence_windows)).
-    recurrence_windows: int = Field(default=30, ge=0)
-    advisory_resources: tuple[str, ...] = ()
-    signing_key_env: str = "RATE_GOVERNOR_SIGNING_KEY"
-    signing_key_file: str = ""
-    protected: tuple[str, ...] = (
+    mode: Literal["enforce", "advisory"] = Field("enforce", description=(
+        "``enforce`` (brokers apply the limits) or ``advisory`` (shadow mode: decisions are recorded, brokers only "
+        "log them); the control record's ``mode`` (docs/contracts.md §3)."))
+    allowed_retry_share: float = Field(default=0.1, gt=0, le=1, description=(
+        "A runaway group's retry traffic is limited to this share (ratio, 0.1 = 10 %) of its consume TPS on its "
+        "non-retry topics (never below ``min_limit_qps``)."))
+    min_limit_qps: float = Field(default=1.0, gt=0, description=(
+        "Floor of every limit, msg/s (cluster-wide; counted once, not per broker)."))
+    surge_headroom: float = Field(default=2.0, ge=1, description=(
+        "A surging topic on a busy broker is limited to its baseline times this factor; an advisory surge record "
+        "is never below its observed rate times it."))
+    ttl_seconds: int = Field(default=600, gt=0, description=(
+        "Seconds after its decision that a limit expires unless refreshed (fail open when the governor stops): "
+        "two refresh periods."))
+    burst_seconds: float = Field(default=1.0, gt=0, description=(
+        "Token-bucket burst in seconds of ``limit_qps`` (``burst = max(1, ceil(limit_qps × burst_seconds))``): "
+        "one second, the default capacity of RocketMQ's ``TokenBucketRateLimiter`` (article 001)."))
+    breaker_open_ms: int = Field(default=1000, ge=0, description=(
+        "Milliseconds the broker limiter's circuit breaker stays open after a rejection: "
+        "``circuitBreakerOpenTime``, 1 s by default (article 001, Sohu ``RateLimitHandler``)."))
+    max_limit_qps: float = Field(default=1_000_000.0, gt=0, description="Ceiling of every limit, msg/s.")
+    hysteresis_pct: float = Field(default=10.0, ge=0, lt=100, description=(
+        "Percent: a tighter limit within this much of the current one is not recorded (hysteresis)."))
+    cooldown_windows: int = Field(default=2, ge=0, description=(
+        "Windows after a change during which a resource's limit is not tightened again (unless critical)."))
+    max_cut_pct: float = Field(default=50.0, gt=0, le=100, description=(
+        "Percent: one decision cuts at most this much of the current limit (or observed rate) unless critical."))
+    refresh_seconds: int = Field(default=300, gt=0, description=(
+        "Seconds of event time after which a limit is re-issued (new ``expires_at``) while its anomaly lasts."))
+    recovery_windows: int = Field(default=3, gt=0, description=(
+        "Windows: a limit whose anomaly (and cap, ``bound_share``) has been absent this many final windows is "
+        "lifted; a surge limit at its cap on healthy brokers this long is probed upward."))
+    relax_factor: float = Field(default=1.5, gt=1, description=(
+        "Factor of one upward probe of a surge limit (NSQ's RDY policy, article 003)."))
+    bound_share: float = Field(default=0.9, gt=0, le=1, description=(
+        "Closed loop (:mod:`pipelines.transforms.demand`): a limited resource whose cluster-wide observed rate "
+        "is at least this share (ratio) of its cluster-wide limit, or whose limiter rejects sends, runs at its "
+        "cap: its anomaly persists and the limit is refreshed, never relaxed."))
+    clear_share: float = Field(default=0.5, gt=0, lt=1, description=(
+        "Closed loop: recovery counts only windows at most this share (ratio) of the limit with no limiter "
+        "rejection; must be below ``bound_share``."))
+    max_held_seconds: int = Field(default=3600, gt=0, description=(
+        "Seconds of event time; a limit held longer is flagged on the status page and logged once (WARNING) for "
+        "a person to look at."))
+    recurrence_windows: int = Field(default=30, ge=0, description=(
+        "Windows: recurrence memory (flap damping, :mod:`pipelines.transforms.fold`). An anomaly within this many "
+        "final windows of its resource's last lift is a recurrence: the limit goes straight to the target "
+        "remembered from before, and each recurrence doubles the clear windows the next lift needs "
+        "(``recovery_windows`` × 2^n, at most max(``recovery_windows``, ``recurrence_windows``)); 0 = no memory. "
+        "30 one-minute windows: half an hour, as the surge baseline."))
+    advisory_resources: tuple[str, ...] = Field((), description=(
+        "Topics and groups that get advisory records even when ``mode = \"enforce\"`` (shadow mode per "
+        "resource)."))
+    signing_key_env: str = Field("RATE_GOVERNOR_SIGNING_KEY", description=(
+        "Environment variable holding the HMAC-SHA256 key of the control records (wins over "
+        "``signing_key_file``); in enforce mode a missing key is a start-up error."))
+    signing_key_file: str = Field("", description=(
+        "File holding the signing key (never in the repository), read when the variable is unset; \"\" = none."))
+    protected: tuple[str, ...] = Field((
         "SCHEDULE_TOPIC_XXXX",
         "RMQ_SYS_TRACE_TOPIC",
         "TBW102",
         "RMQ_SYS_TRANS_HALF_TOPIC",
         "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    )
-
-
-class KafkaSinkConfig(_Section):
-    """Kafka write-back (kafka-python): a compacted topic, key ``<resource_type>:<resource>``, JSON value,
-    tombstone on lift. ``options`` are passed to ``KafkaProducer`` (e.g. security_protocol, sasl_mechanism)."""
-
-    enabled: bool = False
-    bootstrap_servers: str = ""
-    topic: str = "rate-governor-limits"
-    #: Replication factor when the sink creates the (compacted, one-partition) topic.
-    replication_factor: int = Field(default=1, ge=1)
-    options: dict[str, str | int | bool] = Field(default_factory=dict)
-
-
-#: ``BrokerConfig`` ``sendMsgRateLimitQps`` / ``sendRetryMsgRateLimitQps`` of the current sohutv/rocketmq line
-#: (5.1.1-sohu-02/-03, 5.3.1-sohu-01), the sink's fallback defaults.
-CURRENT_FORK_DEFAULT_QPS = (10000.0, 1000.0)
-
-
-class RocketMQSinkConfig(_Section):
-    """RocketMQ admin write-back (pipelines/io/rocketmq_sink.py): limits pushed to the master brokers of a Sohu
-    RocketMQ cluster with MQCloud's rate-limit requests.
-
-    The brokers' own default rates are read from each master (``GET_BROKER_CONFIG``, re-read every
-    ``defaults_refresh_seconds``); ``default_topic_qps`` / ``default_retry_qps`` are only the fallback for a broker
-    that cannot be read: the current fork line's ``BrokerConfig`` defaults 10000 / 1000 (sohutv/rocketmq
-    5.1.1-sohu-02/-03, 5.3.1-sohu-01), the older line's 2000 / 100 (4.9.3-sohu, 5.1.1-sohu). ``request_codes``
-    ``"330/329"`` exist only on 4.9.3-sohu builds before 2023-05-31 (older line): on 5.x, 329 is
-    ``DELETE_EXPIRED_COMMITLOG``, so that choice with the current line's fallback defaults is refused here, and
-    per broker at run time when its version is 5.x. One publish talks to up to ``max_parallel_brokers`` masters at
-    once and gives up on the rest after ``publish_deadline_ms`` (a request: ``timeout_ms``). Connections idle for
-    90 % of ``idle_timeout_seconds`` (the servers' ``serverChannelMaxIdleTimeSeconds``, 120) are renewed before use.
-    ACL keys (``AclClientRPCHook`` signing) come from the two environment variables, else from ``acl_key_file``
-    (``AccessKey=`` / ``SecretKey=`` lines); neither: requests go unsigned."""
-
-    enabled: bool = False
-    namesrv_addr: tuple[str, ...] = ()
-    cluster: str = ""
-    request_codes: Literal["9003/9002", "330/329"] = "9003/9002"
-    timeout_ms: int = Field(default=3000, gt=0)
-    publish_deadline_ms: int = Field(default=5000, gt=0)
-    max_parallel_brokers: int = Field(default=16, gt=0, le=256)
-    idle_timeout_seconds: float = Field(default=120.0, gt=0)
-    defaults_refresh_seconds: float = Field(default=300.0, ge=0)
-    default_topic_qps: float = Field(default=CURRENT_FORK_DEFAULT_QPS[0], gt=0)
-    default_retry_qps: float = Field(default=CURRENT_FORK_DEFAULT_QPS[1], gt=0)
-    acl_access_key_env: str = "RATE_GOVERNOR_ROCKETMQ_ACCESS_KEY"
-    acl_secret_key_env: str = "RATE_GOVERNOR_ROCKETMQ_SECRET_KEY"
-    acl_key_file: str = ""
-    ledger_file: str = ""
-
-    @model_validator(mode="after")
-    def _namesrv_when_enabled(self) -> "RocketMQSinkConfig":
-        if self.enabled and not self.namesrv_addr:
-            raise ValueError("sink.rocketmq.namesrv_addr must list at least one name server when enabled")
-        if self.request_codes == "330/329" and (self.default_topic_qps,
-                                                self.default_retry_qps) == CURRENT_FORK_DEFAULT_QPS:
-            raise ValueError(
-                'sink.rocketmq.request_codes = "330/329" is for 4.9.3-sohu builds before 2023-05 (defaults 2000 / '
-                "100); default_topic_qps / default_retry_qps 10000 / 1000 are the current 5.x line, where 329 is "
-                'DELETE_EXPIRED_COMMITLOG: use "9003/9002", or set the older line\'s defaults')
-        return self
-
-
-class SinkConfig(_Section):
-    kafka: KafkaSinkConfig = KafkaSinkConfig()
-    rocketmq: RocketMQSinkConfig = RocketMQSinkConfig()
+    ), description=(
+        "Resources never limited: RocketMQ's system topics (``TopicValidator``: the delay-level topic, the trace "
+        "topic, the auto-create template ``TBW102``, the transaction half and op topics)."))
 
 
 class SparkConfig(_Section):
-    master: str = "local[2]"
-    app_name: str = "rate-governor"
-    shuffle_partitions: int = Field(default=4, gt=0)
-    #: Keep the gold side's DataFrames (finalized windows) in one partition (pipelines.transforms.gold.partitioning).
-    gold_single_partition: bool = True
-    conf: dict[str, str] = Field(default_factory=dict)
+    """The Spark session (:func:`pipelines.session.build_session`)."""
+
+    master: str = Field("local[2]", description=(
+        "Spark master; ``local[2]`` for the embedded default (this project's 2-core machine). spark-submit's "
+        "``--master`` decides on a cluster."))
+    app_name: str = Field("rate-governor", description="Spark application name.")
+    shuffle_partitions: int = Field(default=4, gt=0, description=(
+        "``spark.sql.shuffle.partitions`` (Spark's default 200 is far too many for micro-batches): twice the "
+        "cores of ``local[2]``. A restarted query keeps the value its checkpoint was started with."))
+    gold_single_partition: bool = Field(True, description=(
+        "Keep the gold side's DataFrames (finalized windows: hundreds to ~10^5 rows per micro-batch) in one "
+        "partition, so its aggregations and window functions need no shuffle "
+        "(:func:`pipelines.transforms.gold.partitioning`)."))
+    conf: dict[str, str] = Field(default_factory=dict, description=(
+        "Extra Spark settings, passed as given. The shipped TOML adds the RocksDB state store with changelog "
+        "checkpointing (what its checkpoints were written with) and a 4 GiB driver."))
 
 
 #: GX validates a DataFrame of up to this many rows with its pandas engine on the driver, a larger one with its
@@ -240,24 +279,31 @@ DEFAULT_PANDAS_MAX_ROWS = 500_000
 class QualityConfig(_Section):
     """Data quality (pipelines/quality/): row-level enforcement of the GX suites and GX validation cadence."""
 
-    enforce: bool = True
-    validate_every_n_batches: int = Field(default=1, ge=0)
-    pandas_max_rows: int = Field(default=DEFAULT_PANDAS_MAX_ROWS, ge=0)
+    enforce: bool = Field(True, description=(
+        "Rows of ``silver/*`` that fail an expectation of the GX suites go to quarantine (``expectation failed: "
+        "<expectation>(<column>)``); false = only the parse's own reasons quarantine."))
+    validate_every_n_batches: int = Field(default=1, ge=0, description=(
+        "GX validates the candidate silver rows of every Nth ingest micro-batch (``quality/validation_results``, "
+        "``quality/validation_runs``); 0 = never (enforcement and reconciliation still run)."))
+    pandas_max_rows: int = Field(default=DEFAULT_PANDAS_MAX_ROWS, ge=0, description=(
+        "Rows: GX validates a micro-batch of up to this many with its pandas engine on the driver (several times "
+        "faster than its Spark engine at micro-batch sizes, docs/performance.md), a larger one with its Spark "
+        "engine."))
 
 
 class GovernorConfig(_Section):
     """The whole configuration. Sections mirror the TOML tables of ``conf/local.toml``."""
 
-    source: SourceConfig = SourceConfig()
-    lake: LakeConfig = LakeConfig()
-    stats: StatsConfig = StatsConfig()
-    brokers: BrokersConfig = BrokersConfig()
-    windows: WindowsConfig = WindowsConfig()
-    detection: DetectionConfig = DetectionConfig()
-    limits: LimitsConfig = LimitsConfig()
-    sink: SinkConfig = SinkConfig()
-    spark: SparkConfig = SparkConfig()
-    quality: QualityConfig = QualityConfig()
+    source: SourceConfig = Field(SourceConfig(), description="``[source]``: where the raw records come from.")
+    lake: LakeConfig = Field(LakeConfig(), description="``[lake]``: the Delta tables, checkpoints and limits.json.")
+    stats: StatsConfig = Field(StatsConfig(), description="``[stats]``: parsing of stats.log lines.")
+    brokers: BrokersConfig = Field(BrokersConfig(), description="``[brokers]``: broker names by address.")
+    windows: WindowsConfig = Field(WindowsConfig(), description="``[windows]``: event-time windows and triggers.")
+    detection: DetectionConfig = Field(DetectionConfig(), description="``[detection]``: the anomaly rules' thresholds.")
+    limits: LimitsConfig = Field(LimitsConfig(), description="``[limits]``: how limits are decided and issued.")
+    sink: SinkConfig = Field(SinkConfig(), description="``[sink]``: the write-back sinks.")
+    spark: SparkConfig = Field(SparkConfig(), description="``[spark]``: the Spark session.")
+    quality: QualityConfig = Field(QualityConfig(), description="``[quality]``: data quality.")
 
     def with_paths(self, landing: str | None = None, lake: str | None = None) -> "GovernorConfig":
         """Return a copy with the landing directory and/or lake root replaced (CLI overrides)."""
@@ -271,39 +317,9 @@ class GovernorConfig(_Section):
         return self.lake.checkpoint_dir or str(Path(self.lake.path) / "_checkpoints")
 
 
-def validate_model(model: type[_M], data: dict) -> _M:
-    """Validate a mapping (parsed TOML) against a config model.
-
-    Raises:
-        ConfigError: a setting has the wrong type or range, or a key is unknown; the message names it.
-    """
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigError(f"invalid config: {problems}") from None
-
-
 def parse_config(data: dict) -> GovernorConfig:
     """Validate a config mapping (the parsed TOML). Raises :class:`ConfigError` naming the bad setting."""
     return validate_model(GovernorConfig, data)
-
-
-def read_toml(path: str | Path) -> dict:
-    """Read a TOML config file.
-
-    Raises:
-        ConfigError: the file does not exist or is not valid TOML.
-    """
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"config file not found: {file}")
-    try:
-        return tomllib.loads(file.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {file} is not valid TOML: {exc}") from None
 
 
 def load_config(path: str | Path) -> GovernorConfig:

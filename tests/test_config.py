@@ -40,3 +40,27 @@ def test_every_default_is_in_the_shipped_toml():
     missing = sorted(key for key in _flat(GovernorConfig().model_dump()) if key not in written
                      and not key.startswith("spark.conf."))
     assert not missing, missing
+
+
+def _fields(model, prefix: str = ""):
+    """(dotted name, field) of every field of ``model`` and of the sections it holds."""
+    from pydantic import BaseModel
+
+    for name, field in model.model_fields.items():
+        yield f"{prefix}{name}", field
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            yield from _fields(field.annotation, f"{prefix}{name}.")
+
+
+#: The unit a field's name promises, and the word its description must use for it.
+UNITS = {"_seconds": "second", "_ms": "millisecond", "_qps": "msg/s", "_tps": "msg/s", "_pct": "percent",
+         "_days": "day", "_chars": "character", "_rows": "row"}
+
+
+def test_every_setting_is_documented_once_in_the_code_with_its_unit():
+    fields = dict(_fields(GovernorConfig))
+    undocumented = sorted(name for name, field in fields.items() if not (field.description or "").strip())
+    assert not undocumented, undocumented
+    unitless = sorted(name for name, field in fields.items() for suffix, unit in UNITS.items()
+                      if name.endswith(suffix) and unit not in field.description.lower())
+    assert not unitless, unitless
