@@ -157,8 +157,8 @@ class DetectionConfig(_Section):
         "Baseline: windows needed at least; with fewer, TRAFFIC_SURGE does not fire."))
     busy_failures_floor: int = Field(default=10, gt=0, description=(
         "BROKER_BUSY: busy failures (``[TIMEOUT_CLEAN_QUEUE]``, ``[PCBUSY_CLEAN_QUEUE]``, ``[REJECTREQUEST]``, "
-        "``[OVERLOAD]``, ``[PC_SYNCHRONIZED]``: RocketMQ ``BrokerFastFailure`` and ``SendMessageProcessor``, "
-        "docs/rocketmq-formats.md) of one broker in one window, count."))
+        "``[OVERLOAD]``, ``[PC_SYNCHRONIZED]``: the broker's ``SYSTEM_BUSY`` remarks, docs/rocketmq-formats.md "
+        "§4-5) of one broker in one window, count."))
     failure_rate_threshold: float = Field(default=0.05, gt=0, le=1, description=(
         "FAILURE_SPIKE: a topic's failures ÷ (failures + puts) in a window at least this (ratio, 0.05 = 5 %); "
         "``RATE_LIMITED`` rejections never count."))

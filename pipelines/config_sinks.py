@@ -48,7 +48,8 @@ class RocketMQSinkConfig(_Section):
         "5.x, 329 is ``DELETE_EXPIRED_COMMITLOG``: ``330/329`` with the current line's fallback defaults is "
         "refused here, and per broker at run time when its version is 5.x."))
     timeout_ms: int = Field(default=3000, gt=0, description=(
-        "One request (connecting included), milliseconds: RocketMQ admin tools' usual 3 s."))
+        "One request (connecting included), milliseconds: 3 s, a RocketMQ producer's default send timeout "
+        "(``DefaultMQProducer.sendMsgTimeout``)."))
     publish_deadline_ms: int = Field(default=5000, gt=0, description=(
         "One whole publish, milliseconds: masters not done by then are retried on the next publish, so "
         "unreachable masters cannot hold the deciding queries longer."))
