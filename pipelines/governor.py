@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -45,7 +46,11 @@ from pipelines.ops import console, progress
 log = logging.getLogger("rate_governor")
 
 
-def _fenced(handler, governor: Governor):
+#: A ``foreachBatch`` handler: (micro-batch, batch id) → nothing.
+Handler = Callable[[DataFrame, int], None]
+
+
+def _fenced(handler: Handler, governor: Governor) -> Handler:
     """``handler`` behind the lake's fence: a micro-batch that starts after this governor lost the lake's lease
     fails before it reads or writes anything (the flows' own appends and publishes ask the fence again)."""
 
@@ -56,7 +61,7 @@ def _fenced(handler, governor: Governor):
     return handle
 
 
-def _start(df: DataFrame, name: str, handler, mode: str, cfg: GovernorConfig, once: bool,
+def _start(df: DataFrame, name: str, handler: Handler, mode: str, cfg: GovernorConfig, once: bool,
            interval: str | None = None) -> StreamingQuery:
     writer = (
         df.writeStream.queryName(f"rate-governor-{name}")

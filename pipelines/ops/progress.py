@@ -37,11 +37,16 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from pipelines.io import tables
+
+if TYPE_CHECKING:
+    from pipelines.flows.assembly import Governor
 
 log = logging.getLogger("rate_governor.progress")
 
@@ -234,7 +239,7 @@ class ProgressListener(StreamingQueryListener):
 _ATTACHED: list[tuple[object, ProgressListener]] = []
 
 
-def attach(spark, governor, *, once: bool) -> ProgressListener:
+def attach(spark: SparkSession, governor: Governor, *, once: bool) -> ProgressListener:
     """Register a :class:`ProgressListener` for ``governor``'s queries on ``spark`` (call before starting them),
     first removing one an earlier run left registered (a run that raised before :func:`detach`).
 
@@ -248,7 +253,7 @@ def attach(spark, governor, *, once: bool) -> ProgressListener:
     if once and cfg.source.kind == "files":
         backlog = max(landing_lines(cfg.source.landing) - _bronze_rows(str(cfg.lake.path)), 0)
 
-    def batch_rows(query: str, batch_id: int):
+    def batch_rows(query: str, batch_id: int) -> dict[str, int] | None:
         for report in reversed(governor.reports):
             if report.query == query and report.batch_id == batch_id:
                 return report.rows
@@ -278,7 +283,7 @@ def _bronze_rows(lake: str) -> int:
     return total
 
 
-def detach(spark, listener: ProgressListener) -> None:
+def detach(spark: SparkSession, listener: ProgressListener) -> None:
     """Let Spark's listener bus deliver the events already posted (the last micro-batch's line), then remove the
     listener (a test session runs the governor many times)."""
     try:
