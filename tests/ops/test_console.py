@@ -85,24 +85,13 @@ spark.stop()
 @pytest.mark.slow
 def test_pyspark_launched_jvm_is_quiet_unless_verbose(tmp_path):
     """The driver JVM that pyspark launches reads conf/log4j2.properties: Spark's start-up notices are gone."""
-    def start(mode: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-c", SESSION_SCRIPT, mode], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    def stderr(mode: str) -> str:
+        result = subprocess.run([sys.executable, "-c", SESSION_SCRIPT, mode], cwd=ROOT, capture_output=True,
+                                text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stderr
 
-    def stderr(proc: subprocess.Popen) -> str:
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err[-2000:]
-        return err
-
-    # the two sessions are separate JVMs: they run side by side
-    running = {mode: start(mode) for mode in ("verbose", "quiet")}
-    try:
-        verbose, quiet = stderr(running["verbose"]), stderr(running["quiet"])
-    finally:
-        for proc in running.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    verbose, quiet = stderr("verbose"), stderr("quiet")
     assert "Using Spark's default log4j profile" in verbose
     assert "NativeCodeLoader" in verbose  # Spark's defaults print it on this platform
     assert "is falling behind" in verbose
