@@ -196,14 +196,16 @@ def test_disk_full_for_a_moment_is_retried_and_too_long_fails_the_batch_for_a_cl
     assert failed.returncode != 0 and "No space left on device" in failed.stderr
     assert failed.stderr.count("lake append failed") == APPEND_ATTEMPTS - 1
     (disk / BALLAST).unlink(missing_ok=True)  # space again
-    assert _governor_process(conf, landing, long).returncode == 0
+    # the restart and the runs below need no fault and no kill: they run in this test's Spark session
+    run = lambda lake: governor.run(spark, load_config(conf).with_paths(str(landing), str(lake)), once=True)  # noqa: E731
+    run(long)
     # When the failure stopped the gold query after its data batch but before the batch that emits the windows,
     # Spark emits them only once newer data moves the watermark (no trailing no-data batch after a restart): one
     # line ten minutes later lands for both lakes, so both emit every window of the scenario.
     flush = landing / "broker_stats" / "broker-a" / "flush.log"
     flush.write_text(_line(SPEC.start_utc.replace(tzinfo=None) + dt.timedelta(minutes=SPEC.minutes + 10), "flush"))
     for lake in (brief, long):
-        assert _governor_process(conf, landing, lake).returncode == 0
+        run(lake)
 
     for lake in (brief, long):
         assert _count(spark, lake, "bronze/broker_stats") == written["stats_lines"] + 1
