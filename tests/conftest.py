@@ -41,8 +41,11 @@ SLOWEST_FIRST = (
 
 
 def pytest_collection_modifyitems(config, items):
-    """The files of :data:`SLOWEST_FIRST` first, in its order; every other file after them, in collection order
-    (a stable sort: the tests of a file keep their order)."""
+    """On pytest-xdist workers: the files of :data:`SLOWEST_FIRST` first, in its order; every other file after
+    them, in collection order (a stable sort: the tests of a file keep their order). One process keeps the
+    collection order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
