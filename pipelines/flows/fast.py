@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from pipelines.io import tables
 from pipelines.config import GovernorConfig
-from pipelines.flows.base import BatchReport, DecisionFlow, write_outputs
+from pipelines.flows.base import BatchReport, DecisionFlow, release, write_outputs
 from pipelines.quality.gate import QualityGate
 from pipelines.transforms import demand, fast, gold, policy, policy_fold, silver
 from pipelines.transforms.reconcile import preliminary_state
@@ -104,4 +104,4 @@ class FastFlow(DecisionFlow):
                     log.info("fast batch %d: %d preliminary decisions published in %.2f s", batch_id,
                              report.rows[tables.GOLD_LIMITS], time.monotonic() - started)
         finally:
-            open_windows.unpersist()
+            release(QUERY, batch_id, open_windows)

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from pipelines.io import events, tables
 from pipelines.config import GovernorConfig
-from pipelines.flows.base import BatchReport, Clock, DecisionFlow, utc_now, write_outputs
+from pipelines.flows.base import BatchReport, Clock, DecisionFlow, release, utc_now, write_outputs
 from pipelines.io.lake import Lake
 from pipelines.io.publish import Publisher
 from pipelines.quality.gate import QualityGate
@@ -114,6 +114,4 @@ class GoldFlow(DecisionFlow):
                 log.info("gold batch %d: limits published in %.2f s", batch_id, time.monotonic() - started)
                 self.warn_held_too_long(out.state, horizon_end)
         finally:
-            if out is not None:
-                out.release()
-            metrics.unpersist()
+            release(QUERY, batch_id, out, metrics)

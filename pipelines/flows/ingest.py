@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame
 
 from pipelines.config import GovernorConfig
 from pipelines.faults import crash_point
-from pipelines.flows.base import BatchReport, write_outputs
+from pipelines.flows.base import BatchReport, release, write_outputs
 from pipelines.io import events
 from pipelines.io.lake import Lake
 from pipelines.quality.gate import QualityGate
@@ -61,4 +61,4 @@ class IngestFlow:
             stats.unpersist()
             failures.unpersist()
         finally:
-            raw.unpersist()
+            release(QUERY, batch_id, raw)
