@@ -59,6 +59,8 @@ BASIS_FINAL = "final"
 BOUND, HOLD, CLEAR = "bound", "hold", "clear"
 #: Key of the per-broker figure of a broker that carried no traffic when the limit was set (docs/contracts.md §3).
 ANY_BROKER = "*"
+#: The recurrence memory of a resource with none (:class:`ResourceState`).
+FORGOTTEN = {"last_lift_end": None, "lifted_target_qps": None, "recurrences": 0}
 
 
 @dataclass(frozen=True)
@@ -243,8 +245,8 @@ def fold_resource(
         nonlocal state
         lifted = action == ACTION_LIFT
         if lifted:
-            memo = (window_end, state.target_qps or state.limit_qps, state.recurrences) if remember else (None, None, 0)
-            state = replace(state, last_lift_end=memo[0], lifted_target_qps=memo[1], recurrences=memo[2])
+            state = (replace(state, last_lift_end=window_end, lifted_target_qps=state.target_qps or state.limit_qps)
+                     if remember else replace(state, **FORGOTTEN))
         new_limit = state.limit_qps is None and not lifted
         shares = dict(state.broker_shares) if shares is None else dict(shares)
         decisions.append(
@@ -301,7 +303,7 @@ def fold_resource(
         if last is None or cand.window_end < last:  # no lift remembered, or a window from before it
             return None
         if cand.window_end - last > memory:
-            state = replace(state, last_lift_end=None, lifted_target_qps=None, recurrences=0)
+            state = replace(state, **FORGOTTEN)
             return None
         state = replace(state, recurrences=state.recurrences + 1)
         if state.lifted_target_qps is None or cand.mode != MODE_ENFORCE:
