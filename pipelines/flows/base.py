@@ -60,19 +60,16 @@ def write_outputs(lake: Lake, query: str, app_id: str, batch_id: int, outputs: d
 Clock = Callable[[], dt.datetime]
 
 
-def release(query: str, batch_id: int, *cached: object) -> None:
-    """Unpersist a micro-batch's cached DataFrames (or call ``release()`` of an object that holds some, as
-    :class:`pipelines.transforms.gold.GoldOutputs`), in the handler's ``finally``. None items are skipped.
+def release(query: str, batch_id: int, *cached: DataFrame) -> None:
+    """Unpersist a micro-batch's cached DataFrames, in the handler's ``finally``.
 
     When the micro-batch is already failing (its error is propagating: a lost lease, or the query being stopped,
     which interrupts the unpersist's RPC to the block manager), a failed release is logged at DEBUG and never
     replaces that error; otherwise it raises as the unpersist did."""
     pending = sys.exc_info()[1]
-    for item in cached:
-        if item is None:
-            continue
+    for df in cached:
         try:
-            item.release() if hasattr(item, "release") else item.unpersist()  # type: ignore[attr-defined]
+            df.unpersist()
         except Exception as exc:  # noqa: BLE001 (re-raised unless the batch is already failing)
             if pending is None:
                 raise

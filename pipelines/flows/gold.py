@@ -114,4 +114,4 @@ class GoldFlow(DecisionFlow):
                 log.info("gold batch %d: limits published in %.2f s", batch_id, time.monotonic() - started)
                 self.warn_held_too_long(out.state, horizon_end)
         finally:
-            release(QUERY, batch_id, out, metrics)
+            release(QUERY, batch_id, metrics, *(out.cached if out is not None else ()))

@@ -106,14 +106,10 @@ class GoldOutputs:
     limits: DataFrame
     refused: DataFrame
     state: DataFrame
-    #: The DataFrames cached while building the outputs; :meth:`release` unpersists them once written.
+    #: The DataFrames cached while building the outputs, unpersisted by the flow once written
+    #: (:func:`pipelines.flows.base.release`): a continuous job would otherwise keep every micro-batch's cached plans
+    #: registered on the driver until its heap runs out.
     cached: tuple[DataFrame, ...] = ()
-
-    def release(self) -> None:
-        """Unpersist what :func:`gold_outputs` cached (a continuous job would otherwise keep every micro-batch's
-        cached plans registered on the driver until its heap runs out)."""
-        for df in self.cached:
-            df.unpersist()
 
     def tables(self) -> dict[str, DataFrame]:
         """Table name → rows to append, in the order the final path writes them."""

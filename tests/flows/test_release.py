@@ -18,11 +18,6 @@ class Cached:
         self.released = True
 
 
-class Holder(Cached):
-    def release(self):
-        self.unpersist()
-
-
 def handler(error: Exception | None, *cached):
     try:
         if error is not None:
@@ -32,15 +27,15 @@ def handler(error: Exception | None, *cached):
 
 
 def test_a_failing_release_does_not_replace_the_batch_error_and_the_rest_is_released():
-    broken, df, holder = Cached(fails=True), Cached(), Holder()
+    broken, df, other = Cached(fails=True), Cached(), Cached()
     with pytest.raises(LookupError, match="the lease was taken over"):
-        handler(LookupError("the lease was taken over"), broken, None, df, holder)
-    assert df.released and holder.released
+        handler(LookupError("the lease was taken over"), broken, df, other)
+    assert df.released and other.released
 
 
 def test_without_a_batch_error_a_failing_release_raises():
     with pytest.raises(RuntimeError, match="interrupted"):
         handler(None, Cached(), Cached(fails=True))
     done = Cached()
-    handler(None, done, Holder())
+    handler(None, done)
     assert done.released
