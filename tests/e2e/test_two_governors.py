@@ -134,7 +134,8 @@ def test_a_holder_that_hung_past_the_ttl_stops_its_queries_and_writes_nothing_af
     # files seen), written by the JVM before any of the governor's code runs; that micro-batch then fails on the
     # fence before it reads anything, and the next governor runs it. Spark writes each of those log entries to a
     # temporary file first (HDFSMetadataLog: ".<batch>.<uuid>.tmp", renamed when complete): a query stopped while
-    # it writes one leaves the temporary file of the same entry.
-    planning = r"_checkpoints/(ingest|fast|gold)/(offsets|sources/0)/(\.?\d+(\.crc)?|\.\d+\.[0-9a-f-]{36}\.tmp)"
+    # it writes one leaves the temporary file of the same entry. Each file may have its checksum beside it
+    # (Hadoop's ".<name>.crc").
+    planning = r"_checkpoints/(ingest|fast|gold)/(offsets|sources/0)/\.?(\d+|\.\d+\.[0-9a-f-]{36}\.tmp)(\.crc)?"
     assert all(re.fullmatch(planning, k) for k in changed), changed
     assert not (lake / LEASE_FILE).exists()
