@@ -228,8 +228,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(spark, cfg, once=args.once, lease=lease)
     except LakeHeldError as exc:
+        # Spark reports the cancelled jobs of the stopped queries from its scheduler's thread, after stop() returned:
+        # stopping the session drains it, so the governor's line is the last one an SRE reads
+        _stop_session(spark)
         return fail("rate-governor", exc)
     return 0
+
+
+def _stop_session(spark: SparkSession) -> None:
+    try:
+        spark.stop()
+    except Exception as exc:  # noqa: BLE001 - the exit line matters more than a clean stop
+        log.warning("stopping Spark: %s", exc)
 
 
 if __name__ == "__main__":
