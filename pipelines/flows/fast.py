@@ -6,6 +6,13 @@ the newest finalized windows (baselines and the broker census), the policy state
 candidates of the evidence already proven (no recovery: absence is only known on final windows), and appends the
 ``set`` decisions that change a limit to ``gold/limits`` with basis ``preliminary``, then publishes. It writes no
 policy state: the final path stays the only owner of ``state/policy`` and reconciles what this flow decided.
+
+Spark emits only the rows a micro-batch's input touched (``update`` mode). The flow remembers the rows it was given
+for windows not final yet (:class:`OpenRows`, on the driver: a window × resource row per open window, replaced by
+Spark's newer row), so that a window completed by the last expected broker's lines is judged on all its resources
+(:func:`pipelines.transforms.fast.with_rows_of_completed_windows`), whichever micro-batches its files fell into.
+The memory is the flow's, not the checkpoint's: after a restart a window whose brokers' lines straddle it waits
+for the final path, as before.
 """
 
 from __future__ import annotations
@@ -14,10 +21,14 @@ import datetime as dt
 import logging
 import time
 
-from pyspark.sql import DataFrame
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from pipelines.io import tables
+from pipelines.io.lake.registry import utc
 from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport, DecisionFlow, release, write_outputs
 from pipelines.quality.gate import QualityGate
@@ -44,27 +55,83 @@ def open_window_stream(raw: DataFrame, cfg: GovernorConfig, gate: QualityGate) -
     )
 
 
+class OpenRows:
+    """The open-window rows Spark has emitted to the fast flow (one per window × resource, the newest), kept as an
+    Arrow table on the driver for the windows the final path has not decided yet (see the module docstring).
+
+    Example:
+        >>> memory = OpenRows()
+        >>> memory.remember(batch_rows, newest_final)    # pyarrow rows of open_window_sums, UTC datetime or None
+        >>> memory.frame(spark, schema)                   # the remembered rows as a DataFrame (None: nothing yet)
+    """
+
+    KEYS = ("window_start", "resource_type", "resource")
+
+    def __init__(self) -> None:
+        self.rows: pa.Table | None = None
+
+    def remember(self, fresh: pa.Table, newest_final: dt.datetime | None) -> None:
+        """Keep ``fresh`` and the remembered rows ``fresh`` does not replace, of windows after ``newest_final``."""
+        kept = fresh if self.rows is None else pa.concat_tables([
+            self.rows.filter(pc.invert(pc.is_in(self._keys(self.rows), value_set=self._keys(fresh)))),
+            fresh.cast(self.rows.schema),
+        ])
+        if newest_final is not None:
+            bound = pa.scalar(utc(newest_final), type=kept.schema.field("window_start").type)
+            kept = kept.filter(pc.greater(kept["window_start"], bound))
+        self.rows = kept
+
+    def frame(self, spark: SparkSession, schema: StructType) -> DataFrame | None:
+        """The remembered rows as a DataFrame of ``schema`` (None when there are none)."""
+        if self.rows is None or self.rows.num_rows == 0:
+            return None
+        return spark.createDataFrame(self.rows, schema=schema)
+
+    @classmethod
+    def _keys(cls, rows: pa.Table) -> pa.Array:
+        parts = [pc.cast(rows[k], pa.string()) for k in cls.KEYS]
+        return pc.binary_join_element_wise(*parts, "\x1f").combine_chunks()
+
+
 class FastFlow(DecisionFlow):
     """The ``foreachBatch`` handler of the fast query (preliminary decisions); see the module docstring.
 
     Constructor: :class:`pipelines.flows.base.DecisionFlow`.
     """
 
-    def decide(self, open_windows: DataFrame, batch_id: int, now: dt.datetime) -> dict[str, DataFrame]:
-        """Open windows → ``{tables.GOLD_LIMITS: preliminary decisions, tables.QUARANTINE: refused decisions}``; empty when
-        the partial evidence proves no anomaly."""
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.open_rows = OpenRows()
+
+    def decide(self, open_windows: DataFrame, batch_id: int, now: dt.datetime,
+               rows: pa.Table | None = None) -> dict[str, DataFrame]:
+        """Open windows (``rows``: the same collected, when the caller has them) → ``{tables.GOLD_LIMITS:
+        preliminary decisions, tables.QUARANTINE: refused decisions}``; empty when the partial evidence proves no
+        anomaly."""
         cfg = self.cfg
-        first_open = open_windows.agg(F.min("window_start")).first()[0]
-        since = gold.baseline_since(first_open, cfg)
+        rows = open_windows.toArrow() if rows is None else rows
+        if rows.num_rows == 0:
+            return {}
+        since = gold.baseline_since(utc(pc.min(rows["window_start"]).as_py()), cfg)
         topic_history = self.lake.read(tables.GOLD_TOPIC_TPS, since=since).transform(self._single)
         broker_history = self.lake.read(tables.GOLD_BROKER_TPS, since=since).transform(self._single)
         newest_final, expected = fast.newest_final_window(broker_history)
+        self.open_rows.remember(rows, newest_final)
         if newest_final is not None:  # windows the final path has decided are its business
             open_windows = open_windows.where(F.col("window_start") > F.lit(newest_final))
             topic_history = topic_history.where(F.col("window_start") <= F.lit(newest_final))
             broker_history = broker_history.where(F.col("window_start") <= F.lit(newest_final))
+            rows = rows.filter(pc.greater(rows["window_start"], pa.scalar(
+                utc(newest_final), type=rows.schema.field("window_start").type)))
+            if rows.num_rows == 0:
+                return {}
+        remembered = self.open_rows.frame(open_windows.sparkSession, open_windows.schema)
+        if remembered is not None:
+            open_windows = fast.with_rows_of_completed_windows(open_windows, remembered.transform(self._single),
+                                                               expected)
         anomalies = fast.preliminary_anomalies(
-            open_windows, topic_history, broker_history, expected, cfg.windows, cfg.detection
+            open_windows, topic_history, broker_history, expected, cfg.windows, cfg.detection,
+            first_open=utc(pc.min(rows["window_start"]).as_py()),
         ).transform(self._single).persist()
         if anomalies.isEmpty():  # the usual case: no policy state to read, nothing to fold or write
             anomalies.unpersist()
@@ -75,7 +142,7 @@ class FastFlow(DecisionFlow):
             fast.open_broker_tps(open_windows, cfg.windows),
         )
         state = preliminary_state(self.saved_state(), self.latest_limits())
-        horizon = open_windows.agg(F.max("window_end")).first()[0]
+        horizon = utc(pc.max(rows["window_end"]).as_py())
         folded = policy_fold.decide(candidates, state, horizon, cfg.limits, cfg.windows.length_seconds, recover=False)
         decided = policy.finish_decisions(
             folded.where((F.col("row_kind") == "decision") & (F.col("action") == policy.ACTION_SET)),
@@ -89,12 +156,13 @@ class FastFlow(DecisionFlow):
         """One micro-batch of updated open windows → preliminary decisions, published when there are any."""
         open_windows = open_windows.transform(self._single).persist()
         try:
-            if open_windows.isEmpty():
+            rows = open_windows.toArrow()  # one job: the micro-batch's stateful aggregation; fills the cache
+            if rows.num_rows == 0:
                 self.reports.append(BatchReport(QUERY, batch_id))
                 return
             with self.decision_lock:
                 now = self.clock()
-                outputs = self.decide(open_windows, batch_id, now)
+                outputs = self.decide(open_windows, batch_id, now, rows)
                 report = write_outputs(self.lake, QUERY, FAST_APP_ID, batch_id, outputs) if outputs \
                     else BatchReport(QUERY, batch_id)
                 self.reports.append(report)

@@ -155,6 +155,22 @@ def census(open_windows: DataFrame, expected_brokers: list[str]) -> DataFrame:
     )
 
 
+def with_rows_of_completed_windows(current: DataFrame, remembered: DataFrame, expected_brokers: list[str]) -> DataFrame:
+    """This micro-batch's open-window rows (:func:`open_window_sums`) → the same, plus the ``remembered`` rows of
+    earlier micro-batches (same columns) of each window whose census is complete in ``current``, where ``current``
+    has no newer row of the same window × resource.
+
+    In ``update`` mode Spark emits only the rows the micro-batch's input touched. When the last expected broker's
+    lines complete a window (:func:`census`) but carry nothing of a resource (a consumer group served by another
+    broker), that resource's row is not emitted, and a ratio rule could not act on the complete window: whether
+    the fast path acted would depend on how the brokers' files fell into micro-batches. With the remembered rows, a
+    window completed in this micro-batch is judged on all its resources, as if its files had come at once."""
+    keys = ["window_start", "resource_type", "resource"]
+    completed = census(current, expected_brokers).where("complete").select("window_start")
+    older = remembered.join(current.select(*keys), keys, "left_anti").join(completed, "window_start", "left_semi")
+    return current.unionByName(older.select(*current.columns))
+
+
 def _per_second(amount: Column, cfg: WindowsConfig) -> Column:
     return amount.cast("double") / F.lit(float(cfg.length_seconds))
 
@@ -181,6 +197,7 @@ def preliminary_anomalies(
     expected_brokers: list[str],
     windows: WindowsConfig,
     cfg: DetectionConfig,
+    first_open: dt.datetime | None = None,
 ) -> DataFrame:
     """Running sums of open windows (:func:`open_window_sums`) → ``gold/anomalies``-shaped rows that the partial
     evidence already proves (rules and reasons above), ``detail`` ending with the census of the window.
@@ -189,6 +206,7 @@ def preliminary_anomalies(
         topic_history, broker_history: finalized ``gold/topic_tps`` / ``gold/broker_tps`` rows before the open
             windows (the baselines of TRAFFIC_SURGE).
         expected_brokers: brokers of the newest finalized window (:func:`census`).
+        first_open: the earliest ``window_start`` of ``open_windows`` when the caller knows it (else one Spark job).
     """
     counts = census(open_windows, expected_brokers)
     complete = counts.where("complete").select("window_start")
@@ -212,7 +230,8 @@ def preliminary_anomalies(
         per_s("consumed").alias("consume_tps"),
         F.when(F.col("consumed") > 0, F.col("retried") / F.col("consumed")).alias("retry_ratio"),
     )
-    first_open = open_windows.agg(F.min("window_start")).first()[0]
+    if first_open is None:
+        first_open = open_windows.agg(F.min("window_start")).first()[0]
     surge_topics = (
         detect.unlimited_history(topic_history).select("window_start", "topic", "put_tps")
         .unionByName(topics.select("window_start", "topic", "put_tps"))

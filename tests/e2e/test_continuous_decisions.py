@@ -1,5 +1,5 @@
 """Decisions of the continuous job (processing-time trigger, fast path on as shipped): one run, minute files landed
-one at a time, two incidents on a small cluster:
+one at a time, three incidents on a small cluster:
 
 * minute 7: topic ``flash`` jumps from 20 to 200 msg/s on ``broker-a`` while producers get ``[TIMEOUT_CLEAN_QUEUE]
   broker busy`` there: the fast path limits it (TRAFFIC_SURGE on a busy broker, enforced) on the open window,
@@ -8,7 +8,10 @@ one at a time, two incidents on a small cluster:
   broker-a was the only broker of the newest final window), so the fast path limits it; then ``broker-b`` joins,
   its lines of the same minute show the group consuming 400 msg/s more without retries: the final window's retry
   share is 20 %, it does not confirm the preliminary limit and the final path reverses it (a ``lift`` with its own
-  reason).
+  reason);
+* then group ``split`` (served by ``broker-a`` only) sends back all it consumes: broker-a's lines of the minute come
+  in one fast micro-batch, broker-b's (nothing of the group) in a later one and complete the window's census; the
+  fast path limits the group then, on the open window.
 """
 
 from __future__ import annotations
@@ -36,6 +39,12 @@ def broker_a(m: int) -> tuple[str, str]:
 
 def broker_b(m: int) -> tuple[str, str]:
     return stats_minute("broker-b", m, {"orders": 400.0}, {("orders", "storm"): (400.0, 0.0)})
+
+
+def split_storm_a(m: int) -> tuple[str, str]:
+    """broker-a's lines of minute ``m`` with group ``split`` sending back all it consumes (only broker-a serves it)."""
+    return stats_minute("broker-a", m, {"flash": 20.0, "orders": 100.0},
+                        {("orders", "storm"): (100.0, 1.0), ("orders", "split"): (100.0, 100.0)})
 
 
 def rows(lake, table: str) -> list[dict]:
@@ -74,11 +83,26 @@ def run(spark, tmp_path_factory):
                  what="the storm's preliminary limit")
         seen["storm_published"] = published(lake)["storm"]
         gov.land(landing, [broker_b(STORM_MINUTE)])  # broker-b joins: the same minute, the group consumes more
+        split = STORM_MINUTE + 1
         for m in range(STORM_MINUTE + 1, STORM_MINUTE + 5):
             if any(r["resource"] == "storm" and r["action"] == "lift" for r in rows(lake, "gold/limits")):
                 break
             gov.land(landing, [broker_a(m), broker_b(m)])
+            split = m + 1
         gov.wait(lambda: "storm" not in published(lake), 120, "the reversal")
+        # the split storm: broker-a's lines of the minute (all of group split's) in one fast micro-batch, broker-b's
+        # (nothing of the group) in a later one, completing the window's census
+        fast_batch = gov.active()["fast"].lastProgress["batchId"]
+        gov.land(landing, [split_storm_a(split)], what="a fast micro-batch of broker-a's lines alone",
+                 until=lambda: any(p["batchId"] > fast_batch and p["numInputRows"] > 0
+                                   for p in gov.active()["fast"].recentProgress))
+        seen["split_before_broker_b"] = published(lake).get("split")
+        gov.land(landing, [broker_b(split)], until=lambda: "split" in published(lake), timeout=60,
+                 what="the split storm's limit once broker-b's lines completed the window")
+        seen["split_published"] = published(lake)["split"]
+        seen["split_minute"] = split
+        seen["split_final_windows"] = {r["window_end"] for r in rows(lake, "gold/group_tps")
+                                       if r["consumer_group"] == "split"}
         assert gov.running()
     seen["limits"] = rows(lake, "gold/limits")
     return seen
@@ -104,3 +128,14 @@ def test_unconfirmed_preliminary_limit_is_reversed_by_the_final_path_with_its_ow
     assert (reversal["basis"], reversal["action"], reversal["window_end"]) == ("final", "lift", window_end(STORM_MINUTE))
     assert "did not confirm the preliminary limit" in reversal["reason"]
     assert reversal["version"] > prelim["version"]
+
+
+def test_a_window_completed_by_a_later_micro_batch_is_judged_on_every_resource_of_it(run):
+    """Spark emits only the rows a micro-batch touched: broker-b's lines complete the census of the split storm's
+    window without touching group split. The fast path still limits it on that open window (the flow remembers the
+    group's row), before the final path has the window: whichever micro-batches the brokers' files fell into."""
+    assert run["split_before_broker_b"] is None  # broker-a's lines alone: broker-b might still add consumption
+    limit = run["split_published"]
+    assert limit["reason"].startswith("[preliminary] RUNAWAY_RETRY")
+    assert "2 of 2 expected brokers reported" in limit["reason"]
+    assert window_end(run["split_minute"]) not in run["split_final_windows"]

@@ -110,3 +110,27 @@ def test_non_critical_candidates_wait_for_the_census_critical_ones_act_at_once(s
     complete = sums(spark, [(T0, b, "orders", None, "TOPIC_PUT_NUMS", 600) for b in ("broker-a", "broker-b")])
     got = fast.cut_bounded_by_final_rates(cands, complete, ["broker-a", "broker-b"], W)
     assert sorted(r["resource"] for r in got.collect()) == ["a", "b"]
+
+
+def test_a_window_completed_by_a_broker_without_the_group_is_judged_with_the_remembered_group_row(spark):
+    """Spark emits only the rows a micro-batch touched: broker-a's lines (the group's storm) came in one micro-batch,
+    broker-b's (no line of the group) complete the census in the next. The remembered group row joins the completed
+    window, so RUNAWAY_RETRY acts on it as if both files had come at once; an incomplete window gets nothing back."""
+    first = _storm(spark, ["broker-a"])
+    b_line = (T0, "broker-b", "orders", None, "TOPIC_PUT_NUMS", 600)
+    storm_a = [(T0, "broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 47_000),
+               (T0, "broker-a", "orders", "g", "GROUP_GET_NUMS", 47_400)]
+    # what the second micro-batch emits: the running sums of the rows broker-b's line touched
+    second = sums(spark, storm_a + [b_line]).where(F.col("resource_type") != "group")
+    assert _prelim(spark, second, ["broker-a", "broker-b"]).where(F.col("anomaly") == "RUNAWAY_RETRY").count() == 0
+    judged = fast.with_rows_of_completed_windows(second, first, ["broker-a", "broker-b"])
+    # the census row is the newer one (broker-b's micro-batch), the group row the remembered one
+    keys = sorted((r["resource_type"], r["resource"]) for r in judged.collect())
+    assert keys == [("broker", "broker-b"), ("cluster", "*"), ("group", "g"), ("topic", "orders")]
+    assert judged.where(F.col("resource_type") == "cluster").first()["brokers"] == ["broker-a", "broker-b"]
+    retry = _prelim(spark, judged, ["broker-a", "broker-b"]).where(F.col("anomaly") == "RUNAWAY_RETRY").collect()
+    assert [r["resource"] for r in retry] == ["g"]
+    # a window still waiting for broker-c gets no remembered rows: the ratio rule keeps waiting
+    waiting = fast.with_rows_of_completed_windows(second, first, ["broker-a", "broker-b", "broker-c"])
+    assert sorted(map(tuple, waiting.select("resource_type", "resource").collect())) == \
+        [("broker", "broker-b"), ("cluster", "*"), ("topic", "orders")]
