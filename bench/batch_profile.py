@@ -39,7 +39,27 @@ from pipelines.sim.spec import ScenarioSpec  # noqa: E402
 from pipelines.transforms import gold, policy_fold  # noqa: E402
 
 SECONDS: dict[str, dict[str, float]] = collections.defaultdict(lambda: collections.defaultdict(float))
+#: query → Spark jobs run by each of its handler calls (micro-batches), counted through a job group per call
+JOBS: dict[str, list[int]] = collections.defaultdict(list)
 _current = threading.local()
+
+
+def counted_jobs(handle):
+    """Wrap a flow's ``handle(df, batch_id)``: its Spark jobs run in the job group ``<query>:<batch id>`` (the
+    calling thread's), counted with the status tracker once the call returns, into ``JOBS[query]``."""
+
+    @functools.wraps(handle)
+    def wrapper(self, df, batch_id):
+        context = df.sparkSession.sparkContext
+        group = f"{_current.query}:{batch_id}:{id(self)}"
+        context.setJobGroup(group, f"{_current.query} batch {batch_id}")
+        try:
+            return handle(self, df, batch_id)
+        finally:
+            JOBS[_current.query].append(len(context.statusTracker().getJobIdsForGroup(group)))
+            context.setLocalProperty("spark.jobGroup.id", None)
+
+    return wrapper
 
 
 def timed(owner, name: str, label: str, handler: str | None = None) -> None:
@@ -85,6 +105,7 @@ def instrument() -> None:
 
     base_flow.DecisionFlow.__init__ = timed_lock_init
     for flow, query in ((ingest_flow.IngestFlow, "ingest"), (gold_flow.GoldFlow, "gold"), (fast_flow.FastFlow, "fast")):
+        flow.handle = counted_jobs(flow.handle)
         timed(flow, "handle", f"{query}.handle", handler=query)
     timed(fast_flow.FastFlow, "decide", "decide, under the lock (the rest: first job)")
     timed(lake.DeltaRsLake, "_append", "lake appends (Spark collect + delta-rs)")
@@ -138,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{statistics.median(with_input):.2f} s")
     for query, steps in sorted(SECONDS.items()):
         total = steps.get(f"{query}.handle", 0.0)
-        print(f"{query}: handler total {total:.1f} s")
+        counts = collections.Counter(JOBS.get(query, []))
+        shown = ", ".join(f"{n} jobs x{times}" for n, times in sorted(counts.items()))
+        print(f"{query}: handler total {total:.1f} s; Spark jobs per micro-batch: {shown}")
         for label, seconds in sorted(steps.items(), key=lambda kv: -kv[1]):
             if label != f"{query}.handle":
                 print(f"   {label:45s} {seconds:7.2f} s  {seconds / total:6.1%}" if total else f"   {label} {seconds:.2f} s")
