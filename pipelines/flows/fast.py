@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 
 from pipelines.io import tables
 from pipelines.io.lake.registry import utc
+from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport, DecisionFlow, release, write_outputs
 from pipelines.quality.gate import QualityGate
@@ -55,6 +56,14 @@ def open_window_stream(raw: DataFrame, cfg: GovernorConfig, gate: QualityGate) -
     )
 
 
+def after_window(rows: pa.Table, newest_final: dt.datetime | None) -> pa.Table:
+    """Arrow open-window rows → those of windows starting after ``newest_final`` (UTC; None: all of them)."""
+    if newest_final is None:
+        return rows
+    bound = pa.scalar(utc(newest_final), type=rows.schema.field("window_start").type)
+    return rows.filter(pc.greater(rows["window_start"], bound))
+
+
 class OpenRows:
     """The open-window rows Spark has emitted to the fast flow (one per window × resource, the newest), kept as an
     Arrow table on the driver for the windows the final path has not decided yet (see the module docstring).
@@ -65,7 +74,7 @@ class OpenRows:
         >>> memory.frame(spark, schema)                   # the remembered rows as a DataFrame (None: nothing yet)
     """
 
-    KEYS = ("window_start", "resource_type", "resource")
+    KEYS = ("window_start", *RESOURCE_KEYS)
 
     def __init__(self) -> None:
         self.rows: pa.Table | None = None
@@ -76,10 +85,7 @@ class OpenRows:
             self.rows.filter(pc.invert(pc.is_in(self._keys(self.rows), value_set=self._keys(fresh)))),
             fresh.cast(self.rows.schema),
         ])
-        if newest_final is not None:
-            bound = pa.scalar(utc(newest_final), type=kept.schema.field("window_start").type)
-            kept = kept.filter(pc.greater(kept["window_start"], bound))
-        self.rows = kept
+        self.rows = after_window(kept, newest_final)
 
     def frame(self, spark: SparkSession, schema: StructType) -> DataFrame | None:
         """The remembered rows as a DataFrame of ``schema`` (None when there are none)."""
@@ -104,28 +110,24 @@ class FastFlow(DecisionFlow):
         self.open_rows = OpenRows()
 
     def decide(self, open_windows: DataFrame, batch_id: int, now: dt.datetime,
-               rows: pa.Table | None = None) -> dict[str, DataFrame]:
-        """Open windows (``rows``: the same collected, when the caller has them) → ``{tables.GOLD_LIMITS:
-        preliminary decisions, tables.QUARANTINE: refused decisions}``; empty when the partial evidence proves no
-        anomaly."""
+               rows: pa.Table) -> dict[str, DataFrame]:
+        """Open windows (``rows``: the same collected, not empty) → ``{tables.GOLD_LIMITS: preliminary decisions,
+        tables.QUARANTINE: refused decisions}``; empty when the partial evidence proves no anomaly."""
         cfg = self.cfg
-        rows = open_windows.toArrow() if rows is None else rows
-        if rows.num_rows == 0:
-            return {}
         since = gold.baseline_since(utc(pc.min(rows["window_start"]).as_py()), cfg)
         topic_history = self.lake.read(tables.GOLD_TOPIC_TPS, since=since).transform(self._single)
         broker_history = self.lake.read(tables.GOLD_BROKER_TPS, since=since).transform(self._single)
         newest_final, expected = fast.newest_final_window(broker_history)
+        # the earlier micro-batches' rows (those of this one replace them in with_rows_of_completed_windows)
+        remembered = self.open_rows.frame(open_windows.sparkSession, open_windows.schema)
         self.open_rows.remember(rows, newest_final)
         if newest_final is not None:  # windows the final path has decided are its business
             open_windows = open_windows.where(F.col("window_start") > F.lit(newest_final))
             topic_history = topic_history.where(F.col("window_start") <= F.lit(newest_final))
             broker_history = broker_history.where(F.col("window_start") <= F.lit(newest_final))
-            rows = rows.filter(pc.greater(rows["window_start"], pa.scalar(
-                utc(newest_final), type=rows.schema.field("window_start").type)))
+            rows = after_window(rows, newest_final)
             if rows.num_rows == 0:
                 return {}
-        remembered = self.open_rows.frame(open_windows.sparkSession, open_windows.schema)
         if remembered is not None:
             open_windows = fast.with_rows_of_completed_windows(open_windows, remembered.transform(self._single),
                                                                expected)

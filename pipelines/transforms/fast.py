@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
+from pipelines.schemas import RESOURCE_KEYS
 from pipelines.transforms import detect
 from pipelines.transforms.tps import FAILURE_METRIC_PREFIX
 from pipelines.transforms.types import WINDOW_KEYS, Transform
@@ -165,7 +166,7 @@ def with_rows_of_completed_windows(current: DataFrame, remembered: DataFrame, ex
     broker), that resource's row is not emitted, and a ratio rule could not act on the complete window: whether
     the fast path acted would depend on how the brokers' files fell into micro-batches. With the remembered rows, a
     window completed in this micro-batch is judged on all its resources, as if its files had come at once."""
-    keys = ["window_start", "resource_type", "resource"]
+    keys = ["window_start", *RESOURCE_KEYS]
     completed = census(current, expected_brokers).where("complete").select("window_start")
     older = remembered.join(current.select(*keys), keys, "left_anti").join(completed, "window_start", "left_semi")
     return current.unionByName(older.select(*current.columns))
