@@ -35,6 +35,11 @@ def build_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
         .config("spark.ui.showConsoleProgress", "false")
+        # PySpark's DataFrame debugging records the Python call site of every Column function over py4j (an
+        # active-session look-up, a conf read and two JVM calls per F.col/cast/alias): 18 % of the micro-batch
+        # handlers' time in the closed-loop test (py-spy, docs/performance.md). Errors still carry Spark's own plan
+        # context; only the Python line of a failing Column expression is left out of their query context.
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
         # Parquet written by Spark (the delta-rs lake's large appends, pipelines/io/lake/delta_rs.py) stores
         # timestamps as microseconds adjusted to UTC, Delta's timestamp type, instead of Spark's legacy INT96.
