@@ -38,16 +38,24 @@ def write_outputs(lake: Lake, query: str, app_id: str, batch_id: int, outputs: d
                   rows: dict[str, int] | None = None) -> BatchReport:
     """Append each table of ``outputs`` to the lake, tagged with (``app_id``, ``batch_id``) so that a replayed
     micro-batch writes nothing twice; names the Spark jobs of each write ``<query> batch <id>: <table>`` (Spark UI,
-    event log). ``rows``: the row count per table when known (a large append is then written from the executors,
+    event log). The tables the lake writes from the driver are collected first by one Spark job
+    (:meth:`pipelines.io.lake.Lake.collect`), then committed one by one. ``rows``: the row count per table when
+    known (an empty one is skipped without a job; a large one is written from the executors,
     :meth:`pipelines.io.lake.Lake.append`). Returns the batch's report (also logged)."""
     report = BatchReport(query, batch_id)
     context = next(iter(outputs.values())).sparkSession.sparkContext if outputs else None
     try:
+        if context is not None:
+            context.setJobDescription(f"{query} batch {batch_id}: {len(outputs)} tables")
+        collected = lake.collect(outputs, rows)  # one Spark job for the tables written through the driver
         for table, df in outputs.items():
             started = time.monotonic()
             context.setJobDescription(f"{query} batch {batch_id}: {table}")
-            report.rows[table] = lake.append(df, table, app_id=app_id, version=batch_id,
-                                             rows=(rows or {}).get(table))
+            if table in collected:
+                report.rows[table] = lake.append_arrow(collected[table], table, app_id=app_id, version=batch_id)
+            else:
+                report.rows[table] = lake.append(df, table, app_id=app_id, version=batch_id,
+                                                 rows=(rows or {}).get(table))
             report.seconds[table] = round(time.monotonic() - started, 2)
             crash_point(f"{query}:after:{table}")
     finally:

@@ -190,3 +190,31 @@ def test_a_table_written_before_a_column_was_added_reads_the_column_as_null_and_
     write_deltalake(str(tmp_path / "state" / "policy"), old_state.toArrow())
     latest = lake.latest_rows("state/policy", list(RESOURCE_KEYS), "batch_id")
     assert latest[0]["limit_qps"] == 10.0 and latest[0]["broker_shares"] is None
+
+
+def test_outputs_collected_by_one_job_append_as_the_same_tables(spark, tmp_path):
+    from pipelines.io.lake.registry import collect_tables
+
+    limits = spark.createDataFrame([], schemas.GOLD_LIMITS)
+    outputs = {"gold/topic_tps": rows(spark), "gold/limits": limits, "gold/group_tps": spark.createDataFrame(
+        [], schemas.GOLD_GROUP_TPS)}
+    one, each = DeltaRsLake(spark, str(tmp_path / "one")), DeltaRsLake(spark, str(tmp_path / "each"))
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("collect-test", "collect_tables")
+    try:
+        collected = one.collect(outputs)
+        jobs = tracker.getJobIdsForGroup("collect-test")
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    assert len(jobs) == 1
+    assert sorted(collected) == sorted(outputs) and collected["gold/limits"].num_rows == 0
+    for table, df in outputs.items():
+        assert one.append_arrow(collected[table], table, app_id="q", version=0) == each.append(
+            df, table, app_id="q", version=0)
+    assert one.append_arrow(collected["gold/topic_tps"], "gold/topic_tps", app_id="q", version=0) == 0  # replay
+    assert_df_equality(one.read("gold/topic_tps").orderBy("topic"), each.read("gold/topic_tps").orderBy("topic"))
+    assert one.read("gold/topic_tps").where("topic = 'orders'").first()["failures_by_class"] == {"OTHER": 3}
+    # known row counts: an empty table and a large one are left to their own append; one table left: no job
+    assert one.collect(outputs, {"gold/topic_tps": 2, "gold/limits": 0, "gold/group_tps": 0}) == {}
+    assert collect_tables({"gold/limits": limits})["gold/limits"].schema.names == schemas.GOLD_LIMITS.names
+    assert one.append(rows(spark), "gold/topic_tps", app_id="q", version=5, rows=0) == 0   # known empty: no write

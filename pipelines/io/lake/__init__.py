@@ -25,13 +25,16 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.io.lake.delta_rs import DeltaRsLake
 from pipelines.io.lake.delta_spark import DeltaSparkLake
 from pipelines.io.lake.registry import TABLES, TableSpec, UnknownTableError, table_spec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["Lake", "Writer", "open_lake", "DeltaRsLake", "DeltaSparkLake", "TABLES", "TableSpec",
            "UnknownTableError", "table_spec"]
@@ -72,8 +75,8 @@ class Lake(Protocol):
         """Append ``df`` (conformed to the table's schema) as one commit tagged ``(app_id, version)``.
 
         Nothing is written when the table already holds a commit of ``app_id`` at ``version`` or later (a
-        replayed micro-batch) or when ``df`` is empty. ``rows`` is ``df``'s row count when the caller knows it: the
-        delta-rs writer then writes a large append from the executors. Storage errors are retried
+        replayed micro-batch) or when ``df`` is empty. ``rows`` is ``df``'s row count when the caller knows it: 0 skips
+        the append without a Spark job; the delta-rs writer writes a large append from the executors. Storage errors are retried
         (:func:`pipelines.io.lake.retry.retried`). Returns the number of rows written (delta-rs: 0 for a skipped
         replay; delta-spark: the rows handed to Delta, which skips a replay itself without telling).
 
@@ -81,6 +84,21 @@ class Lake(Protocol):
             OSError: the write failed (e.g. ENOSPC, the disk of the lake full) on every attempt; nothing was
                 committed.
             pipelines.io.lease.LakeHeldError: the fence refused the write.
+        """
+        ...
+
+    def collect(self, outputs: dict[str, DataFrame], rows: dict[str, int] | None = None) -> dict[str, "pa.Table"]:
+        """The tables of ``outputs`` (name → DataFrame) this writer would append from the driver, collected as Arrow
+        (name → rows in the table's schema) by one Spark job, for :meth:`append_arrow`; tables left out (known
+        empty or large by ``rows``, or every table of the delta-spark writer) go through :meth:`append`."""
+        ...
+
+    def append_arrow(self, data: "pa.Table", table: str, *, app_id: str, version: int) -> int:
+        """Append Arrow rows of ``table``'s schema (from :meth:`collect`) as one commit tagged ``(app_id,
+        version)``, skipped like :meth:`append`. Returns the number of rows written.
+
+        Raises:
+            OSError: the write failed on every attempt; nothing was committed.
         """
         ...
 

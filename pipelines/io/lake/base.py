@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from pipelines.io.lake.registry import TableSpec, arrow_rows, conform, table_spec
 from pipelines.io.lake.retry import retried
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class LakeBase:
@@ -48,6 +51,8 @@ class LakeBase:
 
     def append(self, df: DataFrame, table: str, *, app_id: str, version: int, rows: int | None = None) -> int:
         spec = table_spec(table)
+        if rows == 0:  # known to be empty: no Spark job, no commit
+            return 0
         conformed = conform(df, spec.schema)
         return retried(lambda: self._append(conformed, spec, app_id=app_id, version=version, rows=rows),
                        self.check_fence, self.path(table))
@@ -57,6 +62,20 @@ class LakeBase:
         if not rows:
             return 0
         return retried(lambda: self._append_rows(rows, spec, app_id=app_id, version=version), self.check_fence,
+                       self.path(table))
+
+    def collect(self, outputs: dict[str, DataFrame], rows: dict[str, int] | None = None) -> dict[str, "pa.Table"]:
+        """The outputs this writer appends from the driver, collected together; {} here (each append writes its
+        own DataFrame). :class:`~pipelines.io.lake.delta_rs.DeltaRsLake` collects them with one Spark job."""
+        return {}
+
+    def append_arrow(self, data: "pa.Table", table: str, *, app_id: str, version: int) -> int:
+        """Append rows already collected (:meth:`collect`) as one commit tagged ``(app_id, version)``, as
+        :meth:`append`."""
+        spec = table_spec(table)
+        if data.num_rows == 0:
+            return 0
+        return retried(lambda: self._append_arrow(data, spec, app_id=app_id, version=version), self.check_fence,
                        self.path(table))
 
     def read(self, table: str, *, since: dt.datetime | None = None, before: dt.datetime | None = None) -> DataFrame:
@@ -88,6 +107,9 @@ class LakeBase:
 
     def _append_rows(self, rows: list[tuple], spec: TableSpec, *, app_id: str, version: int) -> int:
         return self._append(self.spark.createDataFrame(rows, spec.schema), spec, app_id=app_id, version=version)
+
+    def _append_arrow(self, data: "pa.Table", spec: TableSpec, *, app_id: str, version: int) -> int:
+        return self._append(self.spark.createDataFrame(data, spec.schema), spec, app_id=app_id, version=version)
 
     def _read(self, spec: TableSpec, since: dt.datetime | None, before: dt.datetime | None) -> DataFrame:
         raise NotImplementedError

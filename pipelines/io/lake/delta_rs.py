@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.io.lake.base import LakeBase
-from pipelines.io.lake.registry import TableSpec, arrow_rows, arrow_schema, conform_arrow, table_spec, utc
+from pipelines.io.lake.registry import (TableSpec, arrow_rows, arrow_schema, collect_tables, conform_arrow,
+                                        table_spec, utc)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -66,6 +67,20 @@ class DeltaRsLake(LakeBase):
         if rows is not None and rows > self.executor_write_rows:
             return self._commit_files(df, spec, app_id=app_id, version=version)
         return self._commit(df.toArrow(), spec, app_id=app_id, version=version)
+
+    def collect(self, outputs: dict[str, DataFrame], rows: dict[str, int] | None = None) -> dict[str, "pa.Table"]:
+        """Every output appended through the driver (not known to be empty nor larger than
+        ``executor_write_rows``), collected by one Spark job (:func:`~pipelines.io.lake.registry.collect_tables`);
+        {} when fewer than two are."""
+        known = rows or {}
+        small = {table: df for table, df in outputs.items()
+                 if known.get(table) is None or 0 < known[table] <= self.executor_write_rows}
+        return collect_tables(small) if len(small) > 1 else {}
+
+    def _append_arrow(self, data: "pa.Table", spec: TableSpec, *, app_id: str, version: int) -> int:
+        if self._committed(spec, app_id, version):
+            return 0
+        return self._commit(data, spec, app_id=app_id, version=version)
 
     def _commit_files(self, df: DataFrame, spec: TableSpec, *, app_id: str, version: int) -> int:
         """Spark writes ``df`` as Parquet under ``<table>/data/<uuid>/``; delta-rs commits those files."""

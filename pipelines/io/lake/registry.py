@@ -81,6 +81,48 @@ def conform(df: DataFrame, schema: T.StructType) -> DataFrame:
                        for f in schema.fields])
 
 
+#: Column of :func:`collect_tables`'s combined frame telling which table a row belongs to.
+PART_COLUMN = "_table"
+
+
+def collect_tables(outputs: dict[str, DataFrame]) -> dict[str, "pa.Table"]:
+    """Several tables' rows collected to the driver by **one** Spark job: table name → Arrow table of that table's
+    schema (:func:`arrow_schema`), the rows in the order Spark emitted them.
+
+    Each DataFrame is conformed (:func:`conform`) and packed as a struct column of its own; the packed frames are
+    unioned and collected with one ``toArrow``, then split on the driver. One job instead of one per table: at
+    micro-batch sizes a Spark job's fixed cost (scheduling, the Arrow stream, the py4j round trips) is most of an
+    append's time (``bench/batch_profile.py`` prints the jobs per micro-batch).
+
+    Example:
+        >>> collect_tables({"gold/topic_tps": topics, "gold/limits": limits})["gold/limits"].num_rows
+        2
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = list(outputs)
+    packed = [f"_t{i}" for i in range(len(names))]
+    specs = [table_spec(name) for name in names]
+    parts = []
+    for i, (name, spec) in enumerate(zip(names, specs)):
+        df = conform(outputs[name], spec.schema)
+        parts.append(df.select(
+            F.lit(i).alias(PART_COLUMN),
+            *[(F.struct(*[F.col(f.name) for f in spec.schema.fields]) if j == i else F.lit(None).cast(other.schema))
+              .alias(packed[j]) for j, other in enumerate(specs)]))
+    combined = parts[0]
+    for part in parts[1:]:
+        combined = combined.unionAll(part)
+    data = combined.toArrow()
+    out = {}
+    for i, spec in enumerate(specs):
+        rows = data.filter(pc.equal(data[PART_COLUMN], i)).column(packed[i])
+        out[spec.name] = (pa.Table.from_struct_array(rows.combine_chunks()).cast(arrow_schema(spec)) if len(rows)
+                          else arrow_schema(spec).empty_table())
+    return out
+
+
 def arrow_schema(spec: TableSpec) -> "pa.Schema":
     """The Arrow schema of a table (Spark's own type mapping: timestamps are microseconds, UTC)."""
     from pipelines.spark_compat import arrow_schema as to_arrow
