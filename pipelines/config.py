@@ -266,6 +266,12 @@ class SparkConfig(_Section):
         "Keep the gold side's DataFrames (finalized windows: hundreds to ~10^5 rows per micro-batch) in one "
         "partition, so its aggregations and window functions need no shuffle "
         "(:func:`pipelines.transforms.gold.partitioning`)."))
+    adaptive_execution: bool = Field(False, description=(
+        "``spark.sql.adaptive.enabled`` for the micro-batch DataFrames (streaming plans of stateful queries never use "
+        "it). Off: at micro-batch sizes AQE's re-planning and one Spark job per shuffle stage cost more than it "
+        "saves (ingest: 11 jobs per micro-batch with it, 5 without; processing per stats minute 16.2-16.4 s with "
+        "it, 14.2 s without in ``bench/batch_profile.py`` on this 2-core machine). Turn on for large backlogs on "
+        "a cluster, where skewed joins and partition coalescing pay."))
     conf: dict[str, str] = Field(default_factory=dict, description=(
         "Extra Spark settings, passed as given. The shipped TOML adds the RocksDB state store with changelog "
         "checkpointing (what its checkpoints were written with) and a 4 GiB driver."))

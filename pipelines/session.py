@@ -34,6 +34,7 @@ def build_session(
         SparkSession.builder.appName(cfg.app_name)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
+        .config("spark.sql.adaptive.enabled", str(cfg.adaptive_execution).lower())
         .config("spark.ui.showConsoleProgress", "false")
         # PySpark's DataFrame debugging records the Python call site of every Column function over py4j (an
         # active-session look-up, a conf read and two JVM calls per F.col/cast/alias): 18 % of the micro-batch
