@@ -8,10 +8,7 @@ that had input rows (Spark's own ``recentProgress``).
 The figure of merit is the **processing seconds per stats minute**: the sum of Spark's ``triggerExecution`` over
 every micro-batch of the three queries (a ``StreamingQueryListener``'s progress events, input or not) divided by
 the stats minutes landed. It does not depend on how long the scenario runs (each minute brings the same work); the
-check fails (exit 1) above ``--target-seconds``. ``--floor`` measures what the three streaming queries cost with
-handlers that do nothing but materialize their micro-batch (the ingest handler also writes the events file, the gold
-query's source): Spark's part of the figure (file listing, parsing, the stateful aggregations, state store and
-checkpoint commits), which no change to the handlers can remove.
+check fails (exit 1) above ``--target-seconds``.
 
 The reference is the handler's own total (``<query>.handle``, the ``foreachBatch`` call): shares say which step to
 work on. Steps overlap where one calls another (``gold_outputs`` includes ``policy_fold.decide``); the wait for the
@@ -44,7 +41,7 @@ from pipelines.quality import gate, reconcile  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
 from pipelines.sim.minutes import land, minute_files  # noqa: E402
 from pipelines.sim.spec import ScenarioSpec  # noqa: E402
-from pipelines.transforms import gold, policy_fold, silver  # noqa: E402
+from pipelines.transforms import gold, policy_fold  # noqa: E402
 
 SECONDS: dict[str, dict[str, float]] = collections.defaultdict(lambda: collections.defaultdict(float))
 #: query → Spark jobs run by each of its handler calls (micro-batches), counted through a job group per call
@@ -88,24 +85,19 @@ def timed(owner, name: str, label: str, handler: str | None = None) -> None:
 
 
 class TimedLock:
-    """The decision lock (:class:`pipelines.flows.base.DecisionLock`), adding the time spent waiting for it to
-    ``SECONDS[query]["wait for the decision lock"]``; its generation is the wrapped lock's."""
+    """The decision lock, adding the time spent waiting for it to ``SECONDS[query]["wait for the decision lock"]``."""
 
     def __init__(self, lock) -> None:
         self.lock = lock
 
-    @property
-    def generation(self) -> int:
-        return self.lock.generation
-
     def __enter__(self):
         started = time.monotonic()
-        self.lock.__enter__()
+        self.lock.acquire()
         SECONDS[getattr(_current, "query", "?")]["wait for the decision lock"] += time.monotonic() - started
         return self
 
     def __exit__(self, *exc) -> None:
-        self.lock.__exit__(*exc)
+        self.lock.release()
 
 
 class ProgressTotals:
@@ -133,21 +125,6 @@ class ProgressTotals:
         self.listener = Listener()
 
 
-def floor_handlers() -> None:
-    """``--floor``: each flow's handler only materializes its micro-batch (one Spark job); ingest also writes the
-    events file that the gold query reads."""
-
-    def ingest(self, raw, batch_id):
-        stats, failures = self.parse(raw)
-        events.write_batch(silver.metric_events(stats, failures), self.events_dir, batch_id)
-
-    def collect_only(self, df, batch_id):
-        df.toArrow()
-
-    ingest_flow.IngestFlow.handle = ingest
-    gold_flow.GoldFlow.handle = fast_flow.FastFlow.handle = collect_only
-
-
 def instrument() -> None:
     init = base_flow.DecisionFlow.__init__
 
@@ -160,8 +137,7 @@ def instrument() -> None:
     for flow, query in ((ingest_flow.IngestFlow, "ingest"), (gold_flow.GoldFlow, "gold"), (fast_flow.FastFlow, "fast")):
         flow.handle = counted_jobs(flow.handle)
         timed(flow, "handle", f"{query}.handle", handler=query)
-    timed(fast_flow.FastFlow, "judge", "judge anomalies, without the lock")
-    timed(fast_flow.FastFlow, "decide", "decide, under the lock")
+    timed(fast_flow.FastFlow, "decide", "decide, under the lock (the rest: first job)")
     timed(lake.DeltaRsLake, "collect", "collect a batch's tables (one Spark job)")
     timed(lake.DeltaRsLake, "_append", "lake appends (Spark collect + delta-rs)")
     timed(lake.DeltaRsLake, "_append_arrow", "lake appends of collected rows (delta-rs)")
@@ -184,11 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=int, default=12)
     parser.add_argument("--target-seconds", type=float, default=5.0,
                         help="the most processing seconds (three queries) per stats minute that passes")
-    parser.add_argument("--floor", action="store_true",
-                        help="handlers that only materialize each micro-batch: Spark's own share of the figure")
     args = parser.parse_args(argv)
-    if args.floor:
-        floor_handlers()
     instrument()
 
     start = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=args.minutes + 5)).replace(second=0, microsecond=0)
@@ -237,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     passed = per_minute <= args.target_seconds
     print(f"processing seconds per stats minute (three queries): {per_minute:.2f} s; target <= "
           f"{args.target_seconds} s: {'PASS' if passed else 'FAIL'} (config: conf/local.toml as shipped, "
-          f"{args.minutes} minutes, one every {args.minute_seconds} s{', handlers: --floor' if args.floor else ''})")
+          f"{args.minutes} minutes, one every {args.minute_seconds} s)")
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
     return 0 if passed else 1

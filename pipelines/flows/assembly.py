@@ -3,6 +3,7 @@ final and fast paths (one policy state, one version order)."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
@@ -11,7 +12,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport
 from pipelines.flows.fast import FastFlow
-from pipelines.flows.base import Clock, DecisionLock, utc_now
+from pipelines.flows.base import Clock, utc_now
 from pipelines.flows.gold import GoldFlow
 from pipelines.flows.ingest import IngestFlow
 from pipelines.io.lake import Lake, open_lake
@@ -41,7 +42,7 @@ def build_governor(spark: SparkSession, cfg: GovernorConfig, clock: Clock = utc_
     lake = open_lake(spark, cfg.lake.path, cfg.lake.writer, cfg.lake.executor_write_rows)
     gate = QualityGate(cfg, lake)
     publisher = Publisher(cfg, lake)
-    decisions = DecisionLock()  # the final and fast paths decide one at a time (one state, one version order)
+    decisions = threading.Lock()  # the final and fast paths decide one at a time (one state, one version order)
     return Governor(
         cfg, lake, IngestFlow(cfg, lake, gate), GoldFlow(cfg, lake, gate, publisher, clock, decisions),
         FastFlow(cfg, lake, gate, publisher, clock, decisions),

@@ -68,32 +68,6 @@ def write_outputs(lake: Lake, query: str, app_id: str, batch_id: int, outputs: d
 Clock = Callable[[], dt.datetime]
 
 
-class DecisionLock:
-    """The lock the two deciding flows share (one policy state, one version order), with a generation: the number
-    of times it has been released. A flow that read the lake without the lock compares the generation it saw
-    before reading with the one it finds once it holds the lock: equal means no deciding flow wrote in between,
-    so what it read is still the lake's state.
-
-    Example:
-        >>> lock = DecisionLock()
-        >>> seen = lock.generation
-        >>> with lock:
-        ...     unchanged = lock.generation == seen
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.generation = 0
-
-    def __enter__(self) -> "DecisionLock":
-        self._lock.acquire()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.generation += 1
-        self._lock.release()
-
-
 def release(query: str, batch_id: int, *cached: DataFrame) -> None:
     """Unpersist a micro-batch's cached DataFrames, in the handler's ``finally``.
 
@@ -128,13 +102,13 @@ class DecisionFlow:
     """
 
     def __init__(self, cfg: GovernorConfig, lake: Lake, gate: QualityGate, publisher: Publisher,
-                 clock: Clock = utc_now, decision_lock: DecisionLock | None = None) -> None:
+                 clock: Clock = utc_now, decision_lock: threading.Lock | None = None) -> None:
         self.cfg = cfg
         self.lake = lake
         self.gate = gate
         self.publisher = publisher
         self.clock = clock
-        self.decision_lock = decision_lock or DecisionLock()
+        self.decision_lock = decision_lock or threading.Lock()
         self.reports: list[BatchReport] = []
         self._single = gold.partitioning(cfg.spark.gold_single_partition)
 

@@ -1,12 +1,10 @@
 """The fast flow: preliminary decisions on *open* windows, every micro-batch (see :mod:`pipelines.transforms.fast`).
 
 The query keeps running sums per window × resource in Spark's state store (``update`` output mode, the same
-watermark as the gold query); each micro-batch gets the windows its input touched. It reads the newest finalized
-windows (baselines and the broker census) and judges which anomalies the open windows already prove, without the
-decision lock: most micro-batches prove none and never wait for the final path. When some are proven it takes the
-lock (judging again if a deciding flow wrote meanwhile), reads the policy state and the limits in force, folds the
-candidates (no recovery: absence is only known on final windows), and appends the ``set`` decisions that change a
-limit to ``gold/limits`` with basis ``preliminary``, then publishes. It writes no
+watermark as the gold query); each micro-batch gets the windows its input touched. Under the decision lock it reads
+the newest finalized windows (baselines and the broker census), the policy state and the limits in force, folds the
+candidates of the evidence already proven (no recovery: absence is only known on final windows), and appends the
+``set`` decisions that change a limit to ``gold/limits`` with basis ``preliminary``, then publishes. It writes no
 policy state: the final path stays the only owner of ``state/policy`` and reconciles what this flow decided.
 
 Spark emits only the rows a micro-batch's input touched (``update`` mode). The flow remembers the rows it was given
@@ -22,7 +20,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -102,24 +99,6 @@ class OpenRows:
         return pc.binary_join_element_wise(*parts, "\x1f").combine_chunks()
 
 
-@dataclass
-class Judged:
-    """What :meth:`FastFlow.judge` found: the newest final window it read (UTC, None before the first), and when the
-    open windows prove anomalies, those (cached until :meth:`release`), the open windows after the newest final
-    one (with the remembered rows of completed windows), their collected rows and the broker census."""
-
-    newest_final: dt.datetime | None
-    anomalies: DataFrame | None = None
-    open_windows: DataFrame | None = None
-    rows: pa.Table | None = None
-    expected: list[str] | None = None
-
-    def release(self) -> None:
-        if self.anomalies is not None:
-            self.anomalies.unpersist()
-            self.anomalies = None
-
-
 class FastFlow(DecisionFlow):
     """The ``foreachBatch`` handler of the fast query (preliminary decisions); see the module docstring.
 
@@ -130,22 +109,25 @@ class FastFlow(DecisionFlow):
         super().__init__(*args, **kwargs)
         self.open_rows = OpenRows()
 
-    def judge(self, open_windows: DataFrame, rows: pa.Table, remembered: DataFrame | None) -> Judged:
-        """Open windows (``rows``: the same collected, not empty; ``remembered``: the rows of earlier micro-batches,
-        :class:`OpenRows`) → the preliminary anomalies they prove against the lake's finalized windows. Reads the
-        lake, writes nothing: safe without the decision lock."""
+    def decide(self, open_windows: DataFrame, batch_id: int, now: dt.datetime,
+               rows: pa.Table) -> dict[str, DataFrame]:
+        """Open windows (``rows``: the same collected, not empty) → ``{tables.GOLD_LIMITS: preliminary decisions,
+        tables.QUARANTINE: refused decisions}``; empty when the partial evidence proves no anomaly."""
         cfg = self.cfg
         since = gold.baseline_since(utc(pc.min(rows["window_start"]).as_py()), cfg)
         topic_history = self.lake.read(tables.GOLD_TOPIC_TPS, since=since).transform(self._single)
         broker_history = self.lake.read(tables.GOLD_BROKER_TPS, since=since).transform(self._single)
         newest_final, expected = fast.newest_final_window(broker_history)
+        # the earlier micro-batches' rows (those of this one replace them in with_rows_of_completed_windows)
+        remembered = self.open_rows.frame(open_windows.sparkSession, open_windows.schema)
+        self.open_rows.remember(rows, newest_final)
         if newest_final is not None:  # windows the final path has decided are its business
             open_windows = open_windows.where(F.col("window_start") > F.lit(newest_final))
             topic_history = topic_history.where(F.col("window_start") <= F.lit(newest_final))
             broker_history = broker_history.where(F.col("window_start") <= F.lit(newest_final))
             rows = after_window(rows, newest_final)
             if rows.num_rows == 0:
-                return Judged(newest_final)
+                return {}
         if remembered is not None:
             open_windows = fast.with_rows_of_completed_windows(open_windows, remembered.transform(self._single),
                                                                expected)
@@ -155,56 +137,34 @@ class FastFlow(DecisionFlow):
         ).transform(self._single).persist()
         if anomalies.isEmpty():  # the usual case: no policy state to read, nothing to fold or write
             anomalies.unpersist()
-            return Judged(newest_final)
-        return Judged(newest_final, anomalies, open_windows, rows, expected)
-
-    def decide(self, judged: Judged, batch_id: int, now: dt.datetime) -> dict[str, DataFrame]:
-        """Proven anomalies (:meth:`judge`, under the decision lock) → ``{tables.GOLD_LIMITS: preliminary
-        decisions, tables.QUARANTINE: refused decisions}``."""
-        cfg, open_windows, expected = self.cfg, judged.open_windows, judged.expected
+            return {}
         candidates = demand.with_broker_tps(
-            policy.candidate_limits(judged.anomalies, fast.topic_carriers(open_windows), cfg.limits)
+            policy.candidate_limits(anomalies, fast.topic_carriers(open_windows), cfg.limits)
             .transform(lambda c: fast.cut_bounded_by_final_rates(c, open_windows, expected, cfg.windows)),
             fast.open_broker_tps(open_windows, cfg.windows),
         )
         state = preliminary_state(self.saved_state(), self.latest_limits())
-        horizon = utc(pc.max(judged.rows["window_end"]).as_py())
+        horizon = utc(pc.max(rows["window_end"]).as_py())
         folded = policy_fold.decide(candidates, state, horizon, cfg.limits, cfg.windows.length_seconds, recover=False)
         decided = policy.finish_decisions(
             folded.where((F.col("row_kind") == "decision") & (F.col("action") == policy.ACTION_SET)),
             cfg.limits, now, policy.BASIS_PRELIMINARY,
         )
         accepted, refused = self.gate.check_limits(decided, origin=f"{FAST_APP_ID}:{batch_id}", at=now)
+        anomalies.unpersist()
         return {tables.GOLD_LIMITS: accepted, tables.QUARANTINE: refused}
 
     def handle(self, open_windows: DataFrame, batch_id: int) -> None:
-        """One micro-batch of updated open windows → preliminary decisions, published when there are any.
-
-        The anomalies are judged without the decision lock (most micro-batches prove none and never wait for the
-        final path's decisions); when there are some, the flow takes the lock and judges again only if a deciding
-        flow released it meanwhile (:class:`pipelines.flows.base.DecisionLock`: what was read may be stale), then
-        decides."""
+        """One micro-batch of updated open windows → preliminary decisions, published when there are any."""
         open_windows = open_windows.transform(self._single).persist()
-        judged = None
         try:
             rows = open_windows.toArrow()  # one job: the micro-batch's stateful aggregation; fills the cache
             if rows.num_rows == 0:
                 self.reports.append(BatchReport(QUERY, batch_id))
                 return
-            # the earlier micro-batches' rows (those of this one replace them in with_rows_of_completed_windows)
-            remembered = self.open_rows.frame(open_windows.sparkSession, open_windows.schema)
-            seen = self.decision_lock.generation
-            judged = self.judge(open_windows, rows, remembered)
-            self.open_rows.remember(rows, judged.newest_final)
-            if judged.anomalies is None:
-                self.reports.append(BatchReport(QUERY, batch_id))
-                return
             with self.decision_lock:
-                if self.decision_lock.generation != seen:
-                    judged.release()
-                    judged = self.judge(open_windows, rows, remembered)
                 now = self.clock()
-                outputs = self.decide(judged, batch_id, now) if judged.anomalies is not None else {}
+                outputs = self.decide(open_windows, batch_id, now, rows)
                 report = write_outputs(self.lake, QUERY, FAST_APP_ID, batch_id, outputs) if outputs \
                     else BatchReport(QUERY, batch_id)
                 self.reports.append(report)
@@ -214,6 +174,4 @@ class FastFlow(DecisionFlow):
                     log.info("fast batch %d: %d preliminary decisions published in %.2f s", batch_id,
                              report.rows[tables.GOLD_LIMITS], time.monotonic() - started)
         finally:
-            if judged is not None:
-                judged.release()
             release(QUERY, batch_id, open_windows)

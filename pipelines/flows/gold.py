@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 
 from pyspark.sql import DataFrame, SparkSession
@@ -12,7 +13,7 @@ from pyspark.sql import functions as F
 
 from pipelines.io import events, tables
 from pipelines.config import GovernorConfig
-from pipelines.flows.base import BatchReport, Clock, DecisionFlow, DecisionLock, release, utc_now, write_outputs
+from pipelines.flows.base import BatchReport, Clock, DecisionFlow, release, utc_now, write_outputs
 from pipelines.io.lake import Lake
 from pipelines.io.publish import Publisher
 from pipelines.quality.gate import QualityGate
@@ -51,7 +52,7 @@ class GoldFlow(DecisionFlow):
     """The ``foreachBatch`` handler of the gold query (constructor: :class:`pipelines.flows.base.DecisionFlow`)."""
 
     def __init__(self, cfg: GovernorConfig, lake: Lake, gate: QualityGate, publisher: Publisher,
-                 clock: Clock = utc_now, decision_lock: DecisionLock | None = None) -> None:
+                 clock: Clock = utc_now, decision_lock: threading.Lock | None = None) -> None:
         super().__init__(cfg, lake, gate, publisher, clock, decision_lock)
         self._held_warned: set[tuple] = set()  # (resource_type, resource, limited_since) already logged
 
