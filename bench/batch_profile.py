@@ -95,12 +95,12 @@ class TimedLock:
 
     def __enter__(self):
         started = time.monotonic()
-        self.lock.__enter__()
+        self.lock.acquire()
         SECONDS[getattr(_current, "query", "?")]["wait for the decision lock"] += time.monotonic() - started
         return self
 
     def __exit__(self, *exc) -> None:
-        self.lock.__exit__(*exc)
+        self.lock.release()
 
 
 class ProgressTotals:
