@@ -38,7 +38,7 @@ from pipelines.flows.fast import open_window_stream
 from pipelines.flows.base import Clock, utc_now
 from pipelines.flows.gold import metric_event_stream, window_stream
 from pipelines.io import sources
-from pipelines.io.checkpoint import check_checkpoint
+from pipelines.io.checkpoint import check_checkpoint, clear_unplanned_first_batch
 from pipelines.io.lease import GovernorLease, LakeHeldError
 from pipelines.io.publish import signing_key
 from pipelines.ops import console, progress
@@ -142,6 +142,7 @@ def run(
     lease.acquire()
     try:
         check_checkpoint(cfg)
+        clear_unplanned_first_batch(cfg)  # under the lease: no other governor writes these checkpoints
         governor = build_governor(spark, cfg, clock)
         governor.lake.fence = lease.check  # no write once the lease is lost (taken over, or expired in a hang)
         listener = progress.attach(spark, governor, once=once)  # one console line per micro-batch

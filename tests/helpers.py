@@ -88,3 +88,15 @@ def assert_every_table_readable(spark, lake) -> list[str]:
         assert len(lake.read(table).collect()) == arrow.num_rows, table
         assert query.run_sql(lake.root, f"SELECT * FROM {query.sql_name(table)}").num_rows == arrow.num_rows
     return existing
+
+
+def leave_unplanned_batch_zero(query_checkpoint: Path) -> list[Path]:
+    """What Spark leaves when its process is killed while it writes the first offset-log entry: the entry's temporary
+    file (named as ``CheckpointFileManager.createAtomic`` names it) and its checksum, never renamed to ``offsets/0``."""
+    offsets = query_checkpoint / "offsets"
+    offsets.mkdir(parents=True, exist_ok=True)
+    entry = offsets / ".0.5f0c2a7e-1d9b-4c1e-9a55-0b8e3c9d2f11.tmp"
+    entry.write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":17')       # cut off mid-write
+    crc = offsets / f".{entry.name}.crc"
+    crc.write_bytes(b"crc\0")
+    return [entry, crc]

@@ -1,14 +1,19 @@
 """The streaming checkpoints' compatibility with the config and with the Spark line: a restart may change
 thresholds, limits and the trigger, but not the settings the saved stream state depends on, nor go back to an older
-Spark line than the one that last ran on the checkpoint."""
+Spark line than the one that last ran on the checkpoint. Also the repair of a query killed before it planned its
+first micro-batch (:func:`clear_unplanned_first_batch`)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 from pathlib import Path
 
 from pipelines.config import ConfigError, GovernorConfig
+
+log = logging.getLogger("rate_governor")
 
 #: Settings a checkpoint depends on: changing one makes the saved stream state meaningless.
 CHECKPOINT_BOUND_SETTINGS = {
@@ -83,6 +88,55 @@ def check_checkpoint(cfg: GovernorConfig, spark_version: str | None = None) -> N
         return  # a checkpoint from before settings were recorded: nothing to compare against
     root.mkdir(parents=True, exist_ok=True)
     _write_json(saved_file, {**current, SPARK_VERSION_KEY: spark_version})
+
+
+#: A query checkpoint's directories that Spark requires empty when the query starts at batch 0
+#: (``MicroBatchExecution.verifyNewCheckpointDirectory``, Spark 4.x; on by default through
+#: ``spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart``).
+BATCH_ZERO_DIRS = ("offsets", "commits", "state")
+
+
+def clear_unplanned_first_batch(cfg: GovernorConfig) -> list[Path]:
+    """Remove what a query killed before it planned its first micro-batch left in its checkpoint, so that it can
+    start again. Call it only while holding the lake's lease (no other governor can be writing there).
+
+    Spark writes a batch's offset-log entry to a temporary file (``offsets/.0.<uuid>.tmp``) and renames it. A
+    governor killed (SIGKILL, OOM, a lost node) between the two leaves that temporary file and no batch: on restart
+    Spark sees no batch, starts at batch 0, finds ``offsets/`` not empty and refuses with
+    ``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``, on every restart. Nothing of batch 0 was planned, run or
+    committed, so the leftovers carry nothing; the source's own log (``sources/``) is kept, so the files it had
+    listed are read by the new batch 0 and none is lost.
+
+    A query checkpoint is a directory under ``cfg.checkpoint_root`` with an ``offsets/`` directory. It is cleared
+    only when neither ``offsets/`` nor ``commits/`` holds a batch file (a file named by a batch number); a
+    checkpoint with any batch is never touched.
+
+    Returns:
+        The files removed (empty when there was nothing to repair); each repaired query is logged as a warning.
+    """
+    root = Path(cfg.checkpoint_root)
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for query in sorted(p for p in root.iterdir() if (p / "offsets").is_dir()):
+        if _has_batch(query / "offsets") or _has_batch(query / "commits"):
+            continue
+        leftovers = sorted(p for name in BATCH_ZERO_DIRS for p in (query / name).rglob("*") if p.is_file())
+        if not leftovers:
+            continue
+        for name in BATCH_ZERO_DIRS:
+            shutil.rmtree(query / name, ignore_errors=True)
+        log.warning(
+            "query %s was stopped before it planned its first micro-batch; removed what it left in its checkpoint "
+            "(%s) so that it starts at batch 0 again", query.name,
+            ", ".join(str(p.relative_to(query)) for p in leftovers))
+        removed += leftovers
+    return removed
+
+
+def _has_batch(directory: Path) -> bool:
+    """Whether a checkpoint log directory holds a batch file (Spark names them by batch number: ``0``, ``1``, ...)."""
+    return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -158,6 +159,25 @@ def test_restart_mid_incident_makes_the_same_decisions(spark, run, tmp_path):
             a, b = a.select(*columns), b.select(*columns)
         a, b = a.drop("failures_by_class"), b.drop("failures_by_class")
         assert a.count() == b.count() and a.exceptAll(b).count() == 0, table
+
+
+def test_a_governor_killed_before_its_first_micro_batches_restarts_and_decides_the_same(spark, run, tmp_path, caplog):
+    """A governor killed while Spark wrote the first offset-log entry of its queries left only that entry's
+    temporary file (tests/io/test_checkpoint.py shows Spark then refuses every restart); the next start repairs the
+    checkpoints, says so, and makes the decisions of an uninterrupted run."""
+    from pipelines.io.checkpoint import check_checkpoint
+    from tests.helpers import leave_unplanned_batch_zero
+
+    cfg = run["cfg"].with_paths(str(run["landing"]), str(tmp_path / "lake"))
+    check_checkpoint(cfg)                                    # the killed governor had started ...
+    for query in ("ingest", "gold"):                         # ... and was killed inside its queries' first batch
+        leave_unplanned_batch_zero(Path(cfg.checkpoint_root) / query)
+    with caplog.at_level(logging.WARNING, logger="rate_governor"):
+        governor.run(spark, cfg, once=True)
+    assert caplog.text.count("before it planned its first micro-batch") == 2
+    restarted, whole = open_lake(spark, str(tmp_path / "lake")), open_lake(spark, str(run["lake"]))
+    a, b = restarted.read("gold/limits").select(*DECISION_COLUMNS), whole.read("gold/limits").select(*DECISION_COLUMNS)
+    assert a.count() == b.count() > 0 and a.exceptAll(b).count() == 0
 
 
 def test_enforce_mode_without_signing_key_is_a_start_up_error(tmp_path):

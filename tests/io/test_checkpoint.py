@@ -1,6 +1,7 @@
 """The checkpoint's Spark line (pipelines/io/checkpoint.py): recorded on every start, an older line refused in one
 line before Spark starts. The upgrade itself (a 4.0 checkpoint continued by the installed pyspark):
-tests/e2e/test_spark_upgrade.py."""
+tests/e2e/test_spark_upgrade.py. And the repair of a query killed before its first micro-batch, on a real
+stateful streaming query (the governor restarting on such a checkpoint: tests/e2e/test_governor_e2e.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import load_config
+from tests.helpers import leave_unplanned_batch_zero
 from pipelines.io.checkpoint import (CHECKPOINT_SETTINGS_FILE, SPARK_VERSION_KEY, CheckpointMismatchError,
-                                     check_checkpoint, spark_line)
+                                     check_checkpoint, clear_unplanned_first_batch, spark_line)
 
 
 @pytest.fixture()
@@ -72,3 +74,34 @@ def test_cli_refuses_an_older_line_in_one_line_before_spark_starts(cfg, tmp_path
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert f"last run by Spark {newer}" in done.stderr and f"pip install 'pyspark>={major}.{minor + 1}'" in done.stderr
     assert not (tmp_path / "lake" / "bronze").exists()  # nothing written
+
+
+def _count_words(spark, source: Path, checkpoint: Path, name: str) -> dict:
+    """A stateful streaming query (a running count per word) over ``source``, run to the end of what is there."""
+    counts = spark.readStream.text(str(source)).groupBy("value").count()
+    query = (counts.writeStream.outputMode("complete").format("memory").queryName(name)
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    try:
+        query.awaitTermination()
+        return {r["value"]: r["count"] for r in spark.table(name).collect()}
+    finally:
+        query.stop()
+
+
+def test_a_query_killed_before_its_first_batch_starts_again_and_reads_everything(spark, cfg, tmp_path):
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.txt").write_text("storm\ncalm\nstorm\n")
+    checkpoint = Path(cfg.checkpoint_root) / "counts"
+    left = leave_unplanned_batch_zero(checkpoint)
+    with pytest.raises(Exception, match="STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"):
+        _count_words(spark, source, checkpoint, "unrepaired")     # what every restart met before the repair
+
+    assert clear_unplanned_first_batch(cfg) == sorted(left)
+    assert _count_words(spark, source, checkpoint, "repaired") == {"storm": 2, "calm": 1}
+
+    (source / "b.txt").write_text("storm\n")                    # a checkpoint with batches is never touched
+    leave_unplanned_batch_zero(checkpoint)
+    before = sorted(p for p in checkpoint.rglob("*") if p.is_file())
+    assert clear_unplanned_first_batch(cfg) == []
+    assert sorted(p for p in checkpoint.rglob("*") if p.is_file()) == before
