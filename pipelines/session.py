@@ -7,6 +7,12 @@ extension and catalog are enabled; otherwise Delta tables are written with delta
 
 from __future__ import annotations
 
+import glob
+import os
+import sys
+import time
+
+import pyspark
 from pyspark.sql import SparkSession
 
 from pipelines.config import SparkConfig
@@ -15,6 +21,10 @@ from pipelines.ops import console
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 DELTA_PROBE_CLASS = "org.apache.spark.sql.delta.DeltaLog"
+
+
+#: How long the driver's JVM and Python wait for each other when a collect hands rows over (Spark's default: 15 s).
+AUTH_SOCKET_TIMEOUT_SECONDS = 120
 
 
 def build_session(
@@ -30,6 +40,8 @@ def build_session(
             ``conf/log4j2.properties``, which hides Spark's start-up notices (:mod:`pipelines.ops.console`).
     """
     _python_clock_in_utc()
+    # the Python side of the same hand-over (connect and authenticate), read by pyspark at each collect
+    os.environ.setdefault("SPARK_AUTH_SOCKET_TIMEOUT", str(AUTH_SOCKET_TIMEOUT_SECONDS))
     builder = (
         SparkSession.builder.appName(cfg.app_name)
         .config("spark.sql.session.timeZone", "UTC")
@@ -45,6 +57,11 @@ def build_session(
         # Parquet written by Spark (the delta-rs lake's large appends, pipelines/io/lake/delta_rs.py) stores
         # timestamps as microseconds adjusted to UTC, Delta's timestamp type, instead of Spark's legacy INT96.
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        # Every collect hands its rows to Python over a local socket the JVM serves for
+        # spark.python.authenticate.socketTimeout (15 s by default): on a loaded driver host the Python side came later
+        # than that once, and the micro-batch failed (`_load_from_socket`, docs/performance.md). Waiting longer costs
+        # nothing when the host is not loaded.
+        .config("spark.python.authenticate.socketTimeout", f"{AUTH_SOCKET_TIMEOUT_SECONDS}s")
     )
     if master or not _submitted():
         builder = builder.master(master or cfg.master)
@@ -68,10 +85,6 @@ def build_session(
 def _python_clock_in_utc() -> None:
     """Make the driver's Python process run in UTC too: PySpark converts naive datetimes with the process's
     local zone, and every rate-governor time is UTC."""
-    import os
-    import sys
-    import time
-
     os.environ["TZ"] = "UTC"
     time.tzset()
     # Python workers of a local session run the driver's interpreter (the project's environment) unless told
@@ -81,18 +94,11 @@ def _python_clock_in_utc() -> None:
 
 def _submitted() -> bool:
     """True when running under spark-submit (which sets the master itself)."""
-    import os
-
     return "SPARK_SUBMIT_OPTS" in os.environ or os.environ.get("PYSPARK_SUBMITTED") == "1"
 
 
 def _delta_jars_on_classpath() -> bool:
     """Whether delta-spark's JVM classes can be loaded, without starting a session: look at the jar list."""
-    import glob
-    import os
-
-    import pyspark
-
     jar_dirs = [os.path.join(os.path.dirname(pyspark.__file__), "jars")]
     if os.environ.get("SPARK_HOME"):
         jar_dirs.append(os.path.join(os.environ["SPARK_HOME"], "jars"))
