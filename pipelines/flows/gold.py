@@ -71,26 +71,18 @@ class GoldFlow(DecisionFlow):
                             row["limit_qps"], f"{row['limited_since']:%Y-%m-%d %H:%M}",
                             self.cfg.limits.max_held_seconds)
 
-    def history(self, first_window: dt.datetime) -> tuple[DataFrame, DataFrame]:
-        """The ``gold/topic_tps`` and ``gold/broker_tps`` rows the baselines of windows from ``first_window`` on
-        read (:func:`pipelines.transforms.gold.baseline_since`)."""
-        since = gold.baseline_since(first_window, self.cfg)
-        return (self.lake.read(tables.GOLD_TOPIC_TPS, since=since, before=first_window),
-                self.lake.read(tables.GOLD_BROKER_TPS, since=since, before=first_window))
-
     def inputs(self, metrics: DataFrame, batch_id: int, first_window: dt.datetime,
-               horizon_end: dt.datetime | None = None,
-               history: tuple[DataFrame, DataFrame] | None = None) -> gold.GoldInputs:
-        """The batch's windows with the history (``history``, or read now) and saved state it reads from the
-        lake, and the limiters' rejections the write-back sinks saw in the batch's windows."""
-        topic_history, broker_history = history or self.history(first_window)
+               horizon_end: dt.datetime | None = None) -> gold.GoldInputs:
+        """The batch's windows with the history and saved state it reads from the lake, and the limiters'
+        rejections the write-back sinks saw in the batch's windows."""
+        since = gold.baseline_since(first_window, self.cfg)
         rejections = None
         if self.lake.exists(tables.CONTROL_LIMITER_REJECTIONS):
             rejections = self.lake.read(tables.CONTROL_LIMITER_REJECTIONS, since=first_window, before=horizon_end)
         return gold.GoldInputs(
             metrics=metrics,
-            topic_history=topic_history,
-            broker_history=broker_history,
+            topic_history=self.lake.read(tables.GOLD_TOPIC_TPS, since=since, before=first_window),
+            broker_history=self.lake.read(tables.GOLD_BROKER_TPS, since=since, before=first_window),
             policy_state=self.saved_state(before_batch=batch_id),
             latest_limits=self.latest_limits(),
             limiter_rejections=rejections,
@@ -99,7 +91,7 @@ class GoldFlow(DecisionFlow):
     def handle(self, metrics: DataFrame, batch_id: int) -> None:
         """One micro-batch of finalized windows → gold tables, anomalies, limit decisions, published limits."""
         metrics = metrics.transform(self._single).persist()
-        out = facts = None
+        out = None
         try:
             first_window, horizon_end = gold.window_bounds(metrics)
             if first_window is None:
@@ -108,18 +100,13 @@ class GoldFlow(DecisionFlow):
                     with self.decision_lock:
                         self.publisher.publish(self.clock(), batch_id, QUERY)
                 return
-            # The windows' TPS and anomalies read no policy state and only history this flow writes: worked out
-            # (computed and cached by the count) before the decision lock, so that the fast flow does not wait for them.
-            history = self.history(first_window)
-            facts = gold.window_facts(metrics, *history, self.cfg, first_window)
-            facts.anomalies.count()
             with self.decision_lock:
                 now = self.clock()
                 out = gold.gold_outputs(
-                    self.inputs(metrics, batch_id, first_window, horizon_end, history), self.cfg, now,
+                    self.inputs(metrics, batch_id, first_window, horizon_end), self.cfg, now,
                     check=lambda d: self.gate.check_limits(d, origin=f"{GOLD_APP_ID}:{batch_id}", at=now),
                     batch_id=batch_id,
-                    first_window=first_window, horizon_end=horizon_end, facts=facts,
+                    first_window=first_window, horizon_end=horizon_end,
                 )
                 self.reports.append(write_outputs(self.lake, QUERY, GOLD_APP_ID, batch_id, out.tables()))
                 started = time.monotonic()
@@ -127,4 +114,4 @@ class GoldFlow(DecisionFlow):
                 log.info("gold batch %d: limits published in %.2f s", batch_id, time.monotonic() - started)
                 self.warn_held_too_long(out.state, horizon_end)
         finally:
-            release(QUERY, batch_id, metrics, *(out.cached if out is not None else facts.cached if facts else ()))
+            release(QUERY, batch_id, metrics, *(out.cached if out is not None else ()))

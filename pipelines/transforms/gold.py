@@ -4,8 +4,7 @@ config and ``now`` → the DataFrames of every gold output.
 Steps (each a module of :mod:`pipelines.transforms`):
 
 1. TPS per topic, consumer group and broker (:mod:`~pipelines.transforms.tps`);
-2. anomalies against the resources' own baselines (:mod:`~pipelines.transforms.detect`); steps 1 and 2 read no
-   policy state (:func:`window_facts`), so the flow works them out before it takes the decision lock;
+2. anomalies against the resources' own baselines (:mod:`~pipelines.transforms.detect`);
 3. limit candidates (:func:`pipelines.transforms.policy.candidate_limits`), the demand evidence of limitable
    resources (:mod:`pipelines.transforms.demand`: what each broker admitted and its limiter rejected) and the
    per-resource policy fold (:func:`pipelines.transforms.policy_fold.decide`), which judges a resource under a
@@ -201,46 +200,6 @@ def with_limit_in_force(topics: DataFrame, evidence: DataFrame) -> DataFrame:
     return joined.select(*[F.col("_limit").alias(c) if c == "limit_qps" else F.col(c) for c in topics.columns])
 
 
-@dataclass(frozen=True)
-class WindowFacts:
-    """What a micro-batch's finalized windows show before any policy state is read (steps 1 and 2), cached.
-
-    Attributes:
-        topics, groups, brokers: ``gold/topic_tps``, ``gold/group_tps``, ``gold/broker_tps`` rows of the windows
-            (msg/s per window, cluster-wide for topics and groups, per broker for brokers).
-        anomalies: :func:`pipelines.transforms.detect.detect_anomalies` rows of the windows.
-    """
-
-    topics: DataFrame
-    groups: DataFrame
-    brokers: DataFrame
-    anomalies: DataFrame
-
-    @property
-    def cached(self) -> tuple[DataFrame, ...]:
-        return self.topics, self.groups, self.brokers, self.anomalies
-
-
-def window_facts(metrics: DataFrame, topic_history: DataFrame, broker_history: DataFrame, cfg: GovernorConfig,
-                 first_window: dt.datetime) -> WindowFacts:
-    """Finalized windows (:data:`~pipelines.schemas.WINDOW_METRIC`) and the TPS history before them → the
-    windows' TPS tables and anomalies (:class:`WindowFacts`, persisted, lazy).
-
-    They read only the windows and the TPS history, which the gold flow alone writes, and no policy state or limit:
-    the gold flow computes them before it takes the decision lock, so the fast flow never waits for them.
-    """
-    windows = cfg.windows
-    single = partitioning(cfg.spark.gold_single_partition)
-    topics = metrics.transform(tps.topic_tps(windows)).persist()
-    groups = metrics.transform(tps.group_tps(windows)).persist()
-    brokers = metrics.transform(tps.broker_tps(windows)).persist()
-    anomalies = detect.detect_anomalies(
-        topics, groups, brokers, topic_history.transform(single), broker_history.transform(single),
-        windows, cfg.detection, first_window=first_window,
-    ).transform(single).persist()
-    return WindowFacts(topics, groups, brokers, anomalies)
-
-
 def gold_outputs(
     inputs: GoldInputs,
     cfg: GovernorConfig,
@@ -250,7 +209,6 @@ def gold_outputs(
     batch_id: int,
     first_window: dt.datetime,
     horizon_end: dt.datetime,
-    facts: WindowFacts | None = None,
 ) -> GoldOutputs:
     """One micro-batch of finalized windows → every gold output.
 
@@ -259,7 +217,6 @@ def gold_outputs(
         now: processing time of the decisions (UTC): ``decided_at``, ``expires_at`` = now + ``limits.ttl_seconds``.
         check: see :func:`decisions`.
         first_window: the batch's first ``window_start``; horizon_end: its last ``window_end`` (UTC).
-        facts: :func:`window_facts` of ``inputs``' windows and history when already worked out; None: here.
     Returns:
         :class:`GoldOutputs` (lazy DataFrames over cached intermediates; the caller calls
         :meth:`GoldOutputs.release` once they are written).
@@ -267,8 +224,14 @@ def gold_outputs(
     windows = cfg.windows
     single = partitioning(cfg.spark.gold_single_partition)
     metrics = inputs.metrics
-    facts = facts or window_facts(metrics, inputs.topic_history, inputs.broker_history, cfg, first_window)
-    topics, groups, brokers, anomalies = facts.topics, facts.groups, facts.brokers, facts.anomalies
+    topics = metrics.transform(tps.topic_tps(windows)).persist()
+    groups = metrics.transform(tps.group_tps(windows)).persist()
+    brokers = metrics.transform(tps.broker_tps(windows)).persist()
+    anomalies = detect.detect_anomalies(
+        topics, groups, brokers,
+        inputs.topic_history.transform(single), inputs.broker_history.transform(single),
+        windows, cfg.detection, first_window=first_window,
+    ).transform(single).persist()
     traffic = demand.resource_traffic(metrics, windows)
     if inputs.limiter_rejections is not None:
         batch_windows = metrics.select("window_start").distinct()
@@ -287,4 +250,4 @@ def gold_outputs(
     )
     return GoldOutputs(with_limit_in_force(topics, evidence), groups, brokers,
                        anomalies.unionByName(bound_anomalies(evidence, windows)), limits.unionByName(reconciled),
-                       decided.refused, state, cached=(*facts.cached, limits, state, evidence))
+                       decided.refused, state, cached=(topics, groups, brokers, anomalies, limits, state, evidence))
