@@ -1,5 +1,6 @@
-"""One SparkSession for the whole test session (local[2], 2 shuffle partitions, UI off); with pytest-xdist (the
-pyproject's addopts: two workers, a test file at a time each) one per worker. The slowest files run first."""
+"""One SparkSession for the whole test session (local[2], 2 shuffle partitions, UI off); with pytest-xdist (on
+request: `-n 2 --dist loadfile --no-loadscope-reorder`, a test file at a time per worker) one per worker. The
+slowest files run first."""
 
 from __future__ import annotations
 

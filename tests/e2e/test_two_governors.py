@@ -53,8 +53,10 @@ def test_second_governor_refuses_and_a_killed_ones_lease_is_taken_over(spark, tm
     first_landing, second_landing, lake = tmp_path / "landing", tmp_path / "other-landing", tmp_path / "lake"
     render_landing(SPEC, first_landing)
     render_landing(SPEC, second_landing)
+    # its own process group: the kill below takes the driver and its JVM together, as a node, container or
+    # systemd unit going down does (a driver killed alone leaves its JVM writing for a moment: README, Reliability)
     first = subprocess.Popen(_governor(conf, first_landing, lake), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         _wait_for(lambda: (lake / "bronze" / "broker_stats" / "_delta_log").is_dir(), 180, "its first write", first)
 
@@ -69,7 +71,7 @@ def test_second_governor_refuses_and_a_killed_ones_lease_is_taken_over(spark, tm
         assert f":{first.pid} since " in lines[0] and lines[0].endswith("; stop it or wait")
         assert took < 30, f"the refusal took {took:.1f} s (it must come before Spark starts)"
     finally:
-        os.kill(first.pid, signal.SIGKILL)
+        os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
     assert (lake / LEASE_FILE).exists()  # left behind by the killed governor
 
