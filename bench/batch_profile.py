@@ -10,15 +10,15 @@ The figure of merit is the **processing seconds per stats minute**: the sum of S
 every micro-batch of the three queries (a ``StreamingQueryListener``'s progress events, input or not) divided by
 the stats minutes landed, counted after ``--warmup-minutes`` minutes have landed (the first micro-batches of a new
 JVM and a new lake cost more: counted from the start, 8 minutes gave 19 s and 12 minutes 15 s on this machine). The
-measured minutes are half quiet, half storm. The check fails (exit 1) above ``--target-seconds``. ``--floor`` measures what the three streaming queries cost with
-handlers that do nothing but materialize their micro-batch (the ingest handler also writes the events file, the gold
-query's source): Spark's part of the figure (file listing, parsing, the stateful aggregations, state store and
-checkpoint commits), which no change to the handlers can remove.
+measured minutes are half quiet, half storm. The check fails (exit 1) above ``--target-seconds``. ``--floor``
+measures what the three streaming queries cost with handlers that do nothing but materialize their micro-batch (the
+ingest handler also writes the events file, the gold query's source): Spark's part of the figure (file listing,
+parsing, the stateful aggregations, state store and checkpoint commits), which no change to the handlers can remove.
 
-The reference is the handler's own total (``<query>.handle``, the ``foreachBatch`` call, warm-up included): shares say which step to
-work on. Steps overlap where one calls another (``gold_outputs`` includes ``policy_fold.decide``); the wait for the
-decision lock the other deciding flow holds is its own line. Absolute seconds are this
-machine's, with the three queries sharing its cores.
+The reference is the handler's own total (``<query>.handle``, the ``foreachBatch`` call, warm-up included): shares
+say which step to work on. Steps overlap where one calls another (``gold_outputs`` includes ``policy_fold.decide``);
+the wait for the decision lock the other deciding flow holds is its own line. Absolute seconds are this machine's,
+with the three queries sharing its cores.
 """
 
 from __future__ import annotations

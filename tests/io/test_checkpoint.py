@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import load_config
-from tests.helpers import leave_unplanned_batch_zero
 from pipelines.io.checkpoint import (CHECKPOINT_SETTINGS_FILE, SPARK_VERSION_KEY, CheckpointMismatchError,
                                      check_checkpoint, clear_unplanned_first_batch, spark_line)
+from tests.helpers import leave_unplanned_batch_zero
 
 
 @pytest.fixture()

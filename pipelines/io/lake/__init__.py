@@ -77,8 +77,8 @@ class Lake(Protocol):
         Nothing is written when the table already holds a commit of ``app_id`` at ``version`` or later (a
         replayed micro-batch) or when ``df`` is empty. ``rows`` is ``df``'s row count when the caller knows it: 0
         skips the append without a Spark job; the delta-rs writer writes a large append from the executors. Storage
-        errors are retried (:func:`pipelines.io.lake.retry.retried`). Returns the number of rows written (delta-rs: 0 for a skipped
-        replay; delta-spark: the rows handed to Delta, which skips a replay itself without telling).
+        errors are retried (:func:`pipelines.io.lake.retry.retried`). Returns the number of rows written (delta-rs:
+        0 for a skipped replay; delta-spark: the rows handed to Delta, which skips a replay itself without telling).
 
         Raises:
             OSError: the write failed (e.g. ENOSPC, the disk of the lake full) on every attempt; nothing was
