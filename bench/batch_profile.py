@@ -15,6 +15,9 @@ measures what the three streaming queries cost with handlers that do nothing but
 ingest handler also writes the events file, the gold query's source): Spark's part of the figure (file listing,
 parsing, the stateful aggregations, state store and checkpoint commits), which no change to the handlers can remove.
 
+After the figure it prints how many classes Spark's code generation compiled after the warm-up and about how long
+that took (Spark's own ``CodegenMetrics``), with the session's ``spark.sql.codegen.cache.maxEntries``.
+
 The reference is the handler's own total (``<query>.handle``, the ``foreachBatch`` call, warm-up included): shares
 say which step to work on. Steps overlap where one calls another (``gold_outputs`` includes ``policy_fold.decide``);
 the wait for the decision lock the other deciding flow holds is its own line. Absolute seconds are this machine's,
@@ -130,6 +133,14 @@ class ProgressTotals:
         self.listener = Listener()
 
 
+def codegen_totals(spark) -> tuple[int, float]:
+    """(classes compiled, approximate seconds compiling) since the JVM started: Spark's own ``CodegenMetrics``
+    (the compile-time histogram keeps a sample, so the seconds are its mean times the exact count)."""
+    histogram = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    count = histogram.getCount()
+    return count, count * histogram.getSnapshot().getMean() / 1000
+
+
 def floor_handlers() -> None:
     """``--floor``: each flow's handler only materializes its micro-batch (one Spark job); ingest also writes the
     events file that the gold query reads."""
@@ -205,13 +216,16 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=lambda: governor.run(spark, cfg, once=False), daemon=True).start()
     time.sleep(3)
     warmup: dict[str, float] = {}
+    codegen_warm = codegen_totals(spark)
     for minute, files in enumerate(minute_files(spec)):
         if minute == args.warmup_minutes:  # the warm-up minutes landed and processed: count from here
             warmup = dict(totals.seconds)
+            codegen_warm = codegen_totals(spark)
         land(landing, files)
         time.sleep(args.minute_seconds)
     time.sleep(2 * cfg.windows.trigger_seconds)
     progress = {q.name: list(q.recentProgress) for q in spark.streams.active}
+    codegen_end = codegen_totals(spark)
     for query in spark.streams.active:
         query.stop()
 
@@ -236,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in sorted(measured):
         print(f"{name}: {totals.batches[name]} micro-batches, {totals.seconds[name]:.1f} s processing in all, "
               f"{measured[name]:.1f} s after the warm-up: {measured[name] / args.minutes:.2f} s per stats minute")
+    compiled, compiling = codegen_end[0] - codegen_warm[0], codegen_end[1] - codegen_warm[1]
+    print(f"Spark codegen after the warm-up: {compiled} classes compiled ({compiled / args.minutes:.0f} per stats "
+          f"minute), about {compiling:.1f} s compiling ({compiling / args.minutes:.2f} s per stats minute; "
+          f"spark.sql.codegen.cache.maxEntries = {spark.conf.get('spark.sql.codegen.cache.maxEntries', '100')})")
     passed = per_minute <= args.target_seconds
     print(f"processing seconds per stats minute (three queries): {per_minute:.2f} s; target <= "
           f"{args.target_seconds} s: {'PASS' if passed else 'FAIL'} (config: conf/local.toml as shipped, "

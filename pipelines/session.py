@@ -25,6 +25,11 @@ DELTA_PROBE_CLASS = "org.apache.spark.sql.delta.DeltaLog"
 
 #: How long the driver's JVM and Python wait for each other when a collect hands rows over (Spark's default: 15 s).
 AUTH_SOCKET_TIMEOUT_SECONDS = 120
+#: Generated classes Spark keeps compiled (``spark.sql.codegen.cache.maxEntries``, a static setting; Spark's default:
+#: 100). A governor's three queries generate several hundred distinct classes per stats minute; with 100 entries
+#: the cache evicted them between micro-batches and Spark compiled 574 classes per stats minute (5.5 s of
+#: compiling), with 1,000 it compiled 170 (2.6 s): ``bench/batch_profile.py``, docs/performance.md.
+CODEGEN_CACHE_ENTRIES = 1000
 
 
 def build_session(
@@ -62,6 +67,7 @@ def build_session(
         # than that once, and the micro-batch failed (`_load_from_socket`, docs/performance.md). Waiting longer costs
         # nothing when the host is not loaded.
         .config("spark.python.authenticate.socketTimeout", f"{AUTH_SOCKET_TIMEOUT_SECONDS}s")
+        .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
     )
     if master or not _submitted():
         builder = builder.master(master or cfg.master)
