@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Spark codegen after the warm-up: {compiled} classes compiled ({compiled / args.minutes:.0f} per stats "
           f"minute), about {compiling:.1f} s compiling ({compiling / args.minutes:.2f} s per stats minute, estimated "
           f"from Spark's sample of compile times: a few classes can show a small negative figure; "
-          f"spark.sql.codegen.cache.maxEntries = {spark.conf.get('spark.sql.codegen.cache.maxEntries', '100')})")
+          f"spark.sql.codegen.cache.maxEntries = {spark.conf.get('spark.sql.codegen.cache.maxEntries')})")
     passed = per_minute <= args.target_seconds
     print(f"processing seconds per stats minute (three queries): {per_minute:.2f} s; target <= "
           f"{args.target_seconds} s: {'PASS' if passed else 'FAIL'} (config: conf/local.toml as shipped, "
