@@ -252,6 +252,12 @@ class LimitsConfig(_Section):
         "topic, the auto-create template ``TBW102``, the transaction half and op topics)."))
 
 
+#: Default of ``[spark] decision_conf`` (:class:`SparkConfig`): the ``fast`` and ``gold`` queries run their small
+#: micro-batches without code generation. ``spark.sql.codegen.factoryMode`` is Spark's internal switch between
+#: generated and interpreted expressions (``CodeGeneratorWithInterpretedFallback``, Spark 3.0+); both are complete.
+DECISION_QUERY_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
 class SparkConfig(_Section):
     """The Spark session (:func:`pipelines.session.build_session`)."""
 
@@ -272,6 +278,13 @@ class SparkConfig(_Section):
         "saves (ingest: 11 jobs per micro-batch with it, 5 without; processing per stats minute 16.2-16.4 s with "
         "it, 14.2 s without in ``bench/batch_profile.py`` on this 2-core machine). Turn on for large backlogs on "
         "a cluster, where skewed joins and partition coalescing pay."))
+    decision_conf: dict[str, str] = Field(default_factory=lambda: dict(DECISION_QUERY_CONF), description=(
+        "Spark SQL settings of the ``fast`` and ``gold`` queries only (the sessions Spark clones for them when they "
+        "start; the ``ingest`` query and everything else keep the session's own). Default: whole-stage code "
+        "generation off and expressions interpreted (``spark.sql.codegen.factoryMode = NO_CODEGEN``, an internal "
+        "Spark setting), because their micro-batches hold hundreds of rows in tens of short Spark jobs, where "
+        "generating and JIT-compiling classes costs more than it saves: ``bench/batch_profile.py``, "
+        "docs/performance.md. ``{}`` = Spark's defaults."))
     conf: dict[str, str] = Field(default_factory=dict, description=(
         "Extra Spark settings, passed as given. The shipped TOML adds the RocksDB state store with changelog "
         "checkpointing (what its checkpoints were written with) and a 4 GiB driver."))

@@ -42,6 +42,7 @@ from pipelines.io.checkpoint import check_checkpoint, clear_unplanned_first_batc
 from pipelines.io.lease import GovernorLease, LakeHeldError
 from pipelines.io.publish import signing_key
 from pipelines.ops import console, progress
+from pipelines.session import session_conf
 
 log = logging.getLogger("rate_governor")
 
@@ -85,7 +86,8 @@ def start_queries(spark: SparkSession, governor: Governor, once: bool,
     micro-batch (:func:`pipelines.flows.gold.metric_event_stream`). Running, all start side by side. With ``once``
     the gold query starts when the ingest query has finished (``availableNow`` reads what exists when it starts,
     and the events of the backlog exist only then). Each query writes its own tables (ingest and gold both append
-    to ``quarantine``, under their own Delta app ids).
+    to ``quarantine``, under their own Delta app ids). ``fast`` and ``gold`` start with ``[spark] decision_conf``
+    (:func:`pipelines.session.session_conf`); ``ingest`` with the session's own settings.
 
     Raises:
         pyspark.errors.StreamingQueryException: with ``once``, a query failed (the others are stopped first).
@@ -97,16 +99,18 @@ def start_queries(spark: SparkSession, governor: Governor, once: bool,
         _start(raw, "ingest", _fenced(governor.ingest.handle, governor), "append", cfg, once, interval)
     ]
     if cfg.windows.fast_path_on(once):
-        governor.queries.append(
-            _start(open_window_stream(raw, cfg, gate), "fast", _fenced(governor.fast.handle, governor), "update",
-                   cfg, once, interval)
-        )
+        with session_conf(spark, cfg.spark.decision_conf):
+            governor.queries.append(
+                _start(open_window_stream(raw, cfg, gate), "fast", _fenced(governor.fast.handle, governor), "update",
+                       cfg, once, interval)
+            )
     if once:
         _await_all(governor.queries[:1], stop=governor.queries)
     events = window_stream(metric_event_stream(spark, cfg), cfg)
-    governor.queries.append(
-        _start(events, "gold", _fenced(governor.gold.handle, governor), "append", cfg, once, interval)
-    )
+    with session_conf(spark, cfg.spark.decision_conf):
+        governor.queries.append(
+            _start(events, "gold", _fenced(governor.gold.handle, governor), "append", cfg, once, interval)
+        )
     if once:
         _await_all(governor.queries)
     return governor.queries

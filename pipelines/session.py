@@ -11,6 +11,8 @@ import glob
 import os
 import sys
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 import pyspark
 from pyspark.sql import SparkSession
@@ -86,6 +88,30 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+@contextmanager
+def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Runtime SQL ``settings`` on ``spark`` inside the block, the previous values (or none) restored after it.
+
+    A streaming query started inside the block keeps them for its whole life: Spark clones the session a query
+    runs its micro-batches with when the query is created (``StreamExecution.sparkSessionForStream``, Spark 3.x and
+    4.x), so the settings reach that query and not the ones started outside the block.
+
+    Raises:
+        pyspark.errors.AnalysisException: a static setting (``CANNOT_MODIFY_CONFIG``) or a bad value.
+    """
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def _python_clock_in_utc() -> None:

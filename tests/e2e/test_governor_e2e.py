@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from pipelines import governor
 from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
-from pipelines.config import load_config
+from pipelines.config import DECISION_QUERY_CONF, load_config
 from pipelines.io.lake import TABLES, open_lake
 from tests.landing_time import line_time as _line_time
 from tests.helpers import lean_config_file, write_config
@@ -37,11 +37,24 @@ def run(spark, tmp_path_factory):
     conf = lean_config_file(root / "lean.toml")
     cfg = load_config(conf).with_paths(str(landing), str(lake))
     spark.catalog.clearCache()
+    session_before = {key: spark.conf.get(key) for key in DECISION_QUERY_CONF}
     gov = governor.run(spark, cfg, once=True)
     cached = not spark._jsparkSession.sharedState().cacheManager().isEmpty()
     counts = {t: open_lake(spark, str(lake)).read(t).count() for t in TABLES}
+    # the settings each query's last micro-batch ran with (the session Spark cloned for the query)
+    sessions = {q.name: q._jsq.streamingQuery().lastExecution().sparkSession() for q in gov.queries}
+    query_conf = {name: {key: session.conf().get(key) for key in DECISION_QUERY_CONF}
+                  for name, session in sessions.items()}
     return {"cfg": cfg, "lake": lake, "landing": landing, "written": written, "gov": gov, "counts": counts,
-            "left_cached": cached}
+            "left_cached": cached, "session_before": session_before, "query_conf": query_conf,
+            "session_after": {key: spark.conf.get(key) for key in DECISION_QUERY_CONF}}
+
+
+def test_gold_runs_with_the_decision_settings_and_ingest_and_the_session_keep_their_own(run):
+    assert run["cfg"].spark.decision_conf == DECISION_QUERY_CONF
+    assert run["query_conf"]["rate-governor-gold"] == DECISION_QUERY_CONF
+    assert run["query_conf"]["rate-governor-ingest"] == run["session_before"] != DECISION_QUERY_CONF
+    assert run["session_after"] == run["session_before"]
 
 
 def test_a_run_leaves_nothing_cached(run):
