@@ -253,9 +253,12 @@ class LimitsConfig(_Section):
 
 
 #: Default of ``[spark] decision_conf`` (:class:`SparkConfig`): the ``fast`` and ``gold`` queries run their small
-#: micro-batches without code generation. ``spark.sql.codegen.factoryMode`` is Spark's internal switch between
-#: generated and interpreted expressions (``CodeGeneratorWithInterpretedFallback``, Spark 3.0+); both are complete.
-DECISION_QUERY_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+#: micro-batches without code generation and without broadcast joins. ``spark.sql.codegen.factoryMode`` is Spark's
+#: internal switch between generated and interpreted expressions (``CodeGeneratorWithInterpretedFallback``, Spark
+#: 3.0+); both are complete. A broadcast join runs its small side as a Spark job of its own: with them a gold
+#: micro-batch ran 16-19 jobs, without them 4 (a sort-merge join needs no shuffle on one partition).
+DECISION_QUERY_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+                       "spark.sql.autoBroadcastJoinThreshold": "-1"}
 
 
 class SparkConfig(_Section):
@@ -280,11 +283,12 @@ class SparkConfig(_Section):
         "a cluster, where skewed joins and partition coalescing pay."))
     decision_conf: dict[str, str] = Field(default_factory=lambda: dict(DECISION_QUERY_CONF), description=(
         "Spark SQL settings of the ``fast`` and ``gold`` queries only (the sessions Spark clones for them when they "
-        "start; the ``ingest`` query and everything else keep the session's own). Default: whole-stage code "
-        "generation off and expressions interpreted (``spark.sql.codegen.factoryMode = NO_CODEGEN``, an internal "
-        "Spark setting), because their micro-batches hold hundreds of rows in tens of short Spark jobs, where "
-        "generating and JIT-compiling classes costs more than it saves: ``bench/batch_profile.py``, "
-        "docs/performance.md. ``{}`` = Spark's defaults."))
+        "start; the ``ingest`` query and everything else keep the session's own). Default "
+        "(:data:`DECISION_QUERY_CONF`): whole-stage code generation off, expressions interpreted "
+        "(``spark.sql.codegen.factoryMode = NO_CODEGEN``, an internal Spark setting) and no broadcast joins, "
+        "because their micro-batches hold hundreds of rows in short Spark jobs, where generating and JIT-compiling "
+        "classes and a job per broadcast cost more than they save: ``bench/batch_profile.py``, docs/performance.md. "
+        "``{}`` = Spark's defaults."))
     conf: dict[str, str] = Field(default_factory=dict, description=(
         "Extra Spark settings, passed as given. The shipped TOML adds the RocksDB state store with changelog "
         "checkpointing (what its checkpoints were written with) and a 4 GiB driver."))
