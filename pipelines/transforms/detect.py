@@ -235,6 +235,14 @@ def failure_spike(windows: WindowsConfig, cfg: DetectionConfig) -> Transform:
     return transform
 
 
+def broker_writes() -> Column:
+    """A broker's writes per second for its ``TRAFFIC_SURGE`` baseline (``gold/broker_tps`` or the fast path's
+    broker rows → the column ``put_tps``, msg/s per broker): its own ``BROKER_PUT_NUMS`` (``broker_put_tps``) when
+    it prints one, since it counts every write (retry re-puts and schedule writes too: article 001's 8x while the
+    topics it printed stayed flat); the sum of its topics' puts (``put_tps``) otherwise. Both paths use this."""
+    return F.coalesce(F.col("broker_put_tps"), F.col("put_tps")).alias("put_tps")
+
+
 def unlimited_history(topic_history: DataFrame) -> DataFrame:
     """``gold/topic_tps`` history rows → those of windows without an enforced limit in force (``limit_qps`` null):
     a capped window shows the limit, and a baseline fed with it would hold the limit up (closed loop)."""
@@ -286,10 +294,8 @@ def detect_anomalies(
     topic_all = unlimited_history(topic_history).select("window_start", "topic", "put_tps").unionByName(
         topic_windows.select("window_start", "topic", "put_tps")
     )
-    # a broker's own BROKER_PUT_NUMS counts every write (article 001's 8x); the topic sum is the fallback
-    broker_writes = F.coalesce(F.col("broker_put_tps"), F.col("put_tps")).alias("put_tps")
-    broker_all = broker_history.select("window_start", "broker", broker_writes).unionByName(
-        broker_windows.select("window_start", "broker", broker_writes)
+    broker_all = broker_history.select("window_start", "broker", broker_writes()).unionByName(
+        broker_windows.select("window_start", "broker", broker_writes())
     )
     topic_base = (
         topic_all.transform(with_baseline("topic", "put_tps", windows, cfg))

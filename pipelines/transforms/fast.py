@@ -239,10 +239,9 @@ def preliminary_anomalies(
         .transform(detect.with_baseline("topic", "put_tps", windows, cfg))
         .transform(detect.current_only(first_open))
     )
-    broker_writes = F.coalesce(F.col("broker_put_tps"), F.col("put_tps")).alias("put_tps")
     surge_brokers = (
-        broker_history.select("window_start", "broker", broker_writes)
-        .unionByName(brokers.select("window_start", "broker", broker_writes))
+        broker_history.select("window_start", "broker", detect.broker_writes())
+        .unionByName(brokers.select("window_start", "broker", detect.broker_writes()))
         .transform(detect.with_baseline("broker", "put_tps", windows, cfg))
         .transform(detect.current_only(first_open))
     )

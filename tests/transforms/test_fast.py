@@ -134,3 +134,19 @@ def test_a_window_completed_by_a_broker_without_the_group_is_judged_with_the_rem
     waiting = fast.with_rows_of_completed_windows(second, first, ["broker-a", "broker-b", "broker-c"])
     assert sorted(map(tuple, waiting.select("resource_type", "resource").collect())) == \
         [("broker", "broker-b"), ("cluster", "*"), ("topic", "orders")]
+
+
+def test_a_broker_surge_on_the_fast_path_is_measured_on_its_own_broker_put_nums(spark):
+    """The fast path measures a broker's surge as the final path does (detect.broker_writes): on the broker's own
+    BROKER_PUT_NUMS where it prints one (broker-a: its topics flat at 100 msg/s, its own writes 800), on the sum of
+    its topics where it prints none (broker-b: topics 800)."""
+    history = [(ts(f"2022-02-08 09:{m:02d}"), ts(f"2022-02-08 09:{m + 1:02d}"), b, 100.0, own, 5, 0, 0, None)
+               for m in range(50, 59) for b, own in (("broker-a", 100.0), ("broker-b", None))]
+    open_windows = sums(spark, [
+        (T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 60 * 100),
+        (T0, "broker-a", None, None, "BROKER_PUT_NUMS", 60 * 800),
+        (T0, "broker-b", "orders", None, "TOPIC_PUT_NUMS", 60 * 800),
+    ])
+    got = _prelim(spark, open_windows, ["broker-a", "broker-b"], history).where(F.col("anomaly") == "TRAFFIC_SURGE")
+    surged = sorted((r["resource_type"], r["resource"], r["observed_tps"], r["baseline_tps"]) for r in got.collect())
+    assert surged == [("broker", "broker-a", 800.0, 100.0), ("broker", "broker-b", 800.0, 100.0)]
