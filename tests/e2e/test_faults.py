@@ -167,11 +167,11 @@ def small_disk(tmp_path):
     partial Parquet file written into the table, then ENOSPC raised)."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)],
-                             capture_output=True)
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True)
+    mounted = mount.returncode == 0
     # as root (CI) the mount must work: the README row promises a real file system filled mid-write
-    assert mounted.returncode == 0 or os.geteuid() != 0, mounted.stderr
-    yield disk, "fill" if mounted.returncode == 0 else "torn"
+    assert mounted or os.geteuid() != 0, mount.stderr
+    yield disk, "fill" if mounted else "torn"
     if mounted:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
