@@ -53,13 +53,71 @@ Handler = Callable[[DataFrame, int], None]
 
 def _fenced(handler: Handler, governor: Governor) -> Handler:
     """``handler`` behind the lake's fence: a micro-batch that starts after this governor lost the lake's lease
-    fails before it reads or writes anything (the flows' own appends and publishes ask the fence again)."""
+    fails before it reads or writes anything (the flows' own appends and publishes ask the fence again); a
+    micro-batch interrupted by its query's stop fails with :class:`StoppedMidBatch`."""
+
+    handler = stopped_short(handler)
 
     def handle(df: DataFrame, batch_id: int) -> None:
         governor.lake.check_fence()
         return handler(df, batch_id)
 
     return handle
+
+
+def stopped_short(handler: Handler) -> Handler:
+    """``handler`` raising :class:`StoppedMidBatch` instead of the error of a Spark call its query's stop
+    interrupted; every other error goes through unchanged."""
+
+    def handle(df: DataFrame, batch_id: int) -> None:
+        try:
+            return handler(df, batch_id)
+        except Exception as exc:
+            stopped = StoppedMidBatch.of(exc)
+            if stopped is None:
+                raise
+            raise stopped from None
+
+    return handle
+
+
+class StoppedMidBatch(Exception):
+    """A ``foreachBatch`` handler's Spark call interrupted because its query was stopped (``query.stop()``, the
+    lease lost, the end of a run), told to Spark in the few words it recognises.
+
+    Spark reads the error of a Python ``foreachBatch`` as the text of the Python traceback and takes it for the stop's
+    interruption when it matches ``StreamExecution.PROXY_ERROR``: ``py4j.protocol.Py4JJavaError: An error occurred
+    while calling`` then any text then one of :data:`INTERRUPTIONS` (``StreamExecution.isInterruptionException``,
+    Spark 4.0-4.3, since SPARK-39218). That expression recurses once per character of the text after "calling";
+    the traceback of the Py4JJavaError itself carries the whole Java stack (about 9,000 characters), so the stream
+    thread died of a ``java.lang.StackOverflowError`` and the JVM printed about 1,000 lines at every stop. This
+    error's traceback is a few hundred characters and still matches: the stop stays a clean stop.
+    """
+
+    #: The Java exceptions Spark takes for an interruption (``StreamExecution.IO_EXCEPTION_NAMES``).
+    INTERRUPTIONS = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
+                     "java.nio.channels.ClosedByInterruptException")
+    #: How many causes deep an interruption is looked for.
+    DEPTH = 8
+
+    @classmethod
+    def of(cls, exc: BaseException) -> StoppedMidBatch | None:
+        """The short error for ``exc`` when a Java interruption is among its causes (a py4j error's Java
+        exception, or a captured pyspark error's), else None (also when the JVM cannot be asked)."""
+        java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+        try:
+            for _ in range(cls.DEPTH):
+                if java is None:
+                    return None
+                name = java.getClass().getName()
+                if name in cls.INTERRUPTIONS:
+                    call = str(getattr(exc, "errmsg", "An error occurred while calling the JVM")).strip()
+                    return cls(f"the query was stopped during micro-batch work: py4j.protocol.Py4JJavaError: "
+                               f"{call} {name}")
+                java = java.getCause()
+        except Exception:  # noqa: BLE001 - the JVM is going away: keep the original error
+            return None
+        return None
 
 
 def _start(df: DataFrame, name: str, handler: Handler, mode: str, cfg: GovernorConfig, once: bool,
