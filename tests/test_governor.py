@@ -1,15 +1,20 @@
 """pipelines/governor.py: a query stopped while its handler waits on Spark stops cleanly (a real streaming query,
-stopped mid micro-batch; Spark's own classifier of the error)."""
+stopped mid micro-batch; Spark's own classifier of the error); a micro-batch during which the lease was lost is
+not committed (a real query, a real lease on a moved clock)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import threading
 import traceback
+from types import SimpleNamespace
 
 import pytest
 
-from pipelines.governor import StoppedMidBatch, stopped_short
+from pipelines.governor import StoppedMidBatch, _fenced, stopped_short
+from pipelines.io.lake import open_lake
+from pipelines.io.lease import GovernorLease, LakeHeldError
 
 #: Spark's ``StreamExecution.PROXY_ERROR`` (Spark 4.x), in Python's syntax.
 PROXY_ERROR = re.compile("py4j.protocol.Py4JJavaError: An error occurred while calling(.*)(" +
@@ -85,3 +90,31 @@ def test_other_errors_go_through_unchanged(spark):
     with pytest.raises(Exception, match="no_such_column") as raised:
         stopped_short(failing)(None, 0)
     assert not isinstance(raised.value, StoppedMidBatch)
+
+
+def test_a_micro_batch_during_which_the_lease_expired_fails_and_is_not_committed(spark, tmp_path):
+    """The handler 'hangs' past the ttl (the lease's clock moves 61 s) after its work: the batch fails on the
+    fence after the handler, so Spark never commits it; the batch before it, without a hang, is committed."""
+    now = [dt.datetime(2026, 11, 26, tzinfo=dt.timezone.utc)]
+    lease = GovernorLease(str(tmp_path / "lake"), ttl_seconds=60, clock=lambda: now[0])
+    lease.acquire()
+    lake = open_lake(spark, tmp_path / "lake")
+    lake.fence = lease.check
+    handled = []
+
+    def hangs_in_batch_1(df, batch_id):
+        handled.append(batch_id)
+        if batch_id == 1:
+            now[0] += dt.timedelta(seconds=61)
+
+    checkpoint = tmp_path / "checkpoint"
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 1).load().writeStream
+             .foreachBatch(_fenced(hangs_in_batch_1, SimpleNamespace(lake=lake)))
+             .option("checkpointLocation", str(checkpoint)).trigger(processingTime="1 second").start())
+    try:
+        with pytest.raises(Exception, match="LakeHeldError|the lease was taken over"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert handled == [0, 1] and lease.lost
+    assert sorted(p.name for p in (checkpoint / "commits").iterdir() if p.name.isdigit()) == ["0"]
