@@ -54,6 +54,9 @@ from pipelines.transforms import gold, policy_fold, silver  # noqa: E402
 SECONDS: dict[str, dict[str, float]] = collections.defaultdict(lambda: collections.defaultdict(float))
 #: query → Spark jobs run by each of its handler calls (micro-batches), counted through a job group per call
 JOBS: dict[str, list[int]] = collections.defaultdict(list)
+#: query → (stages, tasks) of those jobs per handler call: counts that do not depend on the machine's load (a stage
+#: is a shuffle boundary, scheduled and run on its own, each costing tens of ms at these sizes)
+STAGES: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
 _current = threading.local()
 
 
@@ -69,7 +72,11 @@ def counted_jobs(handle):
         try:
             return handle(self, df, batch_id)
         finally:
-            JOBS[_current.query].append(len(context.statusTracker().getJobIdsForGroup(group)))
+            tracker = context.statusTracker()
+            jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
+            stages = [tracker.getStageInfo(s) for job in jobs if job for s in job.stageIds]
+            JOBS[_current.query].append(len(jobs))
+            STAGES[_current.query].append((sum(1 for s in stages if s), sum(s.numTasks for s in stages if s)))
             context.setLocalProperty("spark.jobGroup.id", None)
 
     return wrapper
@@ -243,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         counts = collections.Counter(JOBS.get(query, []))
         shown = ", ".join(f"{n} jobs x{times}" for n, times in sorted(counts.items()))
         print(f"{query}: handler total {total:.1f} s; Spark jobs per micro-batch: {shown}")
+        with_stages = [st for st in STAGES.get(query, []) if st[0]]
+        if with_stages:
+            print(f"   stages per micro-batch with a job: median {statistics.median(s for s, _ in with_stages):g}, "
+                  f"max {max(s for s, _ in with_stages)}; tasks: median {statistics.median(t for _, t in with_stages):g}")
         for label, seconds in sorted(steps.items(), key=lambda kv: -kv[1]):
             if label != f"{query}.handle":
                 print(f"   {label:45s} {seconds:7.2f} s  {seconds / total:6.1%}" if total else f"   {label} {seconds:.2f} s")
