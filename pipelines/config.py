@@ -256,9 +256,14 @@ class LimitsConfig(_Section):
 #: micro-batches without code generation and without broadcast joins. ``spark.sql.codegen.factoryMode`` is Spark's
 #: internal switch between generated and interpreted expressions (``CodeGeneratorWithInterpretedFallback``, Spark
 #: 3.0+); both are complete. A broadcast join runs its small side as a Spark job of its own: with them a gold
-#: micro-batch ran 16-19 jobs, without them 4 (a sort-merge join needs no shuffle on one partition).
+#: micro-batch ran 16-19 jobs, without them 4. ``spark.sql.maxSinglePartitionBytes`` unbounded: a join whose sides
+#: are both one partition (``[spark] gold_single_partition``) stays in that partition only while Spark's size
+#: estimate of each side is under this bound (``EnsureRequirements``, Spark 4.x; default 128 MiB), and a side read
+#: from an RDD or a local relation has no estimate (``spark.sql.defaultSizeInBytes``, Long.MaxValue), so each such
+#: join shuffled both sides to ``spark.sql.shuffle.partitions``: a stage more per join (docs/performance.md).
 DECISION_QUERY_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-                       "spark.sql.autoBroadcastJoinThreshold": "-1"}
+                       "spark.sql.autoBroadcastJoinThreshold": "-1",
+                       "spark.sql.maxSinglePartitionBytes": str(2**63 - 1)}
 
 
 class SparkConfig(_Section):
@@ -287,7 +292,8 @@ class SparkConfig(_Section):
         "(:data:`DECISION_QUERY_CONF`): whole-stage code generation off, expressions interpreted "
         "(``spark.sql.codegen.factoryMode = NO_CODEGEN``, an internal Spark setting) and no broadcast joins, "
         "because their micro-batches hold hundreds of rows in short Spark jobs, where generating and JIT-compiling "
-        "classes and a job per broadcast cost more than they save: ``bench/batch_profile.py``, docs/performance.md. "
+        "classes and a job per broadcast cost more than they save, and joins of one-partition sides without a "
+        "shuffle (``spark.sql.maxSinglePartitionBytes`` unbounded): ``bench/batch_profile.py``, docs/performance.md. "
         "``{}`` = Spark's defaults."))
     conf: dict[str, str] = Field(default_factory=dict, description=(
         "Extra Spark settings, passed as given. The shipped TOML adds the RocksDB state store with changelog "
