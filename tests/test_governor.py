@@ -14,7 +14,7 @@ import pytest
 
 from pipelines.governor import StoppedMidBatch, _fenced, stopped_short
 from pipelines.io.lake import open_lake
-from pipelines.io.lease import GovernorLease, LakeHeldError
+from pipelines.io.lease import GovernorLease
 
 #: Spark's ``StreamExecution.PROXY_ERROR`` (Spark 4.x), in Python's syntax.
 PROXY_ERROR = re.compile("py4j.protocol.Py4JJavaError: An error occurred while calling(.*)(" +
