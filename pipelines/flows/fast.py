@@ -134,9 +134,8 @@ class FastFlow(DecisionFlow):
         anomalies = fast.preliminary_anomalies(
             open_windows, topic_history, broker_history, expected, cfg.windows, cfg.detection,
             first_open=utc(pc.min(rows["window_start"]).as_py()),
-        ).transform(self._single).persist()
-        if anomalies.isEmpty():  # the usual case: no policy state to read, nothing to fold or write
-            anomalies.unpersist()
+        ).transform(self._single).transform(gold.collected_leaf)  # one Spark job; a leaf of its rows from here on
+        if anomalies.isEmpty():  # the usual case (no Spark job on a leaf): no policy state to read, nothing to fold
             return {}
         candidates = demand.with_broker_tps(
             policy.candidate_limits(anomalies, fast.topic_carriers(open_windows), cfg.limits)
@@ -151,7 +150,6 @@ class FastFlow(DecisionFlow):
             cfg.limits, now, policy.BASIS_PRELIMINARY,
         )
         accepted, refused = self.gate.check_limits(decided, origin=f"{FAST_APP_ID}:{batch_id}", at=now)
-        anomalies.unpersist()
         return {tables.GOLD_LIMITS: accepted, tables.QUARANTINE: refused}
 
     def handle(self, open_windows: DataFrame, batch_id: int) -> None:

@@ -43,3 +43,15 @@ def test_a_limited_group_whose_limiter_rejected_in_the_window_is_still_bound(spa
     assert with_views.limits.where("action = 'lift'").count() == 0
     without = outputs(None)   # the same traffic with no view of the limiter: 10 of 40 msg/s is clear: lifted
     assert [r["action"] for r in without.limits.collect()] == ["lift"]
+
+
+def test_collected_leaf_rows_are_the_same_rows_in_a_leaf_without_lineage(spark):
+    from chispa import assert_df_equality
+    from pyspark.sql import functions as F
+
+    built = spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], "n long, s string") \
+        .where(F.col("n") > 1).select("n", F.upper("s").alias("s"))
+    leaf = built.transform(gold.collected_leaf)
+    assert_df_equality(leaf, built, ignore_row_order=True)
+    plan = leaf._jdf.queryExecution().analyzed()
+    assert plan.children().size() == 0  # no Filter/Project of the built plan left to analyse again
