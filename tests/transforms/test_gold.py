@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
 from pipelines import schemas
 from pipelines.config import GovernorConfig
 from pipelines.transforms import gold
@@ -46,9 +49,6 @@ def test_a_limited_group_whose_limiter_rejected_in_the_window_is_still_bound(spa
 
 
 def test_collected_leaf_rows_are_the_same_rows_in_a_leaf_without_lineage(spark):
-    from chispa import assert_df_equality
-    from pyspark.sql import functions as F
-
     built = spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], "n long, s string") \
         .where(F.col("n") > 1).select("n", F.upper("s").alias("s"))
     leaf = built.transform(gold.collected_leaf)
