@@ -8,8 +8,10 @@ that had input rows (Spark's own ``recentProgress``).
 
 The figure of merit is the **processing seconds per stats minute**: the sum of Spark's ``triggerExecution`` over
 every micro-batch of the three queries (a ``StreamingQueryListener``'s progress events, input or not) divided by
-the stats minutes landed, counted after ``--warmup-minutes`` minutes have landed (the first micro-batches of a new
-JVM and a new lake cost more: counted from the start, 8 minutes gave 19 s and 12 minutes 15 s on this machine). The
+the stats minutes landed, counted once the ``--warmup-minutes`` minutes have landed and every query has reported a
+micro-batch started after the last of them (the first micro-batches of a new JVM and a new lake cost more: counted
+from the start, 8 minutes gave 19 s and 12 minutes 15 s on this machine; a cut at a fixed time missed them when
+the JVM started slowly). The
 measured minutes are half quiet, half storm. The check fails (exit 1) above ``--target-seconds``. ``--floor``
 measures what the three streaming queries cost with handlers that do nothing but materialize their micro-batch (the
 ingest handler also writes the events file, the gold query's source): Spark's part of the figure (file listing,
@@ -58,6 +60,10 @@ JOBS: dict[str, list[int]] = collections.defaultdict(list)
 #: is a shuffle boundary, scheduled and run on its own, each costing tens of ms at these sizes)
 STAGES: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
 _current = threading.local()
+#: the continuous governor's streaming queries (ingest, gold, fast)
+QUERIES = 3
+#: the longest wait for the queries to process the warm-up minutes (a new JVM's first micro-batches)
+WARMUP_TIMEOUT_S = 300.0
 
 
 def counted_jobs(handle):
@@ -124,6 +130,7 @@ class ProgressTotals:
 
         totals = self.seconds = collections.defaultdict(float)
         batches = self.batches = collections.Counter()
+        started = self.started = {}  # query name -> start (UTC) of its newest reported micro-batch
 
         class Listener(StreamingQueryListener):
             def onQueryStarted(self, event) -> None: ...
@@ -132,12 +139,24 @@ class ProgressTotals:
                 progress = event.progress
                 totals[progress.name] += progress.durationMs.get("triggerExecution", 0) / 1000
                 batches[progress.name] += 1
+                started[progress.name] = dt.datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00"))
 
             def onQueryIdle(self, event) -> None: ...
 
             def onQueryTerminated(self, event) -> None: ...
 
         self.listener = Listener()
+
+    def wait_for_micro_batches_after(self, moment: dt.datetime, queries: int, timeout_s: float) -> bool:
+        """Wait until each of ``queries`` queries has reported a micro-batch started after ``moment`` (UTC):
+        everything landed before it has been processed. False when ``timeout_s`` passed first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            done = [name for name, at in dict(self.started).items() if at > moment]
+            if len(done) >= queries:
+                return True
+            time.sleep(0.2)
+        return False
 
 
 def codegen_totals(spark) -> tuple[int, float]:
@@ -226,10 +245,16 @@ def main(argv: list[str] | None = None) -> int:
     time.sleep(3)
     warmup: dict[str, float] = {}
     codegen_warm = codegen_totals(spark)
+    landed_at = dt.datetime.now(dt.timezone.utc)
     for minute, files in enumerate(minute_files(spec)):
-        if minute == args.warmup_minutes:  # the warm-up minutes landed and processed: count from here
+        if minute == args.warmup_minutes:  # count from here, once the warm-up minutes are processed
+            if not totals.wait_for_micro_batches_after(landed_at, QUERIES, timeout_s=WARMUP_TIMEOUT_S):
+                print(f"the queries did not process the warm-up minutes within {WARMUP_TIMEOUT_S:.0f} s",
+                      file=sys.stderr)
+                return 2
             warmup = dict(totals.seconds)
             codegen_warm = codegen_totals(spark)
+        landed_at = dt.datetime.now(dt.timezone.utc)
         land(landing, files)
         time.sleep(args.minute_seconds)
     time.sleep(2 * cfg.windows.trigger_seconds)
