@@ -1,6 +1,7 @@
 """Throughput of the full governor against what any design must at least do, measured in one run on the same files.
 
     .venv/bin/python bench/throughput.py --events 2000000 [--stats-share 0.2] [--minutes 60] [--keep DIR]
+                                         [--min-ratio 0.7]
 
 1. Generates a landing directory of ``--events`` records: stats.log lines and send-failure JSON lines in the ratio
    1:4 (``--stats-share 0.2``), spread over ``--minutes`` minutes of event time, 4 brokers, 500 topics.
@@ -13,6 +14,7 @@ Prints events/s of each. The figure of merit is governor ÷ persist floor: the p
 same records, so the ratio is the share of the work that is the governor's own overhead (Delta, quality gate, gold,
 decisions). The bare floor (a) persists nothing and is printed for reference only, not as a target. All run in the
 same Spark session, the floors first: they pay the JVM's warm-up, which if anything flatters the governor's ratio.
+The check fails (exit 1) when the ratio is below ``--min-ratio`` (default 0.7, issue 25's target).
 """
 
 from __future__ import annotations
@@ -143,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stats-share", type=float, default=0.2, help="share of stats lines (1:4 → 0.2)")
     parser.add_argument("--minutes", type=int, default=60)
     parser.add_argument("--keep", help="work directory to keep (default: a temporary one, removed)")
+    parser.add_argument("--min-ratio", type=float, default=0.7,
+                        help="the lowest governor ÷ persist floor that passes the check")
     args = parser.parse_args(argv)
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="rg-bench-"))
@@ -171,13 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     persist_rate = args.events / persist_s
     print(f"persist floor (full parse, bronze+silver Parquet):    {persist_s:8.1f} s  {persist_rate:10.0f} events/s")
     print(f"governor (--once, all tables, limits.json):           {governor_s:8.1f} s  {gov_rate:10.0f} events/s")
-    print(f"figure of merit, governor / persist floor: {gov_rate / persist_rate:.2f}")
+    ratio = gov_rate / persist_rate
+    passed = ratio >= args.min_ratio
+    print(f"figure of merit, governor / persist floor: {ratio:.2f}; check >= {args.min_ratio}: "
+          f"{'PASS' if passed else 'FAIL'} ({args.events} events, stats share {args.stats_share}, "
+          f"{args.minutes} minutes, config conf/local.toml, {os.cpu_count()} cores)")
     print(f"for reference: governor / bare floor {gov_rate / floor_rate:.2f}, persist floor / bare floor "
           f"{persist_rate / floor_rate:.2f}")
     spark.stop()
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":
