@@ -90,7 +90,9 @@ class GoldFlow(DecisionFlow):
 
     def handle(self, metrics: DataFrame, batch_id: int) -> None:
         """One micro-batch of finalized windows → gold tables, anomalies, limit decisions, published limits."""
-        metrics = metrics.transform(self._single).persist()
+        # cached as Spark emits it: the first job (the window bounds) runs the stateful aggregation in its own
+        # partitions and fills the cache; coalescing before it ran that whole stage in one task (docs/performance.md)
+        metrics = metrics.persist()
         out = None
         try:
             first_window, horizon_end = gold.window_bounds(metrics)

@@ -229,7 +229,9 @@ def gold_outputs(
     """One micro-batch of finalized windows → every gold output.
 
     Args:
-        inputs: the batch's windows, history and saved policy state (:class:`GoldInputs`).
+        inputs: the batch's windows, history and saved policy state (:class:`GoldInputs`). The windows may come in
+            any partitioning (the flow caches them in the stateful aggregation's own); they are read in one
+            partition with ``spark.gold_single_partition``.
         now: processing time of the decisions (UTC): ``decided_at``, ``expires_at`` = now + ``limits.ttl_seconds``.
         check: see :func:`decisions`.
         first_window: the batch's first ``window_start``; horizon_end: its last ``window_end`` (UTC).
@@ -240,7 +242,7 @@ def gold_outputs(
     """
     windows = cfg.windows
     single = partitioning(cfg.spark.gold_single_partition)
-    metrics = inputs.metrics
+    metrics = inputs.metrics.transform(single)
     topics = metrics.transform(tps.topic_tps(windows)).persist()
     groups = metrics.transform(tps.group_tps(windows)).persist()
     brokers = metrics.transform(tps.broker_tps(windows)).persist()

@@ -55,3 +55,21 @@ def test_collected_leaf_rows_are_the_same_rows_in_a_leaf_without_lineage(spark):
     assert_df_equality(leaf, built, ignore_row_order=True)
     plan = leaf._jdf.queryExecution().analyzed()
     assert plan.children().size() == 0  # no Filter/Project of the built plan left to analyse again
+
+
+def test_gold_outputs_read_windows_of_any_partitioning_in_one_partition(spark):
+    """The flow hands over the micro-batch as Spark's stateful aggregation emits it (several partitions);
+    with ``spark.gold_single_partition`` the gold tables are computed in one partition, without a shuffle."""
+    t0 = ts("2022-02-08 07:00")
+    metrics = spark.createDataFrame(
+        [(t0 + dt.timedelta(minutes=i), t0 + dt.timedelta(minutes=i + 1), "broker-a", "orders", "g", "GROUP_GET_NUMS",
+          600) for i in range(4)], schemas.WINDOW_METRIC).repartition(3)
+    empty = lambda schema: spark.createDataFrame([], schema)  # noqa: E731
+    state = empty(schemas.POLICY_STATE.__class__([f for f in schemas.POLICY_STATE.fields if f.name != "batch_id"]))
+    inputs = gold.GoldInputs(metrics, empty(schemas.GOLD_TOPIC_TPS), empty(schemas.GOLD_BROKER_TPS), state,
+                             empty(schemas.GOLD_LIMITS), None)
+    out = gold.gold_outputs(inputs, CFG, NOW, check=lambda d: (d, d.limit(0)), batch_id=1,
+                            first_window=t0, horizon_end=t0 + dt.timedelta(minutes=4))
+    assert CFG.spark.gold_single_partition
+    assert out.group_tps.rdd.getNumPartitions() == 1
+    assert out.group_tps.count() == 4
