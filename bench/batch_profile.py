@@ -11,11 +11,11 @@ every micro-batch of the three queries (a ``StreamingQueryListener``'s progress 
 the stats minutes landed, counted once the ``--warmup-minutes`` minutes have landed and every query has reported a
 micro-batch started after the last of them (the first micro-batches of a new JVM and a new lake cost more: counted
 from the start, 8 minutes gave 19 s and 12 minutes 15 s on this machine; a cut at a fixed time missed them when
-the JVM started slowly). The
-measured minutes are half quiet, half storm. The check fails (exit 1) above ``--target-seconds``. ``--floor``
-measures what the three streaming queries cost with handlers that do nothing but materialize their micro-batch (the
-ingest handler also writes the events file, the gold query's source): Spark's part of the figure (file listing,
-parsing, the stateful aggregations, state store and checkpoint commits), which no change to the handlers can remove.
+the JVM started slowly). The measured minutes are half quiet, half storm. The check fails (exit 1) above
+``--target-seconds``. ``--floor`` measures what the three streaming queries cost with handlers that do nothing but
+materialize their micro-batch (the ingest handler also writes the events file, the gold query's source): Spark's
+part of the figure (file listing, parsing, the stateful aggregations, state store and checkpoint commits), which no
+change to the handlers can remove.
 
 After the figure it prints how many classes Spark's code generation compiled after the warm-up and about how long
 that took (Spark's own ``CodegenMetrics``), with the session's ``spark.sql.codegen.cache.maxEntries``.
