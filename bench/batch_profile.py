@@ -60,8 +60,6 @@ JOBS: dict[str, list[int]] = collections.defaultdict(list)
 #: is a shuffle boundary, scheduled and run on its own, each costing tens of ms at these sizes)
 STAGES: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
 _current = threading.local()
-#: the continuous governor's streaming queries (ingest, gold, fast)
-QUERIES = 3
 #: the longest wait for the queries to process the warm-up minutes (a new JVM's first micro-batches)
 WARMUP_TIMEOUT_S = 300.0
 
@@ -147,13 +145,15 @@ class ProgressTotals:
 
         self.listener = Listener()
 
-    def wait_for_micro_batches_after(self, moment: dt.datetime, queries: int, timeout_s: float) -> bool:
-        """Wait until each of ``queries`` queries has reported a micro-batch started after ``moment`` (UTC):
-        everything landed before it has been processed. False when ``timeout_s`` passed first."""
+    def wait_for_micro_batches_after(self, spark, moment: dt.datetime, timeout_s: float) -> bool:
+        """Wait until each active streaming query of ``spark`` (those the governor started: the fast query only when
+        the config runs it) has reported a micro-batch started after ``moment`` (UTC): everything landed before it
+        has been processed. False when ``timeout_s`` passed first."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            done = [name for name, at in dict(self.started).items() if at > moment]
-            if len(done) >= queries:
+            names = {query.name for query in spark.streams.active}
+            started = dict(self.started)
+            if names and all(name in started and started[name] > moment for name in names):
                 return True
             time.sleep(0.2)
         return False
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     landed_at = dt.datetime.now(dt.timezone.utc)
     for minute, files in enumerate(minute_files(spec)):
         if minute == args.warmup_minutes:  # count from here, once the warm-up minutes are processed
-            if not totals.wait_for_micro_batches_after(landed_at, QUERIES, timeout_s=WARMUP_TIMEOUT_S):
+            if not totals.wait_for_micro_batches_after(spark, landed_at, timeout_s=WARMUP_TIMEOUT_S):
                 print(f"the queries did not process the warm-up minutes within {WARMUP_TIMEOUT_S:.0f} s",
                       file=sys.stderr)
                 return 2
