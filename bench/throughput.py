@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"generated {args.events} events ({counts['stats_lines']} stats lines, {counts['failure_lines']} send "
               f"failures) in {time.monotonic() - t0:.1f} s into {landing}")
     os.environ.setdefault("RATE_GOVERNOR_SIGNING_KEY", "bench-key")
-    cfg = load_config(Path(__file__).resolve().parent.parent / "conf" / "local.toml").with_paths(
+    conf = Path(__file__).resolve().parent.parent / "conf" / "local.toml"
+    cfg = load_config(conf).with_paths(
         str(landing), str(work / "lake"))
     spark = build_session(cfg.spark)
 
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     passed = ratio >= args.min_ratio
     print(f"figure of merit, governor / persist floor: {ratio:.2f}; check >= {args.min_ratio}: "
           f"{'PASS' if passed else 'FAIL'} ({args.events} events, stats share {args.stats_share}, "
-          f"{args.minutes} minutes, config conf/local.toml, {os.cpu_count()} cores)")
+          f"{args.minutes} minutes, config {conf}, {os.cpu_count()} cores)")
     print(f"for reference: governor / bare floor {gov_rate / floor_rate:.2f}, persist floor / bare floor "
           f"{persist_rate / floor_rate:.2f}")
     spark.stop()
