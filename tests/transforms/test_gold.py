@@ -14,6 +14,12 @@ from tests.helpers import ts
 
 CFG = GovernorConfig()
 NOW = dt.datetime(2026, 11, 22, 10, 0)
+#: the saved policy state as gold_outputs reads it (without the writing batch's id)
+STATE = schemas.POLICY_STATE.__class__([f for f in schemas.POLICY_STATE.fields if f.name != "batch_id"])
+
+
+def _empty(spark, schema):
+    return spark.createDataFrame([], schema)
 
 
 def test_a_limited_group_whose_limiter_rejected_in_the_window_is_still_bound(spark):
@@ -29,15 +35,13 @@ def test_a_limited_group_whose_limiter_rejected_in_the_window_is_still_bound(spa
         + [(s, e, "broker-a", "orders", "g", "GROUP_GET_NUMS", 24_000) for s, e in windows], schemas.WINDOW_METRIC)
     state = spark.createDataFrame([("group", "g", 40.0, 3, t0, t0, t0, 400.0, "enforce", 40.0, t0,
                                     {"broker-a": 1.0}, None, None, None, None)],
-                                  schemas.POLICY_STATE.__class__([f for f in schemas.POLICY_STATE.fields
-                                                                  if f.name != "batch_id"]))
+                                  STATE)
     rejections = spark.createDataFrame(
         [(windows[-1][1], "rocketmq", "broker-a", "%RETRY%g", s + dt.timedelta(seconds=30), 7) for s, _ in windows],
         schemas.LIMITER_REJECTIONS)
-    empty = lambda schema: spark.createDataFrame([], schema)  # noqa: E731
     def outputs(limiter_rejections):
-        inputs = gold.GoldInputs(metrics, empty(schemas.GOLD_TOPIC_TPS), empty(schemas.GOLD_BROKER_TPS), state,
-                                 empty(schemas.GOLD_LIMITS), limiter_rejections)
+        inputs = gold.GoldInputs(metrics, _empty(spark, schemas.GOLD_TOPIC_TPS), _empty(spark, schemas.GOLD_BROKER_TPS),
+                                 state, _empty(spark, schemas.GOLD_LIMITS), limiter_rejections)
         return gold.gold_outputs(inputs, CFG, NOW, check=lambda d: (d, d.limit(0)), batch_id=1,
                                  first_window=windows[0][0], horizon_end=windows[-1][1])
     with_views = outputs(rejections)
@@ -64,10 +68,8 @@ def test_gold_outputs_read_windows_of_any_partitioning_in_one_partition(spark):
     metrics = spark.createDataFrame(
         [(t0 + dt.timedelta(minutes=i), t0 + dt.timedelta(minutes=i + 1), "broker-a", "orders", "g", "GROUP_GET_NUMS",
           600) for i in range(4)], schemas.WINDOW_METRIC).repartition(3)
-    empty = lambda schema: spark.createDataFrame([], schema)  # noqa: E731
-    state = empty(schemas.POLICY_STATE.__class__([f for f in schemas.POLICY_STATE.fields if f.name != "batch_id"]))
-    inputs = gold.GoldInputs(metrics, empty(schemas.GOLD_TOPIC_TPS), empty(schemas.GOLD_BROKER_TPS), state,
-                             empty(schemas.GOLD_LIMITS), None)
+    inputs = gold.GoldInputs(metrics, _empty(spark, schemas.GOLD_TOPIC_TPS), _empty(spark, schemas.GOLD_BROKER_TPS),
+                             _empty(spark, STATE), _empty(spark, schemas.GOLD_LIMITS), None)
     out = gold.gold_outputs(inputs, CFG, NOW, check=lambda d: (d, d.limit(0)), batch_id=1,
                             first_window=t0, horizon_end=t0 + dt.timedelta(minutes=4))
     assert CFG.spark.gold_single_partition
