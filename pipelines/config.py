@@ -177,12 +177,6 @@ class DetectionConfig(_Section):
 class LimitsConfig(_Section):
     """How limits are decided, issued and lifted (:mod:`pipelines.transforms.policy`, README "What it decides")."""
 
-    @model_validator(mode="after")
-    def _clear_below_bound(self) -> "LimitsConfig":
-        if self.clear_share >= self.bound_share:
-            raise ValueError("limits.clear_share must be below limits.bound_share")
-        return self
-
     mode: Literal["enforce", "advisory"] = Field("enforce", description=(
         "``enforce`` (brokers apply the limits) or ``advisory`` (shadow mode: decisions are recorded, brokers only "
         "log them); the control record's ``mode`` (docs/contracts.md §3)."))
@@ -213,17 +207,23 @@ class LimitsConfig(_Section):
     refresh_seconds: int = Field(default=300, gt=0, description=(
         "Seconds of event time after which a limit is re-issued (new ``expires_at``) while its anomaly lasts."))
     recovery_windows: int = Field(default=3, gt=0, description=(
-        "Windows: a limit whose anomaly (and cap, ``bound_share``) has been absent this many final windows is "
-        "lifted; a surge limit at its cap on healthy brokers this long is probed upward."))
+        "Windows: a limit whose cause has been gone this many final windows (nothing rejected, below "
+        "``bound_share`` of the cap, and the rule silent on the visible demand) is lifted; a surge limit at its "
+        "cap on healthy brokers this long is probed upward."))
     relax_factor: float = Field(default=1.5, gt=1, description=(
         "Factor of one upward probe of a surge limit (NSQ's RDY policy, article 003)."))
     bound_share: float = Field(default=0.9, gt=0, le=1, description=(
         "Closed loop (:mod:`pipelines.transforms.demand`): a limited resource whose cluster-wide observed rate "
         "is at least this share (ratio) of its cluster-wide limit, or whose limiter rejects sends, runs at its "
-        "cap: its anomaly persists and the limit is refreshed, never relaxed."))
-    clear_share: float = Field(default=0.5, gt=0, lt=1, description=(
-        "Closed loop: recovery counts only windows at most this share (ratio) of the limit with no limiter "
-        "rejection; must be below ``bound_share``."))
+        "cap and may hide demand: its anomaly persists and the limit is refreshed, never lifted; below it, with "
+        "nothing rejected, the demand is visible and the rule itself judges it "
+        "(:mod:`pipelines.transforms.limit_policy`)."))
+    surge_max_changes: int = Field(default=3, ge=1, description=(
+        "A surge limit's value changes at most this many times while its cause lasts (a first cut down to its "
+        "target, probes and their step-backs): a probe is taken only when its possible step-back still fits."))
+    probe_headroom_share: float = Field(default=0.9, gt=0, le=1, description=(
+        "A surge probe never raises a carrier's predicted writes above this share (ratio) of what that broker "
+        "wrote in the last window it was busy (a busy broker writes about its capacity and fast-fails the rest)."))
     max_held_seconds: int = Field(default=3600, gt=0, description=(
         "Seconds of event time; a limit held longer is flagged on the status page and logged once (WARNING) for "
         "a person to look at."))

@@ -4,39 +4,35 @@
 its saved :class:`ResourceState` and emits ``set`` / ``relax`` / ``lift`` :class:`Decision` s. It is run per resource
 on the driver by :func:`pipelines.transforms.policy_fold.decide`; its input rows come from
 :func:`pipelines.transforms.policy.candidate_limits` (a rule fired: :class:`Candidate`) and
-:func:`pipelines.transforms.policy.observations` (what a resource under a limit did: :class:`Observation`).
+:func:`pipelines.transforms.demand.observations` (the demand evidence of a window: :class:`Observation`).
 
 **Closed loop.** A limit changes the traffic the governor reads next: a capped resource shows the cap, not its
-demand, so "the rule no longer fires" proves nothing while a limit is in force. Each window of a resource under an
-enforced limit is therefore judged on its *demand evidence* (:func:`classify`):
+demand, so "the rule no longer fires" proves nothing while the limit may hide demand. Each window of a resource
+under an enforced limit is judged by its rule's :class:`~pipelines.transforms.limit_policy.LimitPolicy` on the
+demand the governor can see: ``bound`` (rejecting, or at ``bound_share`` of the cap: the cause persists), ``hold``
+(visible, and the rule still fires on it) or ``clear`` (visible, and the rule does not fire: the cause is gone).
+After :func:`recovery_needed` windows without the anomaly and without ``bound`` or ``hold`` the limit is lifted at
+once (it was doing nothing), unless the fast path's open windows already show the resource at its cap or
+rejecting (``open_evidence``: the cause is back, and a lift decided on final windows 2-3 minutes behind the brokers
+would land in it). Surge limits are probed upward at their cap on healthy carriers, within bounds
+(:class:`~pipelines.transforms.limit_policy.SurgeLimit`); retry-storm limits never are.
 
-* ``bound``: the cluster-wide observed rate is at least ``bound_share`` of the cluster-wide limit, or the limiter
-  rejected sends of the resource (``RATE_LIMITED`` failures): the anomaly persists (a ``gold/anomalies`` row with
-  the numbers, "limit-bound: 38.2 of 40.2 msg/s, rejecting"), the limit is refreshed, never relaxed;
-* ``clear``: at most ``clear_share`` of the limit and no rejection: the limit is doing nothing;
-* ``hold``: in between: neither recovery nor escalation.
+**An enforced limit stays enforced while its cause persists.** An advisory candidate (a surge on healthy brokers)
+never replaces or loosens an enforced limit of the same resource: under the limit, "healthy" describes the brokers
+as limited. It counts as evidence that the cause persists.
 
-Recovery needs ``recovery_windows`` windows without the anomaly and without the cap being reached (clear windows,
-or windows where the resource has no traffic at all); the limit is then lifted at once: it was doing nothing, so
-the x1.5 ramp would only delay the lift. A surge limit (``topic``) that stays at its cap while every broker carrying
-the topic is healthy (no ``BROKER_BUSY``) for ``recovery_windows`` windows is *probed* upward x``relax_factor``
-per step (NSQ's RDY policy, article 003), and lifted once it would reach the normal rate: legitimate demand that
-grew must not be held forever. A retry-storm limit (``group``) is never probed: its demand is the broken consumer.
+**Frozen basis.** The target of an enforced limit, the rule's baseline (``baseline_tps``) and the per-broker shares
+are frozen when the limit is first set (a throttled consumer's falling consume rate must not ratchet its limit down
+to the floor; a capped share must not feed on itself). All are reset when the limit is lifted.
 
-**Frozen basis.** The target of an enforced limit is frozen when the limit is first set (the pre-limit rates: a
-throttled consumer's falling consume rate must not ratchet its limit down to the floor), and so are the per-broker
-shares of the limit (each broker's share of the resource's traffic in the window that set it: a capped share must
-not feed on itself). Both are reset when the limit is lifted.
+**Recurrence memory** (flap damping, as BGP route-flap damping or an alert's back-off). The lift of an *enforced*
+limit remembers when it happened and the frozen target (an advisory record's lift leaves the memory as it was). An
+enforced anomaly of the same resource within ``recurrence_windows`` windows of that lift is a *recurrence*: the new
+limit goes straight to the remembered target (no ``max_cut_pct`` step: the target was proven by the limit before),
+and each recurrence doubles the clear windows the next lift needs (``recovery_windows`` × 2^recurrences, at most
+``max(recovery_windows, recurrence_windows)``). Quiet for ``recurrence_windows`` after a lift, it is forgotten.
 
-**Recurrence memory** (flap damping, as BGP route-flap damping or an alert's back-off). A lift remembers when it
-happened and the frozen target. An anomaly of the same resource within ``recurrence_windows`` windows of that lift
-is a *recurrence*: the new limit goes straight to the remembered target (no ``max_cut_pct`` step: the target was
-proven by the limit before), and each recurrence doubles the clear windows the next lift needs
-(``recovery_windows`` × 2^recurrences, at most ``max(recovery_windows, recurrence_windows)``). A consumer that breaks
-every few minutes thus keeps its limit through its quiet spells from its second storm on, while a consumer fixed
-once is lifted after ``recovery_windows``. Quiet for ``recurrence_windows`` after a lift, the memory is forgotten.
-
-Decisions depend only on event-time windows and saved state, never on how windows were cut into micro-batches.
+Decisions depend only on event-time windows, saved state and (for a veto) the open windows the fast path has seen.
 """
 
 from __future__ import annotations
@@ -44,151 +40,199 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from pipelines.config import LimitsConfig
+from pipelines.config import DetectionConfig, LimitsConfig
+from pipelines.transforms.fold_types import (  # noqa: F401 (the fold's vocabulary, importable from here)
+    ACTION_LIFT, ACTION_RELAX, ACTION_SET, ANY_BROKER, BASIS_FINAL, BASIS_PRELIMINARY, FORGOTTEN, MODE_ENFORCE,
+    UNLIMITED, Candidate, Decision, Evidence, Observation, ResourceState, broker_limits, recovery_needed, shares_of,
+)
+from pipelines.transforms.limit_policy import BOUND, CLEAR, HOLD, VETO, LimitPolicy, policy_for  # noqa: F401 (as above)
 
-ACTION_SET = "set"
-ACTION_RELAX = "relax"
-ACTION_LIFT = "lift"
-MODE_ENFORCE = "enforce"
-#: The basis of a decision: decided on an open window's partial evidence (fast path) or on a finalized window.
-BASIS_PRELIMINARY = "preliminary"
-BASIS_FINAL = "final"
-#: Demand evidence of a window under an enforced limit (:func:`classify`).
-BOUND, HOLD, CLEAR = "bound", "hold", "clear"
-#: Key of the per-broker figure of a broker that carried no traffic when the limit was set (docs/contracts.md §3).
-ANY_BROKER = "*"
-#: The recurrence memory of a resource with none (:class:`ResourceState`).
-FORGOTTEN = {"last_lift_end": None, "lifted_target_qps": None, "recurrences": 0}
+class Fold:
+    """One resource's walk (:func:`fold_resource`): its state, the decisions and evidence so far, and the steps the
+    limit policies share (:mod:`pipelines.transforms.limit_policy`)."""
 
+    SET, RELAX, LIFT = ACTION_SET, ACTION_RELAX, ACTION_LIFT
 
-@dataclass(frozen=True)
-class ResourceState:
-    """What the policy remembers about one resource between micro-batches (saved in ``state/policy``).
+    def __init__(self, state: ResourceState, cfg: LimitsConfig, detection: DetectionConfig,
+                 window_seconds: int) -> None:
+        self.state, self.cfg, self.detection = state, cfg, detection
+        self.window = dt.timedelta(seconds=window_seconds)
+        self.decisions: list[Decision] = []
+        self.evidence: list[Evidence] = []
+        self.policy: LimitPolicy | None = None
+        if state.resource_type in ("group", "topic"):
+            self.policy = policy_for(state.resource_type)
 
-    ``limit_qps`` the cluster-wide limit in force (None: none); ``target_qps`` its frozen target (enforce mode);
-    ``broker_shares`` each broker's share of the limit (fractions summing to 1, frozen at the first set);
-    ``limited_since`` the window end of the decision that started the current limit; ``last_candidate_end`` the
-    last window where the anomaly or the cap was seen; ``last_distress_end`` the last window where a broker
-    carrying the resource was busy (surge probing waits for health). Recurrence memory: ``last_lift_end`` when the
-    last limit was lifted, ``lifted_target_qps`` its frozen target, ``recurrences`` how many limits in a row were
-    set within ``recurrence_windows`` of the previous lift (0: the first).
-    """
+    # --- what the policies ask -----------------------------------------------------------------------------------
+    def cooled(self, window_end: dt.datetime) -> bool:
+        last = self.state.last_change_end
+        return last is None or window_end - last >= self.window * self.cfg.cooldown_windows
 
-    resource_type: str
-    resource: str
-    limit_qps: float | None = None
-    version: int = 0
-    last_candidate_end: dt.datetime | None = None
-    last_decision_end: dt.datetime | None = None
-    last_change_end: dt.datetime | None = None
-    lift_at_qps: float | None = None
-    mode: str = MODE_ENFORCE
-    target_qps: float | None = None
-    limited_since: dt.datetime | None = None
-    broker_shares: Mapping[str, float] = field(default_factory=dict)
-    last_distress_end: dt.datetime | None = None
-    last_lift_end: dt.datetime | None = None
-    lifted_target_qps: float | None = None
-    recurrences: int = 0
+    def above_target(self) -> bool:
+        """The limit is above its frozen target by more than ``hysteresis_pct`` (a first cut, or a probe)."""
+        s = self.state
+        return s.target_qps is not None and s.limit_qps > s.target_qps * (1.0 + self.cfg.hysteresis_pct / 100.0)
 
+    def healthy_since(self) -> dt.datetime:
+        s = self.state
+        return max(x for x in (s.last_change_end, s.last_distress_end, s.limited_since) if x is not None)
 
-def recovery_needed(recurrences: int, cfg: LimitsConfig) -> int:
-    """Clear windows a limit needs before its lift: ``recovery_windows`` doubled per recurrence, at most
-    ``max(recovery_windows, recurrence_windows)`` (see the module's "Recurrence memory")."""
-    return min(cfg.recovery_windows * 2 ** min(recurrences, 16), max(cfg.recovery_windows, cfg.recurrence_windows))
+    def healthy_for(self, window_end: dt.datetime) -> bool:
+        """Every carrier healthy, and the limit unchanged, for ``recovery_windows`` windows up to ``window_end``."""
+        return window_end - self.healthy_since() >= self.window * self.cfg.recovery_windows
 
+    def outlived(self, evidence: str) -> str:
+        s = self.state
+        return (f"the anomaly outlived the first cut{evidence}: down to the target of {s.target_qps:.1f} msg/s "
+                f"frozen on {s.limited_since:%Y-%m-%dT%H:%M:%SZ}")
 
-@dataclass(frozen=True)
-class Candidate:
-    """A rule fired for the resource in the window ending ``window_end`` (UTC): limit it to ``target_qps``
-    (cluster-wide msg/s). ``broker_tps``: the resource's traffic per broker in that window (msg/s; the shares of a
-    new limit)."""
+    def refresh(self, window_end: dt.datetime, reason: str) -> None:
+        """Re-issue the limit in force (a new ``expires_at``) ``refresh_seconds`` after the last decision."""
+        s = self.state
+        if s.last_decision_end is not None and window_end - s.last_decision_end >= dt.timedelta(
+                seconds=self.cfg.refresh_seconds):
+            self.emit(window_end, s.limit_qps, ACTION_SET, reason, s.mode, change=False)
 
-    window_end: dt.datetime
-    target_qps: float
-    reason: str
-    floor_qps: float = 0.0
-    lift_at_qps: float | None = None
-    observed_tps: float | None = None
-    critical: bool = True
-    mode: str = MODE_ENFORCE
-    broker_tps: Mapping[str, float] = field(default_factory=dict)
+    def emit(self, window_end: dt.datetime, limit: float, action: str, reason: str, mode: str, change: bool = True,
+             shares: Mapping[str, float] | None = None, target: float | None = None, remember: bool = False,
+             fresh: bool = False, baseline: float | None = None) -> None:
+        """Append a decision and move the state. ``remember``: a lift the recurrence memory keeps (the cause of an
+        enforced limit went away); a probe's lift forgets it (legitimate demand), an advisory lift leaves it as it
+        was. ``fresh``: the decision starts a new limit (frozen target, shares and baseline from this window)."""
+        s = self.state
+        lifted = action == ACTION_LIFT
+        if lifted and s.mode == MODE_ENFORCE:
+            s = (replace(s, last_lift_end=window_end, lifted_target_qps=s.target_qps or s.limit_qps) if remember
+                 else replace(s, **FORGOTTEN))
+        fresh = fresh or (s.limit_qps is None and not lifted)
+        shares = dict(s.broker_shares) if shares is None else dict(shares)
+        self.decisions.append(Decision(s.resource_type, s.resource, window_end, limit, s.limit_qps, action, reason,
+                                       s.version + 1, mode, {} if lifted else broker_limits(limit, shares)))
+        moved = {"version": s.version + 1, "last_decision_end": window_end, "mode": mode}
+        if change:
+            moved["last_change_end"] = window_end
+        if lifted:
+            moved.update(UNLIMITED)
+        else:
+            moved.update(limit_qps=limit, broker_shares=shares,
+                         target_qps=target if target is not None else s.target_qps)
+            if fresh:
+                moved.update(limited_since=window_end, baseline_tps=baseline, cause_changes=0, probe_from_qps=None,
+                             probe_ceiling_qps=None, probe_hold_until=None, probe_backoff=0)
+            elif change:
+                moved["cause_changes"] = s.cause_changes + 1
+        self.state = replace(s, **moved)
 
+    # --- the walk --------------------------------------------------------------------------------------------------
+    def seen(self, window_end: dt.datetime) -> None:
+        last = max(window_end, self.state.last_candidate_end or window_end)
+        self.state = replace(self.state, last_candidate_end=last)
 
-@dataclass(frozen=True)
-class Observation:
-    """What the resource did in the finalized window ending ``window_end`` (UTC): ``observed_tps`` its traffic of
-    the limited kind (cluster-wide msg/s: a topic's puts, a group's retry traffic), ``rejected`` the sends its
-    limiter rejected (``RATE_LIMITED`` failures naming it), ``healthy`` no broker carrying it was busy."""
+    def note_carriers(self, obs: Observation) -> None:
+        """A window's carriers: the last distress, and the writes of each busy carrier (a surge probe's bound)."""
+        s = self.state
+        if not obs.healthy:
+            s = replace(s, last_distress_end=max(obs.window_end, s.last_distress_end or obs.window_end))
+        busy = {b: obs.carrier_load[b] for b in obs.busy_brokers if b in obs.carrier_load}
+        if busy:
+            s = replace(s, busy_load={**s.busy_load, **busy})
+        self.state = s
 
-    window_end: dt.datetime
-    observed_tps: float = 0.0
-    rejected: int = 0
-    healthy: bool = True
+    def vetoed(self, open_evidence: Iterable[Observation]) -> bool:
+        """An open window shows the enforced limit at its cap or rejecting (partial sums only grow, so this cannot
+        be undone by the lines still to come): the cause is back, and no lift is decided now."""
+        s = self.state
+        if s.mode != MODE_ENFORCE:
+            return False
+        for obs in open_evidence:
+            if obs.rejected > 0 or obs.observed_tps >= self.cfg.bound_share * s.limit_qps:
+                rejecting = f", rejecting ({obs.rejected} sends)" if obs.rejected > 0 else ""
+                self.evidence.append(Evidence(
+                    obs.window_end, VETO, s.limit_qps, obs.observed_tps, obs.rejected,
+                    f"lift vetoed: the open window ending {obs.window_end:%H:%M} is already at the cap: "
+                    f"{obs.observed_tps:.1f} of {s.limit_qps:.1f} msg/s so far{rejecting}"))
+                return True
+        return False
 
+    def recover(self, until: dt.datetime, open_evidence: Iterable[Observation] = ()) -> None:
+        s = self.state
+        if s.limit_qps is None or s.last_candidate_end is None:
+            return
+        needed = recovery_needed(s.recurrences, self.cfg)
+        lift_at = max(s.last_candidate_end + self.window * needed, (s.last_decision_end or s.last_candidate_end)
+                      + self.window)
+        if lift_at > until or self.vetoed(open_evidence):
+            return
+        rule = self.policy.kind.value if self.policy is not None else "the"
+        why = (f"the cause is gone: the limiter rejected nothing, the rate stayed below {self.cfg.bound_share:.0%} "
+               f"of the {s.limit_qps:.1f} msg/s limit and {rule} did not fire on the visible demand"
+               if s.mode == MODE_ENFORCE else "anomaly absent")
+        damped = f", doubled for each of {s.recurrences} recurrences" if s.recurrences else ""
+        self.emit(lift_at, s.limit_qps, ACTION_LIFT,
+                  f"{why} since {s.last_candidate_end:%Y-%m-%dT%H:%M:%SZ} ({needed} windows{damped}): the limit is "
+                  "doing nothing and is lifted, brokers fall back to their defaults", s.mode, remember=True)
 
-@dataclass(frozen=True)
-class Decision:
-    resource_type: str
-    resource: str
-    window_end: dt.datetime
-    limit_qps: float
-    previous_qps: float | None
-    action: str
-    reason: str
-    version: int
-    mode: str = MODE_ENFORCE
-    broker_limits: Mapping[str, float] = field(default_factory=dict)
+    def recurrence(self, cand: Candidate) -> tuple[float, str] | None:
+        """(remembered target, reason suffix) when a new enforced limit is a recurrence (module docstring), else
+        None; moves the memory: the recurrence count grows, or a memory older than ``recurrence_windows`` is
+        forgotten. An advisory candidate neither uses nor counts the memory."""
+        s = self.state
+        last = s.last_lift_end
+        if cand.mode != MODE_ENFORCE or last is None or cand.window_end < last:
+            return None
+        if cand.window_end - last > self.window * self.cfg.recurrence_windows:
+            self.state = replace(s, **FORGOTTEN)
+            return None
+        self.state = s = replace(s, recurrences=s.recurrences + 1)
+        if s.lifted_target_qps is None:
+            return None
+        lifted = (self.window * recovery_needed(s.recurrences, self.cfg)).total_seconds() / 60
+        return s.lifted_target_qps, (
+            f"; recurrence {s.recurrences} within {self.cfg.recurrence_windows} windows of the lift at "
+            f"{last:%Y-%m-%dT%H:%M:%SZ}: straight to the target of {s.lifted_target_qps:.1f} msg/s frozen "
+            f"before, lifted only after {lifted:g} min of clear windows")
 
+    def start(self, cand: Candidate) -> None:
+        """A new limit (none in force, or an enforced one replacing an advisory record): the target, but a
+        non-critical anomaly cuts at most ``max_cut_pct`` of the observed rate; a recurrence goes straight to the
+        remembered target. Target, shares and baseline are frozen here."""
+        start, reason, target = cand.target_qps, cand.reason, cand.target_qps
+        again = self.recurrence(cand)
+        if again is not None:
+            start = target = again[0]
+            reason += again[1]
+        elif not cand.critical and cand.observed_tps:
+            start = max(start, cand.observed_tps * (1.0 - self.cfg.max_cut_pct / 100.0))
+        self.emit(cand.window_end, start, ACTION_SET, reason, cand.mode, shares=shares_of(cand.broker_tps),
+                  target=target, fresh=True, baseline=cand.baseline_tps)
 
-@dataclass(frozen=True)
-class Evidence:
-    """The demand evidence of one window of a resource under an enforced limit (``gold/anomalies`` gets a row for
-    ``bound`` windows where no rule fired; ``gold/topic_tps.limit_qps`` the limit)."""
-
-    window_end: dt.datetime
-    status: str
-    limit_qps: float
-    observed_tps: float
-    rejected: int
-    detail: str
-    rule_fired: bool = False
-
-
-def classify(obs: Observation, limit_qps: float, cfg: LimitsConfig) -> tuple[str, str]:
-    """(status, detail) of a window under an enforced limit of ``limit_qps`` (cluster-wide msg/s):
-    :data:`BOUND` when the observed rate is at least ``cfg.bound_share`` of the limit or the limiter rejected
-    sends, :data:`CLEAR` when at most ``cfg.clear_share`` and no rejection, else :data:`HOLD`."""
-    numbers = f"{obs.observed_tps:.1f} of {limit_qps:.1f} msg/s"
-    if obs.rejected > 0 or obs.observed_tps >= cfg.bound_share * limit_qps:
-        rejecting = f", rejecting ({obs.rejected} sends rejected by the limiter)" if obs.rejected > 0 else ""
-        return BOUND, f"limit-bound: {numbers}{rejecting}"
-    if obs.observed_tps <= cfg.clear_share * limit_qps:
-        return CLEAR, f"below the cap: {numbers} (clear at <= {cfg.clear_share:.0%})"
-    return HOLD, f"near the cap: {numbers} (between {cfg.clear_share:.0%} and {cfg.bound_share:.0%})"
-
-
-def shares_of(broker_tps: Mapping[str, float]) -> dict[str, float]:
-    """Per-broker traffic (msg/s) → each broker's share (fractions summing to 1); brokers without traffic are left
-    out; empty when there is no traffic."""
-    live = {b: float(v) for b, v in broker_tps.items() if b and v is not None and v > 0 and math.isfinite(v)}
-    total = sum(live.values())
-    return {b: v / total for b, v in sorted(live.items())} if total > 0 else {}
-
-
-def broker_limits(limit_qps: float, shares: Mapping[str, float]) -> dict[str, float]:
-    """A cluster-wide limit split by the frozen shares: ``{broker: limit × share}`` plus :data:`ANY_BROKER` at the
-    smallest share's figure (a broker that carries the resource only after the limit was set is held no looser
-    than the least-loaded carrier). The listed brokers' figures add up to ``limit_qps``; the cluster-wide floor
-    (``min_limit_qps``) is the floor of ``limit_qps``, not of each share. Empty without shares (every broker then
-    applies the cluster-wide figure)."""
-    if not shares:
-        return {}
-    split = {b: limit_qps * s for b, s in shares.items()}
-    split[ANY_BROKER] = min(split.values())
-    return split
+    def on_candidate(self, cand: Candidate) -> None:
+        if not (math.isfinite(cand.target_qps) and cand.target_qps > 0):
+            raise ValueError(f"limit target for {self.state.resource} must be finite and > 0, got {cand.target_qps}")
+        s, cfg = self.state, self.cfg
+        current = s.limit_qps
+        if current is None or (s.mode != MODE_ENFORCE and cand.mode == MODE_ENFORCE):
+            self.start(cand)
+            return
+        if s.mode == MODE_ENFORCE and cand.mode != MODE_ENFORCE:  # never replaced by an advisory record
+            self.refresh(cand.window_end, f"refresh (anomaly persists: {cand.reason}; the enforced limit stays, "
+                                          "the brokers are healthy because of it)")
+            return
+        frozen = s.mode == MODE_ENFORCE and s.target_qps is not None
+        target = s.target_qps if frozen else cand.target_qps
+        shares = None if s.broker_shares else shares_of(cand.broker_tps)  # adopt shares a limit lacks
+        if current < cand.floor_qps:
+            self.emit(cand.window_end, target, ACTION_SET, cand.reason, cand.mode, shares=shares, target=target)
+        elif target < current * (1.0 - cfg.hysteresis_pct / 100.0) and (cand.critical or self.cooled(cand.window_end)):
+            # max_cut_pct bounds a cut on one window's evidence; a frozen target is proven by the limit's first
+            # window and by this one (the anomaly outlived the first cut): reached in one step
+            tighter = target if cand.critical or frozen else max(target, current * (1.0 - cfg.max_cut_pct / 100.0))
+            reason = f"{cand.reason}; {self.outlived('')}" if frozen else cand.reason
+            self.emit(cand.window_end, tighter, ACTION_SET, reason, cand.mode, shares=shares, target=target)
+        else:
+            self.refresh(cand.window_end, f"refresh (anomaly persists): {cand.reason}")
 
 
 def fold_resource(
@@ -199,202 +243,61 @@ def fold_resource(
     window_seconds: int,
     recover_windows: bool = True,
     observations: Iterable[Observation] = (),
+    detection: DetectionConfig | None = None,
+    open_evidence: Iterable[Observation] = (),
 ) -> tuple[list[Decision], ResourceState, list[Evidence]]:
     """Walk one resource's windows (candidates and observations, any order; sorted here) up to ``horizon_end``
     (the end of the last finalized window, UTC) and return its decisions, new state and the demand evidence of
     its windows under an enforced limit.
 
     Per window, in order:
-      1. a rule fired (a candidate):
-         a. no limit yet → ``set``: the target, but a non-critical anomaly cuts at most ``max_cut_pct`` of the
-            observed rate; the target and the per-broker shares are frozen; a recurrence (``recurrence_windows``
-            after a lift) goes straight to the remembered target;
-         b. the limit is below the candidate's floor (a growing legitimate surge, advisory) → ``set`` to the target;
-         c. the (frozen) target is lower than the limit by more than ``hysteresis_pct`` and the last change is at
-            least ``cooldown_windows`` old (or the anomaly is critical) → ``set``: to a frozen target in one step
-            (the anomaly outlived the first cut), else at most ``max_cut_pct``;
-         d. else, ``refresh_seconds`` after the last decision → ``set`` with the same limit (new ``expires_at``);
-      2. no rule fired but the resource is under an enforced limit: :func:`classify` its observation; ``bound``
-         and ``hold`` keep the anomaly alive (refresh as 1d); a ``bound`` group limit still above its frozen target
-         (the first cut was bounded by ``max_cut_pct``) goes down to the target once the cool-down is over, so a
-         persisting storm sees at most one change after its first limit; a ``bound`` surge limit whose brokers have been
-         healthy for ``recovery_windows`` windows is probed upward (``relax`` x``relax_factor``; ``lift`` once at
-         ``lift_at_qps``);
-      3. :func:`recovery_needed` windows after the anomaly or the cap was last seen (``recovery_windows``, doubled
-         per recurrence) → ``lift``, remembered for ``recurrence_windows``.
+      1. a rule fired (a candidate): a new limit (:meth:`Fold.start`), or under a limit: an advisory candidate over
+         an enforced limit only refreshes it; a limit below the candidate's floor (a growing advisory surge) is
+         raised to the target; a (frozen) target lower than the limit by more than ``hysteresis_pct`` is reached
+         once the last change is ``cooldown_windows`` old (or at once when critical): to a frozen target in one
+         step, else at most ``max_cut_pct``; otherwise a refresh every ``refresh_seconds``;
+      2. no rule fired but the resource is under an enforced limit: its policy judges the window
+         (:meth:`~pipelines.transforms.limit_policy.LimitPolicy.judge`); ``bound`` and ``hold`` keep the cause
+         alive (the policy's :meth:`~pipelines.transforms.limit_policy.LimitPolicy.at_cap`: a storm limit above its
+         frozen target goes down to it, a surge limit may be probed or stepped back, else a refresh);
+      3. :func:`recovery_needed` windows after the cause was last seen → ``lift``, remembered for
+         ``recurrence_windows``, unless ``open_evidence`` (the fast path's open windows after ``horizon_end``) shows
+         the limit at its cap or rejecting (a ``veto`` evidence row).
     The fast path (open windows) folds with ``recover_windows=False``: absence is only known on final windows.
     A window older than the last one seen (a final window behind a preliminary one) may tighten the limit but does
-    not move ``last_candidate_end`` back.
+    not move ``last_candidate_end`` back. ``detection``: the rules' thresholds (default: the shipped ones).
 
     Raises:
         ValueError: a candidate's target is not a finite number > 0 (the candidate step guarantees it).
     """
-    decisions: list[Decision] = []
-    evidence: list[Evidence] = []
-    window = dt.timedelta(seconds=window_seconds)
-    recovery = window * cfg.recovery_windows
-    memory = window * cfg.recurrence_windows
-    refresh = dt.timedelta(seconds=cfg.refresh_seconds)
-    cooldown = window * cfg.cooldown_windows
-    keep = 1.0 - cfg.max_cut_pct / 100.0
-
-    def emit(window_end: dt.datetime, limit: float, action: str, reason: str, mode: str, change: bool = True,
-             shares: Mapping[str, float] | None = None, target: float | None = None, remember: bool = False) -> None:
-        """Append a decision and move the state; ``remember``: a lift the recurrence memory keeps (the cause went
-        away); any other lift forgets it (a surge probed up to its normal rate was legitimate demand)."""
-        nonlocal state
-        lifted = action == ACTION_LIFT
-        if lifted:
-            state = (replace(state, last_lift_end=window_end, lifted_target_qps=state.target_qps or state.limit_qps)
-                     if remember else replace(state, **FORGOTTEN))
-        new_limit = state.limit_qps is None and not lifted
-        shares = dict(state.broker_shares) if shares is None else dict(shares)
-        decisions.append(
-            Decision(state.resource_type, state.resource, window_end, limit, state.limit_qps, action, reason,
-                     state.version + 1, mode, {} if lifted else broker_limits(limit, shares))
-        )
-        state = replace(
-            state,
-            limit_qps=None if lifted else limit,
-            version=state.version + 1,
-            last_decision_end=window_end,
-            last_change_end=window_end if change else state.last_change_end,
-            mode=mode,
-            lift_at_qps=None if lifted else state.lift_at_qps,
-            target_qps=None if lifted else (target if target is not None else state.target_qps),
-            limited_since=None if lifted else (window_end if new_limit else state.limited_since),
-            broker_shares={} if lifted else shares,
-        )
-
-    def seen(window_end: dt.datetime) -> None:
-        nonlocal state
-        last = max(window_end, state.last_candidate_end or window_end)
-        state = replace(state, last_candidate_end=last)
-
-    def refresh_due(window_end: dt.datetime) -> bool:
-        return state.last_decision_end is not None and window_end - state.last_decision_end >= refresh
-
-    def cooled(window_end: dt.datetime) -> bool:
-        return state.last_change_end is None or window_end - state.last_change_end >= cooldown
-
-    def outlived(evidence: str) -> str:
-        return (f"the anomaly outlived the first cut{evidence}: down to the target of {state.target_qps:.1f} msg/s "
-                f"frozen on {state.limited_since:%Y-%m-%dT%H:%M:%SZ}")
-
-    def recover(until: dt.datetime) -> None:
-        if not recover_windows or state.limit_qps is None or state.last_candidate_end is None:
-            return
-        needed = recovery_needed(state.recurrences, cfg)
-        lift_at = max(state.last_candidate_end + window * needed,
-                      (state.last_decision_end or state.last_candidate_end) + window)
-        if lift_at <= until:
-            why = (f"demand at most {cfg.clear_share:.0%} of the {state.limit_qps:.1f} msg/s limit and no anomaly"
-                   if state.mode == MODE_ENFORCE else "anomaly absent")
-            damped = f", doubled for each of {state.recurrences} recurrences" if state.recurrences else ""
-            emit(lift_at, state.limit_qps, ACTION_LIFT,
-                 f"{why} since {state.last_candidate_end:%Y-%m-%dT%H:%M:%SZ} ({needed} windows{damped}): the "
-                 "limit is doing nothing and is lifted, brokers fall back to their defaults", state.mode, remember=True)
-
-    def recurrence(cand: Candidate) -> tuple[float, str] | None:
-        """(remembered target, reason suffix) when a new limit is a recurrence (module docstring), else None;
-        moves the memory: the recurrence count grows, or a memory older than ``recurrence_windows`` is forgotten."""
-        nonlocal state
-        last = state.last_lift_end
-        if last is None or cand.window_end < last:  # no lift remembered, or a window from before it
-            return None
-        if cand.window_end - last > memory:
-            state = replace(state, **FORGOTTEN)
-            return None
-        state = replace(state, recurrences=state.recurrences + 1)
-        if state.lifted_target_qps is None or cand.mode != MODE_ENFORCE:
-            return None
-        lifted = (window * recovery_needed(state.recurrences, cfg)).total_seconds() / 60
-        return state.lifted_target_qps, (
-            f"; recurrence {state.recurrences} within {cfg.recurrence_windows} windows of the lift at "
-            f"{last:%Y-%m-%dT%H:%M:%SZ}: straight to the target of {state.lifted_target_qps:.1f} msg/s frozen "
-            f"before, lifted only after {lifted:g} min of clear windows")
-
-    def on_candidate(cand: Candidate) -> None:
-        if not (math.isfinite(cand.target_qps) and cand.target_qps > 0):
-            raise ValueError(f"limit target for {state.resource} must be finite and > 0, got {cand.target_qps}")
-        current = state.limit_qps
-        if current is None:
-            start, reason, target = cand.target_qps, cand.reason, cand.target_qps
-            again = recurrence(cand)
-            if again is not None:
-                start = target = again[0]
-                reason += again[1]
-            elif not cand.critical and cand.observed_tps:
-                start = max(start, cand.observed_tps * keep)
-            emit(cand.window_end, start, ACTION_SET, reason, cand.mode, shares=shares_of(cand.broker_tps),
-                 target=target)
-            return
-        frozen = state.mode == MODE_ENFORCE and cand.mode == MODE_ENFORCE and state.target_qps is not None
-        target = state.target_qps if frozen else cand.target_qps
-        shares = None if state.broker_shares else shares_of(cand.broker_tps)  # adopt shares a limit lacks
-        if current < cand.floor_qps:
-            emit(cand.window_end, target, ACTION_SET, cand.reason, cand.mode, shares=shares, target=target)
-        elif target < current * (1.0 - cfg.hysteresis_pct / 100.0) and (cand.critical or cooled(cand.window_end)):
-            # max_cut_pct bounds a cut on one window's evidence; a frozen target is proven by the limit's first
-            # window and by this one (the anomaly outlived the first cut): reached in one step
-            tighter = target if cand.critical or frozen else max(target, current * keep)
-            reason = f"{cand.reason}; {outlived('')}" if frozen else cand.reason
-            emit(cand.window_end, tighter, ACTION_SET, reason, cand.mode, shares=shares, target=target)
-        elif refresh_due(cand.window_end):
-            emit(cand.window_end, current, ACTION_SET, f"refresh (anomaly persists): {cand.reason}", state.mode,
-                 change=False, shares=shares)
-
-    def on_capped(obs: Observation, status: str, detail: str) -> None:
-        """No rule fired in a window under an enforced limit whose evidence is ``bound`` or ``hold``."""
-        current = state.limit_qps
-        healthy_since = max(x for x in (state.last_change_end, state.last_distress_end, state.limited_since)
-                            if x is not None)
-        surge = status == BOUND and state.resource_type == "topic"
-        probed_above = state.target_qps is not None and current > state.target_qps * (1.0 + cfg.hysteresis_pct / 100)
-        if status == BOUND and not surge and probed_above and cooled(obs.window_end):  # demand runs into the first cut
-            emit(obs.window_end, state.target_qps, ACTION_SET, outlived(f" ({detail})"), state.mode)
-        elif surge and not obs.healthy and probed_above:  # a probe made a carrier busy again: one step back
-            lower = max(state.target_qps, current / cfg.relax_factor)
-            emit(obs.window_end, lower, ACTION_SET, f"probe undone: {detail} and a broker carrying it is busy; "
-                 f"back to {lower:.1f} msg/s", state.mode)
-        elif surge and obs.healthy and obs.window_end - healthy_since >= recovery:
-            raised = current * cfg.relax_factor
-            text = (f"probe: {detail} while every broker carrying it stays healthy since "
-                    f"{healthy_since:%Y-%m-%dT%H:%M:%SZ}")
-            if state.lift_at_qps is not None and raised >= state.lift_at_qps:
-                emit(obs.window_end, current, ACTION_LIFT,
-                     f"{text}; x{cfg.relax_factor} would reach the normal rate of {state.lift_at_qps:.1f} msg/s: "
-                     "lifted, brokers fall back to their defaults", state.mode)
-            else:
-                emit(obs.window_end, raised, ACTION_RELAX, f"{text}; raised x{cfg.relax_factor}", state.mode)
-        elif refresh_due(obs.window_end):
-            emit(obs.window_end, current, ACTION_SET, f"refresh (anomaly persists, {detail})", state.mode,
-                 change=False)
-
+    fold = Fold(state, cfg, detection or DetectionConfig(), window_seconds)
+    opened = list(open_evidence)
     cands: dict[dt.datetime, Candidate] = {}
     for c in candidates:  # one per window (the candidate step guarantees it; the lowest target wins otherwise)
         if c.window_end not in cands or c.target_qps < cands[c.window_end].target_qps:
             cands[c.window_end] = c
     obs_by_end = {o.window_end: o for o in observations}
     for end in sorted(set(cands) | set(obs_by_end)):
-        recover(end - window)
+        if recover_windows:
+            fold.recover(end - fold.window)
         cand, obs = cands.get(end), obs_by_end.get(end)
-        enforced = state.limit_qps is not None and state.mode == MODE_ENFORCE
-        if obs is not None and not obs.healthy:
-            state = replace(state, last_distress_end=max(end, state.last_distress_end or end))
-        status = None
-        if enforced and obs is not None:
-            status, detail = classify(obs, state.limit_qps, cfg)
-            evidence.append(Evidence(end, status, state.limit_qps, obs.observed_tps, obs.rejected, detail,
-                                     rule_fired=cand is not None))
+        if obs is not None:
+            fold.note_carriers(obs)
+        s = fold.state
+        status = detail = None
+        if s.limit_qps is not None and s.mode == MODE_ENFORCE and obs is not None and fold.policy is not None:
+            status, detail = fold.policy.judge(obs, s, fold)
+            fold.evidence.append(Evidence(end, status, s.limit_qps, obs.observed_tps, obs.rejected, detail,
+                                          rule_fired=cand is not None))
         if cand is not None:
-            on_candidate(cand)
-            lift_at = max(x for x in (state.lift_at_qps, cand.lift_at_qps, 0.0) if x is not None)
-            state = replace(state, lift_at_qps=lift_at or None)
-            seen(end)
+            fold.on_candidate(cand)
+            lift_at = max(x for x in (fold.state.lift_at_qps, cand.lift_at_qps, 0.0) if x is not None)
+            fold.state = replace(fold.state, lift_at_qps=lift_at or None)
+            fold.seen(end)
         elif status in (BOUND, HOLD):
-            on_capped(obs, status, detail)
-            if state.limit_qps is not None:
-                seen(end)
-    recover(horizon_end)
-    return decisions, state, evidence
+            fold.policy.at_cap(fold, obs, status, detail)
+            if fold.state.limit_qps is not None:
+                fold.seen(end)
+    if recover_windows:
+        fold.recover(horizon_end, opened)
+    return fold.decisions, fold.state, fold.evidence

@@ -1,0 +1,167 @@
+"""The policy's vocabulary: what the fold (:mod:`pipelines.transforms.fold`) reads and writes per resource, and the
+per-broker split of a limit. Frozen dataclasses and plain functions; no Spark.
+
+* :class:`ResourceState`: what the policy remembers about a resource between micro-batches (``state/policy``);
+* :class:`Candidate`: a rule fired in a window; :class:`Observation`: a window's demand evidence;
+* :class:`Decision`: a ``set`` / ``relax`` / ``lift``; :class:`Evidence`: how a window under a limit was judged;
+* :func:`shares_of`, :func:`broker_limits`: per-broker shares of a cluster-wide limit (docs/contracts.md §3).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pipelines.config import LimitsConfig
+
+ACTION_SET = "set"
+ACTION_RELAX = "relax"
+ACTION_LIFT = "lift"
+MODE_ENFORCE = "enforce"
+#: The basis of a decision: decided on an open window's partial evidence (fast path) or on a finalized window.
+BASIS_PRELIMINARY = "preliminary"
+BASIS_FINAL = "final"
+#: Key of the per-broker figure of a broker that carried no traffic when the limit was set (docs/contracts.md §3).
+ANY_BROKER = "*"
+#: The recurrence memory of a resource with none (:class:`ResourceState`).
+FORGOTTEN = {"last_lift_end": None, "lifted_target_qps": None, "recurrences": 0}
+#: What a lift resets: the frozen basis and the surge probe's bounds of the limit.
+UNLIMITED = {"limit_qps": None, "lift_at_qps": None, "target_qps": None, "limited_since": None, "broker_shares": {},
+             "baseline_tps": None, "busy_load": {}, "probe_from_qps": None, "probe_ceiling_qps": None,
+             "probe_hold_until": None, "probe_backoff": 0, "cause_changes": 0}
+
+
+@dataclass(frozen=True)
+class ResourceState:
+    """What the policy remembers about one resource between micro-batches (saved in ``state/policy``).
+
+    ``limit_qps`` the cluster-wide limit in force (None: none); ``target_qps`` its frozen target (enforce mode);
+    ``broker_shares`` each broker's share of the limit (fractions summing to 1, frozen at the first set);
+    ``baseline_tps`` the rule's baseline frozen at the first set (a surge's baseline put rate, a storm's consume
+    rate; msg/s); ``limited_since`` the window end of the decision that started the current limit;
+    ``last_candidate_end`` the last window where the anomaly or the cap was seen; ``last_distress_end`` the last
+    window where a broker carrying the resource was busy. Surge probing: ``busy_load`` each carrier's writes (msg/s)
+    in the last window it was busy; ``probe_from_qps`` the level before the last probe; ``probe_ceiling_qps`` a level
+    whose probe made a carrier busy, not reached again before ``probe_hold_until``; ``probe_backoff`` how many times;
+    ``cause_changes`` the value changes since the limit was set. Recurrence memory: ``last_lift_end`` when the last
+    enforced limit was lifted, ``lifted_target_qps`` its frozen target, ``recurrences`` how many limits in a row
+    were set within ``recurrence_windows`` of the previous lift (0: the first).
+    """
+
+    resource_type: str
+    resource: str
+    limit_qps: float | None = None
+    version: int = 0
+    last_candidate_end: dt.datetime | None = None
+    last_decision_end: dt.datetime | None = None
+    last_change_end: dt.datetime | None = None
+    lift_at_qps: float | None = None
+    mode: str = MODE_ENFORCE
+    target_qps: float | None = None
+    limited_since: dt.datetime | None = None
+    broker_shares: Mapping[str, float] = field(default_factory=dict)
+    last_distress_end: dt.datetime | None = None
+    last_lift_end: dt.datetime | None = None
+    lifted_target_qps: float | None = None
+    recurrences: int = 0
+    baseline_tps: float | None = None
+    busy_load: Mapping[str, float] = field(default_factory=dict)
+    probe_from_qps: float | None = None
+    probe_ceiling_qps: float | None = None
+    probe_hold_until: dt.datetime | None = None
+    probe_backoff: int = 0
+    cause_changes: int = 0
+
+
+def recovery_needed(recurrences: int, cfg: LimitsConfig) -> int:
+    """Clear windows a limit needs before its lift: ``recovery_windows`` doubled per recurrence, at most
+    ``max(recovery_windows, recurrence_windows)`` (see the module's "Recurrence memory")."""
+    return min(cfg.recovery_windows * 2 ** min(recurrences, 16), max(cfg.recovery_windows, cfg.recurrence_windows))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A rule fired for the resource in the window ending ``window_end`` (UTC): limit it to ``target_qps``
+    (cluster-wide msg/s). ``baseline_tps``: the rule's baseline in that window (msg/s: a surge's baseline put rate,
+    a storm's consume rate); ``broker_tps``: the resource's traffic per broker in that window (msg/s; the shares of
+    a new limit)."""
+
+    window_end: dt.datetime
+    target_qps: float
+    reason: str
+    floor_qps: float = 0.0
+    lift_at_qps: float | None = None
+    observed_tps: float | None = None
+    critical: bool = True
+    mode: str = MODE_ENFORCE
+    broker_tps: Mapping[str, float] = field(default_factory=dict)
+    baseline_tps: float | None = None
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the resource did in the window ending ``window_end`` (UTC): ``observed_tps`` its traffic of the limited
+    kind (cluster-wide msg/s: a topic's puts, a group's retry traffic), ``rejected`` the sends its limiter rejected,
+    ``healthy`` no broker carrying it was busy (``busy_brokers`` those that were), ``consume_tps`` a group's consume
+    rate on its non-retry topics (msg/s; None for a topic), ``carrier_load`` each carrier's writes (msg/s per
+    broker). On the fast path (``open_evidence``) the sums are partial: they only grow."""
+
+    window_end: dt.datetime
+    observed_tps: float = 0.0
+    rejected: int = 0
+    healthy: bool = True
+    consume_tps: float | None = None
+    carrier_load: Mapping[str, float] = field(default_factory=dict)
+    busy_brokers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    resource_type: str
+    resource: str
+    window_end: dt.datetime
+    limit_qps: float
+    previous_qps: float | None
+    action: str
+    reason: str
+    version: int
+    mode: str = MODE_ENFORCE
+    broker_limits: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The demand evidence of one window of a resource under an enforced limit (``gold/anomalies`` gets a row for
+    ``bound`` and ``hold`` windows where no rule fired; ``gold/topic_tps.limit_qps`` the limit); ``veto`` rows name
+    an open window that kept a lift from being decided (logged, never written as a window)."""
+
+    window_end: dt.datetime
+    status: str
+    limit_qps: float
+    observed_tps: float
+    rejected: int
+    detail: str
+    rule_fired: bool = False
+
+
+def shares_of(broker_tps: Mapping[str, float]) -> dict[str, float]:
+    """Per-broker traffic (msg/s) → each broker's share (fractions summing to 1); brokers without traffic are left
+    out; empty when there is no traffic."""
+    live = {b: float(v) for b, v in broker_tps.items() if b and v is not None and v > 0 and math.isfinite(v)}
+    total = sum(live.values())
+    return {b: v / total for b, v in sorted(live.items())} if total > 0 else {}
+
+
+def broker_limits(limit_qps: float, shares: Mapping[str, float]) -> dict[str, float]:
+    """A cluster-wide limit split by the frozen shares: ``{broker: limit × share}`` plus :data:`ANY_BROKER` at the
+    smallest share's figure (a broker that carries the resource only after the limit was set is held no looser
+    than the least-loaded carrier). The listed brokers' figures add up to ``limit_qps``; the cluster-wide floor
+    (``min_limit_qps``) is the floor of ``limit_qps``, not of each share. Empty without shares (every broker then
+    applies the cluster-wide figure)."""
+    if not shares:
+        return {}
+    split = {b: limit_qps * s for b, s in shares.items()}
+    split[ANY_BROKER] = min(split.values())
+    return split

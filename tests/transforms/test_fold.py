@@ -1,0 +1,508 @@
+"""The per-resource policy fold and the limit policies, plain Python over sequences of windows: set, hysteresis,
+cool-down, refresh, demand evidence under a limit, surge probing, the lift veto, recurrences. No Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import pytest
+
+from pipelines.config import DetectionConfig, LimitsConfig
+from pipelines.transforms import fold as fl
+from tests.helpers import ts
+
+L = LimitsConfig()
+D = DetectionConfig()
+T0 = ts("2022-02-08 07:00:00")
+
+
+def end(i: int) -> dt.datetime:
+    return T0 + dt.timedelta(minutes=i)
+
+
+# --- the fold --------------------------------------------------------------------------------------------------
+
+def cand(i, qps, **kw):
+    kw.setdefault("lift_at_qps", 790.0)
+    return fl.Candidate(end(i), qps, f"storm at {i}", **kw)
+
+
+def fold(cands, horizon, state=None, cfg=L, obs=(), resource_type="group"):
+    state = state or fl.ResourceState(resource_type, "g")
+    decisions, after, _ = fl.fold_resource(state, cands, end(horizon), cfg, 60, observations=obs)
+    return decisions, after
+
+
+def seen(i, observed, rejected=0, healthy=True):
+    return fl.Observation(end(i), observed, rejected, healthy)
+
+
+def changes(decisions):
+    """The decisions that are not refreshes (a refresh re-issues the same limit with a new expiry)."""
+    return [(d.action, d.window_end, round(d.limit_qps, 3)) for d in decisions if not d.reason.startswith("refresh")]
+
+
+def actions(decisions):
+    return [(d.action, d.window_end, round(d.limit_qps, 3), d.previous_qps and round(d.previous_qps, 3), d.version) for d in decisions]
+
+
+def test_fold_sets_once_then_hysteresis_suppresses_a_3_percent_change():
+    decisions, state = fold([cand(1, 79.0), cand(2, 76.7), cand(3, 81.5)], horizon=3)
+    assert actions(decisions) == [("set", end(1), 79.0, None, 1)]
+    assert state.limit_qps == 79.0 and state.last_candidate_end == end(3)
+
+
+def test_fold_neither_tightens_below_nor_loosens_above_its_frozen_target_while_the_anomaly_lasts():
+    """Windows after the first set are under the limit: their targets (40: the consume rate fell; 90: it rose)
+    come from capped traffic, so the frozen target of the pre-limit window stands."""
+    decisions, state = fold([cand(1, 79.0), cand(2, 40.0), cand(3, 90.0)], horizon=3)
+    assert actions(decisions) == [("set", end(1), 79.0, None, 1)]
+    assert state.target_qps == 79.0
+
+
+def test_fold_cooldown_and_max_cut_for_non_critical_anomalies():
+    warn = dict(critical=False, observed_tps=200.0)
+    decisions, _ = fold([cand(1, 20.0, **warn), cand(2, 10.0, **warn), cand(3, 10.0, **warn), cand(4, 10.0, **warn)], horizon=4)
+    # first cut at most 50 % of the observed 200/s; no change in the cool-down (2 windows); then the anomaly has
+    # outlived the first cut: down to the target frozen on window 1 in one step (one change after the first limit)
+    assert actions(decisions) == [("set", end(1), 100.0, None, 1), ("set", end(3), 20.0, 100.0, 2)]
+    assert "outlived the first cut: down to the target of 20.0 msg/s" in decisions[1].reason
+
+
+def test_a_group_limit_bound_above_its_frozen_target_goes_down_to_it_once_after_the_cool_down():
+    """The storm's first window was partial (not critical): the first limit cut 50 % of the observed 200/s. Under
+    it the rule falls silent (the cap shows), but the demand runs into the cap: once the cool-down is over the
+    limit goes to the frozen target in one step, then holds (refreshes only)."""
+    decisions, state = fold([cand(1, 20.0, critical=False, observed_tps=200.0)], horizon=8,
+                            obs=[seen(i, 99.0) for i in range(2, 9)])
+    assert changes(decisions) == [("set", end(1), 100.0), ("set", end(3), 20.0)]
+    assert "limit-bound: 99.0 of 100.0 msg/s" in decisions[1].reason
+    assert state.limit_qps == 20.0 and state.target_qps == 20.0
+
+
+def test_fold_critical_cuts_at_once():
+    decisions, _ = fold([cand(1, 20.0, critical=True, observed_tps=785.0)], horizon=1)
+    assert actions(decisions) == [("set", end(1), 20.0, None, 1)]
+
+
+def test_fold_refreshes_while_anomaly_lasts():
+    decisions, _ = fold([cand(i, 79.0) for i in range(1, 8)], horizon=7, cfg=LimitsConfig(refresh_seconds=180))
+    assert [(d.action, d.window_end) for d in decisions] == [("set", end(1)), ("set", end(4)), ("set", end(7))]
+
+
+def test_fold_lifts_once_the_anomaly_and_the_cap_are_gone_for_recovery_windows():
+    """3 clear windows (recovery_windows) and the limit is doing nothing: lifted at once, no x1.5 ramp."""
+    decisions, state = fold([cand(1, 100.0, lift_at_qps=300.0)], horizon=10,
+                            obs=[seen(i, 3.0) for i in range(2, 11)])
+    assert actions(decisions) == [("set", end(1), 100.0, None, 1), ("lift", end(4), 100.0, 100.0, 2)]
+    assert decisions[1].reason.startswith("the cause is gone: the limiter rejected nothing, the rate stayed below 90% "
+                                          "of the 100.0 msg/s limit and RUNAWAY_RETRY did not fire")
+    assert state.limit_qps is None and state.target_qps is None and state.broker_shares == {}
+
+
+def test_fold_does_not_recover_before_recovery_windows():
+    decisions, state = fold([cand(1, 79.0)], horizon=3)
+    assert [d.action for d in decisions] == ["set"] and state.limit_qps == 79.0
+
+
+def test_fold_sets_again_if_the_anomaly_returns_after_a_lift():
+    decisions, _ = fold([cand(1, 100.0, lift_at_qps=1000.0), cand(6, 100.0, lift_at_qps=1000.0)], horizon=6)
+    assert [(d.action, d.window_end, round(d.limit_qps, 1)) for d in decisions] == [
+        ("set", end(1), 100.0), ("lift", end(4), 100.0), ("set", end(6), 100.0)]
+
+
+def test_fold_raises_an_advisory_surge_limit_that_falls_below_a_growing_peak():
+    legit = dict(mode="advisory", critical=False)
+    decisions, _ = fold([cand(1, 1800.0, floor_qps=1800.0, observed_tps=900.0, **legit),
+                         cand(2, 3000.0, floor_qps=3000.0, observed_tps=1500.0, **legit)], horizon=2)
+    assert [(d.action, d.limit_qps, d.mode) for d in decisions] == [("set", 1800.0, "advisory"), ("set", 3000.0, "advisory")]
+
+
+def test_fold_is_the_same_in_one_batch_or_split_across_batches():
+    cands = [cand(1, 79.0, lift_at_qps=100.0), cand(2, 79.0, lift_at_qps=100.0), cand(9, 50.0, lift_at_qps=100.0)]
+    whole, _ = fold(cands, horizon=16)
+    first, mid = fold(cands[:2], horizon=3)
+    second, mid2 = fold([], horizon=6, state=mid)
+    third, _ = fold(cands[2:], horizon=16, state=mid2)
+    assert actions(whole) == actions(first + second + third)
+    assert [d.action for d in whole] == ["set", "lift", "set", "lift"]
+
+
+def test_fold_rejects_non_finite_target():
+    with pytest.raises(ValueError, match="finite"):
+        fold([cand(1, math.nan)], horizon=1)
+
+
+def test_fast_fold_does_not_recover_and_an_older_window_does_not_move_the_last_candidate_back():
+    state = fl.ResourceState("group", "g")
+    decisions, after, _ = fl.fold_resource(state, [cand(5, 79.0)], end(20), L, 60, recover_windows=False)
+    assert [d.action for d in decisions] == ["set"] and after.limit_qps == 79.0   # no relax/lift on open windows
+    _, older, _ = fl.fold_resource(after, [cand(3, 79.0)], end(5), L, 60)
+    assert older.last_candidate_end == end(5)
+
+
+# --- closed loop: demand evidence under a limit, frozen basis, per-broker shares, surge probing -------------------
+
+def test_a_capped_storm_keeps_its_limit_refreshed_never_relaxed_then_a_fix_lifts_it():
+    """The storm goes on behind the limit: the retry rule falls silent (the stats show the cap, 38-40 of 40 msg/s),
+    but the windows are limit-bound, so the limit is refreshed and never relaxed; once the consumer is fixed the
+    retry traffic drops to nothing and 3 clear windows lift it."""
+    cfg = LimitsConfig(refresh_seconds=300)
+    storm = [cand(1, 40.0, broker_tps={"broker-a": 300.0, "broker-b": 300.0})]
+    capped = [seen(i, 38.5 + (i % 2)) for i in range(2, 17)]          # at the cap for 15 windows
+    fixed = [seen(i, 0.4) for i in range(17, 25)]
+    decisions, state = fold(storm, horizon=24, cfg=cfg, obs=capped + fixed)
+    assert [(d.action, d.window_end, d.limit_qps) for d in decisions] == [
+        ("set", end(1), 40.0), ("set", end(6), 40.0), ("set", end(11), 40.0), ("set", end(16), 40.0),
+        ("lift", end(19), 40.0)]
+    assert all(d.reason.startswith("refresh (anomaly persists, limit-bound: ") for d in decisions[1:4])
+    assert "limit-bound: 39.5 of 40.0 msg/s" in decisions[2].reason or "limit-bound: 38.5 of 40.0" in decisions[2].reason
+    assert state.limit_qps is None
+
+
+def test_limiter_rejections_keep_the_anomaly_even_below_the_bound_share():
+    decisions, state = fold([cand(1, 40.0)], horizon=8, obs=[seen(i, 12.0, rejected=30) for i in range(2, 9)])
+    assert changes(decisions) == [("set", end(1), 40.0)] and state.limit_qps == 40.0
+    _, _, evidence = fl.fold_resource(fl.ResourceState("group", "g"), [cand(1, 40.0)], end(3), L, 60,
+                                      observations=[seen(2, 12.0, rejected=30)])
+    assert (evidence[0].status, evidence[0].detail) == (
+        "bound", "limit-bound: 12.0 of 40.0 msg/s, rejecting (30 sends rejected by the limiter)")
+
+
+def test_the_target_is_frozen_at_the_pre_limit_rate():
+    """A throttled consumer's consume rate falls, and with it the rule's target: the limit must not ratchet down."""
+    falling = [cand(1, 40.0, observed_tps=600.0)] + [cand(i, 40.0 * 0.6 ** (i - 1), observed_tps=300.0)
+                                                       for i in range(2, 8)]
+    decisions, state = fold(falling, horizon=7)
+    assert {(d.action, d.limit_qps) for d in decisions} == {("set", 40.0)}
+    assert state.target_qps == 40.0
+
+
+def test_per_broker_shares_add_up_to_the_decision_and_stay_frozen():
+    """Shares come from the window that set the limit (75/25 here); the capped windows after it (where broker-b
+    now carries more) do not move them: a capped share must not feed on itself."""
+    capped = [cand(i, 40.0, broker_tps={"broker-a": 20.0, "broker-b": 30.0}) for i in range(2, 7)]
+    decisions, state = fold([cand(1, 40.0, broker_tps={"broker-a": 450.0, "broker-b": 150.0})] + capped, horizon=6)
+    first, refresh = decisions
+    assert first.broker_limits == {"broker-a": 30.0, "broker-b": 10.0, "*": 10.0}
+    assert sum(v for b, v in first.broker_limits.items() if b != "*") == pytest.approx(first.limit_qps)
+    assert refresh.reason.startswith("refresh") and refresh.broker_limits == first.broker_limits
+    assert state.broker_shares == {"broker-a": 0.75, "broker-b": 0.25}
+
+
+def test_a_surge_limit_at_its_cap_on_healthy_brokers_is_probed_upward_then_lifted():
+    """A topic limited on a busy broker keeps hitting its cap, but the brokers stay healthy: every recovery_windows
+    windows the limit is raised x1.5, and lifted once the next step would reach the normal rate."""
+    surge = cand(1, 200.0, lift_at_qps=600.0, broker_tps={"broker-a": 800.0})
+    capped = [seen(i, 0.95 * 200.0 * 1.5 ** ((i - 1) // 3)) for i in range(2, 12)]
+    decisions, state = fold([surge], horizon=11, obs=capped, resource_type="topic")
+    assert [(d.action, d.window_end, round(d.limit_qps, 1)) for d in decisions] == [
+        ("set", end(1), 200.0), ("relax", end(4), 300.0), ("relax", end(7), 450.0), ("lift", end(10), 450.0)]
+    assert decisions[1].reason.startswith("probe: limit-bound: ")
+    assert state.limit_qps is None
+
+
+def test_a_probe_that_makes_a_broker_busy_again_steps_back():
+    surge = cand(1, 200.0, lift_at_qps=6000.0)
+    obs = [seen(2, 195.0), seen(3, 195.0), seen(4, 196.0), seen(5, 290.0), seen(6, 295.0, healthy=False)]
+    decisions, state = fold([surge], horizon=6, obs=obs, resource_type="topic")
+    assert [(d.action, round(d.limit_qps, 1)) for d in decisions] == [("set", 200.0), ("relax", 300.0), ("set", 200.0)]
+    assert decisions[-1].reason.startswith("probe undone: ")
+    assert state.last_distress_end == end(6)
+
+
+def test_a_retry_limit_at_its_cap_is_never_probed():
+    decisions, state = fold([cand(1, 40.0)], horizon=12, obs=[seen(i, 39.0) for i in range(2, 13)])
+    assert changes(decisions) == [("set", end(1), 40.0)] and len(decisions) == 3
+    assert state.limit_qps == 40.0
+
+
+# --- recurrence memory (flap damping) ------------------------------------------------------------------------------
+
+def test_an_intermittent_storm_keeps_its_limit_through_its_quiet_spells_from_its_second_storm_on():
+    """4 storm minutes, 4 quiet, again and again (limit 40 msg/s, frozen). The first quiet spell lifts the limit after
+    recovery_windows (3) clear windows; the second storm is a recurrence: straight to the remembered target, and
+    the next lift needs 6 clear windows, more than the 4-minute quiet spell, so the third storm finds it in force."""
+    storm = lambda i: seen(i, 39.0)  # noqa: E731 (at the cap)
+    quiet = lambda i: seen(i, 0.3)   # noqa: E731
+    obs = ([storm(i) for i in range(2, 5)] + [quiet(i) for i in range(5, 9)]
+           + [quiet(i) for i in range(9, 10)] + [storm(i) for i in range(10, 13)] + [quiet(i) for i in range(13, 17)]
+           + [storm(i) for i in range(17, 21)] + [quiet(i) for i in range(21, 40)])
+    # the second storm's first window fires the rule, against a lower (throttled) consume rate
+    decisions, state = fold([cand(1, 40.0), cand(9, 25.0, critical=False, observed_tps=300.0)], horizon=40, obs=obs)
+    assert changes(decisions) == [
+        ("set", end(1), 40.0), ("lift", end(7), 40.0),    # first quiet spell: 3 clear windows (5, 6, 7)
+        ("set", end(9), 40.0),                            # recurrence: the remembered 40, not 25, no max-cut step
+        ("lift", end(26), 40.0)]                          # held through 13-16; lifted after 6 clear windows (21-26)
+    assert "recurrence 1 within 30 windows of the lift at" in decisions[2].reason
+    assert "(6 windows, doubled for each of 1 recurrences)" in decisions[-1].reason
+    assert (state.recurrences, state.last_lift_end, state.lifted_target_qps) == (1, end(26), 40.0)
+
+
+def test_recurrences_double_the_clear_windows_up_to_the_memory_and_a_quiet_memory_is_forgotten():
+    cfg = LimitsConfig()
+    assert [fl.recovery_needed(n, cfg) for n in range(6)] == [3, 6, 12, 24, 30, 30]
+    assert [fl.recovery_needed(n, LimitsConfig(recurrence_windows=0)) for n in range(3)] == [3, 3, 3]
+    remembered = fl.ResourceState("group", "g", version=4, last_lift_end=end(10), lifted_target_qps=40.0,
+                                  recurrences=2)
+    decisions, later = fold([cand(41, 60.0)], horizon=41, state=remembered)   # 31 windows after the lift: forgotten
+    assert changes(decisions) == [("set", end(41), 60.0)] and "recurrence" not in decisions[0].reason
+    assert (later.recurrences, later.last_lift_end, later.lifted_target_qps) == (0, None, None)
+    decisions, again = fold([cand(40, 60.0)], horizon=40, state=remembered)   # 30 windows after: a recurrence
+    assert changes(decisions) == [("set", end(40), 40.0)] and again.recurrences == 3
+    decisions, off = fold([cand(12, 60.0)], horizon=12, state=remembered, cfg=LimitsConfig(recurrence_windows=0))
+    assert changes(decisions) == [("set", end(12), 60.0)] and off.recurrences == 0
+
+
+def test_a_surge_limit_probed_up_to_its_normal_rate_is_not_remembered():
+    """A probe-lift means the demand was legitimate: a later surge starts afresh (max-cut step, 3-window recovery)."""
+    probed = fl.ResourceState("topic", "g", limit_qps=600.0, version=3, target_qps=400.0, lift_at_qps=800.0,
+                              last_candidate_end=end(1), last_decision_end=end(1), last_change_end=end(1),
+                              limited_since=end(1), last_lift_end=end(0), lifted_target_qps=300.0, recurrences=1)
+    decisions, state = fold([], horizon=5, state=probed, obs=[seen(i, 599.0) for i in range(2, 6)])
+    assert [d.action for d in decisions][-1] == "lift"
+    assert (state.recurrences, state.last_lift_end, state.lifted_target_qps) == (0, None, None)
+
+
+# --- a limit right in every closed loop ---------------------------------------------------------------------------
+# Small plants drive the fold window by window: what a limit admits changes the next windows, and the final path
+# decides a window only ``lag`` windows after it ends (the watermark), its decisions in force from the next window.
+
+
+def group_seen(i, retry, consume, rejected=0):
+    return fl.Observation(end(i), retry, rejected, True, consume)
+
+
+def test_an_advisory_candidate_never_replaces_or_loosens_an_enforced_limit():
+    """A surge limit holds the topic at 374.5 msg/s; under it the brokers are healthy, so the surge rule's candidate
+    is advisory (2x the capped rate): it only shows that the cause persists."""
+    surge = cand(1, 374.5, critical=False, observed_tps=700.0, baseline_tps=187.25, lift_at_qps=3000.0)
+    advisory = [cand(i, 1123.6, floor_qps=1123.6, observed_tps=561.8, critical=False, mode="advisory",
+                     lift_at_qps=1123.6) for i in range(2, 12)]
+    decisions, state = fold([surge, *advisory], horizon=11, resource_type="topic")
+    assert {(d.mode, round(d.limit_qps, 1)) for d in decisions} == {("enforce", 374.5)}
+    assert [d.window_end for d in decisions] == [end(1), end(6), end(11)]   # the first set, then refreshes
+    assert "the enforced limit stays, the brokers are healthy because of it" in decisions[1].reason
+    assert (state.mode, state.limit_qps) == ("enforce", 374.5)
+
+
+def test_an_advisory_record_gives_way_to_an_enforced_limit_that_starts_afresh():
+    advisory = cand(1, 1800.0, floor_qps=1800.0, observed_tps=900.0, critical=False, mode="advisory")
+    busy = cand(3, 240.0, observed_tps=900.0, critical=False, baseline_tps=120.0, broker_tps={"b": 900.0})
+    decisions, state = fold([advisory, busy], horizon=3, resource_type="topic")
+    assert [(d.mode, d.limit_qps) for d in decisions] == [("advisory", 1800.0), ("enforce", 450.0)]  # max cut 50 %
+    assert (state.limited_since, state.target_qps, state.baseline_tps) == (end(3), 240.0, 120.0)
+
+
+def test_a_fixed_consumer_that_keeps_a_legitimate_retry_level_is_lifted():
+    """Limited to 40 msg/s (10 % of 400 consumed); fixed after window 10, it keeps retrying 6 % of what it consumes
+    (24 of 40 msg/s: neither at the cap nor rejecting): the rule does not fire on that visible demand, so three
+    windows lift it."""
+    storm = [cand(1, 40.0, baseline_tps=400.0)] + [group_seen(i, 39.5, 150.0, rejected=40) for i in range(2, 11)]
+    fixed = [group_seen(i, 23.0 + i % 3, 400.0) for i in range(11, 25)]
+    decisions, state = fold([storm[0]], horizon=24, obs=storm[1:] + fixed)
+    assert changes(decisions) == [("set", end(1), 40.0), ("lift", end(13), 40.0)]
+    assert "the cause is gone" in decisions[-1].reason and state.limit_qps is None
+    _, _, evidence = fl.fold_resource(fl.ResourceState("group", "g"), [storm[0]], end(2), L, 60,
+                                      observations=[group_seen(2, 23.0, 400.0)])
+    assert evidence[0].status == fl.CLEAR
+    assert evidence[0].detail == ("the cause is gone: 23.0 of 40.0 msg/s, nothing rejected, retry ratio 0.06 against "
+                                  "400.0 msg/s consumed (rule: >= 0.50)")
+
+
+def test_a_consumer_still_broken_keeps_its_limit_even_when_its_consumption_fell_under_throttling():
+    """Throttled pulls: it now consumes 30 msg/s and sends back 28 (below the cap, nothing rejected): the rule
+    still fires on that visible demand (ratio 0.93), so the cause persists."""
+    obs = [group_seen(i, 28.0, 30.0) for i in range(2, 20)]
+    decisions, state = fold([cand(1, 40.0, baseline_tps=400.0)], horizon=19, obs=obs)
+    assert changes(decisions) == [("set", end(1), 40.0)] and state.limit_qps == 40.0
+    assert decisions[1].reason.startswith("refresh (anomaly persists, visible demand fires the rule: 28.0 of 40.0 "
+                                          "msg/s, nothing rejected, retry ratio 0.93")
+
+
+def test_nothing_consumed_is_judged_by_the_rule_floor():
+    quiet = [group_seen(i, 0.3, 0.0) for i in range(2, 6)]
+    decisions, _ = fold([cand(1, 40.0)], horizon=5, obs=quiet)
+    assert changes(decisions) == [("set", end(1), 40.0), ("lift", end(4), 40.0)]
+
+
+def test_a_lift_is_vetoed_while_an_open_window_shows_the_cause_back():
+    """Three clear final windows would lift the limit, but the fast path's open window after them already runs at
+    the cap: no lift now. Without that evidence (or with an open window below the cap) the lift is decided."""
+    clear = [seen(i, 0.5) for i in range(2, 5)]
+    state = fl.ResourceState("group", "g")
+    at_cap = [fl.Observation(end(5), 37.0, 0), fl.Observation(end(6), 4.0, 0)]
+    decisions, after, evidence = fl.fold_resource(state, [cand(1, 40.0)], end(4), L, 60, observations=clear,
+                                                  open_evidence=at_cap)
+    assert [d.action for d in decisions] == ["set"] and after.limit_qps == 40.0
+    assert [(e.status, e.window_end) for e in evidence if e.status == fl.VETO] == [(fl.VETO, end(5))]
+    assert "lift vetoed: the open window ending 07:05 is already at the cap: 37.0 of 40.0 msg/s" in evidence[-1].detail
+    rejecting = [fl.Observation(end(5), 3.0, 12)]
+    assert [d.action for d in fl.fold_resource(state, [cand(1, 40.0)], end(4), L, 60, observations=clear,
+                                               open_evidence=rejecting)[0]] == ["set"]
+    below = [fl.Observation(end(5), 20.0, 0)]
+    assert [d.action for d in fl.fold_resource(state, [cand(1, 40.0)], end(4), L, 60, observations=clear,
+                                               open_evidence=below)[0]] == ["set", "lift"]
+
+
+def test_the_recurrence_memory_keeps_enforced_limits_only():
+    """An advisory record's lift is not remembered, and an advisory candidate neither uses nor counts the memory:
+    a later surge on a busy broker starts from its own rule target (200), not the advisory figure (2,000)."""
+    advisory = cand(1, 2000.0, floor_qps=2000.0, observed_tps=1000.0, critical=False, mode="advisory")
+    decisions, state = fold([advisory], horizon=6, resource_type="topic")
+    assert [(d.action, d.mode) for d in decisions] == [("set", "advisory"), ("lift", "advisory")]
+    assert (state.last_lift_end, state.lifted_target_qps, state.recurrences) == (None, None, 0)
+    busy = cand(8, 200.0, critical=True, observed_tps=1000.0, baseline_tps=100.0)
+    decisions, state = fold([busy], horizon=8, state=state, resource_type="topic")
+    assert [(d.limit_qps, d.mode) for d in decisions] == [(200.0, "enforce")] and state.recurrences == 0
+    remembered = fl.ResourceState("topic", "t", last_lift_end=end(0), lifted_target_qps=150.0)
+    _, again = fold([advisory], horizon=1, state=remembered, resource_type="topic")
+    assert again.recurrences == 0   # an advisory candidate does not count as a recurrence
+
+
+def surge_loop(minutes, demand, capacity=lambda w: 900.0, others=300.0, baseline=120.0, lag=2, cfg=L):
+    """One topic on broker ``b`` (``others`` msg/s of other topics there, ``capacity(w)`` msg/s): ``demand(w)``
+    msg/s offered in window ``w``. What the limit admits is written while the broker can; above its capacity the
+    broker fast-fails a share of every topic (busy). The surge rule fires at 4x ``baseline``: with a busy broker an
+    enforced candidate (target 2x baseline), else an advisory one. Returns (decisions, per window (limit in force
+    or None, busy))."""
+    state, limit, decisions, trace = fl.ResourceState("topic", "t"), None, [], []
+    windows: dict[int, tuple] = {}
+    for w in range(1, minutes + 1):
+        offered = demand(w)
+        admitted = offered if limit is None else min(offered, limit)
+        total = others + admitted
+        busy = total > capacity(w)
+        written = min(total, capacity(w))
+        topic = admitted * written / total
+        rejected = 0 if limit is None else int(max(0.0, offered - limit) * 60)
+        obs = fl.Observation(end(w), topic, rejected, not busy, None, {"b": written}, ("b",) if busy else ())
+        fires = topic >= D.surge_factor * baseline and topic >= D.surge_floor_tps
+        c = None
+        if fires and busy:
+            c = cand(w, 2 * baseline, critical=False, observed_tps=topic, baseline_tps=baseline,
+                     lift_at_qps=2 * topic, broker_tps={"b": topic})
+        elif fires:
+            c = cand(w, 2 * topic, floor_qps=2 * topic, observed_tps=topic, critical=False, mode="advisory",
+                     lift_at_qps=2 * topic, baseline_tps=baseline, broker_tps={"b": topic})
+        windows[w] = (c, obs)
+        trace.append((limit, busy))
+        if w - lag >= 1:
+            c, o = windows[w - lag]
+            made, state, _ = fl.fold_resource(state, [c] if c else [], end(w - lag), cfg, 60, observations=[o])
+            decisions += made
+            if made:
+                last = made[-1]
+                limit = None if last.action == "lift" or last.mode != "enforce" else last.limit_qps
+    return decisions, trace
+
+
+def value_changes(decisions):
+    """Changes of the enforced value after the first limit (refreshes are not changes; a lift is)."""
+    values = [None if d.action == "lift" or d.mode != "enforce" else round(d.limit_qps, 3) for d in decisions]
+    return sum(1 for a, b in zip(values, values[1:]) if a != b)
+
+
+def test_a_surge_limit_settles_within_three_changes_and_keeps_the_broker_healthy():
+    """40 minutes at 800 msg/s on a broker of 900 (others 300): limited, probed once up to what the broker wrote
+    when it was busy (x0.9), then held; never busy again after the first limit; lifted once the demand is back."""
+    decisions, trace = surge_loop(52, lambda w: 800.0 if 6 <= w < 46 else 120.0)
+    first = next(i for i, (limit, _) in enumerate(trace) if limit is not None)
+    cause = trace[first:45]
+    assert not any(busy for _, busy in cause)
+    assert value_changes([d for d in decisions if d.window_end <= end(45)]) <= 3
+    assert {d.mode for d in decisions} == {"enforce"}
+    relaxed = [d for d in decisions if d.action == "relax"]
+    assert relaxed and all(300.0 + d.limit_qps <= 0.9 * 900.0 + 1e-6 for d in relaxed)
+    assert decisions[-1].action == "lift" and decisions[-1].window_end <= end(46 + 3 + 2)
+
+
+def test_a_long_surge_from_120_to_1500_on_a_busy_broker_is_never_unlimited_while_it_lasts():
+    """The held-out surge: 120 → 1,500 msg/s for 34 minutes on a broker of 900. No advisory record replaces the
+    limit, no probe makes the broker busy, at most 3 value changes."""
+    decisions, trace = surge_loop(50, lambda w: 1500.0 if 6 <= w < 40 else 120.0)
+    first = next(i for i, (limit, _) in enumerate(trace) if limit is not None)
+    assert all(limit is not None for limit, _ in trace[first:39])
+    assert not any(busy for _, busy in trace[first + 1:39])
+    assert value_changes([d for d in decisions if d.window_end <= end(39)]) <= 3
+    assert "advisory" not in {d.mode for d in decisions}
+
+
+def test_a_probe_that_makes_a_carrier_busy_is_stepped_back_and_marks_a_ceiling():
+    """The broker loses capacity after a probe (900 → 640 msg/s from window 16): the probe's level turns it busy,
+    the limit steps back to where it was, and that level is a ceiling no probe reaches for a growing interval."""
+    decisions, trace = surge_loop(40, lambda w: 800.0 if w >= 6 else 120.0,
+                                  capacity=lambda w: 900.0 if w < 16 else 640.0)
+    undone = [d for d in decisions if d.reason.startswith("probe undone")]
+    assert len(undone) == 1
+    ceiling = undone[0].previous_qps
+    assert undone[0].limit_qps < ceiling and f"{ceiling:.1f} msg/s is a ceiling" in undone[0].reason
+    later = [d for d in decisions if d.window_end > undone[0].window_end and d.action == "relax"]
+    assert all(d.limit_qps < ceiling for d in later)
+    assert value_changes(decisions) <= L.surge_max_changes
+    after = trace[undone[0].window_end.minute + 3:]
+    assert after and not any(busy for _, busy in after)
+
+
+def test_the_probe_budget_leaves_room_for_a_step_back():
+    """With one change already spent, a raise (two with its step-back) would exceed a budget of 2: no probe."""
+    state = fl.ResourceState("topic", "t", limit_qps=200.0, target_qps=200.0, limited_since=end(0),
+                             last_change_end=end(0), last_decision_end=end(0), last_candidate_end=end(0),
+                             cause_changes=1, baseline_tps=100.0)
+    capped = [fl.Observation(end(i), 199.0, 30, True, None, {"b": 400.0}) for i in range(1, 8)]
+    decisions, _ = fold([], horizon=7, state=state, obs=capped, cfg=LimitsConfig(surge_max_changes=2))
+    assert [d.action for d in decisions if d.action != "set"] == []
+    decisions, _ = fold([], horizon=7, state=state, obs=capped, cfg=LimitsConfig(surge_max_changes=3))
+    assert [d.action for d in decisions][:1] == ["relax"]
+
+
+def test_a_surge_limit_is_lifted_once_the_demand_is_back_near_its_baseline():
+    state = fl.ResourceState("topic", "t", limit_qps=240.0, target_qps=240.0, limited_since=end(0),
+                             last_change_end=end(0), last_decision_end=end(0), last_candidate_end=end(0),
+                             baseline_tps=120.0)
+    near = [fl.Observation(end(i), 130.0, 0, True, None, {"b": 430.0}) for i in range(1, 5)]
+    decisions, after = fold([], horizon=4, state=state, obs=near)
+    assert [d.action for d in decisions] == ["lift"] and after.limit_qps is None
+    # a probed limit whose visible demand still fires the rule (600 >= 4 x 120) is held
+    probed = fl.ResourceState(**{**state.__dict__, "limit_qps": 700.0})
+    visible = [fl.Observation(end(i), 600.0, 0, True, None, {"b": 900.0}) for i in range(1, 5)]
+    decisions, after = fold([], horizon=4, state=probed, obs=visible)
+    assert [d.action for d in decisions] == [] and after.limit_qps == 700.0
+
+
+def test_the_fold_remembers_what_a_busy_carrier_wrote():
+    obs = [fl.Observation(end(1), 700.0, 0, False, None, {"b": 905.0, "c": 300.0}, ("b",))]
+    _, state, _ = fl.fold_resource(fl.ResourceState("topic", "t"), [cand(1, 240.0, baseline_tps=120.0)], end(1),
+                                   L, 60, observations=obs)
+    assert state.busy_load == {"b": 905.0} and state.last_distress_end == end(1)
+
+
+def _probed(**kw):
+    """A surge limit of 400 msg/s (target 240) at its cap on healthy brokers since window 0."""
+    base = dict(limit_qps=400.0, target_qps=240.0, limited_since=end(0), last_change_end=end(0),
+                last_decision_end=end(0), last_candidate_end=end(0), baseline_tps=120.0, broker_shares={"b": 1.0})
+    return fl.ResourceState("topic", "t", **{**base, **kw})
+
+
+def test_a_probe_never_raises_a_carrier_above_what_it_wrote_when_it_was_last_busy():
+    """broker b wrote 900 msg/s when it was last busy and writes 700 now: x1.5 (600) would add 200 and put it at
+    900 again; the probe stops at 0.9 x 900 = 810 msg/s of writes, i.e. 510 msg/s."""
+    capped = [fl.Observation(end(i), 399.0, 30, True, None, {"b": 700.0}) for i in range(1, 4)]
+    decisions, state = fold([], horizon=3, state=_probed(busy_load={"b": 900.0}), obs=capped)
+    assert [(d.action, round(d.limit_qps, 1)) for d in decisions] == [("relax", 510.0)]
+    assert "raised to 510.0 msg/s (b writes 700.0 msg/s and was busy at 900.0)" in decisions[0].reason
+    assert state.probe_from_qps == 400.0
+    full = [fl.Observation(end(i), 399.0, 30, True, None, {"b": 820.0}) for i in range(1, 4)]
+    decisions, _ = fold([], horizon=3, state=_probed(busy_load={"b": 900.0}), obs=full)
+    assert [d.action for d in decisions] == []   # no room left: no probe
+
+
+def test_a_ceiling_holds_probes_below_it_until_its_interval_is_over():
+    capped = [fl.Observation(end(i), 399.0, 30, True, None, {"b": 500.0}) for i in range(1, 4)]
+    held = _probed(probe_ceiling_qps=500.0, probe_hold_until=end(10), probe_backoff=1)
+    decisions, _ = fold([], horizon=3, state=held, obs=capped)
+    assert [(d.action, round(d.limit_qps, 1)) for d in decisions] == [("relax", 450.0)]   # below 500 x 0.9
+    over = _probed(probe_ceiling_qps=500.0, probe_hold_until=end(2), probe_backoff=1)
+    decisions, _ = fold([], horizon=3, state=over, obs=capped)
+    assert [(d.action, round(d.limit_qps, 1)) for d in decisions] == [("relax", 600.0)]   # the interval is over
