@@ -34,7 +34,7 @@ from control.record import SigningKeyError
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.flows.assembly import Governor, build_governor
-from pipelines.flows.fast import open_window_stream
+from pipelines.flows.fast import CHECKPOINT as FAST_CHECKPOINT, open_window_stream
 from pipelines.flows.base import Clock, utc_now
 from pipelines.flows.gold import metric_event_stream, window_stream
 from pipelines.io import sources
@@ -125,12 +125,12 @@ class StoppedMidBatch(Exception):
 
 
 def _start(df: DataFrame, name: str, handler: Handler, mode: str, cfg: GovernorConfig, once: bool,
-           interval: str | None = None) -> StreamingQuery:
+           interval: str | None = None, checkpoint: str | None = None) -> StreamingQuery:
     writer = (
         df.writeStream.queryName(f"rate-governor-{name}")
         .outputMode(mode)
         .foreachBatch(handler)
-        .option("checkpointLocation", str(Path(cfg.checkpoint_root) / name))
+        .option("checkpointLocation", str(Path(cfg.checkpoint_root) / (checkpoint or name)))
     )
     if once:
         return writer.trigger(availableNow=True).start()
@@ -164,7 +164,7 @@ def start_queries(spark: SparkSession, governor: Governor, once: bool,
         with session_conf(spark, cfg.spark.decision_conf):
             governor.queries.append(
                 _start(open_window_stream(raw, cfg, gate), "fast", _fenced(governor.fast.handle, governor), "update",
-                       cfg, once, interval)
+                       cfg, once, interval, checkpoint=FAST_CHECKPOINT)
             )
     if once:
         _await_all(governor.queries[:1], stop=governor.queries)

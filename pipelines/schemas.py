@@ -213,12 +213,21 @@ POLICY_STATE = _struct(
     ("lifted_target_qps", _D),
     ("recurrences", _L),
     ("batch_id", _L),
+    ("baseline_tps", _D),
+    ("busy_load", BROKER_FIGURES),
+    ("probe_from_qps", _D),
+    ("probe_ceiling_qps", _D),
+    ("probe_hold_until", _TS),
+    ("probe_backoff", _L),
+    ("cause_changes", _L),
 )
 
 #: Rows into and out of the per-resource policy fold (:mod:`pipelines.transforms.policy_fold`): ``row_kind`` is
 #: ``state``, ``candidate``, ``observation`` (in) or ``decision``, ``state``, ``evidence`` (out). ``target_qps`` is a
 #: candidate's target, or a state's frozen target; ``broker_tps`` a candidate's traffic per broker,
-#: ``broker_shares`` a state's frozen shares, ``broker_limits`` a decision's per-broker figures.
+#: ``broker_shares`` a state's frozen shares, ``broker_limits`` a decision's per-broker figures; ``baseline_tps`` a
+#: candidate's rule baseline or a state's frozen one; ``consume_tps``, ``carrier_load`` (broker → writes, msg/s) and
+#: ``busy_brokers`` an observation's (:class:`pipelines.transforms.fold.Observation`).
 POLICY_FOLD = _struct(
     ("row_kind", _S),
     ("resource_type", _S),
@@ -250,6 +259,16 @@ POLICY_FOLD = _struct(
     ("recurrences", _L),
     ("status", _S),
     ("rule_fired", T.BooleanType()),
+    ("baseline_tps", _D),
+    ("consume_tps", _D),
+    ("carrier_load", BROKER_FIGURES),
+    ("busy_brokers", T.ArrayType(_S)),
+    ("busy_load", BROKER_FIGURES),
+    ("probe_from_qps", _D),
+    ("probe_ceiling_qps", _D),
+    ("probe_hold_until", _TS),
+    ("probe_backoff", _L),
+    ("cause_changes", _L),
 )
 
 #: ``quality/validation_results``: one row per expectation per GX validation of a micro-batch

@@ -43,7 +43,8 @@ def build_governor(spark: SparkSession, cfg: GovernorConfig, clock: Clock = utc_
     gate = QualityGate(cfg, lake)
     publisher = Publisher(cfg, lake)
     decisions = threading.Lock()  # the final and fast paths decide one at a time (one state, one version order)
+    fast = FastFlow(cfg, lake, gate, publisher, clock, decisions)
     return Governor(
-        cfg, lake, IngestFlow(cfg, lake, gate), GoldFlow(cfg, lake, gate, publisher, clock, decisions),
-        FastFlow(cfg, lake, gate, publisher, clock, decisions),
+        cfg, lake, IngestFlow(cfg, lake, gate), GoldFlow(cfg, lake, gate, publisher, clock, decisions, fast.open_rows),
+        fast,
     )

@@ -34,6 +34,8 @@ from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport, DecisionFlow, release, write_outputs
 from pipelines.quality.gate import QualityGate
 from pipelines.transforms import demand, fast, gold, policy, policy_fold, silver
+from pipelines import rocketmq as rmq
+from pipelines.transforms.fold import Observation
 from pipelines.transforms.reconcile import preliminary_state
 
 log = logging.getLogger("rate_governor")
@@ -41,6 +43,11 @@ log = logging.getLogger("rate_governor")
 #: Delta transaction app id of the fast query's writes (with the micro-batch id as version).
 FAST_APP_ID = "rate-governor-fast"
 QUERY = "fast"
+#: The fast query's checkpoint directory under the checkpoint root. Its name changes when the query's state schema
+#: does (Spark refuses a checkpoint whose state has another schema): the state holds open windows only, so an
+#: upgraded governor starts the fast query on a new checkpoint, and the old directory (``fast``) can be deleted.
+#: ``fast-v2``: the open-window sums gained ``rate_limited``.
+CHECKPOINT = "fast-v2"
 
 
 def open_window_stream(raw: DataFrame, cfg: GovernorConfig, gate: QualityGate) -> DataFrame:
@@ -92,6 +99,45 @@ class OpenRows:
         if self.rows is None or self.rows.num_rows == 0:
             return None
         return spark.createDataFrame(self.rows, schema=schema)
+
+    def evidence(self, after: dt.datetime, window_seconds: int) -> dict[tuple[str, str], list[Observation]]:
+        """What the remembered open windows starting at or after ``after`` (UTC) show of every topic and group so
+        far: per resource one :class:`~pipelines.transforms.fold.Observation`
+        per open window with its limited traffic (cluster-wide msg/s: a topic's puts; a group's retry traffic, per
+        broker the larger of its send-backs and the puts to ``%RETRY%<group>``) and its limiter's rejections (the
+        ``RATE_LIMITED`` failures of the topic, or of ``%RETRY%<group>``). Partial sums: they only grow. The final
+        path's lift veto (:func:`pipelines.transforms.fold.fold_resource`)."""
+        if self.rows is None or self.rows.num_rows == 0:
+            return {}
+        rows = self.rows.filter(pc.greater_equal(self.rows["window_start"],
+                                                 pa.scalar(utc(after), type=self.rows.schema.field("window_start").type)))
+        per: dict[tuple, dict] = {}
+        for row in rows.select(["window_end", "resource_type", "resource", "puts", "rate_limited",
+                                "broker_amounts"]).to_pylist():
+            key = (row["resource_type"], row["resource"])
+            if key[0] not in ("topic", "group"):
+                continue
+            amounts = dict(row["broker_amounts"] or [])
+            if key[0] == "topic" and key[1].startswith(rmq.RETRY_TOPIC_PREFIX):  # a group's plain sends
+                owner = ("group", key[1][len(rmq.RETRY_TOPIC_PREFIX):])
+                slot = per.setdefault((owner, row["window_end"]), {"sent": {}, "puts": {}, "rejected": 0})
+                slot["puts"] = amounts
+                slot["rejected"] += row["rate_limited"] or 0
+            else:
+                slot = per.setdefault((key, row["window_end"]), {"sent": {}, "puts": {}, "rejected": 0})
+                if key[0] == "group":
+                    slot["sent"] = amounts
+                else:
+                    slot["puts"] = amounts
+                    slot["rejected"] += row["rate_limited"] or 0
+        out: dict[tuple[str, str], list[Observation]] = {}
+        for (key, end), slot in sorted(per.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            brokers = set(slot["sent"]) | set(slot["puts"])
+            total = sum(max(slot["sent"].get(b, 0), slot["puts"].get(b, 0)) for b in brokers) if key[0] == "group" \
+                else sum(slot["puts"].values())
+            naive = utc(end).replace(tzinfo=None)  # the fold's times are naive UTC (as Spark collects them)
+            out.setdefault(key, []).append(Observation(naive, total / window_seconds, int(slot["rejected"])))
+        return out
 
     @classmethod
     def _keys(cls, rows: pa.Table) -> pa.Array:

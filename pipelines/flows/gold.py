@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pipelines.io import events, tables
 from pipelines.config import GovernorConfig
 from pipelines.flows.base import BatchReport, Clock, DecisionFlow, release, utc_now, write_outputs
+from pipelines.flows.fast import OpenRows
 from pipelines.io.lake import Lake
 from pipelines.io.publish import Publisher
 from pipelines.quality.gate import QualityGate
@@ -52,9 +53,12 @@ class GoldFlow(DecisionFlow):
     """The ``foreachBatch`` handler of the gold query (constructor: :class:`pipelines.flows.base.DecisionFlow`)."""
 
     def __init__(self, cfg: GovernorConfig, lake: Lake, gate: QualityGate, publisher: Publisher,
-                 clock: Clock = utc_now, decision_lock: threading.Lock | None = None) -> None:
+                 clock: Clock = utc_now, decision_lock: threading.Lock | None = None,
+                 open_rows: OpenRows | None = None) -> None:
         super().__init__(cfg, lake, gate, publisher, clock, decision_lock)
         self._held_warned: set[tuple] = set()  # (resource_type, resource, limited_since) already logged
+        #: the fast flow's open windows (the lift veto); None without a fast path
+        self.open_rows = open_rows
 
     def warn_held_too_long(self, state: DataFrame, horizon_end: dt.datetime) -> None:
         """Log a WARNING, once per limit, for each limit in force since longer than ``limits.max_held_seconds`` of
@@ -86,6 +90,8 @@ class GoldFlow(DecisionFlow):
             policy_state=self.saved_state(before_batch=batch_id),
             latest_limits=self.latest_limits(),
             limiter_rejections=rejections,
+            open_evidence=(self.open_rows.evidence(horizon_end, self.cfg.windows.length_seconds)
+                           if self.open_rows is not None and horizon_end is not None else None),
         )
 
     def handle(self, metrics: DataFrame, batch_id: int) -> None:

@@ -29,13 +29,18 @@ from pyspark.sql import functions as F
 
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
+from pipelines.transforms.detect import broker_writes, group_retry
 from pipelines.transforms.tps import FAILURE_METRIC_PREFIX
 from pipelines.transforms.types import WINDOW_KEYS
 
 RATE_LIMITED_METRIC = FAILURE_METRIC_PREFIX + rmq.RATE_LIMITED
 #: Columns of :func:`resource_traffic` and :func:`demand`.
 TRAFFIC_COLUMNS = (*WINDOW_KEYS, "resource_type", "resource", "broker", "tps", "rejected")
-DEMAND_COLUMNS = (*WINDOW_KEYS, "resource_type", "resource", "observed_tps", "rejected", "broker_tps", "healthy")
+DEMAND_COLUMNS = (*WINDOW_KEYS, "resource_type", "resource", "observed_tps", "rejected", "broker_tps", "healthy",
+                  "carrier_load", "busy_brokers", "consume_tps")
+#: Columns of :func:`observations` (the fold's :class:`pipelines.transforms.fold.Observation`).
+OBSERVATION_COLUMNS = ("window_end", "resource_type", "resource", "observed_tps", "rejected", "healthy", "consume_tps",
+                       "carrier_load", "busy_brokers")
 
 
 def _group_of_retry_topic(topic: Column) -> Column:
@@ -93,38 +98,55 @@ def limiter_traffic(rejections: DataFrame, windows: WindowsConfig) -> DataFrame:
                         F.lit(1).cast("long").alias("rejected"))
 
 
-def demand(traffic: DataFrame, broker_windows: DataFrame, cfg: DetectionConfig) -> DataFrame:
-    """:func:`resource_traffic` rows + ``gold/broker_tps`` rows of the same windows → one row per window × resource
-    (:data:`DEMAND_COLUMNS`): ``observed_tps`` cluster-wide (sum over brokers, msg/s), ``rejected`` (sum),
-    ``broker_tps`` (map broker → msg/s, brokers with traffic only: the shares of a new limit) and ``healthy``
-    (no broker carrying the resource had ``busy_failures_floor`` busy failures in the window)."""
+def demand(traffic: DataFrame, broker_windows: DataFrame, cfg: DetectionConfig,
+           group_windows: DataFrame | None = None) -> DataFrame:
+    """:func:`resource_traffic` rows + ``gold/broker_tps`` rows of the same windows (+ ``gold/group_tps`` rows for a
+    group's consume rate) → one row per window × resource (:data:`DEMAND_COLUMNS`): ``observed_tps`` cluster-wide
+    (sum over brokers, msg/s), ``rejected`` (sum), ``broker_tps`` (map broker → msg/s, brokers with traffic only:
+    the shares of a new limit), ``healthy`` (no broker carrying the resource had ``busy_failures_floor`` busy
+    failures in the window), ``carrier_load`` (map carrier → the broker's writes, msg/s:
+    :func:`pipelines.transforms.detect.broker_writes`), ``busy_brokers`` (the busy carriers, sorted) and
+    ``consume_tps`` (a group's consume rate on its non-retry topics, msg/s; null for topics and without
+    ``group_windows``)."""
     busy = broker_windows.select(
-        "window_start", "broker", (F.col("busy_failures") >= cfg.busy_failures_floor).alias("busy")
+        "window_start", "broker", (F.col("busy_failures") >= cfg.busy_failures_floor).alias("busy"),
+        broker_writes().alias("load"),
     )
     joined = traffic.join(busy, ["window_start", "broker"], "left")
     carrying = F.col("tps") > 0
-    return joined.groupBy(*WINDOW_KEYS, "resource_type", "resource").agg(
+    rows = joined.groupBy(*WINDOW_KEYS, "resource_type", "resource").agg(
         F.sum("tps").alias("observed_tps"),
         F.sum("rejected").alias("rejected"),
         F.map_from_entries(F.array_sort(F.collect_list(F.when(carrying, F.struct("broker", "tps"))))).alias(
             "broker_tps"),
         (~F.coalesce(F.max(F.when(carrying, F.col("busy"))), F.lit(False))).alias("healthy"),
+        F.map_from_entries(F.array_sort(F.collect_list(F.when(carrying & F.col("load").isNotNull(),
+                                                             F.struct("broker", "load"))))).alias("carrier_load"),
+        F.array_sort(F.collect_list(F.when(carrying & F.coalesce(F.col("busy"), F.lit(False)), F.col("broker"))))
+        .alias("busy_brokers"),
     )
+    if group_windows is None:
+        return rows.withColumn("consume_tps", F.lit(None).cast("double"))
+    consume = group_windows.transform(group_retry).select(
+        "window_start", F.lit("group").alias("resource_type"), F.col("consumer_group").alias("resource"),
+        "consume_tps")
+    return rows.join(consume, ["window_start", "resource_type", "resource"], "left").select(*DEMAND_COLUMNS)
 
 
 def observations(demand_rows: DataFrame, limited: DataFrame) -> DataFrame:
     """:func:`demand` rows + the resources to observe (``resource_type``, ``resource``: those with a limit in
-    force or a candidate in the micro-batch) → one row per window of the micro-batch × such resource: ``window_end``,
-    ``resource_type``, ``resource``, ``observed_tps``, ``rejected``, ``healthy``; a resource without traffic in a
-    window has ``observed_tps`` 0 (its limit is doing nothing there)."""
+    force or a candidate in the micro-batch) → one row per window of the micro-batch × such resource
+    (:data:`OBSERVATION_COLUMNS`); a resource without traffic in a window has ``observed_tps`` 0 (its limit is doing
+    nothing there), no rejection, healthy carriers and no consume rate."""
     window_ends = demand_rows.select("window_end").distinct()
     grid = window_ends.crossJoin(limited.select("resource_type", "resource").distinct())
     keys = ["window_end", "resource_type", "resource"]
-    return grid.join(demand_rows.select(*keys, "observed_tps", "rejected", "healthy"), keys, "left").select(
+    return grid.join(demand_rows.select(*OBSERVATION_COLUMNS), keys, "left").select(
         *keys,
         F.coalesce(F.col("observed_tps"), F.lit(0.0)).alias("observed_tps"),
         F.coalesce(F.col("rejected"), F.lit(0).cast("long")).alias("rejected"),
         F.coalesce(F.col("healthy"), F.lit(True)).alias("healthy"),
+        "consume_tps", "carrier_load", "busy_brokers",
     )
 
 

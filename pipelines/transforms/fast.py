@@ -42,6 +42,9 @@ CLUSTER = "cluster"
 CENSUS = "*"
 #: Roles of an event for a resource.
 PUT, BROKER_PUT, CONSUME, RETRY, FAILURE, SEEN = "put", "broker_put", "consume", "retry", "failure", "seen"
+#: Role of a rejection by the in-broker limiter (``RATE_LIMITED``) for the topic it names: the demand evidence of a
+#: limited resource, never a failure.
+LIMITED = "limited"
 
 
 def _target(resource_type: str, resource: Column, role: str, when: Column) -> Column:
@@ -52,12 +55,13 @@ def _target(resource_type: str, resource: Column, role: str, when: Column) -> Co
 def resource_events(events: DataFrame) -> DataFrame:
     """METRIC_EVENT rows → one row per event and resource it counts for: ``event_time``, ``broker``, ``topic``,
     ``resource_type`` (topic, group, broker, cluster), ``resource``, ``role`` (put, broker_put, consume, retry,
-    failure, seen), ``busy`` (a busy failure class, docs/rocketmq-formats.md §5) and ``amount``.
+    failure, limited, seen), ``busy`` (a busy failure class, docs/rocketmq-formats.md §5) and ``amount``.
 
     A topic's put lines count for the topic and its broker; a group's GROUP_GET_NUMS on non-retry topics is its
     consume, its SNDBCK_PUT_NUMS its retry; a failure counts for its topic and broker, except a rejection by the
-    in-broker limiter (``RATE_LIMITED``: the governor's own limit at work, never a failure spike nor a busy broker;
-    the final path counts it as demand); every stats line marks its broker as reported in the window's census.
+    in-broker limiter (``RATE_LIMITED``: the governor's own limit at work, never a failure spike nor a busy broker),
+    which counts for its topic as ``limited`` (demand evidence: the final path's lift veto); every stats line marks
+    its broker as reported in the window's census.
     """
     metric = F.col("metric")
     is_failure = metric.startswith(FAILURE_METRIC_PREFIX)
@@ -72,6 +76,7 @@ def resource_events(events: DataFrame) -> DataFrame:
         _target("group", F.col("consumer_group"), RETRY, (metric == rmq.SNDBCK_PUT_NUMS) & F.col("consumer_group").isNotNull()),
         _target("topic", F.col("topic"), FAILURE, fault & F.col("topic").isNotNull()),
         _target("broker", F.col("broker"), FAILURE, fault & F.col("broker").isNotNull()),
+        _target("topic", F.col("topic"), LIMITED, is_failure & ~fault & F.col("topic").isNotNull()),
         _target(CLUSTER, F.lit(CENSUS), SEEN, ~is_failure & F.col("broker").isNotNull()),
     )
     busy = is_failure & F.substring_index(metric, ":", -1).isin(*rmq.BUSY_FAILURE_CLASSES)
@@ -102,8 +107,9 @@ def _line_sum(lines: Column, role: str) -> Column:
 def open_window_sums(cfg: WindowsConfig) -> Transform:
     """:func:`resource_events` rows (with a watermark on ``event_time``) → running sums per window × resource:
     ``window_start``, ``window_end``, ``resource_type``, ``resource``, ``puts``, ``broker_puts`` (null when the
-    broker printed none), ``consumed``, ``retried``, ``failures``, ``busy_failures`` (longs, messages in the window
-    so far), ``brokers`` (sorted array of the brokers whose stats lines are in the window; census rows only) and
+    broker printed none), ``consumed``, ``retried``, ``failures``, ``busy_failures``, ``rate_limited`` (longs,
+    messages in the window so far; ``rate_limited`` a topic's sends rejected by the in-broker limiter), ``brokers``
+    (sorted array of the brokers whose stats lines are in the window; census rows only) and
     ``carriers`` (brokers with a put line; topic rows).
 
     As in :func:`pipelines.transforms.tps.window_metrics`, a stats line shipped twice counts once (stats amounts are
@@ -113,11 +119,13 @@ def open_window_sums(cfg: WindowsConfig) -> Transform:
     def transform(events: DataFrame) -> DataFrame:
         window = F.window(F.col("event_time"), f"{cfg.length_seconds} seconds")
         is_failure = F.col("role") == FAILURE
+        is_limited = F.col("role") == LIMITED
         grouped = events.groupBy(window.alias("window"), "resource_type", "resource").agg(
-            F.collect_set(F.when(~is_failure, F.struct("role", "broker", "topic", "event_time", "amount")))
-            .alias("lines"),
+            F.collect_set(F.when(~is_failure & ~is_limited, F.struct("role", "broker", "topic", "event_time",
+                                                                    "amount"))).alias("lines"),
             F.sum(F.when(is_failure, F.col("amount"))).alias("failures"),
             F.sum(F.when(is_failure & F.col("busy"), F.col("amount"))).alias("busy_failures"),
+            F.sum(F.when(is_limited, F.col("amount"))).alias("rate_limited"),
         )
         lines = F.col("lines")
         has_broker_put = F.exists(lines, lambda x: x["role"] == BROKER_PUT)
@@ -132,6 +140,7 @@ def open_window_sums(cfg: WindowsConfig) -> Transform:
             _line_sum(lines, RETRY).alias("retried"),
             F.coalesce(F.col("failures"), F.lit(0).cast("long")).alias("failures"),
             F.coalesce(F.col("busy_failures"), F.lit(0).cast("long")).alias("busy_failures"),
+            F.coalesce(F.col("rate_limited"), F.lit(0).cast("long")).alias("rate_limited"),
             broker_amounts(lines).alias("broker_amounts"),
             F.array_sort(F.array_distinct(F.transform(F.filter(lines, lambda x: x["role"] == SEEN),
                                                       lambda x: x["broker"]))).alias("brokers"),
@@ -216,7 +225,7 @@ def preliminary_anomalies(
 
     topics = of("topic").select(
         *WINDOW_KEYS, F.col("resource").alias("topic"), per_s("puts").alias("put_tps"), "failures", "busy_failures",
-        F.lit(0).cast("long").alias("rate_limited"),  # left out of the open-window sums (resource_events)
+        F.lit(0).cast("long").alias("rate_limited"),  # the open-window failures leave the limiter's out already
         _failures_by_class(F.col("busy_failures"), F.col("failures")).alias("failures_by_class"),
         F.when(F.col("puts") + F.col("failures") > 0,
                F.col("failures") / (F.col("puts") + F.col("failures"))).otherwise(0.0).alias("failure_rate"),

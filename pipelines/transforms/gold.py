@@ -36,7 +36,8 @@ from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig
 from pipelines.transforms import demand, detect, policy, policy_fold, reconcile, tps
 from pipelines.transforms.anomalies import limited_by
-from pipelines.transforms.fold import BOUND
+from pipelines.transforms.fold import BOUND, HOLD, VETO
+from pipelines.transforms.policy_fold import OpenEvidence
 from pipelines.transforms.types import Transform
 
 #: Decisions → (accepted, quarantine rows): the ``gold/limits`` expectations (the quality gate's ``check_limits``).
@@ -100,6 +101,8 @@ class GoldInputs:
             (:func:`pipelines.io.publish.latest_per_resource`), for :func:`pipelines.transforms.reconcile.reconcile_preliminary`.
         limiter_rejections: ``control/limiter_rejections`` rows of the batch's windows (demand evidence,
             :func:`pipelines.transforms.demand.limiter_traffic`); None when there are none.
+        open_evidence: what the fast path's open windows after the batch show of resources under a limit (the
+            lift veto, :func:`pipelines.transforms.fold.fold_resource`); None without a fast path.
     """
 
     metrics: DataFrame
@@ -108,6 +111,7 @@ class GoldInputs:
     policy_state: DataFrame
     latest_limits: DataFrame
     limiter_rejections: DataFrame | None = None
+    open_evidence: OpenEvidence | None = None
 
 
 @dataclass
@@ -172,6 +176,7 @@ def decisions(
     now: dt.datetime,
     check: LimitsCheck,
     batch_id: int,
+    open_evidence: OpenEvidence | None = None,
 ) -> Decided:
     """Anomalies and demand evidence → :class:`Decided`.
 
@@ -185,20 +190,23 @@ def decisions(
     observed = policy_state.where(F.col("limit_qps").isNotNull()).select(*RESOURCE_KEYS).unionByName(
         candidates.select(*RESOURCE_KEYS))
     folded = policy_fold.decide(candidates, policy_state, horizon_end, limits_cfg, cfg.windows.length_seconds,
-                                observations=demand.observations(demand_rows, observed))
+                                observations=demand.observations(demand_rows, observed), detection=cfg.detection,
+                                open_evidence=open_evidence)
     accepted, refused = check(policy.finish_decisions(folded.where(F.col("row_kind") == "decision"), limits_cfg, now))
     state = folded.where(F.col("row_kind") == "state").select("*", F.lit(batch_id).cast("long").alias("batch_id"))
     return Decided(accepted, refused, state, folded.where(F.col("row_kind") == "evidence"))
 
 
 def bound_anomalies(evidence: DataFrame, windows_cfg) -> DataFrame:
-    """Evidence rows of windows where no rule fired but the resource ran at its cap or its limiter rejected sends
+    """Evidence rows of windows where no detection rule fired but the cause persists under the limit (the resource
+    ran at its cap or its limiter rejected sends: ``bound``; or its visible demand still fires the rule: ``hold``)
     → ``gold/anomalies`` rows: the anomaly that set the limit persists (``RUNAWAY_RETRY`` for a group's retry
     traffic, ``TRAFFIC_SURGE`` for a topic), ``observed_tps`` the admitted rate, ``baseline_tps`` the limit,
-    ``detail`` "limit-bound: 38.2 of 40.2 msg/s[, rejecting (n sends rejected by the limiter)]"."""
+    ``detail`` "limit-bound: 38.2 of 40.2 msg/s[, rejecting (n sends rejected by the limiter)]" or "visible demand
+    fires the rule: …"."""
     kind = F.when(F.col("resource_type") == "group", F.lit(limited_by("group").value)).otherwise(
         F.lit(limited_by("topic").value))
-    bound = evidence.where((F.col("status") == BOUND) & ~F.col("rule_fired"))
+    bound = evidence.where(F.col("status").isin(BOUND, HOLD) & ~F.col("rule_fired"))
     return bound.select(
         (F.col("window_end") - F.make_dt_interval(secs=F.lit(windows_cfg.length_seconds))).alias("window_start"),
         "window_end", "resource_type", "resource", kind.alias("anomaly"), "observed_tps",
@@ -210,7 +218,7 @@ def bound_anomalies(evidence: DataFrame, windows_cfg) -> DataFrame:
 def with_limit_in_force(topics: DataFrame, evidence: DataFrame) -> DataFrame:
     """``gold/topic_tps`` rows → the same with ``limit_qps``: the topic's enforced cluster-wide limit in force in
     the window (from the fold's evidence rows), null when none (such windows are left out of surge baselines)."""
-    limited = evidence.where(F.col("resource_type") == "topic").select(
+    limited = evidence.where((F.col("resource_type") == "topic") & (F.col("status") != VETO)).select(
         "window_end", F.col("resource").alias("topic"), F.col("limit_qps").alias("_limit"))
     joined = topics.join(limited, ["window_end", "topic"], "left")
     return joined.select(*[F.col("_limit").alias(c) if c == "limit_qps" else F.col(c) for c in topics.columns])
@@ -256,10 +264,10 @@ def gold_outputs(
         batch_windows = metrics.select("window_start").distinct()
         traffic = traffic.unionByName(demand.limiter_traffic(inputs.limiter_rejections, windows)
                                       .join(batch_windows, "window_start", "left_semi"))
-    demand_rows = demand.demand(traffic, brokers, cfg.detection).transform(single)
+    demand_rows = demand.demand(traffic, brokers, cfg.detection, groups).transform(single)
     decided = decisions(
         anomalies, tps.topic_brokers(metrics), demand_rows, inputs.policy_state, horizon_end, cfg, now, check,
-        batch_id,
+        batch_id, inputs.open_evidence,
     )
     limits = decided.limits.persist()
     state = decided.state.persist()

@@ -37,7 +37,7 @@ from pipelines.transforms.types import WINDOW_KEYS
 #: Columns of a limit candidate (one per resource and window).
 CANDIDATE_COLUMNS = (
     "resource_type", "resource", "window_end", "target_qps", "floor_qps", "lift_at_qps", "observed_tps",
-    "critical", "mode", "reason",
+    "critical", "mode", "reason", "baseline_tps",
 )
 
 
@@ -90,6 +90,7 @@ def candidate_limits(anomalies: DataFrame, topic_brokers: DataFrame, cfg: Limits
             F.col("detail"),
             F.lit(cfg.allowed_retry_share * 100),
         ).alias("reason"),
+        consume.alias("baseline_tps"),
     )
 
     busy = anomalies.where(F.col("anomaly") == Anomaly.BROKER_BUSY.value).select(
@@ -130,6 +131,7 @@ def candidate_limits(anomalies: DataFrame, topic_brokers: DataFrame, cfg: Limits
                 F.col("detail"), F.lit(cfg.surge_headroom),
             )
         ).alias("reason"),
+        F.col("baseline_tps"),
     )
     candidates = group_candidates.unionByName(topic_candidates).where(_not_protected(F.col("resource"), cfg))
     lowest = candidates.groupBy("resource_type", "resource", "window_end").agg(

@@ -11,6 +11,7 @@ folded on the driver, and the result becomes a local DataFrame again.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 import pandas as pd
 import pyarrow as pa
@@ -19,8 +20,14 @@ from pyspark.sql import functions as F
 
 from pipelines import schemas
 from pipelines.spark_compat import arrow_schema
-from pipelines.config import LimitsConfig
-from pipelines.transforms.fold import Candidate, Observation, ResourceState, fold_resource
+from pipelines.config import DetectionConfig, LimitsConfig
+from pipelines.transforms.fold import VETO, Candidate, Observation, ResourceState, fold_resource
+
+#: Open-window evidence per resource for the final path's lift veto: (resource_type, resource) → observations of the
+#: fast path's open windows (:func:`pipelines.transforms.fold.fold_resource`'s ``open_evidence``).
+OpenEvidence = dict[tuple[str, str], list[Observation]]
+
+log = logging.getLogger("rate_governor")
 
 FOLD_COLUMNS = [field.name for field in schemas.POLICY_FOLD.fields]
 #: Explicit column types of the fold's output, so that an all-null column still reaches Arrow with its type.
@@ -35,7 +42,10 @@ FOLD_ARROW_SCHEMA = arrow_schema(schemas.POLICY_FOLD)
 #: one holds.
 STATE_COLUMNS = ("limit_qps", "version", "last_candidate_end", "last_decision_end", "last_change_end",
                  "lift_at_qps", "mode", "target_qps", "limited_since", "broker_shares", "last_distress_end",
-                 "last_lift_end", "lifted_target_qps", "recurrences")
+                 "last_lift_end", "lifted_target_qps", "recurrences", "baseline_tps", "busy_load", "probe_from_qps",
+                 "probe_ceiling_qps", "probe_hold_until", "probe_backoff", "cause_changes")
+#: Map columns of STATE_COLUMNS (dicts in ResourceState, sorted (key, value) pairs in Arrow).
+STATE_MAPS = ("broker_shares", "busy_load")
 #: Row kinds of POLICY_FOLD.
 CANDIDATE, OBSERVATION, STATE, DECISION, EVIDENCE = "candidate", "observation", "state", "decision", "evidence"
 
@@ -52,6 +62,17 @@ def _ts(value: object) -> dt.datetime | None:
 
 def _num(value: object) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
+
+
+def _int(value: object) -> int:
+    return 0 if value is None or pd.isna(value) else int(value)
+
+
+def _names(value: object) -> tuple[str, ...]:
+    """An array column as Arrow hands it to pandas (an ndarray or list, or None) → a tuple of names."""
+    if value is None or isinstance(value, float):
+        return ()
+    return tuple(str(v) for v in value)
 
 
 def _figures(value: object) -> dict[str, float]:
@@ -73,7 +94,7 @@ def _saved_state(rows: pd.DataFrame) -> ResourceState:
         state.resource_type,
         state.resource,
         limit_qps=_num(s["limit_qps"]),
-        version=int(s["version"]) if not pd.isna(s["version"]) else 0,
+        version=_int(s["version"]),
         last_candidate_end=_ts(s["last_candidate_end"]),
         last_decision_end=_ts(s["last_decision_end"]),
         last_change_end=_ts(s["last_change_end"]),
@@ -85,26 +106,39 @@ def _saved_state(rows: pd.DataFrame) -> ResourceState:
         last_distress_end=_ts(s["last_distress_end"]),
         last_lift_end=_ts(s["last_lift_end"]),
         lifted_target_qps=_num(s["lifted_target_qps"]),
-        recurrences=0 if pd.isna(s["recurrences"]) else int(s["recurrences"]),
+        recurrences=_int(s["recurrences"]),
+        baseline_tps=_num(s["baseline_tps"]),
+        busy_load=_figures(s["busy_load"]),
+        probe_from_qps=_num(s["probe_from_qps"]),
+        probe_ceiling_qps=_num(s["probe_ceiling_qps"]),
+        probe_hold_until=_ts(s["probe_hold_until"]),
+        probe_backoff=_int(s["probe_backoff"]),
+        cause_changes=_int(s["cause_changes"]),
     )
 
 
+def _observation(r) -> Observation:
+    return Observation(_ts(r.window_end), _num(r.observed_tps) or 0.0,  # type: ignore[arg-type]
+                       0 if pd.isna(r.rejected) else int(r.rejected),
+                       bool(r.healthy) if not pd.isna(r.healthy) else True, _num(r.consume_tps),
+                       _figures(r.carrier_load), _names(r.busy_brokers))
+
+
 def _fold_group(rows: pd.DataFrame, horizon_end: dt.datetime, cfg: LimitsConfig, window_seconds: int,
-                recover: bool = True) -> pd.DataFrame:
+                recover: bool = True, detection: DetectionConfig | None = None,
+                open_evidence: list[Observation] | None = None) -> pd.DataFrame:
     cands = [
         Candidate(
             _ts(r.window_end), float(r.target_qps), str(r.reason), _num(r.floor_qps) or 0.0,  # type: ignore[arg-type]
             _num(r.lift_at_qps), _num(r.observed_tps), bool(r.critical), str(r.mode), _figures(r.broker_tps),
+            _num(r.baseline_tps),
         )
         for r in rows[rows["row_kind"] == CANDIDATE].itertuples()
     ]
-    obs = [
-        Observation(_ts(r.window_end), _num(r.observed_tps) or 0.0,  # type: ignore[arg-type]
-                    0 if pd.isna(r.rejected) else int(r.rejected), bool(r.healthy) if not pd.isna(r.healthy) else True)
-        for r in rows[rows["row_kind"] == OBSERVATION].itertuples()
-    ]
+    obs = [_observation(r) for r in rows[rows["row_kind"] == OBSERVATION].itertuples()]
     decisions, final, evidence = fold_resource(_saved_state(rows), cands, horizon_end, cfg, window_seconds, recover,
-                                               observations=obs)
+                                               observations=obs, detection=detection,
+                                               open_evidence=open_evidence or ())
     keys = {"resource_type": final.resource_type, "resource": final.resource}
     out = [
         {"row_kind": DECISION, **keys, "window_end": d.window_end, "limit_qps": d.limit_qps,
@@ -118,7 +152,8 @@ def _fold_group(rows: pd.DataFrame, horizon_end: dt.datetime, cfg: LimitsConfig,
         for e in evidence
     ]
     state = {name: getattr(final, name) for name in STATE_COLUMNS}
-    state["broker_shares"] = sorted(final.broker_shares.items()) or None
+    for name in STATE_MAPS:
+        state[name] = sorted(state[name].items()) or None
     out.append({"row_kind": STATE, **keys, **state})
     return pd.DataFrame(out, columns=FOLD_COLUMNS).astype(PANDAS_DTYPES)
 
@@ -154,6 +189,8 @@ def decide(
     window_seconds: int,
     recover: bool = True,
     observations: DataFrame | None = None,
+    detection: DetectionConfig | None = None,
+    open_evidence: OpenEvidence | None = None,
 ) -> DataFrame:
     """Run the policy fold for every resource with a candidate or an active limit (``recover``: see
     :func:`pipelines.transforms.fold.fold_resource`).
@@ -164,6 +201,8 @@ def decide(
         state: saved state rows (:data:`pipelines.schemas.POLICY_STATE` without ``batch_id``), one per resource.
         horizon_end: end of the last finalized window of the micro-batch (UTC).
         observations: the demand evidence of the micro-batch's windows (final path), None on the fast path.
+        detection: the rules' thresholds (a limited resource is judged by its rule on the visible demand).
+        open_evidence: the fast path's open windows of resources under a limit (the final path's lift veto).
     Returns:
         :data:`pipelines.schemas.POLICY_FOLD` rows (a local DataFrame): ``decision`` rows, ``evidence`` rows (the
         windows under an enforced limit) and one ``state`` row per resource, resources in (resource_type, resource)
@@ -173,10 +212,13 @@ def decide(
     # a resource that is only observed (neither limited nor a candidate) has nothing to fold
     anchored = rows.loc[rows["row_kind"].isin([CANDIDATE, STATE]), ["resource_type", "resource"]].drop_duplicates()
     rows = rows.merge(anchored, on=["resource_type", "resource"], how="inner")
+    opened = open_evidence or {}
     folded = [
-        _fold_group(group, horizon_end, cfg, window_seconds, recover)
-        for _, group in rows.groupby(["resource_type", "resource"], sort=True)
+        _fold_group(group, horizon_end, cfg, window_seconds, recover, detection, opened.get(key))
+        for key, group in rows.groupby(["resource_type", "resource"], sort=True)
     ]
     out = pd.concat(folded, ignore_index=True) if folded else pd.DataFrame(columns=FOLD_COLUMNS).astype(PANDAS_DTYPES)
+    for veto in out[(out["row_kind"] == EVIDENCE) & (out["status"] == VETO)].itertuples():
+        log.info("%s %s: %s", veto.resource_type, veto.resource, veto.reason)
     table = pa.Table.from_pandas(out, schema=FOLD_ARROW_SCHEMA, preserve_index=False)
     return candidates.sparkSession.createDataFrame(table, schema=schemas.POLICY_FOLD)

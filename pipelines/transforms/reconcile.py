@@ -83,6 +83,8 @@ def preliminary_state(saved_state: DataFrame, latest_limits: DataFrame) -> DataF
         F.col("last_lift_end"),
         F.col("lifted_target_qps"),
         F.col("recurrences"),
+        *[F.col(name) for name in ("baseline_tps", "busy_load", "probe_from_qps", "probe_ceiling_qps",
+                                   "probe_hold_until", "probe_backoff", "cause_changes")],
     )
 
 

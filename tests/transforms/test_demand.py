@@ -54,20 +54,36 @@ def test_demand_sums_brokers_keeps_the_per_broker_traffic_and_judges_the_carrier
     assert (got["orders"]["observed_tps"], got["orders"]["rejected"]) == (40.0, 3)
     assert got["orders"]["broker_tps"] == {"broker-a": 30.0, "broker-b": 10.0}
     assert got["orders"]["healthy"] is False and got["quiet"]["healthy"] is True   # broker-a is busy (30 >= 10)
+    # each carrier's writes (a surge probe's bound) and the busy carriers; no consume rate without group windows
+    assert got["orders"]["carrier_load"] == {"broker-a": 40.0, "broker-b": 15.0}
+    assert got["orders"]["busy_brokers"] == ["broker-a"] and got["quiet"]["busy_brokers"] == []
+    assert got["orders"]["consume_tps"] is None
+
+
+def test_demand_of_a_group_carries_its_consume_rate_on_non_retry_topics(spark):
+    """Under a retry limit the rule judges the visible retry traffic against the group's consume rate of the same
+    window (tests/transforms/test_fold.py): its GROUP_GET_NUMS on non-retry topics, summed over topics and brokers."""
+    traffic = spark.createDataFrame([(T0, T1, "group", "g", "broker-a", 24.0, 0)], TRAFFIC)
+    brokers = spark.createDataFrame([(T0, T1, "broker-a", 500.0, 900.0, 2, 0, 0, None)], schemas.GOLD_BROKER_TPS)
+    groups = spark.createDataFrame([(T0, T1, "g", "orders", 300.0, 20.0, 0.07), (T0, T1, "g", "payments", 100.0, 4.0, 0.04),
+                                    (T0, T1, "g", "%RETRY%g", 50.0, 0.0, 0.0)], schemas.GOLD_GROUP_TPS)
+    got = demand.demand(traffic, brokers, D, groups).collect()
+    assert [(r["consume_tps"], r["carrier_load"]) for r in got] == [(400.0, {"broker-a": 900.0})]
 
 
 def test_observations_cover_every_window_of_the_batch_for_every_resource_to_observe(spark):
     rows = spark.createDataFrame([
-        (T0, T1, "group", "g", 40.0, 0, {"broker-a": 40.0}, True),
-        (T1, T2, "topic", "other", 5.0, 0, {"broker-a": 5.0}, True),
+        (T0, T1, "group", "g", 40.0, 0, {"broker-a": 40.0}, True, {"broker-a": 800.0}, [], 400.0),
+        (T1, T2, "topic", "other", 5.0, 0, {"broker-a": 5.0}, True, {"broker-a": 900.0}, [], None),
     ], "window_start timestamp, window_end timestamp, resource_type string, resource string, observed_tps double, "
-       "rejected long, broker_tps map<string,double>, healthy boolean")
+       "rejected long, broker_tps map<string,double>, healthy boolean, carrier_load map<string,double>, "
+       "busy_brokers array<string>, consume_tps double")
     limited = spark.createDataFrame([("group", "g")], "resource_type string, resource string")
     got = demand.observations(rows, limited)
-    want = spark.createDataFrame([(T1, "group", "g", 40.0, 0, True), (T2, "group", "g", 0.0, 0, True)],
-                                 "window_end timestamp, resource_type string, resource string, observed_tps double, "
-                                 "rejected long, healthy boolean")
-    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+    assert got.columns == list(demand.OBSERVATION_COLUMNS)
+    assert sorted(tuple(r) for r in got.collect()) == [  # maps cannot be sorted by chispa: compared as rows
+        (T1, "group", "g", 40.0, 0, True, 400.0, {"broker-a": 800.0}, []),
+        (T2, "group", "g", 0.0, 0, True, None, None, None)]
 
 
 def test_limiter_views_are_rejection_evidence_of_the_window_they_fall_in(spark):

@@ -48,6 +48,8 @@ def test_running_sums_per_resource_count_a_duplicated_line_once(spark):
     assert rows["broker", "broker-a"]["puts"] == 600 and rows["broker", "broker-a"]["broker_puts"] is None
     assert (rows["group", "g"]["consumed"], rows["group", "g"]["retried"]) == (300, 240)
     assert rows["cluster", "*"]["brokers"] == ["broker-a", "broker-b"]
+    # the limiter's rejections of a topic so far (the lift veto's evidence), never failures
+    assert rows["topic", "orders"]["rate_limited"] == 1 and rows["broker", "broker-b"]["rate_limited"] == 0
 
 
 def test_census_is_complete_only_when_every_expected_broker_reported(spark):

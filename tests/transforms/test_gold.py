@@ -34,7 +34,7 @@ def test_a_limited_group_whose_limiter_rejected_in_the_window_is_still_bound(spa
         [(s, e, "broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 600) for s, e in windows]
         + [(s, e, "broker-a", "orders", "g", "GROUP_GET_NUMS", 24_000) for s, e in windows], schemas.WINDOW_METRIC)
     state = spark.createDataFrame([("group", "g", 40.0, 3, t0, t0, t0, 400.0, "enforce", 40.0, t0,
-                                    {"broker-a": 1.0}, None, None, None, None)],
+                                    {"broker-a": 1.0}, None, None, None, None) + (None,) * 7],
                                   STATE)
     rejections = spark.createDataFrame(
         [(windows[-1][1], "rocketmq", "broker-a", "%RETRY%g", s + dt.timedelta(seconds=30), 7) for s, _ in windows],
