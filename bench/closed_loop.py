@@ -5,7 +5,7 @@ figures and checks of each, and what the suite costs on this machine.
     .venv/bin/python bench/closed_loop.py [--scenarios a,b,...] [--propagation 10] [--sweep persisting_storm]
                                           [--sweep-propagation 0,10,30] [--dir DIR] [--keep] [--conf conf/backtest.toml]
 
-Runs ``--scenarios`` (default: all seven) at ``--propagation`` seconds (default: the config's), and the ``--sweep``
+Runs ``--scenarios`` (default: all of them) at ``--propagation`` seconds (default: the config's), and the ``--sweep``
 scenarios also at every ``--sweep-propagation``; one Spark session, one fresh lake per run under ``DIR`` (a
 temporary directory by default; the run lakes are deleted unless ``--keep``, their reports and pictures are copied
 to ``DIR/reports``). Every run's figures are appended to ``DIR/results`` (Delta table ``backtest/results``,
@@ -47,17 +47,22 @@ def row(name: str, prop: float, out: dict) -> str:
     f = out["figures"]
     v = f.value
     failed = [n for n, ok, _ in f.checks if not ok]
+    per = f.details.get("bystander_after_pct_of_before", "")
+    episodes = f"; {per}" if ";" in per else ""  # more than one episode: each beside the all-episode figure
     return (f"| {name} | {prop:g} | {_fmt(v('onset_to_limit_in_force'))} | "
             f"{_fmt(v('culprit_admitted_over_target'), 2)} | {_fmt(v('bystander_rejected_per_minute_before'))} | "
-            f"{_fmt(v('bystander_rejected_per_minute_after'), 1)} ({_fmt(v('bystander_after_pct_of_before'), 2)} %) | "
+            f"{_fmt(v('bystander_rejected_per_minute_after'), 1)} ({_fmt(v('bystander_after_pct_of_before'), 2)} %"
+            f"{episodes}) | "
             f"{_fmt(v('bystander_rejected_per_minute_no_governor'))} | "
-            f"{_fmt(v('limit_changes_while_cause_persists'))} | {f.details.get('fix_to_lift_minutes', 'n/a')} | "
+            f"{f.details.get('limit_changes_while_cause_persists', 'n/a')}; all {_fmt(v('limit_changes_all_episodes'))} | "
+            f"{f.details.get('fix_to_lift_minutes', 'n/a')} | "
             f"{_fmt(v('false_limits'))} | {_fmt(v('step_seconds_median'), 1)} / {_fmt(v('step_seconds_max'), 1)} | "
             f"{_fmt(v('wall_seconds'))} | {'PASS' if not failed else 'FAIL: ' + '; '.join(failed)} |")
 
 
 HEADER = ("| scenario | propagation s | onset -> in force s | admitted / target | bystander rejected/min before | "
-          "after (% of before) | no governor, same minutes | value changes | fix -> lift min | false limits | "
+          "after, all episodes (% of before; per episode) | no governor, same minutes | value changes per episode; "
+          "all | fix -> lift min | false limits | "
           "step s median / max | wall s | checks |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 

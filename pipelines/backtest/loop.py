@@ -8,11 +8,13 @@ Simulated time ``t`` (UTC, the scenario's own) is stepped the way the shipped tr
    ``shipping.stats_seconds`` later, rendered by :mod:`pipelines.sim.render` from what the brokers admitted
    (:mod:`pipelines.sim.admitted`); a rejected attempt's send-failure line lands ``shipping.failures_seconds``
    after it failed (or with the shipper's next batch, ``shipping.failures_batch_seconds``).
-2. When something landed, one step: the queries (started with a short trigger, ``poll_milliseconds``) run until
-   all of it is processed (``processAllAvailable``); the governor's clock (:class:`SimClock`: ``decided_at``,
-   ``expires_at``, the publisher's "now") reads ``t`` + the wall time elapsed in this step. The step's measured
-   time is from the landing to the end of the last micro-batch it caused (Spark's progress events), added to
-   simulated time 1:1.
+2. When something landed, or a query has a micro-batch to run, one step on the product's trigger grid
+   (:mod:`pipelines.backtest.triggers`): each query runs at most one micro-batch, on what existed at the instant
+   (the gold query finds the events files the ingest query wrote at the previous instant; a no-data micro-batch
+   that emits the windows the watermark has just passed runs one instant after the data that moved it); the
+   governor's clock (:class:`SimClock`: ``decided_at``, ``expires_at``, the publisher's "now") reads ``t`` + the
+   wall time elapsed in this step. The step's measured time is its longest micro-batch (Spark's progress events,
+   without the wait at the harness's gate), added to simulated time 1:1.
 3. The next step starts as Spark's processing-time trigger would start it
    (``ProcessingTimeExecutor``: at the next multiple of ``windows.trigger_seconds`` after this one started, or at
    once when this one ran longer); a trigger that finds nothing new costs nothing and is skipped.
@@ -31,7 +33,6 @@ executor, started within milliseconds of each other).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import math
 import threading
@@ -45,6 +46,7 @@ import pandas as pd
 from control import record as cr
 from control.applier import LimitApplier
 from control.token_bucket import default_burst
+from pipelines.backtest.triggers import Gates, grid_after
 from pipelines.backtest.settings import (
     BacktestConfig,
     BacktestError,
@@ -59,6 +61,9 @@ from pipelines.sim.minutes import failure_text, land, stats_files
 from pipelines.sim.spec import ScenarioSpec
 
 log = logging.getLogger("rate_governor.backtest")
+#: Trigger instants the loop keeps stepping after the last line landed, while micro-batches are still pending (the
+#: final path's no-data micro-batches emit the last windows one trigger after the data that moved the watermark).
+DRAIN_TRIGGERS = 30
 
 
 class SimClock:
@@ -266,27 +271,6 @@ class Shipper:
         return files, minutes, n
 
 
-def _grid_after(t: pd.Timestamp, trigger: int) -> pd.Timestamp:
-    """Spark's ``ProcessingTimeExecutor.nextBatchTime``: the next multiple of the trigger interval after ``t``."""
-    sec = t.value / 1e9
-    return pd.Timestamp(int((math.floor(sec / trigger) + 1) * trigger * 1e9), tz="UTC")
-
-
-def _batch_ends(queries, since_wall: float) -> tuple[int, float, dict[str, float]]:
-    """(micro-batches that started after ``since_wall``, wall time the last of them ended, seconds per query)."""
-    count, end, per = 0, since_wall, {}
-    for q in queries:
-        for p in q.recentProgress:
-            began = dt.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
-            if began + 1e-3 >= since_wall:
-                took = p["durationMs"].get("triggerExecution", 0) / 1000.0
-                count += 1
-                end = max(end, began + took)
-                name = q.name.removeprefix("rate-governor-")
-                per[name] = round(per.get(name, 0.0) + took, 2)
-    return count, end, per
-
-
 #: Spark's "Current batch is falling behind" warning: with the harness's short poll trigger it says nothing (the
 #: shipped trigger is stepped in simulated time, and the steps report their measured time).
 _POLL_LOGGER = "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor"
@@ -342,39 +326,41 @@ def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
     queries: list = []
     try:
         gov = build_governor(spark, cfg, clock)
+        gates = Gates.install(gov, lake / "backtest" / "events-outbox")
         queries = governor.start_queries(spark, gov, once=False, interval=f"{bcfg.poll_milliseconds} milliseconds")
-        t = max(_grid_after(cluster.start, trigger),
+        by_name = {q.name.removeprefix("rate-governor-"): q for q in queries}
+        t = max(grid_after(cluster.start, trigger),
                 cluster.start + pd.Timedelta(minutes=backlog_minutes, seconds=ship.stats_seconds))
         last_land = cluster.end + pd.Timedelta(seconds=max(ship.stats_seconds, ship.failures_seconds
                                                            + ship.failures_batch_seconds))
-        while t <= last_land + pd.Timedelta(seconds=trigger):
+        while t <= last_land + pd.Timedelta(seconds=trigger * DRAIN_TRIGGERS):
             brokers.apply_until(t)
             files, due, n_failures = shipper.due(t, len(steps))
             lines_total += n_failures
-            if not files:
-                t = _grid_after(t, trigger)
+            released, waiting = gates.pending(), gates.waiting()
+            if not files and not released and not waiting:
+                if t > last_land:
+                    break
+                t = grid_after(t, trigger)
                 continue
             watcher = _Watcher(lake / LIMITS_FILE, clock, work, prop, seen)
-            wall0 = clock.start(t)
+            clock.start(t)
+            gates.release()  # what the ingest query wrote before this instant
             land(landing, files)
             watcher.start()
-            for q in queries:
-                q.processAllAvailable()
-            for q in queries:
-                if q.exception() is not None:
-                    raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+            busy = ({"ingest", "fast"} if files else set()) | ({"gold"} if released else set())
+            seconds, batches, per_query = gates.step(by_name, busy)
             watcher.halt.set()
             watcher.join()
             watcher.check()
-            batches, end, per_query = _batch_ends(queries, wall0)
-            seconds = max(0.0, end - wall0)
             clock.stop(seconds)
             publications += watcher.published
             brokers.pending += watcher.published
             steps.append(Step(t, seconds, due, n_failures, batches, per_query))
             if progress is not None:
                 progress(steps[-1], watcher.published)
-            t = max(_grid_after(t, trigger), t + pd.Timedelta(seconds=seconds))
+            gates.settle()
+            t = max(grid_after(t, trigger), t + pd.Timedelta(seconds=seconds))
     finally:
         for q in queries:
             if q.isActive:

@@ -29,20 +29,28 @@ _CLUSTER = {"brokers": 4, "topics": 10, "groups": 6}
 SCENARIO_SIZES: dict[str, dict[str, Any]] = {
     "persisting_storm": {**_CLUSTER, "minutes": 20, "onset_minute": 6, "culprit_topic_brokers": 2},
     "storm_fixed": {**_CLUSTER, "minutes": 24, "onset_minute": 6, "culprit_topic_brokers": 2, "storm_fix_minute": 14},
-    "intermittent_storm": {**_CLUSTER, "minutes": 30, "onset_minute": 6, "culprit_topic_brokers": 2,
-                           "storm_on_minutes": 4, "storm_off_minutes": 4},
+    "storm_fixed_legit_retry": {**_CLUSTER, "minutes": 26, "onset_minute": 6, "culprit_topic_brokers": 2,
+                                "storm_fix_minute": 14, "fixed_retry_share": 0.06},
+    "intermittent_storm": {**_CLUSTER, "minutes": 40, "onset_minute": 6, "culprit_topic_brokers": 2,
+                           "storm_on_minutes": 4, "storm_off_minutes": 4, "storm_episodes": 3},
+    "intermittent_short": {**_CLUSTER, "minutes": 34, "onset_minute": 6, "culprit_topic_brokers": 2,
+                           "storm_on_minutes": 4, "storm_off_minutes": 2, "storm_episodes": 3},
     "spread_storm": {**_CLUSTER, "brokers": 5, "minutes": 20, "onset_minute": 6, "culprit_topic_brokers": 4},
     "flash_sale": {**_CLUSTER, "minutes": 25, "onset_minute": 12},
     "noisy_neighbour": {**_CLUSTER, "minutes": 22, "onset_minute": 12, "noisy_put_tps": 800.0,
                         "culprit_broker_normal_put_per_min": 15_000, "culprit_topic_tps": 150.0},
+    "noisy_neighbour_long": {**_CLUSTER, "minutes": 54, "onset_minute": 12, "noisy_put_tps": 800.0, "noisy_minutes": 32,
+                             "culprit_broker_normal_put_per_min": 15_000, "culprit_topic_tps": 150.0},
     "normal_day": {**_CLUSTER, "minutes": 20},
 }
 #: What each scenario stands for in the issue's list.
 SCENARIO_ROLES: dict[str, str] = {
     "persisting_storm": "persisting storm", "storm_fixed": "storm fixed after N minutes",
-    "intermittent_storm": "intermittent storm", "spread_storm": "storm on a topic spread over 3+ brokers",
+    "storm_fixed_legit_retry": "storm fixed, then a legitimate 6 % retry level",
+    "intermittent_storm": "intermittent storm", "intermittent_short": "intermittent storm, quiet spells shorter than a lift",
+    "spread_storm": "storm on a topic spread over 3+ brokers",
     "flash_sale": "legit flash sale (healthy brokers)", "noisy_neighbour": "busy broker from a surging topic",
-    "normal_day": "normal day",
+    "noisy_neighbour_long": "busy broker from a topic surging for half an hour", "normal_day": "normal day",
 }
 
 

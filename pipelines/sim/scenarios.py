@@ -106,19 +106,28 @@ def _shape_retry_storm(spec: ScenarioSpec, world: World, rng: np.random.Generato
     )
 
 
+#: Broken-consumer scenarios fixed once (``storm_fix_minute``) and broken on and off.
+FIXED_ONCE = {"storm_fixed", "storm_fixed_legit_retry"}
+ON_AND_OFF = {"intermittent_storm", "intermittent_short"}
+
+
 def broken_minutes(spec: ScenarioSpec) -> np.ndarray:
     """Per minute of the run: whether the culprit group is broken (``persisting_storm`` from the onset to the end,
-    ``storm_fixed`` until ``storm_fix_minute``, ``intermittent_storm`` ``storm_on_minutes`` on and
-    ``storm_off_minutes`` off from the onset; ``spread_storm`` like ``persisting_storm``)."""
+    ``storm_fixed`` and ``storm_fixed_legit_retry`` until ``storm_fix_minute``, ``intermittent_storm`` and
+    ``intermittent_short`` ``storm_on_minutes`` on and ``storm_off_minutes`` off from the onset, ``storm_episodes``
+    times; ``spread_storm`` like ``persisting_storm``)."""
     T, o = spec.minutes, spec.onset_index
     on = np.zeros(T, dtype=bool)
     on[o:] = True
-    if spec.name == "storm_fixed":
+    if spec.name in FIXED_ONCE:
         fix = spec.storm_fix_minute if spec.storm_fix_minute is not None else o + (T - o) // 2
         on[fix:] = False
-    elif spec.name == "intermittent_storm":
+    elif spec.name in ON_AND_OFF:
         period = spec.storm_on_minutes + spec.storm_off_minutes
-        on[o:] = (np.arange(T - o) % period) < spec.storm_on_minutes
+        k = np.arange(T - o)
+        on[o:] = (k % period) < spec.storm_on_minutes
+        if spec.storm_episodes is not None:
+            on[o:] &= k < spec.storm_episodes * period
     return on
 
 
@@ -143,12 +152,16 @@ def _shape_broken_consumer(spec: ScenarioSpec, world: World, rng: np.random.Gene
     places = np.flatnonzero(world.pl_topic == 0)
     world.put_rate[places] *= spec.storm_consume_tps / world.put_rate[places].sum(axis=0).mean()
     n = int(on.sum())
+    fine = np.zeros(spec.minutes, dtype=bool)
+    fine[spec.onset_index:] = ~on[spec.onset_index:]
     for p in places.tolist():
         b = int(world.pl_broker[p])
         sendback = spec.storm_sendback_tps * world.pl_share[p] * (1.0 + rng.uniform(-spec.storm_noise,
                                                                                   spec.storm_noise, n))
         world.sp_sendback_rate[world.subscription(0, p), on] = sendback
         world.broker_unattributed_put_rate[b, on] += spec.storm_write_amplification * sendback
+        if spec.fixed_retry_share > 0:  # fixed, it still retries a legitimate few percent of what it consumes
+            world.sp_sendback_rate[world.subscription(0, p), fine] = spec.fixed_retry_share * world.put_rate[p, fine]
     hosts = sorted(world.brokers[int(b)] for b in world.pl_broker[places])
     spans = _spans(spec, on)
     when = ", ".join(f"{a:%H:%M}-{b:%H:%M}" for a, b in spans)
@@ -211,9 +224,12 @@ def _shape_noisy_neighbour(spec: ScenarioSpec, world: World, rng: np.random.Gene
     t = _noisy_topic(spec, world)
     p = world.placement(t, cb)
     world.put_rate[p] *= spec.noisy_base_tps / world.put_rate[p].mean()
-    world.put_rate[p, o:] = spec.noisy_put_tps * (1.0 + rng.uniform(-spec.storm_noise, spec.storm_noise, T - o))
+    e = T if spec.noisy_minutes is None else min(T, o + spec.noisy_minutes)
+    world.put_rate[p, o:e] = spec.noisy_put_tps * (1.0 + rng.uniform(-spec.storm_noise, spec.storm_noise, e - o))
+    on = np.zeros(T, dtype=bool)
+    on[o:e] = True
     return Incident(kind="noisy_neighbour", onset=spec.onset, culprit_group=None, culprit_topic=str(world.topic[t]),
-                    culprit_broker=world.brokers[cb],
+                    culprit_broker=world.brokers[cb], active=_spans(spec, on),
                     detail=(f"{world.topic[t]} jumps {spec.noisy_base_tps:.0f} -> {spec.noisy_put_tps:.0f} msgs/s on "
                             f"{world.brokers[cb]}, which it shares with {int((world.pl_broker == cb).sum()) - 1} "
                             "other topics"))
@@ -266,8 +282,15 @@ SCENARIOS: dict[str, Scenario] = {
     "persisting_storm": Scenario("a consumer group sends back 1.5x what it consumes from the onset to the end "
                                  "(its retry topic on culprit_topic_brokers brokers)", _shape_broken_consumer, None),
     "storm_fixed": Scenario("the persisting storm, fixed at storm_fix_minute", _shape_broken_consumer, None),
+    "storm_fixed_legit_retry": Scenario("the persisting storm, fixed at storm_fix_minute, after which the group "
+                                        "still retries fixed_retry_share of what it consumes",
+                                        _shape_broken_consumer, None),
     "intermittent_storm": Scenario("the persisting storm on and off (storm_on_minutes / storm_off_minutes)",
                                    _shape_broken_consumer, None),
+    "intermittent_short": Scenario("the persisting storm on and off, its quiet spells shorter than a lift takes",
+                                   _shape_broken_consumer, None),
+    "noisy_neighbour_long": Scenario("one topic saturates the broker it shares with others for noisy_minutes",
+                                     _shape_noisy_neighbour, busy_broker_failures),
     "spread_storm": Scenario("the persisting storm on a topic spread over culprit_topic_brokers (>= 3) brokers",
                              _shape_broken_consumer, None),
     "large_mix": Scenario("a large cluster (10,000 topics, 50 brokers): diurnal traffic, a retry storm and a flash "

@@ -99,7 +99,10 @@ class ScenarioSpec:
     #                                          (225,400 − 30,000 − 47,119) / 47,119 unattributed writes per minute
     storm_fix_minute: int | None = None  # storm_fixed: the group is fixed from this minute (None → halfway after onset)
     storm_on_minutes: int = 4  # intermittent_storm: broken this many minutes …
-    storm_off_minutes: int = 4  # … then fine this many, repeated from the onset
+    storm_off_minutes: int = 4  # … then fine this many, repeated from the onset …
+    storm_episodes: int | None = None  # … this many times (None → to the end of the run)
+    fixed_retry_share: float = 0.0  # once fixed (between episodes too), the group still sends back this share of
+    #                                 what it consumes (transient errors: a legitimate retry level of a few percent)
 
     # --- background send failures (every scenario) ---------------------------------------------------------------
     trickle_timeouts_per_broker_min: float = 0.3  # RemotingTimeoutException / Go "request timeout", code null
@@ -120,6 +123,7 @@ class ScenarioSpec:
     # --- noisy_neighbour: one topic saturates the broker it shares with others -----------------------------------
     noisy_base_tps: float = 20.0  # the noisy topic's put rate before the onset, msgs/s
     noisy_put_tps: float = 3000.0  # its put rate from the onset, msgs/s (the broker's ~500 msgs/s is swamped)
+    noisy_minutes: int | None = None  # how long the surge lasts (None → to the end of the run), minutes
 
     # --- normal_day: diurnal traffic, noise, one broker restart -------------------------------------------------
     diurnal_amplitude: float = 0.35  # put rates × (1 + a·sin(2π·(t/day − 1/4))): trough at the start
@@ -153,6 +157,12 @@ class ScenarioSpec:
                             f"got {self.storm_fix_minute}")
         if self.storm_on_minutes < 1 or self.storm_off_minutes < 1:
             problems.append("storm on/off minutes must be >= 1")
+        if self.storm_episodes is not None and self.storm_episodes < 1:
+            problems.append(f"storm episodes must be >= 1, got {self.storm_episodes}")
+        if not 0.0 <= self.fixed_retry_share < 1.0:
+            problems.append(f"fixed retry share must be within [0, 1), got {self.fixed_retry_share}")
+        if self.noisy_minutes is not None and self.noisy_minutes < 1:
+            problems.append(f"noisy minutes must be >= 1, got {self.noisy_minutes}")
         if self.culprit_topic_tps * 60 >= self.culprit_broker_normal_put_per_min:
             problems.append("culprit_topic_tps must be below the culprit broker's normal put rate")
         if self.cluster == "" or "@" in self.cluster:
