@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
@@ -78,6 +79,13 @@ def test_both_parses_quarantine_unknown_brokers_after_their_own_checks(spark):
                                   ("Broker-A", "unknown broker Broker-A (not in [brokers] known)"), (None, None)],
                                  "broker string, reject_reason string")
     assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_docs_contracts_state_the_reason_and_sources_the_code_writes():
+    contracts = Path("docs/contracts.md").read_text(encoding="utf-8")
+    assert known.UNKNOWN_BROKER.format(broker="<name>", source="<source>") in contracts
+    for source in (kb.CONFIGURED, kb.ADDRESSES, kb.name_server_source("<cluster>"), kb.name_server_source("")):
+        assert f"`{source}`" in contracts, source
 
 
 def test_the_reason_text_and_like_translation():
