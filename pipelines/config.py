@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from pipelines.config_base import ConfigError, ConfigSection, read_toml, validate_model
 from pipelines.config_base import ConfigSection as _Section
@@ -104,10 +104,28 @@ class StatsConfig(_Section):
 
 
 class BrokersConfig(_Section):
-    """Broker names."""
+    """Broker names, and which brokers are evidence (:mod:`pipelines.io.known_brokers`, docs/contracts.md §1)."""
 
     addresses: dict[str, str] = Field(default_factory=dict, description=(
-        "``ip:port`` → broker name, for send failures that name a broker by address (docs/contracts.md §1.2)."))
+        "``ip:port`` → broker name, for send failures that name a broker by address (docs/contracts.md §1.2); an "
+        "address not listed is an unknown broker whenever the known brokers are listed."))
+    known: tuple[str, ...] = Field((), description=(
+        "The brokers whose stats lines and send failures are evidence when no name server lists them (the RocketMQ "
+        "sink off, or its name servers unreachable at start): names or fnmatch-style patterns, ``*`` any run of "
+        "characters, ``?`` one character, case-sensitive, no character classes (``broker-*``). Empty, with no name "
+        "server: every broker name is trusted (logged at start)."))
+    refresh_seconds: float = Field(default=30.0, gt=0, description=(
+        "Seconds between two reads of the brokers from the name servers (``GET_BROKER_CLUSTER_INFO``) when the "
+        "RocketMQ sink is on: a broker registers every 30 s (RocketMQ ``BrokerConfig.registerNameServerPeriod``)."))
+
+    @field_validator("known")
+    @classmethod
+    def _plain_patterns(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in entries:
+            if not entry or any(c.isspace() or c in "[]" for c in entry):
+                raise ValueError(f"brokers.known: {entry!r} is not a broker name or pattern (no spaces, no "
+                                 "character classes: use * and ?)")
+        return entries
 
 
 class WindowsConfig(_Section):
@@ -326,7 +344,7 @@ class GovernorConfig(_Section):
     source: SourceConfig = Field(SourceConfig(), description="``[source]``: where the raw records come from.")
     lake: LakeConfig = Field(LakeConfig(), description="``[lake]``: the Delta tables, checkpoints and limits.json.")
     stats: StatsConfig = Field(StatsConfig(), description="``[stats]``: parsing of stats.log lines.")
-    brokers: BrokersConfig = Field(BrokersConfig(), description="``[brokers]``: broker names by address.")
+    brokers: BrokersConfig = Field(BrokersConfig(), description="``[brokers]``: broker names, known brokers.")
     windows: WindowsConfig = Field(WindowsConfig(), description="``[windows]``: event-time windows and triggers.")
     detection: DetectionConfig = Field(DetectionConfig(), description="``[detection]``: the anomaly rules' thresholds.")
     limits: LimitsConfig = Field(LimitsConfig(), description="``[limits]``: how limits are decided and issued.")

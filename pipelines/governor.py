@@ -163,8 +163,9 @@ def start_queries(spark: SparkSession, governor: Governor, once: bool,
     if cfg.windows.fast_path_on(once):
         with session_conf(spark, cfg.spark.decision_conf):
             governor.queries.append(
-                _start(open_window_stream(raw, cfg, gate), "fast", _fenced(governor.fast.handle, governor), "update",
-                       cfg, once, interval, checkpoint=FAST_CHECKPOINT)
+                _start(open_window_stream(raw, cfg, gate, governor.known.current()), "fast",
+                       _fenced(governor.fast.handle, governor), "update", cfg, once, interval,
+                       checkpoint=FAST_CHECKPOINT)
             )
     if once:
         _await_all(governor.queries[:1], stop=governor.queries)
@@ -215,6 +216,7 @@ def run(
         # renewed from before the first query starts: a --once backlog can take longer than the ttl
         lease.start_renewing(on_lost=lambda: _stop_all(governor.queries))
         try:
+            governor.known.start()  # the known brokers, read now (the trust line logged once) and kept fresh
             start_queries(spark, governor, once)
             if not once:
                 spark.streams.awaitAnyTermination()
@@ -223,6 +225,7 @@ def run(
                 raise
         finally:
             progress.detach(spark, listener)
+            governor.known.stop()
         if lease.lost:
             _stop_all(governor.queries)
             raise LakeHeldError(f"lake {cfg.lake.path}: the lease was taken over by another governor; stopped")

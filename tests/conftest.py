@@ -35,6 +35,7 @@ SLOWEST_FIRST = (
     "tests/e2e/test_spark_upgrade.py",
     "tests/e2e/test_continuous_decisions.py",
     "tests/e2e/test_governor_e2e.py",
+    "tests/e2e/test_unknown_brokers.py",
     "tests/e2e/test_bad_input.py",
     "tests/e2e/test_cluster.py",
     "tests/ops/test_console.py",

@@ -15,6 +15,7 @@ from pipelines.flows.fast import FastFlow
 from pipelines.flows.base import Clock, utc_now
 from pipelines.flows.gold import GoldFlow
 from pipelines.flows.ingest import IngestFlow
+from pipelines.io.known_brokers import KnownBrokerSource
 from pipelines.io.lake import Lake, open_lake
 from pipelines.io.publish import Publisher
 from pipelines.quality.gate import QualityGate
@@ -29,6 +30,7 @@ class Governor:
     ingest: IngestFlow
     gold: GoldFlow
     fast: FastFlow
+    known: KnownBrokerSource
     queries: list[StreamingQuery] = field(default_factory=list)
 
     @property
@@ -38,13 +40,15 @@ class Governor:
 
 
 def build_governor(spark: SparkSession, cfg: GovernorConfig, clock: Clock = utc_now) -> Governor:
-    """The flows of a governor on ``cfg``'s lake (nothing started yet)."""
+    """The flows of a governor on ``cfg``'s lake and its known brokers (nothing started yet)."""
     lake = open_lake(spark, cfg.lake.path, cfg.lake.writer, cfg.lake.executor_write_rows)
     gate = QualityGate(cfg, lake)
     publisher = Publisher(cfg, lake)
     decisions = threading.Lock()  # the final and fast paths decide one at a time (one state, one version order)
+    known = KnownBrokerSource(cfg)  # read on first use; refreshed once started (pipelines.governor.run)
     fast = FastFlow(cfg, lake, gate, publisher, clock, decisions)
+    fast.known = known.current
     return Governor(
-        cfg, lake, IngestFlow(cfg, lake, gate), GoldFlow(cfg, lake, gate, publisher, clock, decisions, fast.open_rows),
-        fast,
+        cfg, lake, IngestFlow(cfg, lake, gate, known),
+        GoldFlow(cfg, lake, gate, publisher, clock, decisions, fast.open_rows), fast, known,
     )

@@ -1,6 +1,8 @@
-"""The ingest flow: every raw record → ``bronze/*``, parsed → ``silver/*`` or ``quarantine`` (nothing is dropped),
-the batch's metric events → its events file for the gold query (:mod:`pipelines.io.events`, parse once), then the
-quality gate's validation and reconciliation of the micro-batch."""
+"""The ingest flow: every raw record → ``bronze/*``, parsed → ``silver/*`` or ``quarantine`` (nothing is dropped;
+records of unknown brokers are quarantined, judged with the known set recorded for the micro-batch,
+:mod:`pipelines.io.known_brokers`), the batch's metric events → its events file for the gold query
+(:mod:`pipelines.io.events`, parse once), then the quality gate's validation and reconciliation of the
+micro-batch."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pipelines.config import GovernorConfig
 from pipelines.faults import crash_point
 from pipelines.flows.base import BatchReport, release, write_outputs
 from pipelines.io import events
+from pipelines.io.known_brokers import BatchRecords, KnownBrokers, KnownBrokerSource, known_dir
 from pipelines.io.lake import Lake
 from pipelines.quality.gate import QualityGate
 from pipelines.transforms import silver
@@ -31,24 +34,30 @@ class IngestFlow:
         >>> flow.handle(raw_batch, 0)       # RAW_RECORD rows of micro-batch 0
     """
 
-    def __init__(self, cfg: GovernorConfig, lake: Lake, gate: QualityGate) -> None:
+    def __init__(self, cfg: GovernorConfig, lake: Lake, gate: QualityGate,
+                 known: KnownBrokerSource | None = None) -> None:
         self.cfg = cfg
         self.lake = lake
         self.gate = gate
         self.events_dir = events.events_dir(cfg)
+        self.known = BatchRecords(known_dir(cfg), known or KnownBrokerSource(cfg))
         self.reports: list[BatchReport] = []
 
-    def parse(self, raw: DataFrame) -> tuple[DataFrame, DataFrame]:
-        """RAW_RECORD rows → (parsed stats, parsed failures) with the expectations applied."""
-        stats = raw.transform(silver.parsed_stats(self.cfg, self.gate.enforce_stats))
-        failures = raw.transform(silver.parsed_failures(self.cfg, self.gate.enforce_failures))
+    def parse(self, raw: DataFrame, known: KnownBrokers | None = None) -> tuple[DataFrame, DataFrame]:
+        """RAW_RECORD rows → (parsed stats, parsed failures), records of brokers not in ``known`` rejected (None:
+        every broker trusted), with the expectations applied."""
+        stats = raw.transform(silver.parsed_stats(self.cfg, self.gate.enforce_stats, known))
+        failures = raw.transform(silver.parsed_failures(self.cfg, self.gate.enforce_failures, known))
         return stats, failures
 
     def handle(self, raw: DataFrame, batch_id: int) -> None:
-        """One micro-batch of raw records → bronze, silver and quarantine, the events file, then the quality gate."""
+        """One micro-batch of raw records → bronze, silver and quarantine, the events file, then the quality gate.
+        The known brokers are the set recorded for ``batch_id`` (:meth:`BatchRecords.for_batch`: the same on a
+        replay)."""
+        known = self.known.for_batch(batch_id)
         raw = raw.persist()
         try:
-            stats, failures = (df.persist() for df in self.parse(raw))
+            stats, failures = (df.persist() for df in self.parse(raw, known))
             measured = self.gate.measure(batch_id, raw, stats, failures)   # one job, fills the caches
             outputs = silver.ingest_outputs(raw, stats, failures)
             report = write_outputs(self.lake, QUERY, INGEST_APP_ID, batch_id, outputs, silver.ingest_rows(measured))

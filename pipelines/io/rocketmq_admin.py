@@ -34,9 +34,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from control import acl
 from control import remoting as rm
 from control.remoting_client import RemotingClient
-from pipelines.config import RocketMQSinkConfig
+from pipelines.config import ConfigError, RocketMQSinkConfig
 
 log = logging.getLogger("rate_governor.sink.rocketmq")
 
@@ -45,6 +46,21 @@ TOPIC_DEFAULT_KEY = "sendMsgRateLimitQps"
 RETRY_DEFAULT_KEY = "sendRetryMsgRateLimitQps"
 #: Rates closer than this (qps) are equal: the broker stores a double and echoes it back.
 RATE_TOLERANCE = 1e-6
+
+
+def admin_client(cfg: RocketMQSinkConfig) -> RemotingClient:
+    """A remoting client with ``cfg``'s request timeout, idle timeout and ACL account (the sink's and the known
+    brokers' reads of the name servers, :mod:`pipelines.io.known_brokers`).
+
+    Raises:
+        ConfigError: ACL keys configured but unusable (:func:`control.acl.load_credentials`).
+    """
+    try:
+        credentials = acl.load_credentials(cfg.acl_access_key_env, cfg.acl_secret_key_env, cfg.acl_key_file)
+    except acl.AclKeyError as exc:
+        raise ConfigError(f"[sink.rocketmq] {exc}") from None
+    return RemotingClient(timeout_s=cfg.timeout_ms / 1000.0, idle_timeout_s=cfg.idle_timeout_seconds,
+                          credentials=credentials)
 
 
 class BrokerRefused(rm.RemotingError):

@@ -47,12 +47,11 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from control import acl
 from control import remoting as rm
 from control.record import broker_limit, parse_expires_at
 from control.remoting_client import RemotingClient
-from pipelines.config import ConfigError, RocketMQSinkConfig
-from pipelines.io.rocketmq_admin import RATE_TOLERANCE, BrokerAdmin, BrokerRefused, Defaults, RateView
+from pipelines.config import RocketMQSinkConfig
+from pipelines.io.rocketmq_admin import RATE_TOLERANCE, BrokerAdmin, BrokerRefused, Defaults, RateView, admin_client
 from pipelines.io.rocketmq_ledger import Ledger
 
 __all__ = ["RocketMQAdminSink", "BrokerRefused", "broker_resource", "LEDGER_FILE", "main"]
@@ -107,15 +106,8 @@ class RocketMQAdminSink:
     def __init__(self, cfg: RocketMQSinkConfig, lake_root: str | os.PathLike[str] = ".",
                  client: RemotingClient | None = None) -> None:
         self.cfg = cfg
-        if client is None:
-            try:
-                credentials = acl.load_credentials(cfg.acl_access_key_env, cfg.acl_secret_key_env, cfg.acl_key_file)
-            except acl.AclKeyError as exc:
-                raise ConfigError(f"[sink.rocketmq] {exc}") from None
-            client = RemotingClient(timeout_s=cfg.timeout_ms / 1000.0, idle_timeout_s=cfg.idle_timeout_seconds,
-                                    credentials=credentials)
-        self.client = client
-        self.admin = BrokerAdmin(cfg, client)
+        self.client = client if client is not None else admin_client(cfg)
+        self.admin = BrokerAdmin(cfg, self.client)
         self.ledger = Ledger(Path(cfg.ledger_file) if cfg.ledger_file else Path(lake_root) / LEDGER_FILE)
         self.status: dict[str, str] = {}
         self.last_rejections: dict[tuple[str, str], int] = {}

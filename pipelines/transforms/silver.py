@@ -4,8 +4,8 @@ and the metric events that feed the gold windows.
 Both streaming queries parse with the same two factories, so the gold windows see exactly the rows silver keeps.
 
 Example:
-    >>> stats = raw.transform(parsed_stats(cfg, gate.enforce_stats))
-    >>> failures = raw.transform(parsed_failures(cfg, gate.enforce_failures))
+    >>> stats = raw.transform(parsed_stats(cfg, gate.enforce_stats, known))     # known: the batch's known brokers
+    >>> failures = raw.transform(parsed_failures(cfg, gate.enforce_failures, known))
     >>> outputs = ingest_outputs(raw, stats, failures)          # {table name: DataFrame}
     >>> events = metric_events(stats, failures)                 # METRIC_EVENT rows
 """
@@ -17,8 +17,10 @@ from pyspark.sql import functions as F
 
 from pipelines.io import tables
 from pipelines.config import GovernorConfig
+from pipelines.io.known_brokers import KnownBrokers
 from pipelines.io.sources import BROKER_STATS, SEND_FAILURES
 from pipelines.transforms import parse, parse_failures, tps
+from pipelines.transforms.known import judged
 from pipelines.transforms.types import Transform
 
 
@@ -26,14 +28,17 @@ def _identity(df: DataFrame) -> DataFrame:
     return df
 
 
-def parsed_stats(cfg: GovernorConfig, enforce: Transform = _identity) -> Transform:
+def parsed_stats(cfg: GovernorConfig, enforce: Transform = _identity, known: KnownBrokers | None = None) -> Transform:
     """RAW_RECORD rows → the stats records parsed (:func:`pipelines.transforms.parse.parse_broker_stats` columns,
-    ``reject_reason`` null for accepted rows), with the data-quality expectations applied by ``enforce``."""
+    ``reject_reason`` null for accepted rows), records of brokers not in ``known`` rejected
+    (:func:`pipelines.transforms.known.judged`; None: every broker trusted), with the data-quality expectations
+    applied by ``enforce``."""
 
     def transform(raw: DataFrame) -> DataFrame:
         return (
             raw.where(F.col("source") == BROKER_STATS)
             .transform(parse.parse_broker_stats(cfg.stats))
+            .transform(judged(known))
             .transform(enforce)
             .transform(parse.settled)
         )
@@ -41,13 +46,15 @@ def parsed_stats(cfg: GovernorConfig, enforce: Transform = _identity) -> Transfo
     return transform
 
 
-def parsed_failures(cfg: GovernorConfig, enforce: Transform = _identity) -> Transform:
-    """RAW_RECORD rows → the send-failure records parsed, with the data-quality expectations applied."""
+def parsed_failures(cfg: GovernorConfig, enforce: Transform = _identity, known: KnownBrokers | None = None) -> Transform:
+    """RAW_RECORD rows → the send-failure records parsed, failures naming a broker not in ``known`` rejected, with
+    the data-quality expectations applied."""
 
     def transform(raw: DataFrame) -> DataFrame:
         return (
             raw.where(F.col("source") == SEND_FAILURES)
             .transform(parse_failures.parse_send_failures(cfg.stats, cfg.brokers))
+            .transform(judged(known))
             .transform(enforce)
             .transform(parse.settled)
         )
