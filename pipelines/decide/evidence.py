@@ -33,6 +33,7 @@ from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import naive, to_polars, micros, when
 from pipelines.decide.fold_types import Observation
+from pipelines.decide.preliminary import census, newest_final_window
 from pipelines.decide.rules import broker_writes, group_retry
 
 #: The per-broker traffic rows Spark reduces (:data:`pipelines.columns.WINDOW_TRAFFIC`) as a polars schema.
@@ -43,8 +44,9 @@ KEYS = ["window_end", "resource_type", "resource"]
 def limiter_traffic(rejections: pl.DataFrame, windows: WindowsConfig) -> pl.DataFrame:
     """``control/limiter_rejections`` rows (the in-broker limiters' last rejections as the RocketMQ admin sink's
     views report them) → :data:`TRAFFIC` rows: one per window × resource × broker whose limiter rejected a send in
-    the window, ``tps`` 0 and ``rejected`` 1 (the view tells that it rejected, not how much). The limiter key
-    ``%RETRY%<group>`` is the group's retry traffic; any other key is a topic."""
+    the window, ``tps`` 0, ``rejected`` 0 and ``carries`` null: the view tells that the limiter rejected, not how
+    much (:func:`demand` turns the null into ``viewed``). The limiter key ``%RETRY%<group>`` is the group's retry
+    traffic; any other key is a topic."""
     if rejections.height == 0:
         return pl.DataFrame(schema=TRAFFIC)
     length = f"{windows.length_seconds}s"
@@ -56,8 +58,8 @@ def limiter_traffic(rejections: pl.DataFrame, windows: WindowsConfig) -> pl.Data
         pl.when(is_retry).then(pl.lit("group")).otherwise(pl.lit("topic")).alias("resource_type"),
         pl.when(is_retry).then(key.str.slice(len(rmq.RETRY_TOPIC_PREFIX))).otherwise(key).alias("resource"),
         "broker",
-    ).unique().with_columns(pl.lit(0.0).alias("tps"), pl.lit(1, pl.Int64).alias("rejected"),
-                            pl.lit(False).alias("carries")).select(list(TRAFFIC))
+    ).unique().with_columns(pl.lit(0.0).alias("tps"), pl.lit(0, pl.Int64).alias("rejected"),
+                            pl.lit(None, pl.Boolean).alias("carries")).select(list(TRAFFIC))
 
 
 def demand(traffic: pl.DataFrame, brokers: pl.DataFrame, cfg: DetectionConfig,
@@ -66,8 +68,9 @@ def demand(traffic: pl.DataFrame, brokers: pl.DataFrame, cfg: DetectionConfig,
     group's consume rate) → one row per window × resource: ``observed_tps`` cluster-wide (sum over brokers, msg/s),
     ``rejected`` (sum), ``broker_tps`` (dict broker → msg/s, brokers with traffic only: the shares of a new limit),
     ``healthy`` (no broker carrying the resource had ``busy_failures_floor`` busy failures in the window),
-    ``carrier_load`` (dict carrier → the broker's writes, msg/s), ``busy_brokers`` (sorted) and ``consume_tps`` (a
-    group's consume rate on its non-retry topics; null for topics)."""
+    ``carrier_load`` (dict carrier → the broker's writes, msg/s), ``busy_brokers`` (sorted), ``viewed`` (a limiter
+    view reported rejections: a :func:`limiter_traffic` row) and ``consume_tps`` (a group's consume rate on its
+    non-retry topics; null for topics)."""
     state = brokers.select("window_start", "broker",
                            (pl.col("busy_failures") >= cfg.busy_failures_floor).alias("busy"),
                            broker_writes().alias("load"))
@@ -80,6 +83,7 @@ def demand(traffic: pl.DataFrame, brokers: pl.DataFrame, cfg: DetectionConfig,
         (~(pl.col("busy").filter(carrying).fill_null(False).any())).alias("healthy"),
         pl.struct("broker", "load").filter(carrying & pl.col("load").is_not_null()).alias("_load"),
         pl.col("broker").filter(carrying & pl.col("busy").fill_null(False)).alias("busy_brokers"),
+        pl.col("carries").is_null().any().alias("viewed"),
     )
     if groups is not None and groups.height:
         consume = group_retry(groups).select("window_start", pl.lit("group").alias("resource_type"),
@@ -120,7 +124,7 @@ def observations(demand_rows: pl.DataFrame, resources: set[tuple[str, str]],
                 continue
             rows.append(Observation(naive(end), float(r["observed_tps"] or 0.0), int(r["rejected"] or 0),
                                     True if r["healthy"] is None else bool(r["healthy"]), r["consume_tps"],
-                                    _pairs(r["_load"], "load"), tuple(r["busy_brokers"] or ())))
+                                    _pairs(r["_load"], "load"), tuple(r["busy_brokers"] or ()), bool(r["viewed"])))
         out[key] = rows
     return out
 
@@ -132,32 +136,48 @@ def broker_tps_of(demand_rows: pl.DataFrame) -> dict[tuple, dict[str, float]]:
             for r in demand_rows.select(*KEYS, "_tps").iter_rows(named=True)}
 
 
-def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int) -> dict[tuple[str, str], list[Observation]]:
+def expected_brokers(brokers: pa.Table | None) -> list[str]:
+    """``gold/broker_tps`` rows of a micro-batch → the brokers of its newest window (sorted): those an open window
+    after it must have heard from to be complete by census (:func:`pipelines.decide.preliminary.census`)."""
+    if brokers is None or brokers.num_rows == 0:
+        return []
+    return newest_final_window(pl.from_arrow(brokers.select(["window_start", "broker"])))[1]
+
+
+def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int,
+                  expected: list[str] | tuple[str, ...] = ()) -> dict[tuple[str, str], list[Observation]]:
     """What the fast path's remembered open windows starting at or after ``after`` (UTC) show of every topic and
     group so far (:func:`pipelines.decide.preliminary.open_window` rows): per resource one
     :class:`~pipelines.decide.fold_types.Observation` per open window with its limited traffic (cluster-wide msg/s: a
     topic's puts; a group's retry traffic, per broker the larger of its send-backs and the puts to
-    ``%RETRY%<group>``) and its limiter's rejections (the ``RATE_LIMITED`` failures of the topic, or of
-    ``%RETRY%<group>``). Partial sums: they only grow. The final path's lift veto
-    (:func:`pipelines.decide.fold.fold_resource`)."""
+    ``%RETRY%<group>``), its limiter's rejections (the ``RATE_LIMITED`` failures of the topic, or of
+    ``%RETRY%<group>``), a group's consume rate so far (msg/s) and ``complete``: every broker of ``expected`` has
+    reported in the window (:func:`pipelines.decide.preliminary.census`; the consume rate is then final). Partial
+    sums: they only grow. The final path's lift veto (:func:`pipelines.decide.fold.fold_resource`)."""
     if rows is None or rows.num_rows == 0:
         return {}
     frame = pl.from_arrow(rows.select(["window_start", "window_end", "resource_type", "resource", "rate_limited",
-                                       "broker_amounts"]))
-    frame = frame.filter((when("window_start") >= micros(after)) & pl.col("resource_type").is_in(["topic", "group"]))
+                                       "broker_amounts", "consumed", "brokers"]))
+    frame = frame.filter(when("window_start") >= micros(after))
+    done = {naive(start) for start, (_n, ok) in census(frame, list(expected)).items() if ok}
+    frame = frame.filter(pl.col("resource_type").is_in(["topic", "group"]))
     per: dict[tuple, dict] = {}
+
+    def slot_of(key, row):
+        return per.setdefault((key, row["window_end"]), {"sent": {}, "puts": {}, "rejected": 0, "consumed": None,
+                                                          "complete": naive(row["window_start"]) in done})
+
     for row in frame.iter_rows(named=True):
         rtype, name = row["resource_type"], row["resource"]
         amounts = dict(row["broker_amounts"] or {})
         if rtype == "topic" and name.startswith(rmq.RETRY_TOPIC_PREFIX):  # a group's plain sends
-            slot = per.setdefault((("group", name[len(rmq.RETRY_TOPIC_PREFIX):]), row["window_end"]),
-                                  {"sent": {}, "puts": {}, "rejected": 0})
+            slot = slot_of(("group", name[len(rmq.RETRY_TOPIC_PREFIX):]), row)
             slot["puts"] = amounts
             slot["rejected"] += row["rate_limited"] or 0
             continue
-        slot = per.setdefault(((rtype, name), row["window_end"]), {"sent": {}, "puts": {}, "rejected": 0})
+        slot = slot_of((rtype, name), row)
         if rtype == "group":
-            slot["sent"] = amounts
+            slot["sent"], slot["consumed"] = amounts, row["consumed"] or 0
         else:
             slot["puts"] = amounts
             slot["rejected"] += row["rate_limited"] or 0
@@ -166,5 +186,7 @@ def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int
         brokers = set(slot["sent"]) | set(slot["puts"])
         total = sum(max(slot["sent"].get(b, 0), slot["puts"].get(b, 0)) for b in brokers) if key[0] == "group" \
             else sum(slot["puts"].values())
-        out.setdefault(key, []).append(Observation(naive(end), total / window_seconds, int(slot["rejected"])))
+        consume = None if key[0] != "group" else (slot["consumed"] or 0) / window_seconds
+        out.setdefault(key, []).append(Observation(naive(end), total / window_seconds, int(slot["rejected"]),
+                                                   consume_tps=consume, complete=slot["complete"]))
     return out

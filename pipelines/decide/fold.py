@@ -61,6 +61,9 @@ class Fold:
         self.window = dt.timedelta(seconds=window_seconds)
         self.decisions: list[Decision] = []
         self.evidence: list[Evidence] = []
+        #: this micro-batch's observations and the fast path's open windows after it (the lift veto)
+        self.observations: list[Observation] = []
+        self.opened: list[Observation] = []
         self.policy: LimitPolicy | None = None
         if state.resource_type in ("group", "topic"):
             self.policy = policy_for(state.resource_type)
@@ -140,34 +143,39 @@ class Fold:
             s = replace(s, busy_load={**s.busy_load, **busy})
         self.state = s
 
-    def vetoed(self, open_evidence: Iterable[Observation]) -> bool:
-        """An open window shows the enforced limit at its cap or rejecting (partial sums only grow, so this cannot
-        be undone by the lines still to come): the cause is back, and no lift is decided now."""
+    def vetoed(self, lift_at: dt.datetime) -> bool:
+        """A window after ``lift_at`` shows the cause back: a later final window of this micro-batch (the brokers
+        applied the limit in it: the lift was not decided yet), or an open window the fast path has seen
+        (:attr:`opened`), where the rule fires on the visible demand (an open window's sums only grow; before its
+        census a ratio rule takes the larger of its partial consume rate and the one frozen with the limit, so it
+        errs towards lifting). Then no lift is decided now (a ``veto`` evidence row)."""
         s = self.state
-        if s.mode != MODE_ENFORCE:
+        if s.mode != MODE_ENFORCE or self.policy is None:
             return False
-        for obs in open_evidence:
-            if obs.rejected > 0 or obs.observed_tps >= self.cfg.bound_share * s.limit_qps:
-                rejecting = f", rejecting ({obs.rejected} sends)" if obs.rejected > 0 else ""
-                self.evidence.append(Evidence(
-                    obs.window_end, VETO, s.limit_qps, obs.observed_tps, obs.rejected,
-                    f"lift vetoed: the open window ending {obs.window_end:%H:%M} is already at the cap: "
-                    f"{obs.observed_tps:.1f} of {s.limit_qps:.1f} msg/s so far{rejecting}"))
+        later = [o for o in self.observations if o.window_end > lift_at] + [
+            o for o in self.opened if o.window_end > lift_at]
+        for obs in later:
+            status, detail = self.policy.judge(obs, s, self)
+            if status != CLEAR:
+                where = "open window" if obs in self.opened else "final window"
+                self.evidence.append(Evidence(obs.window_end, VETO, s.limit_qps, obs.observed_tps, obs.rejected,
+                                              f"lift vetoed: the {where} ending {obs.window_end:%H:%M} shows the "
+                                              f"cause back: {detail}"))
                 return True
         return False
 
-    def recover(self, until: dt.datetime, open_evidence: Iterable[Observation] = ()) -> None:
+    def recover(self, until: dt.datetime) -> None:
         s = self.state
         if s.limit_qps is None or s.last_candidate_end is None:
             return
         needed = recovery_needed(s.recurrences, self.cfg)
         lift_at = max(s.last_candidate_end + self.window * needed, (s.last_decision_end or s.last_candidate_end)
                       + self.window)
-        if lift_at > until or self.vetoed(open_evidence):
+        if lift_at > until or self.vetoed(lift_at):
             return
         rule = self.policy.kind.value if self.policy is not None else "the"
-        why = (f"the cause is gone: the limiter rejected nothing, the rate stayed below {self.cfg.bound_share:.0%} "
-               f"of the {s.limit_qps:.1f} msg/s limit and {rule} did not fire on the visible demand"
+        why = (f"the cause is gone: {rule} did not fire on the visible demand (what the brokers admitted and the "
+               f"limiter rejected) under the {s.limit_qps:.1f} msg/s limit"
                if s.mode == MODE_ENFORCE else "anomaly absent")
         damped = f", doubled for each of {s.recurrences} recurrences" if s.recurrences else ""
         self.emit(lift_at, s.limit_qps, ACTION_LIFT,
@@ -271,12 +279,13 @@ def fold_resource(
         ValueError: a candidate's target is not a finite number > 0 (the candidate step guarantees it).
     """
     fold = Fold(state, cfg, detection or DetectionConfig(), window_seconds)
-    opened = list(open_evidence)
+    fold.opened = list(open_evidence)
     cands: dict[dt.datetime, Candidate] = {}
     for c in candidates:  # one per window (the candidate step guarantees it; the lowest target wins otherwise)
         if c.window_end not in cands or c.target_qps < cands[c.window_end].target_qps:
             cands[c.window_end] = c
     obs_by_end = {o.window_end: o for o in observations}
+    fold.observations = sorted(obs_by_end.values(), key=lambda o: o.window_end)
     for end in sorted(set(cands) | set(obs_by_end)):
         if recover_windows:
             fold.recover(end - fold.window)
@@ -299,5 +308,5 @@ def fold_resource(
             if fold.state.limit_qps is not None:
                 fold.seen(end)
     if recover_windows:
-        fold.recover(horizon_end, opened)
+        fold.recover(horizon_end)
     return fold.decisions, fold.state, fold.evidence

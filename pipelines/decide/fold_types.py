@@ -106,7 +106,9 @@ class Observation:
     kind (cluster-wide msg/s: a topic's puts, a group's retry traffic), ``rejected`` the sends its limiter rejected,
     ``healthy`` no broker carrying it was busy (``busy_brokers`` those that were), ``consume_tps`` a group's consume
     rate on its non-retry topics (msg/s; None for a topic), ``carrier_load`` each carrier's writes (msg/s per
-    broker). On the fast path (``open_evidence``) the sums are partial: they only grow."""
+    broker), ``viewed`` the limiter's own view reported rejections (no count). On the fast path (``open_evidence``)
+    the sums are partial, they only grow, and ``complete`` says whether every expected broker has reported (the
+    consume rate is then final)."""
 
     window_end: dt.datetime
     observed_tps: float = 0.0
@@ -115,6 +117,8 @@ class Observation:
     consume_tps: float | None = None
     carrier_load: Mapping[str, float] = field(default_factory=dict)
     busy_brokers: tuple[str, ...] = ()
+    viewed: bool = False
+    complete: bool = True
 
 
 @dataclass(frozen=True)

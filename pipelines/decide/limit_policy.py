@@ -4,28 +4,31 @@ interface (:class:`LimitPolicy`), as Netflix concurrency-limits keeps one ``Limi
 class; :func:`pipelines.decide.fold.fold_resource` walks the windows and asks the resource's policy.
 
 A limit changes the traffic the governor reads next, so under an enforced limit a window is judged on the demand
-the governor can see (:meth:`LimitPolicy.judge`):
+the governor can see (:meth:`LimitPolicy.judge`): what the brokers admitted of the resource's limited traffic plus
+what the limiter rejected and the clients logged (each rejected attempt is a ``RATE_LIMITED`` failure line; a
+consumer whose send-back is rejected falls back to a plain send into the same bucket, logged when rejected too):
 
-* ``bound``: the limiter rejected sends of the resource (``RATE_LIMITED`` failures, or the in-broker limiter's own
-  last rejection), or the cluster-wide rate sits at ``bound_share`` (90 %) of the limit or above: the limit may be
-  hiding demand, so the cause is taken to persist (the limit is refreshed, never lifted);
-* ``hold``: below the cap, nothing rejected, so the demand is fully visible, and the rule still fires on it: the
-  cause persists, in plain sight;
-* ``clear``: below the cap, nothing rejected, and the rule does not fire on the visible demand: the cause is gone,
-  and the window counts towards the lift.
+* ``bound``: the rule fires on the visible demand and the limit binds (it rejects, or the rate sits at
+  ``bound_share`` of the cap or above): the cause persists behind the limit. Or the limiter's own view reports
+  rejections (the RocketMQ admin sink's ``control/limiter_rejections``) and no client logged a count: the demand
+  is hidden, and lifting on it could make a healthy cluster worse;
+* ``hold``: the rule fires on the visible demand below the cap, nothing rejected: the cause persists in plain sight;
+* ``clear``: the rule does not fire on the visible demand: the cause is gone, and the window counts towards the
+  lift, even when the limit rejects a little (a fixed consumer whose legitimate retries exceed a target frozen on
+  a storm-depressed window: holding it would reject legitimate traffic until a person looked).
 
 Per rule, "visible" and "gone":
 
 * ``RUNAWAY_RETRY`` (:class:`RetryStormLimit`, a group's retry traffic): visible = the retry traffic the brokers
-  admitted (per broker the larger of the send-backs and the plain sends to ``%RETRY%<group>``); gone = its ratio to
-  the group's consume rate *in the same window* is below ``retry_ratio_threshold`` (with nothing consumed, the
-  retries are below ``retry_floor_tps``, as the rule itself says). The floor is not applied otherwise (the limit
-  itself may be below it), and the ratio uses the current consume rate, so a broken consumer whose consumption has fallen under throttling still fires, while a
-  fixed one that keeps a legitimate retry level (a few percent) does not. Never probed: its demand is the broken
-  consumer.
-* ``TRAFFIC_SURGE`` (:class:`SurgeLimit`, a topic's puts): visible = the topic's puts; gone = below
-  ``surge_factor`` × the baseline frozen when the limit was set (or below ``surge_floor_tps``). At its cap on
-  healthy carriers it is probed upward, bounded by what its carriers were writing when they were last busy
+  admitted (per broker the larger of the send-backs and the plain sends to ``%RETRY%<group>``) plus the logged
+  rejections of ``%RETRY%<group>``; gone = its ratio to the group's consume rate *in the same window* is below
+  ``retry_ratio_threshold`` (with nothing consumed, the retries are below ``retry_floor_tps``, as the rule itself
+  says). The floor is not applied otherwise (the limit itself may be below it), and the ratio uses the current
+  consume rate, so a broken consumer whose consumption has fallen under throttling still fires, while a fixed one
+  that keeps a legitimate retry level (a few percent) does not. Never probed: its demand is the broken consumer.
+* ``TRAFFIC_SURGE`` (:class:`SurgeLimit`, a topic's puts): visible = the topic's puts plus its logged rejections;
+  gone = below ``surge_factor`` × the baseline frozen when the limit was set (or below ``surge_floor_tps``). At its
+  cap on healthy carriers it is probed upward, bounded by what its carriers were writing when they were last busy
   (:meth:`SurgeLimit.at_cap`).
 
 Under a limit, "the brokers are healthy" describes the brokers *as limited*: it never shows that the limit is no
@@ -55,22 +58,27 @@ class LimitPolicy:
     kind: Anomaly
     #: Whether the limit is probed upward at its cap on healthy carriers.
     probes = False
+    #: Whether the rule is a ratio (judged on an open window only once its census is complete).
+    ratio = False
 
-    def visible_fires(self, obs: Observation, state: ResourceState, fold: Fold) -> tuple[bool, str]:
-        """Whether the rule fires on the visible demand of ``obs`` (below the cap, nothing rejected), and why."""
+    def visible_fires(self, demand: float, obs: Observation, state: ResourceState, fold: Fold) -> tuple[bool, str]:
+        """Whether the rule fires on the visible ``demand`` (msg/s) of ``obs``, and why."""
         raise NotImplementedError
 
     def judge(self, obs: Observation, state: ResourceState, fold: Fold) -> tuple[str, str]:
         """(status, detail) of a window under the enforced limit ``state.limit_qps`` (module docstring)."""
         cfg, limit = fold.cfg, state.limit_qps
         numbers = f"{obs.observed_tps:.1f} of {limit:.1f} msg/s"
-        if obs.rejected > 0 or obs.observed_tps >= cfg.bound_share * limit:
-            rejecting = f", rejecting ({obs.rejected} sends rejected by the limiter)" if obs.rejected > 0 else ""
-            return BOUND, f"limit-bound: {numbers}{rejecting}"
-        fires, why = self.visible_fires(obs, state, fold)
+        rejecting = f", rejecting ({obs.rejected} sends rejected by the limiter)" if obs.rejected > 0 else ""
+        if obs.viewed and obs.rejected == 0:  # rejected, but how much is unknown: the demand is hidden
+            return BOUND, f"limit-bound: {numbers}, the limiter's own view reports rejections (no count)"
+        demand = obs.observed_tps + obs.rejected / fold.window.total_seconds()
+        fires, why = self.visible_fires(demand, obs, state, fold)
+        if fires and (obs.rejected > 0 or obs.observed_tps >= cfg.bound_share * limit):
+            return BOUND, f"limit-bound: {numbers}{rejecting}; {why}"
         if fires:
-            return HOLD, f"visible demand fires the rule: {numbers}, nothing rejected, {why}"
-        return CLEAR, f"the cause is gone: {numbers}, nothing rejected, {why}"
+            return HOLD, f"visible demand fires the rule: {numbers}, nothing rejected; {why}"
+        return CLEAR, f"the cause is gone: {numbers}{rejecting}; {why}"
 
     def at_cap(self, fold: Fold, obs: Observation, status: str, detail: str) -> None:
         """A window under the enforced limit where no rule fired but the cause persists (``bound`` or ``hold``):
@@ -82,16 +90,21 @@ class RetryStormLimit(LimitPolicy):
     """``RUNAWAY_RETRY``: limits a consumer group's retry traffic (module docstring)."""
 
     kind = Anomaly.RUNAWAY_RETRY
+    ratio = True
 
-    def visible_fires(self, obs: Observation, state: ResourceState, fold: Fold) -> tuple[bool, str]:
+    def visible_fires(self, demand: float, obs: Observation, state: ResourceState, fold: Fold) -> tuple[bool, str]:
         threshold = fold.detection.retry_ratio_threshold
         consume = obs.consume_tps or 0.0
+        if not obs.complete:  # an open window before its census: the consume rate is partial; judged against the
+            consume = max(consume, state.baseline_tps or 0.0)  # rate frozen with the limit too, so it only errs late
         if consume > 0:
-            ratio = obs.observed_tps / consume
-            text = f"retry ratio {ratio:.2f} against {consume:.1f} msg/s consumed (rule: >= {threshold:.2f})"
+            ratio = demand / consume
+            text = (f"visible retry demand {demand:.1f} msg/s, ratio {ratio:.2f} against {consume:.1f} msg/s "
+                    f"consumed (rule: >= {threshold:.2f})")
             return ratio >= threshold, text
         floor = fold.detection.retry_floor_tps  # nothing consumed: the rule's own case, retries at its floor
-        return obs.observed_tps >= floor, f"nothing consumed (rule: retry >= {floor:.1f} msg/s then)"
+        return demand >= floor, (f"visible retry demand {demand:.1f} msg/s with nothing consumed (rule: retry >= "
+                                 f"{floor:.1f} msg/s then)")
 
     def at_cap(self, fold: Fold, obs: Observation, status: str, detail: str) -> None:
         """The first cut was bounded by ``max_cut_pct``: while the cause persists above the frozen target, the limit
@@ -126,15 +139,15 @@ class SurgeLimit(LimitPolicy):
     kind = Anomaly.TRAFFIC_SURGE
     probes = True
 
-    def visible_fires(self, obs: Observation, state: ResourceState, fold: Fold) -> tuple[bool, str]:
+    def visible_fires(self, demand: float, obs: Observation, state: ResourceState, fold: Fold) -> tuple[bool, str]:
         det = fold.detection
         baseline = state.baseline_tps
         if baseline is None:  # a limit saved before the baseline was frozen: its target is headroom x baseline
             baseline = (state.target_qps or state.limit_qps) / fold.cfg.surge_headroom
-        factor = obs.observed_tps / baseline if baseline > 0 else math.inf
-        fires = obs.observed_tps >= det.surge_floor_tps and obs.observed_tps >= det.surge_factor * baseline
-        return fires, (f"{factor:.1f}x the baseline of {baseline:.1f} msg/s frozen with the limit "
-                       f"(rule: >= {det.surge_factor:.1f}x and >= {det.surge_floor_tps:.1f} msg/s)")
+        factor = demand / baseline if baseline > 0 else math.inf
+        fires = demand >= det.surge_floor_tps and demand >= det.surge_factor * baseline
+        return fires, (f"visible demand {demand:.1f} msg/s, {factor:.1f}x the baseline of {baseline:.1f} msg/s frozen "
+                       f"with the limit (rule: >= {det.surge_factor:.1f}x and >= {det.surge_floor_tps:.1f} msg/s)")
 
     def at_cap(self, fold: Fold, obs: Observation, status: str, detail: str) -> None:
         state = fold.state

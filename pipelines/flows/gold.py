@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipelines import schemas
 from pipelines.config import GovernorConfig
-from pipelines.decide.evidence import open_evidence
+from pipelines.decide.evidence import expected_brokers, open_evidence
 from pipelines.decide.fast import OpenRows
 from pipelines.decide.final import FinalInputs, FinalOutputs, decide_prepared, prepare_final, window_bounds
 from pipelines.flows.base import BatchReport, DecisionFlow, release, write_arrow
@@ -135,8 +135,8 @@ class GoldFlow(DecisionFlow):
         with self.decision_lock:
             locked = time.monotonic()
             now = self.clock()
-            opened = (open_evidence(self.open_rows.rows, horizon_end, self.cfg.windows.length_seconds)
-                      if self.open_rows is not None else None)
+            opened = (open_evidence(self.open_rows.rows, horizon_end, self.cfg.windows.length_seconds,
+                                    expected_brokers(partial.brokers)) if self.open_rows is not None else None)
             inputs = FinalInputs(inputs.topics, inputs.groups, inputs.brokers, inputs.traffic, topic_history,
                                  broker_history, self.store.state_before(batch_id), self.store.latest_limits(),
                                  rejections, opened)

@@ -38,7 +38,7 @@ from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import ConfigSection, GovernorConfig
 from pipelines.decide.arrow import from_rows
-from pipelines.decide.evidence import open_evidence
+from pipelines.decide.evidence import expected_brokers, open_evidence
 from pipelines.decide.fast import FastInputs, OpenRows
 from pipelines.decide.fast import decide_prepared as decide_preliminary
 from pipelines.decide.fast import prepare_preliminary
@@ -287,7 +287,8 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                     if prepared.first_window is not None:
                         inputs = FinalInputs(partial.topics, partial.groups, partial.brokers, partial.traffic, th, bh,
                                              store.state_table(), store.limits_table(), None,
-                                             open_evidence(memory.rows, prepared.horizon_end, length))
+                                             open_evidence(memory.rows, prepared.horizon_end, length,
+                                                           expected_brokers(partial.brokers)))
                         out = decide_prepared(prepared, inputs, cfg, now, batch_id=len(decided),
                                               origin="sim-gold")
                         store.add(out.limits, out.state)

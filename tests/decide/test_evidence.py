@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import polars as pl
 import pyarrow as pa
 
 from pipelines import columns
@@ -62,7 +63,8 @@ def test_observations_cover_every_window_of_the_batch_for_every_resource_to_obse
 
 def test_limiter_views_are_rejection_evidence_of_the_window_they_fall_in():
     """The RocketMQ admin sink's views report when each limiter last rejected a send: one row per window ×
-    resource × broker; %RETRY%<group> is the group's retry traffic."""
+    resource × broker (no count: ``rejected`` 0, ``carries`` null, which :func:`demand` reports as ``viewed``);
+    %RETRY%<group> is the group's retry traffic."""
     seen = T0 + dt.timedelta(minutes=3)
     rejections = frame(columns.LIMITER_REJECTIONS, [
         (seen, "rocketmq", "broker-a", "%RETRY%g", T0 + dt.timedelta(seconds=20), 3),
@@ -70,18 +72,25 @@ def test_limiter_views_are_rejection_evidence_of_the_window_they_fall_in():
         (seen, "rocketmq", "broker-b", "orders", T1 + dt.timedelta(seconds=10), 4),
     ])
     got = sorted(ev.limiter_traffic(rejections, W).rows())
-    assert got == [(T0, T1, "group", "g", "broker-a", 0.0, 1, False),
-                   (T1, T1 + dt.timedelta(minutes=1), "topic", "orders", "broker-b", 0.0, 1, False)]
+    assert got == [(T0, T1, "group", "g", "broker-a", 0.0, 0, None),
+                   (T1, T1 + dt.timedelta(minutes=1), "topic", "orders", "broker-b", 0.0, 0, None)]
+    carried = traffic([("group", "g", "broker-a", 10.0, 0, False)])
+    none = frame(columns.GOLD_BROKER_TPS, [])
+    rows = ev.demand(pl.concat([carried, ev.limiter_traffic(rejections, W)], how="vertical_relaxed"), none, D)
+    assert sorted(rows.select("resource", "observed_tps", "rejected", "viewed").rows()) == [
+        ("g", 10.0, 0, True), ("orders", 0.0, 0, True)]
+    assert ev.demand(carried, none, D)["viewed"].to_list() == [False]
 
 
 OPEN = pa.schema([("window_start", pa.timestamp("us", tz="UTC")), ("window_end", pa.timestamp("us", tz="UTC")),
                   ("resource_type", pa.string()), ("resource", pa.string()), ("rate_limited", pa.int64()),
-                  ("broker_amounts", pa.map_(pa.string(), pa.int64()))])
+                  ("broker_amounts", pa.map_(pa.string(), pa.int64())), ("consumed", pa.int64()),
+                  ("brokers", pa.list_(pa.string()))])
 
 
 def open_rows(*data):
-    """(minute, resource_type, resource, rate_limited, {broker: amount})"""
-    rows = [dict(zip(OPEN.names, (*win(m), rt, r, rl, list(a.items())))) for m, rt, r, rl, a in data]
+    """(minute, resource_type, resource, rate_limited, {broker: amount}[, consumed[, census brokers]])"""
+    rows = [dict(zip(OPEN.names, (*win(m), rt, r, rl, list(a.items()), *more))) for m, rt, r, rl, a, *more in data]
     return pa.Table.from_pylist(rows, schema=OPEN)
 
 
@@ -89,14 +98,26 @@ def test_open_windows_show_a_topic_s_puts_and_a_group_s_retry_traffic_with_their
     rows = open_rows(
         (0, "topic", "orders", 0, {"broker-a": 1200}),                    # before the horizon: not open
         (1, "topic", "orders", 6, {"broker-a": 1800, "broker-b": 600}),
-        (1, "group", "g", 0, {"broker-a": 1200, "broker-b": 300}),        # send-backs per broker
+        (1, "group", "g", 0, {"broker-a": 1200, "broker-b": 300}, 2400),  # send-backs per broker, consumed
         (1, "topic", "%RETRY%g", 4, {"broker-a": 900, "broker-b": 1200}),  # the fallback plain sends
         (1, "broker", "broker-a", 0, {}),
     )
-    got = ev.open_evidence(rows, win(1)[0], 60)
+    got = ev.open_evidence(rows, win(1)[0], 60, ["broker-a", "broker-b"])
     assert set(got) == {("topic", "orders"), ("group", "g")}
     orders, = got["topic", "orders"]
     assert (orders.window_end, orders.observed_tps, orders.rejected) == (end(2).replace(tzinfo=None), 40.0, 6)
     group, = got["group", "g"]
     assert (group.observed_tps, group.rejected) == ((1200 + 1200) / 60, 4)   # per broker the larger of the two
+    assert (group.consume_tps, group.complete, orders.consume_tps) == (40.0, False, None)  # no census row
     assert ev.open_evidence(None, T0, 60) == {}
+
+
+def test_an_open_window_is_complete_once_every_broker_of_the_newest_final_window_reported():
+    rows = open_rows((1, "group", "g", 0, {"broker-a": 600}, 1200), (1, "cluster", "*", 0, {}, 0, ["broker-a"]))
+    partial, = ev.open_evidence(rows, win(1)[0], 60, ["broker-a", "broker-b"])["group", "g"]
+    assert not partial.complete and partial.consume_tps == 20.0
+    done, = ev.open_evidence(rows, win(1)[0], 60, ["broker-a"])["group", "g"]
+    assert done.complete
+    gold = frame(columns.GOLD_BROKER_TPS, [(*win(m), b, 0.0, None, 1, 0, 0, None) for m, b in
+                                           ((0, "broker-a"), (1, "broker-a"), (1, "broker-b"))]).to_arrow()
+    assert ev.expected_brokers(gold) == ["broker-a", "broker-b"] and ev.expected_brokers(None) == []

@@ -75,7 +75,7 @@ def test_a_group_limit_bound_above_its_frozen_target_goes_down_to_it_once_after_
     it the rule falls silent (the cap shows), but the demand runs into the cap: once the cool-down is over the
     limit goes to the frozen target in one step, then holds (refreshes only)."""
     decisions, state = fold([cand(1, 20.0, critical=False, observed_tps=200.0)], horizon=8,
-                            obs=[seen(i, 99.0) for i in range(2, 9)])
+                            obs=[seen(i, 99.0, rejected=36_000) for i in range(2, 9)])
     assert changes(decisions) == [("set", end(1), 100.0), ("set", end(3), 20.0)]
     assert "limit-bound: 99.0 of 100.0 msg/s" in decisions[1].reason
     assert state.limit_qps == 20.0 and state.target_qps == 20.0
@@ -96,8 +96,8 @@ def test_fold_lifts_once_the_anomaly_and_the_cap_are_gone_for_recovery_windows()
     decisions, state = fold([cand(1, 100.0, lift_at_qps=300.0)], horizon=10,
                             obs=[seen(i, 3.0) for i in range(2, 11)])
     assert actions(decisions) == [("set", end(1), 100.0, None, 1), ("lift", end(4), 100.0, 100.0, 2)]
-    assert decisions[1].reason.startswith("the cause is gone: the limiter rejected nothing, the rate stayed below 90% "
-                                          "of the 100.0 msg/s limit and RUNAWAY_RETRY did not fire")
+    assert decisions[1].reason.startswith("the cause is gone: RUNAWAY_RETRY did not fire on the visible demand (what "
+                                          "the brokers admitted and the limiter rejected) under the 100.0 msg/s limit")
     assert state.limit_qps is None and state.target_qps is None and state.broker_shares == {}
 
 
@@ -150,7 +150,7 @@ def test_a_capped_storm_keeps_its_limit_refreshed_never_relaxed_then_a_fix_lifts
     retry traffic drops to nothing and 3 clear windows lift it."""
     cfg = LimitsConfig(refresh_seconds=300)
     storm = [cand(1, 40.0, broker_tps={"broker-a": 300.0, "broker-b": 300.0})]
-    capped = [seen(i, 38.5 + (i % 2)) for i in range(2, 17)]          # at the cap for 15 windows
+    capped = [seen(i, 38.5 + (i % 2), rejected=33_600) for i in range(2, 17)]  # at the cap, 560/s rejected
     fixed = [seen(i, 0.4) for i in range(17, 25)]
     decisions, state = fold(storm, horizon=24, cfg=cfg, obs=capped + fixed)
     assert [(d.action, d.window_end, d.limit_qps) for d in decisions] == [
@@ -161,13 +161,26 @@ def test_a_capped_storm_keeps_its_limit_refreshed_never_relaxed_then_a_fix_lifts
     assert state.limit_qps is None
 
 
-def test_limiter_rejections_keep_the_anomaly_even_below_the_bound_share():
-    decisions, state = fold([cand(1, 40.0)], horizon=8, obs=[seen(i, 12.0, rejected=30) for i in range(2, 9)])
+def test_rejections_are_visible_demand_and_a_limiter_view_without_a_count_holds():
+    """12 msg/s admitted under a 40 msg/s limit (below the bound share): with 3,000 rejected sends in the window (50
+    msg/s more) the visible demand is 62 msg/s against 100 consumed, so the rule fires and the limit holds; with 30
+    (0.5 msg/s) against 400 consumed it does not, and three such windows lift it. A limiter view that says it
+    rejected, with no count logged by any client, holds; where the clients logged a count, the count judges."""
+    g = lambda i, rejected, consume, viewed=False: fl.Observation(end(i), 12.0, rejected, True, consume,  # noqa: E731
+                                                                    viewed=viewed)
+    decisions, state = fold([cand(1, 40.0)], horizon=8, obs=[g(i, 3000, 100.0) for i in range(2, 9)])
     assert changes(decisions) == [("set", end(1), 40.0)] and state.limit_qps == 40.0
-    _, _, evidence = fl.fold_resource(fl.ResourceState("group", "g"), [cand(1, 40.0)], end(3), L, 60,
-                                      observations=[seen(2, 12.0, rejected=30)])
-    assert (evidence[0].status, evidence[0].detail) == (
-        "bound", "limit-bound: 12.0 of 40.0 msg/s, rejecting (30 sends rejected by the limiter)")
+    _, _, evidence = fl.fold_resource(fl.ResourceState("group", "g"), [cand(1, 40.0)], end(2), L, 60,
+                                      observations=[g(2, 3000, 100.0)])
+    assert evidence[0].status == fl.BOUND
+    assert evidence[0].detail.startswith("limit-bound: 12.0 of 40.0 msg/s, rejecting (3000 sends rejected by the "
+                                         "limiter); visible retry demand 62.0 msg/s, ratio 0.62")
+    decisions, state = fold([cand(1, 40.0)], horizon=8, obs=[g(i, 30, 400.0) for i in range(2, 9)])
+    assert changes(decisions) == [("set", end(1), 40.0), ("lift", end(4), 40.0)]
+    decisions, state = fold([cand(1, 40.0)], horizon=8, obs=[g(i, 0, 400.0, viewed=True) for i in range(2, 9)])
+    assert changes(decisions) == [("set", end(1), 40.0)] and state.limit_qps == 40.0
+    decisions, state = fold([cand(1, 40.0)], horizon=8, obs=[g(i, 30, 400.0, viewed=True) for i in range(2, 9)])
+    assert changes(decisions)[1:] == [("lift", end(4), 40.0)]   # the clients' count is the evidence then
 
 
 def test_the_target_is_frozen_at_the_pre_limit_rate():
@@ -195,7 +208,7 @@ def test_a_surge_limit_at_its_cap_on_healthy_brokers_is_probed_upward_then_lifte
     """A topic limited on a busy broker keeps hitting its cap, but the brokers stay healthy: every recovery_windows
     windows the limit is raised x1.5, and lifted once the next step would reach the normal rate."""
     surge = cand(1, 200.0, lift_at_qps=600.0, broker_tps={"broker-a": 800.0})
-    capped = [seen(i, 0.95 * 200.0 * 1.5 ** ((i - 1) // 3)) for i in range(2, 12)]
+    capped = [seen(i, 0.95 * 200.0 * 1.5 ** ((i - 1) // 3), rejected=30_000) for i in range(2, 12)]
     decisions, state = fold([surge], horizon=11, obs=capped, resource_type="topic")
     assert [(d.action, d.window_end, round(d.limit_qps, 1)) for d in decisions] == [
         ("set", end(1), 200.0), ("relax", end(4), 300.0), ("relax", end(7), 450.0), ("lift", end(10), 450.0)]
@@ -205,7 +218,8 @@ def test_a_surge_limit_at_its_cap_on_healthy_brokers_is_probed_upward_then_lifte
 
 def test_a_probe_that_makes_a_broker_busy_again_steps_back():
     surge = cand(1, 200.0, lift_at_qps=6000.0)
-    obs = [seen(2, 195.0), seen(3, 195.0), seen(4, 196.0), seen(5, 290.0), seen(6, 295.0, healthy=False)]
+    obs = [seen(2, 195.0, 36_000), seen(3, 195.0, 36_000), seen(4, 196.0, 36_000), seen(5, 290.0, 30_000),
+           seen(6, 295.0, 30_000, healthy=False)]
     decisions, state = fold([surge], horizon=6, obs=obs, resource_type="topic")
     assert [(d.action, round(d.limit_qps, 1)) for d in decisions] == [("set", 200.0), ("relax", 300.0), ("set", 200.0)]
     assert decisions[-1].reason.startswith("probe undone: ")
@@ -213,7 +227,7 @@ def test_a_probe_that_makes_a_broker_busy_again_steps_back():
 
 
 def test_a_retry_limit_at_its_cap_is_never_probed():
-    decisions, state = fold([cand(1, 40.0)], horizon=12, obs=[seen(i, 39.0) for i in range(2, 13)])
+    decisions, state = fold([cand(1, 40.0)], horizon=12, obs=[seen(i, 39.0, 33_600) for i in range(2, 13)])
     assert changes(decisions) == [("set", end(1), 40.0)] and len(decisions) == 3
     assert state.limit_qps == 40.0
 
@@ -221,16 +235,23 @@ def test_a_retry_limit_at_its_cap_is_never_probed():
 # --- recurrence memory (flap damping) ------------------------------------------------------------------------------
 
 def test_an_intermittent_storm_keeps_its_limit_through_its_quiet_spells_from_its_second_storm_on():
-    """4 storm minutes, 4 quiet, again and again (limit 40 msg/s, frozen). The first quiet spell lifts the limit after
-    recovery_windows (3) clear windows; the second storm is a recurrence: straight to the remembered target, and
-    the next lift needs 6 clear windows, more than the 4-minute quiet spell, so the third storm finds it in force."""
-    storm = lambda i: seen(i, 39.0)  # noqa: E731 (at the cap)
+    """4 storm minutes, 4 quiet, again and again (limit 40 msg/s, frozen), one window per micro-batch as the job
+    runs. The first quiet spell lifts the limit after recovery_windows (3) clear windows; the second storm is a
+    recurrence: straight to the remembered target, and the next lift needs 6 clear windows, more than the 4-minute
+    quiet spell, so the third storm finds it in force. Folded in one micro-batch (a replay), the later storm windows
+    veto the first lift: held throughout, lifted after the last storm's 3 clear windows."""
+    storm = lambda i: seen(i, 39.0, 33_600)  # noqa: E731 (at the cap, rejecting)
     quiet = lambda i: seen(i, 0.3)   # noqa: E731
     obs = ([storm(i) for i in range(2, 5)] + [quiet(i) for i in range(5, 9)]
            + [quiet(i) for i in range(9, 10)] + [storm(i) for i in range(10, 13)] + [quiet(i) for i in range(13, 17)]
            + [storm(i) for i in range(17, 21)] + [quiet(i) for i in range(21, 40)])
     # the second storm's first window fires the rule, against a lower (throttled) consume rate
-    decisions, state = fold([cand(1, 40.0), cand(9, 25.0, critical=False, observed_tps=300.0)], horizon=40, obs=obs)
+    cands = {1: cand(1, 40.0), 9: cand(9, 25.0, critical=False, observed_tps=300.0)}
+    state, decisions = fl.ResourceState("group", "g"), []
+    for i in range(1, 41):
+        done, state, _ = fl.fold_resource(state, [cands[i]] if i in cands else [], end(i), L, 60,
+                                          observations=[o for o in obs if o.window_end == end(i)])
+        decisions += done
     assert changes(decisions) == [
         ("set", end(1), 40.0), ("lift", end(7), 40.0),    # first quiet spell: 3 clear windows (5, 6, 7)
         ("set", end(9), 40.0),                            # recurrence: the remembered 40, not 25, no max-cut step
@@ -238,6 +259,8 @@ def test_an_intermittent_storm_keeps_its_limit_through_its_quiet_spells_from_its
     assert "recurrence 1 within 30 windows of the lift at" in decisions[2].reason
     assert "(6 windows, doubled for each of 1 recurrences)" in decisions[-1].reason
     assert (state.recurrences, state.last_lift_end, state.lifted_target_qps) == (1, end(26), 40.0)
+    replayed, _ = fold(list(cands.values()), horizon=40, obs=obs)
+    assert changes(replayed) == [("set", end(1), 40.0), ("lift", end(23), 40.0)]
 
 
 def test_recurrences_double_the_clear_windows_up_to_the_memory_and_a_quiet_memory_is_forgotten():
@@ -260,7 +283,7 @@ def test_a_surge_limit_probed_up_to_its_normal_rate_is_not_remembered():
     probed = fl.ResourceState("topic", "g", limit_qps=600.0, version=3, target_qps=400.0, lift_at_qps=800.0,
                               last_candidate_end=end(1), last_decision_end=end(1), last_change_end=end(1),
                               limited_since=end(1), last_lift_end=end(0), lifted_target_qps=300.0, recurrences=1)
-    decisions, state = fold([], horizon=5, state=probed, obs=[seen(i, 599.0) for i in range(2, 6)])
+    decisions, state = fold([], horizon=5, state=probed, obs=[seen(i, 599.0, 18_000) for i in range(2, 6)])
     assert [d.action for d in decisions][-1] == "lift"
     assert (state.recurrences, state.last_lift_end, state.lifted_target_qps) == (0, None, None)
 
@@ -299,7 +322,7 @@ def test_a_fixed_consumer_that_keeps_a_legitimate_retry_level_is_lifted():
     """Limited to 40 msg/s (10 % of 400 consumed); fixed after window 10, it keeps retrying 6 % of what it consumes
     (24 of 40 msg/s: neither at the cap nor rejecting): the rule does not fire on that visible demand, so three
     windows lift it."""
-    storm = [cand(1, 40.0, baseline_tps=400.0)] + [group_seen(i, 39.5, 150.0, rejected=40) for i in range(2, 11)]
+    storm = [cand(1, 40.0, baseline_tps=400.0)] + [group_seen(i, 39.5, 150.0, rejected=30_000) for i in range(2, 11)]
     fixed = [group_seen(i, 23.0 + i % 3, 400.0) for i in range(11, 25)]
     decisions, state = fold([storm[0]], horizon=24, obs=storm[1:] + fixed)
     assert changes(decisions) == [("set", end(1), 40.0), ("lift", end(13), 40.0)]
@@ -307,8 +330,8 @@ def test_a_fixed_consumer_that_keeps_a_legitimate_retry_level_is_lifted():
     _, _, evidence = fl.fold_resource(fl.ResourceState("group", "g"), [storm[0]], end(2), L, 60,
                                       observations=[group_seen(2, 23.0, 400.0)])
     assert evidence[0].status == fl.CLEAR
-    assert evidence[0].detail == ("the cause is gone: 23.0 of 40.0 msg/s, nothing rejected, retry ratio 0.06 against "
-                                  "400.0 msg/s consumed (rule: >= 0.50)")
+    assert evidence[0].detail == ("the cause is gone: 23.0 of 40.0 msg/s; visible retry demand 23.0 msg/s, ratio 0.06 "
+                                  "against 400.0 msg/s consumed (rule: >= 0.50)")
 
 
 def test_a_consumer_still_broken_keeps_its_limit_even_when_its_consumption_fell_under_throttling():
@@ -318,7 +341,7 @@ def test_a_consumer_still_broken_keeps_its_limit_even_when_its_consumption_fell_
     decisions, state = fold([cand(1, 40.0, baseline_tps=400.0)], horizon=19, obs=obs)
     assert changes(decisions) == [("set", end(1), 40.0)] and state.limit_qps == 40.0
     assert decisions[1].reason.startswith("refresh (anomaly persists, visible demand fires the rule: 28.0 of 40.0 "
-                                          "msg/s, nothing rejected, retry ratio 0.93")
+                                          "msg/s, nothing rejected; visible retry demand 28.0 msg/s, ratio 0.93")
 
 
 def test_nothing_consumed_is_judged_by_the_rule_floor():
@@ -327,23 +350,36 @@ def test_nothing_consumed_is_judged_by_the_rule_floor():
     assert changes(decisions) == [("set", end(1), 40.0), ("lift", end(4), 40.0)]
 
 
-def test_a_lift_is_vetoed_while_an_open_window_shows_the_cause_back():
-    """Three clear final windows would lift the limit, but the fast path's open window after them already runs at
-    the cap: no lift now. Without that evidence (or with an open window below the cap) the lift is decided."""
-    clear = [seen(i, 0.5) for i in range(2, 5)]
+def test_a_lift_is_vetoed_while_a_later_window_shows_the_cause_back():
+    """Three clear final windows would lift the limit, but the fast path's open window after them already shows
+    the storm (600 msg/s rejected against 150 consumed, its census complete): no lift now. Before its census an
+    open window's consume rate is partial, so it is judged against the larger of it and the consume rate frozen
+    with the limit (400 msg/s): 600 msg/s rejected still vetoes, a fixed consumer's 15 msg/s does not. One below the
+    rule lets the lift through. A later final window of the same micro-batch that shows the cause vetoes too."""
+    clear = [fl.Observation(end(i), 0.5, 0, True, 400.0) for i in range(2, 5)]
     state = fl.ResourceState("group", "g")
-    at_cap = [fl.Observation(end(5), 37.0, 0), fl.Observation(end(6), 4.0, 0)]
-    decisions, after, evidence = fl.fold_resource(state, [cand(1, 40.0)], end(4), L, 60, observations=clear,
-                                                  open_evidence=at_cap)
-    assert [d.action for d in decisions] == ["set"] and after.limit_qps == 40.0
-    assert [(e.status, e.window_end) for e in evidence if e.status == fl.VETO] == [(fl.VETO, end(5))]
-    assert "lift vetoed: the open window ending 07:05 is already at the cap: 37.0 of 40.0 msg/s" in evidence[-1].detail
-    rejecting = [fl.Observation(end(5), 3.0, 12)]
-    assert [d.action for d in fl.fold_resource(state, [cand(1, 40.0)], end(4), L, 60, observations=clear,
-                                               open_evidence=rejecting)[0]] == ["set"]
-    below = [fl.Observation(end(5), 20.0, 0)]
-    assert [d.action for d in fl.fold_resource(state, [cand(1, 40.0)], end(4), L, 60, observations=clear,
-                                               open_evidence=below)[0]] == ["set", "lift"]
+    storm = [fl.Observation(end(5), 37.0, 36_000, True, 150.0), fl.Observation(end(6), 4.0, 0, True, 400.0)]
+
+    def actions(open_evidence, obs=clear, horizon=4):
+        decisions, after, evidence = fl.fold_resource(state, [cand(1, 40.0, baseline_tps=400.0)], end(horizon), L, 60,
+                                                      observations=obs, open_evidence=open_evidence)
+        return [d.action for d in decisions], evidence
+
+    acted, evidence = actions(storm)
+    assert acted == ["set"]
+    veto, = [e for e in evidence if e.status == fl.VETO]
+    assert veto.window_end == end(5) and veto.detail.startswith(
+        "lift vetoed: the open window ending 07:05 shows the cause back: limit-bound: 37.0 of 40.0 msg/s, rejecting")
+    partial = [fl.Observation(end(5), 0.0, 36_000, True, 20.0, complete=False)]  # 600/s rejected, no stats yet
+    acted, evidence = actions(partial)
+    assert acted == ["set"] and "ratio 1.50 against 400.0 msg/s consumed" in evidence[-1].detail
+    legit = [fl.Observation(end(5), 0.0, 900, True, 20.0, complete=False)]      # 15/s: a fixed consumer's retries
+    assert actions(legit)[0] == ["set", "lift"]
+    below = [fl.Observation(end(5), 20.0, 0, True, 400.0)]
+    assert actions(below)[0] == ["set", "lift"]
+    back_in_batch = clear + [fl.Observation(end(5), 39.0, 36_000, True, 150.0)]
+    acted, evidence = actions((), back_in_batch, horizon=5)
+    assert acted == ["set"] and any(e.status == fl.VETO and "final window ending 07:05" in e.detail for e in evidence)
 
 
 def test_the_recurrence_memory_keeps_enforced_limits_only():
@@ -450,7 +486,7 @@ def test_the_probe_budget_leaves_room_for_a_step_back():
     state = fl.ResourceState("topic", "t", limit_qps=200.0, target_qps=200.0, limited_since=end(0),
                              last_change_end=end(0), last_decision_end=end(0), last_candidate_end=end(0),
                              cause_changes=1, baseline_tps=100.0)
-    capped = [fl.Observation(end(i), 199.0, 30, True, None, {"b": 400.0}) for i in range(1, 8)]
+    capped = [fl.Observation(end(i), 199.0, 15_000, True, None, {"b": 400.0}) for i in range(1, 8)]
     decisions, _ = fold([], horizon=7, state=state, obs=capped, cfg=LimitsConfig(surge_max_changes=2))
     assert [d.action for d in decisions if d.action != "set"] == []
     decisions, _ = fold([], horizon=7, state=state, obs=capped, cfg=LimitsConfig(surge_max_changes=3))
@@ -488,18 +524,18 @@ def _probed(**kw):
 def test_a_probe_never_raises_a_carrier_above_what_it_wrote_when_it_was_last_busy():
     """broker b wrote 900 msg/s when it was last busy and writes 700 now: x1.5 (600) would add 200 and put it at
     900 again; the probe stops at 0.9 x 900 = 810 msg/s of writes, i.e. 510 msg/s."""
-    capped = [fl.Observation(end(i), 399.0, 30, True, None, {"b": 700.0}) for i in range(1, 4)]
+    capped = [fl.Observation(end(i), 399.0, 30_000, True, None, {"b": 700.0}) for i in range(1, 4)]
     decisions, state = fold([], horizon=3, state=_probed(busy_load={"b": 900.0}), obs=capped)
     assert [(d.action, round(d.limit_qps, 1)) for d in decisions] == [("relax", 510.0)]
     assert "raised to 510.0 msg/s (b writes 700.0 msg/s and was busy at 900.0)" in decisions[0].reason
     assert state.probe_from_qps == 400.0
-    full = [fl.Observation(end(i), 399.0, 30, True, None, {"b": 820.0}) for i in range(1, 4)]
+    full = [fl.Observation(end(i), 399.0, 30_000, True, None, {"b": 820.0}) for i in range(1, 4)]
     decisions, _ = fold([], horizon=3, state=_probed(busy_load={"b": 900.0}), obs=full)
     assert [d.action for d in decisions] == []   # no room left: no probe
 
 
 def test_a_ceiling_holds_probes_below_it_until_its_interval_is_over():
-    capped = [fl.Observation(end(i), 399.0, 30, True, None, {"b": 500.0}) for i in range(1, 4)]
+    capped = [fl.Observation(end(i), 399.0, 30_000, True, None, {"b": 500.0}) for i in range(1, 4)]
     held = _probed(probe_ceiling_qps=500.0, probe_hold_until=end(10), probe_backoff=1)
     decisions, _ = fold([], horizon=3, state=held, obs=capped)
     assert [(d.action, round(d.limit_qps, 1)) for d in decisions] == [("relax", 450.0)]   # below 500 x 0.9
