@@ -27,7 +27,7 @@ __all__ = [
     "ConfigError", "ConfigSection", "read_toml", "validate_model", "CURRENT_FORK_DEFAULT_QPS", "KafkaSinkConfig",
     "RocketMQSinkConfig", "SinkConfig", "KafkaSourceConfig", "SourceConfig", "LakeConfig", "StatsConfig",
     "BrokersConfig", "WindowsConfig", "DetectionConfig", "LimitsConfig", "SparkConfig", "DEFAULT_PANDAS_MAX_ROWS",
-    "QualityConfig", "GovernorConfig", "parse_config", "load_config", "throwaway_signing_key",
+    "QualityConfig", "MetricsConfig", "GovernorConfig", "parse_config", "load_config", "throwaway_signing_key",
 ]
 
 
@@ -338,6 +338,17 @@ class QualityConfig(_Section):
         "engine."))
 
 
+class MetricsConfig(_Section):
+    """The continuous job's Prometheus endpoint (:mod:`pipelines.ops.metrics`, docs/metrics.md)."""
+
+    port: int = Field(default=0, ge=0, le=65535, description=(
+        "TCP port of ``http://<address>:<port>/metrics`` in the continuous job (not with --once); 0 = no endpoint. "
+        "A port that cannot be bound is logged in one line and the governor runs without it."))
+    address: str = Field("0.0.0.0", description=(
+        "Address the endpoint listens on: ``0.0.0.0`` (every interface, for a Prometheus on another host), "
+        "``127.0.0.1`` for this host only."))
+
+
 class GovernorConfig(_Section):
     """The whole configuration. Sections mirror the TOML tables of ``conf/local.toml``."""
 
@@ -351,6 +362,7 @@ class GovernorConfig(_Section):
     sink: SinkConfig = Field(SinkConfig(), description="``[sink]``: the write-back sinks.")
     spark: SparkConfig = Field(SparkConfig(), description="``[spark]``: the Spark session.")
     quality: QualityConfig = Field(QualityConfig(), description="``[quality]``: data quality.")
+    metrics: MetricsConfig = Field(MetricsConfig(), description="``[metrics]``: the Prometheus endpoint.")
 
     def with_paths(self, landing: str | None = None, lake: str | None = None) -> "GovernorConfig":
         """Return a copy with the landing directory and/or lake root replaced (CLI overrides)."""

@@ -18,6 +18,7 @@ from pipelines.io import tables
 from pipelines.schemas import RESOURCE_KEYS
 from pipelines.io.lake import Lake
 from pipelines.io.publish import Publisher, latest_per_resource
+from pipelines.ops import metrics
 from pipelines.quality.gate import QualityGate
 from pipelines.transforms import gold
 
@@ -41,7 +42,8 @@ def write_outputs(lake: Lake, query: str, app_id: str, batch_id: int, outputs: d
     event log). The tables the lake writes from the driver are collected first by one Spark job
     (:meth:`pipelines.io.lake.Lake.collect`), then committed one by one. ``rows``: the row count per table when
     known (an empty one is skipped without a job; a large one is written from the executors,
-    :meth:`pipelines.io.lake.Lake.append`). Returns the batch's report (also logged)."""
+    :meth:`pipelines.io.lake.Lake.append`). What was appended feeds the metrics
+    (:func:`pipelines.ops.metrics.observe_outputs`). Returns the batch's report (also logged)."""
     report = BatchReport(query, batch_id)
     context = next(iter(outputs.values())).sparkSession.sparkContext if outputs else None
     try:
@@ -58,6 +60,7 @@ def write_outputs(lake: Lake, query: str, app_id: str, batch_id: int, outputs: d
                                                  rows=(rows or {}).get(table))
             report.seconds[table] = round(time.monotonic() - started, 2)
             crash_point(f"{query}:after:{table}")
+        metrics.observe_outputs(outputs, collected, report.rows)  # decisions, anomalies, quarantine, brokers' minutes
     finally:
         if context is not None:
             context.setJobDescription(None)

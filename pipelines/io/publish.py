@@ -21,11 +21,14 @@ from pipelines.faults import crash_point
 from pipelines.io import tables
 from pipelines.io.lake import Lake
 from pipelines.io.lake.base import newest_per_key
+from pipelines.ops import metrics
 from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig, LimitsConfig
 from pipelines.transforms.policy import ACTION_LIFT
 
 LIMITS_FILE = "control/limits.json"
+#: The name of the ``limits.json`` path in the metrics (``sink`` label; the other sinks have their own names).
+FILE_SINK = "file"
 
 
 def latest_per_resource(limits: DataFrame) -> DataFrame:
@@ -166,7 +169,8 @@ class Publisher:
     def publish(self, now: dt.datetime, batch_id: int = 0, query: str = "gold") -> Path:
         """Publish the limits in force at ``now`` (micro-batch ``batch_id`` of ``query``); returns the path of
         ``limits.json``. The sinks fail soft (:class:`pipelines.io.sinks.SinkSet`): retried, reported in
-        ``control/sink_status``, caught up on a later publish; they never stop the file from being written.
+        ``control/sink_status``, caught up on a later publish; they never stop the file from being written. The
+        records published become the metrics' limits in force (:func:`pipelines.ops.metrics.observe_limits`).
 
         Raises:
             pipelines.io.lease.LakeHeldError: this governor lost the lake's lease (the lake's fence): nothing is
@@ -174,4 +178,11 @@ class Publisher:
         self.lake.check_fence()
         records = self.records(now)
         self.sinks.publish_all(records, batch_id=batch_id, now=now, query=query)
-        return write_limits_file(self.lake.root, records, now)
+        try:
+            path = write_limits_file(self.lake.root, records, now)
+        except Exception:
+            metrics.observe_publish(FILE_SINK, ok=False)
+            raise
+        metrics.observe_publish(FILE_SINK, ok=True)
+        metrics.observe_limits(records)  # the limits in force, as every path now has them
+        return path

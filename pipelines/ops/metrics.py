@@ -1,0 +1,400 @@
+"""Prometheus metrics of the governor: what on-call sees without opening the lake (docs/metrics.md).
+
+One :class:`GovernorMetrics` per process (:func:`current`) is fed from a few places, each with what it already
+has in hand, and served over HTTP by the continuous job (:func:`serve`, ``[metrics] port``; 0 = off):
+
+* the progress listener (:mod:`pipelines.ops.progress`): each micro-batch's duration, the trigger, the watermark;
+* the write of a micro-batch's tables (:func:`pipelines.flows.base.write_outputs`): the Arrow tables it collected
+  (decisions, anomalies, policy state, quarantine, the brokers' newest stats lines);
+* the publisher and the sinks (:mod:`pipelines.io.publish`, :mod:`pipelines.io.sinks`): the control records
+  published (the limits in force and each broker's share) and each write-back path's outcome;
+* the lease (:mod:`pipelines.io.lease`): whether this process holds the lake.
+
+Names follow Prometheus's conventions: prefix ``rate_governor_``, base units (seconds, messages per second, Unix
+seconds for timestamps), ``_total`` counters. Label sets stay bounded: a resource label exists only while that
+resource has a limit in force (advisory ones included, ``mode="advisory"``), an anomaly in the newest final window,
+or a held limit, and is gone from the next scrape once that goes away (the collector yields only what is current).
+Brokers, sinks and queries are few and kept; quarantine reasons are cut to their kind (:func:`reason_kind`), at most
+:data:`MAX_REASONS` of them.
+
+Hooks never raise into a micro-batch: the module functions (:func:`observe_outputs`, …) log a failure once per
+hook at WARNING and go on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client.core import GaugeMetricFamily
+
+from control.record import BROKERS_FIELD, parse_expires_at
+from pipelines.io import tables
+from pipelines.quality.rules import REASON_PREFIX
+from pipelines.transforms.anomalies import limited_by
+
+if TYPE_CHECKING:
+    from pipelines.config import GovernorConfig, MetricsConfig
+
+log = logging.getLogger("rate_governor")
+
+NAMESPACE = "rate_governor"
+#: Buckets of the micro-batch duration histogram, seconds: around the shipped 10 s trigger and up to 5 minutes.
+DURATION_BUCKETS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+#: Distinct quarantine reason labels kept; later kinds count as ``other`` (a bound on the label set).
+MAX_REASONS = 32
+#: The final path's tables whose ``window_end`` tells the newest final window of a micro-batch.
+FINAL_WINDOW_TABLES = (tables.GOLD_TOPIC_TPS, tables.GOLD_GROUP_TPS, tables.GOLD_BROKER_TPS, tables.GOLD_ANOMALIES)
+#: Columns of each table the metrics read (:meth:`GovernorMetrics.observe_outputs`).
+COLUMNS = {
+    tables.GOLD_LIMITS: ("action", "basis", "resource_type", "mode"),
+    tables.GOLD_ANOMALIES: ("window_end", "resource_type", "resource", "anomaly"),
+    tables.STATE_POLICY: ("resource_type", "resource", "limit_qps", "limited_since"),
+    tables.QUARANTINE: ("reason",),
+    tables.SILVER_BROKER_STATS: ("broker", "event_time"),
+    **{table: ("window_end",) for table in FINAL_WINDOW_TABLES[:3]},
+}
+_QUOTED = re.compile(r"'[^']*'")
+
+
+def reason_kind(reason: str | None) -> str:
+    """A quarantine reason without the data it quotes, for a label: ``expectation failed: <expectation>(<column>)``
+    as it is (a finite set, the GX suites), any other reason up to its first ``": "`` (``unknown stat name: X`` →
+    ``unknown stat name``) with quoted text replaced by ``'…'``. The quarantine table keeps the whole reason."""
+    if not reason:
+        return "unknown"
+    if not reason.startswith(REASON_PREFIX):
+        reason = reason.split(": ", 1)[0]
+    return _QUOTED.sub("'…'", reason)[:120]
+
+
+def _epoch(value: dt.datetime | None) -> float | None:
+    """A datetime (naive = UTC) → Unix seconds; None stays None."""
+    if value is None:
+        return None
+    return (value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value).timestamp()
+
+
+def _counts(data: pa.Table, columns: tuple[str, ...]) -> dict[tuple[str, ...], int]:
+    """Rows of ``data`` per value of ``columns`` (null as ``"null"``)."""
+    if data.num_rows == 0:
+        return {}
+    grouped = data.select(list(columns)).group_by(list(columns)).aggregate([([], "count_all")]).to_pylist()
+    return {tuple("null" if row[c] is None else str(row[c]) for c in columns): row["count_all"] for row in grouped}
+
+
+@dataclass
+class _State:
+    """What the gauges show now (guarded by :attr:`GovernorMetrics.lock`)."""
+
+    limits: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    anomalies: set[tuple[str, str, str]] = field(default_factory=set)
+    held_since: dict[tuple[str, str], float] = field(default_factory=dict)
+    horizon: float | None = None
+    broker_last: dict[str, float] = field(default_factory=dict)
+    watermarks: dict[str, float] = field(default_factory=dict)
+    behind: dict[str, float] = field(default_factory=dict)
+    sink_failing: dict[str, float] = field(default_factory=dict)
+    sink_success: dict[str, float] = field(default_factory=dict)
+    lease_held: bool = False
+    trigger_seconds: float | None = None
+    max_held_seconds: float | None = None
+    reasons: set[str] = field(default_factory=set)
+
+
+class GovernorMetrics:
+    """The governor's metrics in their own registry (:attr:`registry`). ``clock``: wall-clock Unix seconds (the
+    watermark's delay, a sink's last success, whether a limit has expired)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.state = _State()
+        #: True while an endpoint (:func:`serve`) serves these metrics.
+        self.serving = False
+        self.registry = CollectorRegistry()
+        common = {"namespace": NAMESPACE, "registry": self.registry}
+        self.decisions = Counter("decisions", "Limit decisions written to gold/limits, by action, basis (preliminary: "
+                                 "fast path; final: final path), the anomaly kind whose limit it is, and mode.",
+                                 ["action", "basis", "anomaly", "mode"], **common)
+        self.anomalies = Counter("anomalies", "Anomalies of final windows (gold/anomalies rows), by kind.",
+                                 ["anomaly", "resource_type"], **common)
+        self.quarantined = Counter("quarantined_records", "Records (and refused decisions) written to quarantine, "
+                                   "by the kind of their reason.", ["reason"], **common)
+        self.publishes = Counter("sink_publishes", "Publishes of the limits in force per write-back path (file: "
+                                 "control/limits.json), by outcome (ok, failed).", ["sink", "outcome"], **common)
+        self.durations = Histogram("micro_batch_duration_seconds", "Duration of each micro-batch per streaming query "
+                                   "(Spark's batchDuration).", ["query"], buckets=DURATION_BUCKETS, **common)
+        ProcessCollector(registry=self.registry)
+        self.registry.register(_Collector(self))
+
+    def configure(self, cfg: GovernorConfig, *, once: bool) -> None:
+        """Start of a run on ``cfg`` (``once``: a ``--once`` run, no trigger): the settings the alert rules compare
+        with, and none of an earlier run's gauges (counters keep counting, as Prometheus expects)."""
+        with self.lock:
+            self.state = _State(lease_held=self.state.lease_held, max_held_seconds=float(cfg.limits.max_held_seconds),
+                                trigger_seconds=None if once else float(cfg.windows.trigger_seconds))
+
+    def observe_progress(self, query: str, progress: Mapping[str, Any]) -> None:
+        """One ``StreamingQueryProgress`` (a mapping) of ``query`` (``ingest``, ``fast``, ``gold``): its
+        ``batchDuration`` (ms) into the histogram and, in the continuous job, how far it ran past the trigger; its
+        ``eventTime.watermark`` (ISO 8601 UTC; Spark's epoch 0 before the first event is left out)."""
+        seconds = float(progress.get("batchDuration") or 0) / 1000.0
+        self.durations.labels(query).observe(seconds)
+        mark = (progress.get("eventTime") or {}).get("watermark")
+        at = dt.datetime.fromisoformat(mark.replace("Z", "+00:00")).timestamp() if mark else 0.0
+        with self.lock:
+            if self.state.trigger_seconds is not None:
+                self.state.behind[query] = max(0.0, seconds - self.state.trigger_seconds)
+            if at > 0:
+                self.state.watermarks[query] = at
+
+    def observe_outputs(self, appended: Mapping[str, pa.Table]) -> None:
+        """The tables one micro-batch appended rows to, each with at least its :data:`COLUMNS` (leave out a table
+        it appended nothing to, as a replayed micro-batch does, so that nothing is counted twice).
+
+        Tables of the final path (:data:`FINAL_WINDOW_TABLES`) also set the newest final window: the anomalies
+        active are those of that window (none when it has none), and ``state/policy`` rows say how long each limit
+        has been held, from its ``limited_since`` to that window's end (event time)."""
+        for (action, basis, rtype, mode), n in _counts(appended.get(tables.GOLD_LIMITS, _EMPTY),
+                                                       COLUMNS[tables.GOLD_LIMITS]).items():
+            self.decisions.labels(action, basis, limited_by(rtype).value, mode).inc(n)
+        found = appended.get(tables.GOLD_ANOMALIES, _EMPTY)
+        for (anomaly, rtype), n in _counts(found, ("anomaly", "resource_type")).items():
+            self.anomalies.labels(anomaly, rtype).inc(n)
+        for (reason,), n in _counts(appended.get(tables.QUARANTINE, _EMPTY), ("reason",)).items():
+            self.quarantined.labels(self._reason_label(reason)).inc(n)
+        stats = appended.get(tables.SILVER_BROKER_STATS, _EMPTY)
+        newest = stats.group_by("broker").aggregate([("event_time", "max")]).to_pylist() if stats.num_rows else []
+        ends = [_epoch(pc.max(appended[t]["window_end"]).as_py()) for t in FINAL_WINDOW_TABLES if t in appended]
+        horizon = max((e for e in ends if e is not None), default=None)
+        with self.lock:
+            s = self.state
+            for row in newest:
+                if row["broker"] is not None and (at := _epoch(row["event_time_max"])) is not None:
+                    s.broker_last[row["broker"]] = max(at, s.broker_last.get(row["broker"], at))
+            if horizon is None:
+                return
+            s.horizon = horizon
+            s.anomalies = {(r["resource_type"], r["resource"], r["anomaly"]) for r in found.to_pylist()
+                           if _epoch(r["window_end"]) == horizon}
+            for r in appended.get(tables.STATE_POLICY, _EMPTY).to_pylist():
+                key = (r["resource_type"], r["resource"])
+                if r["limit_qps"] is None or r["limited_since"] is None:
+                    s.held_since.pop(key, None)
+                else:
+                    s.held_since[key] = _epoch(r["limited_since"])
+
+    def observe_limits(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """The control records just published (docs/contracts.md §3): from now on the limits in force, each until
+        its ``expires_at``, with its ``brokers`` shares."""
+        current = {(r["resource_type"], r["resource"]): {
+            "limit_qps": float(r["limit_qps"]), "mode": r["mode"],
+            "brokers": {b: float(f["limit_qps"]) for b, f in (r.get(BROKERS_FIELD) or {}).items()},
+            "expires_at": parse_expires_at(r["expires_at"]).timestamp()} for r in records}
+        with self.lock:
+            self.state.limits = current
+
+    def observe_publish(self, sink: str, ok: bool) -> None:
+        """One publish to write-back path ``sink`` (``file``, ``kafka``, ``rocketmq``) and whether it delivered."""
+        self.publishes.labels(sink, "ok" if ok else "failed").inc()
+        with self.lock:
+            self.state.sink_failing[sink] = 0.0 if ok else 1.0
+            if ok:
+                self.state.sink_success[sink] = self.clock()
+
+    def observe_lease(self, held: bool) -> None:
+        """Whether this process holds the lake's lease now."""
+        with self.lock:
+            self.state.lease_held = held
+
+    def _reason_label(self, reason: str) -> str:
+        kind = reason_kind(None if reason == "null" else reason)
+        with self.lock:
+            if kind not in self.state.reasons and len(self.state.reasons) >= MAX_REASONS:
+                return "other"
+            self.state.reasons.add(kind)
+        return kind
+
+
+_EMPTY = pa.table({})
+
+
+class _Collector:
+    """The gauges of :class:`_State`, built at each scrape: only current label sets (an expired limit is gone)."""
+
+    def __init__(self, metrics: GovernorMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        now = self.metrics.clock()
+        with self.metrics.lock:
+            s = self.metrics.state
+            limit = _gauge("limit_messages_per_second", "Limits in force (published, not expired): the cluster-wide "
+                           "limit in msg/s, the anomaly kind it answers, its mode.",
+                           resource_type=None, resource=None, anomaly=None, mode=None)
+            share = _gauge("limit_broker_messages_per_second", "Each broker's share of a limit in force, msg/s "
+                           "(broker \"*\": any broker not listed).", resource_type=None, resource=None, broker=None,
+                           mode=None)
+            expires = _gauge("limit_expires_timestamp_seconds", "When a limit in force expires unless refreshed, Unix "
+                             "seconds.", resource_type=None, resource=None)
+            for (rtype, resource), v in sorted(s.limits.items()):
+                if v["expires_at"] <= now:
+                    continue
+                limit.add_metric([rtype, resource, limited_by(rtype).value, v["mode"]], v["limit_qps"])
+                expires.add_metric([rtype, resource], v["expires_at"])
+                for broker, qps in sorted(v["brokers"].items()):
+                    share.add_metric([rtype, resource, broker, v["mode"]], qps)
+            active = _gauge("anomaly_active", "1 for each anomaly of the newest final window.",
+                            resource_type=None, resource=None, anomaly=None)
+            for key in sorted(s.anomalies):
+                active.add_metric(list(key), 1.0)
+            held = _gauge("limit_held_seconds", "How long each limit has been held, seconds of event time (from the "
+                          "window that set it to the newest final window).", resource_type=None, resource=None)
+            for key, since in sorted(s.held_since.items()):
+                held.add_metric(list(key), max(0.0, (s.horizon or since) - since))
+            yield from (limit, share, expires, active, held)
+            yield _gauge("limit_max_held_seconds", "limits.max_held_seconds: a limit held longer is flagged.",
+                         values={(): s.max_held_seconds} if s.max_held_seconds is not None else {})
+            yield _gauge("trigger_seconds", "The continuous job's processing-time trigger (windows.trigger_seconds).",
+                         values={(): s.trigger_seconds} if s.trigger_seconds is not None else {})
+            yield _gauge("lease_held", "1 while this process holds the lake's lease (<lake>/_governor.lease).",
+                         values={(): 1.0 if s.lease_held else 0.0})
+            yield _gauge("query_behind_trigger_seconds", "How far each query's last micro-batch ran past the "
+                         "trigger, seconds (0: within it).", query=s.behind)
+            yield _gauge("watermark_timestamp_seconds", "Each stateful query's event-time watermark, Unix seconds.",
+                         query=s.watermarks)
+            yield _gauge("watermark_delay_seconds", "Wall-clock time minus each stateful query's watermark, seconds.",
+                         query={q: now - w for q, w in s.watermarks.items()})
+            yield _gauge("broker_last_report_timestamp_seconds", "Event time of each broker's newest stats.log line "
+                         "(the end of the minute it covers), Unix seconds.", broker=s.broker_last)
+            yield _gauge("sink_failing", "1 while a write-back path's last publish failed, else 0.", sink=s.sink_failing)
+            yield _gauge("sink_last_success_timestamp_seconds", "When each write-back path last delivered, Unix "
+                         "seconds.", sink=s.sink_success)
+
+
+def _gauge(name: str, doc: str, values: Mapping[tuple, float] | None = None,
+           **labels: Mapping[str, float] | None) -> GaugeMetricFamily:
+    """A gauge family ``rate_governor_<name>``; with one label given as ``{value: sample}`` it holds those
+    samples, with ``values`` (label tuple → sample) those."""
+    family = GaugeMetricFamily(f"{NAMESPACE}_{name}", doc, labels=list(labels))
+    samples = dict(values or {})
+    if len(labels) == 1 and (only := next(iter(labels.values()))) is not None:
+        samples.update({(label,): v for label, v in only.items()})
+    for key, value in sorted(samples.items()):
+        family.add_metric(list(key), value)
+    return family
+
+
+# --- the process's metrics, its hooks and its endpoint ---------------------------------------------------------------
+
+_current = GovernorMetrics()
+_failed_hooks: set[str] = set()
+
+
+def current() -> GovernorMetrics:
+    """The metrics the hooks below feed (one per process)."""
+    return _current
+
+
+def install(metrics: GovernorMetrics) -> GovernorMetrics:
+    """Make ``metrics`` the process's metrics (tests start from a fresh one); returns the one it replaces."""
+    global _current
+    previous, _current = _current, metrics
+    return previous
+
+
+@dataclass
+class Endpoint:
+    """A running metrics endpoint (:func:`serve`); ``url`` is what Prometheus scrapes."""
+
+    server: Any
+    thread: threading.Thread
+    url: str
+    metrics: GovernorMetrics
+
+    def close(self) -> None:
+        """Stop serving and free the port."""
+        self.metrics.serving = False
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def serve(cfg: MetricsConfig, metrics: GovernorMetrics | None = None) -> Endpoint | None:
+    """Serve ``metrics`` (default :func:`current`) at ``http://<cfg.address>:<cfg.port>/metrics`` from a daemon
+    thread (prometheus_client's HTTP server). None when ``cfg.port`` is 0 (off) or the port cannot be bound: that
+    is logged in one ERROR line, and the governor goes on without its endpoint."""
+    from prometheus_client import start_http_server
+
+    if cfg.port == 0:
+        return None
+    metrics = metrics or _current
+    try:
+        server, thread = start_http_server(cfg.port, cfg.address, registry=metrics.registry)
+    except OSError as exc:
+        log.error("metrics endpoint not started: cannot listen on %s:%d (%s); the governor goes on without it (set "
+                  "[metrics] port to a free port, or 0 for none)", cfg.address, cfg.port, exc.strerror or exc)
+        return None
+    metrics.serving = True
+    endpoint = Endpoint(server, thread, f"http://{cfg.address}:{server.server_address[1]}/metrics", metrics)
+    log.info("metrics endpoint: %s", endpoint.url)
+    return endpoint
+
+
+def _hook(name: str, call: Callable[[GovernorMetrics], None]) -> None:
+    """Run a hook on the current metrics; a failure is logged once per hook and never reaches the caller."""
+    try:
+        call(_current)
+    except Exception as exc:  # noqa: BLE001 - metrics must never fail a micro-batch
+        if name not in _failed_hooks:
+            _failed_hooks.add(name)
+            log.warning("metrics: %s not recorded (%s: %s); the governor goes on", name, type(exc).__name__, exc)
+
+
+def configure(cfg: GovernorConfig, *, once: bool) -> None:
+    """:meth:`GovernorMetrics.configure` on the current metrics (and so the ``observe_*`` functions below)."""
+    _hook("configure", lambda m: m.configure(cfg, once=once))
+
+
+def observe_progress(query: str, progress: Mapping[str, Any]) -> None:
+    _hook("progress", lambda m: m.observe_progress(query, progress))
+
+
+def observe_outputs(outputs: Mapping[str, Any], collected: Mapping[str, pa.Table], rows: Mapping[str, int]) -> None:
+    """:meth:`GovernorMetrics.observe_outputs` for one micro-batch's ``outputs`` (table → Spark DataFrame): the
+    tables of :data:`COLUMNS` it appended rows to (``rows``, its report), as the Arrow tables ``collected`` for the
+    driver's writes. While an endpoint serves, such a table written another way (from the executors, or by
+    delta-spark) is read here, its :data:`COLUMNS` only (a small Spark job each); otherwise it is left out."""
+
+    def appended(m: GovernorMetrics) -> None:
+        found = {}
+        for table, columns in COLUMNS.items():
+            if rows.get(table) and table in collected:
+                found[table] = collected[table]
+            elif rows.get(table) and table in outputs and m.serving:
+                found[table] = outputs[table].select(*columns).toArrow()
+        m.observe_outputs(found)
+
+    _hook("outputs", appended)
+
+
+def observe_limits(records: Iterable[Mapping[str, Any]]) -> None:
+    _hook("limits", lambda m: m.observe_limits(records))
+
+
+def observe_publish(sink: str, ok: bool) -> None:
+    _hook("publish", lambda m: m.observe_publish(sink, ok))
+
+
+def observe_lease(held: bool) -> None:
+    _hook("lease", lambda m: m.observe_lease(held))
