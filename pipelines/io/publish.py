@@ -157,6 +157,7 @@ class Publisher:
         self.lake = lake
         self.key = signing_key(cfg)
         self.sinks = SinkSet.from_config(cfg, lake)
+        metrics.declare_sinks([FILE_SINK, *(sink.name for sink in self.sinks.sinks)])
 
     def records(self, now: dt.datetime) -> list[dict[str, Any]]:
         """The control records of the limits in force at ``now`` (UTC), signed when a key is configured: the latest

@@ -1,24 +1,15 @@
 """Prometheus metrics of the governor: what on-call sees without opening the lake (docs/metrics.md).
 
-One :class:`GovernorMetrics` per process (:func:`current`) is fed from a few places, each with what it already
-has in hand, and served over HTTP by the continuous job (:func:`serve`, ``[metrics] port``; 0 = off):
+One :class:`GovernorMetrics` per process (:func:`current`), served by the continuous job (:func:`serve`,
+``[metrics] port``; 0 = off), is fed where each fact is at hand: the progress listener (durations, watermark), the
+write of a micro-batch's tables (:func:`pipelines.flows.base.write_outputs`: decisions, anomalies, policy state,
+quarantine, the brokers' newest stats lines, from the Arrow tables it collected), the publisher and sinks (limits in
+force with each broker's share, publish outcomes), the lease. The catalogue and its conventions: docs/metrics.md §2.
 
-* the progress listener (:mod:`pipelines.ops.progress`): each micro-batch's duration, the trigger, the watermark;
-* the write of a micro-batch's tables (:func:`pipelines.flows.base.write_outputs`): the Arrow tables it collected
-  (decisions, anomalies, policy state, quarantine, the brokers' newest stats lines);
-* the publisher and the sinks (:mod:`pipelines.io.publish`, :mod:`pipelines.io.sinks`): the control records
-  published (the limits in force and each broker's share) and each write-back path's outcome;
-* the lease (:mod:`pipelines.io.lease`): whether this process holds the lake.
-
-Names follow Prometheus's conventions: prefix ``rate_governor_``, base units (seconds, messages per second, Unix
-seconds for timestamps), ``_total`` counters. Label sets stay bounded: a resource label exists only while that
-resource has a limit in force (advisory ones included, ``mode="advisory"``), an anomaly in the newest final window,
-or a held limit, and is gone from the next scrape once that goes away (the collector yields only what is current).
-Brokers, sinks and queries are few and kept; quarantine reasons are cut to their kind (:func:`reason_kind`), at most
-:data:`MAX_REASONS` of them.
-
-Hooks never raise into a micro-batch: the module functions (:func:`observe_outputs`, …) log a failure once per
-hook at WARNING and go on.
+Label sets stay bounded: a resource label exists only while that resource has a limit in force, an anomaly in the
+newest final window or a held limit (the collector yields only what is current); quarantine reasons are cut to
+their kind (:func:`reason_kind`), at most :data:`MAX_REASONS`. Hooks never raise into a micro-batch: the module
+functions (:func:`observe_outputs`, …) log a failure once per hook at WARNING and go on.
 """
 
 from __future__ import annotations
@@ -37,10 +28,11 @@ import pyarrow.compute as pc
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 
-from control.record import BROKERS_FIELD, parse_expires_at
+from control.record import BROKERS_FIELD, MODES, parse_expires_at
 from pipelines.io import tables
 from pipelines.quality.rules import REASON_PREFIX
-from pipelines.transforms.anomalies import limited_by
+from pipelines.transforms.anomalies import RULES, limited_by
+from pipelines.transforms.policy import ACTION_LIFT, ACTION_RELAX, ACTION_SET, BASIS_FINAL, BASIS_PRELIMINARY
 
 if TYPE_CHECKING:
     from pipelines.config import GovernorConfig, MetricsConfig
@@ -134,6 +126,15 @@ class GovernorMetrics:
                                  "control/limits.json), by outcome (ok, failed).", ["sink", "outcome"], **common)
         self.durations = Histogram("micro_batch_duration_seconds", "Duration of each micro-batch per streaming query "
                                    "(Spark's batchDuration).", ["query"], buckets=DURATION_BUCKETS, **common)
+        # every known label set from 0, so that rate() and increase() see a first decision or anomaly too (a series
+        # born at 1 has no earlier sample to rise from)
+        for action in (ACTION_SET, ACTION_RELAX, ACTION_LIFT):
+            for basis in (BASIS_PRELIMINARY, BASIS_FINAL):
+                for rtype, mode in ((rtype, mode) for rtype in ("topic", "group") for mode in sorted(MODES)):
+                    self.decisions.labels(action, basis, limited_by(rtype).value, mode)
+        for kind, spec in RULES.items():
+            for rtype in spec.resource_types:
+                self.anomalies.labels(kind.value, rtype)
         ProcessCollector(registry=self.registry)
         self.registry.register(_Collector(self))
 
@@ -204,6 +205,12 @@ class GovernorMetrics:
         with self.lock:
             self.state.limits = current
 
+    def declare_sinks(self, sinks: Iterable[str]) -> None:
+        """The write-back paths of this governor: their publish counters start at 0 (``ok`` and ``failed``)."""
+        for sink in sinks:
+            for outcome in ("ok", "failed"):
+                self.publishes.labels(sink, outcome)
+
     def observe_publish(self, sink: str, ok: bool) -> None:
         """One publish to write-back path ``sink`` (``file``, ``kafka``, ``rocketmq``) and whether it delivered."""
         self.publishes.labels(sink, "ok" if ok else "failed").inc()
@@ -239,58 +246,47 @@ class _Collector:
         now = self.metrics.clock()
         with self.metrics.lock:
             s = self.metrics.state
-            limit = _gauge("limit_messages_per_second", "Limits in force (published, not expired): the cluster-wide "
-                           "limit in msg/s, the anomaly kind it answers, its mode.",
-                           resource_type=None, resource=None, anomaly=None, mode=None)
-            share = _gauge("limit_broker_messages_per_second", "Each broker's share of a limit in force, msg/s "
-                           "(broker \"*\": any broker not listed).", resource_type=None, resource=None, broker=None,
-                           mode=None)
-            expires = _gauge("limit_expires_timestamp_seconds", "When a limit in force expires unless refreshed, Unix "
-                             "seconds.", resource_type=None, resource=None)
-            for (rtype, resource), v in sorted(s.limits.items()):
-                if v["expires_at"] <= now:
-                    continue
-                limit.add_metric([rtype, resource, limited_by(rtype).value, v["mode"]], v["limit_qps"])
-                expires.add_metric([rtype, resource], v["expires_at"])
-                for broker, qps in sorted(v["brokers"].items()):
-                    share.add_metric([rtype, resource, broker, v["mode"]], qps)
-            active = _gauge("anomaly_active", "1 for each anomaly of the newest final window.",
-                            resource_type=None, resource=None, anomaly=None)
-            for key in sorted(s.anomalies):
-                active.add_metric(list(key), 1.0)
-            held = _gauge("limit_held_seconds", "How long each limit has been held, seconds of event time (from the "
-                          "window that set it to the newest final window).", resource_type=None, resource=None)
-            for key, since in sorted(s.held_since.items()):
-                held.add_metric(list(key), max(0.0, (s.horizon or since) - since))
-            yield from (limit, share, expires, active, held)
-            yield _gauge("limit_max_held_seconds", "limits.max_held_seconds: a limit held longer is flagged.",
-                         values={(): s.max_held_seconds} if s.max_held_seconds is not None else {})
+            limits = {key: v for key, v in s.limits.items() if v["expires_at"] > now}
+            resource = ("resource_type", "resource")
+            yield _gauge("limit_messages_per_second", "Limits in force (published, not expired): the cluster-wide limit "
+                         "in msg/s, the anomaly kind it answers, its mode.", (*resource, "anomaly", "mode"),
+                         {(rt, r, limited_by(rt).value, v["mode"]): v["limit_qps"] for (rt, r), v in limits.items()})
+            yield _gauge("limit_broker_messages_per_second", "Each broker's share of a limit in force, msg/s (broker "
+                         "\"*\": any broker not listed).", (*resource, "broker", "mode"),
+                         {(rt, r, b, v["mode"]): q for (rt, r), v in limits.items() for b, q in v["brokers"].items()})
+            yield _gauge("limit_expires_timestamp_seconds", "When a limit in force expires unless refreshed, Unix "
+                         "seconds.", resource, {key: v["expires_at"] for key, v in limits.items()})
+            yield _gauge("anomaly_active", "1 for each anomaly of the newest final window.", (*resource, "anomaly"),
+                         {key: 1.0 for key in s.anomalies})
+            yield _gauge("limit_held_seconds", "How long each limit has been held, seconds of event time (from the "
+                         "window that set it to the newest final window).", resource,
+                         {key: max(0.0, (s.horizon or since) - since) for key, since in s.held_since.items()})
+            yield _gauge("limit_max_held_seconds", "limits.max_held_seconds: a limit held longer is flagged.", (),
+                         {(): s.max_held_seconds} if s.max_held_seconds is not None else {})
             yield _gauge("trigger_seconds", "The continuous job's processing-time trigger (windows.trigger_seconds).",
-                         values={(): s.trigger_seconds} if s.trigger_seconds is not None else {})
-            yield _gauge("lease_held", "1 while this process holds the lake's lease (<lake>/_governor.lease).",
-                         values={(): 1.0 if s.lease_held else 0.0})
-            yield _gauge("query_behind_trigger_seconds", "How far each query's last micro-batch ran past the "
-                         "trigger, seconds (0: within it).", query=s.behind)
-            yield _gauge("watermark_timestamp_seconds", "Each stateful query's event-time watermark, Unix seconds.",
-                         query=s.watermarks)
-            yield _gauge("watermark_delay_seconds", "Wall-clock time minus each stateful query's watermark, seconds.",
-                         query={q: now - w for q, w in s.watermarks.items()})
-            yield _gauge("broker_last_report_timestamp_seconds", "Event time of each broker's newest stats.log line "
-                         "(the end of the minute it covers), Unix seconds.", broker=s.broker_last)
-            yield _gauge("sink_failing", "1 while a write-back path's last publish failed, else 0.", sink=s.sink_failing)
-            yield _gauge("sink_last_success_timestamp_seconds", "When each write-back path last delivered, Unix "
-                         "seconds.", sink=s.sink_success)
+                         (), {(): s.trigger_seconds} if s.trigger_seconds is not None else {})
+            yield _gauge("lease_held", "1 while this process holds the lake's lease (<lake>/_governor.lease).", (),
+                         {(): 1.0 if s.lease_held else 0.0})
+            for name, doc, label, values in (
+                ("query_behind_trigger_seconds", "How far each query's last micro-batch ran past the trigger, "
+                 "seconds (0: within it).", "query", s.behind),
+                ("watermark_timestamp_seconds", "Each stateful query's event-time watermark, Unix seconds.", "query",
+                 s.watermarks),
+                ("watermark_delay_seconds", "Wall-clock time minus each stateful query's watermark, seconds.", "query",
+                 {q: now - w for q, w in s.watermarks.items()}),
+                ("broker_last_report_timestamp_seconds", "Event time of each broker's newest stats.log line (the end "
+                 "of the minute it covers), Unix seconds.", "broker", s.broker_last),
+                ("sink_failing", "1 while a write-back path's last publish failed, else 0.", "sink", s.sink_failing),
+                ("sink_last_success_timestamp_seconds", "When each write-back path last delivered, Unix seconds.",
+                 "sink", s.sink_success),
+            ):
+                yield _gauge(name, doc, (label,), {(k,): v for k, v in values.items()})
 
 
-def _gauge(name: str, doc: str, values: Mapping[tuple, float] | None = None,
-           **labels: Mapping[str, float] | None) -> GaugeMetricFamily:
-    """A gauge family ``rate_governor_<name>``; with one label given as ``{value: sample}`` it holds those
-    samples, with ``values`` (label tuple → sample) those."""
+def _gauge(name: str, doc: str, labels: tuple[str, ...], values: Mapping[tuple, float]) -> GaugeMetricFamily:
+    """The gauge family ``rate_governor_<name>`` with one sample per label tuple of ``values``."""
     family = GaugeMetricFamily(f"{NAMESPACE}_{name}", doc, labels=list(labels))
-    samples = dict(values or {})
-    if len(labels) == 1 and (only := next(iter(labels.values()))) is not None:
-        samples.update({(label,): v for label, v in only.items()})
-    for key, value in sorted(samples.items()):
+    for key, value in sorted(values.items()):
         family.add_metric(list(key), value)
     return family
 
@@ -390,6 +386,10 @@ def observe_outputs(outputs: Mapping[str, Any], collected: Mapping[str, pa.Table
 
 def observe_limits(records: Iterable[Mapping[str, Any]]) -> None:
     _hook("limits", lambda m: m.observe_limits(records))
+
+
+def declare_sinks(sinks: Iterable[str]) -> None:
+    _hook("sinks", lambda m: m.declare_sinks(list(sinks)))
 
 
 def observe_publish(sink: str, ok: bool) -> None:

@@ -88,6 +88,10 @@ def _windows(*ends) -> pa.Table:
 
 
 def test_decisions_anomalies_and_quarantine_are_counted_by_kind(m):
+    # every known label set exists from 0 (rate() and increase() need a sample before the first decision)
+    assert value(m, "rate_governor_decisions_total", action="relax", basis="final", anomaly="TRAFFIC_SURGE",
+                 mode="advisory") == 0
+    assert value(m, "rate_governor_anomalies_total", anomaly="BROKER_BUSY", resource_type="broker") == 0
     m.observe_outputs({
         tables.GOLD_LIMITS: _limits(("set", "preliminary", "group", "enforce"), ("set", "final", "topic", "advisory"),
                                     ("lift", "final", "group", "enforce")),
@@ -172,6 +176,8 @@ def test_progress_gives_durations_lag_behind_the_trigger_and_watermark_delay(m):
 
 def test_sink_outcomes_and_the_lease_come_from_their_hooks(m, tmp_path):
     sinks = SinkSet([RecordingSink(failures=3)], lake_root=str(tmp_path), sleep=lambda s: None)
+    metrics.declare_sinks(["recording"])  # what the publisher does for its paths: counters from 0
+    assert value(m, "rate_governor_sink_publishes_total", sink="recording", outcome="failed") == 0
     sinks.publish_all([], batch_id=0, now=NOW)  # three attempts fail: one failed publish
     assert value(m, "rate_governor_sink_publishes_total", sink="recording", outcome="failed") == 1
     assert value(m, "rate_governor_sink_failing", sink="recording") == 1
@@ -224,8 +230,9 @@ def test_endpoint_serves_the_registry_over_http_and_frees_its_port(m):
     [sample] = families["rate_governor_limit_messages_per_second"].samples
     assert (sample.labels["resource"], sample.value) == ("storm", 20.0)
     assert "process_start_time_seconds" in text and not m.serving
-    with socket.socket() as again:  # closed: the port is free for the next run
-        again.bind(("127.0.0.1", port))
+    again = metrics.serve(MetricsConfig(port=port, address="127.0.0.1"))  # closed: the next run gets the port
+    assert again is not None
+    again.close()
 
 
 def test_a_busy_port_is_one_error_line_and_no_endpoint(m, caplog):
