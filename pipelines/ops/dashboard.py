@@ -13,7 +13,6 @@ Raises (CLI: exit 2 with one line): :class:`DashboardError` when Prometheus cann
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import math
@@ -90,42 +89,44 @@ def render(prometheus: str, start: dt.datetime, end: dt.datetime, out: Path, *, 
     rows = math.ceil(len(found) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(7.5 * cols, 3.2 * rows), squeeze=False)
     drawn: dict[str, int] = {}
-    for ax, panel in zip(axes.flat, found):
-        drawn[panel.title] = 0
-        for expr, fmt in panel.targets:
-            for labels, points in query_range(prometheus, expr.replace("$__rate_interval", rate_interval), start,
-                                              end, step):
-                times = [dt.datetime.fromtimestamp(t, dt.timezone.utc) for t, _ in points]
-                values = [v for _, v in points]
-                if panel.unit.startswith("dateTime"):
-                    values = [mdates.date2num(dt.datetime.fromtimestamp(v / 1000, dt.timezone.utc)) for v in values]
-                style = "--" if fmt == "trigger" else "-"
-                ax.step(times, values, style, where="post", linewidth=1.6, label=legend(fmt, labels, expr))
-                drawn[panel.title] += 1
-        ax.set_title(panel.title, fontsize=10, loc="left")
-        unit = panel.unit.removeprefix("suffix: ").replace("short", "").replace("dateTimeAsIso", "")
-        ax.set_ylabel(unit, fontsize=8)
-        ax.set_xlim(start, end)  # every panel over the same time range, as Grafana draws them
-        locator = mdates.AutoDateLocator(tz=dt.timezone.utc)
-        ax.xaxis.set_major_locator(locator)
-        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=dt.timezone.utc))
-        if panel.unit.startswith("dateTime"):
-            ax.yaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=dt.timezone.utc))
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-        if drawn[panel.title]:
-            ax.legend(fontsize=7, loc="upper left")
-        else:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
-    for ax in list(axes.flat)[len(found):]:
-        ax.axis("off")
-    fig.suptitle(f"rate-governor, {start:%Y-%m-%d %H:%M}-{end:%H:%M} UTC (conf/grafana/rate-governor.json)",
-                 fontsize=11)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        for ax, panel in zip(axes.flat, found):
+            drawn[panel.title] = 0
+            for expr, fmt in panel.targets:
+                for labels, points in query_range(prometheus, expr.replace("$__rate_interval", rate_interval), start,
+                                                  end, step):
+                    times = [dt.datetime.fromtimestamp(t, dt.timezone.utc) for t, _ in points]
+                    values = [v for _, v in points]
+                    if panel.unit.startswith("dateTime"):
+                        values = [mdates.date2num(dt.datetime.fromtimestamp(v / 1000, dt.timezone.utc)) for v in values]
+                    style = "--" if fmt == "trigger" else "-"
+                    ax.step(times, values, style, where="post", linewidth=1.6, label=legend(fmt, labels, expr))
+                    drawn[panel.title] += 1
+            ax.set_title(panel.title, fontsize=10, loc="left")
+            unit = panel.unit.removeprefix("suffix: ").replace("short", "").replace("dateTimeAsIso", "")
+            ax.set_ylabel(unit, fontsize=8)
+            ax.set_xlim(start, end)  # every panel over the same time range, as Grafana draws them
+            locator = mdates.AutoDateLocator(tz=dt.timezone.utc)
+            ax.xaxis.set_major_locator(locator)
+            ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=dt.timezone.utc))
+            if panel.unit.startswith("dateTime"):
+                ax.yaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=dt.timezone.utc))
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+            if drawn[panel.title]:
+                ax.legend(fontsize=7, loc="upper left")
+            else:
+                ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
+        for ax in list(axes.flat)[len(found):]:
+            ax.axis("off")
+        fig.suptitle(f"rate-governor, {start:%Y-%m-%d %H:%M}-{end:%H:%M} UTC (conf/grafana/rate-governor.json)",
+                     fontsize=11)
+        fig.tight_layout()
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=110)
+    finally:
+        plt.close(fig)
     return drawn
 
 

@@ -57,3 +57,12 @@ def test_panels_are_read_in_grafanas_layout_order_with_their_units():
     durations = next(p for p in found if p.title.startswith("Micro-batch duration"))
     assert durations.unit == "s" and [fmt for _, fmt in durations.targets] == ["{{query}} mean", "trigger"]
     assert dashboard.legend("{{resource}} @ {{broker}}", {"resource": "g", "broker": "*"}, "x") == "g @ *"
+
+
+def test_cli_says_in_one_line_when_prometheus_cannot_be_asked(tmp_path, capsys):
+    from tests.kafka_broker import free_port
+
+    code = dashboard.main(["--prometheus", f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path / "d.png")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "cannot ask Prometheus at http://127.0.0.1:" in err and "\n" not in err
+    assert not (tmp_path / "d.png").exists()
