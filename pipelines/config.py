@@ -3,8 +3,8 @@
 Every setting has a default and its documentation here (``Field(description=...)``: units and where the default
 comes from) and a comment in ``conf/local.toml`` (``tests/test_config.py`` keeps the two equal). Unknown keys are an
 error, so a typo in a config file is caught at start-up instead of silently falling back to a default. The sinks'
-sections are :mod:`pipelines.config_sinks`, the section machinery :mod:`pipelines.config_base`; both importable from
-here.
+sections are :mod:`pipelines.config_sinks`, ``[metrics]`` :mod:`pipelines.config_ops`, the section machinery
+:mod:`pipelines.config_base`; all importable from here.
 
 Example:
     >>> cfg = load_config("conf/local.toml")
@@ -21,6 +21,7 @@ from pydantic import Field, field_validator, model_validator
 
 from pipelines.config_base import ConfigError, ConfigSection, read_toml, validate_model
 from pipelines.config_base import ConfigSection as _Section
+from pipelines.config_ops import MetricsConfig
 from pipelines.config_sinks import CURRENT_FORK_DEFAULT_QPS, KafkaSinkConfig, RocketMQSinkConfig, SinkConfig
 
 __all__ = [
@@ -336,17 +337,6 @@ class QualityConfig(_Section):
         "Rows: GX validates a micro-batch of up to this many with its pandas engine on the driver (several times "
         "faster than its Spark engine at micro-batch sizes, docs/performance.md), a larger one with its Spark "
         "engine."))
-
-
-class MetricsConfig(_Section):
-    """The continuous job's Prometheus endpoint (:mod:`pipelines.ops.metrics`, docs/metrics.md)."""
-
-    port: int = Field(default=0, ge=0, le=65535, description=(
-        "TCP port of ``http://<address>:<port>/metrics`` in the continuous job (not with --once); 0 = no endpoint. "
-        "A port that cannot be bound is logged in one line and the governor runs without it."))
-    address: str = Field("0.0.0.0", description=(
-        "Address the endpoint listens on: ``0.0.0.0`` (every interface, for a Prometheus on another host), "
-        "``127.0.0.1`` for this host only."))
 
 
 class GovernorConfig(_Section):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -30,7 +29,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from control.record import BROKERS_FIELD, MODES, parse_expires_at
 from pipelines.io import tables
-from pipelines.quality.rules import REASON_PREFIX
+from pipelines.ops.metric_labels import reason_kind
 from pipelines.transforms.anomalies import RULES, limited_by
 from pipelines.transforms.policy import ACTION_LIFT, ACTION_RELAX, ACTION_SET, BASIS_FINAL, BASIS_PRELIMINARY
 
@@ -55,20 +54,6 @@ COLUMNS = {
     tables.SILVER_BROKER_STATS: ("broker", "event_time"),
     **{table: ("window_end",) for table in FINAL_WINDOW_TABLES[:3]},
 }
-_QUOTED = re.compile(r"'[^']*'")
-
-
-def reason_kind(reason: str | None) -> str:
-    """A quarantine reason without the data it quotes, for a label: ``expectation failed: <expectation>(<column>)``
-    as it is (a finite set, the GX suites), any other reason up to its first ``": "`` (``unknown stat name: X`` →
-    ``unknown stat name``) with quoted text replaced by ``'…'``. The quarantine table keeps the whole reason."""
-    if not reason:
-        return "unknown"
-    if not reason.startswith(REASON_PREFIX):
-        reason = reason.split(": ", 1)[0]
-    return _QUOTED.sub("'…'", reason)[:120]
-
-
 def _epoch(value: dt.datetime | None) -> float | None:
     """A datetime (naive = UTC) → Unix seconds; None stays None."""
     if value is None:

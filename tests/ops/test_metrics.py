@@ -17,7 +17,9 @@ from pipelines.io import tables
 from pipelines.io.lease import GovernorLease
 from pipelines.io.sinks import SinkSet
 from pipelines.ops import metrics
-from pipelines.ops.metrics import GovernorMetrics, reason_kind
+from pipelines.ops.metric_labels import reason_kind
+from pipelines.ops.metrics import GovernorMetrics
+from pipelines.transforms.known import unknown_broker_reason
 from tests.io.test_sinks import RecordingSink
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.timezone.utc)
@@ -114,6 +116,7 @@ def test_decisions_anomalies_and_quarantine_are_counted_by_kind(m):
 
 def test_quarantine_reason_labels_are_bounded():
     assert reason_kind("invalid topic name: a b c") == "invalid topic name"
+    assert reason_kind(unknown_broker_reason("b-7", "[brokers] known")) == "unknown broker (not in [brokers] known)"
     assert reason_kind(None) == "unknown"
     m = GovernorMetrics()
     m.observe_outputs({tables.QUARANTINE: pa.table({"reason": [f"kind {i}" for i in range(metrics.MAX_REASONS + 5)]})})
