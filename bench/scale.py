@@ -40,7 +40,7 @@ from pipelines.ops import console  # noqa: E402
 from pipelines.session import build_session  # noqa: E402
 from pipelines.sim.render import render_landing  # noqa: E402
 from pipelines.sim.spec import ScenarioSpec  # noqa: E402
-from pipelines.transforms.policy import ACTION_LIFT  # noqa: E402
+from pipelines.decide.fold_types import ACTION_LIFT  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -108,6 +108,21 @@ METRIC_EVENT = (
     ("amount", "long"),
 )
 
+#: What a gold micro-batch hands the decisions of each limitable resource per broker and window, reduced by Spark
+#: (:func:`pipelines.transforms.tps.resource_traffic`): ``tps`` the limited traffic the broker admitted (msg/s),
+#: ``rejected`` its limiter's rejections (failed sends), ``carries`` the broker printed a put line of the topic;
+#: window marker rows have ``resource_type`` ``*``.
+WINDOW_TRAFFIC = (
+    ("window_start", "timestamp"),
+    ("window_end", "timestamp"),
+    ("resource_type", "string"),
+    ("resource", "string"),
+    ("broker", "string"),
+    ("tps", "double"),
+    ("rejected", "long"),
+    ("carries", "boolean"),
+)
+
 #: Output of the streaming aggregation: sums per window × broker × topic × group × metric.
 WINDOW_METRIC = (
     ("window_start", "timestamp"),
@@ -195,7 +210,7 @@ GOLD_LIMITS = (
 )
 
 #: Saved policy state per resource (``state/policy``): the latest row per resource with ``batch_id`` below the
-#: current micro-batch is the state the policy starts from (:class:`pipelines.transforms.fold.ResourceState`).
+#: current micro-batch is the state the policy starts from (:class:`pipelines.decide.fold_types.ResourceState`).
 POLICY_STATE = (
     ("resource_type", "string"),
     ("resource", "string"),

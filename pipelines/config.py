@@ -3,8 +3,8 @@
 Every setting has a default and its documentation here (``Field(description=...)``: units and where the default
 comes from) and a comment in ``conf/local.toml`` (``tests/test_config.py`` keeps the two equal). Unknown keys are an
 error, so a typo in a config file is caught at start-up instead of silently falling back to a default. The sinks'
-sections are :mod:`pipelines.config_sinks`, ``[metrics]`` :mod:`pipelines.config_ops`, the section machinery
-:mod:`pipelines.config_base`; all importable from here.
+sections are :mod:`pipelines.config_sinks`, Spark's :mod:`pipelines.config_spark`, ``[metrics]``
+:mod:`pipelines.config_ops`, the section machinery :mod:`pipelines.config_base`; all importable from here.
 
 Example:
     >>> cfg = load_config("conf/local.toml")
@@ -23,12 +23,14 @@ from pipelines.config_base import ConfigError, ConfigSection, read_toml, validat
 from pipelines.config_base import ConfigSection as _Section
 from pipelines.config_ops import MetricsConfig
 from pipelines.config_sinks import CURRENT_FORK_DEFAULT_QPS, KafkaSinkConfig, RocketMQSinkConfig, SinkConfig
+from pipelines.config_spark import DECISION_QUERY_CONF, SparkConfig
 
 __all__ = [
     "ConfigError", "ConfigSection", "read_toml", "validate_model", "CURRENT_FORK_DEFAULT_QPS", "KafkaSinkConfig",
     "RocketMQSinkConfig", "SinkConfig", "KafkaSourceConfig", "SourceConfig", "LakeConfig", "StatsConfig",
     "BrokersConfig", "WindowsConfig", "DetectionConfig", "LimitsConfig", "SparkConfig", "DEFAULT_PANDAS_MAX_ROWS",
-    "QualityConfig", "MetricsConfig", "GovernorConfig", "parse_config", "load_config", "throwaway_signing_key",
+    "QualityConfig", "MetricsConfig", "GovernorConfig", "DECISION_QUERY_CONF", "parse_config", "load_config",
+    "throwaway_signing_key",
 ]
 
 
@@ -142,6 +144,11 @@ class WindowsConfig(_Section):
     trigger_seconds: int = Field(default=10, gt=0, description=(
         "Processing-time trigger of the continuous job, seconds (ignored with --once): the three queries' "
         "micro-batches of one stats minute finish within it on 2 cores (docs/performance.md)."))
+    fast_trigger_seconds: int = Field(default=2, gt=0, description=(
+        "Micro-batch trigger interval of the fast query, seconds (continuous job): it reads the metric events the "
+        "ingest query writes, so it finds a micro-batch's events at its next trigger after they are written; 2 s "
+        "keeps containment within about one ``trigger_seconds`` of the lines landing, and a trigger that finds "
+        "nothing new costs a directory listing."))
     fast_path: Literal["continuous", "always", "never"] = Field("continuous", description=(
         "When the fast path (preliminary decisions on open windows, :mod:`pipelines.flows.fast`) runs: in the "
         "continuous job only (a backlog run with --once decides every window on the final path), always, or "
@@ -153,7 +160,7 @@ class WindowsConfig(_Section):
 
 
 class DetectionConfig(_Section):
-    """Thresholds of the anomaly rules (:mod:`pipelines.transforms.anomalies`, README "What it decides"). The
+    """Thresholds of the anomaly rules (:mod:`pipelines.decide.catalogue`, README "What it decides"). The
     defaults are this project's choices, sized against article 001's incident unless a description says more."""
 
     retry_ratio_threshold: float = Field(default=0.5, gt=0, description=(
@@ -194,7 +201,7 @@ class DetectionConfig(_Section):
 
 
 class LimitsConfig(_Section):
-    """How limits are decided, issued and lifted (:mod:`pipelines.transforms.policy`, README "What it decides")."""
+    """How limits are decided, issued and lifted (:mod:`pipelines.decide`, README "What it decides")."""
 
     mode: Literal["enforce", "advisory"] = Field("enforce", description=(
         "``enforce`` (brokers apply the limits) or ``advisory`` (shadow mode: decisions are recorded, brokers only "
@@ -232,11 +239,11 @@ class LimitsConfig(_Section):
     relax_factor: float = Field(default=1.5, gt=1, description=(
         "Factor of one upward probe of a surge limit (NSQ's RDY policy, article 003)."))
     bound_share: float = Field(default=0.9, gt=0, le=1, description=(
-        "Closed loop (:mod:`pipelines.transforms.demand`): a limited resource whose cluster-wide observed rate "
+        "Closed loop (:mod:`pipelines.decide.evidence`): a limited resource whose cluster-wide observed rate "
         "is at least this share (ratio) of its cluster-wide limit, or whose limiter rejects sends, runs at its "
         "cap and may hide demand: its anomaly persists and the limit is refreshed, never lifted; below it, with "
         "nothing rejected, the demand is visible and the rule itself judges it "
-        "(:mod:`pipelines.transforms.limit_policy`)."))
+        "(:mod:`pipelines.decide.limit_policy`)."))
     surge_max_changes: int = Field(default=3, ge=1, description=(
         "A surge limit's value changes at most this many times while its cause lasts (a first cut down to its "
         "target, probes and their step-backs): a probe is taken only when its possible step-back still fits."))
@@ -247,7 +254,7 @@ class LimitsConfig(_Section):
         "Seconds of event time; a limit held longer is flagged on the status page and logged once (WARNING) for "
         "a person to look at."))
     recurrence_windows: int = Field(default=30, ge=0, description=(
-        "Windows: recurrence memory (flap damping, :mod:`pipelines.transforms.fold`). An anomaly within this many "
+        "Windows: recurrence memory (flap damping, :mod:`pipelines.decide.fold`). An anomaly within this many "
         "final windows of its resource's last lift is a recurrence: the limit goes straight to the target "
         "remembered from before, and each recurrence doubles the clear windows the next lift needs "
         "(``recovery_windows`` × 2^n, at most max(``recovery_windows``, ``recurrence_windows``)); 0 = no memory. "
@@ -271,56 +278,6 @@ class LimitsConfig(_Section):
         "topic, the auto-create template ``TBW102``, the transaction half and op topics)."))
 
 
-#: Default of ``[spark] decision_conf`` (:class:`SparkConfig`): the ``fast`` and ``gold`` queries run their small
-#: micro-batches without code generation and without broadcast joins. ``spark.sql.codegen.factoryMode`` is Spark's
-#: internal switch between generated and interpreted expressions (``CodeGeneratorWithInterpretedFallback``, Spark
-#: 3.0+); both are complete. A broadcast join runs its small side as a Spark job of its own: with them a gold
-#: micro-batch ran 16-19 jobs, without them 4. ``spark.sql.maxSinglePartitionBytes`` unbounded: a join whose sides
-#: are both one partition (``[spark] gold_single_partition``) stays in that partition only while Spark's size
-#: estimate of each side is under this bound (``EnsureRequirements``, Spark 4.x; default 128 MiB), and a side read
-#: from an RDD or a local relation has no estimate (``spark.sql.defaultSizeInBytes``, Long.MaxValue), so each such
-#: join shuffled both sides to ``spark.sql.shuffle.partitions``: a stage more per join (docs/performance.md).
-DECISION_QUERY_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-                       "spark.sql.autoBroadcastJoinThreshold": "-1",
-                       "spark.sql.maxSinglePartitionBytes": str(2**63 - 1)}
-
-
-class SparkConfig(_Section):
-    """The Spark session (:func:`pipelines.session.build_session`)."""
-
-    master: str = Field("local[2]", description=(
-        "Spark master; ``local[2]`` for the embedded default (this project's 2-core machine). spark-submit's "
-        "``--master`` decides on a cluster."))
-    app_name: str = Field("rate-governor", description="Spark application name.")
-    shuffle_partitions: int = Field(default=4, gt=0, description=(
-        "``spark.sql.shuffle.partitions`` (Spark's default 200 is far too many for micro-batches): twice the "
-        "cores of ``local[2]``. A restarted query keeps the value its checkpoint was started with."))
-    gold_single_partition: bool = Field(True, description=(
-        "Keep the gold side's DataFrames (finalized windows: hundreds to ~10^5 rows per micro-batch) in one "
-        "partition, so its aggregations and window functions need no shuffle "
-        "(:func:`pipelines.transforms.gold.partitioning`)."))
-    adaptive_execution: bool = Field(False, description=(
-        "``spark.sql.adaptive.enabled`` for the micro-batch DataFrames (streaming plans of stateful queries never use "
-        "it). Off: at micro-batch sizes AQE's re-planning and one Spark job per shuffle stage cost more than it "
-        "saves (ingest: 11 jobs per micro-batch with it, 5 without; processing per stats minute 16.2-16.4 s with "
-        "it, 14.2 s without in ``bench/batch_profile.py`` on this 2-core machine). Turn on for large backlogs on "
-        "a cluster, where skewed joins and partition coalescing pay."))
-    decision_conf: dict[str, str] = Field(default_factory=lambda: dict(DECISION_QUERY_CONF), description=(
-        "Spark SQL settings of the ``fast`` and ``gold`` queries only (the sessions Spark clones for them when they "
-        "start; the ``ingest`` query and everything else keep the session's own). Default "
-        "(:data:`DECISION_QUERY_CONF`): whole-stage code generation off, expressions interpreted "
-        "(``spark.sql.codegen.factoryMode = NO_CODEGEN``, an internal Spark setting) and no broadcast joins, "
-        "because their micro-batches hold hundreds of rows in short Spark jobs, where generating and JIT-compiling "
-        "classes and a job per broadcast cost more than they save, and joins of one-partition sides without a "
-        "shuffle (``spark.sql.maxSinglePartitionBytes`` unbounded): ``bench/batch_profile.py``, docs/performance.md. "
-        "``{}`` = Spark's defaults."))
-    conf: dict[str, str] = Field(default_factory=dict, description=(
-        "Extra Spark settings, passed as given. The shipped TOML adds the RocksDB state store with changelog "
-        "checkpointing (what its checkpoints were written with) and a 4 GiB driver."))
-
-
-#: GX validates a DataFrame of up to this many rows with its pandas engine on the driver, a larger one with its
-#: Spark engine (pipelines/quality/validation.py Validator; the crossover measured in docs/performance.md).
 DEFAULT_PANDAS_MAX_ROWS = 500_000
 
 

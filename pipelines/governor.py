@@ -37,7 +37,7 @@ from pipelines.flows.assembly import Governor, build_governor
 from pipelines.flows.fast import CHECKPOINT as FAST_CHECKPOINT, open_window_stream
 from pipelines.flows.base import Clock, utc_now
 from pipelines.flows.gold import metric_event_stream, window_stream
-from pipelines.io import sources
+from pipelines.io import events, sources
 from pipelines.io.checkpoint import check_checkpoint, clear_unplanned_first_batch
 from pipelines.io.lease import GovernorLease, LakeHeldError
 from pipelines.io.publish import signing_key
@@ -144,10 +144,10 @@ def start_queries(spark: SparkSession, governor: Governor, once: bool,
     backtest (:mod:`pipelines.backtest.loop`) polls with a short one and steps the shipped
     ``windows.trigger_seconds`` in simulated time.
 
-    ``ingest`` (and ``fast``) read the raw records; ``gold`` reads the metric events ``ingest`` writes per
-    micro-batch (:func:`pipelines.flows.gold.metric_event_stream`). Running, all start side by side. With ``once``
-    the gold query starts when the ingest query has finished (``availableNow`` reads what exists when it starts,
-    and the events of the backlog exist only then). Each query writes its own tables (ingest and gold both append
+    ``ingest`` reads the raw records; ``gold`` and ``fast`` read the metric events ``ingest`` writes per micro-batch
+    (:mod:`pipelines.io.events`: parse once), ``fast`` on its own trigger (``windows.fast_trigger_seconds``).
+    Running, all start side by side. With ``once`` the deciding queries start when the ingest query has finished
+    (``availableNow`` reads what exists when it starts, and the events of the backlog exist only then). Each query writes its own tables (ingest and gold both append
     to ``quarantine``, under their own Delta app ids). ``fast`` and ``gold`` start with ``[spark] decision_conf``
     (:func:`pipelines.session.session_conf`); ``ingest`` with the session's own settings.
 
@@ -156,24 +156,22 @@ def start_queries(spark: SparkSession, governor: Governor, once: bool,
     """
     cfg = governor.cfg
     raw = sources.raw_records(spark, cfg)
-    gate = governor.ingest.gate
+    if not cfg.windows.fast_path_on(once):
+        governor.ingest.fast_events_dir = None  # no fast query reads a copy of the events in this run
     governor.queries = [
         _start(raw, "ingest", _fenced(governor.ingest.handle, governor), "append", cfg, once, interval)
     ]
-    if cfg.windows.fast_path_on(once):
-        with session_conf(spark, cfg.spark.decision_conf):
-            governor.queries.append(
-                _start(open_window_stream(raw, cfg, gate, governor.known.current()), "fast",
-                       _fenced(governor.fast.handle, governor), "update", cfg, once, interval,
-                       checkpoint=FAST_CHECKPOINT)
-            )
     if once:
         _await_all(governor.queries[:1], stop=governor.queries)
-    events = window_stream(metric_event_stream(spark, cfg), cfg)
     with session_conf(spark, cfg.spark.decision_conf):
+        if cfg.windows.fast_path_on(once):
+            open_windows = open_window_stream(events.read_stream(spark, cfg, events.fast_events_dir(cfg)), cfg)
+            governor.queries.append(
+                _start(open_windows, "fast", _fenced(governor.fast.handle, governor), "update", cfg, once,
+                       interval or f"{cfg.windows.fast_trigger_seconds} seconds", checkpoint=FAST_CHECKPOINT))
+        windowed = window_stream(metric_event_stream(spark, cfg), cfg)
         governor.queries.append(
-            _start(events, "gold", _fenced(governor.gold.handle, governor), "append", cfg, once, interval)
-        )
+            _start(windowed, "gold", _fenced(governor.gold.handle, governor), "append", cfg, once, interval))
     if once:
         _await_all(governor.queries)
     return governor.queries

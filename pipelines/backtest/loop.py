@@ -46,7 +46,7 @@ import pandas as pd
 from control import record as cr
 from control.applier import LimitApplier
 from control.token_bucket import default_burst
-from pipelines.backtest.triggers import Gates, grid_after
+from pipelines.backtest.triggers import Gates, grid_after, next_trigger
 from pipelines.backtest.settings import (
     BacktestConfig,
     BacktestError,
@@ -305,8 +305,8 @@ def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
     if (lake / "_checkpoints").exists() or (lake / "gold").exists():
         raise BacktestError(f"lake {lake} already holds governor tables; use a fresh --lake")
     prop = bcfg.propagation_seconds if propagation_seconds is None else float(propagation_seconds)
-    landing, work = lake / "backtest" / "landing", lake / "backtest" / "published"
-    for d in (landing / "broker_stats", landing / "send_failures", work):
+    landing, work_dir = lake / "backtest" / "landing", lake / "backtest" / "published"
+    for d in (landing / "broker_stats", landing / "send_failures", work_dir):
         d.mkdir(parents=True, exist_ok=True)
     cfg = with_backtest_key(governor_config(bcfg, str(landing), str(lake)), lake)
     trigger, ship = cfg.windows.trigger_seconds, bcfg.shipping
@@ -329,38 +329,72 @@ def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
         gates = Gates.install(gov, lake / "backtest" / "events-outbox")
         queries = governor.start_queries(spark, gov, once=False, interval=f"{bcfg.poll_milliseconds} milliseconds")
         by_name = {q.name.removeprefix("rate-governor-"): q for q in queries}
+        every = {"ingest": trigger, "gold": trigger, "fast": cfg.windows.fast_trigger_seconds}
+        every = {name: every[name] for name in by_name}
+        grid = math.gcd(*every.values())
         t = max(grid_after(cluster.start, trigger),
                 cluster.start + pd.Timedelta(minutes=backlog_minutes, seconds=ship.stats_seconds))
+        t = grid_after(t - pd.Timedelta(microseconds=1), trigger)
+        due = {name: t for name in by_name}
         last_land = cluster.end + pd.Timedelta(seconds=max(ship.stats_seconds, ship.failures_seconds
                                                            + ship.failures_batch_seconds))
-        while t <= last_land + pd.Timedelta(seconds=trigger * DRAIN_TRIGGERS):
+        stop = last_land + pd.Timedelta(seconds=trigger * DRAIN_TRIGGERS)
+        running: dict[str, tuple[pd.Timestamp, Step]] = {}
+        watcher = None
+        clock.start(t)
+        while t <= stop:
             brokers.apply_until(t)
-            files, due, n_failures = shipper.due(t, len(steps))
-            lines_total += n_failures
-            released, waiting = gates.pending(), gates.waiting()
-            if not files and not released and not waiting:
-                if t > last_land:
+            started_here, landed, n_failures = [], [], 0
+            for name in sorted(by_name):
+                if name in running or due[name] > t:
+                    continue
+                if name == "ingest":
+                    files, landed, n_failures = shipper.due(t, len(steps))
+                    lines_total += n_failures
+                    land(landing, files)
+                    work = bool(files)
+                else:
+                    work = gates.release(name) > 0
+                if (work or gates.waiting(name)) and gates.open(name, by_name[name], planned=work):
+                    if watcher is None:
+                        watcher = _Watcher(lake / LIMITS_FILE, clock, work_dir, prop, seen)
+                        watcher.start()
+                    started_here.append(name)
+                else:
+                    due[name] = grid_after(t, every[name])
+            if started_here:
+                step = Step(t, 0.0, landed, n_failures, len(started_here))
+                steps.append(step)
+                running.update({name: (t, step) for name in started_here})
+            following = t + pd.Timedelta(seconds=grid)
+            while running:
+                for name in [n for n in running if gates.finished(n)]:
+                    seconds = gates.processing(name, by_name[name])
+                    began, step = running.pop(name)
+                    due[name] = next_trigger(began, seconds, every[name])
+                    step.query_seconds[name] = seconds
+                    step.seconds = max(step.seconds, seconds)
+                if running and pd.Timestamp(clock()) >= following:
                     break
-                t = grid_after(t, trigger)
+                time.sleep(0.01)
+            if watcher is not None and not running:
+                watcher.halt.set()
+                watcher.join()
+                watcher.check()
+                publications += watcher.published
+                brokers.pending += watcher.published
+                if progress is not None and steps:
+                    progress(steps[-1], watcher.published)
+                watcher = None
+            if running:
+                t = following
                 continue
-            watcher = _Watcher(lake / LIMITS_FILE, clock, work, prop, seen)
+            gates.settle()  # a no-data micro-batch Spark plans right after the last one reaches its gate
+            now = pd.Timestamp(clock())
+            t = max(following, grid_after(now - pd.Timedelta(microseconds=1), grid) if now > t else following)
+            if t > last_land and not any(gates.waiting(n) or gates.pending(n) for n in by_name):
+                break
             clock.start(t)
-            gates.release()  # what the ingest query wrote before this instant
-            land(landing, files)
-            watcher.start()
-            busy = ({"ingest", "fast"} if files else set()) | ({"gold"} if released else set())
-            seconds, batches, per_query = gates.step(by_name, busy)
-            watcher.halt.set()
-            watcher.join()
-            watcher.check()
-            clock.stop(seconds)
-            publications += watcher.published
-            brokers.pending += watcher.published
-            steps.append(Step(t, seconds, due, n_failures, batches, per_query))
-            if progress is not None:
-                progress(steps[-1], watcher.published)
-            gates.settle()
-            t = max(grid_after(t, trigger), t + pd.Timedelta(seconds=seconds))
     finally:
         for q in queries:
             if q.isActive:

@@ -9,14 +9,17 @@ trigger ``t`` at ``t + trigger``.
 
 The harness runs the queries with a short poll trigger (``poll_milliseconds``) and imposes that grid:
 
-* **One micro-batch per query per trigger instant.** Each query's ``foreachBatch`` handler waits at a
-  :class:`Gate` until the harness opens it for one micro-batch at a trigger instant (:meth:`Gates.step`), so a
-  no-data micro-batch that Spark plans right after a data one runs at the next instant, as in the product.
-* **What existed at the trigger.** The ingest query writes its events files to an outbox; the harness moves them
-  where the gold query reads (:meth:`Gates.release`) at the next trigger instant.
-* **Measured processing.** A micro-batch's time is its trigger execution (Spark's progress event) minus the time
-  it waited at the gate; the step's time is the longest of the queries' (they run side by side, as in the product,
-  sharing the decision lock).
+* **Each query on its own trigger.** Each query's ``foreachBatch`` handler waits at a :class:`Gate` until the
+  harness opens it for one micro-batch at one of that query's trigger instants (``windows.trigger_seconds`` for
+  ingest and gold, ``windows.fast_trigger_seconds`` for the fast query), so a no-data micro-batch that Spark plans
+  right after a data one runs at the next instant, as in the product. The next instant of a query is
+  :func:`next_trigger` (a micro-batch that ran long delays it).
+* **What existed at the trigger.** The ingest query writes its events files to outboxes; the harness moves them
+  where the gold query (or the fast query, its copy) reads at that query's next trigger instant
+  (:meth:`Gates.release`).
+* **Measured processing.** Simulated time runs 1:1 with wall time while micro-batches run (side by side, as in the
+  product, sharing the decision lock), and jumps between instants when nothing runs. A micro-batch's time for its
+  query's next trigger is its trigger execution (Spark's progress event) minus the time it waited at the gate.
 
 Not modelled: a micro-batch the poll trigger planned before files were released at the same instant (a no-data
 micro-batch waiting at its gate) leaves those files to the next instant, where the product would have read them in
@@ -107,89 +110,103 @@ class Gate:
 
 
 class Gates:
-    """The gates of a governor's queries and the events outbox (module docstring).
+    """The gates of a governor's queries and the events outboxes (module docstring).
 
     Example:
-        >>> gates = Gates.install(gov, outbox)          # before governor.start_queries
-        >>> gates.release()                              # at a trigger instant: the outbox's files become visible
-        >>> seconds = gates.step(queries, work={"ingest"})
+        >>> gates = Gates.install(gov, outbox)     # before governor.start_queries
+        >>> gates.release("gold")                   # at the gold query's trigger: what ingest wrote before it
+        >>> gates.open("gold")                      # one micro-batch, if one waits at the gate
     """
 
-    def __init__(self, gates: dict[str, Gate], outbox: Path, events: Path) -> None:
-        self.gates, self.outbox, self.events = gates, outbox, events
+    def __init__(self, gates: dict[str, Gate], outboxes: dict[str, tuple[Path, Path]]) -> None:
+        self.gates, self.outboxes = gates, outboxes
+        self._targets: dict[str, tuple[int | None, int]] = {}
 
     @classmethod
     def install(cls, gov, outbox: Path) -> "Gates":
         """Gate every flow's handler of ``gov`` (:class:`pipelines.flows.assembly.Governor`) and point the ingest
-        flow's events files at ``outbox``."""
+        flow's events files (the gold query's, and the fast query's copy) at outboxes under ``outbox``."""
         gates = {}
         for name in ("ingest", "fast", "gold"):
             flow = getattr(gov, name)
             gate = gates[name] = Gate(name)
             flow.handle = gate.wrap(flow.handle)
-        events = gov.ingest.events_dir
-        outbox.mkdir(parents=True, exist_ok=True)
-        gov.ingest.events_dir = outbox
-        return cls(gates, outbox, events)
+        boxes = {"gold": (outbox / "events", gov.ingest.events_dir)}
+        gov.ingest.events_dir = boxes["gold"][0]
+        if gov.ingest.fast_events_dir is not None:
+            boxes["fast"] = (outbox / "events-fast", gov.ingest.fast_events_dir)
+            gov.ingest.fast_events_dir = boxes["fast"][0]
+        for box, target in boxes.values():
+            box.mkdir(parents=True, exist_ok=True)
+            target.mkdir(parents=True, exist_ok=True)
+        return cls(gates, boxes)
 
-    def pending(self) -> list[Path]:
-        return sorted(p for p in self.outbox.glob("batch-*.parquet"))
-
-    def release(self) -> int:
-        """Move the outbox's finished events files where the gold query reads them; returns how many."""
+    def release(self, reader: str) -> int:
+        """Move the finished events files of ``reader``'s outbox where it reads them; returns how many."""
+        if reader not in self.outboxes:
+            return 0
+        box, target = self.outboxes[reader]
         moved = 0
-        for path in self.pending():
-            shutil.move(str(path), str(self.events / path.name))
+        for path in sorted(box.glob("batch-*.parquet")):
+            shutil.move(str(path), str(target / path.name))
             moved += 1
         return moved
 
-    def waiting(self) -> set[str]:
-        return {name for name, gate in self.gates.items() if gate.waiting is not None}
+    def pending(self, reader: str) -> bool:
+        return reader in self.outboxes and any(self.outboxes[reader][0].glob("batch-*.parquet"))
 
-    def step(self, queries: dict, work: set[str]) -> tuple[float, int, dict[str, float]]:
-        """One trigger instant: the queries in ``work`` (they have new input: they will plan a micro-batch) and
-        those already waiting at their gate run one micro-batch each, side by side. Returns (seconds: the longest
-        micro-batch's processing, micro-batches run, seconds per query).
+    def waiting(self, name: str) -> bool:
+        return self.gates[name].waiting is not None
+
+    def open(self, name: str, query, planned: bool) -> bool:
+        """Let ``name``'s next micro-batch run: the one waiting at its gate, or (``planned``: the query has new
+        input) the one it is about to plan. False when none comes (nothing to do after all).
 
         Raises:
-            RuntimeError: a query failed, or did not reach its gate or finish in time.
+            RuntimeError: the query stopped.
         """
-        alive = {name: (lambda q=q: q.isActive) for name, q in queries.items()}
-        run = {}
-        for name in sorted(work | self.waiting()):
-            if name not in queries:
-                continue
-            gate = self.gates[name]
-            if not gate.reach(REACH_TIMEOUT_S, alive[name]):
-                if not queries[name].isActive:
-                    raise RuntimeError(f"query {name} failed: {queries[name].exception()}")
-                continue  # had nothing to plan after all (e.g. a duplicate landing)
-            run[name] = (gate.waiting, gate.open_one())
-        for name, (_batch, target) in run.items():
-            self.gates[name].wait_done(target, FINISH_TIMEOUT_S, alive[name])
-        per = {name: self._processing(queries[name], batch) for name, (batch, _t) in run.items()}
-        return (max(per.values()) if per else 0.0), len(run), per
+        gate = self.gates[name]
+        alive = lambda: query.isActive  # noqa: E731
+        if gate.waiting is None and not (planned and gate.reach(REACH_TIMEOUT_S, alive)):
+            if not query.isActive:
+                raise RuntimeError(f"query {name} failed: {query.exception()}")
+            return False
+        self._targets[name] = (gate.waiting, gate.open_one())
+        return True
 
-    def _processing(self, query, batch_id: int, timeout: float = 30.0) -> float:
-        """Seconds of micro-batch ``batch_id`` of ``query`` without its wait at the gate (Spark's progress event,
-        which arrives once the micro-batch has committed)."""
+    def finished(self, name: str) -> bool:
+        batch, target = self._targets[name]
+        return self.gates[name].done >= target
+
+    def processing(self, name: str, query, timeout: float = 30.0) -> float:
+        """Seconds of ``name``'s last opened micro-batch without its wait at the gate (Spark's progress event,
+        which arrives once the micro-batch has committed).
+
+        Raises:
+            RuntimeError: no progress event within ``timeout`` seconds, or the handler failed.
+        """
+        batch_id, _ = self._targets.pop(name)
+        gate = self.gates[name]
+        if gate.failed is not None:
+            raise RuntimeError(f"query {name} failed in micro-batch {batch_id}: {gate.failed!r}")
         deadline = time.monotonic() + timeout
         while True:
             for p in reversed(query.recentProgress):
                 if p["batchId"] == batch_id:
                     took = p["durationMs"].get("triggerExecution", 0) / 1000.0
-                    return round(max(0.0, took - self.gates[_short(query.name)].waited_s.get(batch_id, 0.0)), 3)
+                    return round(max(0.0, took - gate.waited_s.get(batch_id, 0.0)), 3)
             if time.monotonic() > deadline or not query.isActive:
-                raise RuntimeError(f"query {query.name}: no progress event for micro-batch {batch_id}")
+                raise RuntimeError(f"query {name}: no progress event for micro-batch {batch_id}")
             time.sleep(0.02)
 
-    def settle(self, seconds: float = 0.3) -> None:
-        """Give the poll trigger time to plan what follows a micro-batch (a no-data one), wall time."""
-        time.sleep(seconds)
 
+def next_trigger(started, seconds: float, interval: int):
+    """Spark's ``ProcessingTimeExecutor``: after a micro-batch started at trigger ``started`` (a pandas Timestamp)
+    that ran ``seconds``, the next trigger is the next multiple of ``interval`` after ``started``, or at once when
+    the micro-batch ran longer (falling behind)."""
+    import pandas as pd
 
-def _short(name: str) -> str:
-    return name.removeprefix("rate-governor-")
+    return max(grid_after(started, interval), started + pd.Timedelta(seconds=seconds))
 
 
 def grid_after(t, trigger: int):

@@ -1,5 +1,5 @@
-"""The flows of one governor, wired to one lake: one quality gate, one publisher, one decision lock shared by the
-final and fast paths (one policy state, one version order)."""
+"""The flows of one governor, wired to one lake: one quality gate, one publisher, one decision lock and one
+decisions' memory shared by the final and fast paths (one policy state, one version order)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pipelines.flows.fast import FastFlow
 from pipelines.flows.base import Clock, utc_now
 from pipelines.flows.gold import GoldFlow
 from pipelines.flows.ingest import IngestFlow
+from pipelines.flows.store import DecisionStore
 from pipelines.io.known_brokers import KnownBrokerSource
 from pipelines.io.lake import Lake, open_lake
 from pipelines.io.publish import Publisher
@@ -46,9 +47,10 @@ def build_governor(spark: SparkSession, cfg: GovernorConfig, clock: Clock = utc_
     publisher = Publisher(cfg, lake)
     decisions = threading.Lock()  # the final and fast paths decide one at a time (one state, one version order)
     known = KnownBrokerSource(cfg)  # read on first use; refreshed once started (pipelines.governor.run)
-    fast = FastFlow(cfg, lake, gate, publisher, clock, decisions)
+    store = DecisionStore(lake)
+    fast = FastFlow(cfg, lake, publisher, clock, decisions, store)
     fast.known = known.current
     return Governor(
-        cfg, lake, IngestFlow(cfg, lake, gate, known),
-        GoldFlow(cfg, lake, gate, publisher, clock, decisions, fast.open_rows), fast, known,
+        cfg, lake, IngestFlow(cfg, lake, gate, known, fast_events=cfg.windows.fast_path != "never"),
+        GoldFlow(cfg, lake, publisher, clock, decisions, store, open_rows=fast.open_rows), fast, known,
     )

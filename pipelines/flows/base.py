@@ -9,18 +9,20 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 
 from pipelines.config import GovernorConfig
 from pipelines.faults import crash_point
+from pipelines.flows.store import DecisionStore
 from pipelines.io import tables
-from pipelines.schemas import RESOURCE_KEYS
 from pipelines.io.lake import Lake
-from pipelines.io.publish import Publisher, latest_per_resource
+from pipelines.io.publish import Publisher
 from pipelines.ops import metrics
-from pipelines.quality.gate import QualityGate
-from pipelines.transforms import gold
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("rate_governor")
 
@@ -60,7 +62,7 @@ def write_outputs(lake: Lake, query: str, app_id: str, batch_id: int, outputs: d
                                                  rows=(rows or {}).get(table))
             report.seconds[table] = round(time.monotonic() - started, 2)
             crash_point(f"{query}:after:{table}")
-        metrics.observe_outputs(outputs, collected, report.rows)  # decisions, anomalies, quarantine, brokers' minutes
+        metrics.observe_outputs(collected, report.rows, others=outputs)  # quarantine, brokers' newest minutes
     finally:
         if context is not None:
             context.setJobDescription(None)
@@ -92,37 +94,57 @@ def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+def write_arrow(lake: Lake, query: str, app_id: str, batch_id: int, outputs: dict[str, "pa.Table"],
+                report: BatchReport | None = None) -> BatchReport:
+    """Append each Arrow table of ``outputs`` to the lake (from the driver, no Spark job), tagged with (``app_id``,
+    ``batch_id``) so that a replayed micro-batch writes nothing twice; a crash point after each table
+    (``<query>:after:<table>``). What was appended feeds the metrics (:func:`pipelines.ops.metrics.observe_outputs`).
+    Returns the batch's report (``report`` extended when given; also logged)."""
+    report = report or BatchReport(query, batch_id)
+    for table, data in outputs.items():
+        started = time.monotonic()
+        report.rows[table] = lake.append_arrow(data, table, app_id=app_id, version=batch_id)
+        report.seconds[table] = round(time.monotonic() - started, 2)
+        crash_point(f"{query}:after:{table}")
+    metrics.observe_outputs(outputs, report.rows)  # decisions, anomalies, held limits, refused decisions
+    log.debug("%s batch %d: rows %s, seconds %s", query, batch_id, report.rows, report.seconds)
+    return report
+
+
 class DecisionFlow:
     """What the two deciding flows share (:class:`pipelines.flows.gold.GoldFlow`, the final path, and
-    :class:`pipelines.flows.fast.FastFlow`, the fast path).
+    :class:`pipelines.flows.fast.FastFlow`, the fast path): both read the Spark-reduced windows of their micro-batch
+    once as Arrow and decide on the driver (:mod:`pipelines.decide`), sharing the decisions' memory
+    (:class:`pipelines.flows.store.DecisionStore`) under one lock.
 
     Args:
-        cfg: the governor's config; lake: the lake (reads history and state, appends outputs);
-        gate: :class:`pipelines.quality.gate.QualityGate` (the ``gold/limits`` expectations);
+        cfg: the governor's config; lake: the lake (reads history, appends outputs);
         publisher: :class:`pipelines.io.publish.Publisher`; clock: processing time (UTC);
         decision_lock: shared by both flows, so that they decide one at a time (one policy state, one version
-            order).
+            order); store: the decisions' memory, shared by both flows.
     """
 
-    def __init__(self, cfg: GovernorConfig, lake: Lake, gate: QualityGate, publisher: Publisher,
-                 clock: Clock = utc_now, decision_lock: threading.Lock | None = None) -> None:
+    def __init__(self, cfg: GovernorConfig, lake: Lake, publisher: Publisher, clock: Clock = utc_now,
+                 decision_lock: threading.Lock | None = None, store: DecisionStore | None = None) -> None:
         self.cfg = cfg
         self.lake = lake
-        self.gate = gate
         self.publisher = publisher
         self.clock = clock
         self.decision_lock = decision_lock or threading.Lock()
+        self.store = store or DecisionStore(lake)
         self.reports: list[BatchReport] = []
-        self._single = gold.partitioning(cfg.spark.gold_single_partition)
+        #: Seconds spent holding the decision lock, per micro-batch (``bench/batch_profile.py`` prints them).
+        self.locked_seconds: list[float] = []
 
-    def latest_limits(self) -> DataFrame:
-        """The newest ``gold/limits`` row per resource (:func:`pipelines.io.publish.latest_per_resource`), picked
-        on the driver where the lake can (:meth:`pipelines.io.lake.Lake.latest`): not the whole table every batch."""
-        return self.lake.latest(tables.GOLD_LIMITS, list(RESOURCE_KEYS), "version",
-                                lambda df: latest_per_resource(df.transform(self._single)))
+    def history(self, first_window: dt.datetime, before: dt.datetime | None = None) -> tuple["pa.Table", "pa.Table"]:
+        """The finalized ``gold/topic_tps`` and ``gold/broker_tps`` rows the baselines of windows from
+        ``first_window`` need (``detection.baseline_windows`` windows before it), before ``before`` when given."""
+        since = first_window - dt.timedelta(
+            seconds=self.cfg.detection.baseline_windows * self.cfg.windows.length_seconds)
+        return (self.lake.read_arrow(tables.GOLD_TOPIC_TPS, since=since, before=before),
+                self.lake.read_arrow(tables.GOLD_BROKER_TPS, since=since, before=before))
 
-    def saved_state(self, before_batch: int | None = None) -> DataFrame:
-        """The saved policy state per resource (:func:`pipelines.transforms.gold.latest_state`) of the batches
-        before ``before_batch`` when given, picked like :meth:`latest_limits`."""
-        return self.lake.latest(tables.STATE_POLICY, list(RESOURCE_KEYS), "batch_id",
-                                lambda df: gold.latest_state(df.transform(self._single)), below=before_batch)
+    def publish(self, now: dt.datetime, batch_id: int, query: str) -> None:
+        started = time.monotonic()
+        self.publisher.publish(now, batch_id, query)
+        log.info("%s batch %d: limits published in %.2f s", query, batch_id, time.monotonic() - started)

@@ -1,24 +1,28 @@
 """The gold flow (final path): windows finalized by the watermark → gold TPS tables, anomalies, limit decisions,
-saved policy state and the published limits. Each window is written exactly once, when the watermark passes it."""
+saved policy state and the published limits. Each window is written exactly once, when the watermark passes it.
+
+Spark reduces: the micro-batch's windowed sums become the gold TPS tables and the per-broker traffic the decisions
+need (:func:`pipelines.transforms.tps.resource_traffic`), collected once as Arrow by one Spark job. The driver
+decides (:mod:`pipelines.decide.final`): the anomalies and candidates outside the decision lock, the fold on the
+policy state inside it; the tables are then appended from the driver and the limits published."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 import time
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from pipelines.io import events, tables
+from pipelines import schemas
 from pipelines.config import GovernorConfig
-from pipelines.flows.base import BatchReport, Clock, DecisionFlow, release, utc_now, write_outputs
-from pipelines.flows.fast import OpenRows
-from pipelines.io.lake import Lake
-from pipelines.io.publish import Publisher
-from pipelines.quality.gate import QualityGate
-from pipelines.transforms import gold, tps
+from pipelines.decide.evidence import open_evidence
+from pipelines.decide.fast import OpenRows
+from pipelines.decide.final import FinalInputs, FinalOutputs, decide_prepared, prepare_final, window_bounds
+from pipelines.flows.base import BatchReport, DecisionFlow, release, write_arrow
+from pipelines.io import events, tables
+from pipelines.io.lake.registry import collect_tables
+from pipelines.transforms import tps
 
 log = logging.getLogger("rate_governor")
 
@@ -49,77 +53,98 @@ def window_stream(metric_events: DataFrame, cfg: GovernorConfig) -> DataFrame:
     )
 
 
-class GoldFlow(DecisionFlow):
-    """The ``foreachBatch`` handler of the gold query (constructor: :class:`pipelines.flows.base.DecisionFlow`)."""
+#: The Spark-reduced outputs a gold micro-batch collects (one job): the gold TPS tables and the decisions' traffic.
+TRAFFIC = "traffic"
 
-    def __init__(self, cfg: GovernorConfig, lake: Lake, gate: QualityGate, publisher: Publisher,
-                 clock: Clock = utc_now, decision_lock: threading.Lock | None = None,
-                 open_rows: OpenRows | None = None) -> None:
-        super().__init__(cfg, lake, gate, publisher, clock, decision_lock)
+
+def partitioning(single: bool):
+    """With ``single`` (``spark.gold_single_partition``, the embedded default), the gold micro-batch's windowed sums
+    in one partition: hundreds to about 10^5 rows per micro-batch, so the TPS aggregations plan no shuffle (each
+    shuffle costs a Spark job at micro-batch sizes). With thousands of topics on a cluster, turn it off to spread
+    the windows over the executors."""
+
+    def transform(df: DataFrame) -> DataFrame:
+        return df.coalesce(1) if single else df
+
+    return transform
+
+
+class GoldFlow(DecisionFlow):
+    """The ``foreachBatch`` handler of the gold query (constructor: :class:`pipelines.flows.base.DecisionFlow`;
+    ``open_rows``: the fast flow's memory of open windows, the lift veto's evidence, None without a fast path)."""
+
+    def __init__(self, *args, open_rows: OpenRows | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
         self._held_warned: set[tuple] = set()  # (resource_type, resource, limited_since) already logged
-        #: the fast flow's open windows (the lift veto); None without a fast path
         self.open_rows = open_rows
 
-    def warn_held_too_long(self, state: DataFrame, horizon_end: dt.datetime) -> None:
+    def warn_held_too_long(self, out: FinalOutputs, horizon_end: dt.datetime) -> None:
         """Log a WARNING, once per limit, for each limit in force since longer than ``limits.max_held_seconds`` of
         event time (up to ``horizon_end``, UTC): a person should look at it (the status page flags it too)."""
         cutoff = horizon_end - dt.timedelta(seconds=self.cfg.limits.max_held_seconds)
-        held = state.where(F.col("limit_qps").isNotNull() & (F.col("limited_since") < F.lit(cutoff)))
-        for row in held.select("resource_type", "resource", "limit_qps", "limited_since").collect():
-            key = (row["resource_type"], row["resource"], row["limited_since"])
-            if key not in self._held_warned:
+        for s in out.folded.states:
+            if s.limit_qps is None or s.limited_since is None:
+                continue
+            since = s.limited_since.replace(tzinfo=dt.timezone.utc)
+            key = (s.resource_type, s.resource, since)
+            if since < cutoff and key not in self._held_warned:
                 self._held_warned.add(key)
                 log.warning("%s %s has been limited to %.1f msg/s since the window ending %s UTC, longer than "
                             "limits.max_held_seconds = %d s: look at it (the cause may have changed, or the limit "
-                            "may be holding legitimate demand)", row["resource_type"], row["resource"],
-                            row["limit_qps"], f"{row['limited_since']:%Y-%m-%d %H:%M}",
-                            self.cfg.limits.max_held_seconds)
+                            "may be holding legitimate demand)", s.resource_type, s.resource, s.limit_qps,
+                            f"{since:%Y-%m-%d %H:%M}", self.cfg.limits.max_held_seconds)
 
-    def inputs(self, metrics: DataFrame, batch_id: int, first_window: dt.datetime,
-               horizon_end: dt.datetime | None = None) -> gold.GoldInputs:
-        """The batch's windows with the history and saved state it reads from the lake, and the limiters'
-        rejections the write-back sinks saw in the batch's windows."""
-        since = gold.baseline_since(first_window, self.cfg)
-        rejections = None
-        if self.lake.exists(tables.CONTROL_LIMITER_REJECTIONS):
-            rejections = self.lake.read(tables.CONTROL_LIMITER_REJECTIONS, since=first_window, before=horizon_end)
-        return gold.GoldInputs(
-            metrics=metrics,
-            topic_history=self.lake.read(tables.GOLD_TOPIC_TPS, since=since, before=first_window),
-            broker_history=self.lake.read(tables.GOLD_BROKER_TPS, since=since, before=first_window),
-            policy_state=self.saved_state(before_batch=batch_id),
-            latest_limits=self.latest_limits(),
-            limiter_rejections=rejections,
-            open_evidence=(self.open_rows.evidence(horizon_end, self.cfg.windows.length_seconds)
-                           if self.open_rows is not None and horizon_end is not None else None),
-        )
+    def reduce(self, metrics: DataFrame) -> dict:
+        """The micro-batch's windowed sums → the gold TPS tables and the decisions' traffic rows, collected as Arrow
+        by one Spark job."""
+        w = self.cfg.windows
+        metrics = metrics.transform(partitioning(self.cfg.spark.gold_single_partition))
+        outputs = {tables.GOLD_TOPIC_TPS: metrics.transform(tps.topic_tps(w)),
+                   tables.GOLD_GROUP_TPS: metrics.transform(tps.group_tps(w)),
+                   tables.GOLD_BROKER_TPS: metrics.transform(tps.broker_tps(w)),
+                   TRAFFIC: metrics.transform(tps.resource_traffic(w, self.cfg.detection, self.store.limited_keys()))}
+        return collect_tables(outputs, {TRAFFIC: schemas.WINDOW_TRAFFIC})
 
     def handle(self, metrics: DataFrame, batch_id: int) -> None:
         """One micro-batch of finalized windows → gold tables, anomalies, limit decisions, published limits."""
-        # cached as Spark emits it: the first job (the window bounds) runs the stateful aggregation in its own
-        # partitions and fills the cache; coalescing before it ran that whole stage in one task (docs/performance.md)
-        metrics = metrics.persist()
-        out = None
+        context = metrics.sparkSession.sparkContext
+        metrics = metrics.persist()  # the four outputs read the stateful aggregation once (one job, cached blocks)
         try:
-            first_window, horizon_end = gold.window_bounds(metrics)
-            if first_window is None:
-                self.reports.append(BatchReport(QUERY, batch_id))
-                if self.publisher.sinks.behind:  # a sink that was down catches up without a new decision
-                    with self.decision_lock:
-                        self.publisher.publish(self.clock(), batch_id, QUERY)
-                return
-            with self.decision_lock:
-                now = self.clock()
-                out = gold.gold_outputs(
-                    self.inputs(metrics, batch_id, first_window, horizon_end), self.cfg, now,
-                    check=lambda d: self.gate.check_limits(d, origin=f"{GOLD_APP_ID}:{batch_id}", at=now),
-                    batch_id=batch_id,
-                    first_window=first_window, horizon_end=horizon_end,
-                )
-                self.reports.append(write_outputs(self.lake, QUERY, GOLD_APP_ID, batch_id, out.tables()))
-                started = time.monotonic()
-                self.publisher.publish(now, batch_id, QUERY)
-                log.info("gold batch %d: limits published in %.2f s", batch_id, time.monotonic() - started)
-                self.warn_held_too_long(out.state, horizon_end)
+            context.setJobDescription(f"{QUERY} batch {batch_id}: windows")
+            reduced = self.reduce(metrics)  # the one Spark job of the batch
         finally:
-            release(QUERY, batch_id, metrics, *(out.cached if out is not None else ()))
+            context.setJobDescription(None)
+            release(QUERY, batch_id, metrics)
+        partial = FinalInputs(reduced[tables.GOLD_TOPIC_TPS], reduced[tables.GOLD_GROUP_TPS],
+                              reduced[tables.GOLD_BROKER_TPS], reduced[TRAFFIC], None, None, None, None)
+        first_window, horizon_end = window_bounds(partial)
+        if first_window is None:
+            self.reports.append(BatchReport(QUERY, batch_id))
+            if self.publisher.sinks.behind:  # a sink that was down catches up without a new decision
+                with self.decision_lock:
+                    self.publisher.publish(self.clock(), batch_id, QUERY)
+            return
+        topic_history, broker_history = self.history(first_window, before=first_window)
+        rejections = None
+        if self.lake.exists(tables.CONTROL_LIMITER_REJECTIONS):
+            rejections = self.lake.read_arrow(tables.CONTROL_LIMITER_REJECTIONS, since=first_window,
+                                              before=horizon_end)
+        inputs = FinalInputs(partial.topics, partial.groups, partial.brokers, partial.traffic, topic_history,
+                             broker_history, None, None, rejections)
+        prepared = prepare_final(inputs, self.cfg, first_window, horizon_end)
+        with self.decision_lock:
+            locked = time.monotonic()
+            now = self.clock()
+            opened = (open_evidence(self.open_rows.rows, horizon_end, self.cfg.windows.length_seconds)
+                      if self.open_rows is not None else None)
+            inputs = FinalInputs(inputs.topics, inputs.groups, inputs.brokers, inputs.traffic, topic_history,
+                                 broker_history, self.store.state_before(batch_id), self.store.latest_limits(),
+                                 rejections, opened)
+            out = decide_prepared(prepared, inputs, self.cfg, now, batch_id=batch_id,
+                                  origin=f"{GOLD_APP_ID}:{batch_id}")
+            self.store.add_state(out.state)
+            self.store.add_limits(out.limits)
+            self.locked_seconds.append(time.monotonic() - locked)
+        self.reports.append(write_arrow(self.lake, QUERY, GOLD_APP_ID, batch_id, out.tables()))
+        self.publish(now, batch_id, QUERY)
+        self.warn_held_too_long(out, horizon_end)

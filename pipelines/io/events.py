@@ -10,6 +10,9 @@ the gold query streams these files with Spark's own file source instead of parsi
   which Spark's file source skips) and renamed into place. A micro-batch replayed after a crash reads the same raw
   files (the ingest checkpoint's offsets) and writes the same path with the same rows; Spark's file source never
   reads a path twice, so a file the gold query has already read is not read again.
+* **Two readers**: the gold query reads ``events``, the fast query its own hard link of each file in
+  ``events-fast`` (:func:`fast_events_dir`), so the fast path uses what ingest parsed too, and each reader's
+  clean-up deletes its own name.
 * **Clean-up**: the gold query's file source deletes a file once the gold micro-batch that read it is committed
   (``cleanSource = delete``, Spark's own option). A file read by the last batch before a stop is deleted by a later
   run (Spark cleans on the next batch's commit); at most one ingest batch's events can be rewritten after the gold
@@ -29,6 +32,7 @@ batch are): faster and smaller than Spark's executors writing one part file to a
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -37,11 +41,18 @@ from pipelines.config import GovernorConfig
 from pipelines.schemas import METRIC_EVENT
 
 EVENTS_DIR = "events"
+#: The fast query's own copy of each events file (a hard link: each reader's file source deletes its own name).
+FAST_EVENTS_DIR = "events-fast"
 
 
 def events_dir(cfg: GovernorConfig) -> Path:
     """The directory of the ingest query's metric-event files: ``<checkpoint root>/events``."""
     return Path(cfg.checkpoint_root) / EVENTS_DIR
+
+
+def fast_events_dir(cfg: GovernorConfig) -> Path:
+    """The fast query's events directory: ``<checkpoint root>/events-fast``."""
+    return Path(cfg.checkpoint_root) / FAST_EVENTS_DIR
 
 
 def batch_file(directory: Path, batch_id: int) -> Path:
@@ -50,11 +61,12 @@ def batch_file(directory: Path, batch_id: int) -> Path:
     return directory / f"batch-{batch_id:09d}.parquet"
 
 
-def write_batch(events: DataFrame, directory: Path, batch_id: int) -> int:
+def write_batch(events: DataFrame, directory: Path, batch_id: int, also: Path | None = None) -> int:
     """Write ``events`` (METRIC_EVENT rows) as the file of ``batch_id``: collected as Arrow on the driver, written
     to a hidden temporary file, renamed into place (an existing file of a replayed batch is replaced by the same
-    rows). A batch without events still gets its (empty) file, so every ingest batch has exactly one. Returns the
-    number of rows.
+    rows). A batch without events still gets its (empty) file, so every ingest batch has exactly one. ``also``: a
+    second directory that gets the same file under the same name (a hard link, a copy where the file system has
+    none; renamed into place the same way), for the fast query. Returns the number of rows.
 
     Raises:
         OSError: the file could not be written (nothing was renamed into place).
@@ -67,15 +79,25 @@ def write_batch(events: DataFrame, directory: Path, batch_id: int) -> int:
     target = batch_file(directory, batch_id)
     temporary = directory / f".{target.name}.tmp"
     pq.write_table(data, temporary)
+    if also is not None:
+        also.mkdir(parents=True, exist_ok=True)
+        second = also / f".{target.name}.tmp"
+        second.unlink(missing_ok=True)
+        try:
+            os.link(temporary, second)
+        except OSError:
+            shutil.copyfile(temporary, second)
+        os.replace(second, also / target.name)
     os.replace(temporary, target)
     return data.num_rows
 
 
-def read_stream(spark: SparkSession, cfg: GovernorConfig) -> DataFrame:
-    """The streaming METRIC_EVENT rows of the events files, oldest first (``latestFirst = false``), one ingest
-    batch per micro-batch when ``source.max_files_per_trigger`` is set; each file is deleted once the micro-batch
-    that read it is committed (``cleanSource = delete``)."""
-    directory = events_dir(cfg)
+def read_stream(spark: SparkSession, cfg: GovernorConfig, directory: Path | None = None) -> DataFrame:
+    """The streaming METRIC_EVENT rows of the events files in ``directory`` (default :func:`events_dir`; the fast
+    query reads :func:`fast_events_dir`), oldest first (``latestFirst = false``), one ingest batch per micro-batch
+    when ``source.max_files_per_trigger`` is set; each file is deleted once the micro-batch that read it is committed
+    (``cleanSource = delete``)."""
+    directory = directory or events_dir(cfg)
     directory.mkdir(parents=True, exist_ok=True)
     reader = (
         spark.readStream.format("parquet")

@@ -24,7 +24,7 @@ from pipelines.io.lake.base import newest_per_key
 from pipelines.ops import metrics
 from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig, LimitsConfig
-from pipelines.transforms.policy import ACTION_LIFT
+from pipelines.decide.fold_types import ACTION_LIFT
 
 LIMITS_FILE = "control/limits.json"
 #: The name of the ``limits.json`` path in the metrics (``sink`` label; the other sinks have their own names).

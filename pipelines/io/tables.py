@@ -28,7 +28,7 @@ QUALITY_RECONCILIATION = "quality/reconciliation"
 #: The write-back sinks' outcome per publish (:class:`pipelines.io.sinks.SinkSet`).
 CONTROL_SINK_STATUS = "control/sink_status"
 #: When each in-broker limiter last rejected a send, as the RocketMQ admin sink's views report it (demand evidence
-#: of a limited resource, :mod:`pipelines.transforms.demand`).
+#: of a limited resource, :mod:`pipelines.decide.evidence`).
 CONTROL_LIMITER_REJECTIONS = "control/limiter_rejections"
 
 

@@ -2,8 +2,8 @@
 
 One :class:`GovernorMetrics` per process (:func:`current`), served by the continuous job (:func:`serve`,
 ``[metrics] port``; 0 = off), is fed where each fact is at hand: the progress listener (durations, watermark), the
-write of a micro-batch's tables (:func:`pipelines.flows.base.write_outputs`: decisions, anomalies, policy state,
-quarantine, the brokers' newest stats lines, from the Arrow tables it collected), the publisher and sinks (limits in
+writes of a micro-batch's tables (:mod:`pipelines.flows.base`: decisions, anomalies, policy state, quarantine,
+the brokers' newest stats lines, from the Arrow tables at hand), the publisher and sinks (limits in
 force with each broker's share, publish outcomes), the lease. The catalogue and its conventions: docs/metrics.md §2.
 
 Label sets stay bounded: a resource label exists only while that resource has a limit in force, an anomaly in the
@@ -30,8 +30,8 @@ from prometheus_client.core import GaugeMetricFamily
 from control.record import BROKERS_FIELD, MODES, parse_expires_at
 from pipelines.io import tables
 from pipelines.ops.metric_labels import reason_kind
-from pipelines.transforms.anomalies import RULES, limited_by
-from pipelines.transforms.policy import ACTION_LIFT, ACTION_RELAX, ACTION_SET, BASIS_FINAL, BASIS_PRELIMINARY
+from pipelines.decide.catalogue import RULES, limited_by
+from pipelines.decide.fold_types import ACTION_LIFT, ACTION_RELAX, ACTION_SET, BASIS_FINAL, BASIS_PRELIMINARY
 
 if TYPE_CHECKING:
     from pipelines.config import GovernorConfig, MetricsConfig
@@ -351,22 +351,24 @@ def observe_progress(query: str, progress: Mapping[str, Any]) -> None:
     _hook("progress", lambda m: m.observe_progress(query, progress))
 
 
-def observe_outputs(outputs: Mapping[str, Any], collected: Mapping[str, pa.Table], rows: Mapping[str, int]) -> None:
-    """:meth:`GovernorMetrics.observe_outputs` for one micro-batch's ``outputs`` (table → Spark DataFrame): the
-    tables of :data:`COLUMNS` it appended rows to (``rows``, its report), as the Arrow tables ``collected`` for the
-    driver's writes. While an endpoint serves, such a table written another way (from the executors, or by
-    delta-spark) is read here, its :data:`COLUMNS` only (a small Spark job each); otherwise it is left out."""
+def observe_outputs(appended: Mapping[str, pa.Table], rows: Mapping[str, int],
+                    others: Mapping[str, Any] | None = None) -> None:
+    """:meth:`GovernorMetrics.observe_outputs` for one micro-batch: of the tables of :data:`COLUMNS` it appended rows
+    to (``rows``, its report), those at hand as Arrow (``appended``: the decision flows' outputs, the ingest tables
+    written through the driver). While an endpoint serves, such a table written another way (``others``: Spark
+    DataFrames written from the executors, or by delta-spark) is read here, its :data:`COLUMNS` only (a small Spark
+    job each); otherwise it is left out."""
 
-    def appended(m: GovernorMetrics) -> None:
-        found = {}
+    def found(m: GovernorMetrics) -> None:
+        arrow = {}
         for table, columns in COLUMNS.items():
-            if rows.get(table) and table in collected:
-                found[table] = collected[table]
-            elif rows.get(table) and table in outputs and m.serving:
-                found[table] = outputs[table].select(*columns).toArrow()
-        m.observe_outputs(found)
+            if rows.get(table) and table in appended:
+                arrow[table] = appended[table]
+            elif rows.get(table) and table in (others or {}) and m.serving:
+                arrow[table] = others[table].select(*columns).toArrow()
+        m.observe_outputs(arrow)
 
-    _hook("outputs", appended)
+    _hook("outputs", found)
 
 
 def observe_limits(records: Iterable[Mapping[str, Any]]) -> None:

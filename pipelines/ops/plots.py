@@ -16,7 +16,7 @@ import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pipelines.transforms.anomalies import Anomaly  # noqa: E402
+from pipelines.decide.catalogue import Anomaly  # noqa: E402
 
 #: One colour per anomaly kind (docs/contracts.md §2, ``gold/anomalies.anomaly``).
 ANOMALY_COLOURS = {

@@ -57,9 +57,14 @@ def _utc(ts: dt.datetime) -> dt.datetime:
 def configuration_name(configuration: Any) -> str:
     """``expect_column_values_to_be_between(tps)``: a GX ``ExpectationConfiguration``'s type and its column(s).
     The one name of an expectation: quarantine reasons, ``quality/validation_results`` and the Data Docs use it."""
-    kw = {k: v for k, v in configuration.kwargs.items() if v is not None}
+    return expectation_name(configuration.type, configuration.kwargs)
+
+
+def expectation_name(kind: str, kwargs: dict) -> str:
+    """:func:`configuration_name` of an expectation given as its type and keyword arguments."""
+    kw = {k: v for k, v in kwargs.items() if v is not None}
     columns = [str(kw[k]) for k in ("column", "column_A", "column_B") if k in kw]
-    return f"{configuration.type}({','.join(columns)})"
+    return f"{kind}({','.join(columns)})"
 
 
 def run_name(batch_id: int) -> str:

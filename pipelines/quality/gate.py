@@ -5,8 +5,8 @@
   once the micro-batch is written: GX validation of the candidate silver rows every
   ``[quality] validate_every_n_batches`` batches (``quality/validation_results``, ``quality/validation_runs``) and
   the reconciliation with the late-row count (``quality/reconciliation``, :mod:`pipelines.quality.reconcile`).
-* Gold: :meth:`QualityGate.check_limits` splits the limit decisions into those meeting the ``gold/limits`` suite
-  and ``quarantine`` rows for the others.
+* Gold: the decision plane applies the ``gold/limits`` expectations to its decisions row by row
+  (:func:`pipelines.decide.limits.check`, from :data:`pipelines.quality.suites.GOLD_LIMITS_EXPECTATIONS`).
 
 The gate is built explicitly, ``QualityGate(cfg, lake)``; methods that need Spark take it from the DataFrame they
 are given (``df.sparkSession``).
@@ -18,7 +18,6 @@ import datetime as dt
 import logging
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from pipelines.config import GovernorConfig
 from pipelines.io import tables
@@ -26,7 +25,6 @@ from pipelines.io.lake import Lake
 from pipelines.io.sources import BROKER_STATS, SEND_FAILURES
 from pipelines.quality import data_docs, rules
 from pipelines.quality.reconcile import Reconciler
-from pipelines.quality.suites import SUITES
 from pipelines.quality.validation import Validator, result_rows, shared_validator
 from pipelines.transforms import parse, parse_failures
 
@@ -50,7 +48,6 @@ class QualityGate:
         self.last_reconciliation: list[dict] = []
         self._validator: Validator | None = None
         self._enforce = {t: rules.enforce(t) for t in (tables.SILVER_BROKER_STATS, tables.SILVER_SEND_FAILURES)}
-        self._limits_reason = rules.failed_expectation(SUITES[tables.GOLD_LIMITS]())
 
     @property
     def validator(self) -> Validator:
@@ -130,21 +127,3 @@ class QualityGate:
         return self.reconciler.watermark(batch_id)
 
     # --- gold
-
-    def check_limits(self, decisions: DataFrame, *, origin: str, at: dt.datetime) -> tuple[DataFrame, DataFrame]:
-        """Limit decisions (:data:`pipelines.schemas.GOLD_LIMITS` columns) → ``(accepted, refused)``: the decisions
-        meeting every expectation of the ``gold/limits`` suite, unchanged, and one ``quarantine`` row
-        (:data:`pipelines.schemas.QUARANTINE`) per other decision: ``source`` ``gold/limits``, ``raw`` the decision
-        as JSON, ``raw_bytes`` null (the record is the governor's own, not input), ``reason`` the first failed
-        expectation, ``origin`` as given (e.g. ``<app id>:<batch id>``), ``ingested_at`` = ``at`` (UTC)."""
-        checked = decisions.withColumn("reject_reason", self._limits_reason)
-        accepted = checked.where(F.col("reject_reason").isNull()).drop("reject_reason")
-        refused = checked.where(F.col("reject_reason").isNotNull()).select(
-            F.lit(tables.GOLD_LIMITS).alias("source"),
-            F.to_json(F.struct(*[c for c in checked.columns if c != "reject_reason"])).alias("raw"),
-            F.lit(None).cast("binary").alias("raw_bytes"),
-            F.col("reject_reason").alias("reason"),
-            F.lit(origin).alias("origin"),
-            F.lit(at).cast("timestamp").alias("ingested_at"),
-        )
-        return accepted, refused

@@ -72,30 +72,40 @@ def silver_send_failures_suite():
     )
 
 
+#: The ``gold/limits`` expectations (docs/contracts.md §2): (GX expectation type, its keyword arguments). Plain data,
+#: so the decision plane applies them row by row without importing GX (:func:`pipelines.decide.limits.check`), and
+#: :func:`gold_limits_suite` builds the GX suite from the same list.
+GOLD_LIMITS_EXPECTATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("expect_column_values_to_not_be_null", {"column": "limit_qps"}),
+    # strictly positive and finite: +inf and NaN are above any finite max_value
+    ("expect_column_values_to_be_between", {"column": "limit_qps", "min_value": 0, "max_value": 1e12,
+                                            "strict_min": True}),
+    ("expect_column_values_to_not_be_null", {"column": "decided_at"}),
+    ("expect_column_values_to_not_be_null", {"column": "expires_at"}),
+    # a row missing either time is the not-null expectations' business (and GX's engines disagree on it by default:
+    # Spark skips the row, pandas counts it), so both engines and the row predicate skip it
+    ("expect_column_pair_values_a_to_be_greater_than_b", {"column_A": "expires_at", "column_B": "decided_at",
+                                                          "ignore_row_if": "either_value_is_missing"}),
+    ("expect_column_values_to_be_in_set", {"column": "resource_type", "value_set": ["topic", "group"]}),
+    ("expect_column_values_to_be_in_set", {"column": "mode", "value_set": ["enforce", "advisory"]}),
+    ("expect_column_values_to_be_in_set", {"column": "action", "value_set": ["set", "relax", "lift"]}),
+    ("expect_column_values_to_be_in_set", {"column": "basis", "value_set": ["preliminary", "final"]}),
+    ("expect_column_values_to_not_be_null", {"column": "resource"}),
+)
+
+
+def _gx_class(kind: str):
+    """``expect_column_values_to_not_be_null`` → GX's ``ExpectColumnValuesToNotBeNull``."""
+    return getattr(_gxe(), "".join(part.capitalize() for part in kind.split("_")))
+
+
 def gold_limits_suite():
-    """Expectations every ``gold/limits`` decision must meet (docs/contracts.md §2)."""
+    """Expectations every ``gold/limits`` decision must meet (:data:`GOLD_LIMITS_EXPECTATIONS`)."""
     import great_expectations as gx
 
-    gxe = _gxe()
     return gx.ExpectationSuite(
         name=sql_name(tables.GOLD_LIMITS),
-        expectations=[
-            gxe.ExpectColumnValuesToNotBeNull(column="limit_qps"),
-            # strictly positive and finite: +inf and NaN are above any finite max_value
-            gxe.ExpectColumnValuesToBeBetween(column="limit_qps", min_value=0, max_value=1e12, strict_min=True),
-            gxe.ExpectColumnValuesToNotBeNull(column="decided_at"),
-            gxe.ExpectColumnValuesToNotBeNull(column="expires_at"),
-            # a row missing either time is the not-null expectations' business (and GX's engines disagree on it
-            # by default: Spark skips the row, pandas counts it), so both engines and the row predicate skip it
-            gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-                column_A="expires_at", column_B="decided_at", ignore_row_if="either_value_is_missing"
-            ),
-            gxe.ExpectColumnValuesToBeInSet(column="resource_type", value_set=["topic", "group"]),
-            gxe.ExpectColumnValuesToBeInSet(column="mode", value_set=["enforce", "advisory"]),
-            gxe.ExpectColumnValuesToBeInSet(column="action", value_set=["set", "relax", "lift"]),
-            gxe.ExpectColumnValuesToBeInSet(column="basis", value_set=["preliminary", "final"]),
-            gxe.ExpectColumnValuesToNotBeNull(column="resource"),
-        ],
+        expectations=[_gx_class(kind)(**kwargs) for kind, kwargs in GOLD_LIMITS_EXPECTATIONS],
     )
 
 

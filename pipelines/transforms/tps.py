@@ -125,7 +125,7 @@ def topic_tps(cfg: WindowsConfig) -> Transform:
     in-broker limiter (``RATE_LIMITED``); ``failure_rate`` = other failures / (other failures + messages put), 0
     when both are 0: a limited topic's own rejections are its demand at the cap, never a failure spike.
     ``limit_qps`` (the cluster-wide limit in force in the window) is filled by the final path
-    (:func:`pipelines.transforms.gold.gold_outputs`); null here.
+    (:func:`pipelines.decide.final.with_limit_in_force`); null here.
     """
 
     def transform(metrics: DataFrame) -> DataFrame:
@@ -219,10 +219,82 @@ def broker_tps(cfg: WindowsConfig) -> Transform:
     return transform
 
 
-def topic_brokers(metrics: DataFrame) -> DataFrame:
-    """Which brokers carry which topic in a window: ``window_start``, ``window_end``, ``topic``, ``broker``."""
-    return (
-        metrics.where((F.col("metric") == rmq.TOPIC_PUT_NUMS) & F.col("broker").isNotNull())
-        .select(*WINDOW_KEYS, "topic", "broker")
-        .distinct()
-    )
+RATE_LIMITED_METRIC = FAILURE_METRIC_PREFIX + rmq.RATE_LIMITED
+#: ``resource_type`` of a window marker row of :func:`resource_traffic` (``resource`` ``metrics`` or ``traffic``);
+#: the decision plane's :data:`pipelines.decide.final.MARKER`.
+MARKER = "*"
+
+
+def _group_of_retry_topic(topic: Column) -> Column:
+    return F.substring(topic, len(rmq.RETRY_TOPIC_PREFIX) + 1, 1 << 16)
+
+
+def per_broker_traffic(metrics: DataFrame, cfg: WindowsConfig) -> DataFrame:
+    """WINDOW_METRIC rows → one row per window × limitable resource × broker: ``tps`` the limited traffic the broker
+    admitted (msg/s), ``rejected`` its limiter's rejections of the resource (failed sends in the window) and
+    ``carries`` (the broker printed a put line of the topic: a topic's carriers).
+
+    * a topic (``TRAFFIC_SURGE`` limits its puts): its ``TOPIC_PUT_NUMS``; rejections its ``RATE_LIMITED`` failures;
+    * a consumer group (``RUNAWAY_RETRY`` limits its retry traffic, one limiter per broker keyed ``%RETRY%<group>``,
+      sohutv/rocketmq 5.3.1-sohu-01 ``RateLimitHandler``): the larger of its send-backs (``SNDBCK_PUT_NUMS``) and
+      the plain sends to ``%RETRY%<group>`` a consumer falls back to (``TOPIC_PUT_NUMS`` of the retry topic, which
+      also carry the re-puts of admitted send-backs); rejections the ``RATE_LIMITED`` failures of ``%RETRY%<group>``.
+    """
+    per_s = lambda c: F.col(c).cast("double") / F.lit(float(cfg.length_seconds))  # noqa: E731
+    on_broker = metrics.where(F.col("broker").isNotNull())
+    metric, topic = F.col("metric"), F.col("topic")
+    is_retry_topic = topic.startswith(rmq.RETRY_TOPIC_PREFIX)
+    is_put = metric == rmq.TOPIC_PUT_NUMS
+    rejected = F.when(metric == RATE_LIMITED_METRIC, F.col("amount")).otherwise(F.lit(0))
+    topics = on_broker.where((is_put | (metric == RATE_LIMITED_METRIC)) & topic.isNotNull())
+    topic_rows = topics.groupBy(*WINDOW_KEYS, topic.alias("resource"), "broker").agg(
+        F.sum(F.when(is_put, F.col("amount")).otherwise(F.lit(0))).alias("puts"),
+        F.sum(rejected).alias("rejected"),
+        F.max(is_put).alias("carries"),
+    ).select(*WINDOW_KEYS, F.lit("topic").alias("resource_type"), "resource", "broker",
+             per_s("puts").alias("tps"), "rejected", "carries")
+    group = F.when(metric == rmq.SNDBCK_PUT_NUMS, F.col("consumer_group")).when(is_retry_topic,
+                                                                                 _group_of_retry_topic(topic))
+    retry = on_broker.where(
+        (metric == rmq.SNDBCK_PUT_NUMS) | (is_retry_topic & metric.isin(rmq.TOPIC_PUT_NUMS, RATE_LIMITED_METRIC))
+    ).where(group.isNotNull())
+    group_rows = retry.groupBy(*WINDOW_KEYS, group.alias("resource"), "broker").agg(
+        F.sum(F.when(metric == rmq.SNDBCK_PUT_NUMS, F.col("amount")).otherwise(F.lit(0))).alias("sent_back"),
+        F.sum(F.when(is_put, F.col("amount")).otherwise(F.lit(0))).alias("retry_puts"),
+        F.sum(rejected).alias("rejected"),
+    ).select(*WINDOW_KEYS, F.lit("group").alias("resource_type"), "resource", "broker",
+             F.greatest(per_s("sent_back"), per_s("retry_puts")).alias("tps"), "rejected",
+             F.lit(False).alias("carries"))
+    return topic_rows.unionByName(group_rows).select(
+        *WINDOW_KEYS, "resource_type", "resource", "broker", "tps", F.col("rejected").cast("long").alias("rejected"),
+        "carries")
+
+
+def resource_traffic(cfg: WindowsConfig, detection, limited: tuple[str, ...] = ()) -> Transform:
+    """WINDOW_METRIC rows → :func:`per_broker_traffic` rows reduced to what the decisions need, plus window markers.
+
+    Kept: the rows of a resource whose cluster-wide traffic in the window reaches its rule's floor (a topic at
+    ``surge_floor_tps``, a group at ``retry_floor_tps``: only those can be candidates), whose limiter rejected
+    sends, or that is under a limit (``limited``: ``"<resource_type>\\x1f<resource>"`` keys; its windows are its
+    demand evidence). What reaches the driver per window grows with the resources near a rule, not with the
+    cluster. Markers (``resource_type`` :data:`MARKER`, other columns null): ``metrics`` for every window of the
+    micro-batch, ``traffic`` for every window with any resource traffic (the decisions' observation grid)."""
+
+    def transform(metrics: DataFrame) -> DataFrame:
+        rows = per_broker_traffic(metrics, cfg)
+        key = [*WINDOW_KEYS, "resource_type", "resource"]
+        totals = rows.groupBy(*key).agg(F.sum("tps").alias("total"), F.sum("rejected").alias("refused"))
+        floor = F.when(F.col("resource_type") == "topic", F.lit(detection.surge_floor_tps)).otherwise(
+            F.lit(detection.retry_floor_tps))
+        keep = (F.col("total") >= floor * (1.0 - 1e-9)) | (F.col("refused") > 0)
+        if limited:
+            keep = keep | F.concat_ws("\x1f", "resource_type", "resource").isin(*limited)
+        kept = rows.join(totals.where(keep).select(*key), key, "left_semi")
+        marks = [df.select(*WINDOW_KEYS).distinct().select(
+            *WINDOW_KEYS, F.lit(MARKER).alias("resource_type"), F.lit(name).alias("resource"),
+            F.lit(None).cast("string").alias("broker"), F.lit(None).cast("double").alias("tps"),
+            F.lit(None).cast("long").alias("rejected"), F.lit(None).cast("boolean").alias("carries"))
+            for df, name in ((metrics, "metrics"), (rows, "traffic"))]
+        return kept.unionByName(marks[0]).unionByName(marks[1])
+
+    return transform

@@ -200,18 +200,18 @@ def test_a_failing_hook_is_logged_once_and_never_raises(m, caplog):
     broken = {tables.GOLD_LIMITS: pa.table({"action": ["set"]})}  # columns missing
     with caplog.at_level(logging.WARNING, logger="rate_governor"):
         for _ in range(3):
-            metrics.observe_outputs(broken, broken, {tables.GOLD_LIMITS: 1})
+            metrics.observe_outputs(broken, {tables.GOLD_LIMITS: 1})
     assert [r.message for r in caplog.records if "metrics: outputs not recorded" in r.message] and len(
         [r for r in caplog.records if "metrics: outputs" in r.message]) == 1
 
 
 def test_tables_written_without_arrow_are_read_for_the_metrics_only_while_serving(m, spark):
     df = spark.createDataFrame([("broker_stats", "unknown stat name: X", "o")], "source string, reason string, o string")
-    metrics.observe_outputs({tables.QUARANTINE: df}, {}, {tables.QUARANTINE: 1})
+    metrics.observe_outputs({}, {tables.QUARANTINE: 1}, others={tables.QUARANTINE: df})
     assert series(m, "rate_governor_quarantined_records_total") == []  # not serving: no Spark job for nobody
     m.serving = True
-    metrics.observe_outputs({tables.QUARANTINE: df}, {}, {tables.QUARANTINE: 1})
-    metrics.observe_outputs({tables.QUARANTINE: df}, {}, {tables.QUARANTINE: 0})  # a replay appends nothing
+    metrics.observe_outputs({}, {tables.QUARANTINE: 1}, others={tables.QUARANTINE: df})
+    metrics.observe_outputs({}, {tables.QUARANTINE: 0}, others={tables.QUARANTINE: df})  # a replay appends nothing
     assert value(m, "rate_governor_quarantined_records_total", reason="unknown stat name") == 1
 
 

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from pipelines.io import tables
 from pipelines.quality import cli, data_docs, gate, rules, suites, validation
-from pipelines import governor, schemas
+from pipelines import columns, governor, schemas
 from pipelines.config import GovernorConfig, QualityConfig, parse_config
 from pipelines.io.lake import open_lake
 from tests.helpers import raw_records, stats_line
@@ -86,23 +86,35 @@ def test_gold_limits_suite_predicates_agree_with_gx(spark, engine):
     assert reasons["t-exp"] == "expectation failed: expect_column_pair_values_a_to_be_greater_than_b(expires_at,decided_at)"
 
 
-def test_check_limits_splits_decisions_and_quarantines_the_refused(spark, tmp_path):
-    """The gold query's check: decisions failing the gold/limits suite become quarantine rows that the lake accepts
-    (raw = the decision as JSON, raw_bytes null), the others pass unchanged."""
-    t = dt.datetime(2026, 11, 22, 10, 0)
-    later = t + dt.timedelta(minutes=10)
+def test_the_decisions_check_refuses_what_the_gold_limits_suite_refuses(spark, tmp_path):
+    """The decision plane applies the gold/limits expectations row by row without GX
+    (pipelines/decide/limits.py): every row gets the same first failed expectation as the suite's Spark row
+    predicate, and the refused decisions become quarantine rows the lake accepts (raw = the decision as JSON,
+    raw_bytes null)."""
+    from pipelines.decide.arrow import from_rows
+    from pipelines.decide.limits import check
+
+    t = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.timezone.utc)
+    later, earlier = t + dt.timedelta(minutes=10), t - dt.timedelta(minutes=1)
     rows = [(t, t, "group", "g-ok", 30.0, 30, None, "set", "enforce", later, "ok", 1, "final", None),
-            (t, t, "topic", "t-inf", INF, 1, None, "set", "advisory", later, "inf", 1, "preliminary", None)]
+            (t, t, "topic", "t-inf", INF, 1, None, "set", "advisory", later, "inf", 1, "preliminary", None),
+            (t, t, "topic", "t-nan", NAN, 1, None, "relax", "enforce", later, "nan", 1, "final", None),
+            (t, t, "topic", "t-exp", 5.0, 5, None, "set", "enforce", earlier, "expires before", 1, "final", None),
+            (t, t, "broker", "b", 5.0, 5, None, "set", "enforce", later, "bad resource type", 1, "final", None),
+            (t, t, "topic", "t-noexp", 5.0, 5, None, "set", "enforce", None, "no expiry", 1, "final", None),
+            (t, t, "topic", "t-basis", 5.0, 5, None, "set", "enforce", later, "bad basis", 1, "tentative", None)]
+    names = schemas.GOLD_LIMITS.names
+    accepted, refused = check([dict(zip(names, r)) for r in rows], "gold:7", t)
+    assert [r["resource"] for r in accepted] == ["g-ok"]
+    ours = {json.loads(r["raw"])["resource"]: r["reason"] for r in refused}
+    df = spark.createDataFrame([r[:1] + r[1:] for r in rows], schemas.GOLD_LIMITS)
+    theirs = {r["resource"]: r["reason"] for r in df.select(
+        "resource", rules.failed_expectation(suites.gold_limits_suite()).alias("reason")).collect()}
+    assert ours == {k: v for k, v in theirs.items() if v is not None}
     lake = open_lake(spark, str(tmp_path / "lake"), "delta-rs")
-    accepted, refused = gate.QualityGate(GovernorConfig(), lake).check_limits(
-        spark.createDataFrame(rows, schemas.GOLD_LIMITS), origin="gold:7", at=t)
-    assert [r["resource"] for r in accepted.collect()] == ["g-ok"]
-    assert accepted.columns == schemas.GOLD_LIMITS.names
-    assert lake.append(refused, tables.QUARANTINE, app_id="test", version=7) == 1
-    row = lake.read(tables.QUARANTINE).first()
-    assert (row["source"], row["origin"], row["ingested_at"]) == (tables.GOLD_LIMITS, "gold:7", t)
-    assert row["reason"] == "expectation failed: expect_column_values_to_be_between(limit_qps)"
-    assert json.loads(row["raw"])["resource"] == "t-inf" and row["raw_bytes"] is None
+    assert lake.append_arrow(from_rows(refused, columns.QUARANTINE), tables.QUARANTINE, app_id="test", version=7) == 6
+    row = lake.read(tables.QUARANTINE).where("reason like '%limit_qps%'").first()
+    assert (row["source"], row["origin"], row["raw_bytes"]) == (tables.GOLD_LIMITS, "gold:7", None)
 
 
 def _line(key, detail, stat="TOPIC_PUT_NUMS", at="2022-02-08 18:00:00"):

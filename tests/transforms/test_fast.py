@@ -1,14 +1,17 @@
-"""The fast path's transforms (pipelines/transforms/fast.py): running sums per window × resource, the broker census,
-and which rules act on partial evidence."""
+"""The fast path: Spark's running sums per window × resource (pipelines/transforms/fast.py), and what the driver
+judges on them (pipelines/decide/preliminary.py: the broker census, which rules act on partial evidence)."""
 
 from __future__ import annotations
 
-from chispa import assert_df_equality
-from pyspark.sql import functions as F
+import polars as pl
 
-from pipelines import schemas
+from pipelines import columns, schemas
 from pipelines.config import DetectionConfig, WindowsConfig
+from pipelines.decide import preliminary as pre
+from pipelines.decide.candidates import Keyed
+from pipelines.decide.fold_types import Candidate
 from pipelines.transforms import fast
+from tests.decide.rows import empty, frame
 from tests.helpers import ts
 
 W = WindowsConfig()
@@ -23,6 +26,15 @@ def events(spark, rows):
 
 def sums(spark, rows):
     return events(spark, rows).transform(fast.resource_events).transform(fast.open_window_sums(W))
+
+
+def open_rows(spark, rows) -> pl.DataFrame:
+    """The running sums Spark emits for ``rows``, as the driver gets them (Arrow → polars)."""
+    return pl.from_arrow(sums(spark, rows).toArrow())
+
+
+def anomalies_of(got: pl.DataFrame, kind: str) -> list[dict]:
+    return got.filter(pl.col("anomaly") == kind).to_dicts()
 
 
 def test_running_sums_per_resource_count_a_duplicated_line_once(spark):
@@ -53,65 +65,66 @@ def test_running_sums_per_resource_count_a_duplicated_line_once(spark):
 
 
 def test_census_is_complete_only_when_every_expected_broker_reported(spark):
-    got = sums(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600)]).transform(
-        lambda df: fast.census(df, ["broker-a", "broker-b"])
-    )
-    expected = spark.createDataFrame([(ts(T0), 1, 2, False)], "window_start timestamp, reported int, expected int, complete boolean")
-    assert_df_equality(got, expected, ignore_nullable=True)
-    assert fast.census(sums(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 6)]), []).first()["complete"] is False
+    got = pre.census(open_rows(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600)]),
+                     ["broker-a", "broker-b"])
+    assert list(got.values()) == [(1, False)]
+    assert list(pre.census(open_rows(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 6)]), []).values()) \
+        == [(1, False)]
 
 
 def _storm(spark, brokers_reporting):
     rows = [(T0, b, "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 47_000) for b in brokers_reporting]
     rows += [(T0, b, "orders", "g", "GROUP_GET_NUMS", 47_400) for b in brokers_reporting]
-    return sums(spark, rows)
+    return open_rows(spark, rows)
 
 
-def _prelim(spark, open_windows, expected, history_rows=()):
-    empty_topics = spark.createDataFrame([], schemas.GOLD_TOPIC_TPS)
-    brokers = spark.createDataFrame(list(history_rows), schemas.GOLD_BROKER_TPS)
-    return fast.preliminary_anomalies(open_windows, empty_topics, brokers, expected, W, D)
+def _prelim(open_windows, expected, history_rows=()):
+    brokers = frame(columns.GOLD_BROKER_TPS, list(history_rows))
+    return pre.preliminary_anomalies(open_windows, empty(columns.GOLD_TOPIC_TPS), brokers, expected, W, D)
 
 
 def test_runaway_retry_waits_for_the_census_then_acts_on_the_open_window(spark):
-    partial = _prelim(spark, _storm(spark, ["broker-a"]), ["broker-a", "broker-b"])
-    assert partial.where(F.col("anomaly") == "RUNAWAY_RETRY").count() == 0  # broker-b may still add consumption
-    complete = _prelim(spark, _storm(spark, ["broker-a", "broker-b"]), ["broker-a", "broker-b"]).collect()
-    retry = [r for r in complete if r["anomaly"] == "RUNAWAY_RETRY"]
+    partial = _prelim(_storm(spark, ["broker-a"]), ["broker-a", "broker-b"])
+    assert anomalies_of(partial, "RUNAWAY_RETRY") == []  # broker-b may still add consumption
+    retry = anomalies_of(_prelim(_storm(spark, ["broker-a", "broker-b"]), ["broker-a", "broker-b"]), "RUNAWAY_RETRY")
     assert [(r["resource"], round(r["observed_tps"], 1)) for r in retry] == [("g", 1566.7)]
     assert retry[0]["detail"].endswith("[preliminary: open window, 2 of 2 expected brokers reported]")
 
 
 def test_busy_failures_act_on_a_partial_window(spark):
     rows = [(T0, "broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 1)] * 3
-    open_windows = sums(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 60)] + rows)
+    windows = open_rows(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 60)] + rows)
     # floor 10: three failures prove nothing yet, ten do (more can only come)
-    assert _prelim(spark, open_windows, ["broker-a", "broker-b"]).where(F.col("anomaly") == "BROKER_BUSY").count() == 0
-    open_windows = sums(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 60)] + rows * 4)
-    busy = _prelim(spark, open_windows, ["broker-a", "broker-b"]).where(F.col("anomaly") == "BROKER_BUSY").collect()
+    assert anomalies_of(_prelim(windows, ["broker-a", "broker-b"]), "BROKER_BUSY") == []
+    windows = open_rows(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 60)] + rows * 4)
+    busy = anomalies_of(_prelim(windows, ["broker-a", "broker-b"]), "BROKER_BUSY")
     assert [(r["resource"], r["severity"]) for r in busy] == [("broker-a", "warning")]
+    assert "(busy: 12, other: 0)" in busy[0]["detail"]
+
+
+def _minute(m):
+    return ts(f"2022-02-08 09:{m:02d}"), ts(f"2022-02-08 09:{m + 1:02d}")
 
 
 def test_surge_on_partial_sums_uses_the_baseline_of_finalized_windows(spark):
-    history = [(ts(f"2022-02-08 09:{m:02d}"), ts(f"2022-02-08 09:{m + 1:02d}"), "broker-a", 20.0, None, 5, 0, 0, None)
-               for m in range(50, 59)]
-    open_windows = sums(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 60 * 100)])
-    got = _prelim(spark, open_windows, ["broker-a", "broker-b"], history).where(F.col("anomaly") == "TRAFFIC_SURGE")
-    assert [(r["resource_type"], r["resource"], r["baseline_tps"]) for r in got.collect()] == [("broker", "broker-a", 20.0)]
+    history = [(*_minute(m), "broker-a", 20.0, None, 5, 0, 0, None) for m in range(50, 59)]
+    windows = open_rows(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 60 * 100)])
+    got = anomalies_of(_prelim(windows, ["broker-a", "broker-b"], history), "TRAFFIC_SURGE")
+    assert [(r["resource_type"], r["resource"], r["baseline_tps"]) for r in got] == [("broker", "broker-a", 20.0)]
 
 
 def test_non_critical_candidates_wait_for_the_census_critical_ones_act_at_once(spark):
     """A partial window's observed rate is below the true one, so a non-critical first cut (at most max_cut_pct of
     the observed rate) would cut deeper than allowed: it waits until every expected broker has reported."""
-    cands = spark.createDataFrame(
-        [("topic", "a", ts("2022-02-08 10:01"), 10.0, True), ("topic", "b", ts("2022-02-08 10:01"), 10.0, False)],
-        "resource_type string, resource string, window_end timestamp, target_qps double, critical boolean")
-    partial = sums(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600)])
-    got = fast.cut_bounded_by_final_rates(cands, partial, ["broker-a", "broker-b"], W)
-    assert [r["resource"] for r in got.collect()] == ["a"]
-    complete = sums(spark, [(T0, b, "orders", None, "TOPIC_PUT_NUMS", 600) for b in ("broker-a", "broker-b")])
-    got = fast.cut_bounded_by_final_rates(cands, complete, ["broker-a", "broker-b"], W)
-    assert sorted(r["resource"] for r in got.collect()) == ["a", "b"]
+    at = ts("2022-02-08 10:01").replace(tzinfo=None)
+    cands = [Keyed("topic", "a", Candidate(at, 10.0, "r", critical=True)),
+             Keyed("topic", "b", Candidate(at, 10.0, "r", critical=False))]
+    partial = open_rows(spark, [(T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600)])
+    got = pre.cut_bounded_by_final_rates(cands, partial, ["broker-a", "broker-b"], W)
+    assert [k.resource for k in got] == ["a"]
+    complete = open_rows(spark, [(T0, b, "orders", None, "TOPIC_PUT_NUMS", 600) for b in ("broker-a", "broker-b")])
+    got = pre.cut_bounded_by_final_rates(cands, complete, ["broker-a", "broker-b"], W)
+    assert sorted(k.resource for k in got) == ["a", "b"]
 
 
 def test_a_window_completed_by_a_broker_without_the_group_is_judged_with_the_remembered_group_row(spark):
@@ -123,32 +136,31 @@ def test_a_window_completed_by_a_broker_without_the_group_is_judged_with_the_rem
     storm_a = [(T0, "broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 47_000),
                (T0, "broker-a", "orders", "g", "GROUP_GET_NUMS", 47_400)]
     # what the second micro-batch emits: the running sums of the rows broker-b's line touched
-    second = sums(spark, storm_a + [b_line]).where(F.col("resource_type") != "group")
-    assert _prelim(spark, second, ["broker-a", "broker-b"]).where(F.col("anomaly") == "RUNAWAY_RETRY").count() == 0
-    judged = fast.with_rows_of_completed_windows(second, first, ["broker-a", "broker-b"])
+    second = open_rows(spark, storm_a + [b_line]).filter(pl.col("resource_type") != "group")
+    assert anomalies_of(_prelim(second, ["broker-a", "broker-b"]), "RUNAWAY_RETRY") == []
+    judged = pre.with_rows_of_completed_windows(second, first, ["broker-a", "broker-b"])
     # the census row is the newer one (broker-b's micro-batch), the group row the remembered one
-    keys = sorted((r["resource_type"], r["resource"]) for r in judged.collect())
-    assert keys == [("broker", "broker-b"), ("cluster", "*"), ("group", "g"), ("topic", "orders")]
-    assert judged.where(F.col("resource_type") == "cluster").first()["brokers"] == ["broker-a", "broker-b"]
-    retry = _prelim(spark, judged, ["broker-a", "broker-b"]).where(F.col("anomaly") == "RUNAWAY_RETRY").collect()
-    assert [r["resource"] for r in retry] == ["g"]
+    assert sorted(judged.select("resource_type", "resource").rows()) == [
+        ("broker", "broker-b"), ("cluster", "*"), ("group", "g"), ("topic", "orders")]
+    assert judged.filter(pl.col("resource_type") == "cluster")["brokers"].to_list() == [["broker-a", "broker-b"]]
+    assert [r["resource"] for r in anomalies_of(_prelim(judged, ["broker-a", "broker-b"]), "RUNAWAY_RETRY")] == ["g"]
     # a window still waiting for broker-c gets no remembered rows: the ratio rule keeps waiting
-    waiting = fast.with_rows_of_completed_windows(second, first, ["broker-a", "broker-b", "broker-c"])
-    assert sorted(map(tuple, waiting.select("resource_type", "resource").collect())) == \
+    waiting = pre.with_rows_of_completed_windows(second, first, ["broker-a", "broker-b", "broker-c"])
+    assert sorted(waiting.select("resource_type", "resource").rows()) == \
         [("broker", "broker-b"), ("cluster", "*"), ("topic", "orders")]
 
 
 def test_a_broker_surge_on_the_fast_path_is_measured_on_its_own_broker_put_nums(spark):
-    """The fast path measures a broker's surge as the final path does (detect.broker_writes): on the broker's own
+    """The fast path measures a broker's surge as the final path does (rules.broker_writes): on the broker's own
     BROKER_PUT_NUMS where it prints one (broker-a: its topics flat at 100 msg/s, its own writes 800), on the sum of
     its topics where it prints none (broker-b: topics 800)."""
-    history = [(ts(f"2022-02-08 09:{m:02d}"), ts(f"2022-02-08 09:{m + 1:02d}"), b, 100.0, own, 5, 0, 0, None)
+    history = [(*_minute(m), b, 100.0, own, 5, 0, 0, None)
                for m in range(50, 59) for b, own in (("broker-a", 100.0), ("broker-b", None))]
-    open_windows = sums(spark, [
+    windows = open_rows(spark, [
         (T0, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 60 * 100),
         (T0, "broker-a", None, None, "BROKER_PUT_NUMS", 60 * 800),
         (T0, "broker-b", "orders", None, "TOPIC_PUT_NUMS", 60 * 800),
     ])
-    got = _prelim(spark, open_windows, ["broker-a", "broker-b"], history).where(F.col("anomaly") == "TRAFFIC_SURGE")
-    surged = sorted((r["resource_type"], r["resource"], r["observed_tps"], r["baseline_tps"]) for r in got.collect())
+    got = anomalies_of(_prelim(windows, ["broker-a", "broker-b"], history), "TRAFFIC_SURGE")
+    surged = sorted((r["resource_type"], r["resource"], r["observed_tps"], r["baseline_tps"]) for r in got)
     assert surged == [("broker", "broker-a", 800.0, 100.0), ("broker", "broker-b", 800.0, 100.0)]

@@ -125,9 +125,9 @@ def _rows(df) -> list:
 
 
 def test_gold_windows_in_one_partition_need_fewer_shuffles_and_give_the_same_rows(spark, tmp_path):
-    """spark.gold_single_partition (pipelines.transforms.gold.partitioning): over one partition the gold tables' aggregations
+    """spark.gold_single_partition (pipelines.flows.gold.partitioning): over one partition the gold tables' aggregations
     need no shuffle (a full join of two aggregates still shuffles both sides), and the rows are the same."""
-    from pipelines.transforms import gold
+    from pipelines.flows import gold
     from pipelines.config import GovernorConfig, SparkConfig
 
     m = metrics(spark, [
@@ -142,10 +142,52 @@ def test_gold_windows_in_one_partition_need_fewer_shuffles_and_give_the_same_row
         cfg = GovernorConfig(spark=SparkConfig(gold_single_partition=single)).with_paths(str(tmp_path), str(tmp_path))
         gold_side = m.transform(gold.partitioning(cfg.spark.gold_single_partition))
         for name, gold_table in (("topic", tps.topic_tps(W)), ("group", tps.group_tps(W)),
-                                 ("broker", tps.broker_tps(W)), ("carriers", tps.topic_brokers)):
+                                 ("broker", tps.broker_tps(W))):
             got = gold_side.transform(gold_table)
             shuffles[name, single] = _shuffles(got)
             assert _rows(got) == _rows(m.transform(gold_table))
-    assert shuffles["group", True] == shuffles["carriers", True] == 0
-    for name in ("topic", "group", "broker", "carriers"):
+    assert shuffles["group", True] == 0
+    for name in ("topic", "group", "broker"):
         assert shuffles[name, True] < shuffles[name, False], name
+
+
+def test_retry_traffic_is_the_larger_of_send_backs_and_fallback_sends_into_the_same_bucket(spark):
+    """Per broker, the limiter keyed %RETRY%g counts send-backs (SNDBCK_PUT_NUMS) and the plain sends a consumer
+    falls back to (TOPIC_PUT_NUMS of %RETRY%g, which also carry the re-puts of admitted send-backs): the larger of
+    the two. A topic's traffic is its puts; RATE_LIMITED failures are its limiter's rejections; a topic's carriers
+    are the brokers with a put line."""
+    t0, t1 = ts("2022-02-08 07:39:00"), ts("2022-02-08 07:40:00")
+    m = spark.createDataFrame([(t0, t1, *r) for r in [
+        ("broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 1200),   # 20 msg/s sent back ...
+        ("broker-a", "%RETRY%g", None, "TOPIC_PUT_NUMS", 2400),   # ... 40 msg/s into the retry topic
+        ("broker-b", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 1800),
+        ("broker-b", "%RETRY%g", None, "failure:RATE_LIMITED", 7),
+        ("broker-a", "orders", None, "TOPIC_PUT_NUMS", 600),
+        ("broker-a", "orders", None, "failure:RATE_LIMITED", 3),
+        ("broker-c", "orders", None, "failure:RATE_LIMITED", 2),         # rejected there, no put line: no carrier
+        ("broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 5),  # the broker's fault, not the limiter's
+    ]], schemas.WINDOW_METRIC)
+    got = tps.per_broker_traffic(m, W).where("resource in ('g', 'orders')")
+    want = spark.createDataFrame([
+        (t0, t1, "group", "g", "broker-a", 40.0, 0, False), (t0, t1, "group", "g", "broker-b", 30.0, 7, False),
+        (t0, t1, "topic", "orders", "broker-a", 10.0, 3, True), (t0, t1, "topic", "orders", "broker-c", 0.0, 2, False),
+    ], schemas.WINDOW_TRAFFIC)
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_spark_reduces_the_traffic_to_the_resources_a_decision_can_need(spark):
+    """Kept: resources at their rule's floor, rejecting, or under a limit; the rest stays on the executors. The
+    markers name every window of the batch and those with any traffic."""
+    from pipelines.config import DetectionConfig
+
+    t0, t1 = ts("2022-02-08 07:39:00"), ts("2022-02-08 07:40:00")
+    m = spark.createDataFrame([(t0, t1, *r) for r in [
+        ("broker-a", "big", None, "TOPIC_PUT_NUMS", 60 * 60),        # 60 msg/s >= surge_floor_tps (50)
+        ("broker-a", "small", None, "TOPIC_PUT_NUMS", 60 * 10),      # 10 msg/s: dropped
+        ("broker-a", "limited", None, "TOPIC_PUT_NUMS", 60 * 5),     # under a limit: kept
+        ("broker-a", "refused", None, "failure:RATE_LIMITED", 1),    # rejecting: kept
+        ("broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 60 * 49),   # 49 msg/s < retry_floor_tps (50): dropped
+    ]], schemas.WINDOW_METRIC)
+    got = m.transform(tps.resource_traffic(W, DetectionConfig(), ("topic\x1flimited",))).collect()
+    assert sorted((r["resource_type"], r["resource"]) for r in got) == [
+        ("*", "metrics"), ("*", "traffic"), ("topic", "big"), ("topic", "limited"), ("topic", "refused")]

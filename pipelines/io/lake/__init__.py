@@ -117,6 +117,13 @@ class Lake(Protocol):
         (columns added later read as null), optionally only the rows whose time column is in ``[since, before)``."""
         ...
 
+    def read_arrow(self, table: str, *, since: dt.datetime | None = None, before: dt.datetime | None = None,
+                   columns: list[str] | None = None) -> "pa.Table":
+        """:meth:`read` as Arrow on the driver (``columns``: only those), conformed to the table's current schema
+        (or the chosen columns). delta-rs reads it without a Spark job (the decisions' history and the limiters'
+        rejections); delta-spark reads with Spark and collects."""
+        ...
+
     def latest(self, table: str, keys: list[str], order: str, rank: Callable[[DataFrame], DataFrame],
                below: int | None = None) -> DataFrame:
         """The latest row per ``keys`` of ``table`` by ``order`` (among rows whose ``order`` is below ``below`` when

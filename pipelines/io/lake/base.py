@@ -84,6 +84,12 @@ class LakeBase:
             return self.empty(table)
         return conform(self._read(spec, since, before), spec.schema)
 
+    def read_arrow(self, table: str, *, since: dt.datetime | None = None, before: dt.datetime | None = None,
+                   columns: list[str] | None = None) -> "pa.Table":
+        """:meth:`read` collected as Arrow (one Spark job); ``columns``: only those."""
+        df = self.read(table, since=since, before=before)
+        return (df.select(*columns) if columns is not None else df).toArrow()
+
     def latest(self, table: str, keys: list[str], order: str, rank: Callable[[DataFrame], DataFrame],
                below: int | None = None) -> DataFrame:
         """Ranks the whole table (rows with ``order`` < ``below`` when given) with ``rank``, in Spark."""

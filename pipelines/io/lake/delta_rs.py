@@ -181,24 +181,62 @@ class DeltaRsLake(LakeBase):
         data = self._latest_arrow(table, keys, order, below)
         return [] if data is None else arrow_rows(data, table_spec(table))
 
+    def read_arrow(self, table: str, *, since: dt.datetime | None = None, before: dt.datetime | None = None,
+                   columns: list[str] | None = None) -> "pa.Table":
+        """The table's rows in ``[since, before)`` of its time column, read by delta-rs on the driver (files pruned
+        by their statistics), conformed to its schema (or ``columns`` of it); empty when it does not exist."""
+        from deltalake import DeltaTable
+
+        spec = table_spec(table)
+        target = arrow_schema(spec)
+        if columns is not None:
+            target = pa_schema_subset(target, columns)
+        if not self.exists(table):
+            return target.empty_table()
+        delta = DeltaTable(self.path(table))
+        present = set(delta.schema().to_arrow().names)
+        data = delta.to_pyarrow_table(columns=[n for n in target.names if n in present],
+                                      filters=_time_filter(spec, since, before))
+        return conform_schema(data, target)
+
     def _read(self, spec: TableSpec, since: dt.datetime | None, before: dt.datetime | None) -> DataFrame:
-        import pyarrow.compute as pc
         from deltalake import DeltaTable
 
         table = DeltaTable(self.path(spec.name))
-        filters = None
-        if spec.time_column and (since or before):
-            column = pc.field(spec.time_column)
-            conditions = []
-            if since:
-                conditions.append(column >= utc(since))
-            if before:
-                conditions.append(column < utc(before))
-            filters = conditions[0] if len(conditions) == 1 else conditions[0] & conditions[1]
-        data = table.to_pyarrow_table(filters=filters)
+        data = table.to_pyarrow_table(filters=_time_filter(spec, since, before))
         if data.num_rows == 0:
             return self.empty(spec.name)
         return self.spark.createDataFrame(conform_arrow(data, spec), schema=spec.schema)
+
+
+def _time_filter(spec: TableSpec, since: dt.datetime | None, before: dt.datetime | None):
+    """A pyarrow filter on the table's time column for ``[since, before)`` (None: no filter)."""
+    import pyarrow.compute as pc
+
+    if not spec.time_column or not (since or before):
+        return None
+    column = pc.field(spec.time_column)
+    conditions = []
+    if since:
+        conditions.append(column >= utc(since))
+    if before:
+        conditions.append(column < utc(before))
+    return conditions[0] if len(conditions) == 1 else conditions[0] & conditions[1]
+
+
+def pa_schema_subset(schema: "pa.Schema", names: list[str]) -> "pa.Schema":
+    import pyarrow as pa
+
+    return pa.schema([schema.field(n) for n in names])
+
+
+def conform_schema(data: "pa.Table", target: "pa.Schema") -> "pa.Table":
+    """Arrow rows → exactly ``target``'s columns, in order; a column added after the data was written is null."""
+    import pyarrow as pa
+
+    columns = [data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
+               for f in target]
+    return pa.Table.from_arrays(columns, schema=target) if data.num_rows else target.empty_table()
 
 
 def file_stats(footer: "pq.FileMetaData", time_column: str | None) -> dict:

@@ -85,7 +85,8 @@ def conform(df: DataFrame, schema: T.StructType) -> DataFrame:
 PART_COLUMN = "_table"
 
 
-def collect_tables(outputs: dict[str, DataFrame]) -> dict[str, "pa.Table"]:
+def collect_tables(outputs: dict[str, DataFrame], schemas: dict[str, T.StructType] | None = None
+                   ) -> dict[str, "pa.Table"]:
     """Several tables' rows collected to the driver by **one** Spark job: table name → Arrow table of that table's
     schema (:func:`arrow_schema`), the rows in the order Spark emitted them.
 
@@ -93,6 +94,8 @@ def collect_tables(outputs: dict[str, DataFrame]) -> dict[str, "pa.Table"]:
     unioned and collected with one ``toArrow``, then split on the driver. One job instead of one per table: at
     micro-batch sizes a Spark job's fixed cost (scheduling, the Arrow stream, the py4j round trips) is most of an
     append's time (``bench/batch_profile.py`` prints the jobs per micro-batch).
+
+    ``schemas``: the schema of an output that is not a lake table (by its name), e.g. the decisions' traffic rows.
 
     Example:
         >>> collect_tables({"gold/topic_tps": topics, "gold/limits": limits})["gold/limits"].num_rows
@@ -103,7 +106,8 @@ def collect_tables(outputs: dict[str, DataFrame]) -> dict[str, "pa.Table"]:
 
     names = list(outputs)
     packed = [f"_t{i}" for i in range(len(names))]
-    specs = [table_spec(name) for name in names]
+    extra = schemas or {}
+    specs = [TableSpec(name, extra[name]) if name in extra else table_spec(name) for name in names]
     parts = []
     for i, (name, spec) in enumerate(zip(names, specs)):
         df = conform(outputs[name], spec.schema)

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from pipelines.config import DetectionConfig, LimitsConfig
-from pipelines.transforms import fold as fl
+from pipelines.decide import fold as fl
 from tests.helpers import ts
 
 L = LimitsConfig()

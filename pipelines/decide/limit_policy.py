@@ -1,7 +1,7 @@
 """Each rule's limit in closed loop: what its evidence is under a limit, when a window still shows the cause, and
 what the limit does at its cap. One class per rule that limits something (:data:`POLICIES`), behind one small
 interface (:class:`LimitPolicy`), as Netflix concurrency-limits keeps one ``Limit`` interface with an algorithm per
-class; :func:`pipelines.transforms.fold.fold_resource` walks the windows and asks the resource's policy.
+class; :func:`pipelines.decide.fold.fold_resource` walks the windows and asks the resource's policy.
 
 A limit changes the traffic the governor reads next, so under an enforced limit a window is judged on the demand
 the governor can see (:meth:`LimitPolicy.judge`):
@@ -38,10 +38,10 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pipelines.transforms.anomalies import Anomaly
+from pipelines.decide.catalogue import Anomaly
 
 if TYPE_CHECKING:
-    from pipelines.transforms.fold import Fold, Observation, ResourceState
+    from pipelines.decide.fold import Fold, Observation, ResourceState
 
 #: Demand evidence of a window under an enforced limit (:meth:`LimitPolicy.judge`); ``veto``: an open window of the
 #: fast path shows the cause back (a lift is not decided while it does).
@@ -207,7 +207,7 @@ class SurgeLimit(LimitPolicy):
 
 
 #: The limit policy of each limited resource type (``group`` → RUNAWAY_RETRY, ``topic`` → TRAFFIC_SURGE), the same
-#: mapping as :func:`pipelines.transforms.anomalies.limited_by`.
+#: mapping as :func:`pipelines.decide.catalogue.limited_by`.
 POLICIES: dict[str, LimitPolicy] = {"group": RetryStormLimit(), "topic": SurgeLimit()}
 
 

@@ -1,4 +1,4 @@
-"""The rule catalogue (pipelines/transforms/anomalies.py) against the code and documents it describes."""
+"""The rule catalogue (pipelines/decide/catalogue.py) against the code and documents it describes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import DetectionConfig
-from pipelines.transforms.anomalies import MONOTONE, RATIO, RULES, Anomaly, limited_by
+from pipelines.decide.catalogue import MONOTONE, RATIO, RULES, Anomaly, limited_by
 
 
 def test_every_kind_has_one_rule_whose_settings_exist():

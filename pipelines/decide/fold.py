@@ -2,20 +2,20 @@
 
 :func:`fold_resource` walks one resource's finalized (or, on the fast path, open) windows in event-time order with
 its saved :class:`ResourceState` and emits ``set`` / ``relax`` / ``lift`` :class:`Decision` s. It is run per resource
-on the driver by :func:`pipelines.transforms.policy_fold.decide`; its input rows come from
-:func:`pipelines.transforms.policy.candidate_limits` (a rule fired: :class:`Candidate`) and
-:func:`pipelines.transforms.demand.observations` (the demand evidence of a window: :class:`Observation`).
+on the driver by :func:`pipelines.decide.folding.fold_all`; its input rows come from
+:func:`pipelines.decide.candidates.candidate_limits` (a rule fired: :class:`Candidate`) and
+:func:`pipelines.decide.evidence.observations` (the demand evidence of a window: :class:`Observation`).
 
 **Closed loop.** A limit changes the traffic the governor reads next: a capped resource shows the cap, not its
 demand, so "the rule no longer fires" proves nothing while the limit may hide demand. Each window of a resource
-under an enforced limit is judged by its rule's :class:`~pipelines.transforms.limit_policy.LimitPolicy` on the
+under an enforced limit is judged by its rule's :class:`~pipelines.decide.limit_policy.LimitPolicy` on the
 demand the governor can see: ``bound`` (rejecting, or at ``bound_share`` of the cap: the cause persists), ``hold``
 (visible, and the rule still fires on it) or ``clear`` (visible, and the rule does not fire: the cause is gone).
 After :func:`recovery_needed` windows without the anomaly and without ``bound`` or ``hold`` the limit is lifted at
 once (it was doing nothing), unless the fast path's open windows already show the resource at its cap or
 rejecting (``open_evidence``: the cause is back, and a lift decided on final windows 2-3 minutes behind the brokers
 would land in it). Surge limits are probed upward at their cap on healthy carriers, within bounds
-(:class:`~pipelines.transforms.limit_policy.SurgeLimit`); retry-storm limits never are.
+(:class:`~pipelines.decide.limit_policy.SurgeLimit`); retry-storm limits never are.
 
 **An enforced limit stays enforced while its cause persists.** An advisory candidate (a surge on healthy brokers)
 never replaces or loosens an enforced limit of the same resource: under the limit, "healthy" describes the brokers
@@ -43,15 +43,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from pipelines.config import DetectionConfig, LimitsConfig
-from pipelines.transforms.fold_types import (  # noqa: F401 (the fold's vocabulary, importable from here)
+from pipelines.decide.fold_types import (  # noqa: F401 (the fold's vocabulary, importable from here)
     ACTION_LIFT, ACTION_RELAX, ACTION_SET, ANY_BROKER, BASIS_FINAL, BASIS_PRELIMINARY, FORGOTTEN, MODE_ENFORCE,
     UNLIMITED, Candidate, Decision, Evidence, Observation, ResourceState, broker_limits, recovery_needed, shares_of,
 )
-from pipelines.transforms.limit_policy import BOUND, CLEAR, HOLD, VETO, LimitPolicy, policy_for  # noqa: F401 (as above)
+from pipelines.decide.limit_policy import BOUND, CLEAR, HOLD, VETO, LimitPolicy, policy_for  # noqa: F401 (as above)
 
 class Fold:
     """One resource's walk (:func:`fold_resource`): its state, the decisions and evidence so far, and the steps the
-    limit policies share (:mod:`pipelines.transforms.limit_policy`)."""
+    limit policies share (:mod:`pipelines.decide.limit_policy`)."""
 
     SET, RELAX, LIFT = ACTION_SET, ACTION_RELAX, ACTION_LIFT
 
@@ -257,8 +257,8 @@ def fold_resource(
          once the last change is ``cooldown_windows`` old (or at once when critical): to a frozen target in one
          step, else at most ``max_cut_pct``; otherwise a refresh every ``refresh_seconds``;
       2. no rule fired but the resource is under an enforced limit: its policy judges the window
-         (:meth:`~pipelines.transforms.limit_policy.LimitPolicy.judge`); ``bound`` and ``hold`` keep the cause
-         alive (the policy's :meth:`~pipelines.transforms.limit_policy.LimitPolicy.at_cap`: a storm limit above its
+         (:meth:`~pipelines.decide.limit_policy.LimitPolicy.judge`); ``bound`` and ``hold`` keep the cause
+         alive (the policy's :meth:`~pipelines.decide.limit_policy.LimitPolicy.at_cap`: a storm limit above its
          frozen target goes down to it, a surge limit may be probed or stepped back, else a refresh);
       3. :func:`recovery_needed` windows after the cause was last seen → ``lift``, remembered for
          ``recurrence_windows``, unless ``open_evidence`` (the fast path's open windows after ``horizon_end``) shows

@@ -1,4 +1,4 @@
-"""The policy's vocabulary: what the fold (:mod:`pipelines.transforms.fold`) reads and writes per resource, and the
+"""The policy's vocabulary: what the fold (:mod:`pipelines.decide.fold`) reads and writes per resource, and the
 per-broker split of a limit. Frozen dataclasses and plain functions; no Spark.
 
 * :class:`ResourceState`: what the policy remembers about a resource between micro-batches (``state/policy``);

@@ -6,12 +6,11 @@
 * ``evidence``: :data:`MONOTONE` (a count floor, or a floor and a factor of a baseline of finalized windows: the
   lines still to come can only add, so the fast path may act on an open window's partial sums) or :data:`RATIO`
   (retry ÷ consume, failures ÷ attempts: acts on an open window only once every expected broker has reported, so
-  the denominator is final; :mod:`pipelines.transforms.fast`);
+  the denominator is final; :mod:`pipelines.decide.preliminary`);
 * ``limited``: the resource types it limits, and ``limits`` what such a limit governs (none: it limits nothing
   itself);
-* ``demand_evidence``: under an enforced limit the rule falls silent (the cap shows), so the final path judges the
-  limited resource on this evidence instead (:mod:`pipelines.transforms.demand`, :func:`pipelines.transforms.fold.
-  classify`);
+* ``demand_evidence``: under an enforced limit the cap shows, so the final path judges the limited resource by its
+  rule on this evidence (:mod:`pipelines.decide.evidence`, :mod:`pipelines.decide.limit_policy`);
 * ``config``: its thresholds in ``[detection]`` (:class:`pipelines.config.DetectionConfig`);
 * ``source``: where the rule comes from.
 """

@@ -1,0 +1,125 @@
+"""Arrow schemas of the decision plane's tables and frames, built from :mod:`pipelines.columns` (the one definition
+of every column), and the conversions between Arrow, polars and the fold's Python values.
+
+Types follow Spark's Arrow mapping, so a table the decision plane writes equals one Spark would have collected:
+``timestamp`` is microseconds in UTC, ``long`` int64, ``int`` int32, maps ``map<string, …>``.
+
+Example:
+    >>> schema(columns.GOLD_LIMITS).field("version").type
+    DataType(int64)
+    >>> frame = to_polars(table)          # pyarrow → polars (no copy)
+    >>> table = to_arrow(frame, columns.GOLD_LIMITS)   # polars → exactly the table's schema
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+import pyarrow as pa
+
+from pipelines import columns
+
+_SIMPLE = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double": pa.float64(),
+           "boolean": pa.bool_(), "binary": pa.binary(), "timestamp": pa.timestamp("us", tz="UTC")}
+UTC = dt.timezone.utc
+
+
+def arrow_type(name: str) -> pa.DataType:
+    """A :mod:`pipelines.columns` type name → its Arrow type."""
+    if name.startswith("map<"):
+        key, value = name[4:-1].split(",")
+        return pa.map_(_SIMPLE[key], _SIMPLE[value])
+    if name.startswith("array<"):
+        return pa.list_(_SIMPLE[name[6:-1]])
+    return _SIMPLE[name]
+
+
+def schema(spec: columns.Spec) -> pa.Schema:
+    """A :mod:`pipelines.columns` spec → an Arrow schema of nullable fields."""
+    return pa.schema([pa.field(name, arrow_type(kind)) for name, kind in spec])
+
+
+def empty(spec: columns.Spec) -> pa.Table:
+    return schema(spec).empty_table()
+
+
+def to_polars(table: pa.Table | None, spec: columns.Spec | None = None) -> pl.DataFrame:
+    """Arrow → polars; None (or no rows and no columns) → an empty frame of ``spec``'s columns."""
+    if table is None:
+        table = empty(spec) if spec is not None else pa.table({})
+    return pl.from_arrow(table) if table.num_columns else pl.DataFrame()
+
+
+def to_arrow(frame: pl.DataFrame, spec: columns.Spec) -> pa.Table:
+    """polars → exactly ``spec``'s columns, in order, cast to their Arrow types; a missing column is null."""
+    target = schema(spec)
+    n = frame.height
+    data = frame.to_arrow() if frame.width else pa.table({})
+    arrays = []
+    for f in target:
+        if f.name in data.column_names:
+            arrays.append(_cast(data.column(f.name), f.type))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _cast(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
+    if column.type == kind:
+        return column
+    if pa.types.is_map(kind) and not pa.types.is_map(column.type):
+        # a list of {key, value} structs (as polars builds them) → a map
+        items = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        offsets, values = items.offsets, items.flatten()
+        keys = values.field(0).cast(kind.key_type)
+        vals = values.field(1).cast(kind.item_type)
+        mask = items.is_null()
+        return pa.chunked_array([pa.MapArray.from_arrays(offsets, keys, vals, mask=mask if mask.true_count else None)])
+    return column.cast(kind)
+
+
+def from_rows(rows: list[dict], spec: columns.Spec) -> pa.Table:
+    """Python rows (dicts by column; timestamps naive UTC or aware, maps as dicts or (key, value) pairs) → Arrow."""
+    target = schema(spec)
+    out = []
+    for row in rows:
+        item = {}
+        for f in target:
+            value = row.get(f.name)
+            if isinstance(value, dt.datetime) and value.tzinfo is None:
+                value = value.replace(tzinfo=UTC)
+            if pa.types.is_map(f.type) and isinstance(value, dict):
+                value = sorted(value.items()) or None
+            item[f.name] = value
+        out.append(item)
+    return pa.Table.from_pylist(out, schema=target)
+
+
+def naive(value: dt.datetime | None) -> dt.datetime | None:
+    """A UTC datetime (aware or naive) → naive UTC, as the fold keeps its times."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
+
+
+def aware(value: dt.datetime | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def figures(value) -> dict[str, float]:
+    """A map cell (dict, list of (key, value) pairs or of {key, value} dicts, or None) → a dict of floats."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        items = value.items()
+    else:
+        items = [(v["key"], v["value"]) if isinstance(v, dict) else v for v in value]
+    return {str(k): float(v) for k, v in items if v is not None}
+
+
+def epoch_seconds(value: dt.datetime) -> int:
+    """UTC seconds since the epoch of a datetime (naive = UTC)."""
+    return int(aware(value).timestamp())

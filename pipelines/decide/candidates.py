@@ -1,0 +1,98 @@
+"""Limit candidates: which resource should be limited in which window, to what, and why (``gold/anomalies`` rows and
+which brokers carry which topic → :class:`~pipelines.decide.fold_types.Candidate` s).
+
+* ``RUNAWAY_RETRY`` → the group's retry traffic: target = ``allowed_retry_share`` × consume TPS (the anomaly's
+  baseline); lifted once relaxed up to the consume TPS (retrying everything it consumes).
+* ``TRAFFIC_SURGE`` of a topic with a ``BROKER_BUSY`` broker carrying it in the same window → enforce:
+  target = ``surge_headroom`` × the topic's baseline; lifted once relaxed up to the observed peak.
+* ``TRAFFIC_SURGE`` of a topic on healthy brokers → an advisory record only, never below the observed rate ×
+  ``surge_headroom`` (``floor_qps``), so a legitimate surge is never cut.
+
+Retry and DLQ topics are governed through their group; protected resources get no candidate. Targets are finite,
+≥ ``min_limit_qps`` and ≤ ``max_limit_qps``; at most one candidate per resource and window (the lowest target).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+
+import polars as pl
+
+from pipelines import rocketmq as rmq
+from pipelines.config import LimitsConfig
+from pipelines.decide.arrow import naive
+from pipelines.decide.catalogue import Anomaly
+from pipelines.decide.fold_types import Candidate
+from pipelines.decide.text import fixed
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """A candidate with its resource (the fold takes one resource's candidates at a time)."""
+
+    resource_type: str
+    resource: str
+    candidate: Candidate
+
+
+def bounded(target: float | None, cfg: LimitsConfig) -> float:
+    """Clamp a target to [min_limit_qps, max_limit_qps]; a null or NaN target becomes the floor."""
+    if target is None or math.isnan(target):
+        target = cfg.min_limit_qps
+    return min(max(target, cfg.min_limit_qps), cfg.max_limit_qps)
+
+
+def mode(resource: str, cfg: LimitsConfig, advisory: bool = False) -> str:
+    """``advisory`` for a whole advisory deployment, a listed resource, or an advisory-only rule; else enforce."""
+    return "advisory" if advisory or cfg.mode == "advisory" or resource in cfg.advisory_resources else "enforce"
+
+
+def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, str], list[str]],
+                     cfg: LimitsConfig, broker_tps: dict[tuple, dict[str, float]] | None = None) -> list[Keyed]:
+    """``gold/anomalies`` rows + which brokers carry which topic per window (``(window_start, topic)`` → brokers) →
+    the candidates (module docstring), with each candidate's traffic per broker from ``broker_tps``
+    (``(window_end, resource_type, resource)`` → msg/s per broker, :func:`pipelines.decide.evidence.broker_tps_of`)."""
+    rows = list(anomalies.iter_rows(named=True)) if anomalies.height else []
+    busy = {(r["window_start"], r["resource"]) for r in rows if r["anomaly"] == Anomaly.BROKER_BUSY.value}
+    out: dict[tuple, Keyed] = {}
+    tps = broker_tps or {}
+
+    def add(resource_type: str, resource: str, r: dict, **kw) -> None:
+        if resource in cfg.protected:
+            return
+        end = r["window_end"]
+        cand = Candidate(naive(end), broker_tps=tps.get((end, resource_type, resource), {}), **kw)
+        key = (resource_type, resource, end)
+        if key not in out or cand.target_qps < out[key].candidate.target_qps:
+            out[key] = Keyed(resource_type, resource, cand)
+
+    for r in rows:
+        critical = r["severity"] == "critical"
+        if r["anomaly"] == Anomaly.RUNAWAY_RETRY.value:
+            consume = r["baseline_tps"] or 0.0
+            add("group", r["resource"], r, target_qps=bounded(consume * cfg.allowed_retry_share, cfg),
+                floor_qps=cfg.min_limit_qps, lift_at_qps=bounded(consume, cfg), observed_tps=r["observed_tps"],
+                critical=critical, mode=mode(r["resource"], cfg),
+                reason=(f"RUNAWAY_RETRY: {r['detail']}; retry traffic limited to "
+                        f"{fixed(cfg.allowed_retry_share * 100, 0)}% of the group's consume rate"),
+                baseline_tps=consume)
+        elif (r["anomaly"] == Anomaly.TRAFFIC_SURGE.value and r["resource_type"] == "topic"
+              and not r["resource"].startswith((rmq.RETRY_TOPIC_PREFIX, rmq.DLQ_TOPIC_PREFIX))):
+            hot = sorted({b for b in carriers.get((r["window_start"], r["resource"]), ())
+                          if (r["window_start"], b) in busy})
+            distressed = bool(hot)
+            peak = bounded(r["observed_tps"] * cfg.surge_headroom if r["observed_tps"] is not None else None, cfg)
+            if distressed:
+                reason = (f"TRAFFIC_SURGE on a distressed broker ({', '.join(hot)} busy): {r['detail']}; limited to "
+                          f"{fixed(cfg.surge_headroom, 1)}x baseline")
+                target = bounded(r["baseline_tps"] * cfg.surge_headroom if r["baseline_tps"] is not None else None, cfg)
+            else:
+                reason = (f"TRAFFIC_SURGE on healthy brokers: {r['detail']}; advisory only, at "
+                          f"{fixed(cfg.surge_headroom, 1)}x the observed rate")
+                target = peak
+            add("topic", r["resource"], r, target_qps=target, floor_qps=cfg.min_limit_qps if distressed else peak,
+                lift_at_qps=peak, observed_tps=r["observed_tps"], critical=critical,
+                mode=mode(r["resource"], cfg, advisory=not distressed), reason=reason, baseline_tps=r["baseline_tps"])
+    return [out[k] for k in sorted(out)]

@@ -1,0 +1,155 @@
+"""The fast path's decisions of one micro-batch as one function: the open windows Spark emitted (running sums per
+window × resource, :func:`pipelines.transforms.fast.open_window_sums`), the finalized history, the saved state and
+the limits in force → preliminary ``gold/limits`` rows (only ``set`` decisions that change a limit; no policy state:
+the final path stays the only owner of ``state/policy`` and reconciles what this path decided).
+
+Spark emits only the rows a micro-batch's input touched (``update`` mode). :class:`OpenRows` remembers the rows of
+open windows on the driver (one per window × resource, replaced by a newer one), so that a window completed by the
+last expected broker's lines is judged on all its resources, whichever micro-batches its files fell into
+(:func:`pipelines.decide.preliminary.with_rows_of_completed_windows`); the same memory is the final path's lift
+veto evidence (:func:`pipelines.decide.evidence.open_evidence`). The memory is the flow's, not the checkpoint's:
+after a restart a window whose brokers' lines straddle it waits for the final path.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines import columns
+from pipelines.config import GovernorConfig
+from pipelines.decide import preliminary as pre
+from pipelines.decide.arrow import aware, from_rows, to_polars
+from pipelines.decide.candidates import candidate_limits
+from pipelines.decide.fold_types import ACTION_SET, BASIS_PRELIMINARY
+from pipelines.decide.folding import fold_all
+from pipelines.decide.limits import check, finish
+from pipelines.decide.reconcile import latest_per_resource, preliminary_state
+from pipelines.decide.final import rows_by_key
+
+
+def after_window(rows: pa.Table, newest_final: dt.datetime | None) -> pa.Table:
+    """Open-window rows → those of windows starting after ``newest_final`` (UTC; None: all of them)."""
+    if newest_final is None:
+        return rows
+    bound = pa.scalar(aware(newest_final), type=rows.schema.field("window_start").type)
+    return rows.filter(pc.greater(rows["window_start"], bound))
+
+
+class OpenRows:
+    """The open-window rows Spark has emitted to the fast path (one per window × resource, the newest), kept as an
+    Arrow table on the driver for the windows the final path has not decided yet (module docstring).
+
+    Example:
+        >>> memory = OpenRows()
+        >>> memory.remember(batch_rows, newest_final)    # Arrow rows of open_window_sums, UTC datetime or None
+        >>> memory.rows                                   # what is remembered (None: nothing yet)
+    """
+
+    KEYS = ("window_start", "resource_type", "resource")
+
+    def __init__(self) -> None:
+        self.rows: pa.Table | None = None
+
+    def remember(self, fresh: pa.Table, newest_final: dt.datetime | None) -> None:
+        """Keep ``fresh`` and the remembered rows ``fresh`` does not replace, of windows after ``newest_final``."""
+        kept = fresh if self.rows is None else pa.concat_tables([
+            self.rows.filter(pc.invert(pc.is_in(self._keys(self.rows), value_set=self._keys(fresh)))),
+            fresh.cast(self.rows.schema),
+        ])
+        self.rows = after_window(kept, newest_final)
+
+    @classmethod
+    def _keys(cls, rows: pa.Table) -> pa.Array:
+        parts = [pc.cast(rows[k], pa.string()) for k in cls.KEYS]
+        return pc.binary_join_element_wise(*parts, "\x1f").combine_chunks()
+
+
+@dataclass(frozen=True)
+class FastInputs:
+    """What the fast path reads (Arrow tables of the named schemas, times UTC).
+
+    Attributes:
+        open_rows: this micro-batch's open-window rows (not empty).
+        topic_history, broker_history: finalized ``gold/topic_tps`` / ``gold/broker_tps`` rows since the baseline
+            start of the oldest open window (the baselines, and the newest final window's broker census).
+        policy_state: the saved ``state/policy`` row per resource; latest_limits: the newest ``gold/limits`` row per
+            resource.
+        known: whether a broker is still known (the census leaves out brokers that left); None: all are.
+    """
+
+    open_rows: pa.Table
+    topic_history: pa.Table
+    broker_history: pa.Table
+    policy_state: pa.Table
+    latest_limits: pa.Table
+    known: Callable[[str], bool] | None = None
+
+
+@dataclass
+class Prepared:
+    """What the fast path derives from a micro-batch before it needs the policy state (outside the decision lock)."""
+
+    candidates: list
+    horizon_end: dt.datetime | None
+
+
+def prepare_preliminary(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> Prepared:
+    """The anomalies the open windows already prove and their candidates (no state read); moves ``memory``
+    (:class:`OpenRows`) forward. No candidate: nothing to decide."""
+    windows = cfg.windows
+    topic_history = to_polars(inputs.topic_history, columns.GOLD_TOPIC_TPS)
+    broker_history = to_polars(inputs.broker_history, columns.GOLD_BROKER_TPS)
+    newest_final, expected = pre.newest_final_window(broker_history)
+    if inputs.known is not None:
+        expected = [b for b in expected if inputs.known(b)]  # a broker that left the cluster is not waited for
+    remembered = memory.rows
+    memory.remember(inputs.open_rows, newest_final)
+    rows = after_window(inputs.open_rows, newest_final)
+    if rows.num_rows == 0:
+        return Prepared([], None)
+    current = pl.from_arrow(rows)
+    open_windows = current
+    if newest_final is not None:  # windows the final path has decided are its business
+        topic_history = topic_history.filter(pl.col("window_start") <= newest_final)
+        broker_history = broker_history.filter(pl.col("window_start") <= newest_final)
+    if remembered is not None and remembered.num_rows:
+        open_windows = pre.with_rows_of_completed_windows(open_windows, pl.from_arrow(remembered), expected)
+    anomalies = pre.preliminary_anomalies(open_windows, topic_history, broker_history, expected, windows,
+                                          cfg.detection, first_open=current["window_start"].min())
+    if anomalies.height == 0:
+        return Prepared([], None)
+    candidates = candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits,
+                                  pre.open_broker_tps(open_windows, windows))
+    return Prepared(pre.cut_bounded_by_final_rates(candidates, open_windows, expected, windows),
+                    current["window_end"].max())
+
+
+def decide_prepared(prepared: Prepared, policy_state: pa.Table, latest_limits: pa.Table, cfg: GovernorConfig,
+                    now: dt.datetime, *, origin: str) -> tuple[pa.Table, pa.Table]:
+    """The candidates folded from the saved state with the newer preliminary limits in force → (accepted preliminary
+    ``gold/limits`` rows: the ``set`` decisions, refused ``quarantine`` rows); the part run under the decision lock.
+    """
+    if not prepared.candidates:
+        return from_rows([], columns.GOLD_LIMITS), from_rows([], columns.QUARANTINE)
+    saved = rows_by_key(policy_state)
+    latest = latest_per_resource(list(rows_by_key(latest_limits).values()))
+    folded = fold_all(prepared.candidates, preliminary_state(saved, latest), prepared.horizon_end, cfg.limits,
+                      cfg.windows.length_seconds, recover=False)
+    sets = [d for d in folded.decisions if d.action == ACTION_SET]
+    accepted, refused = check(finish(sets, cfg.limits, now, BASIS_PRELIMINARY), origin, now)
+    return from_rows(accepted, columns.GOLD_LIMITS), from_rows(refused, columns.QUARANTINE)
+
+
+def decide_preliminary(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig, now: dt.datetime, *,
+                       origin: str) -> tuple[pa.Table, pa.Table]:
+    """One micro-batch of open windows → (accepted preliminary ``gold/limits`` rows, refused ``quarantine`` rows);
+    both empty when the partial evidence proves no anomaly: :func:`prepare_preliminary`, then
+    :func:`decide_prepared`. Moves ``memory`` (:class:`OpenRows`) forward."""
+    prepared = prepare_preliminary(inputs, memory, cfg)
+    return decide_prepared(prepared, inputs.policy_state, inputs.latest_limits, cfg, now, origin=origin)

@@ -1,0 +1,122 @@
+"""The per-resource policy fold (:func:`pipelines.decide.fold.fold_resource`) run for every resource with a
+candidate or a limit in force, over the rows the micro-batch collected; and the ``state/policy`` rows in and out.
+
+The input is small: only resources with a candidate in this micro-batch or a limit in force (a few rows per such
+resource and window; a storm over 10,000 topics would be 10,000 resources of a few rows). Resources are folded in
+(resource_type, resource) order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from pipelines import columns
+from pipelines.config import DetectionConfig, LimitsConfig
+from pipelines.decide.arrow import aware, figures, from_rows, naive
+from pipelines.decide.candidates import Keyed
+from pipelines.decide.fold import fold_resource
+from pipelines.decide.fold_types import Decision, Evidence, Observation, ResourceState
+from pipelines.decide.limit_policy import VETO
+
+log = logging.getLogger("rate_governor")
+
+#: The state columns of ``state/policy`` besides the resource keys and ``batch_id``, each a ResourceState field.
+STATE_COLUMNS = tuple(name for name, _ in columns.POLICY_STATE if name not in ("resource_type", "resource", "batch_id"))
+_TIMES = {name for name, kind in columns.POLICY_STATE if kind == "timestamp"}
+_MAPS = {name for name, kind in columns.POLICY_STATE if kind.startswith("map<")}
+_INTS = {"version", "recurrences", "probe_backoff", "cause_changes"}
+
+Key = tuple[str, str]
+
+
+def state_of(row: dict) -> ResourceState:
+    """A ``state/policy`` row (dict; times aware or naive UTC, maps as dicts or pairs) → :class:`ResourceState`."""
+    values = {}
+    for name in STATE_COLUMNS:
+        value = row.get(name)
+        if name in _TIMES:
+            value = naive(value)
+        elif name in _MAPS:
+            value = figures(value)
+        elif name in _INTS:
+            value = 0 if value is None else int(value)
+        elif name == "mode":
+            value = value if isinstance(value, str) else "enforce"
+        elif value is not None:
+            value = float(value)
+        values[name] = value
+    return ResourceState(row["resource_type"], row["resource"], **values)
+
+
+def state_row(state: ResourceState, batch_id: int | None = None) -> dict:
+    """:class:`ResourceState` → a ``state/policy`` row (times aware UTC, maps as sorted pairs, empty maps null)."""
+    row = {"resource_type": state.resource_type, "resource": state.resource}
+    for name in STATE_COLUMNS:
+        value = getattr(state, name)
+        if name in _TIMES:
+            value = aware(value)
+        elif name in _MAPS:
+            value = sorted(value.items()) or None
+        row[name] = value
+    if batch_id is not None:
+        row["batch_id"] = batch_id
+    return row
+
+
+def state_table(states: list[ResourceState], batch_id: int) -> pa.Table:
+    """New ``state/policy`` rows, tagged with the micro-batch."""
+    return from_rows([state_row(s, batch_id) for s in states], columns.POLICY_STATE)
+
+
+@dataclass
+class Folded:
+    """The fold's outputs of one micro-batch: decisions and evidence by resource, the new state per folded
+    resource (in (resource_type, resource) order)."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    evidence: list[tuple[Key, Evidence]] = field(default_factory=list)
+    states: list[ResourceState] = field(default_factory=list)
+
+    def vetoes(self) -> list[tuple[Key, Evidence]]:
+        return [(k, e) for k, e in self.evidence if e.status == VETO]
+
+
+def fold_all(candidates: list[Keyed], saved: dict[Key, dict], horizon_end: dt.datetime, cfg: LimitsConfig,
+             window_seconds: int, recover: bool = True,
+             observations: dict[Key, list[Observation]] | None = None, detection: DetectionConfig | None = None,
+             open_evidence: dict[Key, list[Observation]] | None = None) -> Folded:
+    """Fold every resource with a candidate, or with a saved state whose limit is in force (a resource only observed
+    has nothing to fold).
+
+    Args:
+        candidates: this micro-batch's candidates (:func:`pipelines.decide.candidates.candidate_limits`).
+        saved: the saved state per resource (``state/policy`` rows by key, :func:`state_of` reads them).
+        horizon_end: end of the last finalized (or open, on the fast path) window of the micro-batch (UTC).
+        recover: lift after recovery (final path); the fast path folds without (absence is known on final windows).
+        observations: the demand evidence of the micro-batch's windows per resource (final path), None on the fast
+            path; detection: the rules' thresholds; open_evidence: the fast path's open windows (the lift veto).
+    Returns:
+        :class:`Folded`; each veto is logged (INFO).
+    """
+    by_key: dict[Key, list] = {}
+    for k in candidates:
+        by_key.setdefault((k.resource_type, k.resource), []).append(k.candidate)
+    anchored = set(by_key) | {key for key, row in saved.items() if row.get("limit_qps") is not None}
+    out = Folded()
+    horizon = naive(horizon_end)
+    for key in sorted(anchored):
+        start = state_of(saved[key]) if key in saved else ResourceState(*key)
+        decisions, state, evidence = fold_resource(
+            start, by_key.get(key, []), horizon, cfg, window_seconds, recover,
+            observations=(observations or {}).get(key, ()), detection=detection,
+            open_evidence=(open_evidence or {}).get(key, ()))
+        out.decisions += decisions
+        out.evidence += [(key, e) for e in evidence]
+        out.states.append(state)
+    for (rtype, resource), veto in out.vetoes():
+        log.info("%s %s: %s", rtype, resource, veto.detail)
+    return out

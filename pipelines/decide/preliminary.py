@@ -1,0 +1,156 @@
+"""The fast path's evidence: the rules on *open* windows, before the watermark finalizes them.
+
+RocketMQ prints a broker's minute lines at the end of the minute they cover, all keys at once
+(docs/rocketmq-formats.md §2), so a broker's SUM for a window is final when its line lands; lines of other brokers
+only add to the window's sums, and send failures count as they land. Spark keeps the running sums per window ×
+resource (:func:`pipelines.transforms.fast.open_window_sums`: ``puts``, ``broker_puts``, ``consumed``, ``retried``,
+``failures``, ``busy_failures``, ``rate_limited``, ``broker_amounts``, and a ``cluster`` row whose ``brokers`` is
+the census); this module judges them:
+
+- ``BROKER_BUSY`` (a count floor) and ``TRAFFIC_SURGE`` (a floor and a factor of a baseline taken from finalized
+  windows only) act on any partial window: more lines can only raise the sums;
+- ``RUNAWAY_RETRY`` (retry ÷ consume) and ``FAILURE_SPIKE`` (failures ÷ attempts) act early only when the window
+  is *complete by census*: every broker that reported in the newest finalized window has reported in this one, so
+  the consume and put sums are final and later input can only add retries or failures (which strengthen the
+  rule). Otherwise they wait for the final window.
+
+A preliminary decision that the final window does not confirm is reversed by the final path
+(:func:`pipelines.decide.reconcile.reconcile_preliminary`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+
+from pipelines.config import DetectionConfig, WindowsConfig
+from pipelines.decide.arrow import naive
+from pipelines.decide.candidates import Keyed
+from pipelines.decide.rules import (
+    WINDOW_KEYS, anomalies_frame, baselines, broker_busy, broker_writes, failure_spike, runaway_retry, surge_values,
+    traffic_surge, unlimited,
+)
+
+#: ``resource_type`` / ``resource`` of the census row of a window.
+CLUSTER, CENSUS = "cluster", "*"
+
+
+def census(open_rows: pl.DataFrame, expected: list[str]) -> dict[dt.datetime, tuple[int, bool]]:
+    """Census rows → per window start: (brokers reported, complete: every broker of ``expected`` — those of the
+    newest finalized window — has reported). With no expected broker (a new lake) no window is complete."""
+    out = {}
+    for r in open_rows.filter(pl.col("resource_type") == CLUSTER).iter_rows(named=True):
+        brokers = set(r["brokers"] or ())
+        out[r["window_start"]] = (len(r["brokers"] or ()), bool(expected) and set(expected) <= brokers)
+    return out
+
+
+def with_rows_of_completed_windows(current: pl.DataFrame, remembered: pl.DataFrame | None,
+                                   expected: list[str]) -> pl.DataFrame:
+    """This micro-batch's open-window rows → the same, plus the ``remembered`` rows of earlier micro-batches of each
+    window whose census is complete in ``current``, where ``current`` has no newer row of the same window ×
+    resource (Spark emits only the rows a micro-batch's input touched: a window completed by the last broker's
+    lines without a line of some group must still be judged on that group)."""
+    if remembered is None or remembered.height == 0:
+        return current
+    done = [start for start, (_n, complete) in census(current, expected).items() if complete]
+    if not done:
+        return current
+    keys = ["window_start", "resource_type", "resource"]
+    older = remembered.join(current.select(keys), on=keys, how="anti").filter(pl.col("window_start").is_in(done))
+    return pl.concat([current, older.select(current.columns).cast(current.schema)], how="vertical")
+
+
+def _failures_by_class() -> pl.Expr:
+    """The fast path counts failures as busy / other (the final window has them by class)."""
+    return pl.struct(pl.col("busy_failures").alias("busy"),
+                     (pl.col("failures") - pl.col("busy_failures")).alias("other")).alias("failures_by_class")
+
+
+def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_history: pl.DataFrame,
+                          expected: list[str], windows: WindowsConfig, cfg: DetectionConfig,
+                          first_open: dt.datetime | None = None) -> pl.DataFrame:
+    """Running sums of open windows → ``gold/anomalies``-shaped rows that the partial evidence already proves, the
+    ``detail`` ending with the census of the window."""
+    if open_rows.height == 0:
+        return anomalies_frame([])
+    counts = census(open_rows, expected)
+    complete = [start for start, (_n, ok) in counts.items() if ok]
+    per = float(windows.length_seconds)
+    of = lambda kind: open_rows.filter(pl.col("resource_type") == kind)  # noqa: E731
+    topics = of("topic").select(
+        *WINDOW_KEYS, pl.col("resource").alias("topic"), (pl.col("puts") / per).alias("put_tps"), "failures",
+        "busy_failures", pl.lit(0, pl.Int64).alias("rate_limited"),  # the open failures leave the limiter's out
+        _failures_by_class(),
+        pl.when(pl.col("puts") + pl.col("failures") > 0)
+        .then(pl.col("failures") / (pl.col("puts") + pl.col("failures"))).otherwise(0.0).alias("failure_rate"),
+    )
+    brokers = of("broker").select(
+        *WINDOW_KEYS, pl.col("resource").alias("broker"), (pl.col("puts") / per).alias("put_tps"),
+        (pl.col("broker_puts") / per).alias("broker_put_tps"), "failures", "busy_failures", _failures_by_class())
+    groups = of("group").select(
+        *WINDOW_KEYS, pl.col("resource").alias("consumer_group"), (pl.col("retried") / per).alias("retry_tps"),
+        (pl.col("consumed") / per).alias("consume_tps"),
+        pl.when(pl.col("consumed") > 0).then(pl.col("retried") / pl.col("consumed")).otherwise(None)
+        .alias("retry_ratio"))
+    if first_open is None:
+        first_open = open_rows["window_start"].min()
+    ends = open_rows.select(*WINDOW_KEYS).unique()
+    topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
+    topic_base = baselines(topic_values, "topic", first_open, windows, cfg).join(
+        topics.select("window_start", "topic", "put_tps"), on=["window_start", "topic"], how="inner").join(
+        ends, on="window_start", how="inner")
+    broker_values = surge_values(broker_history, brokers, "broker", broker_writes())
+    broker_base = baselines(broker_values, "broker", first_open, windows, cfg).join(
+        brokers.select("window_start", "broker", broker_writes().alias("put_tps")), on=["window_start", "broker"],
+        how="inner").join(ends, on="window_start", how="inner")
+    rows = broker_busy(brokers, windows, cfg)  # MONOTONE rules (pipelines/decide/catalogue.py)
+    rows += traffic_surge(topic_base, "topic", "topic", cfg)
+    rows += traffic_surge(broker_base, "broker", "broker", cfg)
+    rows += runaway_retry(groups.filter(pl.col("window_start").is_in(complete)), cfg)  # RATIO rules: census
+    rows += failure_spike(topics.filter(pl.col("window_start").is_in(complete)), windows, cfg)
+    for row in rows:
+        seen = counts.get(row["window_start"])
+        row["detail"] += (f" [preliminary: open window, {seen[0]} of {len(expected)} expected brokers reported]"
+                          if seen is not None else " [preliminary: open window]")
+    return anomalies_frame(rows)
+
+
+def topic_carriers(open_rows: pl.DataFrame) -> dict[tuple[dt.datetime, str], list[str]]:
+    """Which brokers carry which topic in an open window: ``(window_start, topic)`` → brokers with a put line."""
+    topics = open_rows.filter(pl.col("resource_type") == "topic")
+    return {(r["window_start"], r["resource"]): list(r["carriers"] or ())
+            for r in topics.select("window_start", "resource", "carriers").iter_rows(named=True)}
+
+
+def cut_bounded_by_final_rates(candidates: list[Keyed], open_rows: pl.DataFrame, expected: list[str],
+                               windows: WindowsConfig) -> list[Keyed]:
+    """Candidates of open windows → those the fast path may act on: a non-critical candidate's first cut is bounded
+    by ``max_cut_pct`` of the observed rate (:meth:`pipelines.decide.fold.Fold.start`), and a partial window's rate
+    is below the true one, so a non-critical candidate waits until its window is complete by census; critical ones
+    act at once."""
+    length = dt.timedelta(seconds=windows.length_seconds)
+    complete = {naive(start + length) for start, (_n, ok) in census(open_rows, expected).items() if ok}
+    return [k for k in candidates if k.candidate.critical or k.candidate.window_end in complete]
+
+
+def open_broker_tps(open_rows: pl.DataFrame, windows: WindowsConfig) -> dict[tuple, dict[str, float]]:
+    """Open windows → ``(window_end, resource_type, resource)`` → msg/s per broker of the resource's limited traffic
+    so far (a topic's puts, a group's send-backs): the shares of a preliminary limit."""
+    rows = open_rows.filter(pl.col("resource_type").is_in(["topic", "group"]))
+    out = {}
+    for r in rows.select("window_end", "resource_type", "resource", "broker_amounts").iter_rows(named=True):
+        amounts = r["broker_amounts"] or {}
+        out[(r["window_end"], r["resource_type"], r["resource"])] = {
+            b: v / windows.length_seconds for b, v in sorted(amounts.items())}
+    return out
+
+
+def newest_final_window(broker_history: pl.DataFrame) -> tuple[dt.datetime | None, list[str]]:
+    """``gold/broker_tps`` rows → (start of the newest finalized window, the brokers in it, sorted)."""
+    if broker_history.height == 0:
+        return None, []
+    newest = broker_history["window_start"].max()
+    return newest, sorted(set(broker_history.filter(pl.col("window_start") == newest)["broker"].to_list()))
+

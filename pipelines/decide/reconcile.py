@@ -1,0 +1,147 @@
+"""Preliminary → final reconciliation: the one owner of how the two speeds' decisions meet.
+
+The fast path decides on open windows (basis ``preliminary``), the final path on finalized ones (basis ``final``);
+this module owns every rule between them:
+
+* **Versions**: :mod:`pipelines.decide.limits` (:data:`~pipelines.decide.limits.VERSION_RANK`,
+  :data:`~pipelines.decide.limits.RECONCILE_RANK`).
+* **The fast path's starting point** (:func:`preliminary_state`): the final path's saved state with the newer
+  preliminary limit in force (its target and per-broker shares frozen as the final path will freeze them).
+* **The final path's answer** (:func:`reconcile_preliminary`): confirm (no row), correct (``set``) or reverse
+  (``lift``) each preliminary ``set`` of a window that is now final; :func:`state_after` is the policy state after a
+  fold, the input of that answer.
+* **Which decision is in force**: the newest row per resource by ``version`` (:func:`latest_per_resource`), read by
+  both paths and by every publish.
+
+Rows are dicts by column (``gold/limits``, ``state/policy``; times UTC).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+from pipelines.config import GovernorConfig
+from pipelines.decide.arrow import aware, figures
+from pipelines.decide.fold_types import ACTION_LIFT, ACTION_SET, ANY_BROKER, BASIS_FINAL, BASIS_PRELIMINARY
+from pipelines.decide.limits import RECONCILE_RANK, burst_for, decision_version
+from pipelines.decide.text import fixed, stamp
+
+Key = tuple[str, str]
+
+
+def latest_per_resource(rows: list[dict]) -> dict[Key, dict]:
+    """``gold/limits`` rows → the newest row per (resource_type, resource) by ``version`` (the last of equal ones)."""
+    out: dict[Key, dict] = {}
+    for row in rows:
+        key = (row["resource_type"], row["resource"])
+        if key not in out or row["version"] >= out[key]["version"]:
+            out[key] = row
+    return out
+
+
+def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict]) -> dict[Key, dict]:
+    """The state the fast path folds from: the final path's saved state (``state/policy`` rows by key), with the
+    limit of a newer preliminary decision in force (so a preliminary limit is not decided again every micro-batch;
+    hysteresis, cool-down and the maximum cut apply from it). A preliminary limit the final path has not folded yet
+    also freezes its target and its per-broker shares (from its ``broker_limits``), as the final path will."""
+    out = {key: dict(row) for key, row in saved.items()}
+    for key, limit in latest.items():
+        if limit["basis"] != BASIS_PRELIMINARY:
+            continue
+        row = out.setdefault(key, {"resource_type": key[0], "resource": key[1], "version": 0})
+        first = row.get("limit_qps") is None
+        p_limit = limit["limit_qps"] if limit["action"] != ACTION_LIFT else None
+        row.update(limit_qps=p_limit, last_decision_end=limit["window_end"], last_change_end=limit["window_end"],
+                   mode=limit["mode"])
+        if row.get("version") is None:
+            row["version"] = 0
+        if first:
+            split = {b: q for b, q in figures(limit.get("broker_limits")).items() if b != ANY_BROKER}
+            row.update(target_qps=p_limit, limited_since=limit["window_end"],
+                       broker_shares=({b: q / p_limit for b, q in split.items()} if p_limit and split else
+                                      ({} if p_limit else None)))
+    return out
+
+
+def _split(limit: float, shares: dict[str, float]) -> dict[str, float] | None:
+    """A limit split by frozen shares, as :func:`pipelines.decide.fold_types.broker_limits` does; None without."""
+    if not shares:
+        return None
+    split = {b: limit * s for b, s in shares.items()}
+    split[ANY_BROKER] = min(split.values())
+    return split
+
+
+def _same_figures(a: dict | None, b: dict | None) -> bool:
+    if a is None and b is None:
+        return True
+    if a is None or b is None or sorted(a) != sorted(b):
+        return False
+    return all(abs(a[k] - b[k]) <= 1e-9 * abs(b[k]) for k in a)
+
+
+def reconcile_preliminary(latest: dict[Key, dict], final_limits: list[dict], final_state: dict[Key, dict],
+                          horizon_end: dt.datetime, cfg: GovernorConfig, now: dt.datetime) -> list[dict]:
+    """The final path's answer to preliminary decisions on windows that are now final → ``gold/limits`` rows.
+
+    For each resource whose newest decision is a preliminary ``set`` of a window ending at or before
+    ``horizon_end`` (UTC) and that this batch did not decide again (no final row of that window or later):
+
+    * the final policy state has no limit for it (the final window did not confirm the anomaly) → ``lift``: the
+      preliminary limit is reversed, with its own reason;
+    * the final state's limit (or its per-broker split) differs → ``set`` to the final limit;
+    * the same limit → confirmed, no row.
+
+    Rows are basis ``final``, ``version`` of the preliminary window with rank
+    :data:`~pipelines.decide.limits.RECONCILE_RANK`.
+    """
+    horizon = aware(horizon_end)
+    decided = aware(now)
+    out = []
+    for key in sorted(latest):
+        p = latest[key]
+        if p["basis"] != BASIS_PRELIMINARY or p["action"] != ACTION_SET or aware(p["window_end"]) > horizon:
+            continue
+        if any((f["resource_type"], f["resource"]) == key and aware(f["window_end"]) >= aware(p["window_end"])
+               for f in final_limits):
+            continue
+        state = final_state.get(key) or {}
+        final_qps = state.get("limit_qps")
+        final_split = None if final_qps is None else _split(final_qps, figures(state.get("broker_shares")))
+        p_split = figures(p.get("broker_limits")) or None
+        split_differs = not _same_figures(p_split, final_split)
+        same_value = final_qps is not None and abs(final_qps - p["limit_qps"]) <= 1e-9 * abs(final_qps)
+        if final_qps is not None and same_value and not split_differs:
+            continue
+        window = stamp(aware(p["window_end"]))
+        if final_qps is None:
+            reason = (f"[final] the final window ending {window} did not confirm the preliminary limit of "
+                      f"{fixed(p['limit_qps'], 1)} msg/s; reversed, brokers fall back to their defaults")
+            limit = p["limit_qps"]
+        elif split_differs and same_value:
+            reason = (f"[final] the final window ending {window} splits the {fixed(final_qps, 1)} msg/s limit over its "
+                      "brokers by their complete traffic (the preliminary split saw part of the window)")
+            limit = final_qps
+        else:
+            reason = (f"[final] the final window ending {window} sets {fixed(final_qps, 1)} msg/s where the preliminary "
+                      f"decision on partial evidence set {fixed(p['limit_qps'], 1)} msg/s")
+            limit = final_qps
+        out.append({
+            "decided_at": decided, "window_end": aware(p["window_end"]), "resource_type": key[0],
+            "resource": key[1], "limit_qps": limit, "burst": burst_for(limit, cfg.limits),
+            "previous_qps": p["limit_qps"], "action": ACTION_LIFT if final_qps is None else ACTION_SET,
+            "mode": p["mode"], "expires_at": decided + dt.timedelta(seconds=cfg.limits.ttl_seconds),
+            "reason": reason, "version": decision_version(p["window_end"], RECONCILE_RANK), "basis": BASIS_FINAL,
+            "broker_limits": None if final_qps is None else final_split,
+        })
+    return out
+
+
+def state_after(saved: dict[Key, dict], folded: dict[Key, dict]) -> dict[Key, dict]:
+    """The policy state per resource after a fold: the fold's state rows where it ran, else the saved rows."""
+    return {**saved, **folded}
+
+
+def finite(value) -> bool:
+    return value is not None and math.isfinite(value)

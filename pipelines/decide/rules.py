@@ -1,0 +1,227 @@
+"""The anomaly rules over windows → ``gold/anomalies`` rows (:data:`pipelines.columns.GOLD_ANOMALIES`); the kinds,
+their evidence and their settings are catalogued in :mod:`pipelines.decide.catalogue`.
+
+Rules (thresholds from ``[detection]``):
+
+* ``RUNAWAY_RETRY`` (group): the group's retry TPS (``SNDBCK_PUT_NUMS``, summed over topics) is at least
+  ``retry_ratio_threshold`` of its consume TPS on non-retry topics and at least ``retry_floor_tps`` (a group
+  retrying at the floor with nothing consumed fires too). Article 001: ``%RETRY%get-pugc-to-ai-consumer`` at 785 TPS.
+* ``TRAFFIC_SURGE`` (topic, broker): put TPS at least ``surge_factor`` × the resource's own baseline (the
+  ``baseline_quantile`` of its put TPS over the previous ``baseline_windows`` windows, needing
+  ``baseline_min_windows`` of them) and at least ``surge_floor_tps``. Article 001: one broker's writes rose ~8x.
+* ``BROKER_BUSY`` (broker): at least ``busy_failures_floor`` busy failures (``[TIMEOUT_CLEAN_QUEUE]`` …) in a window.
+* ``FAILURE_SPIKE`` (topic): failure rate at least ``failure_rate_threshold`` with at least ``failure_floor``
+  failures in a window; rejections by the in-broker limiter (``RATE_LIMITED``) never count.
+
+Windows in which a topic was under an enforced limit (``gold/topic_tps.limit_qps``) show the cap, not the demand:
+they are kept out of the topic's surge baseline. Severity is ``critical`` when the observed value is at least
+``critical_factor`` × the rule's floor, else ``warning``.
+
+Frames are polars DataFrames with the columns of the gold tables; times are UTC. The detail texts format numbers
+as Spark's ``format_string`` does (:mod:`pipelines.decide.text`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+
+from pipelines import columns
+from pipelines import rocketmq as rmq
+from pipelines.config import DetectionConfig, WindowsConfig
+from pipelines.decide.arrow import to_polars
+from pipelines.decide.catalogue import Anomaly
+from pipelines.decide.text import fixed, number
+
+WINDOW_KEYS = ("window_start", "window_end")
+ANOMALY_COLUMNS = [name for name, _ in columns.GOLD_ANOMALIES]
+
+
+def anomalies_frame(rows: list[dict]) -> pl.DataFrame:
+    """Anomaly rows (dicts) → a frame of the ``gold/anomalies`` columns (empty rows → an empty, typed frame)."""
+    if not rows:
+        return to_polars(None, columns.GOLD_ANOMALIES)
+    return pl.DataFrame(rows, schema=to_polars(None, columns.GOLD_ANOMALIES).schema)
+
+
+def _severity(observed: float, floor: float, cfg: DetectionConfig) -> str:
+    return "critical" if observed >= floor * cfg.critical_factor else "warning"
+
+
+def group_retry(groups: pl.DataFrame) -> pl.DataFrame:
+    """``gold/group_tps`` rows → one row per consumer group × window: ``consumer_group``, ``retry_tps`` (all
+    topics), ``consume_tps`` (non-retry topics: what the group really consumes), ``retry_ratio`` (null when consume
+    is 0)."""
+    not_retry = ~pl.col("topic").fill_null("").str.starts_with(rmq.RETRY_TOPIC_PREFIX)
+    sums = groups.group_by([*WINDOW_KEYS, "consumer_group"], maintain_order=True).agg(
+        pl.col("retry_tps").sum().alias("retry_tps"),
+        pl.when(not_retry).then(pl.col("consume_tps")).otherwise(0.0).sum().alias("consume_tps"),
+    )
+    return sums.with_columns(
+        pl.when(pl.col("consume_tps") > 0).then(pl.col("retry_tps") / pl.col("consume_tps")).otherwise(None)
+        .alias("retry_ratio"))
+
+
+def runaway_retry(groups: pl.DataFrame, cfg: DetectionConfig) -> list[dict]:
+    """:func:`group_retry` rows → RUNAWAY_RETRY anomalies (resource_type ``group``; observed = retry TPS,
+    baseline = consume TPS)."""
+    ratio_ok = pl.coalesce(pl.col("retry_ratio") >= cfg.retry_ratio_threshold, pl.col("consume_tps") == 0)
+    firing = groups.filter((pl.col("retry_tps") >= cfg.retry_floor_tps) & ratio_ok)
+    out = []
+    for r in firing.iter_rows(named=True):
+        ratio = number(r["retry_ratio"], 2) if r["retry_ratio"] is not None else "n/a (nothing consumed)"
+        detail = (f"consumer group {r['consumer_group']} sent {fixed(r['retry_tps'], 1)} msg/s back to "
+                  f"{rmq.RETRY_TOPIC_PREFIX}{r['consumer_group']} (SNDBCK_PUT_NUMS) against "
+                  f"{fixed(r['consume_tps'], 1)} msg/s consumed: retry ratio {ratio} (rule: ratio >= "
+                  f"{fixed(cfg.retry_ratio_threshold, 2)} and retry >= {fixed(cfg.retry_floor_tps, 1)} msg/s)")
+        out.append(_row(r, "group", r["consumer_group"], Anomaly.RUNAWAY_RETRY, r["retry_tps"], r["consume_tps"],
+                        _severity(r["retry_tps"], cfg.retry_floor_tps, cfg), detail))
+    return out
+
+
+def _row(r: dict, resource_type: str, resource: str, kind: Anomaly, observed, baseline, severity: str,
+         detail: str) -> dict:
+    return {"window_start": r["window_start"], "window_end": r["window_end"], "resource_type": resource_type,
+            "resource": resource, "anomaly": kind.value,
+            "observed_tps": None if observed is None else float(observed),
+            "baseline_tps": None if baseline is None else float(baseline), "severity": severity, "detail": detail}
+
+
+def baselines(values: pl.DataFrame, key: str, first_window: dt.datetime, windows: WindowsConfig,
+              cfg: DetectionConfig) -> pl.DataFrame:
+    """Rows ``window_start``, ``key``, ``value`` (history and current windows together) → for each row whose window
+    starts at or after ``first_window``: ``baseline_tps``, the ``baseline_quantile`` of the resource's values in the
+    previous ``baseline_windows`` windows by time (``[start - span, start - 1 s]``), and ``baseline_windows``, how
+    many values it saw (null baseline when none).
+
+    The quantile is Spark's ``percentile_approx`` (accuracy 10,000) on at most thousands of values: the value at
+    rank ``ceil(q × n)`` of the sorted values (``QuantileSummaries.query`` keeps every sample below its
+    compression threshold)."""
+    span = cfg.baseline_windows * windows.length_seconds
+    values = values.with_columns(pl.col("window_start").dt.epoch("s").alias("_s"))
+    current = values.filter(pl.col("window_start") >= first_window).select("window_start", key, "_s").unique()
+    pairs = current.join(values.select(key, pl.col("_s").alias("_h"), pl.col("value")).filter(
+        pl.col("value").is_not_null()), on=key, how="left")
+    in_frame = pairs.filter((pl.col("_h") >= pl.col("_s") - span) & (pl.col("_h") <= pl.col("_s") - 1))
+    q = cfg.baseline_quantile
+    stats = in_frame.group_by(["window_start", key]).agg(
+        pl.col("value").sort().alias("_v"), pl.len().alias("baseline_windows"))
+    stats = stats.with_columns(
+        pl.col("_v").list.get((pl.col("baseline_windows").cast(pl.Float64) * q).ceil().cast(pl.Int64) - 1)
+        .alias("baseline_tps")).drop("_v")
+    out = current.join(stats, on=["window_start", key], how="left").with_columns(
+        pl.col("baseline_windows").fill_null(0).cast(pl.Int32)).drop("_s")
+    return out
+
+
+def surge_values(history: pl.DataFrame, current: pl.DataFrame, key: str, value: pl.Expr) -> pl.DataFrame:
+    """History and current rows → ``window_start``, ``key``, ``value`` (the surge rule's put rate)."""
+    cols = lambda f: f.select(pl.col("window_start"), pl.col(key), value.alias("value"))  # noqa: E731
+    parts = [cols(f) for f in (history, current) if f.height]
+    return pl.concat(parts, how="vertical_relaxed") if parts else pl.DataFrame(
+        schema={"window_start": pl.Datetime("us", "UTC"), key: pl.String, "value": pl.Float64})
+
+
+def broker_writes() -> pl.Expr:
+    """A broker's writes per second for its ``TRAFFIC_SURGE`` baseline (msg/s per broker): its own
+    ``BROKER_PUT_NUMS`` (``broker_put_tps``) when it prints one, since it counts every write (retry re-puts and
+    schedule writes too: article 001's 8x while the topics it printed stayed flat); the sum of its topics' puts
+    (``put_tps``) otherwise. Both paths use this."""
+    return pl.coalesce(pl.col("broker_put_tps"), pl.col("put_tps"))
+
+
+def traffic_surge(rows: pl.DataFrame, resource_type: str, key: str, cfg: DetectionConfig) -> list[dict]:
+    """Rows with ``window_start``, ``window_end``, ``key``, ``put_tps``, ``baseline_tps``, ``baseline_windows`` →
+    TRAFFIC_SURGE anomalies."""
+    firing = rows.filter((pl.col("baseline_windows") >= cfg.baseline_min_windows)
+                         & (pl.col("put_tps") >= cfg.surge_floor_tps)
+                         & (pl.col("put_tps") >= pl.col("baseline_tps") * cfg.surge_factor))
+    out = []
+    for r in firing.iter_rows(named=True):
+        put, base = r["put_tps"], r["baseline_tps"]
+        factor = number(put / base, 1) if base > 0 else "inf"
+        detail = (f"{resource_type} {r[key]} put {fixed(put, 1)} msg/s, {factor}x its baseline of {fixed(base, 1)} "
+                  f"msg/s (p{int(round(cfg.baseline_quantile * 100))} of the previous {r['baseline_windows']} "
+                  f"windows; rule: >= {fixed(cfg.surge_factor, 1)}x and >= {fixed(cfg.surge_floor_tps, 1)} msg/s)")
+        severity = _severity(put / max(base, 1e-9), cfg.surge_factor, cfg)
+        out.append(_row(r, resource_type, r[key], Anomaly.TRAFFIC_SURGE, put, base, severity, detail))
+    return out
+
+
+def class_counts(failures_by_class) -> str:
+    """A ``failures_by_class`` map → ``"A: 1, B: 2"`` (entries sorted), ``null`` when absent (as Spark's
+    ``format_string`` of a null)."""
+    if failures_by_class is None:
+        return "null"
+    items = failures_by_class.items() if isinstance(failures_by_class, dict) else [
+        (v["key"], v["value"]) if isinstance(v, dict) else v for v in failures_by_class]
+    return ", ".join(f"{k}: {v}" for k, v in sorted(items))
+
+
+def broker_busy(brokers: pl.DataFrame, windows: WindowsConfig, cfg: DetectionConfig) -> list[dict]:
+    """``gold/broker_tps`` rows → BROKER_BUSY anomalies (observed = busy failures per second, baseline = put TPS)."""
+    out = []
+    for r in brokers.filter(pl.col("busy_failures") >= cfg.busy_failures_floor).iter_rows(named=True):
+        detail = (f"broker {r['broker']} rejected {r['busy_failures']} sends as busy in the window "
+                  f"({class_counts(r['failures_by_class'])}) while writing {fixed(r['put_tps'], 1)} msg/s "
+                  f"(rule: >= {cfg.busy_failures_floor} busy failures per window)")
+        out.append(_row(r, "broker", r["broker"], Anomaly.BROKER_BUSY,
+                        r["busy_failures"] / float(windows.length_seconds), r["put_tps"],
+                        _severity(r["busy_failures"], cfg.busy_failures_floor, cfg), detail))
+    return out
+
+
+def failure_spike(topics: pl.DataFrame, windows: WindowsConfig, cfg: DetectionConfig) -> list[dict]:
+    """``gold/topic_tps`` rows → FAILURE_SPIKE anomalies (observed = failures per second, baseline = put TPS);
+    failures rejected by the limiter (``rate_limited``) do not count."""
+    faults = pl.col("failures") - pl.col("rate_limited").fill_null(0)
+    firing = topics.with_columns(faults.alias("_faults")).filter(
+        (pl.col("failure_rate") >= cfg.failure_rate_threshold) & (pl.col("_faults") >= cfg.failure_floor))
+    out = []
+    for r in firing.iter_rows(named=True):
+        detail = (f"topic {r['topic']} had {r['_faults']} failed sends besides the limiter's "
+                  f"({class_counts(r['failures_by_class'])}), {fixed(r['failure_rate'] * 100, 1)}% of attempts, while "
+                  f"{fixed(r['put_tps'], 1)} msg/s were put (rule: rate >= {fixed(cfg.failure_rate_threshold * 100, 1)}% "
+                  f"and >= {cfg.failure_floor} failures per window)")
+        out.append(_row(r, "topic", r["topic"], Anomaly.FAILURE_SPIKE, r["_faults"] / float(windows.length_seconds),
+                        r["put_tps"], _severity(r["_faults"], cfg.failure_floor, cfg), detail))
+    return out
+
+
+def unlimited(topic_history: pl.DataFrame) -> pl.DataFrame:
+    """``gold/topic_tps`` history → the windows without an enforced limit in force (``limit_qps`` null): a capped
+    window shows the limit, and a baseline fed with it would hold the limit up (closed loop)."""
+    return topic_history.filter(pl.col("limit_qps").is_null()) if "limit_qps" in topic_history.columns \
+        else topic_history
+
+
+def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, topic_history: pl.DataFrame,
+           broker_history: pl.DataFrame, windows: WindowsConfig, cfg: DetectionConfig,
+           first_window: dt.datetime | None = None) -> pl.DataFrame:
+    """All rules over one micro-batch of finalized windows → ``gold/anomalies`` rows.
+
+    Args:
+        topics, groups, brokers: this batch's ``gold/topic_tps``, ``gold/group_tps``, ``gold/broker_tps``.
+        topic_history, broker_history: earlier windows of ``gold/topic_tps`` and ``gold/broker_tps`` (baselines).
+        first_window: start of this batch's first window (UTC); default the earliest of ``topics`` and ``brokers``.
+    """
+    if first_window is None:
+        starts = [f["window_start"].min() for f in (topics, brokers) if f.height]
+        if not starts:
+            return anomalies_frame([])
+        first_window = min(starts)
+    rows = runaway_retry(group_retry(groups), cfg)
+    topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
+    topic_base = baselines(topic_values, "topic", first_window, windows, cfg).join(
+        topics.select(*WINDOW_KEYS, "topic", "put_tps"), on=["window_start", "topic"], how="inner")
+    rows += traffic_surge(topic_base, "topic", "topic", cfg)
+    broker_values = surge_values(broker_history, brokers, "broker", broker_writes())
+    broker_base = baselines(broker_values, "broker", first_window, windows, cfg).join(
+        brokers.select(*WINDOW_KEYS, "broker", broker_writes().alias("put_tps")), on=["window_start", "broker"],
+        how="inner")
+    rows += traffic_surge(broker_base, "broker", "broker", cfg)
+    rows += broker_busy(brokers, windows, cfg)
+    rows += failure_spike(topics, windows, cfg)
+    return anomalies_frame(rows)
+

@@ -1,0 +1,47 @@
+"""The final path end to end on inline rows (pipelines/decide/final.py): the limiters' own evidence wired in, the
+persisting-anomaly rows and the limit in force written beside the windows."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pipelines import columns
+from pipelines.config import GovernorConfig
+from pipelines.decide.final import FinalInputs, decide_final
+from tests.decide.rows import T0, table, win
+
+CFG = GovernorConfig()
+NOW = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.timezone.utc)
+
+
+def inputs(rejections=None):
+    """A group limited to 40 msg/s (10 % of 400 consumed) whose retry traffic shows 10 msg/s in 4 windows."""
+    windows = [win(i) for i in range(4)]
+    groups = table(columns.GOLD_GROUP_TPS, [(s, e, "g", "orders", 400.0, 10.0, 0.025) for s, e in windows])
+    traffic = table(columns.WINDOW_TRAFFIC, [(s, e, "group", "g", "broker-a", 10.0, 0, False) for s, e in windows]
+                    + [(s, e, "*", m, None, None, None, None) for s, e in windows for m in ("metrics", "traffic")])
+    state = table(columns.POLICY_STATE, [("group", "g", 40.0, 3, T0, T0, T0, 400.0, "enforce", 40.0, T0,
+                                          {"broker-a": 1.0})])
+    empty = lambda spec: table(spec, [])  # noqa: E731
+    return FinalInputs(empty(columns.GOLD_TOPIC_TPS), groups, empty(columns.GOLD_BROKER_TPS), traffic,
+                       empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS), state, empty(columns.GOLD_LIMITS),
+                       rejections)
+
+
+def test_a_limited_group_whose_limiter_rejected_in_the_window_is_still_bound():
+    """Only 10 msg/s of retry traffic under a 40 msg/s limit (below the 90 % bound), but the RocketMQ admin sink saw
+    its %RETRY% limiter reject sends in each window: the anomaly persists (a limit-bound row per window), the limit
+    is not lifted. Without that view, 10 of 40 msg/s at a 2.5 % retry ratio is the cause gone: lifted."""
+    rejections = table(columns.LIMITER_REJECTIONS, [(win(3)[1], "rocketmq", "broker-a", "%RETRY%g",
+                                                     s + dt.timedelta(seconds=30), 7) for s, _ in (win(i) for i in range(4))])
+    out = decide_final(inputs(rejections), CFG, NOW, batch_id=1, origin="rate-governor-gold:1")
+    bound = [r for r in out.anomalies.to_pylist() if r["resource"] == "g"]
+    assert len(bound) == 4 and all(r["detail"].startswith("g: limit-bound: 10.0 of 40.0 msg/s, rejecting (1 sends")
+                                   for r in bound)
+    assert {r["anomaly"] for r in bound} == {"RUNAWAY_RETRY"}
+    assert [r["action"] for r in out.limits.to_pylist()] == []
+    assert out.state.column("limit_qps").to_pylist() == [40.0] and out.state.column("batch_id").to_pylist() == [1]
+    without = decide_final(inputs(), CFG, NOW, batch_id=1, origin="rate-governor-gold:1")
+    lifted, = without.limits.to_pylist()
+    assert lifted["action"] == "lift" and lifted["reason"].startswith("[final] the cause is gone")
+    assert without.tables()["gold/limits"].schema == out.limits.schema

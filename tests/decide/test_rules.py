@@ -1,0 +1,167 @@
+"""Each anomaly rule firing and not firing (pipelines/decide/rules.py), on inline rows; the baseline's quantile
+against Spark's own ``percentile_approx``."""
+
+from __future__ import annotations
+
+import random
+
+import polars as pl
+import pytest
+
+from pipelines import columns
+from pipelines.config import DetectionConfig, WindowsConfig
+from pipelines.decide import rules
+from tests.decide.rows import empty, frame, win
+
+W, D = WindowsConfig(), DetectionConfig()
+
+
+def groups(rows):
+    """(minute, group, topic, consume_tps, retry_tps)"""
+    return frame(columns.GOLD_GROUP_TPS, [(*win(i), g, t, c, r, (r / c if c else None)) for i, g, t, c, r in rows])
+
+
+def fired(rows):
+    rows = rows.to_dicts() if isinstance(rows, pl.DataFrame) else rows
+    return sorted((r["resource"], r["anomaly"], r["severity"]) for r in rows)
+
+
+def test_runaway_retry_fires_for_article_storm_not_for_normal_retries():
+    g = groups([
+        (0, "get-pugc-to-ai-consumer", "pugc-content", 790.0, 785.32),
+        (0, "get-pugc-to-ai-consumer", "%RETRY%get-pugc-to-ai-consumer", 700.0, 0.0),
+        (0, "steady", "orders", 100.0, 1.0),            # ratio 1%: normal
+        (0, "tiny", "pay", 10.0, 9.0),                  # ratio 90% but 9 TPS: under the floor
+    ])
+    got = rules.runaway_retry(rules.group_retry(g), D)
+    assert fired(got) == [("get-pugc-to-ai-consumer", "RUNAWAY_RETRY", "critical")]
+    assert got[0]["observed_tps"] == 785.32 and got[0]["baseline_tps"] == 790.0
+    assert got[0]["detail"] == ("consumer group get-pugc-to-ai-consumer sent 785.3 msg/s back to "
+                                "%RETRY%get-pugc-to-ai-consumer (SNDBCK_PUT_NUMS) against 790.0 msg/s consumed: retry "
+                                "ratio 0.99 (rule: ratio >= 0.50 and retry >= 50.0 msg/s)")
+
+
+def test_group_retry_ignores_consumption_of_the_retry_topic():
+    got = rules.group_retry(groups([(0, "g", "t", 100.0, 60.0), (0, "g", "%RETRY%g", 900.0, 0.0)]))
+    assert got.select("consumer_group", "consume_tps", "retry_tps", "retry_ratio").rows() == [("g", 100.0, 60.0, 0.6)]
+
+
+def topic_series(topic, values, limits=None):
+    """gold/topic_tps rows of one topic, window i putting values[i] msg/s (``limits[i]``: the limit in force)."""
+    limits = limits or [None] * len(values)
+    return frame(columns.GOLD_TOPIC_TPS,
+                 [(*win(i), topic, v, 1, 0, 0, None, 0.0, 0, q) for i, (v, q) in enumerate(zip(values, limits))])
+
+
+def surges(current, history):
+    got = rules.detect(current, empty(columns.GOLD_GROUP_TPS), empty(columns.GOLD_BROKER_TPS), history,
+                       empty(columns.GOLD_BROKER_TPS), W, D)
+    return got.filter(pl.col("anomaly") == "TRAFFIC_SURGE")
+
+
+def test_traffic_surge_fires_against_own_baseline_from_history():
+    series = topic_series("orders", [100.0] * 10 + [800.0])
+    got = surges(series.filter(pl.col("put_tps") >= 800), series.filter(pl.col("put_tps") < 800))
+    assert fired(got) == [("orders", "TRAFFIC_SURGE", "warning")]
+    assert got["baseline_tps"].to_list() == [100.0]
+    assert got["detail"][0] == ("topic orders put 800.0 msg/s, 8.0x its baseline of 100.0 msg/s (p50 of the previous "
+                                "10 windows; rule: >= 4.0x and >= 50.0 msg/s)")
+
+
+def test_traffic_surge_does_not_fire_on_noise_small_topics_or_without_baseline():
+    noisy = topic_series("orders", [100.0, 120.0, 90.0, 110.0, 100.0, 130.0, 150.0])
+    small = topic_series("tiny", [1.0] * 6 + [40.0])          # 40x but under the 50 TPS floor
+    young = topic_series("new", [100.0, 100.0, 900.0])         # only 2 windows of baseline
+    assert fired(surges(pl.concat([noisy, small, young]), empty(columns.GOLD_TOPIC_TPS))) == []
+
+
+def test_traffic_surge_baseline_computed_within_one_batch():
+    got = surges(topic_series("orders", [100.0] * 6 + [900.0]), empty(columns.GOLD_TOPIC_TPS))
+    assert got.select("resource", "window_start").rows() == [("orders", win(6)[0])]
+
+
+def brokers(rows):
+    """(broker, put_tps, failures, busy_failures, by_class)"""
+    return frame(columns.GOLD_BROKER_TPS, [(*win(0), b, p, None, 3, f, busy, by) for b, p, f, busy, by in rows])
+
+
+def test_broker_busy_fires_on_busy_failures_only():
+    b = brokers([
+        ("broker-a", 3750.0, 240, 200, {"TIMEOUT_CLEAN_QUEUE": 200, "CLIENT_TIMEOUT": 40}),
+        ("broker-b", 500.0, 50, 0, {"CLIENT_TIMEOUT": 50}),
+        ("broker-c", 500.0, 9, 9, {"OVERLOAD": 9}),
+    ])
+    got = rules.broker_busy(b, W, D)
+    assert fired(got) == [("broker-a", "BROKER_BUSY", "critical")]
+    assert got[0]["detail"] == ("broker broker-a rejected 200 sends as busy in the window (CLIENT_TIMEOUT: 40, "
+                                "TIMEOUT_CLEAN_QUEUE: 200) while writing 3750.0 msg/s (rule: >= 10 busy failures per "
+                                "window)")
+
+
+def test_failure_spike_needs_rate_and_count():
+    t = frame(columns.GOLD_TOPIC_TPS, [
+        (*win(0), "orders", 100.0, 1, 600, 600, {"TIMEOUT_CLEAN_QUEUE": 600}, 600 / 6600, 0, None),
+        (*win(0), "pay", 1.0, 1, 10, 0, {"OTHER": 10}, 10 / 70, 0, None),           # rate high, count low
+        (*win(0), "big", 10000.0, 1, 100, 0, {"OTHER": 100}, 100 / 600100, 0, None),  # count high, rate low
+        # a limited topic's own rejections are its demand at the cap, not a failure spike
+        (*win(0), "limited", 40.0, 2, 6000, 0, {"RATE_LIMITED": 6000}, 0.0, 6000, 40.0)])
+    assert fired(rules.failure_spike(t, W, D)) == [("orders", "FAILURE_SPIKE", "critical")]
+
+
+def test_windows_under_a_limit_are_kept_out_of_the_surge_baseline():
+    """A topic capped at 200 msg/s for 20 windows: a baseline fed with the cap (200) would make 700 msg/s only
+    3.5x; the windows under the limit are left out, so the baseline stays the pre-limit 100 msg/s."""
+    series = topic_series("orders", [100.0] * 10 + [200.0] * 20 + [700.0], [None] * 10 + [200.0] * 20 + [None])
+    history, current = series.filter(pl.col("put_tps") < 700), series.filter(pl.col("put_tps") >= 700)
+    assert surges(current, history).select("resource", "baseline_tps").rows() == [("orders", 100.0)]
+    assert fired(surges(current, history.with_columns(pl.lit(None, pl.Float64).alias("limit_qps")))) == []
+
+
+def test_surge_baseline_is_the_median_not_the_mean_or_the_max():
+    spiky = topic_series("spiky", [100.0] * 6 + [1000.0] * 4 + [500.0])   # median 100, mean 460, max 1000
+    dippy = topic_series("dippy", [10.0] * 4 + [100.0] * 6 + [350.0])     # median 100, mean 64
+    series = pl.concat([spiky, dippy])
+    last = win(10)[0]
+    got = surges(series.filter(pl.col("window_start") == last), series.filter(pl.col("window_start") < last))
+    assert got.select("resource", "baseline_tps").rows() == [("spiky", 100.0)]
+
+
+def test_a_broker_baseline_prefers_its_own_broker_put_nums():
+    """Article 001: a broker's writes rose 8x while the topics it prints stayed flat: the broker's surge is measured
+    on its own BROKER_PUT_NUMS; a broker that prints none falls back to the sum of its topics."""
+    def broker_rows(broker, topic_sum, own):
+        return [(*win(i), broker, t, o, 3, 0, 0, None) for i, (t, o) in enumerate(zip(topic_sum, own))]
+    every = frame(columns.GOLD_BROKER_TPS, broker_rows("broker-a", [100.0] * 11, [100.0] * 10 + [800.0])
+                  + broker_rows("broker-b", [100.0] * 10 + [800.0], [None] * 11))
+    last = win(10)[0]
+    got = rules.detect(empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_GROUP_TPS),
+                       every.filter(pl.col("window_start") == last), empty(columns.GOLD_TOPIC_TPS),
+                       every.filter(pl.col("window_start") < last), W, D)
+    surged = got.filter(pl.col("anomaly") == "TRAFFIC_SURGE").select("resource", "observed_tps", "baseline_tps")
+    assert sorted(surged.rows()) == [("broker-a", 800.0, 100.0), ("broker-b", 800.0, 100.0)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_baseline_quantile_is_spark_s_percentile_approx(spark, seed):
+    """Windows of 1-40 random values (ties included) per resource and quantiles 0.1-0.9: the baseline equals
+    Spark's ``percentile_approx`` over the same frame, and its window count Spark's ``count``."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    rng = random.Random(seed)
+    rows = []
+    for k in range(12):
+        n = rng.randint(1, 40)
+        rows += [(win(i)[0], f"t{k}", float(rng.choice([rng.randint(0, 9), rng.random() * 1000])))
+                 for i in range(n)]
+    q = rng.choice([0.1, 0.25, 0.5, 0.75, 0.9])
+    cfg = DetectionConfig(baseline_quantile=q, baseline_windows=30, baseline_min_windows=1)
+    values = pl.DataFrame(rows, schema={"window_start": pl.Datetime("us", "UTC"), "topic": pl.String,
+                                        "value": pl.Float64}, orient="row")
+    ours = rules.baselines(values, "topic", win(0)[0], W, cfg).sort("topic", "window_start")
+    df = spark.createDataFrame(rows, "window_start timestamp, topic string, value double")
+    frame_ = Window.partitionBy("topic").orderBy(F.col("window_start").cast("long")).rangeBetween(-1800, -1)
+    theirs = df.select("window_start", "topic", F.percentile_approx("value", q).over(frame_).alias("b"),
+                       F.count("value").over(frame_).alias("n")).orderBy("topic", "window_start").collect()
+    assert [(r["b"], r["n"]) for r in theirs] == list(zip(ours["baseline_tps"].to_list(),
+                                                         ours["baseline_windows"].to_list()))
