@@ -343,8 +343,17 @@ def _hook(name: str, call: Callable[[GovernorMetrics], None]) -> None:
 
 
 def configure(cfg: GovernorConfig, *, once: bool) -> None:
-    """:meth:`GovernorMetrics.configure` on the current metrics (and so the ``observe_*`` functions below)."""
-    _hook("configure", lambda m: m.configure(cfg, once=once))
+    """A run on ``cfg`` starts: fresh metrics, as a new process has them (counters from 0, no series of an earlier
+    run in this process), keeping whether the lease is held; then :meth:`GovernorMetrics.configure`. The
+    ``observe_*`` functions below are the other methods, on the current metrics."""
+
+    def fresh(m: GovernorMetrics) -> None:
+        new = GovernorMetrics(m.clock)
+        new.observe_lease(m.state.lease_held)
+        new.configure(cfg, once=once)
+        install(new)
+
+    _hook("configure", fresh)
 
 
 def observe_progress(query: str, progress: Mapping[str, Any]) -> None:

@@ -254,3 +254,12 @@ def test_a_busy_port_is_one_error_line_and_no_endpoint(m, caplog):
 def test_a_bad_port_setting_names_the_setting():
     with pytest.raises(ConfigError, match="metrics.port"):
         parse_config({"metrics": {"port": 70000}})
+
+
+def test_each_run_starts_fresh_metrics_as_a_new_process_would_and_keeps_the_lease(m):
+    m.observe_publish("recording", False)  # an earlier run in this process (the tests run many)
+    m.observe_lease(True)
+    metrics.configure(load_config("conf/local.toml"), once=False)
+    run = metrics.current()
+    assert run is not m and value(run, "rate_governor_sink_publishes_total", sink="recording", outcome="failed") is None
+    assert value(run, "rate_governor_lease_held") == 1 and value(run, "rate_governor_trigger_seconds") == 10
