@@ -134,7 +134,9 @@ def _start(df: DataFrame, name: str, handler: Handler, mode: str, cfg: GovernorC
     )
     if once:
         return writer.trigger(availableNow=True).start()
-    return writer.trigger(processingTime=interval or f"{cfg.windows.trigger_seconds} seconds").start()
+    interval = interval or f"{cfg.windows.trigger_seconds} seconds"
+    metrics.observe_trigger(name, interval)  # what its micro-batches are measured against
+    return writer.trigger(processingTime=interval).start()
 
 
 def start_queries(spark: SparkSession, governor: Governor, once: bool,
@@ -205,7 +207,7 @@ def run(
         RuntimeError: a query failed (its name and error).
     """
     lease = lease or GovernorLease(cfg.lake.path, cfg.lake.lease_ttl_seconds)
-    metrics.configure(cfg, once=once)
+    metrics.configure(cfg)
     lease.acquire()
     endpoint = None if once else metrics.serve(cfg.metrics)  # never stops the run: a busy port is one log line
     try:

@@ -99,7 +99,7 @@ def render(prometheus: str, start: dt.datetime, end: dt.datetime, out: Path, *, 
                     values = [v for _, v in points]
                     if panel.unit.startswith("dateTime"):
                         values = [mdates.date2num(dt.datetime.fromtimestamp(v / 1000, dt.timezone.utc)) for v in values]
-                    style = "--" if fmt == "trigger" else "-"
+                    style = "--" if fmt.endswith("trigger") else "-"
                     width = max(1.0, 2.6 - 0.4 * drawn[panel.title])  # later lines thinner: equal ones stay seen
                     ax.step(times, values, style, where="post", linewidth=width, label=legend(fmt, labels, expr))
                     drawn[panel.title] += 1

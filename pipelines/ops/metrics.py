@@ -83,7 +83,7 @@ class _State:
     sink_failing: dict[str, float] = field(default_factory=dict)
     sink_success: dict[str, float] = field(default_factory=dict)
     lease_held: bool = False
-    trigger_seconds: float | None = None
+    triggers: dict[str, float] = field(default_factory=dict)
     max_held_seconds: float | None = None
     reasons: set[str] = field(default_factory=set)
 
@@ -123,12 +123,19 @@ class GovernorMetrics:
         ProcessCollector(registry=self.registry)
         self.registry.register(_Collector(self))
 
-    def configure(self, cfg: GovernorConfig, *, once: bool) -> None:
-        """Start of a run on ``cfg`` (``once``: a ``--once`` run, no trigger): the settings the alert rules compare
-        with, and none of an earlier run's gauges (counters keep counting, as Prometheus expects)."""
+    def configure(self, cfg: GovernorConfig) -> None:
+        """Start of a run on ``cfg``: the setting the held-limit alert compares with, and none of an earlier run's
+        gauges (counters keep counting, as Prometheus expects)."""
         with self.lock:
-            self.state = _State(lease_held=self.state.lease_held, max_held_seconds=float(cfg.limits.max_held_seconds),
-                                trigger_seconds=None if once else float(cfg.windows.trigger_seconds))
+            self.state = _State(lease_held=self.state.lease_held, max_held_seconds=float(cfg.limits.max_held_seconds))
+
+    def observe_trigger(self, query: str, interval: str) -> None:
+        """``query`` runs on a processing-time trigger of ``interval`` (Spark's text: ``"10 seconds"``,
+        ``"100 milliseconds"``), as :func:`pipelines.governor.start_queries` starts it."""
+        number, unit = interval.split()
+        seconds = float(number) * (0.001 if unit.startswith("milli") else 1.0)
+        with self.lock:
+            self.state.triggers[query] = seconds
 
     def observe_progress(self, query: str, progress: Mapping[str, Any]) -> None:
         """One ``StreamingQueryProgress`` (a mapping) of ``query`` (``ingest``, ``fast``, ``gold``): its
@@ -139,8 +146,8 @@ class GovernorMetrics:
         mark = (progress.get("eventTime") or {}).get("watermark")
         at = dt.datetime.fromisoformat(mark.replace("Z", "+00:00")).timestamp() if mark else 0.0
         with self.lock:
-            if self.state.trigger_seconds is not None:
-                self.state.behind[query] = max(0.0, seconds - self.state.trigger_seconds)
+            if query in self.state.triggers:
+                self.state.behind[query] = max(0.0, seconds - self.state.triggers[query])
             if at > 0:
                 self.state.watermarks[query] = at
 
@@ -248,11 +255,11 @@ class _Collector:
                          {key: max(0.0, (s.horizon or since) - since) for key, since in s.held_since.items()})
             yield _gauge("limit_max_held_seconds", "limits.max_held_seconds: a limit held longer is flagged.", (),
                          {(): s.max_held_seconds} if s.max_held_seconds is not None else {})
-            yield _gauge("trigger_seconds", "The continuous job's processing-time trigger (windows.trigger_seconds).",
-                         (), {(): s.trigger_seconds} if s.trigger_seconds is not None else {})
             yield _gauge("lease_held", "1 while this process holds the lake's lease (<lake>/_governor.lease).", (),
                          {(): 1.0 if s.lease_held else 0.0})
             for name, doc, label, values in (
+                ("trigger_seconds", "Each query's processing-time trigger in the continuous job, seconds.", "query",
+                 s.triggers),
                 ("query_behind_trigger_seconds", "How far each query's last micro-batch ran past the trigger, "
                  "seconds (0: within it).", "query", s.behind),
                 ("watermark_timestamp_seconds", "Each stateful query's event-time watermark, Unix seconds.", "query",
@@ -342,7 +349,7 @@ def _hook(name: str, call: Callable[[GovernorMetrics], None]) -> None:
             log.warning("metrics: %s not recorded (%s: %s); the governor goes on", name, type(exc).__name__, exc)
 
 
-def configure(cfg: GovernorConfig, *, once: bool) -> None:
+def configure(cfg: GovernorConfig) -> None:
     """A run on ``cfg`` starts: fresh metrics, as a new process has them (counters from 0, no series of an earlier
     run in this process), keeping whether the lease is held; then :meth:`GovernorMetrics.configure`. The
     ``observe_*`` functions below are the other methods, on the current metrics."""
@@ -350,10 +357,14 @@ def configure(cfg: GovernorConfig, *, once: bool) -> None:
     def fresh(m: GovernorMetrics) -> None:
         new = GovernorMetrics(m.clock)
         new.observe_lease(m.state.lease_held)
-        new.configure(cfg, once=once)
+        new.configure(cfg)
         install(new)
 
     _hook("configure", fresh)
+
+
+def observe_trigger(query: str, interval: str) -> None:
+    _hook("trigger", lambda m: m.observe_trigger(query, interval))
 
 
 def observe_progress(query: str, progress: Mapping[str, Any]) -> None:

@@ -255,6 +255,8 @@ def test_sink_faults_never_stop_the_governor_and_the_next_micro_batch_catches_up
             assert prom.value('time() - rate_governor_sink_last_success_timestamp_seconds{sink="kafka"}') < 60
             runs = prom.query("rate_governor_micro_batch_duration_seconds_count")
             assert {dict(k)["query"] for k in runs} == {"ingest", "fast", "gold"}
+            triggers = {dict(k)["query"]: v for k, v in prom.query("rate_governor_trigger_seconds").items()}
+            assert triggers == {"ingest": 2, "gold": 2, "fast": cfg.windows.fast_trigger_seconds}
             assert prom.value("rate_governor_lease_held") == 1
             assert prom.value('sum(rate_governor_anomalies_total{anomaly="RUNAWAY_RETRY"})') >= 1
             assert {dict(k)["broker"] for k in prom.query("rate_governor_broker_last_report_timestamp_seconds")} \

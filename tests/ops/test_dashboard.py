@@ -22,7 +22,8 @@ def exposed() -> set[str]:
     """Every sample name a governor's registry gives once each hook has seen something."""
     m = GovernorMetrics()
     now = dt.datetime(2026, 11, 26, 12, tzinfo=dt.timezone.utc)
-    m.configure(load_config("conf/local.toml"), once=False)
+    m.configure(load_config("conf/local.toml"))
+    m.observe_trigger("gold", "10 seconds")
     m.observe_progress("gold", {"batchDuration": 1000, "eventTime": {"watermark": "2026-11-26T11:58:00.000Z"}})
     m.observe_limits([{"resource_type": "group", "resource": "g", "limit_qps": 5.0, "mode": "enforce",
                        "expires_at": "2999-01-01T00:00:00Z", "brokers": {"b": {"limit_qps": 5.0, "burst": 5}}}])
@@ -55,7 +56,7 @@ def test_panels_are_read_in_grafanas_layout_order_with_their_units():
     assert [p.title for p in found][:2] == ["Limits in force (cluster-wide)", "Each broker's share of a limit"]
     assert len(found) == 8 and all(p.targets for p in found)
     durations = next(p for p in found if p.title.startswith("Micro-batch duration"))
-    assert durations.unit == "s" and [fmt for _, fmt in durations.targets] == ["{{query}} mean", "trigger"]
+    assert durations.unit == "s" and [fmt for _, fmt in durations.targets] == ["{{query}} mean", "{{query}} trigger"]
     assert dashboard.legend("{{resource}} @ {{broker}}", {"resource": "g", "broker": "*"}, "x") == "g @ *"
 
 

@@ -142,7 +142,7 @@ def test_active_anomalies_are_those_of_the_newest_final_window_and_go_away(m):
 def test_held_seconds_run_in_event_time_and_end_with_the_limit(m):
     state = pa.table({"resource_type": ["group", "topic"], "resource": ["storm", "flash"], "limit_qps": [20.0, None],
                       "limited_since": pa.array([W1 - dt.timedelta(hours=2), None], UTC_TS)})
-    m.configure(load_config("conf/local.toml"), once=False)
+    m.configure(load_config("conf/local.toml"))
     m.observe_outputs({tables.GOLD_BROKER_TPS: _windows(W1), tables.STATE_POLICY: state})
     assert value(m, "rate_governor_limit_held_seconds", resource_type="group", resource="storm") == 7200
     assert value(m, "rate_governor_limit_max_held_seconds") == 3600  # the alert compares the two
@@ -162,7 +162,9 @@ def test_each_brokers_newest_stats_minute_never_goes_back(m):
 
 
 def test_progress_gives_durations_lag_behind_the_trigger_and_watermark_delay(m):
-    m.configure(load_config("conf/local.toml"), once=False)  # 10 s trigger
+    m.observe_trigger("gold", "10 seconds")  # as governor.start_queries starts them
+    m.observe_trigger("ingest", "10 seconds")
+    m.observe_trigger("fast", "500 milliseconds")
     for seconds in (4.0, 13.5):
         m.observe_progress("gold", {"batchDuration": int(seconds * 1000),
                                     "eventTime": {"watermark": f"{NOW - dt.timedelta(minutes=3):%Y-%m-%dT%H:%M:%S}.000Z"}})
@@ -172,7 +174,10 @@ def test_progress_gives_durations_lag_behind_the_trigger_and_watermark_delay(m):
     assert value(m, "rate_governor_micro_batch_duration_seconds_bucket", query="gold", le="10.0") == 1
     assert value(m, "rate_governor_query_behind_trigger_seconds", query="gold") == 3.5
     assert value(m, "rate_governor_query_behind_trigger_seconds", query="ingest") == 0
-    assert value(m, "rate_governor_trigger_seconds") == 10
+    assert value(m, "rate_governor_trigger_seconds", query="gold") == 10
+    assert value(m, "rate_governor_trigger_seconds", query="fast") == 0.5
+    m.observe_progress("fast", {"batchDuration": 800})
+    assert value(m, "rate_governor_query_behind_trigger_seconds", query="fast") == pytest.approx(0.3)
     assert value(m, "rate_governor_watermark_delay_seconds", query="gold") == 180
     assert value(m, "rate_governor_watermark_delay_seconds", query="ingest") is None  # no watermark
 
@@ -259,7 +264,9 @@ def test_a_bad_port_setting_names_the_setting():
 def test_each_run_starts_fresh_metrics_as_a_new_process_would_and_keeps_the_lease(m):
     m.observe_publish("recording", False)  # an earlier run in this process (the tests run many)
     m.observe_lease(True)
-    metrics.configure(load_config("conf/local.toml"), once=False)
+    m.observe_trigger("gold", "10 seconds")
+    metrics.configure(load_config("conf/local.toml"))
     run = metrics.current()
     assert run is not m and value(run, "rate_governor_sink_publishes_total", sink="recording", outcome="failed") is None
-    assert value(run, "rate_governor_lease_held") == 1 and value(run, "rate_governor_trigger_seconds") == 10
+    assert value(run, "rate_governor_lease_held") == 1 and value(run, "rate_governor_limit_max_held_seconds") == 3600
+    assert value(run, "rate_governor_trigger_seconds", query="gold") is None  # the queries' triggers come as they start
