@@ -15,6 +15,7 @@ functions (:func:`observe_outputs`, …) log a failure once per hook at WARNING 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import logging
 import threading
 import time
@@ -46,19 +47,16 @@ MAX_REASONS = 32
 #: The final path's tables whose ``window_end`` tells the newest final window of a micro-batch.
 FINAL_WINDOW_TABLES = (tables.GOLD_TOPIC_TPS, tables.GOLD_GROUP_TPS, tables.GOLD_BROKER_TPS, tables.GOLD_ANOMALIES)
 #: Columns of each table the metrics read (:meth:`GovernorMetrics.observe_outputs`).
-COLUMNS = {
-    tables.GOLD_LIMITS: ("action", "basis", "resource_type", "mode"),
-    tables.GOLD_ANOMALIES: ("window_end", "resource_type", "resource", "anomaly"),
-    tables.STATE_POLICY: ("resource_type", "resource", "limit_qps", "limited_since"),
-    tables.QUARANTINE: ("reason",),
-    tables.SILVER_BROKER_STATS: ("broker", "event_time"),
-    **{table: ("window_end",) for table in FINAL_WINDOW_TABLES[:3]},
-}
+COLUMNS = {tables.GOLD_LIMITS: ("action", "basis", "resource_type", "mode"),
+           tables.GOLD_ANOMALIES: ("window_end", "resource_type", "resource", "anomaly"),
+           tables.STATE_POLICY: ("resource_type", "resource", "limit_qps", "limited_since"),
+           tables.QUARANTINE: ("reason",), tables.SILVER_BROKER_STATS: ("broker", "event_time"),
+           **{table: ("window_end",) for table in FINAL_WINDOW_TABLES[:3]}}
+
+
 def _epoch(value: dt.datetime | None) -> float | None:
     """A datetime (naive = UTC) → Unix seconds; None stays None."""
-    if value is None:
-        return None
-    return (value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value).timestamp()
+    return None if value is None else (value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)).timestamp()
 
 
 def _counts(data: pa.Table, columns: tuple[str, ...]) -> dict[tuple[str, ...], int]:
@@ -113,13 +111,11 @@ class GovernorMetrics:
                                    "(Spark's batchDuration).", ["query"], buckets=DURATION_BUCKETS, **common)
         # every known label set from 0, so that rate() and increase() see a first decision or anomaly too (a series
         # born at 1 has no earlier sample to rise from)
-        for action in (ACTION_SET, ACTION_RELAX, ACTION_LIFT):
-            for basis in (BASIS_PRELIMINARY, BASIS_FINAL):
-                for rtype, mode in ((rtype, mode) for rtype in ("topic", "group") for mode in sorted(MODES)):
-                    self.decisions.labels(action, basis, limited_by(rtype).value, mode)
-        for kind, spec in RULES.items():
-            for rtype in spec.resource_types:
-                self.anomalies.labels(kind.value, rtype)
+        for action, basis, rtype, mode in itertools.product((ACTION_SET, ACTION_RELAX, ACTION_LIFT), (
+                BASIS_PRELIMINARY, BASIS_FINAL), ("topic", "group"), sorted(MODES)):
+            self.decisions.labels(action, basis, limited_by(rtype).value, mode)
+        for kind, rtype in ((kind, rtype) for kind, spec in RULES.items() for rtype in spec.resource_types):
+            self.anomalies.labels(kind.value, rtype)
         ProcessCollector(registry=self.registry)
         self.registry.register(_Collector(self))
 
@@ -130,10 +126,9 @@ class GovernorMetrics:
             self.state = _State(lease_held=self.state.lease_held, max_held_seconds=float(cfg.limits.max_held_seconds))
 
     def observe_trigger(self, query: str, interval: str) -> None:
-        """``query`` runs on a processing-time trigger of ``interval`` (Spark's text: ``"10 seconds"``,
-        ``"100 milliseconds"``), as :func:`pipelines.governor.start_queries` starts it."""
+        """``query`` runs on a processing-time trigger of ``interval`` (Spark's ``"10 seconds"``, ``"100 ms"``…)."""
         number, unit = interval.split()
-        seconds = float(number) * (0.001 if unit.startswith("milli") else 1.0)
+        seconds = float(number) * (0.001 if unit.startswith(("milli", "ms")) else 1.0)
         with self.lock:
             self.state.triggers[query] = seconds
 
@@ -350,9 +345,8 @@ def _hook(name: str, call: Callable[[GovernorMetrics], None]) -> None:
 
 
 def configure(cfg: GovernorConfig) -> None:
-    """A run on ``cfg`` starts: fresh metrics, as a new process has them (counters from 0, no series of an earlier
-    run in this process), keeping whether the lease is held; then :meth:`GovernorMetrics.configure`. The
-    ``observe_*`` functions below are the other methods, on the current metrics."""
+    """A run on ``cfg`` starts: fresh metrics, as a new process has them (no series of an earlier run in this
+    process), the lease state kept. The ``observe_*`` functions below: the methods, on the current metrics."""
 
     def fresh(m: GovernorMetrics) -> None:
         new = GovernorMetrics(m.clock)
@@ -373,11 +367,10 @@ def observe_progress(query: str, progress: Mapping[str, Any]) -> None:
 
 def observe_outputs(appended: Mapping[str, pa.Table], rows: Mapping[str, int],
                     others: Mapping[str, Any] | None = None) -> None:
-    """:meth:`GovernorMetrics.observe_outputs` for one micro-batch: of the tables of :data:`COLUMNS` it appended rows
-    to (``rows``, its report), those at hand as Arrow (``appended``: the decision flows' outputs, the ingest tables
-    written through the driver). While an endpoint serves, such a table written another way (``others``: Spark
-    DataFrames written from the executors, or by delta-spark) is read here, its :data:`COLUMNS` only (a small Spark
-    job each); otherwise it is left out."""
+    """:meth:`GovernorMetrics.observe_outputs` for one micro-batch: the tables of :data:`COLUMNS` it appended rows to
+    (``rows``, its report) at hand as Arrow (``appended``). While an endpoint serves, one written another way
+    (``others``: Spark DataFrames written from the executors or by delta-spark) is read, its :data:`COLUMNS` only
+    (a small Spark job each); otherwise it is left out."""
 
     def found(m: GovernorMetrics) -> None:
         arrow = {}
