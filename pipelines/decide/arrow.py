@@ -23,6 +23,7 @@ from pipelines import columns
 _SIMPLE = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double": pa.float64(),
            "boolean": pa.bool_(), "binary": pa.binary(), "timestamp": pa.timestamp("us", tz="UTC")}
 UTC = dt.timezone.utc
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def arrow_type(name: str) -> pa.DataType:
@@ -118,6 +119,17 @@ def figures(value) -> dict[str, float]:
     else:
         items = [(v["key"], v["value"]) if isinstance(v, dict) else v for v in value]
     return {str(k): float(v) for k, v in items if v is not None}
+
+
+def micros(value: dt.datetime) -> int:
+    """Microseconds since the epoch of a UTC datetime (naive = UTC): the value a timestamp column holds."""
+    return (aware(value) - EPOCH) // dt.timedelta(microseconds=1)
+
+
+def when(column: str) -> pl.Expr:
+    """A timestamp column as microseconds since the epoch, to compare with :func:`micros` of a datetime (a polars
+    datetime literal costs hundreds of microseconds to build; an integer, a few)."""
+    return pl.col(column).dt.epoch("us")
 
 
 def epoch_seconds(value: dt.datetime) -> int:

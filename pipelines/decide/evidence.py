@@ -31,7 +31,7 @@ import pyarrow as pa
 from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
-from pipelines.decide.arrow import naive, to_polars
+from pipelines.decide.arrow import naive, to_polars, micros, when
 from pipelines.decide.fold_types import Observation
 from pipelines.decide.rules import broker_writes, group_retry
 
@@ -144,7 +144,7 @@ def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int
         return {}
     frame = pl.from_arrow(rows.select(["window_start", "window_end", "resource_type", "resource", "rate_limited",
                                        "broker_amounts"]))
-    frame = frame.filter((pl.col("window_start") >= after) & pl.col("resource_type").is_in(["topic", "group"]))
+    frame = frame.filter((when("window_start") >= micros(after)) & pl.col("resource_type").is_in(["topic", "group"]))
     per: dict[tuple, dict] = {}
     for row in frame.iter_rows(named=True):
         rtype, name = row["resource_type"], row["resource"]

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from pipelines import columns
 from pipelines.config import GovernorConfig
 from pipelines.decide import preliminary as pre
-from pipelines.decide.arrow import aware, from_rows, to_polars
+from pipelines.decide.arrow import aware, from_rows, to_polars, micros, when
 from pipelines.decide.candidates import candidate_limits
 from pipelines.decide.fold_types import ACTION_SET, BASIS_PRELIMINARY
 from pipelines.decide.folding import fold_all
@@ -116,8 +116,8 @@ def prepare_preliminary(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfi
     current = pl.from_arrow(rows)
     open_windows = current
     if newest_final is not None:  # windows the final path has decided are its business
-        topic_history = topic_history.filter(pl.col("window_start") <= newest_final)
-        broker_history = broker_history.filter(pl.col("window_start") <= newest_final)
+        topic_history = topic_history.filter(when("window_start") <= micros(newest_final))
+        broker_history = broker_history.filter(when("window_start") <= micros(newest_final))
     if remembered is not None and remembered.num_rows:
         open_windows = pre.with_rows_of_completed_windows(open_windows, pl.from_arrow(remembered), expected)
     anomalies = pre.preliminary_anomalies(open_windows, topic_history, broker_history, expected, windows,

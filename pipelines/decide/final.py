@@ -30,7 +30,7 @@ import pyarrow as pa
 from pipelines import columns
 from pipelines.config import GovernorConfig
 from pipelines.decide import evidence as ev
-from pipelines.decide.arrow import aware, from_rows, to_arrow, to_polars
+from pipelines.decide.arrow import aware, from_rows, to_arrow, to_polars, micros, when
 from pipelines.decide.candidates import candidate_limits
 from pipelines.decide.catalogue import limited_by
 from pipelines.decide.fold_types import BASIS_FINAL
@@ -170,7 +170,7 @@ def prepare_final(inputs: FinalInputs, cfg: GovernorConfig, first_window: dt.dat
     grid = set(marks.filter(pl.col("resource") == "traffic")["window_end"].to_list())
     if inputs.limiter_rejections is not None and inputs.limiter_rejections.num_rows:
         limited = ev.limiter_traffic(pl.from_arrow(inputs.limiter_rejections), windows).filter(
-            pl.col("window_start").is_in(batch_windows))
+            when("window_start").is_in([micros(x) for x in batch_windows]))
         grid |= set(limited["window_end"].to_list())
         traffic = pl.concat([traffic, limited], how="vertical_relaxed")
     demand_rows = ev.demand(traffic, brokers, cfg.detection, groups)

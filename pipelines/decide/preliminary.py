@@ -25,7 +25,7 @@ import datetime as dt
 import polars as pl
 
 from pipelines.config import DetectionConfig, WindowsConfig
-from pipelines.decide.arrow import naive
+from pipelines.decide.arrow import naive, micros, when
 from pipelines.decide.candidates import Keyed
 from pipelines.decide.rules import (
     WINDOW_KEYS, anomalies_frame, baselines, broker_busy, broker_writes, failure_spike, runaway_retry, surge_values,
@@ -58,7 +58,7 @@ def with_rows_of_completed_windows(current: pl.DataFrame, remembered: pl.DataFra
     if not done:
         return current
     keys = ["window_start", "resource_type", "resource"]
-    older = remembered.join(current.select(keys), on=keys, how="anti").filter(pl.col("window_start").is_in(done))
+    older = remembered.join(current.select(keys), on=keys, how="anti").filter(when("window_start").is_in([micros(x) for x in done]))
     return pl.concat([current, older.select(current.columns).cast(current.schema)], how="vertical")
 
 
@@ -66,6 +66,49 @@ def _failures_by_class() -> pl.Expr:
     """The fast path counts failures as busy / other (the final window has them by class)."""
     return pl.struct(pl.col("busy_failures").alias("busy"),
                      (pl.col("failures") - pl.col("busy_failures")).alias("other")).alias("failures_by_class")
+
+
+def may_fire(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_history: pl.DataFrame,
+             complete: list, cfg: DetectionConfig) -> bool:
+    """Whether any rule can fire on the open windows: a necessary condition of every rule, checked before the
+    rules themselves (most micro-batches prove nothing). ``BROKER_BUSY`` needs the busy floor; ``RUNAWAY_RETRY`` and
+    ``FAILURE_SPIKE`` their floors in a window complete by census; ``TRAFFIC_SURGE`` its floor and ``surge_factor``
+    × a lower bound of the resource's baseline: the smallest value of its history (or of the open windows), which no
+    quantile of a frame within them is below; a resource with fewer values than ``baseline_min_windows`` has no
+    baseline. False means :func:`preliminary_anomalies` would return nothing."""
+    rows = open_rows.to_dicts()
+    length = None
+    floor = cfg.surge_floor_tps
+    topics, brokers = {}, {}
+    for r in rows:
+        if length is None:
+            length = (r["window_end"] - r["window_start"]).total_seconds()
+        kind = r["resource_type"]
+        if kind == "broker":
+            if (r["busy_failures"] or 0) >= cfg.busy_failures_floor:
+                return True
+            writes = (r["broker_puts"] if r["broker_puts"] is not None else r["puts"]) / length
+            brokers.setdefault(r["resource"], []).append(writes)
+        elif kind == "topic":
+            topics.setdefault(r["resource"], []).append(r["puts"] / length)
+            if r["window_start"] in complete and (r["failures"] or 0) >= cfg.failure_floor:
+                return True
+        elif kind == "group" and r["window_start"] in complete and (r["retried"] or 0) / length >= cfg.retry_floor_tps:
+            return True
+    for current, history, key, value in ((topics, unlimited(topic_history), "topic", pl.col("put_tps")),
+                                         (brokers, broker_history, "broker", broker_writes())):
+        hot = {k: v for k, v in current.items() if max(v) >= floor}
+        if not hot:
+            continue
+        known = history.filter(pl.col(key).is_in(list(hot))).group_by(key).agg(
+            value.min().alias("low"), pl.len().alias("n")) if history.height else None
+        bounds = {r[key]: (r["low"], r["n"]) for r in known.iter_rows(named=True)} if known is not None else {}
+        for k, values in hot.items():
+            low, n = bounds.get(k, (None, 0))
+            lows = [x for x in (low, min(values)) if x is not None]
+            if n + len(values) - 1 >= cfg.baseline_min_windows and max(values) >= cfg.surge_factor * min(lows):
+                return True
+    return False
 
 
 def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_history: pl.DataFrame,
@@ -77,6 +120,8 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
         return anomalies_frame([])
     counts = census(open_rows, expected)
     complete = [start for start, (_n, ok) in counts.items() if ok]
+    if not may_fire(open_rows, topic_history, broker_history, complete, cfg):
+        return anomalies_frame([])
     per = float(windows.length_seconds)
     of = lambda kind: open_rows.filter(pl.col("resource_type") == kind)  # noqa: E731
     topics = of("topic").select(
@@ -108,8 +153,8 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
     rows = broker_busy(brokers, windows, cfg)  # MONOTONE rules (pipelines/decide/catalogue.py)
     rows += traffic_surge(topic_base, "topic", "topic", cfg)
     rows += traffic_surge(broker_base, "broker", "broker", cfg)
-    rows += runaway_retry(groups.filter(pl.col("window_start").is_in(complete)), cfg)  # RATIO rules: census
-    rows += failure_spike(topics.filter(pl.col("window_start").is_in(complete)), windows, cfg)
+    rows += runaway_retry(groups.filter(when("window_start").is_in([micros(x) for x in complete])), cfg)  # RATIO rules: census
+    rows += failure_spike(topics.filter(when("window_start").is_in([micros(x) for x in complete])), windows, cfg)
     for row in rows:
         seen = counts.get(row["window_start"])
         row["detail"] += (f" [preliminary: open window, {seen[0]} of {len(expected)} expected brokers reported]"
@@ -152,5 +197,5 @@ def newest_final_window(broker_history: pl.DataFrame) -> tuple[dt.datetime | Non
     if broker_history.height == 0:
         return None, []
     newest = broker_history["window_start"].max()
-    return newest, sorted(set(broker_history.filter(pl.col("window_start") == newest)["broker"].to_list()))
+    return newest, sorted(set(broker_history.filter(when("window_start") == micros(newest))["broker"].to_list()))
 

@@ -30,7 +30,7 @@ import polars as pl
 from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
-from pipelines.decide.arrow import to_polars
+from pipelines.decide.arrow import to_polars, micros, when
 from pipelines.decide.catalogue import Anomaly
 from pipelines.decide.text import fixed, number
 
@@ -38,11 +38,14 @@ WINDOW_KEYS = ("window_start", "window_end")
 ANOMALY_COLUMNS = [name for name, _ in columns.GOLD_ANOMALIES]
 
 
+_ANOMALIES = to_polars(None, columns.GOLD_ANOMALIES)
+
+
 def anomalies_frame(rows: list[dict]) -> pl.DataFrame:
     """Anomaly rows (dicts) → a frame of the ``gold/anomalies`` columns (empty rows → an empty, typed frame)."""
     if not rows:
-        return to_polars(None, columns.GOLD_ANOMALIES)
-    return pl.DataFrame(rows, schema=to_polars(None, columns.GOLD_ANOMALIES).schema)
+        return _ANOMALIES.clear()
+    return pl.DataFrame(rows, schema=_ANOMALIES.schema)
 
 
 def _severity(observed: float, floor: float, cfg: DetectionConfig) -> str:
@@ -99,20 +102,19 @@ def baselines(values: pl.DataFrame, key: str, first_window: dt.datetime, windows
     rank ``ceil(q × n)`` of the sorted values (``QuantileSummaries.query`` keeps every sample below its
     compression threshold)."""
     span = cfg.baseline_windows * windows.length_seconds
-    values = values.with_columns(pl.col("window_start").dt.epoch("s").alias("_s"))
-    current = values.filter(pl.col("window_start") >= first_window).select("window_start", key, "_s").unique()
-    pairs = current.join(values.select(key, pl.col("_s").alias("_h"), pl.col("value")).filter(
-        pl.col("value").is_not_null()), on=key, how="left")
-    in_frame = pairs.filter((pl.col("_h") >= pl.col("_s") - span) & (pl.col("_h") <= pl.col("_s") - 1))
     q = cfg.baseline_quantile
-    stats = in_frame.group_by(["window_start", key]).agg(
-        pl.col("value").sort().alias("_v"), pl.len().alias("baseline_windows"))
+    lazy = values.lazy().with_columns(pl.col("window_start").dt.epoch("s").alias("_s"))
+    current = lazy.filter(when("window_start") >= micros(first_window)).select("window_start", key, "_s").unique()
+    frame = current.join(lazy.filter(pl.col("value").is_not_null()).select(key, pl.col("_s").alias("_h"), "value"),
+                         on=key, how="inner").filter(
+        (pl.col("_h") >= pl.col("_s") - span) & (pl.col("_h") <= pl.col("_s") - 1))
+    stats = frame.group_by(["window_start", key]).agg(pl.col("value").sort().alias("_v"),
+                                                      pl.len().alias("baseline_windows"))
     stats = stats.with_columns(
         pl.col("_v").list.get((pl.col("baseline_windows").cast(pl.Float64) * q).ceil().cast(pl.Int64) - 1)
         .alias("baseline_tps")).drop("_v")
-    out = current.join(stats, on=["window_start", key], how="left").with_columns(
-        pl.col("baseline_windows").fill_null(0).cast(pl.Int32)).drop("_s")
-    return out
+    return current.join(stats, on=["window_start", key], how="left").with_columns(
+        pl.col("baseline_windows").fill_null(0).cast(pl.Int32)).drop("_s").collect()
 
 
 def surge_values(history: pl.DataFrame, current: pl.DataFrame, key: str, value: pl.Expr) -> pl.DataFrame:

@@ -121,6 +121,7 @@ class ClosedLoopCluster:
         self.pending = np.zeros((L, S))
         self.k = 0
         self.limit = np.full(L, np.nan)
+        self._has, self._limited = np.zeros(L, dtype=bool), False
         self.burst = np.ones(L)
         self.open_ticks = np.full(L, self._ticks(self.cfg.breaker_open_ms), dtype=np.int64)
         # per minute × pair × stream (msgs); per second × pair (msgs); per broker × minute
@@ -193,6 +194,8 @@ class ClosedLoopCluster:
         """The limits in force from :attr:`now` on, per pair: ``limit`` requests/s at that broker (NaN = none),
         ``burst`` requests, ``breaker_open_ms``."""
         self.limit = np.asarray(limit, dtype=float)
+        self._has = ~np.isnan(self.limit)
+        self._limited = bool(self._has.any())
         self.burst = np.where(np.isnan(self.limit), 1.0, np.maximum(np.asarray(burst, dtype=float), 1.0))
         self.open_ticks = np.array([self._ticks(ms) for ms in np.asarray(breaker_open_ms, dtype=float)],
                                    dtype=np.int64)
@@ -215,21 +218,28 @@ class ClosedLoopCluster:
         arrivals = np.bincount(self.pair_broker, passed * self.work[:, m], minlength=len(self.brokers))
         share, _served, wait = self.queues.serve(arrivals, dt_s)
         busy = passed * share[self.pair_broker]
+        self.offered[m] += x
+        self.arrived_work[:, m] += arrivals
+        self.max_wait_ms[:, m] = np.maximum(self.max_wait_ms[:, m], wait * 1000.0)
+        if self._limited:
+            self.limited_seconds[m] += np.where(self._has, dt_s, 0.0)
+            self.limit_min[m] = np.fmin(self.limit_min[m], self.limit)
+        refused = total - passed + busy
+        if not refused.any():  # nothing rejected this tick (the usual case): nothing to retry or to log
+            self.admitted[m] += x
+            self.second_admitted[sec] += total
+            self.pending = np.zeros_like(x)
+            self.k += 1
+            return
         safe = np.where(total > 0, total, 1.0)
         r_lim = x * ((total - passed) / safe)[:, None]
         r_busy = x * (busy / safe)[:, None]
         rejected = r_lim + r_busy
-        self.offered[m] += x
         self.admitted[m] += x - rejected
         self.limiter_rejected[m] += r_lim
         self.busy_rejected[m] += r_busy
         self.second_admitted[sec] += total - rejected.sum(axis=1)
         self.second_rejected[sec] += rejected.sum(axis=1)
-        self.arrived_work[:, m] += arrivals
-        self.max_wait_ms[:, m] = np.maximum(self.max_wait_ms[:, m], wait * 1000.0)
-        has = ~np.isnan(self.limit)
-        self.limited_seconds[m] += np.where(has, dt_s, 0.0)
-        self.limit_min[m] = np.fmin(self.limit_min[m], self.limit)
         nxt = np.zeros_like(x)
         for s in range(self.streams - 1):
             nxt[:, s + 1] = self.route[s].T @ rejected[:, s]

@@ -8,7 +8,9 @@ step these two classes. Units: requests and write units per tick; ``dt`` in seco
   semantics of Sohu's ``TokenBucketRateLimiter`` (sohutv/rocketmq 5.3.1-sohu-01,
   ``broker/util/TokenBucketRateLimiter.java``): tokens refill at ``limit_qps`` up to ``burst``; a request that
   finds no token opens the breaker, which rejects everything for ``breaker_open_ms`` (1 s), then token-bucket
-  limiting resumes. Fluid: within a tick the pair admits what its tokens allow and the rest is rejected.
+  limiting resumes. Fluid: within a tick the pair admits what its tokens allow and the rest is rejected; the breaker
+  opens when the tokens run out, inside that tick, so the tick counts towards its open time (otherwise a persisting
+  overload would be admitted at ``1 / (1 + tick)`` of the limit: 0.91 at 0.1 s ticks, 0.67 at 0.5 s).
 * :class:`SendQueues` — one FIFO send queue per broker served at its capacity; when the head of the queue has
   waited ``waitTimeMillsInSendQueue`` (200 ms) ``BrokerFastFailure`` drops the expired requests with
   ``[TIMEOUT_CLEAN_QUEUE]broker busy`` (docs/rocketmq-formats.md §5). Fast failure does not tell resources apart:
@@ -58,7 +60,7 @@ class TokenBuckets:
         admitted = np.where(has, admitted, offered)
         self.tokens = np.where(closed, self.tokens - admitted, self.tokens)
         left = np.where(is_open, self.open_left - 1, self.open_left)
-        left = np.where(short, open_ticks, left)
+        left = np.where(short, np.maximum(np.asarray(open_ticks) - 1, 0), left)  # this tick is the first open one
         self.open_left = np.where(has, left, 0)
         return admitted
 

@@ -1,0 +1,332 @@
+"""The closed loop without Spark: the simulated cluster (:class:`pipelines.sim.cluster.ClosedLoopCluster`: token
+buckets and breakers, producers retrying on other brokers, consumers falling back to plain sends) against the
+governor's decision plane (:mod:`pipelines.decide`) directly, in event time. The same decision code as the
+streaming job and the Spark backtest; Spark's part (parsing, the windowed sums) is modelled by
+:mod:`pipelines.sim.windows`. Fast enough to sweep hundreds of closed loops (``tests/sim/test_sweep.py``).
+
+Timing, as the product runs (shipped ``conf/local.toml``):
+
+* a minute's stats lines land ``shipping.stats_seconds`` after the end of the minute they cover; a rejected
+  attempt's failure line ``shipping.failures_seconds`` after it failed;
+* the ingest query runs on ``windows.trigger_seconds``: what landed by its trigger is parsed, and its events are
+  written :attr:`Timing.ingest_seconds` later;
+* the fast query runs on ``windows.fast_trigger_seconds`` on the events written by then: its running sums of open
+  windows, its preliminary decisions published :attr:`Timing.fast_seconds` after its trigger;
+* the gold query runs on ``windows.trigger_seconds`` on the events written by then: windows are final one
+  micro-batch after the one whose input moved the watermark past them; its decisions are published
+  :attr:`Timing.gold_seconds` after its trigger;
+* a publication is in force at every broker ``propagation_seconds`` later (the record's own figure per broker),
+  until it is replaced, lifted or expires.
+
+Processing times are the model's (:class:`Timing`), not measured: the Spark backtest (:mod:`pipelines.backtest.loop`)
+measures them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field
+
+from pipelines import columns
+from pipelines import rocketmq as rmq
+from pipelines.config import ConfigSection, GovernorConfig
+from pipelines.decide.arrow import from_rows
+from pipelines.decide.evidence import open_evidence
+from pipelines.decide.fast import FastInputs, OpenRows
+from pipelines.decide.fast import decide_prepared as decide_preliminary
+from pipelines.decide.fast import prepare_preliminary
+from pipelines.decide.final import FinalInputs, decide_prepared, prepare_final
+from pipelines.decide.reconcile import latest_per_resource
+from pipelines.io.records import current_rows, records_from_rows
+from pipelines.sim.admitted import admitted_rows, trickle
+from pipelines.sim.cluster import ClosedLoopCluster
+from pipelines.sim.windows import FinalWindows, OpenWindows, gold_tables
+
+UTC = dt.timezone.utc
+GOLD = ("gold/topic_tps", "gold/group_tps", "gold/broker_tps")
+
+
+class Timing(ConfigSection):
+    """Modelled processing seconds of one micro-batch per query (event time), and the simulation's tick."""
+
+    ingest_seconds: float = Field(default=2.0, ge=0)  # landing → its events written for the deciding queries
+    fast_seconds: float = Field(default=0.5, ge=0)    # fast trigger → its decisions published
+    gold_seconds: float = Field(default=1.0, ge=0)    # gold trigger → its decisions published
+    tick_seconds: float = Field(default=0.5, gt=0)    # the cluster's tick (its token buckets and breakers)
+
+
+@dataclass
+class Store:
+    """The decisions' memory of one simulated governor (as :class:`pipelines.flows.store.DecisionStore`, no lake)."""
+
+    state: dict = field(default_factory=dict)
+    limits: dict = field(default_factory=dict)
+    _tables: dict = field(default_factory=dict)
+
+    def state_table(self) -> pa.Table:
+        if "state" not in self._tables:
+            self._tables["state"] = from_rows(list(self.state.values()), columns.POLICY_STATE)
+        return self._tables["state"]
+
+    def limits_table(self) -> pa.Table:
+        if "limits" not in self._tables:
+            self._tables["limits"] = from_rows(list(self.limits.values()), columns.GOLD_LIMITS)
+        return self._tables["limits"]
+
+    def limited_keys(self) -> tuple[str, ...]:
+        return tuple(sorted(f"{t}\x1f{r}" for (t, r), row in self.state.items() if row.get("limit_qps") is not None))
+
+    def add(self, limits: pa.Table, state: pa.Table | None = None) -> None:
+        self._tables.clear()
+        for r in (state.to_pylist() if state is not None else []):
+            self.state[(r["resource_type"], r["resource"])] = r
+        for r in limits.to_pylist():
+            key = (r["resource_type"], r["resource"])
+            if key not in self.limits or r["version"] >= self.limits[key]["version"]:
+                self.limits[key] = r
+
+
+@dataclass
+class SimResult:
+    """What a simulated closed loop produced, in the shape the backtest's figures read
+    (:func:`pipelines.backtest.figures.compute`)."""
+
+    spec: object
+    cluster: ClosedLoopCluster
+    propagation_seconds: float
+    trigger_seconds: int
+    watermark_seconds: int
+    in_force: list
+    limits: pd.DataFrame
+    steps: list = field(default_factory=list)
+    publications: list = field(default_factory=list)
+    wall_seconds: float = 0.0
+    failure_lines: int = 0
+    bcfg: object = None
+
+
+def stats_events(cluster: ClosedLoopCluster, m: int) -> list[tuple]:
+    """The metric events of minute ``m``'s stats lines as the brokers admitted it (the windowed stats only)."""
+    rows = admitted_rows(cluster, m)
+    rows = rows[(rows["period"] == "minute") & rows["stat_name"].isin(rmq.WINDOWED_STATS)]
+    at = (cluster.start + pd.Timedelta(minutes=m)).to_pydatetime()
+    out = []
+    for broker, stat, key, amount in zip(rows["broker"], rows["stat_name"], rows["stats_key"], rows["sum"]):
+        if stat == rmq.TOPIC_PUT_NUMS:
+            topic, group = key, None
+        elif stat == rmq.BROKER_PUT_NUMS:
+            topic, group = None, None
+        else:
+            topic, _, group = key.rpartition("@")
+        out.append((at, broker, topic, group, stat, int(amount)))
+    return out
+
+
+class Broker:
+    """The brokers' limits over time: publications in force ``propagation`` seconds after they were published."""
+
+    def __init__(self, cluster: ClosedLoopCluster, cfg: GovernorConfig, propagation: float) -> None:
+        self.cluster, self.cfg, self.propagation = cluster, cfg, propagation
+        self.pending: list[tuple[pd.Timestamp, list[dict]]] = []
+        self.records: list[dict] = []
+        self.timeline: list[tuple[pd.Timestamp, dict]] = []
+        self.index = {(b, t, r): i for i, (b, t, r) in enumerate(zip(
+            cluster.pairs["broker"], cluster.pairs["resource_type"], cluster.pairs["resource"]))}
+
+    def publish(self, at: pd.Timestamp, latest: dict) -> None:
+        rows = current_rows(list(latest.values()), at.to_pydatetime())
+        self.pending.append((at + pd.Timedelta(seconds=self.propagation), records_from_rows(rows, self.cfg.limits,
+                                                                                                 None)))
+
+    def next_change(self, after: pd.Timestamp) -> pd.Timestamp | None:
+        times = [t for t, _ in self.pending]
+        times += [pd.Timestamp(r["expires_at"]) for r in self.records if pd.Timestamp(r["expires_at"]) > after]
+        return min(times) if times else None
+
+    def run_until(self, when: pd.Timestamp) -> None:
+        c = self.cluster
+        while True:
+            change = self.next_change(c.now)
+            if change is None or change > when:
+                break
+            c.advance_to(change)
+            self._apply(change)
+        c.advance_to(when)
+
+    def _apply(self, at: pd.Timestamp) -> None:
+        due = [p for p in self.pending if p[0] <= at]
+        if due:
+            self.records = due[-1][1]
+            self.pending = [p for p in self.pending if p[0] > at]
+        c = self.cluster
+        n = len(c.pairs)
+        limit, burst, open_ms = np.full(n, np.nan), np.ones(n), np.full(n, float(c.cfg.breaker_open_ms))
+        snapshot = {}
+        for rec in self.records:
+            if rec["mode"] != "enforce" or pd.Timestamp(rec["expires_at"]) <= at:
+                continue
+            brokers = rec.get("brokers") or {}
+            for b in c.brokers:
+                i = self.index.get((b, rec["resource_type"], rec["resource"]))
+                if i is None:
+                    continue
+                share = brokers.get(b) or brokers.get("*")
+                qps, bu = (share["limit_qps"], share["burst"]) if share else (rec["limit_qps"], rec["burst"])
+                limit[i], burst[i], open_ms[i] = qps, bu, rec["breaker_open_ms"]
+                snapshot[(b, rec["resource_type"], rec["resource"])] = (qps, rec)
+        c.set_limits(limit, burst, open_ms)
+        if not self.timeline or self.timeline[-1][1] != snapshot:
+            self.timeline.append((at, snapshot))
+
+
+def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
+             propagation_seconds: float | None = None, record=None) -> SimResult:
+    """Run ``spec`` in closed loop against the decision plane (module docstring). ``cfg``: the governor's config
+    (shipped ``conf/local.toml``); ``bcfg``: the backtest's world (:class:`pipelines.backtest.settings.BacktestConfig`:
+    shipping, brokers, clients, propagation). ``record(kind, inputs, outputs)``: called with each fast micro-batch's
+    decision inputs and its preliminary ``gold/limits`` rows (``bench/same_decisions.py`` replays them through
+    another commit's fast path)."""
+    import time as _time
+
+    started = _time.monotonic()
+    timing = timing or Timing()
+    broker_cfg = bcfg.broker.model_copy(update={"tick_seconds": timing.tick_seconds})
+    cluster = ClosedLoopCluster(spec, broker_cfg, bcfg.clients)
+    prop = bcfg.propagation_seconds if propagation_seconds is None else float(propagation_seconds)
+    w, ship = cfg.windows, bcfg.shipping
+    length = w.length_seconds
+    brokers = Broker(cluster, cfg, prop)
+    store, memory = Store(), OpenRows()
+    final, opened = FinalWindows(length, w.watermark_seconds), OpenWindows(length, w.watermark_seconds)
+    background = trickle(cluster, np.random.default_rng(spec.seed + 1))
+    bg = sorted(zip((pd.Timestamp(t) for t in background["event_time"]), background["broker"],
+                    background["topic"], background["expected_class"]))
+    landed: list[tuple] = []  # events, in the order they are written for the deciding queries
+    written_at: list[pd.Timestamp] = []  # when each was written
+    history: dict[str, pa.Table | None] = {name: None for name in GOLD}
+    decided: list[dict] = []
+    seen_rejections = stats_done = bg_done = 0
+    fast_seen = gold_seen = 0
+    step = w.fast_trigger_seconds if w.fast_path != "never" else w.trigger_seconds
+    grid = np.gcd(int(step), int(w.trigger_seconds))
+    t = cluster.start + pd.Timedelta(seconds=grid)
+    end = cluster.end + pd.Timedelta(seconds=ship.stats_seconds + 6 * w.trigger_seconds + w.watermark_seconds + 60)
+    failure_lines = 0
+    pair_broker = [cluster.brokers[i] for i in cluster.pair_broker]
+    pair_topic = [rmq.RETRY_TOPIC_PREFIX + r if k == "group" else r
+                  for k, r in zip(cluster.pairs["resource_type"], cluster.pairs["resource"])]
+    while t <= end:
+        brokers.run_until(min(t, cluster.end))
+        second = int((t - cluster.start).total_seconds())
+        if second % w.trigger_seconds == 0:  # ingest: what landed by now
+            batch = []
+            while stats_done < cluster.minutes_done() and cluster.start + pd.Timedelta(
+                    minutes=stats_done + 1, seconds=ship.stats_seconds) <= t:
+                batch += stats_events(cluster, stats_done)
+                stats_done += 1
+            cutoff = t - pd.Timedelta(seconds=ship.failures_seconds)
+            rj = cluster.rejections
+            last_tick = (cutoff - cluster.start).total_seconds() / cluster.dt - 0.5
+            upto = bisect.bisect_right(rj.tick, last_tick, lo=seen_rejections)
+            for tick, pair, busy, count in zip(rj.tick[seen_rejections:upto], rj.pair[seen_rejections:upto],
+                                               rj.busy[seen_rejections:upto], rj.count[seen_rejections:upto]):
+                at = cluster.start.to_pydatetime() + dt.timedelta(seconds=(tick + 0.5) * cluster.dt)
+                klass = "TIMEOUT_CLEAN_QUEUE" if busy else rmq.RATE_LIMITED
+                batch.append((at, pair_broker[pair], pair_topic[pair], None, f"failure:{klass}", int(count)))
+                failure_lines += int(count)
+            seen_rejections = upto
+            while bg_done < len(bg) and bg[bg_done][0] <= cutoff:
+                at, b, topic, klass = bg[bg_done]
+                batch.append((at.to_pydatetime(), b, topic, None, f"failure:{klass}", 1))
+                bg_done += 1
+            landed += batch
+            written_at += [t + pd.Timedelta(seconds=timing.ingest_seconds)] * len(batch)
+        if w.fast_path != "never" and second % w.fast_trigger_seconds == 0:
+            new = bisect.bisect_right(written_at, t, lo=fast_seen)
+            events = landed[fast_seen:new]
+            fast_seen = max(fast_seen, new)
+            if events:
+                rows = opened.batch(events)
+                if rows.num_rows:
+                    now = (t + pd.Timedelta(seconds=timing.fast_seconds)).to_pydatetime()
+                    first = min(rows.column("window_start").to_pylist())
+                    inputs = FastInputs(rows, *_history(history, first, None, cfg), None, None)
+                    remembered = memory.rows
+                    prepared = prepare_preliminary(inputs, memory, cfg)
+                    accepted, _ = decide_preliminary(prepared, store.state_table(), store.limits_table(), cfg, now,
+                                                     origin="sim-fast")
+                    if record is not None:
+                        record("fast", {"rows": rows, "remembered": remembered, "topic_history": inputs.topic_history,
+                                        "broker_history": inputs.broker_history, "state": store.state_table(),
+                                        "limits": store.limits_table(), "now": now}, accepted)
+                    if accepted.num_rows:
+                        store.add(accepted)
+                        decided += accepted.to_pylist()
+                        brokers.publish(pd.Timestamp(now), store.limits)
+        if second % w.trigger_seconds == 0:  # gold: the windows the watermark passed
+            new = bisect.bisect_right(written_at, t, lo=gold_seen)
+            events = landed[gold_seen:new]
+            gold_seen = max(gold_seen, new)
+            if events or final.pending():
+                sums = final.batch(events)
+                if sums:
+                    now = (t + pd.Timedelta(seconds=timing.gold_seconds)).to_pydatetime()
+                    reduced = gold_tables(sums, length, cfg.detection, store.limited_keys())
+                    first = min(reduced["traffic"].column("window_start").to_pylist())
+                    th, bh = _history(history, first, first, cfg)
+                    partial = FinalInputs(reduced["gold/topic_tps"], reduced["gold/group_tps"],
+                                          reduced["gold/broker_tps"], reduced["traffic"], th, bh, None, None)
+                    prepared = prepare_final(partial, cfg)
+                    if prepared.first_window is not None:
+                        inputs = FinalInputs(partial.topics, partial.groups, partial.brokers, partial.traffic, th, bh,
+                                             store.state_table(), store.limits_table(), None,
+                                             open_evidence(memory.rows, prepared.horizon_end, length))
+                        out = decide_prepared(prepared, inputs, cfg, now, batch_id=len(decided),
+                                              origin="sim-gold")
+                        store.add(out.limits, out.state)
+                        decided += out.limits.to_pylist()
+                        for name in GOLD:
+                            history[name] = _trim(history[name], out.tables()[name], first, cfg)
+                        brokers.publish(pd.Timestamp(now), store.limits)
+        t += pd.Timedelta(seconds=int(grid))
+    brokers.run_until(cluster.end)
+    limits = pd.DataFrame(decided, columns=[n for n, _ in columns.GOLD_LIMITS])
+    return SimResult(spec, cluster, prop, w.trigger_seconds, w.watermark_seconds, brokers.timeline, limits,
+                     wall_seconds=_time.monotonic() - started, failure_lines=failure_lines, bcfg=bcfg)
+
+
+def _trim(kept: pa.Table | None, new: pa.Table, first: dt.datetime, cfg: GovernorConfig) -> pa.Table:
+    """The finalized windows kept for baselines: ``kept`` and ``new``, without windows older than the baselines of
+    windows from ``first`` on need."""
+    table = new if kept is None else pa.concat_tables([kept, new])
+    since = first - dt.timedelta(seconds=(cfg.detection.baseline_windows + 1) * cfg.windows.length_seconds)
+    return table.filter(pc.greater_equal(table.column("window_start"), pa.scalar(since, type=table.schema.field(
+        "window_start").type)))
+
+
+def _history(history: dict, first: dt.datetime, before: dt.datetime | None, cfg: GovernorConfig):
+    """The finalized topic and broker windows the baselines of windows from ``first`` need."""
+    since = first - dt.timedelta(seconds=cfg.detection.baseline_windows * cfg.windows.length_seconds)
+    out = []
+    for name, spec in (("gold/topic_tps", columns.GOLD_TOPIC_TPS), ("gold/broker_tps", columns.GOLD_BROKER_TPS)):
+        table = history[name]
+        if table is None or table.num_rows == 0:
+            out.append(from_rows([], spec))
+            continue
+        start = table.column("window_start")
+        kind = table.schema.field("window_start").type
+        keep = pc.greater_equal(start, pa.scalar(since, type=kind))
+        if before is not None:
+            keep = pc.and_(keep, pc.less(start, pa.scalar(before, type=kind)))
+        out.append(table.filter(keep))
+    return out[0], out[1]
+
+
+__all__ = ["Timing", "simulate", "SimResult", "latest_per_resource"]
