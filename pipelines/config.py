@@ -3,8 +3,8 @@
 Every setting has a default and its documentation here (``Field(description=...)``: units and where the default
 comes from) and a comment in ``conf/local.toml`` (``tests/test_config.py`` keeps the two equal). Unknown keys are an
 error, so a typo in a config file is caught at start-up instead of silently falling back to a default. The sinks'
-sections are :mod:`pipelines.config_sinks`, Spark's :mod:`pipelines.config_spark`, the section machinery
-:mod:`pipelines.config_base`; all importable from here.
+sections are :mod:`pipelines.config_sinks`, Spark's :mod:`pipelines.config_spark`, ``[metrics]``
+:mod:`pipelines.config_ops`, the section machinery :mod:`pipelines.config_base`; all importable from here.
 
 Example:
     >>> cfg = load_config("conf/local.toml")
@@ -21,6 +21,7 @@ from pydantic import Field, field_validator, model_validator
 
 from pipelines.config_base import ConfigError, ConfigSection, read_toml, validate_model
 from pipelines.config_base import ConfigSection as _Section
+from pipelines.config_ops import MetricsConfig
 from pipelines.config_sinks import CURRENT_FORK_DEFAULT_QPS, KafkaSinkConfig, RocketMQSinkConfig, SinkConfig
 from pipelines.config_spark import DECISION_QUERY_CONF, SparkConfig
 
@@ -28,7 +29,8 @@ __all__ = [
     "ConfigError", "ConfigSection", "read_toml", "validate_model", "CURRENT_FORK_DEFAULT_QPS", "KafkaSinkConfig",
     "RocketMQSinkConfig", "SinkConfig", "KafkaSourceConfig", "SourceConfig", "LakeConfig", "StatsConfig",
     "BrokersConfig", "WindowsConfig", "DetectionConfig", "LimitsConfig", "SparkConfig", "DEFAULT_PANDAS_MAX_ROWS",
-    "QualityConfig", "GovernorConfig", "DECISION_QUERY_CONF", "parse_config", "load_config", "throwaway_signing_key",
+    "QualityConfig", "MetricsConfig", "GovernorConfig", "DECISION_QUERY_CONF", "parse_config", "load_config",
+    "throwaway_signing_key",
 ]
 
 
@@ -307,6 +309,7 @@ class GovernorConfig(_Section):
     sink: SinkConfig = Field(SinkConfig(), description="``[sink]``: the write-back sinks.")
     spark: SparkConfig = Field(SparkConfig(), description="``[spark]``: the Spark session.")
     quality: QualityConfig = Field(QualityConfig(), description="``[quality]``: data quality.")
+    metrics: MetricsConfig = Field(MetricsConfig(), description="``[metrics]``: the Prometheus endpoint.")
 
     def with_paths(self, landing: str | None = None, lake: str | None = None) -> "GovernorConfig":
         """Return a copy with the landing directory and/or lake root replaced (CLI overrides)."""

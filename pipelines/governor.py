@@ -41,7 +41,7 @@ from pipelines.io import events, sources
 from pipelines.io.checkpoint import check_checkpoint, clear_unplanned_first_batch
 from pipelines.io.lease import GovernorLease, LakeHeldError
 from pipelines.io.publish import signing_key
-from pipelines.ops import console, progress
+from pipelines.ops import console, metrics, progress
 from pipelines.session import session_conf
 
 log = logging.getLogger("rate_governor")
@@ -134,7 +134,9 @@ def _start(df: DataFrame, name: str, handler: Handler, mode: str, cfg: GovernorC
     )
     if once:
         return writer.trigger(availableNow=True).start()
-    return writer.trigger(processingTime=interval or f"{cfg.windows.trigger_seconds} seconds").start()
+    interval = interval or f"{cfg.windows.trigger_seconds} seconds"
+    metrics.observe_trigger(name, interval)  # what its micro-batches are measured against
+    return writer.trigger(processingTime=interval).start()
 
 
 def start_queries(spark: SparkSession, governor: Governor, once: bool,
@@ -194,8 +196,9 @@ def run(
     spark: SparkSession, cfg: GovernorConfig, *, once: bool, clock: Clock = utc_now, lease: GovernorLease | None = None
 ) -> Governor:
     """Run the governor on ``cfg`` (landing and lake already set). With ``once``, returns when all that has landed
-    is processed; otherwise runs until a query stops or fails. Holds the lake's lease (``lease``, or a new one)
-    while running and releases it at the end.
+    is processed; otherwise runs until a query stops or fails, serving its metrics (``[metrics] port``,
+    :mod:`pipelines.ops.metrics`) meanwhile. Holds the lake's lease (``lease``, or a new one) while running and
+    releases it at the end.
 
     Raises:
         LakeHeldError: another governor holds the lake (nothing was started or written), or this one's lease was
@@ -204,7 +207,9 @@ def run(
         RuntimeError: a query failed (its name and error).
     """
     lease = lease or GovernorLease(cfg.lake.path, cfg.lake.lease_ttl_seconds)
+    metrics.configure(cfg)
     lease.acquire()
+    endpoint = None if once else metrics.serve(cfg.metrics)  # never stops the run: a busy port is one log line
     try:
         check_checkpoint(cfg)
         clear_unplanned_first_batch(cfg)  # under the lease: no other governor writes these checkpoints
@@ -233,6 +238,8 @@ def run(
         return governor
     finally:
         lease.release()
+        if endpoint is not None:
+            endpoint.close()
 
 
 def _stop_all(queries: list[StreamingQuery]) -> None:

@@ -19,6 +19,7 @@ from pipelines.flows.store import DecisionStore
 from pipelines.io import tables
 from pipelines.io.lake import Lake
 from pipelines.io.publish import Publisher
+from pipelines.ops import metrics
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,7 +44,8 @@ def write_outputs(lake: Lake, query: str, app_id: str, batch_id: int, outputs: d
     event log). The tables the lake writes from the driver are collected first by one Spark job
     (:meth:`pipelines.io.lake.Lake.collect`), then committed one by one. ``rows``: the row count per table when
     known (an empty one is skipped without a job; a large one is written from the executors,
-    :meth:`pipelines.io.lake.Lake.append`). Returns the batch's report (also logged)."""
+    :meth:`pipelines.io.lake.Lake.append`). What was appended feeds the metrics
+    (:func:`pipelines.ops.metrics.observe_outputs`). Returns the batch's report (also logged)."""
     report = BatchReport(query, batch_id)
     context = next(iter(outputs.values())).sparkSession.sparkContext if outputs else None
     try:
@@ -60,6 +62,7 @@ def write_outputs(lake: Lake, query: str, app_id: str, batch_id: int, outputs: d
                                                  rows=(rows or {}).get(table))
             report.seconds[table] = round(time.monotonic() - started, 2)
             crash_point(f"{query}:after:{table}")
+        metrics.observe_outputs(collected, report.rows, others=outputs)  # quarantine, brokers' newest minutes
     finally:
         if context is not None:
             context.setJobDescription(None)
@@ -95,13 +98,15 @@ def write_arrow(lake: Lake, query: str, app_id: str, batch_id: int, outputs: dic
                 report: BatchReport | None = None) -> BatchReport:
     """Append each Arrow table of ``outputs`` to the lake (from the driver, no Spark job), tagged with (``app_id``,
     ``batch_id``) so that a replayed micro-batch writes nothing twice; a crash point after each table
-    (``<query>:after:<table>``). Returns the batch's report (``report`` extended when given; also logged)."""
+    (``<query>:after:<table>``). What was appended feeds the metrics (:func:`pipelines.ops.metrics.observe_outputs`).
+    Returns the batch's report (``report`` extended when given; also logged)."""
     report = report or BatchReport(query, batch_id)
     for table, data in outputs.items():
         started = time.monotonic()
         report.rows[table] = lake.append_arrow(data, table, app_id=app_id, version=batch_id)
         report.seconds[table] = round(time.monotonic() - started, 2)
         crash_point(f"{query}:after:{table}")
+    metrics.observe_outputs(outputs, report.rows)  # decisions, anomalies, held limits, refused decisions
     log.debug("%s batch %d: rows %s, seconds %s", query, batch_id, report.rows, report.seconds)
     return report
 

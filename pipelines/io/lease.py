@@ -11,7 +11,8 @@ ISO 8601 UTC). A holder renews it every ``ttl/3`` seconds from a daemon thread; 
 (the holder crashed or hangs) and is taken over, and so is a lease of a process on this host that no longer runs.
 A holder whose own lease expired before it renewed it (it hung longer than the ttl: a stopped process, a long GC
 or VM pause) has lost it, whether or not another governor took it over and even released it since: it must not
-write again (:meth:`GovernorLease.check`, the fence the lake's writes call).
+write again (:meth:`GovernorLease.check`, the fence the lake's writes call). Whether this process holds the lease
+is a metric (:func:`pipelines.ops.metrics.observe_lease`).
 Read-check-write is serialised with ``flock`` on ``<lake>/_governor.lease.lock`` and the lease is replaced
 atomically (temporary file + ``os.replace``), so two starting governors cannot both win. The lease needs a lake on a
 POSIX file system (local disk, a mount); on an object store (``s3://``, ``abfss://``) it is skipped with a warning.
@@ -37,6 +38,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from pipelines.ops import metrics
 
 log = logging.getLogger("rate_governor")
 
@@ -165,6 +168,7 @@ class GovernorLease:
                             lease.get("owner"), lease["expires_at"])
             self._write()
             self.held = True
+            metrics.observe_lease(True)
 
     def _expired(self) -> bool:
         """True when the lease this holder last wrote has expired: it hung past the ttl, and another governor was
@@ -180,6 +184,7 @@ class GovernorLease:
             lease = self.read()
             if self._expired() or (lease is not None and lease.get("owner") != self.owner):
                 self.held, self.lost = False, True
+                metrics.observe_lease(False)
                 return False
             self._write()
             return True
@@ -194,6 +199,7 @@ class GovernorLease:
             return
         if not self.lost and self._expired():
             self.held, self.lost = False, True
+            metrics.observe_lease(False)
         if self.lost:
             raise LakeHeldError(f"lake {self.root}: the lease was taken over by another governor; stopped")
 
@@ -209,6 +215,7 @@ class GovernorLease:
             if lease is not None and lease.get("owner") == self.owner:
                 self.path.unlink(missing_ok=True)
         self.held = False
+        metrics.observe_lease(False)
 
     def start_renewing(self, on_lost: Callable[[], None] | None = None) -> None:
         """Renew every ttl/3 s in a daemon thread; when the lease was lost (taken over, or this process hung longer

@@ -20,12 +20,15 @@ from pipelines.faults import crash_point
 from pipelines.io import tables
 from pipelines.io.lake import Lake
 from pipelines.io.lake.base import newest_per_key
+from pipelines.ops import metrics
 from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig, LimitsConfig
 from pipelines.decide.fold_types import ACTION_LIFT
 from pipelines.io.records import _record, broker_figures, current_rows, records_from_rows  # noqa: F401 (re-exported)
 
 LIMITS_FILE = "control/limits.json"
+#: The name of the ``limits.json`` path in the metrics (``sink`` label; the other sinks have their own names).
+FILE_SINK = "file"
 
 
 def latest_per_resource(limits: DataFrame) -> DataFrame:
@@ -105,6 +108,7 @@ class Publisher:
         self.lake = lake
         self.key = signing_key(cfg)
         self.sinks = SinkSet.from_config(cfg, lake)
+        metrics.declare_sinks([FILE_SINK, *(sink.name for sink in self.sinks.sinks)])
 
     def records(self, now: dt.datetime) -> list[dict[str, Any]]:
         """The control records of the limits in force at ``now`` (UTC), signed when a key is configured: the latest
@@ -117,7 +121,8 @@ class Publisher:
     def publish(self, now: dt.datetime, batch_id: int = 0, query: str = "gold") -> Path:
         """Publish the limits in force at ``now`` (micro-batch ``batch_id`` of ``query``); returns the path of
         ``limits.json``. The sinks fail soft (:class:`pipelines.io.sinks.SinkSet`): retried, reported in
-        ``control/sink_status``, caught up on a later publish; they never stop the file from being written.
+        ``control/sink_status``, caught up on a later publish; they never stop the file from being written. The
+        records published become the metrics' limits in force (:func:`pipelines.ops.metrics.observe_limits`).
 
         Raises:
             pipelines.io.lease.LakeHeldError: this governor lost the lake's lease (the lake's fence): nothing is
@@ -125,4 +130,11 @@ class Publisher:
         self.lake.check_fence()
         records = self.records(now)
         self.sinks.publish_all(records, batch_id=batch_id, now=now, query=query)
-        return write_limits_file(self.lake.root, records, now)
+        try:
+            path = write_limits_file(self.lake.root, records, now)
+        except Exception:
+            metrics.observe_publish(FILE_SINK, ok=False)
+            raise
+        metrics.observe_publish(FILE_SINK, ok=True)
+        metrics.observe_limits(records)  # the limits in force, as every path now has them
+        return path

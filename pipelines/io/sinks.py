@@ -11,8 +11,8 @@ person restarts it). :class:`SinkSet` is what the gold micro-batch calls: per si
   micro-batch that publishes, also after a restart;
 * retries with back-off (tenacity; up to :data:`ATTEMPTS` tries, waits 0.2 s then 0.4 s, no new try after
   :data:`GIVE_UP_SECONDS`), then gives up for this micro-batch: it never raises;
-* reports every outcome as a row of ``control/sink_status`` (:data:`pipelines.schemas.SINK_STATUS`) and a log line
-  (WARNING when failing, INFO when it catches up).
+* reports every outcome as a row of ``control/sink_status`` (:data:`pipelines.schemas.SINK_STATUS`), a log line
+  (WARNING when failing, INFO when it catches up) and in the metrics (:func:`pipelines.ops.metrics.observe_publish`).
 
 Example:
     >>> sinks = SinkSet.from_config(cfg, lake)
@@ -34,6 +34,7 @@ import tenacity
 from pipelines import schemas
 from pipelines.io import tables
 from pipelines.config import GovernorConfig
+from pipelines.ops import metrics
 
 if TYPE_CHECKING:
     from pipelines.io.lake import Lake
@@ -218,6 +219,7 @@ class SinkSet:
         else:
             log.info("sink %s: %d changes sent (batch %d, attempts %d)", sink.name, sent, batch_id, attempts)
         self.healthy[sink.name] = ok
+        metrics.observe_publish(sink.name, ok)
         at = now.astimezone(dt.timezone.utc).replace(tzinfo=None) if now.tzinfo else now
         return {"batch_id": batch_id, "sink": sink.name, "ok": ok, "sent": sent if ok else 0,
                 "attempts": attempts, "error": error, "at": at}

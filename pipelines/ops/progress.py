@@ -26,6 +26,9 @@ Spark reports progress when a micro-batch ends. With ``source.max_files_per_trig
 micro-batch (``source.max_files_per_trigger``, ``source.kafka.max_offsets_per_trigger``) to watch a long backlog
 move batch by batch.
 
+Each event also feeds the metrics (:func:`pipelines.ops.metrics.observe_progress`: the batch duration, how far it
+ran past the trigger, the watermark).
+
 Warnings that need an operator (on ``rate_governor.progress``, WARNING): rows dropped by the window aggregation
 because they arrived behind the watermark (``stateOperators[].numRowsDroppedByWatermark``, late data), and an
 ingest micro-batch that quarantined records (from the governor's own batch report of the same batch id).
@@ -44,6 +47,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from pipelines.io import tables
+from pipelines.ops import metrics
 
 if TYPE_CHECKING:
     from pipelines.flows.assembly import Governor
@@ -201,6 +205,7 @@ class ProgressListener(StreamingQueryListener):
         if not name.startswith(QUERY_PREFIX):
             return None
         query = name.removeprefix(QUERY_PREFIX)
+        metrics.observe_progress(query, progress)
         done = self.rows_done.get(query, 0) + int(progress.get("numInputRows") or 0)
         self.rows_done[query] = done
         backlog = self.backlog_rows

@@ -7,10 +7,15 @@ One run, minute by minute: a retry storm is limited and delivered; then Kafka is
 (error code), one stalls, one is unreachable (stopped); then the name server is down; then everything is back (the
 servers restarted on their ports, closing idle connections after 0.5 s); then the storm stops and the limit is
 lifted. Checked at each step: the queries keep running, ``control/sink_status`` says per sink (and per broker)
-what failed, and the first micro-batch after the fault is gone delivers what changed meanwhile, nothing twice."""
+what failed, and the first micro-batch after the fault is gone delivers what changed meanwhile, nothing twice.
+
+A real Prometheus (tests/prometheus_server.py) scrapes the governor's metrics endpoint every second and evaluates
+the shipped alert rules: through its HTTP API the storm's limit shows with the published value and each broker's
+share, the failing sinks show (and their alert is pending), and the lift removes the limit's series."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 
@@ -22,9 +27,11 @@ from control.record import broker_limit
 from control.remoting_client import RemotingClient
 from pipelines.config import RocketMQSinkConfig, load_config
 from pipelines.io.publish import read_published
+from pipelines.ops import dashboard
 from tests.e2e.continuous import ContinuousGovernor, stats_minute
 from tests.helpers import write_config
-from tests.kafka_broker import KafkaBroker
+from tests.kafka_broker import KafkaBroker, free_port
+from tests.prometheus_server import MISSING, PrometheusServer, prometheus_binary
 from tests.rocketmq_loopback import LoopbackBroker, LoopbackNameServer
 
 pytestmark = pytest.mark.slow
@@ -100,6 +107,41 @@ def send_backs(brokers) -> None:
     client.close()
 
 
+def limits_seen(prom: PrometheusServer, resource: str) -> tuple[dict, dict]:
+    """({"<mode>/<anomaly>": cluster-wide msg/s}, {broker: share}) of ``resource`` in Prometheus now."""
+    where = f'{{resource="{resource}"}}'
+    limit = {f"{dict(k)['mode']}/{dict(k)['anomaly']}": v
+             for k, v in prom.query(f"rate_governor_limit_messages_per_second{where}").items()}
+    shares = {dict(k)["broker"]: v
+              for k, v in prom.query(f"rate_governor_limit_broker_messages_per_second{where}").items()}
+    return limit, shares
+
+
+def limits_published(lake, resource: str) -> tuple[dict, dict]:
+    """The same pair from ``limits.json`` (a group's limit answers RUNAWAY_RETRY)."""
+    record = {r["resource"]: r for r in read_published(str(lake))}.get(resource)
+    if record is None:
+        return {}, {}
+    return ({f"{record['mode']}/RUNAWAY_RETRY": record["limit_qps"]},
+            {b: f["limit_qps"] for b, f in record.get("brokers", {}).items()})
+
+
+def alerting(prom: PrometheusServer) -> set[tuple[str, str]]:
+    """(alert name, its sink or resource) of every alert pending or firing."""
+    return {(a["labels"]["alertname"], a["labels"].get("sink") or a["labels"].get("resource", ""))
+            for a in prom.alerts()}
+
+
+@pytest.fixture()
+def prometheus(tmp_path):
+    """A real Prometheus scraping the governor's endpoint on the port it yields; None without the binary."""
+    port = free_port()
+    prom = PrometheusServer(tmp_path / "prometheus", [f"127.0.0.1:{port}"]).start() if prometheus_binary() else None
+    yield port, prom
+    if prom is not None:
+        prom.stop()
+
+
 @pytest.fixture()
 def servers(tmp_path):
     brokers = [LoopbackBroker("broker-a", idle_close_s=0.5), LoopbackBroker("broker-b", idle_close_s=0.5),
@@ -113,8 +155,10 @@ def servers(tmp_path):
         b.stop()
 
 
-def test_sink_faults_never_stop_the_governor_and_the_next_micro_batch_catches_up(spark, tmp_path, servers):
+def test_sink_faults_never_stop_the_governor_and_the_next_micro_batch_catches_up(spark, tmp_path, servers, prometheus):
     ns, brokers, kafka = servers
+    metrics_port, prom = prometheus
+    started = dt.datetime.now(dt.timezone.utc)
     send_backs(brokers)
     kafka.create_topic(KAFKA_TOPIC)
     consumer = Consumer(kafka.bootstrap)
@@ -123,7 +167,7 @@ def test_sink_faults_never_stop_the_governor_and_the_next_micro_batch_catches_up
     (landing / "send_failures").mkdir(parents=True)
     conf = write_config(tmp_path / "sinks.toml", **{
         "quality.validate_every_n_batches": 0, "windows.trigger_seconds": 2, "windows.watermark_seconds": 60,
-        "limits.recovery_windows": 1,
+        "limits.recovery_windows": 1, "metrics.port": metrics_port, "metrics.address": "127.0.0.1",
         "sink.kafka.enabled": True, "sink.kafka.bootstrap_servers": kafka.bootstrap,  # shipped producer settings
     })
     cfg = load_config(conf).with_paths(str(landing), str(lake))
@@ -147,6 +191,12 @@ def test_sink_faults_never_stop_the_governor_and_the_next_micro_batch_catches_up
         gov.wait(lambda: GROUP in {r["resource"] for r in read_published(str(lake))}, 120, "the storm's limit")
         gov.wait(rates_in_line, 60, "the rates on the masters")
         assert consumer.drain(expect=1) and all(k == f"group:{GROUP}" for k, _ in consumer.received)
+        if prom is not None:  # the limit as published, cluster-wide and per broker (two carriers and "*")
+            prom.wait(lambda: limits_seen(prom, GROUP) == limits_published(lake, GROUP), 30, "the limit in Prometheus")
+            limit, shares = limits_seen(prom, GROUP)
+            assert list(limit) == ["enforce/RUNAWAY_RETRY"] and set(shares) == {"broker-a", "broker-b", "*"}
+            assert shares["broker-a"] + shares["broker-b"] == pytest.approx(limit["enforce/RUNAWAY_RETRY"])
+            prom.wait(lambda: ("RateGovernorLimitEnforced", GROUP) in alerting(prom), 30, "the limit's alert")
 
         # Kafka killed; broker-a refuses, broker-b stalls, broker-c is unreachable
         seen = len(sink_status(lake))
@@ -161,6 +211,12 @@ def test_sink_faults_never_stop_the_governor_and_the_next_micro_batch_catches_up
         for b in brokers:
             assert b.addr in errors, errors  # logged per broker
         assert "injected error" in errors or str(rm.SYSTEM_ERROR) in errors
+        if prom is not None:  # both failing sinks show, and their alert is pending (its `for` is 10 minutes)
+            failing = lambda: {dict(k)["sink"] for k in prom.query("rate_governor_sink_failing == 1")}  # noqa: E731
+            prom.wait(lambda: failing() == {"kafka", "rocketmq"}, 30, "the failing sinks in Prometheus")
+            assert prom.value('rate_governor_sink_publishes_total{sink="kafka", outcome="failed"}') >= 1
+            prom.wait(lambda: {("RateGovernorSinkFailing", "kafka"), ("RateGovernorSinkFailing", "rocketmq")}
+                      <= alerting(prom), 30, "the sink-failing alerts")
 
         # the masters are back, the name server is down
         seen = len(sink_status(lake))
@@ -180,6 +236,8 @@ def test_sink_faults_never_stop_the_governor_and_the_next_micro_batch_catches_up
             if GROUP in published():
                 gov.land(landing, minute(m, storm=False))
         gov.wait(lambda: GROUP not in published(), 120, "the lift")
+        if prom is not None:  # lifted: the limit's series are gone (stale) from the next scrape
+            prom.wait(lambda: limits_seen(prom, GROUP) == ({}, {}), 30, "the lift in Prometheus")
         gov.wait(rates_in_line, 60, "the masters back at their defaults")
         assert [b.rates[RETRY] for b in brokers] == [b.retry_qps for b in brokers]
         assert gov.running() and not [r for r in sink_status(lake) if r["sink"] == "kafka"][-1]["ok"]
@@ -192,11 +250,28 @@ def test_sink_faults_never_stop_the_governor_and_the_next_micro_batch_catches_up
                  until=lambda: any(r["ok"] for r in sink_status(lake)[seen:] if r["sink"] == "kafka"))
         consumer.broker_restarted()
         assert consumer.drain(expect=1) == [(f"group:{GROUP}", None)]
+        if prom is not None:
+            prom.wait(lambda: prom.value('rate_governor_sink_failing{sink="kafka"}') == 0, 30, "Kafka healthy again")
+            assert prom.value('time() - rate_governor_sink_last_success_timestamp_seconds{sink="kafka"}') < 60
+            runs = prom.query("rate_governor_micro_batch_duration_seconds_count")
+            assert {dict(k)["query"] for k in runs} == {"ingest", "fast", "gold"}
+            triggers = {dict(k)["query"]: v for k, v in prom.query("rate_governor_trigger_seconds").items()}
+            assert triggers == {"ingest": 2, "gold": 2, "fast": cfg.windows.fast_trigger_seconds}
+            assert prom.value("rate_governor_lease_held") == 1
+            assert prom.value('sum(rate_governor_anomalies_total{anomaly="RUNAWAY_RETRY"})') >= 1
+            assert {dict(k)["broker"] for k in prom.query("rate_governor_broker_last_report_timestamp_seconds")} \
+                == {"broker-a", "broker-b"}
         seen = len(sink_status(lake))
         gov.land(landing, minute(14, storm=False), until=lambda: len(sink_status(lake)) > seen,
                  what="one more publish")  # which sends nothing again
         assert gov.running()
+        if prom is not None:  # the dashboard's panels, drawn from this run (docs/metrics.md §5): each has data
+            drawn = dashboard.render(prom.url, started, dt.datetime.now(dt.timezone.utc), tmp_path / "dashboard.png",
+                                     rate_interval="30s", step_seconds=2)
+            assert all(drawn.values()), drawn
     assert consumer.drain(quiet_ms=3000) == []  # nothing sent twice
     consumer.consumer.close()
     assert delivered_before and len(delivered_before) == len(set(delivered_before))  # nothing twice before the kill
     assert [b.persisted for b in brokers[:2]] == [{}, {}]  # nothing of the governor's left on the current line
+    if prom is None:
+        pytest.skip(MISSING + " (the sink-fault checks above passed)")
