@@ -6,9 +6,7 @@ A spec is a tuple of ``(column, type)``; types are ``string``, ``long``, ``int``
 ``binary``, ``timestamp`` (UTC; microseconds in Arrow, as Spark converts), ``map<string,long>``,
 ``map<string,double>`` and ``array<string>``.
 
-Named schemas of every DataFrame that crosses a module boundary and of every Delta table (docs/contracts.md §2).
-
-Times are ``TimestampType`` in UTC (the Spark session time zone is UTC). TPS columns are messages per second.
+Times are UTC (the Spark session time zone is UTC). TPS columns are messages per second.
 
 Text: every string column of every table holds valid UTF-8 (Arrow, Parquet readers and pandas refuse anything
 else). An input record's exact bytes are kept beside its text in the binary column ``raw_bytes`` (``RAW_RECORD``,

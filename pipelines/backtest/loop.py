@@ -19,15 +19,12 @@ Simulated time ``t`` (UTC, the scenario's own) is stepped the way the shipped tr
    (``ProcessingTimeExecutor``: at the next multiple of ``windows.trigger_seconds`` after this one started, or at
    once when this one ran longer); a trigger that finds nothing new costs nothing and is skipped.
 
-Every ``control/limits.json`` the governor writes during a step is seen by a watcher thread; its simulated
-publication time comes from the file's modification time. It reaches every broker ``propagation_seconds`` later:
-each broker runs the reference applier (:class:`control.applier.LimitApplier`: signature, expiry at simulated
-time, stale versions, a record missing from the file lifted) and applies its own figure
-(:func:`control.record.broker_limit`). No assumed micro-batch time anywhere: every delay between a line being
-printed and a limit being in force is landing, trigger pacing, the measured processing, or propagation.
+Every ``control/limits.json`` the governor writes is seen by a watcher thread (its publication time: the file's
+modification time) and reaches every broker ``propagation_seconds`` later, where the reference applier
+(:class:`control.applier.LimitApplier`) applies the broker's own figure (:func:`control.record.broker_limit`). No
+assumed micro-batch time: every delay from a printed line to a limit in force is landing, trigger pacing, the
+measured processing, or propagation.
 
-Simplification, stated: the three queries share one trigger grid in the harness (in the product each has its own
-executor, started within milliseconds of each other).
 """
 
 from __future__ import annotations
@@ -47,13 +44,7 @@ from control import record as cr
 from control.applier import LimitApplier
 from control.token_bucket import default_burst
 from pipelines.backtest.triggers import Gates, grid_after, next_trigger
-from pipelines.backtest.settings import (
-    BacktestConfig,
-    BacktestError,
-    ShippingConfig,
-    governor_config,
-    with_backtest_key,
-)
+from pipelines.backtest.settings import BacktestConfig, BacktestError, ShippingConfig, governor_config, with_backtest_key
 from pipelines.io.publish import LIMITS_FILE, signing_key
 from pipelines.sim.admitted import admitted_rows, failure_rows, trickle
 from pipelines.sim.cluster import ClosedLoopCluster
