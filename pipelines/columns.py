@@ -2,18 +2,16 @@
 Spark (docs/contracts.md §2): :mod:`pipelines.schemas` builds Spark's ``StructType`` from these, the decision plane
 (:mod:`pipelines.decide`) Arrow's schemas, both with :func:`pipelines.columns` type names.
 
-A spec is a tuple of ``(column, type)``; types are ``string``, ``long``, ``int``, ``double``, ``boolean``,
-``binary``, ``timestamp`` (UTC; microseconds in Arrow, as Spark converts), ``map<string,long>``,
-``map<string,double>`` and ``array<string>``.
+A spec is a tuple of ``(column, type)``; types: ``string``, ``long``, ``int``, ``double``, ``boolean``, ``binary``,
+``timestamp`` (UTC; microseconds in Arrow), ``map<string,long>``, ``map<string,double>``, ``array<string>``.
 
 Times are UTC (the Spark session time zone is UTC). TPS columns are messages per second.
 
-Text: every string column of every table holds valid UTF-8 (Arrow, Parquet readers and pandas refuse anything
-else). An input record's exact bytes are kept beside its text in the binary column ``raw_bytes`` (``RAW_RECORD``,
-``BRONZE``, ``QUARANTINE``); its ``raw`` is those bytes decoded as UTF-8 with every invalid sequence replaced by
-U+FFFD (Spark's ``make_valid_utf8``, the same text as Python's ``raw_bytes.decode("utf-8", "replace")``). A record
-whose ``raw`` differs from its bytes is quarantined (``line is not valid UTF-8``), so every other column, derived
-from accepted records, holds text that was valid in the input.
+Text: every string column holds valid UTF-8 (Arrow, Parquet readers and pandas refuse anything else). A record's
+exact bytes are kept in ``raw_bytes`` (``RAW_RECORD``, ``BRONZE``, ``QUARANTINE``); its ``raw`` is them decoded with
+every invalid sequence replaced by U+FFFD (Spark's ``make_valid_utf8`` = Python's ``decode("utf-8", "replace")``).
+A record whose ``raw`` differs from its bytes is quarantined (``line is not valid UTF-8``), so every other column
+holds text that was valid in the input.
 """
 
 from __future__ import annotations
