@@ -3,9 +3,8 @@ Spark (docs/contracts.md §2): :mod:`pipelines.schemas` builds Spark's ``StructT
 (:mod:`pipelines.decide`) Arrow's schemas, both with :func:`pipelines.columns` type names.
 
 A spec is a tuple of ``(column, type)``; types: ``string``, ``long``, ``int``, ``double``, ``boolean``, ``binary``,
-``timestamp`` (UTC; microseconds in Arrow), ``map<string,long>``, ``map<string,double>``, ``array<string>``.
-
-Times are UTC (the Spark session time zone is UTC). TPS columns are messages per second.
+``timestamp`` (UTC; microseconds in Arrow), ``map<string,long>``, ``map<string,double>``, ``array<string>``. TPS
+columns are messages per second.
 
 Text: every string column holds valid UTF-8 (Arrow, Parquet readers and pandas refuse anything else). A record's
 exact bytes are kept in ``raw_bytes`` (``RAW_RECORD``, ``BRONZE``, ``QUARANTINE``); its ``raw`` is them decoded with
