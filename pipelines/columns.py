@@ -233,55 +233,6 @@ POLICY_STATE = (
     ("cause_changes", "long"),
 )
 
-#: Rows into and out of the per-resource policy fold (:mod:`pipelines.transforms.policy_fold`): ``row_kind`` is
-#: ``state``, ``candidate``, ``observation`` (in) or ``decision``, ``state``, ``evidence`` (out). ``target_qps`` is a
-#: candidate's target, or a state's frozen target; ``broker_tps`` a candidate's traffic per broker,
-#: ``broker_shares`` a state's frozen shares, ``broker_limits`` a decision's per-broker figures; ``baseline_tps`` a
-#: candidate's rule baseline or a state's frozen one; ``consume_tps``, ``carrier_load`` (broker → writes, msg/s) and
-#: ``busy_brokers`` an observation's (:class:`pipelines.transforms.fold.Observation`).
-POLICY_FOLD = (
-    ("row_kind", "string"),
-    ("resource_type", "string"),
-    ("resource", "string"),
-    ("window_end", "timestamp"),
-    ("target_qps", "double"),
-    ("floor_qps", "double"),
-    ("observed_tps", "double"),
-    ("critical", "boolean"),
-    ("limit_qps", "double"),
-    ("previous_qps", "double"),
-    ("action", "string"),
-    ("mode", "string"),
-    ("reason", "string"),
-    ("version", "long"),
-    ("last_candidate_end", "timestamp"),
-    ("last_decision_end", "timestamp"),
-    ("last_change_end", "timestamp"),
-    ("lift_at_qps", "double"),
-    ("rejected", "long"),
-    ("healthy", "boolean"),
-    ("broker_tps", BROKER_FIGURES),
-    ("broker_shares", BROKER_FIGURES),
-    ("broker_limits", BROKER_FIGURES),
-    ("limited_since", "timestamp"),
-    ("last_distress_end", "timestamp"),
-    ("last_lift_end", "timestamp"),
-    ("lifted_target_qps", "double"),
-    ("recurrences", "long"),
-    ("status", "string"),
-    ("rule_fired", "boolean"),
-    ("baseline_tps", "double"),
-    ("consume_tps", "double"),
-    ("carrier_load", BROKER_FIGURES),
-    ("busy_brokers", "array<string>"),
-    ("busy_load", BROKER_FIGURES),
-    ("probe_from_qps", "double"),
-    ("probe_ceiling_qps", "double"),
-    ("probe_hold_until", "timestamp"),
-    ("probe_backoff", "long"),
-    ("cause_changes", "long"),
-)
-
 #: ``quality/validation_results``: one row per expectation per GX validation of a micro-batch
 #: (:mod:`pipelines.quality`); ``suite`` is the validated table, ``observed_value`` JSON text when GX reports one.
 QUALITY_VALIDATION_RESULTS = (

@@ -12,9 +12,9 @@ under an enforced limit is judged by its rule's :class:`~pipelines.decide.limit_
 demand the governor can see: ``bound`` (rejecting, or at ``bound_share`` of the cap: the cause persists), ``hold``
 (visible, and the rule still fires on it) or ``clear`` (visible, and the rule does not fire: the cause is gone).
 After :func:`recovery_needed` windows without the anomaly and without ``bound`` or ``hold`` the limit is lifted at
-once (it was doing nothing), unless the fast path's open windows already show the resource at its cap or
-rejecting (``open_evidence``: the cause is back, and a lift decided on final windows 2-3 minutes behind the brokers
-would land in it). Surge limits are probed upward at their cap on healthy carriers, within bounds
+once (it was doing nothing), unless a later window already shows the cause back (:meth:`Fold.vetoed`: a later final
+window of the micro-batch, or an open window of the fast path, ``open_evidence``, where the rule fires on the
+visible demand; a lift decided on final windows 2-3 minutes behind the brokers would land in it). Surge limits are probed upward at their cap on healthy carriers, within bounds
 (:class:`~pipelines.decide.limit_policy.SurgeLimit`); retry-storm limits never are.
 
 **An enforced limit stays enforced while its cause persists.** An advisory candidate (a surge on healthy brokers)

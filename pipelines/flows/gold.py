@@ -59,12 +59,14 @@ TRAFFIC = "traffic"
 
 def partitioning(single: bool):
     """With ``single`` (``spark.gold_single_partition``, the embedded default), the gold micro-batch's windowed sums
-    in one partition: hundreds to about 10^5 rows per micro-batch, so the TPS aggregations plan no shuffle (each
-    shuffle costs a Spark job at micro-batch sizes). With thousands of topics on a cluster, turn it off to spread
-    the windows over the executors."""
+    in one partition: hundreds to about 10^5 rows per micro-batch, so the TPS aggregations plan no further shuffle.
+    A repartition, not a coalesce: a coalesce is no stage boundary, so the stateful window aggregation above it (and
+    its state store) would run in one task instead of ``spark.shuffle_partitions`` (a backlog's first gold
+    micro-batch, docs/performance.md). With thousands of topics on a cluster, turn it off to spread the windows over
+    the executors."""
 
     def transform(df: DataFrame) -> DataFrame:
-        return df.coalesce(1) if single else df
+        return df.repartition(1) if single else df
 
     return transform
 

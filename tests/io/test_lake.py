@@ -116,9 +116,8 @@ def test_disk_full_append_is_retried_then_succeeds_once(spark, tmp_path, monkeyp
 
 
 def test_latest_row_per_resource_is_the_same_picked_on_the_driver_or_ranked_by_spark(spark, tmp_path):
-    from pipelines.io.lake.base import LakeBase as Lake
+    from pipelines.io.lake.base import LakeBase as Lake, newest_per_key
     from pipelines.schemas import RESOURCE_KEYS
-    from pipelines.transforms.gold import latest_state
 
     lake = DeltaRsLake(spark, str(tmp_path))
     at = ts("2022-02-08 07:40:00")
@@ -127,12 +126,14 @@ def test_latest_row_per_resource_is_the_same_picked_on_the_driver_or_ranked_by_s
         ("group", "pay", 5.0, 2),
     ]
     for batch, group in ((0, state[:2]), (1, state[2:])):
+        fields = schemas.POLICY_STATE.fieldNames()
         lake.append(spark.createDataFrame(
-            [(t, r, q, 1, at, at, at, None, "enforce", q, at, {"broker-a": 1.0}, None, None, None, None, b)
-             for t, r, q, b in group],
+            [tuple({"resource_type": t, "resource": r, "limit_qps": q, "version": 1, "last_candidate_end": at,
+                    "mode": "enforce", "target_qps": q, "limited_since": at, "broker_shares": {"broker-a": 1.0},
+                    "batch_id": b}.get(f) for f in fields) for t, r, q, b in group],
             schemas.POLICY_STATE),
             "state/policy", app_id="q", version=batch)
-    rank = latest_state
+    rank = lambda df: newest_per_key(df, list(RESOURCE_KEYS), "batch_id")  # noqa: E731 (the Spark definition)
     driver = lake.latest("state/policy", list(RESOURCE_KEYS), "batch_id", rank, below=3)
     by_spark = Lake.latest(lake, "state/policy", list(RESOURCE_KEYS), "batch_id", rank, below=3)
     assert_df_equality(driver.orderBy("resource"), by_spark.orderBy("resource"))
