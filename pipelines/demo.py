@@ -81,12 +81,9 @@ def summary(lake: str, elapsed_s: float) -> str:
         "SELECT resource_type, resource, action, limit_qps, mode, basis, window_end, version, reason "
         f"FROM {sql_name(tables.GOLD_LIMITS)} ORDER BY resource_type, resource, version",
     )
-    out.append(f"limits decided: {len(limits)}")
-    out += [
-        f"  {lim['action']:<5} {lim['resource_type']:<6} {lim['resource']:<34} {lim['limit_qps']:>8.1f} msg/s "
-        f"({lim['mode']}, {lim['basis']}, window ending {lim['window_end']:%H:%M})"
-        for lim in limits
-    ]
+    stories = console.limit_stories(limits)
+    out.append(f"limits: {len(stories)} resources ({len(limits)} decision rows; times are window ends, UTC)")
+    out += [f"  {story}" for story in stories]
     out += [
         f"Delta tables: {lake}/{{bronze,silver,gold}}/…, quarantine; current limits: {lake}/control/limits.json",
         "Example query (paste it):",

@@ -93,3 +93,47 @@ def driver_java_options(verbose: bool, existing: str | None = None) -> str | Non
         return existing
     option = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"
     return f"{option} {existing}" if existing else option
+
+
+def limit_stories(rows: list[dict]) -> list[str]:
+    """``gold/limits`` rows (``resource_type``, ``resource``, ``action``, ``limit_qps`` msg/s cluster-wide, ``mode``,
+    ``basis``, ``window_end`` UTC, ``version``) → one line per resource telling what happened to its limit, in
+    version order: "group g: set at 10:51 to 30.3 msg/s (enforce), refreshed 5 times, still in force". A row at the
+    value in force is a refresh (or a final row confirming a preliminary one: not counted); a lift ends the limit;
+    a resource whose last row is not a lift is still in force (until it expires, ``limits.ttl_seconds`` after its
+    last row)."""
+    by_resource: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        by_resource.setdefault((r["resource_type"], r["resource"]), []).append(r)
+    out = []
+    for (rtype, name), mine in sorted(by_resource.items()):
+        events, current, refreshes, last_end = [], None, 0, None
+
+        def flush() -> None:
+            nonlocal refreshes
+            if refreshes:
+                events.append(f"refreshed {refreshes} time{'s' if refreshes > 1 else ''}")
+            refreshes = 0
+
+        for r in sorted(mine, key=lambda r: r["version"]):
+            at = f"{r['window_end']:%H:%M}"
+            if r["action"] == "lift":
+                flush()
+                events.append(f"lifted at {at}")
+                current = None
+            elif current is None:
+                events.append(f"{r['action']} at {at} to {r['limit_qps']:.1f} msg/s ({r['mode']})")
+                current = r["limit_qps"]
+            elif abs(r["limit_qps"] - current) <= 1e-9 * max(1.0, current):
+                refreshes += r["window_end"] != last_end  # a final row confirming its preliminary one is no refresh
+            else:
+                flush()
+                how = "raised" if r["limit_qps"] > current else "lowered"
+                events.append(f"{how} to {r['limit_qps']:.1f} msg/s at {at}")
+                current = r["limit_qps"]
+            last_end = r["window_end"]
+        flush()
+        if current is not None:
+            events.append("still in force")
+        out.append(f"{rtype} {name}: " + ", ".join(events))
+    return out

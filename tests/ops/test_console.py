@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import logging
 import os
@@ -72,11 +73,15 @@ from pipelines.session import build_session
 spark = build_session(SparkConfig(master="local[1]", app_name="console-test", shuffle_partitions=1),
                       verbose=sys.argv[1] == "verbose")
 spark.range(3).count()
-# a trigger shorter than any micro-batch: Spark warns that the query is falling behind
-query = (spark.readStream.format("rate").option("rowsPerSecond", 10).load().writeStream.format("noop")
+# a stateful query (Spark 4.1+ warns that it disables AQE) on a trigger shorter than any micro-batch (Spark warns
+# that the query is falling behind)
+rate = spark.readStream.format("rate").option("rowsPerSecond", 10).load()
+query = (rate.groupBy((rate.value % 2).alias("parity")).count().writeStream.format("noop").outputMode("complete")
          .trigger(processingTime="1 millisecond").start())
 import time
-time.sleep(4)
+deadline = time.monotonic() + 120
+while len(query.recentProgress) < 3 and time.monotonic() < deadline:   # a few micro-batches, however loaded
+    time.sleep(0.5)
 query.stop()
 spark.stop()
 """
@@ -95,6 +100,26 @@ def test_pyspark_launched_jvm_is_quiet_unless_verbose(tmp_path):
     assert "Using Spark's default log4j profile" in verbose
     assert "NativeCodeLoader" in verbose  # Spark's defaults print it on this platform
     assert "is falling behind" in verbose
+    aqe = "Disabling AQE since AQE is not supported in stateful workloads"
+    import pyspark
+    assert aqe in verbose or pyspark.__version__ < "4.1", "Spark 4.1+ says it disables AQE for a stateful query"
     for notice in ("Using Spark's default log4j profile", "NativeCodeLoader", "resolves to a loopback address",
-                   "Setting default log level", "is falling behind"):
+                   "Setting default log level", "is falling behind", aqe):
         assert notice not in quiet, notice
+
+
+def test_a_limit_is_summarised_by_what_happened_to_it():
+    """Six `set` rows at 30.3 msg/s are one limit set and refreshed 5 times; a final row confirming its preliminary
+    row of the same window is no refresh; a change and a lift are told as such."""
+    t = lambda minute: dt.datetime(2026, 1, 5, 10, tzinfo=dt.timezone.utc) + dt.timedelta(minutes=minute)  # noqa: E731
+    row = lambda r, action, qps, minute, v, basis="final": {  # noqa: E731
+        "resource_type": "group", "resource": r, "action": action, "limit_qps": qps, "mode": "enforce",
+        "basis": basis, "window_end": t(minute), "version": v}
+    rows = [row("g", "set", 30.3, 51, 1, "preliminary"), row("g", "set", 30.3, 51, 2)] + [
+        row("g", "set", 30.3, 51 + 5 * i, 2 + i) for i in range(1, 6)] + [
+        row("h", "set", 94.0, 40, 1), row("h", "set", 17.1, 43, 2), row("h", "set", 17.1, 48, 3),
+        row("h", "lift", 17.1, 55, 4)]
+    assert console.limit_stories(rows) == [
+        "group g: set at 10:51 to 30.3 msg/s (enforce), refreshed 5 times, still in force",   # to 11:16
+        "group h: set at 10:40 to 94.0 msg/s (enforce), lowered to 17.1 msg/s at 10:43, refreshed 1 time, "
+        "lifted at 10:55"]
