@@ -178,6 +178,11 @@ class Gates:
         batch, target = self._targets[name]
         return self.gates[name].done >= target
 
+    def settle(self, seconds: float = 0.3) -> None:
+        """Give the poll triggers time to plan what follows a micro-batch (a no-data one reaches its gate), wall
+        time."""
+        time.sleep(seconds)
+
     def processing(self, name: str, query, timeout: float = 30.0) -> float:
         """Seconds of ``name``'s last opened micro-batch without its wait at the gate (Spark's progress event,
         which arrives once the micro-batch has committed).
