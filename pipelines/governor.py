@@ -180,11 +180,12 @@ def start_queries(spark: SparkSession, governor: Governor, once: bool,
 
 
 def _await_all(queries: list[StreamingQuery], stop: list[StreamingQuery] | None = None) -> None:
-    """Wait for every query of ``queries`` to finish; when one fails, stop those of ``stop`` (default: ``queries``)
-    and raise its error."""
+    """Wait for every query of ``queries`` to finish; as soon as one fails (whichever of them), stop those of
+    ``stop`` (default: ``queries``) and raise its error."""
+    pending = list(queries)
     try:
-        for query in queries:
-            query.awaitTermination()
+        while pending:
+            pending = [q for q in pending if not q.awaitTermination(0.2)]  # raises the failure of a failed query
     except Exception:
         for query in stop or queries:
             if query.isActive:

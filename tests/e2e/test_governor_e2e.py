@@ -23,6 +23,9 @@ from tests.helpers import lean_config_file, write_config
 pytestmark = pytest.mark.slow
 
 CULPRIT = "get-pugc-to-ai-consumer"
+#: The governor's clock in the shared run (``decided_at``, ``expires_at``), as bench/same_decisions.py pins it.
+PINNED = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "same_decisions"
 SPEC = ScenarioSpec(
     seed=11, start=dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc), minutes=24, brokers=2, topics=6,
     groups=4, onset_minute=14,
@@ -38,7 +41,7 @@ def run(spark, tmp_path_factory):
     cfg = load_config(conf).with_paths(str(landing), str(lake))
     spark.catalog.clearCache()
     session_before = {key: spark.conf.get(key) for key in DECISION_QUERY_CONF}
-    gov = governor.run(spark, cfg, once=True)
+    gov = governor.run(spark, cfg, once=True, clock=lambda: PINNED)
     cached = not spark._jsparkSession.sharedState().cacheManager().isEmpty()
     counts = {t: open_lake(spark, str(lake)).read(t).count() for t in TABLES}
     # the settings each query's last micro-batch ran with (the session Spark cloned for the query)
@@ -91,6 +94,24 @@ def test_gold_topic_tps_sums_brokers(spark, run):
     topic = open_lake(spark, str(run["lake"])).read("gold/topic_tps")
     assert topic.where(F.col("brokers_reporting") == 2).count() > 0
     assert topic.where(F.col("put_tps").isNull() | F.isnan("put_tps")).count() == 0
+
+
+def test_the_same_decisions_as_before_the_decision_plane_moved_out_of_spark(run):
+    """Every gold table, state/policy and limits.json of this run equal to the rows the base commit of "Spark
+    reduces, the driver decides" (ecd9528, decisions built as Spark plans) wrote on the same input and config with
+    the same pinned clock: decisions, versions and reasons exactly, numbers to a relative 1e-9. The fixture was
+    recorded by ``bench/same_decisions.py --baseline ecd9528 --inputs e2e --record tests/fixtures/same_decisions``,
+    which records an input only when both commits agree."""
+    import gzip
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from same_decisions import TABLES, limits_file, rows, same
+
+    expected = json.loads(gzip.decompress((FIXTURES / "e2e.json.gz").read_bytes()))
+    for table in TABLES:
+        got = json.loads(json.dumps(rows(run["lake"], table), sort_keys=True, default=str))
+        assert len(got) == len(expected[table]) and same(got, expected[table]), table
+    assert same(limits_file(run["lake"]), expected["control/limits.json"])
+    assert len(expected["gold/limits"]) > 0
 
 
 def test_rerun_once_adds_nothing(spark, run):
@@ -205,32 +226,34 @@ def test_enforce_mode_without_signing_key_is_a_start_up_error(tmp_path):
 
 
 def test_once_stops_the_other_query_and_raises_when_one_fails(spark, run, tmp_path, monkeypatch):
-    """--once with the fast path on (``windows.fast_path = "always"``) runs ingest and fast side by side; when ingest
-    fails while a fast micro-batch is still running, the fast query is stopped and the failure is raised. (Gold
-    starts only after ingest has finished, so it is the fast query that can be caught running.)"""
+    """--once with the fast path on (``windows.fast_path = "always"``) runs the ingest query first, then the gold
+    and fast queries side by side on its events; when gold fails while a fast micro-batch is still running, the
+    fast query is stopped and the failure is raised. (Fast and gold read the events ingest writes, so with --once
+    neither starts before ingest has finished: it is the fast query that can be caught running.)"""
     import threading
     import time
 
     from pyspark.errors import StreamingQueryException
 
     from pipelines.flows.fast import FastFlow
-    from pipelines.flows.ingest import IngestFlow
+    from pipelines.flows.gold import GoldFlow
 
     fast_running = threading.Event()
 
-    def broken_ingest_batch(self, raw, batch_id):
+    def broken_gold_batch(self, metrics, batch_id):
         assert fast_running.wait(60), "the fast query never started a micro-batch"
-        raise RuntimeError("ingest batch broken on purpose")
+        raise RuntimeError("gold batch broken on purpose")
 
     def slow_fast_batch(self, open_windows, batch_id):
+        open_windows.count()  # the micro-batch reads its input (Spark 4 refuses to commit an unread state store)
         fast_running.set()
-        time.sleep(10)  # still running when the ingest query fails
+        time.sleep(10)  # still running when the gold query fails
 
-    monkeypatch.setattr(IngestFlow, "handle", broken_ingest_batch)
+    monkeypatch.setattr(GoldFlow, "handle", broken_gold_batch)
     monkeypatch.setattr(FastFlow, "handle", slow_fast_batch)
     cfg = run["cfg"].with_paths(str(run["landing"]), str(tmp_path / "lake"))
     cfg = cfg.model_copy(update={"windows": cfg.windows.model_copy(update={"fast_path": "always"})})
-    with pytest.raises(StreamingQueryException, match="ingest batch broken on purpose"):
+    with pytest.raises(StreamingQueryException, match="gold batch broken on purpose"):
         governor.run(spark, cfg, once=True)
     assert fast_running.is_set()
     assert not spark.streams.active

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from pipelines import governor
 from pipelines.config import load_config
+from pipelines.flows.fast import CHECKPOINT as FAST
 from pipelines.io.lake import open_lake
 from pipelines.io.lease import LEASE_FILE
 from pipelines.sim.render import render_landing
@@ -94,7 +95,7 @@ def _between_batches(lake: Path) -> bool:
     """Every query of the governor on ``lake`` has committed the newest micro-batch it planned."""
     def newest(folder: Path) -> int:
         return max((int(p.name) for p in folder.glob("*") if p.name.isdigit()), default=-1)
-    queries = [lake / "_checkpoints" / q for q in ("ingest", "fast-v2", "gold")]
+    queries = [lake / "_checkpoints" / q for q in ("ingest", FAST, "gold")]
     return all(newest(q / "offsets") == newest(q / "commits") >= 0 for q in queries)
 
 
@@ -151,7 +152,7 @@ def test_a_holder_that_hung_past_the_ttl_stops_its_queries_and_writes_nothing_af
     # (Hadoop's ".<name>.crc"). A micro-batch whose foreachBatch had finished when the holder hung may still have
     # its commit to write when it resumes: the next governor already ran that micro-batch again and committed it,
     # so Spark's rename of the commit refuses ("Concurrent update to the log") and only its temporary file stays.
-    planning = r"_checkpoints/(ingest|fast-v2|gold)/(offsets|sources/0)/\.?(\d+|\.\d+\.[0-9a-f-]{36}\.tmp)(\.crc)?"
-    refused_commit = r"_checkpoints/(ingest|fast-v2|gold)/commits/\.?\.\d+\.[0-9a-f-]{36}\.tmp(\.crc)?"
+    planning = rf"_checkpoints/(ingest|{FAST}|gold)/(offsets|sources/0)/\.?(\d+|\.\d+\.[0-9a-f-]{{36}}\.tmp)(\.crc)?"
+    refused_commit = rf"_checkpoints/(ingest|{FAST}|gold)/commits/\.?\.\d+\.[0-9a-f-]{{36}}\.tmp(\.crc)?"
     assert all(re.fullmatch(planning, k) or re.fullmatch(refused_commit, k) for k in changed), changed
     assert not (lake / LEASE_FILE).exists()
