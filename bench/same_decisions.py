@@ -6,11 +6,14 @@ baseline commit (checked out in a worktree) on the same landed input, every gold
                                              [--dir DIR] [--record FILE]
 
 Inputs: ``article`` (the article-001 scenario, seed 7, a fixed start), ``large_mix`` (20 minutes of a 10,000-topic,
-50-broker cluster, as ``bench/scale.py``), and any landed directory given with ``--landing NAME=DIR`` (e.g. the
-``backtest/landing`` of a closed-loop run). Decisions, versions and reasons must be equal exactly, numbers to a
+50-broker cluster, as ``bench/scale.py``), ``loop:SCENARIO`` (a named closed-loop scenario's landed input, from the
+Spark-free closed loop: :func:`closed_loop_landing`; ``loop:all`` for every one), and any landed directory given
+with ``--landing NAME=DIR`` (e.g. the ``backtest/landing`` of a Spark closed-loop run). Decisions, versions and reasons must be equal exactly, numbers to a
 relative 1e-9 (summation order may differ). Prints one line per table and input and the first differences; exit 1
-when any differs. ``--record FILE`` also writes this tree's rows of the article input as a JSON fixture
-(``tests/fixtures/same_decisions``), which ``tests/e2e/test_same_decisions.py`` compares in CI.
+when any differs. ``e2e`` is the end-to-end tests' input (``tests/e2e/test_governor_e2e.py`` ``SPEC``): with
+``--record DIR``, the rows of each input that is the same at both commits are written as ``DIR/<input>.json.gz``
+(to compare a later tree with, or to read); an input that differs is never recorded. Both trees run with the
+clock pinned (``decided_at``, ``expires_at``).
 """
 
 from __future__ import annotations
@@ -66,7 +69,48 @@ def generate(name: str, out: Path) -> Path:
         spec = spec.__class__(**{**spec.__dict__, "start": dt.datetime(2026, 1, 5, 6, 0, tzinfo=dt.timezone.utc)})
         render_landing(spec, out)
         return out
-    raise SystemExit(f"bench/same_decisions.py: unknown input {name!r} (article, large_mix or --landing NAME=DIR)")
+    if name == "e2e":  # the end-to-end tests' input (tests/e2e/test_governor_e2e.py SPEC)
+        sys.path.insert(0, str(REPO))
+        from pipelines.sim.render import render_landing
+        from tests.e2e.test_governor_e2e import SPEC
+
+        render_landing(SPEC, out)
+        return out
+    if name.startswith("loop:"):
+        return closed_loop_landing(name[len("loop:"):], out)
+    raise SystemExit(f"bench/same_decisions.py: unknown input {name!r} (article, large_mix, e2e, loop:SCENARIO or "
+                     "--landing NAME=DIR)")
+
+
+def closed_loop_landing(scenario: str, out: Path) -> Path:
+    """A named closed-loop scenario's landed input: the scenario run in the Spark-free closed loop
+    (:func:`pipelines.sim.loop.simulate`, shipped config, a fixed start), then what its brokers admitted rendered as
+    stats.log lines and every rejected send and the demand's trickle of ordinary failures as send-failure lines, all
+    landed at once in ``out``."""
+    import numpy as np
+    import pandas as pd
+
+    sys.path.insert(0, str(REPO))
+    from pipelines.backtest.settings import SCENARIO_SIZES, build_spec, governor_config, load_backtest_config
+    from pipelines.sim.admitted import admitted_rows, failure_rows, trickle
+    from pipelines.sim.loop import simulate
+    from pipelines.sim.minutes import failure_text, land, stats_files
+
+    if scenario not in SCENARIO_SIZES:
+        raise SystemExit(f"bench/same_decisions.py: unknown closed-loop scenario {scenario!r} "
+                         f"({', '.join(SCENARIO_SIZES)})")
+    bcfg = load_backtest_config(REPO / "conf" / "backtest.toml")
+    spec = build_spec(scenario, {}, now=dt.datetime(2026, 1, 5, 12, tzinfo=dt.timezone.utc))
+    cluster = simulate(spec, governor_config(bcfg, None, None), bcfg).cluster
+    admitted = pd.concat([admitted_rows(cluster, m) for m in range(cluster.minutes_done())], ignore_index=True)
+    rendered = stats_files(spec, admitted)
+    files = [f for m in sorted(rendered) for f in rendered[m]]
+    rng = np.random.default_rng(7)
+    failures = pd.concat([failure_rows(cluster, 0, len(cluster.rejections.tick), rng), trickle(cluster, rng)],
+                         ignore_index=True)
+    files.append(("send_failures/all.jsonl", failure_text(failures)))
+    land(out, files)
+    return out
 
 
 def run(tree: Path, landing: Path, lake: Path) -> float:
@@ -144,7 +188,7 @@ def compare(base: Path, new: Path) -> list[str]:
 
 
 def record(lake: Path, out: Path) -> None:
-    """This tree's rows of every compared table (and limits.json) as a gzipped JSON fixture."""
+    """A lake's rows of every compared table (and limits.json) as a gzipped JSON fixture."""
     data = {table: rows(lake, table) for table in TABLES}
     data["control/limits.json"] = limits_file(lake)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -154,10 +198,11 @@ def record(lake: Path, out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", required=True, help="the commit to compare with (checked out in a worktree)")
-    ap.add_argument("--inputs", default="article", help="comma-separated: article, large_mix ('' for none)")
+    ap.add_argument("--inputs", default="article",
+                    help="comma-separated: article, large_mix, e2e, loop:SCENARIO, loop:all ('' for none)")
     ap.add_argument("--landing", action="append", default=[], help="NAME=DIR: a landed directory to compare on")
     ap.add_argument("--dir", default="", help="work directory (default: a temporary one)")
-    ap.add_argument("--record", default="", help="write this tree's article rows as a fixture to this file")
+    ap.add_argument("--record", default="", help="a directory: the rows of each input that is the same, as fixtures")
     args = ap.parse_args(argv)
     work = Path(args.dir or tempfile.mkdtemp(prefix="rg-same-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -165,9 +210,17 @@ def main(argv: list[str] | None = None) -> int:
     if not tree.exists():
         subprocess.run(["git", "worktree", "add", "--detach", str(tree), args.baseline], cwd=REPO, check=True,
                        capture_output=True)
-    inputs = {name: generate(name, work / f"landing-{name}") for name in filter(None, args.inputs.split(","))
-              if not (work / f"landing-{name}").exists()} | {
-        name: work / f"landing-{name}" for name in filter(None, args.inputs.split(","))}
+    names = []
+    for name in filter(None, args.inputs.split(",")):
+        if name == "loop:all":
+            sys.path.insert(0, str(REPO))
+            from pipelines.backtest.settings import SCENARIO_SIZES
+            names += [f"loop:{n}" for n in SCENARIO_SIZES]
+        else:
+            names.append(name)
+    inputs = {name: generate(name, work / f"landing-{name.replace(':', '-')}") for name in names
+              if not (work / f"landing-{name.replace(':', '-')}").exists()} | {
+        name: work / f"landing-{name.replace(':', '-')}" for name in names}
     for item in args.landing:
         name, _, path = item.partition("=")
         inputs[name] = Path(path)
@@ -185,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         failed += any("DIFFERENT" in line for line in lines)
         print(f"{name}: baseline run {seconds[0]}, this tree {seconds[1]}")
         print("\n".join(lines))
-        if args.record and name == "article":
-            record(new_lake, Path(args.record))
+        if args.record and not any("DIFFERENT" in line for line in lines):
+            record(base_lake, Path(args.record) / f"{name.replace(':', '-')}.json.gz")
     print("RESULT:", "the same decisions" if not failed else f"{failed} input(s) differ")
     return 1 if failed else 0
 
