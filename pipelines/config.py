@@ -140,7 +140,7 @@ class WindowsConfig(_Section):
     watermark_seconds: int = Field(default=120, ge=0, description=(
         "Seconds to wait for late lines before a window is final. A minute line is printed at the end of the "
         "minute it covers, so 120 s lets a broker's shipper lag up to 3 minutes behind the fastest broker before "
-        "its lines count as late (README \"Two speeds\"); the fast path does not wait for it."))
+        "its lines count as late (docs/decisions.md §3); the fast path does not wait for it."))
     trigger_seconds: int = Field(default=10, gt=0, description=(
         "Processing-time trigger of the continuous job, seconds (ignored with --once): the three queries' "
         "micro-batches of one stats minute finish within it on 2 cores (docs/performance.md)."))
@@ -160,7 +160,7 @@ class WindowsConfig(_Section):
 
 
 class DetectionConfig(_Section):
-    """Thresholds of the anomaly rules (:mod:`pipelines.decide.catalogue`, README "What it decides"). The
+    """Thresholds of the anomaly rules (:mod:`pipelines.decide.catalogue`, docs/decisions.md §2). The
     defaults are this project's choices, sized against article 001's incident unless a description says more."""
 
     retry_ratio_threshold: float = Field(default=0.5, gt=0, description=(
@@ -201,7 +201,7 @@ class DetectionConfig(_Section):
 
 
 class LimitsConfig(_Section):
-    """How limits are decided, issued and lifted (:mod:`pipelines.decide`, README "What it decides")."""
+    """How limits are decided, issued and lifted (:mod:`pipelines.decide`, docs/decisions.md §4)."""
 
     mode: Literal["enforce", "advisory"] = Field("enforce", description=(
         "``enforce`` (brokers apply the limits) or ``advisory`` (shadow mode: decisions are recorded, brokers only "

@@ -56,8 +56,8 @@ def _fenced(handler: Handler, governor: Governor) -> Handler:
     fails before it reads or writes anything (the flows' own appends and publishes ask the fence again), and one
     during which the lease was lost (the process hung past ``lake.lease_ttl_seconds`` inside the handler) fails
     after it, so that Spark does not commit a micro-batch the governor taking the lake over runs again: only a
-    hang between this last check and Spark's commit is left (README "Not covered"). A micro-batch interrupted by
-    its query's stop fails with :class:`StoppedMidBatch`."""
+    hang between this last check and Spark's commit is left (docs/reliability.md, "Not covered"). A micro-batch
+    interrupted by its query's stop fails with :class:`StoppedMidBatch`."""
 
     handler = stopped_short(handler)
 

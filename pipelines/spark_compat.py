@@ -1,7 +1,7 @@
 """What differs between the supported Spark lines (pyspark 4.0 to 4.3), in one place.
 
 The governor runs unchanged on every line ``pyproject.toml`` allows; where a pyspark API it uses changed between
-lines, the one adapter is here, with the lines it covers. README "Spark lines" lists what was tested on which.
+lines, the one adapter is here, with the lines it covers. docs/spark.md lists what was tested on which.
 """
 
 from __future__ import annotations

@@ -3,8 +3,11 @@
 * Every ``docs/<file>.md`` mentioned in a ``*.py``, ``*.toml``, ``*.sh`` or ``*.md`` file of the repository names
   an existing file, and every section it cites (``§1.2``, ``§1-2``, ``§2, §8``) is a numbered heading of that file
   (``## 2. …`` or ``### 1.2 …``). A range ``§4-7`` needs each of §4, §5, §6, §7.
-* Links between the documents (``[…](contracts.md#12-send-failures-landingsend_failures)``) name an existing file
-  and, when they carry one, an anchor that a heading of it produces (GitHub's anchor rule).
+* Links and pictures of ``README.md`` and ``docs/*.md`` (``[…](contracts.md#12-send-failures-landingsend_failures)``,
+  ``![…](docs/status-page.png)``) name an existing file and, when they carry one, an anchor that a heading of it
+  produces (GitHub's anchor rule).
+* Each line of the README's current figures (the table under ``## Current figures``) names the command that
+  measures it and the commit it was measured at.
 * No file of the repository points back to the source material the documents were written from.
 """
 
@@ -36,6 +39,10 @@ ONE_SECTION = re.compile(r"§\s*(?P<first>\d+(?:\.\d+)*)(?:\s*[-–]\s*(?P<last>
 HEADING = re.compile(r"^(?P<hashes>#{1,6})\s+(?P<title>.+?)\s*#*\s*$")
 HEADING_NUMBER = re.compile(r"^(?P<number>\d+(?:\.\d+)*)\.?\s")
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+#: The README's section of current figures, and what each of its lines must name.
+FIGURES_HEADING = "Current figures"
+COMMAND = re.compile(r"`[^`]+`")
+COMMIT = re.compile(r"\b[0-9a-f]{7,40}\b")
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,41 @@ def link_problems(doc: Path) -> list[str]:
     return problems
 
 
+def figure_problems(readme: str) -> list[str]:
+    """Lines of the README's current-figures table that do not name their command (in backticks, in the
+    ``command`` column) and the commit they were measured at (7 to 40 hex digits, in the ``commit`` column)."""
+    lines = readme.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if HEADING.match(line) and
+                     HEADING.match(line)["title"] == FIGURES_HEADING)
+    except StopIteration:
+        return [f"README.md: no '## {FIGURES_HEADING}' section"]
+    problems, header, rows = [], None, 0
+    for number, line in enumerate(lines[start + 1:], start=start + 2):
+        if HEADING.match(line):
+            break
+        if not line.startswith("|"):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if header is None:
+            header = [cell.lower() for cell in cells]
+            missing = {"figure", "command", "commit"} - set(header)
+            if missing:
+                return [f"README.md:{number}: the figures table has no column {sorted(missing)}"]
+            continue
+        if set(line) <= set("|-: "):
+            continue
+        rows += 1
+        row = dict(zip(header, cells))
+        if not COMMAND.search(row.get("command", "")):
+            problems.append(f"README.md:{number}: figure without its command: {row.get('figure', line)[:60]}")
+        if not COMMIT.search(row.get("commit", "")):
+            problems.append(f"README.md:{number}: figure without its commit: {row.get('figure', line)[:60]}")
+    if not rows:
+        problems.append(f"README.md: the '{FIGURES_HEADING}' section has no figure lines")
+    return problems
+
+
 def all_references() -> list[Reference]:
     """References in the repository's citing files; this file's own examples (below) are not citations."""
     refs = []
@@ -173,9 +215,18 @@ def test_every_docs_reference_names_an_existing_file_and_section():
     assert not problems, "broken docs references:\n" + "\n".join(problems)
 
 
-def test_links_between_documents_resolve():
-    problems = [p for doc in sorted(DOCS.glob("*.md")) for p in link_problems(doc)]
-    assert not problems, "broken links in docs/:\n" + "\n".join(problems)
+def test_links_and_pictures_of_the_readme_and_the_documents_resolve():
+    documents = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+    problems = [p for doc in documents for p in link_problems(doc)]
+    assert not problems, "broken links or pictures:\n" + "\n".join(problems)
+    # the scan itself works: the README links its documents and shows its picture
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(LINK.findall(readme)) >= 10 and "](docs/status-page.png)" in readme
+
+
+def test_every_readme_figure_names_its_command_and_commit():
+    problems = figure_problems((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert not problems, "README figures:\n" + "\n".join(problems)
 
 
 def test_no_file_points_at_the_source_material_outside_the_repository():
@@ -225,3 +276,29 @@ def test_a_link_to_a_missing_anchor_is_reported(tmp_path):
         "b.md:1: a.md has no heading with anchor #12-send",
         "b.md:1: link to missing file c.md",
     ]
+
+
+def test_a_missing_picture_is_reported(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "there.png").write_bytes(b"")
+    (tmp_path / "README.md").write_text("![a](docs/there.png) ![b](docs/gone.png) [c](docs/x.md#y)\n")
+    assert link_problems(tmp_path / "README.md") == [
+        "README.md:1: link to missing file docs/gone.png",
+        "README.md:1: link to missing file docs/x.md",
+    ]
+
+
+def test_a_figure_without_its_command_or_commit_is_reported():
+    readme = "\n".join([
+        "# r", "", "## Current figures", "",
+        "| figure | command | commit |", "|---|---|---|",
+        "| fine: 1 s | `./run.sh` | 27837c4 |",
+        "| no command: 2 s | run it | 27837c4 |",
+        "| no commit: 3 s | `bench/x.py` | yesterday |",
+        "", "## Documents", "| figure | command | commit |", "| after the section | none | none |",
+    ])
+    assert figure_problems(readme) == [
+        "README.md:8: figure without its command: no command: 2 s",
+        "README.md:9: figure without its commit: no commit: 3 s",
+    ]
+    assert figure_problems("# r\n") == ["README.md: no '## Current figures' section"]

@@ -1,4 +1,4 @@
-"""The layout rules of README "Layout" that a change could break silently (no Spark needed)."""
+"""The layout rules of docs/architecture.md §3 that a change could break silently (no Spark needed)."""
 
 from __future__ import annotations
 

@@ -169,7 +169,7 @@ def small_disk(tmp_path):
     disk.mkdir()
     mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True)
     mounted = mount.returncode == 0
-    # as root (CI) the mount must work: the README row promises a real file system filled mid-write
+    # as root (CI) the mount must work: the docs/reliability.md row promises a real file system filled mid-write
     assert mounted or os.geteuid() != 0, mount.stderr
     yield disk, "fill" if mounted else "torn"
     if mounted:

@@ -9,7 +9,7 @@ where 4.0 stopped: every landed line is in bronze exactly once, every table the 
 run of the same two steps entirely on the new line, and so does the latest decision per resource. The fast
 path's preliminary decisions (and the final path's reconciliation of them: ``gold/limits``' history,
 ``state/policy``, ``control/sink_status``) depend on how far the gold query had got when a fast micro-batch ran,
-which no Spark line fixes; the product's promise there is the one README "Two speeds" states and
+which no Spark line fixes; the product's promise there is the one docs/decisions.md §3 states and
 ``tests/e2e/test_two_speeds.py`` checks: the same limits. ``limits.json`` is not compared: its records are the
 decisions not yet expired at publish time (``expires_at`` = ``decided_at``, a processing time, + the TTL), and the
 fixture's decisions were made when it was generated. Spark's file-source logs hold absolute paths, so the unpacked

@@ -55,7 +55,7 @@ def test_second_governor_refuses_and_a_killed_ones_lease_is_taken_over(spark, tm
     render_landing(SPEC, first_landing)
     render_landing(SPEC, second_landing)
     # its own process group: the kill below takes the driver and its JVM together, as a node, container or
-    # systemd unit going down does (a driver killed alone leaves its JVM writing for a moment: README, Reliability)
+    # systemd unit going down does (a driver killed alone leaves its JVM writing for a moment: docs/reliability.md)
     first = subprocess.Popen(_governor(conf, first_landing, lake), stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -113,7 +113,7 @@ def test_a_holder_that_hung_past_the_ttl_stops_its_queries_and_writes_nothing_af
     try:
         _wait_for(lambda: (lake / "control" / "limits.json").exists(), 240, "its first gold micro-batch", first)
         # hang it between micro-batches: every planned batch committed (a holder hung between its handler and
-        # Spark's commit is README "Not covered")
+        # Spark's commit is docs/reliability.md, "Not covered")
         _wait_for(lambda: _between_batches(lake), 120, "no micro-batch in flight", first)
         os.killpg(first.pid, signal.SIGSTOP)  # the driver and its JVM hang
         time.sleep(ttl + 1.5)
