@@ -100,13 +100,17 @@ def run_once(script: Path, tree: Path, args: Sequence[str], log: Path | None = N
 
 
 def interleave(script: Path, variants: Sequence[tuple[str, Path, Sequence[str]]], runs: int = 3,
-               log: Path | None = None) -> dict[str, list[dict]]:
+               log: Path | None = None, before=None) -> dict[str, list[dict]]:
     """Run each variant ``(label, tree, args)`` ``runs`` times, interleaved (A, B, C, A, B, C, ...); returns each
-    variant's figures per run (``{"exit": status}`` added). Prints one line per run as it ends."""
+    variant's figures per run (``{"exit": status}`` added). ``args`` may be a function of the run's index (0-based).
+    ``before(i, label)``: called before each run (e.g. to
+    remove the previous run's lake). Prints one line per run as it ends."""
     results: dict[str, list[dict]] = {label: [] for label, _, _ in variants}
     for i in range(runs):
         for label, tree, args in variants:
-            status, figures, seconds = run_once(script, tree, args, log)
+            if before is not None:
+                before(i, label)
+            status, figures, seconds = run_once(script, tree, args(i) if callable(args) else args, log)
             figures["exit"] = status
             results[label].append(figures)
             print(f"[ab] run {i + 1}/{runs} {label} ({commit_of(tree)}): exit {status}, {seconds:.0f} s wall, "
