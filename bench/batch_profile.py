@@ -236,6 +236,7 @@ def instrument() -> None:
     # issue 40's flows: Spark reduces (one collect), the driver decides (prepare outside the lock, decide_prepared
     # inside it), delta-rs appends the Arrow tables, the publisher publishes
     timed(gold_flow.GoldFlow, "reduce", "reduce + collect the windows (one Spark job)")
+    timed(gold_flow, "collect_tables", "collect_tables (pack, union, toArrow, split)")
     classic = optional_module("pyspark.sql.classic.dataframe")  # Spark 4's DataFrame class (its own toArrow)
     timed(classic.DataFrame if classic else optional_module("pyspark.sql").DataFrame, "toArrow",
           "DataFrame.toArrow (a Spark job; fast: its stateful aggregation)")
