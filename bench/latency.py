@@ -4,6 +4,7 @@ wall time from the first storm line landing to the culprit's limit appearing in 
 
     .venv/bin/python bench/latency.py [--runs 3] [--final-runs 1] [--minute-seconds 20] [--stagger-seconds 4]
                                       [--trigger-seconds N] [--phases 0,3.3,6.7] [--timeline] [--log FILE]
+                                      [--baseline COMMIT [--max-median 15] [--max-worst 25] [--runs-log FILE]]
 
 Time-lapse: one minute of stats.log lines (RocketMQ prints them once a minute, at the end of the minute they cover)
 lands every ``--minute-seconds`` of wall time; the brokers' files of one minute land ``--stagger-seconds`` apart
@@ -24,6 +25,12 @@ one trigger interval), so the median and the worst cover the phases instead of w
 Prints the config each mode ran with and every run's figure, and each query's micro-batch processing times (median,
 max, how many over the trigger). Exit status 1 when a run saw no limit for the culprit, or a fast-path run took
 longer than the target.
+
+``--baseline COMMIT``: this tree and COMMIT (a worktree under a temporary directory, ``bench/ab.py``: this script run
+with that tree first on ``sys.path`` and its own ``conf/local.toml``) each run once per phase, interleaved phase by
+phase (a new process and Spark session per run, ``--final-runs`` of the final path alone after them); prints every
+run, each tree's median and worst, and checks this tree's against ``--max-median`` and ``--max-worst`` (issue 40's
+15 s and 25 s).
 """
 
 from __future__ import annotations
@@ -41,7 +48,11 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ab  # noqa: E402  (bench/ab.py: --baseline, --tree)
+
+TREE = ab.tree_from_argv()  # the tree measured: this checkout, or a baseline's worktree (--tree)
+sys.path.insert(0, str(TREE))
 
 from pipelines import governor  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
@@ -189,12 +200,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", default=None, help="write the governor's log (INFO) to this file")
     parser.add_argument("--timeline", action="store_true",
                         help="also print every micro-batch: start relative to the first storm line, duration, rows")
+    parser.add_argument("--baseline", metavar="COMMIT", help="A/B against COMMIT (module docstring)")
+    parser.add_argument("--max-median", type=float, default=15.0, help="with --baseline: this tree's median target")
+    parser.add_argument("--max-worst", type=float, default=25.0, help="with --baseline: this tree's worst target")
+    parser.add_argument("--runs-log", help="with --baseline: the single runs' output appended to this file")
+    parser.add_argument("--tree", help=argparse.SUPPRESS)  # the tree measured (bench/ab.py), read before imports
+    parser.add_argument("--json", help=argparse.SUPPRESS)  # write the figures here (bench/ab.py)
     args = parser.parse_args(argv)
+    if args.baseline:
+        return compare(args, sys.argv[1:] if argv is None else list(argv))
     if args.runs < 1 or args.final_runs < 0 or args.stagger_seconds * 2 >= args.minute_seconds:
         parser.error("--runs >= 1, --final-runs >= 0, and both brokers must land within --minute-seconds")
 
     os.environ.setdefault("RATE_GOVERNOR_SIGNING_KEY", "bench-key")
-    base = load_config(Path(__file__).resolve().parent.parent / "conf" / "local.toml")
+    base = load_config(TREE / "conf" / "local.toml")
     trigger = args.trigger_seconds or base.windows.trigger_seconds
     try:
         phases = [float(p) % trigger for p in args.phases.split(",")] if args.phases else \
@@ -226,7 +245,58 @@ def main(argv: list[str] | None = None) -> int:
         ok = ok and met
     if not ok:
         print("bench/latency.py: a check failed (see above)", file=sys.stderr)
+    ab.write_json(args.json, {"runs": [{"seconds": r["seconds"], "basis": r["basis"], "phase": r["phase"]}
+                                       for r in shipped],
+                              "final": [{"seconds": r["seconds"], "basis": r["basis"], "phase": r["phase"]}
+                                        for r in final], "tree": str(TREE)})
     return 0 if ok else 1
+
+
+def compare(args, argv: list[str]) -> int:
+    """``--baseline COMMIT`` (module docstring)."""
+    trigger = args.trigger_seconds or load_config(TREE / "conf" / "local.toml").windows.trigger_seconds
+    phases = [float(p) % trigger for p in args.phases.split(",")] if args.phases else \
+        [round(i * trigger / args.runs, 1) for i in range(args.runs)]
+    rest = ab.without(ab.without(ab.without(ab.without(argv, "--baseline"), "--runs"), "--phases"), "--final-runs")
+    rest = ab.without(ab.without(ab.without(rest, "--max-median"), "--max-worst"), "--runs-log")
+
+    def per_run(i: int) -> list[str]:
+        if i < len(phases):
+            return [*rest, "--runs", "1", "--phases", str(phases[i]), "--final-runs", "0"]
+        return [*rest, "--runs", "1", "--phases", str(phases[i % len(phases)]), "--final-runs", "1"]
+
+    with ab.worktree(args.baseline) as base_tree:
+        print(f"A/B: {ab.commit_of(ab.REPO)} against {args.baseline}, one run per phase {phases} each, interleaved, "
+              f"then {args.final_runs} of the final path alone; {os.cpu_count()} cores (seconds are this machine's)",
+              flush=True)
+        results = ab.interleave(Path(__file__).resolve(), [("this tree", ab.REPO, per_run),
+                                                            (f"baseline {args.baseline}", base_tree, per_run)],
+                                len(phases) + args.final_runs, Path(args.runs_log) if args.runs_log else None)
+    figures = {}
+    for label, runs in results.items():
+        shipped = [r for run in runs[:len(phases)] for r in run.get("runs", [])]
+        final = [r for run in runs[len(phases):] for r in run.get("final", [])]
+        seconds = [r["seconds"] for r in shipped]
+        shown = "; ".join(f"phase {r['phase']:.1f} s: " + ("no limit" if r["seconds"] is None else
+                                                            f"{r['seconds']:.1f} s ({r['basis']})") for r in shipped)
+        print(f"{label}, fast path as shipped: {shown}")
+        if final:
+            print(f"{label}, final path alone: " + "; ".join(
+                "no limit" if r["seconds"] is None else f"{r['seconds']:.1f} s ({r['basis']})" for r in final))
+        if len(seconds) == len(phases) and all(s is not None for s in seconds):
+            figures[label] = (statistics.median(seconds), max(seconds))
+            print(f"   median {figures[label][0]:.1f} s, worst {figures[label][1]:.1f} s")
+        else:
+            print("   a run saw no limit for the culprit (or failed)")
+    new = figures.get("this tree")
+    if new is None:
+        return 1
+    passed = new[0] <= args.max_median and new[1] <= args.max_worst
+    base = figures.get(f"baseline {args.baseline}")
+    print(f"live containment, this tree: median {new[0]:.1f} s, worst {new[1]:.1f} s (targets <= {args.max_median:g} s, "
+          f"<= {args.max_worst:g} s: {'PASS' if passed else 'FAIL'})"
+          + (f"; baseline {args.baseline}: median {base[0]:.1f} s, worst {base[1]:.1f} s" if base else ""))
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

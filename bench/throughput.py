@@ -1,7 +1,7 @@
 """Throughput of the full governor against what any design must at least do, measured in one run on the same files.
 
     .venv/bin/python bench/throughput.py --events 2000000 [--stats-share 0.2] [--minutes 60] [--keep DIR]
-                                         [--min-ratio 0.7]
+                                         [--min-ratio 0.7] [--baseline COMMIT [--runs 3] [--log FILE]]
 
 1. Generates a landing directory of ``--events`` records: stats.log lines and send-failure JSON lines in the ratio
    1:4 (``--stats-share 0.2``), spread over ``--minutes`` minutes of event time, 4 brokers, 500 topics.
@@ -15,6 +15,11 @@ same records, so the ratio is the share of the work that is the governor's own o
 decisions). The bare floor (a) persists nothing and is printed for reference only, not as a target. All run in the
 same Spark session, the floors first: they pay the JVM's warm-up, which if anything flatters the governor's ratio.
 The check fails (exit 1) when the ratio is below ``--min-ratio`` (default 0.7, issue 25's target).
+
+``--baseline COMMIT``: the landing is generated once, then this tree and COMMIT (a worktree under a temporary
+directory, ``bench/ab.py``: this script run with that tree first on ``sys.path`` and its own ``conf/local.toml``) run
+the three measurements ``--runs`` times each, interleaved, as separate processes on that landing; prints each run's
+seconds and ratio, and the medians per tree (the check: this tree's median ratio against ``--min-ratio``).
 """
 
 from __future__ import annotations
@@ -31,7 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ab  # noqa: E402  (bench/ab.py: --baseline, --tree)
+
+TREE = ab.tree_from_argv()  # the tree measured: this checkout, or a baseline's worktree (--tree)
+sys.path.insert(0, str(TREE))
 
 from pipelines import governor
 from pipelines.config import load_config
@@ -147,7 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", help="work directory to keep (default: a temporary one, removed)")
     parser.add_argument("--min-ratio", type=float, default=0.7,
                         help="the lowest governor ÷ persist floor that passes the check")
+    parser.add_argument("--baseline", metavar="COMMIT", help="A/B against COMMIT (module docstring)")
+    parser.add_argument("--runs", type=int, default=3, help="runs per tree with --baseline (default 3)")
+    parser.add_argument("--log", help="with --baseline: the single runs' output appended to this file")
+    parser.add_argument("--tree", help=argparse.SUPPRESS)  # the tree measured (bench/ab.py), read before imports
+    parser.add_argument("--json", help=argparse.SUPPRESS)  # write the figures here (bench/ab.py)
     args = parser.parse_args(argv)
+    if args.baseline:
+        return compare(args, sys.argv[1:] if argv is None else list(argv))
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="rg-bench-"))
     landing = work / "landing"
@@ -160,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"generated {args.events} events ({counts['stats_lines']} stats lines, {counts['failure_lines']} send "
               f"failures) in {time.monotonic() - t0:.1f} s into {landing}")
     os.environ.setdefault("RATE_GOVERNOR_SIGNING_KEY", "bench-key")
-    conf = Path(__file__).resolve().parent.parent / "conf" / "local.toml"
+    conf = TREE / "conf" / "local.toml"
     cfg = load_config(conf).with_paths(
         str(landing), str(work / "lake"))
     spark = build_session(cfg.spark)
@@ -183,9 +199,50 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.minutes} minutes, config {conf}, {os.cpu_count()} cores)")
     print(f"for reference: governor / bare floor {gov_rate / floor_rate:.2f}, persist floor / bare floor "
           f"{persist_rate / floor_rate:.2f}")
+    ab.write_json(args.json, {"floor": floor_s, "persist": persist_s, "governor": governor_s, "ratio": ratio,
+                              "tree": str(TREE)})
     spark.stop()
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
+    return 0 if passed else 1
+
+
+def compare(args, argv: list[str]) -> int:
+    """``--baseline COMMIT`` (module docstring)."""
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="rg-bench-ab-"))
+    if not (work / "landing").exists():
+        started = time.monotonic()
+        counts = generate(work / "landing", args.events, args.stats_share, args.minutes)
+        print(f"generated {args.events} events ({counts['stats_lines']} stats lines, {counts['failure_lines']} send "
+              f"failures) once, in {time.monotonic() - started:.1f} s", flush=True)
+    runs_args = ab.without(ab.without(ab.without(argv, "--baseline"), "--runs"), "--log")
+    runs_args = [*ab.without(runs_args, "--keep"), "--keep", str(work)]
+    try:
+        with ab.worktree(args.baseline) as base_tree:
+            print(f"A/B: {ab.commit_of(ab.REPO)} against {args.baseline}, {args.runs} runs each, interleaved, one "
+                  f"landing; {os.cpu_count()} cores (seconds are this machine's)", flush=True)
+            results = ab.interleave(Path(__file__).resolve(), [("this tree", ab.REPO, runs_args),
+                                                                (f"baseline {args.baseline}", base_tree, runs_args)],
+                                    args.runs, Path(args.log) if args.log else None)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    for label, runs in results.items():
+        shown = "; ".join(f"floor {r['floor']:.1f} s, persist floor {r['persist']:.1f} s, governor "
+                          f"{r['governor']:.1f} s: {r['ratio']:.2f}" if "ratio" in r else f"failed (exit {r['exit']})"
+                          for r in runs)
+        print(f"{label}: {shown}")
+        print(f"   medians: persist floor {ab.median(runs, 'persist') or float('nan'):.1f} s, governor "
+              f"{ab.median(runs, 'governor') or float('nan'):.1f} s, governor / persist floor "
+              f"{ab.median(runs, 'ratio') or float('nan'):.2f}")
+    new = ab.median(results["this tree"], "ratio")
+    base = ab.median(results[f"baseline {args.baseline}"], "ratio")
+    if new is None or base is None:
+        print("a variant reported no figure: see the runs' output", file=sys.stderr)
+        return 2
+    passed = new >= args.min_ratio
+    print(f"governor / persist floor, medians: this tree {new:.2f}, baseline {args.baseline} {base:.2f} "
+          f"({new / base:.2f}x); target >= {args.min_ratio}: {'PASS' if passed else 'FAIL'}")
     return 0 if passed else 1
 
 
