@@ -4,4 +4,4 @@
 # summary and write the status page (<lake>/status/index.html). Spark's own log lines only with --verbose.
 # Usage: ./run.sh [--landing DIR] [--lake DIR] [--conf conf/local.toml] [--seed N] [--verbose]
 source "$(dirname "$0")/scripts/env.sh"
-exec "$RG_PYTHON" -m pipelines.demo "$@"
+exec "$RG_PYTHON" -m pipelines.ops.demo "$@"

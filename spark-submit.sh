@@ -4,7 +4,7 @@
 # Example (local):   ./spark-submit.sh -- --conf conf/local.toml --landing landing --lake lake --once
 # Example (cluster): ./spark-submit.sh --master spark://host:7077 -- --conf conf/local.toml
 # Locally it uses the project's environment (.venv, created if missing). The code is shipped to executors as a
-# zip of pipelines/ and udfs/ (--py-files) and the config file(s) named by --conf with --files; every option before "--" goes to
+# zip of pipelines/, udfs/ and control/ (--py-files) and the config file(s) named by --conf with --files; every option before "--" goes to
 # spark-submit unchanged (--master, --deploy-mode, --conf spark.*=..., --executor-memory, ...).
 #
 # Delta and Kafka jars on a cluster: with RG_ADD_PACKAGES=1 this script adds
@@ -30,7 +30,7 @@ rm -f "$zip_file"
 import sys, zipfile, pathlib
 root = pathlib.Path(sys.argv[2])
 with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
-    for pkg in ("pipelines", "udfs"):
+    for pkg in ("pipelines", "udfs", "control"):
         for f in (root / pkg).rglob("*.py"):
             z.write(f, f.relative_to(root))
 PY

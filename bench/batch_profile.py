@@ -60,16 +60,18 @@ import ab  # noqa: E402  (bench/ab.py: --baseline, --tree)
 
 TREE = ab.tree_from_argv()  # the tree measured: this checkout, or a baseline's worktree (--tree)
 sys.path.insert(0, str(TREE))
+import old_layout  # noqa: E402,F401 - a baseline tree may have the module paths before issue 43
 
 from pipelines import governor  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
-from pipelines.flows import base as base_flow, fast as fast_flow, gold as gold_flow, ingest as ingest_flow  # noqa: E402
-from pipelines.io import events, lake, publish  # noqa: E402
-from pipelines.quality import gate, reconcile  # noqa: E402
-from pipelines.session import build_session  # noqa: E402
+from pipelines.job.flows import base as base_flow, fast as fast_flow, gold as gold_flow, ingest as ingest_flow  # noqa: E402
+from pipelines.dataplane import events, lake  # noqa: E402
+from pipelines.writeback import publish
+from pipelines.dataplane.quality import gate, reconcile  # noqa: E402
+from pipelines.dataplane.session import build_session  # noqa: E402
 from pipelines.sim.minutes import land, minute_files  # noqa: E402
 from pipelines.sim.spec import ScenarioSpec  # noqa: E402
-from pipelines.transforms import silver  # noqa: E402
+from pipelines.dataplane.transforms import silver  # noqa: E402
 
 
 def optional_module(name: str):
@@ -263,7 +265,7 @@ def instrument() -> None:
     timed(fast_flow, "prepare_preliminary", "decide: prepare_preliminary (outside the lock)")
     timed(fast_flow, "decide_prepared", "decide: decide_prepared (under the lock)")
     timed(gold_flow, "open_evidence", "open evidence (under the lock)")
-    store = optional_module("pipelines.flows.store")
+    store = optional_module("pipelines.job.flows.store")
     if store is not None:
         timed(store.DecisionStore, "state_before", "store: state_before (under the lock)")
         timed(store.DecisionStore, "latest_limits", "store: latest_limits (under the lock)")
@@ -275,9 +277,9 @@ def instrument() -> None:
     timed(base_flow.DecisionFlow, "publish", "publish")
     # the base commit's flows (Spark decisions): their steps, where the tree has them
     timed(fast_flow.FastFlow, "decide", "decide, under the lock (the rest: first job)")
-    timed(optional_module("pipelines.transforms.gold"), "window_bounds", "window bounds (first job: stateful windows)")
-    timed(optional_module("pipelines.transforms.gold"), "gold_outputs", "gold outputs (incl. the fold)")
-    timed(optional_module("pipelines.transforms.policy_fold"), "decide", "policy fold")
+    timed(optional_module("pipelines.dataplane.transforms.gold"), "window_bounds", "window bounds (first job: stateful windows)")
+    timed(optional_module("pipelines.dataplane.transforms.gold"), "gold_outputs", "gold outputs (incl. the fold)")
+    timed(optional_module("pipelines.dataplane.transforms.policy_fold"), "decide", "policy fold")
     # both
     timed(lake.DeltaRsLake, "collect", "collect a batch's tables (one Spark job)")
     timed(lake.DeltaRsLake, "_append", "lake appends (Spark collect + delta-rs)")

@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 
 from pipelines import schemas  # noqa: E402
 from pipelines.config import SparkConfig  # noqa: E402
-from pipelines.session import build_session  # noqa: E402
+from pipelines.dataplane.session import build_session  # noqa: E402
 from pipelines.sim import broker_model as bm  # noqa: E402
 from pipelines.sim.spec import ScenarioSpec  # noqa: E402
 from pipelines.sim.traffic import build_traffic  # noqa: E402

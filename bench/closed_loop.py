@@ -35,8 +35,8 @@ from pipelines.backtest.figures import write_results  # noqa: E402
 from pipelines.backtest.report import config_line  # noqa: E402
 from pipelines.backtest.settings import SCENARIO_ROLES, SCENARIO_SIZES, build_spec, governor_config  # noqa: E402
 from pipelines.backtest.settings import load_backtest_config  # noqa: E402
-from pipelines.io.lake import open_lake  # noqa: E402
-from pipelines.session import build_session  # noqa: E402
+from pipelines.dataplane.lake import open_lake  # noqa: E402
+from pipelines.dataplane.session import build_session  # noqa: E402
 
 
 def _fmt(v: float, digits: int = 0) -> str:

@@ -7,17 +7,17 @@
 "What reaches the driver per window grows with topics, groups and brokers, never with messages": this renders such a
 cluster's windows without landing a line. It builds, with numpy and pyarrow, the Arrow tables the gold flow collects
 per final window (``gold/topic_tps``, ``gold/group_tps``, ``gold/broker_tps`` and the per-broker traffic rows Spark
-keeps, :func:`pipelines.transforms.tps.resource_traffic`: only resources at or above their rule's floor, rejected by
+keeps, :func:`pipelines.dataplane.transforms.tps.resource_traffic`: only resources at or above their rule's floor, rejected by
 the limiter, or under a limit; with the window markers), the history the flows read from the lake (``--history``
 finalized windows of ``gold/topic_tps`` and ``gold/broker_tps``, the baselines), and the fast flow's open-window rows
-of a complete window (:func:`pipelines.transforms.fast.open_window_sums`: one row per topic, group and broker, the
+of a complete window (:func:`pipelines.dataplane.transforms.fast.open_window_sums`: one row per topic, group and broker, the
 census row; every resource, as Spark's ``update`` mode emits every row a micro-batch touched). The mix: topic rates
 log-normal (median 2 msg/s: about 1.6 % of topics above the 50 msg/s surge floor), each topic on 4 brokers (fewer
 when the cluster has fewer), one consumer group per 5 topics retrying 1 % of what it consumes (its ``%RETRY%``
 topic), and in every measured window 5 surging topics (8× their rate) and 2 retry storms (retry ratio 2).
 
 Per measured window (``--windows``, consecutive: the decisions' state and limits carried from one to the next as
-:class:`pipelines.flows.store.DecisionStore` does, the decided ``gold/topic_tps`` rows appended to the history) it
+:class:`pipelines.job.flows.store.DecisionStore` does, the decided ``gold/topic_tps`` rows appended to the history) it
 times :func:`pipelines.decide.final.prepare_final` (outside the decision lock) and
 :func:`pipelines.decide.final.decide_prepared` (inside it), then the fast path on the same window's open rows:
 :func:`pipelines.decide.fast.prepare_preliminary` and :func:`pipelines.decide.fast.decide_prepared` (inside the
@@ -220,7 +220,7 @@ def broker_tps(c: Cluster, w: Window) -> pa.Table:
 
 
 def traffic(c: Cluster, w: Window, detection, limited: set[tuple[str, str]]) -> pa.Table:
-    """The per-broker traffic rows Spark keeps (:func:`pipelines.transforms.tps.resource_traffic`) and the markers."""
+    """The per-broker traffic rows Spark keeps (:func:`pipelines.dataplane.transforms.tps.resource_traffic`) and the markers."""
     floor = 1.0 - 1e-9
     limited_topics = {name for t, name in limited if t == "topic"}
     limited_groups = {name for t, name in limited if t == "group"}
@@ -262,7 +262,7 @@ def traffic(c: Cluster, w: Window, detection, limited: set[tuple[str, str]]) -> 
 
 
 def open_rows(c: Cluster, w: Window) -> pa.Table:
-    """The fast query's rows of a complete window (:func:`pipelines.transforms.fast.open_window_sums`)."""
+    """The fast query's rows of a complete window (:func:`pipelines.dataplane.transforms.fast.open_window_sums`)."""
     k = c.placement.shape[1]
     nt, ng, nb = len(c.topics), len(c.groups), len(c.brokers)
     split = retry_split(c, w)

@@ -1,4 +1,4 @@
-"""Which writer for the ingest batch's events file (pipelines/io/events.py): pyarrow on the driver or Spark's executors.
+"""Which writer for the ingest batch's events file (pipelines/dataplane/events.py): pyarrow on the driver or Spark's executors.
 
     .venv/bin/python bench/events_write.py --events 2000000 [--repeat 3]
 
@@ -23,8 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipelines.config import load_config
-from pipelines.io import events
-from pipelines.session import build_session
+from pipelines.dataplane import events
+from pipelines.dataplane.session import build_session
 
 
 def executor_write(df, directory: Path, batch_id: int) -> None:

@@ -53,10 +53,11 @@ import ab  # noqa: E402  (bench/ab.py: --baseline, --tree)
 
 TREE = ab.tree_from_argv()  # the tree measured: this checkout, or a baseline's worktree (--tree)
 sys.path.insert(0, str(TREE))
+import old_layout  # noqa: E402,F401 - a baseline tree may have the module paths before issue 43
 
 from pipelines import governor  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
-from pipelines.session import build_session  # noqa: E402
+from pipelines.dataplane.session import build_session  # noqa: E402
 from pipelines.sim.minutes import land, minute_files  # noqa: E402
 from pipelines.sim.spec import ScenarioSpec  # noqa: E402
 

@@ -6,7 +6,7 @@
    GX's Spark engine (the baseline) against its pandas engine (what ``validation.Validator`` picks up to
    ``quality.pandas_max_rows`` rows). Also checks both report the same unexpected counts.
 2. With ``--baseline COMMIT`` (a commit before issue 40, e.g. ``ecd9528``): the policy fold of an empty micro-batch
-   and of one with two candidates, the baseline's Spark decision path (``pipelines.transforms.policy_fold.decide``
+   and of one with two candidates, the baseline's Spark decision path (``pipelines.dataplane.transforms.policy_fold.decide``
    on candidate and state DataFrames, collected: what the gold and fast handlers ran per micro-batch; and its
    ``applyInPandas`` variant, the design before session 3) in a worktree of COMMIT, run by this interpreter with
    that tree first on ``sys.path`` and its own Spark session after this run's has stopped, against this tree's
@@ -33,11 +33,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipelines import governor, schemas  # noqa: E402
-from pipelines.transforms import parse  # noqa: E402
-from pipelines.io import tables  # noqa: E402
-from pipelines.quality import rules, validation  # noqa: E402
+from pipelines.dataplane.transforms import parse  # noqa: E402
+from pipelines import tables  # noqa: E402
+from pipelines.dataplane.quality import rules, validation  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
-from pipelines.session import build_session  # noqa: E402
+from pipelines.dataplane.session import build_session  # noqa: E402
 
 INGESTED = dt.datetime(2026, 11, 22, 0, 0)
 
@@ -79,10 +79,11 @@ def unexpected(result) -> dict:
 BASELINE_FOLD = r"""
 import datetime as dt, json, os, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
+import old_layout  # a baseline tree may have the module paths before issue 43
 from pipelines import schemas
 from pipelines.config import load_config
-from pipelines.session import build_session
-from pipelines.transforms import policy_fold
+from pipelines.dataplane.session import build_session
+from pipelines.dataplane.transforms import policy_fold
 
 CANDIDATE_SCHEMA = (
     "resource_type string, resource string, window_end timestamp, target_qps double, floor_qps double, "
@@ -155,7 +156,7 @@ def baseline_fold(commit: str, repeat: int) -> dict[str, list[float]]:
     with ab.worktree(commit) as tree:
         script = tree / ".micro_batch_costs_fold.py"
         script.write_text(BASELINE_FOLD)
-        env = {**os.environ, "PYTHONPATH": str(tree), "RG_FOLD_INPUTS": json.dumps(FOLD_INPUTS)}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(Path(__file__).resolve().parent)]), "RG_FOLD_INPUTS": json.dumps(FOLD_INPUTS)}
         done = subprocess.run([sys.executable, str(script), str(tree), str(repeat)], cwd=tree, env=env,
                               capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

@@ -8,7 +8,7 @@ The lines are generated inside Spark (``spark.range``): every stats line kind (S
 ``parse_broker_stats`` followed by ``settled`` (as the ingest query runs it) written to Spark's ``noop`` sink, so every
 column of every row is computed; the plan counts are the ``regexp_extract``/``regexp_replace``/``RLIKE``/``split``
 expressions of that optimized plan (each is evaluated once per row that reaches it). The baseline is the
-``pipelines/transforms/parse.py`` of ``--baseline`` imported as a module of its own, run in the same Spark session on
+``pipelines/dataplane/transforms/parse.py`` of ``--baseline`` imported as a module of its own, run in the same Spark session on
 the same cached lines, its runs interleaved with those of this checkout so that a shared machine's load falls on both. Prints the best of
 ``--repeat`` timings after one warm-up.
 """
@@ -75,9 +75,9 @@ def synthetic_raw(spark, n: int):
 
 
 def parse_module_at(commit: str, tmp: str):
-    """``pipelines/transforms/parse.py`` of ``commit`` imported as a module of its own (it imports only modules that
+    """``pipelines/dataplane/transforms/parse.py`` of ``commit`` imported as a module of its own (it imports only modules that
     are unchanged since, from this checkout)."""
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:pipelines/transforms/parse.py"],
+    source = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:pipelines/dataplane/transforms/parse.py"],
                             check=True, capture_output=True, text=True).stdout
     path = Path(tmp) / f"parse_{commit}.py"
     path.write_text(source)
@@ -93,7 +93,7 @@ def measure(n: int, repeat: int, modules: dict) -> dict[str, dict]:
     from pyspark.sql import functions as F
 
     from pipelines.config import load_config
-    from pipelines.session import build_session
+    from pipelines.dataplane.session import build_session
 
     cfg = load_config(str(REPO / "conf" / "local.toml"))
     spark = build_session(cfg.spark)
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", default="", help="git commit whose parse is measured too (e.g. 74b4287)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    from pipelines.transforms import parse
+    from pipelines.dataplane.transforms import parse
 
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -22,9 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipelines import schemas  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
-from pipelines.io import publish, tables  # noqa: E402
-from pipelines.io.lake import DeltaRsLake  # noqa: E402
-from pipelines.session import build_session  # noqa: E402
+from pipelines.writeback import publish  # noqa: E402
+from pipelines import tables
+from pipelines.dataplane.lake import DeltaRsLake  # noqa: E402
+from pipelines.dataplane.session import build_session  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = dt.datetime(2026, 11, 22, 12, 0)

@@ -29,8 +29,8 @@ from pipelines import governor  # noqa: E402
 from pipelines.sim.render import render_landing  # noqa: E402
 from pipelines.sim.spec import ScenarioSpec  # noqa: E402
 from pipelines.config import SparkConfig, parse_config  # noqa: E402
-from pipelines.flows.ingest import IngestFlow  # noqa: E402
-from pipelines.session import build_session  # noqa: E402
+from pipelines.job.flows.ingest import IngestFlow  # noqa: E402
+from pipelines.dataplane.session import build_session  # noqa: E402
 
 
 INGEST_SECONDS: list[float] = []

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipelines.config import RocketMQSinkConfig, load_config  # noqa: E402
-from pipelines.io.rocketmq_sink import RocketMQAdminSink  # noqa: E402
+from pipelines.writeback.rocketmq_sink import RocketMQAdminSink  # noqa: E402
 from tests.rocketmq_loopback import LoopbackBroker, LoopbackNameServer  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

@@ -43,8 +43,9 @@ REL = 1e-9
 DRIVER = r"""
 import datetime as dt, json, sys
 sys.path.insert(0, sys.argv[1])
+import old_layout  # a baseline tree may have the module paths before issue 43
 from pipelines.config import load_config
-from pipelines.session import build_session
+from pipelines.dataplane.session import build_session
 from pipelines import governor
 cfg = load_config(sys.argv[1] + "/conf/local.toml").with_paths(sys.argv[2], sys.argv[3])
 pinned = dt.datetime.fromisoformat(sys.argv[4])
@@ -115,7 +116,7 @@ def closed_loop_landing(scenario: str, out: Path) -> Path:
 
 def run(tree: Path, landing: Path, lake: Path) -> float:
     """One --once run of ``tree``'s governor; returns its seconds."""
-    env = {**os.environ, "RATE_GOVERNOR_SIGNING_KEY": "same-decisions-key", "PYTHONPATH": str(tree)}
+    env = {**os.environ, "RATE_GOVERNOR_SIGNING_KEY": "same-decisions-key", "PYTHONPATH": os.pathsep.join([str(tree), str(Path(__file__).resolve().parent)])}
     script = lake.parent / f".driver-{lake.name}.py"  # a file: Spark's Python workers re-import __main__
     script.write_text(DRIVER)
     started = time.monotonic()

@@ -31,14 +31,15 @@ sys.path.insert(0, str(REPO))
 REPLAY = r"""
 import datetime as dt, pickle, sys
 sys.path.insert(0, sys.argv[1])
+import old_layout  # a baseline tree may have the module paths before issue 43
 import pyarrow as pa
 from pyspark.sql import functions as F
 from pipelines.config import load_config
-from pipelines.session import build_session
+from pipelines.dataplane.session import build_session
 from pipelines import schemas
-from pipelines.io import tables
-from pipelines.flows.fast import FastFlow
-from pipelines.quality.gate import QualityGate
+from pipelines import tables
+from pipelines.job.flows.fast import FastFlow
+from pipelines.dataplane.quality.gate import QualityGate
 
 cfg = load_config(sys.argv[1] + "/conf/local.toml")
 spark = build_session(cfg.spark)
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         path.write_bytes(pickle.dumps(inputs))
         script = work / ".replay.py"
         script.write_text(REPLAY)
-        env = {**os.environ, "PYTHONPATH": str(tree)}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(Path(__file__).resolve().parent)])}
         done = subprocess.run([sys.executable, str(script), str(tree), str(path), str(answer)], cwd=tree, env=env,
                               capture_output=True, text=True)
         if done.returncode:

@@ -23,7 +23,7 @@ from pipelines import governor  # noqa: E402
 from pipelines.sim.render import render_landing  # noqa: E402
 from pipelines.sim.spec import ScenarioSpec  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
-from pipelines.session import build_session  # noqa: E402
+from pipelines.dataplane.session import build_session  # noqa: E402
 
 
 def state_rows(spark, base, minutes: int, work: Path) -> tuple[int, int]:

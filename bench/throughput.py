@@ -41,10 +41,11 @@ import ab  # noqa: E402  (bench/ab.py: --baseline, --tree)
 
 TREE = ab.tree_from_argv()  # the tree measured: this checkout, or a baseline's worktree (--tree)
 sys.path.insert(0, str(TREE))
+import old_layout  # noqa: E402,F401 - a baseline tree may have the module paths before issue 43
 
 from pipelines import governor
 from pipelines.config import load_config
-from pipelines.session import build_session
+from pipelines.dataplane.session import build_session
 
 BROKERS = ("broker-a", "broker-b", "broker-c", "broker-d")
 TOPICS = 500
@@ -122,8 +123,8 @@ def persist_floor_run(spark, cfg, work: Path) -> float:
     gold); returns seconds."""
     from pyspark.sql import functions as F
 
-    from pipelines.transforms import parse, parse_failures
-    from pipelines.io import sources
+    from pipelines.dataplane.transforms import parse, parse_failures
+    from pipelines.dataplane import sources
 
     gov = governor.build_governor(spark, cfg.with_paths(None, str(work / "persist-floor-lake")))
     out = work / "persist-floor"

@@ -1,7 +1,7 @@
 """Kafka mode of the reference applier: a kafka-python consumer of the compacted control topic feeding a
 :class:`control.applier.LimitApplier`.
 
-The topic is what :mod:`pipelines.io.kafka_sink` writes (docs/contracts.md §3): key ``<resource_type>:<resource>``,
+The topic is what :mod:`pipelines.writeback.kafka_sink` writes (docs/contracts.md §3): key ``<resource_type>:<resource>``,
 value the signed record as JSON, tombstone (null value) on lift. Every message goes through
 ``LimitApplier.apply((key, value))``, so forged, tampered, expired, stale or malformed records are refused there and
 a tombstone lifts the limit back to the default.

@@ -104,7 +104,7 @@ METRIC_EVENT = (
 )
 
 #: What a gold micro-batch hands the decisions of each limitable resource per broker and window, reduced by Spark
-#: (:func:`pipelines.transforms.tps.resource_traffic`): ``tps`` the limited traffic the broker admitted (msg/s),
+#: (:func:`pipelines.dataplane.transforms.tps.resource_traffic`): ``tps`` the limited traffic the broker admitted (msg/s),
 #: ``rejected`` its limiter's rejections (failed sends), ``carries`` the broker printed a put line of the topic;
 #: window marker rows have ``resource_type`` ``*``.
 WINDOW_TRAFFIC = (
@@ -234,7 +234,7 @@ POLICY_STATE = (
 )
 
 #: ``quality/validation_results``: one row per expectation per GX validation of a micro-batch
-#: (:mod:`pipelines.quality`); ``suite`` is the validated table, ``observed_value`` JSON text when GX reports one.
+#: (:mod:`pipelines.dataplane.quality`); ``suite`` is the validated table, ``observed_value`` JSON text when GX reports one.
 QUALITY_VALIDATION_RESULTS = (
     ("batch_id", "long"),
     ("suite", "string"),
@@ -246,8 +246,8 @@ QUALITY_VALIDATION_RESULTS = (
     ("validated_at", "timestamp"),
 )
 
-#: ``quality/validation_runs``: GX's own result of each suite validation of a micro-batch (:mod:`pipelines.quality`,
-#: rendered by :mod:`pipelines.quality.data_docs`); ``suite`` is the validated table (as in ``quality/validation_results``),
+#: ``quality/validation_runs``: GX's own result of each suite validation of a micro-batch (:mod:`pipelines.dataplane.quality`,
+#: rendered by :mod:`pipelines.dataplane.quality.data_docs`); ``suite`` is the validated table (as in ``quality/validation_results``),
 #: ``result_json`` is ``ExpectationSuiteValidationResult.to_json_dict()`` as JSON, run name ``batch-<batch_id>``.
 QUALITY_VALIDATION_RUNS = (
     ("batch_id", "long"),
@@ -323,7 +323,7 @@ BROKER_MODEL_RESULT = (
     ("max_wait_ms", "double"),
 )
 
-#: ``control/sink_status`` (:class:`pipelines.io.sinks.SinkSet`): one row per write-back sink per gold micro-batch
+#: ``control/sink_status`` (:class:`pipelines.writeback.sinks.SinkSet`): one row per write-back sink per gold micro-batch
 #: that published: ``ok`` whether the sink now holds the current limits, ``sent`` the messages it accepted, ``attempts``
 #: the tries (1 = first time right), ``error`` the last error (null when ok), ``at`` UTC.
 SINK_STATUS = (
@@ -336,7 +336,7 @@ SINK_STATUS = (
     ("at", "timestamp"),
 )
 
-#: ``control/limiter_rejections`` (:class:`pipelines.io.sinks.SinkSet`): one row each time a write-back sink sees an
+#: ``control/limiter_rejections`` (:class:`pipelines.writeback.sinks.SinkSet`): one row each time a write-back sink sees an
 #: in-broker limiter's last rejection move (the RocketMQ admin sink's VIEW, ``TopicRateLimit.lastRateLimitTimestamp``
 #: of sohutv/rocketmq 5.3.1-sohu-01): ``broker`` (brokerName), ``resource`` the limiter's key (a topic, or
 #: ``%RETRY%<group>``), ``last_rejected_at`` when it last rejected a send (UTC), ``seen_at`` when the sink read it

@@ -76,16 +76,16 @@ class LakeConfig(_Section):
         "overrides it."))
     writer: Literal["auto", "delta-rs", "delta-spark"] = Field("auto", description=(
         "Delta writer: ``auto`` (delta-spark when the Delta jars are on the classpath, else delta-rs), "
-        "``delta-rs`` or ``delta-spark`` (:mod:`pipelines.io.lake`)."))
+        "``delta-rs`` or ``delta-spark`` (:mod:`pipelines.dataplane.lake`)."))
     checkpoint_dir: str = Field("", description="Streaming checkpoints; empty = ``<lake>/_checkpoints``.")
     lease_ttl_seconds: int = Field(default=60, ge=3, description=(
-        "Seconds a governor's lease on the lake (``<lake>/_governor.lease``, :mod:`pipelines.io.lease`) stays "
+        "Seconds a governor's lease on the lake (``<lake>/_governor.lease``, :mod:`pipelines.job.lease`) stays "
         "valid; renewed every ttl/3 s, a crashed holder's lease is taken over after it (at once on the same host). "
         "60 s: this project's choice, a few trigger intervals."))
     executor_write_rows: int = Field(default=200_000, ge=0, description=(
         "delta-rs lake only: an append of more rows than this is written as Parquet by Spark's executors and "
         "committed by delta-rs; smaller ones go through the driver as Arrow "
-        "(:class:`pipelines.io.lake.delta_rs.DeltaRsLake`). Rows; 0 = always from the executors. The default keeps "
+        "(:class:`pipelines.dataplane.lake.delta_rs.DeltaRsLake`). Rows; 0 = always from the executors. The default keeps "
         "a micro-batch collected on the driver well inside a 4 GiB driver (docs/performance.md)."))
 
 
@@ -107,7 +107,7 @@ class StatsConfig(_Section):
 
 
 class BrokersConfig(_Section):
-    """Broker names, and which brokers are evidence (:mod:`pipelines.io.known_brokers`, docs/contracts.md §1)."""
+    """Broker names, and which brokers are evidence (:mod:`pipelines.dataplane.known_brokers`, docs/contracts.md §1)."""
 
     addresses: dict[str, str] = Field(default_factory=dict, description=(
         "``ip:port`` → broker name, for send failures that name a broker by address (docs/contracts.md §1.2); an "
@@ -150,7 +150,7 @@ class WindowsConfig(_Section):
         "keeps containment within about one ``trigger_seconds`` of the lines landing, and a trigger that finds "
         "nothing new costs a directory listing."))
     fast_path: Literal["continuous", "always", "never"] = Field("continuous", description=(
-        "When the fast path (preliminary decisions on open windows, :mod:`pipelines.flows.fast`) runs: in the "
+        "When the fast path (preliminary decisions on open windows, :mod:`pipelines.job.flows.fast`) runs: in the "
         "continuous job only (a backlog run with --once decides every window on the final path), always, or "
         "never."))
 
@@ -282,7 +282,7 @@ DEFAULT_PANDAS_MAX_ROWS = 500_000
 
 
 class QualityConfig(_Section):
-    """Data quality (pipelines/quality/): row-level enforcement of the GX suites and GX validation cadence."""
+    """Data quality (pipelines/dataplane/quality/): row-level enforcement of the GX suites and GX validation cadence."""
 
     enforce: bool = Field(True, description=(
         "Rows of ``silver/*`` that fail an expectation of the GX suites go to quarantine (``expectation failed: "

@@ -1,4 +1,4 @@
-"""Settings of the write-back sinks besides ``control/limits.json`` (``[sink]``, :mod:`pipelines.io.sinks`); part of
+"""Settings of the write-back sinks besides ``control/limits.json`` (``[sink]``, :mod:`pipelines.writeback.sinks`); part of
 :class:`pipelines.config.GovernorConfig`, importable from :mod:`pipelines.config` too."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ CURRENT_FORK_DEFAULT_QPS = (10000.0, 1000.0)
 
 
 class RocketMQSinkConfig(_Section):
-    """RocketMQ admin write-back (pipelines/io/rocketmq_sink.py): limits pushed to the master brokers of a Sohu
+    """RocketMQ admin write-back (pipelines/writeback/rocketmq_sink.py): limits pushed to the master brokers of a Sohu
     RocketMQ cluster with MQCloud's rate-limit requests. ACL keys (``AclClientRPCHook`` signing) come from the two
     environment variables, else from ``acl_key_file``; neither: requests go unsigned."""
 
@@ -92,7 +92,7 @@ class RocketMQSinkConfig(_Section):
 
 
 class SinkConfig(_Section):
-    """The write-back sinks besides ``control/limits.json`` (:mod:`pipelines.io.sinks`)."""
+    """The write-back sinks besides ``control/limits.json`` (:mod:`pipelines.writeback.sinks`)."""
 
     kafka: KafkaSinkConfig = Field(KafkaSinkConfig(), description="Kafka write-back (``[sink.kafka]``).")
     rocketmq: RocketMQSinkConfig = Field(RocketMQSinkConfig(), description=(

@@ -22,7 +22,7 @@ DECISION_QUERY_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codeg
 
 
 class SparkConfig(_Section):
-    """The Spark session (:func:`pipelines.session.build_session`)."""
+    """The Spark session (:func:`pipelines.dataplane.session.build_session`)."""
 
     master: str = Field("local[2]", description=(
         "Spark master; ``local[2]`` for the embedded default (this project's 2-core machine). spark-submit's "
@@ -34,7 +34,7 @@ class SparkConfig(_Section):
     gold_single_partition: bool = Field(True, description=(
         "Keep the gold side's DataFrames (finalized windows: hundreds to ~10^5 rows per micro-batch) in one "
         "partition, so its aggregations and window functions need no shuffle "
-        "(:func:`pipelines.flows.gold.partitioning`)."))
+        "(:func:`pipelines.job.flows.gold.partitioning`)."))
     adaptive_execution: bool = Field(False, description=(
         "``spark.sql.adaptive.enabled`` for the micro-batch DataFrames (streaming plans of stateful queries never use "
         "it). Off: at micro-batch sizes AQE's re-planning and one Spark job per shuffle stage cost more than it "
@@ -56,4 +56,4 @@ class SparkConfig(_Section):
 
 
 #: GX validates a DataFrame of up to this many rows with its pandas engine on the driver, a larger one with its
-#: Spark engine (pipelines/quality/validation.py Validator; the crossover measured in docs/performance.md).
+#: Spark engine (pipelines/dataplane/quality/validation.py Validator; the crossover measured in docs/performance.md).

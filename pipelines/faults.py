@@ -8,7 +8,7 @@ called:
 * ``<query>:after:<table>``: a micro-batch of ``ingest`` or ``gold`` has just committed that Delta table (the
   first table of a batch = mid micro-batch; the last = between the Delta writes and the checkpoint commit);
 * ``ingest:after:events``: an ingest micro-batch's metric-events file for the gold query is in place
-  (:mod:`pipelines.io.events`), its checkpoint not committed;
+  (:mod:`pipelines.dataplane.events`), its checkpoint not committed;
 * ``publish:before-replace``: limits.json's temporary file is written, not yet moved into place.
 """
 
@@ -53,7 +53,7 @@ FAIL_MODE_ENV = "RATE_GOVERNOR_FAIL_MODE"
 FILL_DIR_ENV = "RATE_GOVERNOR_FILL_DIR"
 FILL_LEAVE_BYTES = 4096
 BALLAST = ".ballast"
-#: Every Delta append of the lake (:meth:`pipelines.io.lake.Lake.append`), before anything is written.
+#: Every Delta append of the lake (:meth:`pipelines.dataplane.lake.Lake.append`), before anything is written.
 APPEND_FAULT = "lake:append"
 _fail_hits: dict[str, int] = {}
 

@@ -55,7 +55,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def spark():
     from pipelines.config import SparkConfig
-    from pipelines.session import build_session
+    from pipelines.dataplane.session import build_session
 
     session = build_session(
         SparkConfig(master="local[2]", app_name="rate-governor-tests", shuffle_partitions=2,

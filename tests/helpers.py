@@ -69,14 +69,14 @@ def set_comparable(df):
 
 
 def assert_every_table_readable(spark, lake) -> list[str]:
-    """Every Delta table of the lake ``lake`` (a :class:`pipelines.io.lake.Lake`) is valid Arrow (``validate(full=
+    """Every Delta table of the lake ``lake`` (a :class:`pipelines.dataplane.lake.Lake`) is valid Arrow (``validate(full=
     True)`` checks UTF-8), reads into pandas, through Spark's Parquet reader (the files of the Delta log), through
-    the lake's own reader and through the SQL of ``python -m pipelines.query``, with the same row count each way.
+    the lake's own reader and through the SQL of ``python -m pipelines.ops.query``, with the same row count each way.
     Returns the tables found."""
     from deltalake import DeltaTable
 
-    from pipelines import query
-    from pipelines.io.lake import TABLES
+    from pipelines.ops import query
+    from pipelines.dataplane.lake import TABLES
 
     existing = [t for t in TABLES if DeltaTable.is_deltatable(lake.path(t))]
     for table in existing:

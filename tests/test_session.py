@@ -1,10 +1,10 @@
-"""The session settings the governor depends on (pipelines/session.py)."""
+"""The session settings the governor depends on (pipelines/dataplane/session.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipelines.session import AUTH_SOCKET_TIMEOUT_SECONDS, CODEGEN_CACHE_ENTRIES, session_conf
+from pipelines.dataplane.session import AUTH_SOCKET_TIMEOUT_SECONDS, CODEGEN_CACHE_ENTRIES, session_conf
 
 
 def test_the_session_keeps_generated_classes_and_waits_for_a_loaded_driver(spark):

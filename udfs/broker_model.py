@@ -26,7 +26,7 @@ Usage::
 
 ``offered_df``: :data:`pipelines.schemas.BROKER_MODEL_OFFERED`; ``rows``: :data:`pipelines.schemas.BROKER_MODEL_RESULT`
 (``row_kind`` ``resource`` | ``broker``). Timestamps are UTC (the session time zone is UTC,
-:func:`pipelines.session.build_session`).
+:func:`pipelines.dataplane.session.build_session`).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from pipelines.backtest.settings import (
 )
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError
-from pipelines.io.lake import open_lake
+from pipelines.dataplane.lake import open_lake
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.spec import ScenarioSpec
 
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise BacktestError(f"lake {lake} already holds governor tables; use a fresh --lake")
     except (BacktestError, ConfigError, ValueError) as exc:
         return fail(PROG, exc)
-    from pipelines.session import build_session
+    from pipelines.dataplane.session import build_session
 
     spark = build_session(gcfg.spark)
     try:

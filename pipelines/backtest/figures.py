@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines import schemas
-from pipelines.io import tables
+from pipelines import tables
 
 RESULTS_TABLE = tables.BACKTEST_RESULTS
 GOVERNOR = "closed-loop"

@@ -45,7 +45,7 @@ from control.applier import LimitApplier
 from control.token_bucket import default_burst
 from pipelines.backtest.triggers import Gates, grid_after, next_trigger
 from pipelines.backtest.settings import BacktestConfig, BacktestError, ShippingConfig, governor_config, with_backtest_key
-from pipelines.io.publish import LIMITS_FILE, signing_key
+from pipelines.writeback.publish import LIMITS_FILE, signing_key
 from pipelines.sim.admitted import admitted_rows, failure_rows, trickle
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.minutes import failure_text, land, stats_files
@@ -287,9 +287,9 @@ def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
         RuntimeError: a governor query failed (its name and error).
     """
     from pipelines import governor
-    from pipelines.flows.assembly import build_governor
-    from pipelines.io.lease import GovernorLease
-    from pipelines.io.lake import open_lake
+    from pipelines.job.flows.assembly import build_governor
+    from pipelines.job.lease import GovernorLease
+    from pipelines.dataplane.lake import open_lake
     from pipelines.backtest.figures import read_limits
 
     lake = Path(lake)

@@ -124,7 +124,7 @@ class Gates:
 
     @classmethod
     def install(cls, gov, outbox: Path) -> "Gates":
-        """Gate every flow's handler of ``gov`` (:class:`pipelines.flows.assembly.Governor`) and point the ingest
+        """Gate every flow's handler of ``gov`` (:class:`pipelines.job.flows.assembly.Governor`) and point the ingest
         flow's events files (the gold query's, and the fast query's copy) at outboxes under ``outbox``."""
         gates = {}
         for name in ("ingest", "fast", "gold"):

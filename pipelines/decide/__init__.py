@@ -2,7 +2,7 @@
 
 Spark reduces (the data plane: parsing, the quality gate, the stateful windowed sums per topic, consumer group and
 broker); the driver decides, here, on what each deciding micro-batch collected once as Arrow. One implementation,
-three users: the streaming job (:mod:`pipelines.flows`), the closed-loop backtest through Spark
+three users: the streaming job (:mod:`pipelines.job.flows`), the closed-loop backtest through Spark
 (:mod:`pipelines.backtest`) and the Spark-free closed-loop simulator (:mod:`pipelines.sim.loop`).
 
 What it owns, one module per concern:

@@ -1,5 +1,5 @@
 """The fast path's decisions of one micro-batch as one function: the open windows Spark emitted (running sums per
-window × resource, :func:`pipelines.transforms.fast.open_window_sums`), the finalized history, the saved state and
+window × resource, :func:`pipelines.dataplane.transforms.fast.open_window_sums`), the finalized history, the saved state and
 the limits in force → preliminary ``gold/limits`` rows (only ``set`` decisions that change a limit; no policy state:
 the final path stays the only owner of ``state/policy`` and reconciles what this path decided).
 

@@ -39,9 +39,9 @@ from pipelines.decide.limit_policy import BOUND, HOLD, VETO
 from pipelines.decide.limits import check, finish
 from pipelines.decide.reconcile import latest_per_resource, reconcile_preliminary, state_after
 from pipelines.decide.rules import anomalies_frame, detect
-from pipelines.io import tables
+from pipelines import tables
 
-#: ``resource_type`` of the window marker rows among the traffic rows (:func:`pipelines.transforms.tps.resource_traffic`):
+#: ``resource_type`` of the window marker rows among the traffic rows (:func:`pipelines.dataplane.transforms.tps.resource_traffic`):
 #: ``resource`` ``metrics`` for every window of the micro-batch, ``traffic`` for each window with resource traffic.
 MARKER = "*"
 

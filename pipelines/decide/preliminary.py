@@ -3,7 +3,7 @@
 RocketMQ prints a broker's minute lines at the end of the minute they cover, all keys at once
 (docs/rocketmq-formats.md §2), so a broker's SUM for a window is final when its line lands; lines of other brokers
 only add to the window's sums, and send failures count as they land. Spark keeps the running sums per window ×
-resource (:func:`pipelines.transforms.fast.open_window_sums`: ``puts``, ``broker_puts``, ``consumed``, ``retried``,
+resource (:func:`pipelines.dataplane.transforms.fast.open_window_sums`: ``puts``, ``broker_puts``, ``consumed``, ``retried``,
 ``failures``, ``busy_failures``, ``rate_limited``, ``broker_amounts``, and a ``cluster`` row whose ``brokers`` is
 the census); this module judges them:
 

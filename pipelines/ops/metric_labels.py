@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from pipelines.quality.rules import REASON_PREFIX
-from pipelines.transforms.known import UNKNOWN_BROKER
+from pipelines.dataplane.quality.rules import REASON_PREFIX
+from pipelines.dataplane.transforms.known import UNKNOWN_BROKER
 
 _QUOTED = re.compile(r"'[^']*'")
 _UNKNOWN_HEAD, _tail = UNKNOWN_BROKER.split("{broker}")  # "unknown broker ", " (not in {source})"

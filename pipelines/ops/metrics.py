@@ -2,7 +2,7 @@
 
 One :class:`GovernorMetrics` per process (:func:`current`), served by the continuous job (:func:`serve`,
 ``[metrics] port``; 0 = off), is fed where each fact is at hand: the progress listener (durations, watermark), the
-writes of a micro-batch's tables (:mod:`pipelines.flows.base`: decisions, anomalies, policy state, quarantine,
+writes of a micro-batch's tables (:mod:`pipelines.job.flows.base`: decisions, anomalies, policy state, quarantine,
 the brokers' newest stats lines, from the Arrow tables at hand), the publisher and sinks (limits in
 force with each broker's share, publish outcomes), the lease. The catalogue and its conventions: docs/metrics.md §2.
 
@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import GaugeMetricFamily
 
 from control.record import BROKERS_FIELD, MODES, parse_expires_at
-from pipelines.io import tables
+from pipelines import tables
 from pipelines.ops.metric_labels import reason_kind
 from pipelines.decide.catalogue import RULES, limited_by
 from pipelines.decide.fold_types import ACTION_LIFT, ACTION_RELAX, ACTION_SET, BASIS_FINAL, BASIS_PRELIMINARY

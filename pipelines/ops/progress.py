@@ -46,11 +46,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from pipelines.io import tables
+from pipelines import tables
 from pipelines.ops import metrics
 
 if TYPE_CHECKING:
-    from pipelines.flows.assembly import Governor
+    from pipelines.job.flows.assembly import Governor
 
 log = logging.getLogger("rate_governor.progress")
 
@@ -76,7 +76,7 @@ def count_lines(paths: Iterable[Path]) -> int:
 def landing_lines(landing: str | Path) -> int:
     """Lines of every file under ``<landing>/broker_stats`` and ``<landing>/send_failures`` (hidden files and
     Spark's ``_``-prefixed files excluded, as the file source does)."""
-    from pipelines.io.sources import INPUTS
+    from pipelines.dataplane.sources import INPUTS
 
     files = [
         p
@@ -234,7 +234,7 @@ class ProgressListener(StreamingQueryListener):
                 read = sum(rows.get(t, 0) for t in (tables.BRONZE_BROKER_STATS, tables.BRONZE_SEND_FAILURES))
                 log.warning(
                     "ingest batch %d: %d of %d records quarantined; see the quarantine table (python -m "
-                    "pipelines.query --lake LAKE \"SELECT reason, count(*) FROM %s GROUP BY reason\")",
+                    "pipelines.ops.query --lake LAKE \"SELECT reason, count(*) FROM %s GROUP BY reason\")",
                     batch_id, quarantined, read, tables.sql_name(tables.QUARANTINE),
                 )
         return line
@@ -276,7 +276,7 @@ def attach(spark: SparkSession, governor: Governor, *, once: bool) -> ProgressLi
 
 def _bronze_rows(lake: str) -> int:
     """Rows already in both bronze tables (0 for a new lake)."""
-    from pipelines import query
+    from pipelines.ops import query
 
     total = 0
     for table in (tables.BRONZE_BROKER_STATS, tables.BRONZE_SEND_FAILURES):

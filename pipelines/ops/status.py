@@ -1,6 +1,6 @@
 """The status page: what the governor thinks now, as one self-contained HTML file with PNG plots.
 
-Reads the lake with delta-rs (no Spark, :func:`pipelines.query.run_sql`) and ``<lake>/control/limits.json``, and
+Reads the lake with delta-rs (no Spark, :func:`pipelines.ops.query.run_sql`) and ``<lake>/control/limits.json``, and
 writes ``<out>/index.html`` (default ``<lake>/status/index.html``) with the plots embedded as ``data:`` PNGs, so
 the file can be mailed or attached to a ticket as it is:
 
@@ -29,13 +29,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipelines import query
+from pipelines.ops import query
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import LimitsConfig
-from pipelines.io import publish, tables
-from pipelines.io.tables import sql_name
+from pipelines.writeback import publish
+from pipelines import tables
+from pipelines.tables import sql_name
 from pipelines.ops import plots
-from pipelines.quality.data_docs import DOCS_SUBDIR
+from pipelines.dataplane.quality.data_docs import DOCS_SUBDIR
 from pipelines.rocketmq import RETRY_TOPIC_PREFIX
 
 STATUS_SUBDIR = "status"
@@ -50,7 +51,7 @@ STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-wid
 table{border-collapse:collapse;font-size:0.85em;margin:0.5em 0}td,th{border:1px solid #ccc;padding:3px 6px;
 text-align:left;vertical-align:top}th{background:#f3f3f3}.expired{color:#999}.reason{max-width:640px}
 img{max-width:100%;display:block;margin:0.4em 0 1.2em}h2{border-bottom:1px solid #ddd;padding-bottom:2px}
-.muted{color:#777}.held-long{background:#fff3cd}"""
+.muted{color:#777}.held-long{background:#fff3cd}.note{background:#eef4fb;border-left:4px solid #5b8bd0;padding:6px 10px}"""
 
 
 class StatusError(Exception):
@@ -79,6 +80,12 @@ class Status:
     figures: list[Figure] = field(default_factory=list)
     omitted: list[str] = field(default_factory=list)
     max_held_seconds: int = LimitsConfig().max_held_seconds
+    #: What the input was, shown at the top when set (``./run.sh``: a recording replayed, which never obeyed the
+    #: limits; a production lake's input is the brokers' own and needs no note).
+    input_note: str = ""
+    #: The same scenario in closed loop (``./run.sh``: the Spark-free simulator, brokers applying the published
+    #: limits), drawn below the replay's figures when set.
+    closed_loop: Figure | None = None
 
     def held_since(self, resource_type: str, resource: str) -> pd.Timestamp | None:
         """The window end of the decision that started the resource's current limit: the first decision after its
@@ -111,7 +118,7 @@ def _quoted(names) -> str:
 
 
 def _count(lake: str, table: str) -> int:
-    """Rows of ``table`` (a :mod:`pipelines.io.tables` name); 0 when it does not exist yet."""
+    """Rows of ``table`` (a :mod:`pipelines.tables` name); 0 when it does not exist yet."""
     frame = _frame(lake, f"SELECT count(*) AS n FROM {sql_name(table)}", ["n"])
     return int(frame["n"].iloc[0]) if len(frame) else 0
 
@@ -267,7 +274,7 @@ def _data_docs(lake: str) -> str:
     index = Path(lake, DOCS_SUBDIR, "index.html")
     if index.is_file():
         return f'<p><a href="{index.resolve().as_uri()}">Data Docs</a> (GX validation results per micro-batch).</p>'
-    return ("<p>Data Docs not built yet: <code>python -m pipelines.quality docs --lake "
+    return ("<p>Data Docs not built yet: <code>python -m pipelines.dataplane.quality docs --lake "
             f"{html.escape(lake)}</code> writes them to <code>{html.escape(str(Path(lake, DOCS_SUBDIR)))}</code>.</p>")
 
 
@@ -285,6 +292,7 @@ def render(status: Status) -> str:
         f"{status.now:%Y-%m-%d %H:%M:%S} UTC. Input records: {status.input_rows:,}; newest window: {latest}; "
         f"anomaly windows: {len(status.anomalies):,}; limit decisions: {len(status.decisions):,}; "
         f"quarantined: {quarantined:,}.</p>",
+        f"<p class='note'><b>Input.</b> {html.escape(status.input_note)}</p>" if status.input_note else "",
         "<h2>Limits in force</h2>",
         _limits_table(status),
         "<h2>Anomalies and decisions over time</h2>",
@@ -294,6 +302,8 @@ def render(status: Status) -> str:
     ]
     if status.omitted:
         parts.append(f"<p class='muted'>Not drawn (over the plot limit): {html.escape(', '.join(status.omitted))}</p>")
+    if status.closed_loop is not None:
+        parts += [f"<h2>{html.escape(status.closed_loop.title)}</h2>", _img(status.closed_loop)]
     parts += [
         "<h2>Quarantine</h2>",
         _img(by_title["Quarantine"]) if "Quarantine" in by_title else "<p>No record quarantined.</p>",
@@ -307,14 +317,18 @@ def render(status: Status) -> str:
 
 def write_page(lake: str, out: str | Path | None = None, *, now: dt.datetime | None = None,
                margin_minutes: int = 30, max_resources: int = 24,
-               max_held_seconds: int = LimitsConfig().max_held_seconds) -> Path:
+               max_held_seconds: int = LimitsConfig().max_held_seconds, input_note: str = "",
+               closed_loop: Figure | None = None) -> Path:
     """Read ``lake``, render the page and write ``<out>/index.html`` (default ``<lake>/status``); returns its path.
+    ``input_note``: what the input was, at the top of the page; ``closed_loop``: a figure of the same input in
+    closed loop, drawn after the lake's TPS figures.
 
     Raises:
         StatusError: nothing to show under ``lake``.
     """
     status = read_status(lake, now)
     status.max_held_seconds = max_held_seconds
+    status.input_note, status.closed_loop = input_note, closed_loop
     status = add_figures(status, margin_minutes, max_resources)
     out_dir = Path(out) if out else Path(lake) / STATUS_SUBDIR
     out_dir.mkdir(parents=True, exist_ok=True)

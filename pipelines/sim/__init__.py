@@ -1,4 +1,4 @@
-"""Scenario generator: synthetic RocketMQ ``stats.log`` lines and producer send failures for a landing directory,
+"""Simulation (Spark-free): the scenario generator of synthetic RocketMQ ``stats.log`` lines and producer send failures for a landing directory,
 and the broker model the backtest runs on that traffic.
 
 ``python -m pipelines.sim --out DIR [--scenario retry_storm] ...`` (:mod:`pipelines.sim.cli`) writes
@@ -33,4 +33,7 @@ Modules, in the order the data flows:
 Randomness: one ``numpy.random.default_rng(seed)`` spawns a child generator per stage
 (:data:`pipelines.sim.spec.RNG_STREAMS`), so a scenario that draws more numbers does not shift the catalog or the
 base noise. Same spec (with ``start``) → byte-identical files.
+
+May import: numpy, pandas, polars, pyarrow, the top-level modules, :mod:`pipelines.decide` and
+:mod:`pipelines.writeback.records`; never pyspark (the simulator and its sweep run without a JVM).
 """

@@ -44,7 +44,7 @@ from pipelines.decide.fast import decide_prepared as decide_preliminary
 from pipelines.decide.fast import prepare_preliminary
 from pipelines.decide.final import FinalInputs, decide_prepared, prepare_final
 from pipelines.decide.reconcile import latest_per_resource
-from pipelines.io.records import current_rows, records_from_rows
+from pipelines.writeback.records import current_rows, records_from_rows
 from pipelines.sim.admitted import admitted_rows, trickle
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.windows import FinalWindows, OpenWindows, gold_tables
@@ -64,7 +64,7 @@ class Timing(ConfigSection):
 
 @dataclass
 class Store:
-    """The decisions' memory of one simulated governor (as :class:`pipelines.flows.store.DecisionStore`, no lake)."""
+    """The decisions' memory of one simulated governor (as :class:`pipelines.job.flows.store.DecisionStore`, no lake)."""
 
     state: dict = field(default_factory=dict)
     limits: dict = field(default_factory=dict)

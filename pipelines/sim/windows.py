@@ -4,9 +4,9 @@ events a simulated cluster prints → the windowed sums Spark would hand the dec
 * :class:`FinalWindows`: the gold query's stateful windowed sums with its watermark, in append mode: a window is
   emitted once, in the micro-batch after the one whose input moved the watermark past its end; each emitted batch
   becomes the gold TPS tables and the per-broker traffic rows (:func:`gold_tables`), as
-  :mod:`pipelines.transforms.tps` computes them.
+  :mod:`pipelines.dataplane.transforms.tps` computes them.
 * :class:`OpenWindows`: the fast query's running sums per window × resource (update mode: the rows a micro-batch's
-  input touched), as :func:`pipelines.transforms.fast.open_window_sums` computes them.
+  input touched), as :func:`pipelines.dataplane.transforms.fast.open_window_sums` computes them.
 
 Rows at or older than the watermark are dropped by both, as Spark's stateful operators drop them. The same events give
 the same rows as Spark (``tests/sim/test_windows.py`` checks it against the Spark transforms). Events are tuples
@@ -43,7 +43,7 @@ def gold_tables(sums: dict, length: int, detection: DetectionConfig,
                 limited: tuple[str, ...] = ()) -> dict[str, pa.Table]:
     """Windowed sums ``{(window_start, broker, topic, group, metric): amount}`` of the windows to emit → the gold
     query's reduced outputs: ``gold/topic_tps``, ``gold/group_tps``, ``gold/broker_tps`` and the decisions' traffic
-    rows with their markers (``traffic``), as :mod:`pipelines.transforms.tps` computes them."""
+    rows with their markers (``traffic``), as :mod:`pipelines.dataplane.transforms.tps` computes them."""
     per = float(length)
     w = dt.timedelta(seconds=length)
     topics: dict = defaultdict(lambda: {"puts": 0, "brokers": set(), "classes": defaultdict(int), "put_line": False})
@@ -81,7 +81,7 @@ def gold_tables(sums: dict, length: int, detection: DetectionConfig,
                 b["put_line"] = True
             elif is_failure:
                 brokers[(start, broker)]["classes"][klass] += amount
-            # the decisions' per-broker traffic (pipelines.transforms.tps.per_broker_traffic)
+            # the decisions' per-broker traffic (pipelines.dataplane.transforms.tps.per_broker_traffic)
             limited_fail = metric == FAILURE + rmq.RATE_LIMITED
             is_retry_topic = topic is not None and topic.startswith(rmq.RETRY_TOPIC_PREFIX)
             if topic is not None and (metric == rmq.TOPIC_PUT_NUMS or limited_fail):
@@ -183,7 +183,7 @@ class FinalWindows:
             k[0] + dt.timedelta(seconds=self.length) <= self.watermark for k in self.sums)
 
 
-#: The open-window row columns (:func:`pipelines.transforms.fast.open_window_sums`).
+#: The open-window row columns (:func:`pipelines.dataplane.transforms.fast.open_window_sums`).
 OPEN_COLUMNS = (("window_start", "timestamp"), ("window_end", "timestamp"), ("resource_type", "string"),
                 ("resource", "string"), ("puts", "long"), ("broker_puts", "long"), ("consumed", "long"),
                 ("retried", "long"), ("failures", "long"), ("busy_failures", "long"), ("rate_limited", "long"),

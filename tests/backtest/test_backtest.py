@@ -220,7 +220,7 @@ def test_fix_to_lift_and_false_limits(tmp_path):
 def test_results_append_through_the_lake_once_per_run(spark, tmp_path):
     from pipelines import schemas
     from pipelines.backtest.figures import RESULTS_TABLE, Figures, write_results
-    from pipelines.io.lake import open_lake
+    from pipelines.dataplane.lake import open_lake
 
     lake = open_lake(spark, tmp_path / "lake", "delta-rs")
     figures = Figures({"onset_to_limit_in_force": (85.0, "s", "incident"),

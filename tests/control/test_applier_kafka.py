@@ -18,7 +18,7 @@ from control.applier import LimitApplier
 from control.kafka_applier import KafkaLimitsConsumer
 from control.record import sign
 from pipelines.config import KafkaSinkConfig
-from pipelines.io.kafka_sink import KafkaLimitsSink
+from pipelines.writeback.kafka_sink import KafkaLimitsSink
 from tests.conftest import TEST_SIGNING_KEY
 
 KEY = TEST_SIGNING_KEY.encode()

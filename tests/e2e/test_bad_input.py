@@ -25,10 +25,11 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from pipelines import governor
-from pipelines.transforms import parse
-from pipelines.io import sources, tables
+from pipelines.dataplane.transforms import parse
+from pipelines.dataplane import sources
+from pipelines import tables
 from pipelines.config import StatsConfig, parse_config
-from pipelines.io.lake import TABLES, open_lake
+from pipelines.dataplane.lake import TABLES, open_lake
 from tests.helpers import assert_every_table_readable, raw_records, stats_line
 
 OK = "SUM: 600 TPS: 10.00 AVGPT: 1.00"
@@ -224,7 +225,7 @@ def test_mixed_landing_duplicate_kept_in_silver_counted_once_in_gold(mixed_run):
 def test_mixed_landing_every_table_reads_with_pyarrow_pandas_and_spark(spark, mixed_run):
     """Invalid bytes in the input never reach a string column: every table of the lake is valid Arrow
     (``validate(full=True)`` checks UTF-8), reads into pandas, through Spark's Parquet reader and through the SQL
-    of ``python -m pipelines.query``."""
+    of ``python -m pipelines.ops.query``."""
     existing = [t for t in TABLES if DeltaTable.is_deltatable(mixed_run.path(t))]
     assert {tables.BRONZE_BROKER_STATS, tables.BRONZE_SEND_FAILURES, tables.QUARANTINE, tables.SILVER_BROKER_STATS,
             tables.GOLD_TOPIC_TPS, tables.QUALITY_RECONCILIATION, tables.QUALITY_VALIDATION_RUNS} <= set(existing)

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
-from pipelines.io.lake import open_lake
+from pipelines.dataplane.lake import open_lake
 from tests.helpers import lean_config_file
 
 pytestmark = pytest.mark.slow

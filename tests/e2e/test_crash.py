@@ -18,8 +18,8 @@ from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.config import load_config
 from pipelines.faults import CRASH_AFTER_ENV, CRASH_AT_ENV
-from pipelines.io.checkpoint import CheckpointMismatchError, check_checkpoint
-from pipelines.io.lake import TABLES, open_lake
+from pipelines.job.checkpoint import CheckpointMismatchError, check_checkpoint
+from pipelines.dataplane.lake import TABLES, open_lake
 from tests.e2e.test_governor_e2e import _line_time
 from tests.helpers import set_comparable, write_config
 

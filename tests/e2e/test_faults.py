@@ -17,11 +17,11 @@ from pipelines import governor
 from pipelines.config import load_config
 from pipelines.faults import (APPEND_FAULT, BALLAST, FAIL_AT_ENV, FAIL_COUNT_ENV, FAIL_MODE_ENV, FAIL_SKIP_ENV,
                              FILL_DIR_ENV)
-from pipelines.io import sources
-from pipelines.io.lake import open_lake
-from pipelines.io.lake.retry import APPEND_ATTEMPTS
-from pipelines.flows.gold import GoldFlow
-from pipelines.flows.ingest import IngestFlow
+from pipelines.dataplane import sources
+from pipelines.dataplane.lake import open_lake
+from pipelines.dataplane.lake.retry import APPEND_ATTEMPTS
+from pipelines.job.flows.gold import GoldFlow
+from pipelines.job.flows.ingest import IngestFlow
 from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from tests.helpers import assert_every_table_readable, write_config

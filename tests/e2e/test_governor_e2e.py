@@ -16,7 +16,7 @@ from pipelines import governor
 from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.config import DECISION_QUERY_CONF, load_config
-from pipelines.io.lake import TABLES, open_lake
+from pipelines.dataplane.lake import TABLES, open_lake
 from tests.landing_time import line_time as _line_time
 from tests.helpers import lean_config_file, write_config
 
@@ -112,7 +112,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
         (("pipelines.governor", "--conf", "conf/local.toml", "--landing", "/no/such/dir"),
          "rate-governor: landing directory not found: /no/such/dir"),
         (("pipelines.governor", "--conf", "conf/local.toml", "--bogus"), "error: unrecognized arguments: --bogus"),
-        (("pipelines.demo", "--seed", "x"), "argument --seed: invalid int value: 'x'"),
+        (("pipelines.ops.demo", "--seed", "x"), "argument --seed: invalid int value: 'x'"),
     ],
 )
 def test_cli_errors_are_one_line_and_nonzero(args, message):
@@ -180,7 +180,7 @@ def test_a_governor_killed_before_its_first_micro_batches_restarts_and_decides_t
     """A governor killed while Spark wrote the first offset-log entry of its queries left only that entry's
     temporary file (tests/io/test_checkpoint.py shows Spark then refuses every restart); the next start repairs the
     checkpoints, says so, and makes the decisions of an uninterrupted run."""
-    from pipelines.io.checkpoint import check_checkpoint
+    from pipelines.job.checkpoint import check_checkpoint
     from tests.helpers import leave_unplanned_batch_zero
 
     cfg = run["cfg"].with_paths(str(run["landing"]), str(tmp_path / "lake"))
@@ -216,8 +216,8 @@ def test_once_stops_the_other_query_and_raises_when_one_fails(spark, run, tmp_pa
 
     from pyspark.errors import StreamingQueryException
 
-    from pipelines.flows.fast import FastFlow
-    from pipelines.flows.gold import GoldFlow
+    from pipelines.job.flows.fast import FastFlow
+    from pipelines.job.flows.gold import GoldFlow
 
     fast_running = threading.Event()
 

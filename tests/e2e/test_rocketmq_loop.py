@@ -16,7 +16,7 @@ from control.record import parse_expires_at
 from control.remoting_client import RemotingClient
 from pipelines import governor
 from pipelines.config import RocketMQSinkConfig, load_config
-from pipelines.io.rocketmq_ledger import read_ledger
+from pipelines.writeback.rocketmq_ledger import read_ledger
 from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from tests.helpers import lean_config_file

@@ -26,7 +26,7 @@ from control import remoting as rm
 from control.record import broker_limit
 from control.remoting_client import RemotingClient
 from pipelines.config import RocketMQSinkConfig, load_config
-from pipelines.io.publish import read_published
+from pipelines.writeback.publish import read_published
 from pipelines.ops import dashboard
 from tests.e2e.continuous import ContinuousGovernor, stats_minute
 from tests.helpers import write_config

@@ -40,10 +40,10 @@ from pyspark.sql import functions as F
 
 from pipelines import governor
 from pipelines.config import load_config
-from pipelines.io.checkpoint import CHECKPOINT_SETTINGS_FILE, SPARK_VERSION_KEY
-from pipelines.io import tables
-from pipelines.io.lake import TABLES, open_lake
-from pipelines.io.publish import latest_per_resource
+from pipelines.job.checkpoint import CHECKPOINT_SETTINGS_FILE, SPARK_VERSION_KEY
+from pipelines import tables
+from pipelines.dataplane.lake import TABLES, open_lake
+from pipelines.writeback.publish import latest_per_resource
 from tests.e2e.test_crash import assert_same_tables
 from tests.fixtures.spark40_checkpoint.digest import logic_digest
 from tests.helpers import write_config

@@ -18,9 +18,9 @@ from pyspark.sql import functions as F
 
 from pipelines import governor
 from pipelines.config import load_config
-from pipelines.flows.fast import CHECKPOINT as FAST
-from pipelines.io.lake import open_lake
-from pipelines.io.lease import LEASE_FILE
+from pipelines.job.flows.fast import CHECKPOINT as FAST
+from pipelines.dataplane.lake import open_lake
+from pipelines.job.lease import LEASE_FILE
 from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from tests.helpers import write_config

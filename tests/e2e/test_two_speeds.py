@@ -14,8 +14,8 @@ from pyspark.sql import functions as F
 
 from pipelines import governor
 from pipelines.config import load_config
-from pipelines.io.lake import open_lake
-from pipelines.io.publish import current_limits, latest_per_resource
+from pipelines.dataplane.lake import open_lake
+from pipelines.writeback.publish import current_limits, latest_per_resource
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.sim.minutes import land, minute_files
 from tests.helpers import lean_config_file, set_comparable

@@ -1,7 +1,7 @@
-"""The open-window stream of the fast query (pipelines/flows/fast.py open_window_stream), in the style of Spark's own
+"""The open-window stream of the fast query (pipelines/job/flows/fast.py open_window_stream), in the style of Spark's own
 streaming tests: one query on a tiny source, ``processAllAvailable()``, a memory sink, ``stop()`` in ``finally``.
 The source is what the fast query reads in the product: the ingest query's events files (parse once,
-pipelines/io/events.py), each written from the ingest flow's own parse of a batch of raw records. Two
+pipelines/dataplane/events.py), each written from the ingest flow's own parse of a batch of raw records. Two
 micro-batches: broker-a's minute line, then broker-b's line of the same minute and broker-a's line shipped again;
 in ``update`` mode each micro-batch emits the running sums of the windows its input touched."""
 
@@ -13,11 +13,11 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from pipelines.config import load_config
-from pipelines.flows.fast import open_window_stream
-from pipelines.flows.ingest import IngestFlow
-from pipelines.io import events
-from pipelines.quality.gate import QualityGate
-from pipelines.transforms import silver
+from pipelines.job.flows.fast import open_window_stream
+from pipelines.job.flows.ingest import IngestFlow
+from pipelines.dataplane import events
+from pipelines.dataplane.quality.gate import QualityGate
+from pipelines.dataplane.transforms import silver
 from tests.helpers import raw_records, stats_line
 
 # 18:00 in GMT+8 (stats.timezone) is 10:00 UTC; a line stamped 18:01:00 covers the minute 10:00-10:01 UTC

@@ -1,4 +1,4 @@
-"""The gold query's handler (pipelines/flows/gold.py GoldFlow.handle) on a static micro-batch."""
+"""The gold query's handler (pipelines/job/flows/gold.py GoldFlow.handle) on a static micro-batch."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import uuid
 
 from pipelines import schemas
 from pipelines.config import load_config
-from pipelines.flows.assembly import build_governor
+from pipelines.job.flows.assembly import build_governor
 
 
 def test_the_handler_first_job_runs_in_the_micro_batch_partitions(spark, tmp_path):

@@ -1,4 +1,4 @@
-"""The finalized-window stream of the gold query (pipelines/flows/gold.py metric_event_stream + window_stream), in
+"""The finalized-window stream of the gold query (pipelines/job/flows/gold.py metric_event_stream + window_stream), in
 the style of Spark's own streaming tests: one query on a tiny source (the events files the ingest query hands
 over), ``processAllAvailable()``, a memory sink in ``append`` mode, ``stop()`` in ``finally``. A window is emitted
 once, when the watermark (``windows.watermark_seconds`` = 120 s) has passed its end, with a stats line shipped
@@ -13,8 +13,8 @@ from pyspark.sql import functions as F
 
 from pipelines import schemas
 from pipelines.config import load_config
-from pipelines.flows.gold import metric_event_stream, window_stream
-from pipelines.io import events
+from pipelines.job.flows.gold import metric_event_stream, window_stream
+from pipelines.dataplane import events
 from tests.helpers import ts
 
 

@@ -1,11 +1,11 @@
-"""pipelines.flows.base.release: a micro-batch's cached data released in its handler's ``finally`` never replaces
+"""pipelines.job.flows.base.release: a micro-batch's cached data released in its handler's ``finally`` never replaces
 the error the batch is already failing with (a lost lease; a query stop interrupting the unpersist's RPC)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipelines.flows.base import release
+from pipelines.job.flows.base import release
 
 
 class Cached:

@@ -1,4 +1,4 @@
-"""The checkpoint's Spark line (pipelines/io/checkpoint.py): recorded on every start, an older line refused in one
+"""The checkpoint's Spark line (pipelines/job/checkpoint.py): recorded on every start, an older line refused in one
 line before Spark starts. The upgrade itself (a 4.0 checkpoint continued by the installed pyspark):
 tests/e2e/test_spark_upgrade.py. And the repair of a query killed before its first micro-batch, on a real
 stateful streaming query (the governor restarting on such a checkpoint: tests/e2e/test_governor_e2e.py)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import load_config
-from pipelines.io.checkpoint import (CHECKPOINT_SETTINGS_FILE, SPARK_VERSION_KEY, CheckpointMismatchError,
+from pipelines.job.checkpoint import (CHECKPOINT_SETTINGS_FILE, SPARK_VERSION_KEY, CheckpointMismatchError,
                                      check_checkpoint, clear_unplanned_first_batch, spark_line)
 from tests.helpers import leave_unplanned_batch_zero
 

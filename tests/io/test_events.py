@@ -7,7 +7,7 @@ import datetime as dt
 from chispa import assert_df_equality
 
 from pipelines.config import parse_config
-from pipelines.io import events
+from pipelines.dataplane import events
 from pipelines.schemas import METRIC_EVENT
 
 T0 = dt.datetime(2026, 11, 22, 8, 0, tzinfo=dt.timezone.utc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from pipelines.config import KafkaSinkConfig
-from pipelines.io.kafka_sink import KafkaLimitsSink, changes
+from pipelines.writeback.kafka_sink import KafkaLimitsSink, changes
 
 
 class DoneFuture:

@@ -11,7 +11,7 @@ from kafka.admin import ConfigResource, ConfigResourceType
 
 from control.record import sign, verify
 from pipelines.config import KafkaSinkConfig
-from pipelines.io.kafka_sink import KafkaLimitsSink
+from pipelines.writeback.kafka_sink import KafkaLimitsSink
 from tests.conftest import TEST_SIGNING_KEY
 
 KEY = TEST_SIGNING_KEY.encode()

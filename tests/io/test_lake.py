@@ -8,8 +8,8 @@ import pytest
 from chispa import assert_df_equality
 
 from pipelines import schemas
-from pipelines.io.lake import DeltaRsLake, DeltaSparkLake, UnknownTableError, open_lake, table_spec
-from pipelines.session import delta_spark_available
+from pipelines.dataplane.lake import DeltaRsLake, DeltaSparkLake, UnknownTableError, open_lake, table_spec
+from pipelines.dataplane.session import delta_spark_available
 from tests.helpers import ts
 
 
@@ -66,7 +66,7 @@ def test_auto_writer_is_delta_rs_without_delta_jars(spark, tmp_path):
     assert isinstance(lake, DeltaSparkLake if delta_spark_available(spark) else DeltaRsLake)
 
 
-@pytest.mark.skipif("not __import__('pipelines.session').session._delta_jars_on_classpath()",
+@pytest.mark.skipif("not __import__('pipelines.dataplane.session').dataplane.session._delta_jars_on_classpath()",
                     reason="Delta jars not on the Spark classpath (no Maven repository here)")
 def test_delta_spark_and_delta_rs_write_identical_tables(spark, tmp_path):
     rs, native = DeltaRsLake(spark, str(tmp_path / "rs")), DeltaSparkLake(spark, str(tmp_path / "spark"))
@@ -99,7 +99,7 @@ def test_replay_is_skipped_after_log_cleanup_keeps_only_the_checkpoint(spark, tm
 
 def test_disk_full_append_is_retried_then_succeeds_once(spark, tmp_path, monkeypatch):
     from pipelines import faults
-    from pipelines.io.lake import retry as lake_module
+    from pipelines.dataplane.lake import retry as lake_module
 
     monkeypatch.setattr(lake_module, "APPEND_BACKOFF", (0.01, 0.02))
     monkeypatch.setattr(faults, "_fail_hits", {})
@@ -116,7 +116,7 @@ def test_disk_full_append_is_retried_then_succeeds_once(spark, tmp_path, monkeyp
 
 
 def test_latest_row_per_resource_is_the_same_picked_on_the_driver_or_ranked_by_spark(spark, tmp_path):
-    from pipelines.io.lake.base import LakeBase as Lake, newest_per_key
+    from pipelines.dataplane.lake.base import LakeBase as Lake, newest_per_key
     from pipelines.schemas import RESOURCE_KEYS
 
     lake = DeltaRsLake(spark, str(tmp_path))
@@ -169,7 +169,7 @@ def test_a_table_written_before_a_column_was_added_reads_the_column_as_null_and_
     and the driver path); the next append adds the columns (schema merge) and every reader sees all rows."""
     from deltalake import DeltaTable, write_deltalake
 
-    from pipelines.io.lake import DeltaRsLake
+    from pipelines.dataplane.lake import DeltaRsLake
     from pipelines.schemas import RESOURCE_KEYS
 
     old = rows(spark).drop("rate_limited", "limit_qps").toArrow()
@@ -194,7 +194,7 @@ def test_a_table_written_before_a_column_was_added_reads_the_column_as_null_and_
 
 
 def test_outputs_collected_by_one_job_append_as_the_same_tables(spark, tmp_path):
-    from pipelines.io.lake.registry import collect_tables
+    from pipelines.dataplane.lake.registry import collect_tables
 
     limits = spark.createDataFrame([], schemas.GOLD_LIMITS)
     outputs = {"gold/topic_tps": rows(spark), "gold/limits": limits, "gold/group_tps": spark.createDataFrame(

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pipelines.io.lease import LEASE_FILE, GovernorLease, LakeHeldError
+from pipelines.job.lease import LEASE_FILE, GovernorLease, LakeHeldError
 
 T0 = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc)
 

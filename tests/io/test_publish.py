@@ -7,8 +7,9 @@ import datetime as dt
 
 from pipelines import schemas
 from pipelines.config import GovernorConfig
-from pipelines.io import publish, tables
-from pipelines.io.lake import DeltaRsLake
+from pipelines.writeback import publish
+from pipelines import tables
+from pipelines.dataplane.lake import DeltaRsLake
 
 NOW = dt.datetime(2026, 11, 22, 8, 0)
 LATER = NOW + dt.timedelta(minutes=10)
@@ -75,8 +76,8 @@ def spark_path_with(cfg, lake, key):
 
 def test_the_spark_ranked_latest_rows_of_the_delta_spark_writer_publish_the_same_records(spark, tmp_path):
     """Both writers give ``latest_rows``, so the publisher has one path: the delta-spark writer's (ranked with Spark,
-    :class:`pipelines.io.lake.base.LakeBase`) gives the same records as the delta-rs writer's driver-side pick."""
-    from pipelines.io.lake.base import LakeBase
+    :class:`pipelines.dataplane.lake.base.LakeBase`) gives the same records as the delta-rs writer's driver-side pick."""
+    from pipelines.dataplane.lake.base import LakeBase
 
     class SparkRanked(DeltaRsLake):  # delta-rs storage, the delta-spark writer's ranking
         latest = LakeBase.latest

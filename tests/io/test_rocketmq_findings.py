@@ -13,7 +13,7 @@ import time
 import pytest
 
 from pipelines.config import RocketMQSinkConfig
-from pipelines.io.rocketmq_sink import RocketMQAdminSink, main
+from pipelines.writeback.rocketmq_sink import RocketMQAdminSink, main
 from tests.rocketmq_loopback import RC, LoopbackBroker, LoopbackNameServer
 
 LATER = "2099-11-22T10:10:00Z"

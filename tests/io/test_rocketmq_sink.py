@@ -15,9 +15,9 @@ import pytest
 from control import remoting as rm
 from control.remoting_client import RemotingClient
 from pipelines.config import ConfigError, GovernorConfig, RocketMQSinkConfig
-from pipelines.io.rocketmq_ledger import ANY_MASTER, read_ledger
-from pipelines.io.rocketmq_sink import RocketMQAdminSink, broker_resource, main
-from pipelines.io.sinks import build_sinks
+from pipelines.writeback.rocketmq_ledger import ANY_MASTER, read_ledger
+from pipelines.writeback.rocketmq_sink import RocketMQAdminSink, broker_resource, main
+from pipelines.writeback.sinks import build_sinks
 from tests.rocketmq_loopback import RC, LoopbackBroker, LoopbackNameServer
 
 NOW = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.timezone.utc)
@@ -369,11 +369,11 @@ def test_restore_command_sets_governor_rates_back_and_leaves_others(cluster, cap
 def test_restore_command_fails_with_one_line(tmp_path):
     conf = tmp_path / "x.toml"
     conf.write_text('[sink.rocketmq]\nnamesrv_addr = ["127.0.0.1:1"]\ntimeout_ms = 200\n')
-    done = subprocess.run([sys.executable, "-m", "pipelines.io.rocketmq_sink", "restore", "--conf", str(conf)],
+    done = subprocess.run([sys.executable, "-m", "pipelines.writeback.rocketmq_sink", "restore", "--conf", str(conf)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "no name server answered" in done.stderr
-    missing = subprocess.run([sys.executable, "-m", "pipelines.io.rocketmq_sink", "restore", "--conf", "nope.toml"],
+    missing = subprocess.run([sys.executable, "-m", "pipelines.writeback.rocketmq_sink", "restore", "--conf", "nope.toml"],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode != 0 and missing.stderr.strip().count("\n") == 0 and "not found" in missing.stderr
 

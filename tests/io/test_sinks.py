@@ -10,10 +10,10 @@ import time
 import pytest
 
 from pipelines.config import KafkaSinkConfig
-from pipelines.io import sinks as sinks_module
-from pipelines.io.kafka_sink import KafkaLimitsSink
-from pipelines.io.lake import DeltaRsLake
-from pipelines.io.sinks import SinkSet, read_delivered
+from pipelines.writeback import sinks as sinks_module
+from pipelines.writeback.kafka_sink import KafkaLimitsSink
+from pipelines.dataplane.lake import DeltaRsLake
+from pipelines.writeback.sinks import SinkSet, read_delivered
 from tests.kafka_broker import KafkaBroker, free_port, start_kafka_broker
 
 NOW = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc)
@@ -157,7 +157,7 @@ def test_a_sink_reporting_failing_endpoints_is_recorded_as_not_ok_and_caught_up_
 def test_limiter_rejections_the_sinks_see_are_recorded_once_each_time_they_move(spark, tmp_path):
     """A sink that reads its limiters (the RocketMQ admin sink's ``last_rejections``): each move of a limiter's
     last rejection becomes one row of control/limiter_rejections; an unchanged or a never (-1) value none."""
-    from pipelines.io import tables
+    from pipelines import tables
 
     class ViewingSink(RecordingSink):
         name = "rocketmq"

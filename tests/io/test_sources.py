@@ -7,8 +7,8 @@ from pyspark.sql import functions as F
 
 from pipelines import schemas
 from pipelines.config import BrokersConfig, StatsConfig
-from pipelines.io import sources
-from pipelines.transforms import parse, parse_failures
+from pipelines.dataplane import sources
+from pipelines.dataplane.transforms import parse, parse_failures
 from tests.helpers import stats_line
 
 KAFKA = "key binary, value binary, topic string, partition int, offset long"

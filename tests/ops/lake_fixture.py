@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from pipelines.io import publish
-from pipelines.io.lake import TABLES
-from pipelines.spark_compat import arrow_schema
+from pipelines.writeback import publish
+from pipelines.dataplane.lake import TABLES
+from pipelines.dataplane.spark_compat import arrow_schema
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.timezone.utc)
 GROUP = "get-pugc-to-ai-consumer"

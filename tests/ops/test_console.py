@@ -69,7 +69,7 @@ def test_driver_java_options():
 SESSION_SCRIPT = """
 import sys
 from pipelines.config import SparkConfig
-from pipelines.session import build_session
+from pipelines.dataplane.session import build_session
 spark = build_session(SparkConfig(master="local[1]", app_name="console-test", shuffle_partitions=1),
                       verbose=sys.argv[1] == "verbose")
 spark.range(3).count()

@@ -10,7 +10,7 @@ import re
 import pyarrow as pa
 
 from pipelines.config import load_config
-from pipelines.io import tables
+from pipelines import tables
 from pipelines.ops import dashboard
 from pipelines.ops.metrics import GovernorMetrics
 from tests.ops.test_alert_rules import RULES

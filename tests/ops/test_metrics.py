@@ -13,13 +13,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipelines.config import ConfigError, MetricsConfig, load_config, parse_config
-from pipelines.io import tables
-from pipelines.io.lease import GovernorLease
-from pipelines.io.sinks import SinkSet
+from pipelines import tables
+from pipelines.job.lease import GovernorLease
+from pipelines.writeback.sinks import SinkSet
 from pipelines.ops import metrics
 from pipelines.ops.metric_labels import reason_kind
 from pipelines.ops.metrics import GovernorMetrics
-from pipelines.transforms.known import unknown_broker_reason
+from pipelines.dataplane.transforms.known import unknown_broker_reason
 from tests.io.test_sinks import RecordingSink
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.timezone.utc)

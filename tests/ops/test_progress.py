@@ -122,7 +122,7 @@ def test_attach_replaces_a_listener_an_earlier_run_left_registered(spark):
     from types import SimpleNamespace
 
     cfg = SimpleNamespace(source=SimpleNamespace(kind="kafka"), windows=SimpleNamespace(trigger_seconds=5))
-    from pipelines.flows.base import BatchReport
+    from pipelines.job.flows.base import BatchReport
 
     governor = SimpleNamespace(cfg=cfg, reports=[BatchReport("ingest", 3, rows={"quarantine": 2}),
                                                  BatchReport("gold", 3, rows={"gold/limits": 1})])

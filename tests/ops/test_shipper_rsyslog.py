@@ -19,7 +19,7 @@ from chispa import assert_df_equality
 
 from pipelines import schemas
 from pipelines.config import BrokersConfig, StatsConfig
-from pipelines.transforms import parse, parse_failures
+from pipelines.dataplane.transforms import parse, parse_failures
 from tests.helpers import INGESTED, raw_records, stats_line
 
 ROOT = Path(__file__).resolve().parents[2]

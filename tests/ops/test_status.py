@@ -39,7 +39,7 @@ def test_page_shows_limits_timeline_tps_and_quarantine(lake, tmp_path):
     assert "anomaly windows: 30; limit decisions: 2; quarantined: 2" in page
     assert "Input records: 7" in page
     # Data Docs not built in this lake: the page says how to build them
-    assert "python -m pipelines.quality docs --lake" in page
+    assert "python -m pipelines.dataplane.quality docs --lake" in page
     assert status.IMAGE_CHECK_SCRIPT in page
 
 

@@ -1,5 +1,5 @@
 """Data quality: GX suites as the one rule set, Spark predicates derived from them, GX validation per micro-batch,
-reconciliation (pipelines/quality/) and Data Docs built from the stored GX results (pipelines/quality/data_docs.py). One
+reconciliation (pipelines/dataplane/quality/) and Data Docs built from the stored GX results (pipelines/dataplane/quality/data_docs.py). One
 GX context is shared by the whole module."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.io import tables
-from pipelines.quality import cli, data_docs, gate, rules, suites, validation
+from pipelines import tables
+from pipelines.dataplane.quality import cli, data_docs, gate, rules, suites, validation
 from pipelines import columns, governor, schemas
 from pipelines.config import GovernorConfig, QualityConfig, parse_config
-from pipelines.io.lake import open_lake
+from pipelines.dataplane.lake import open_lake
 from tests.helpers import raw_records, stats_line
 
 INF, NAN = float("inf"), float("nan")

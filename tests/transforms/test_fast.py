@@ -1,4 +1,4 @@
-"""The fast path: Spark's running sums per window × resource (pipelines/transforms/fast.py), and what the driver
+"""The fast path: Spark's running sums per window × resource (pipelines/dataplane/transforms/fast.py), and what the driver
 judges on them (pipelines/decide/preliminary.py: the broker census, which rules act on partial evidence)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide import preliminary as pre
 from pipelines.decide.candidates import Keyed
 from pipelines.decide.fold_types import Candidate
-from pipelines.transforms import fast
+from pipelines.dataplane.transforms import fast
 from tests.decide.rows import empty, frame
 from tests.helpers import ts
 

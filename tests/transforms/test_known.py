@@ -1,6 +1,6 @@
-"""The unknown-broker check (pipelines/transforms/known.py) against its Python twin (KnownBrokers.admits) over many
+"""The unknown-broker check (pipelines/dataplane/transforms/known.py) against its Python twin (KnownBrokers.admits) over many
 name variants, through both parses; the known set's sources, census and per-batch record
-(pipelines/io/known_brokers.py) against a loopback name server. docs/contracts.md §1."""
+(pipelines/dataplane/known_brokers.py) against a loopback name server. docs/contracts.md §1."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from pipelines.config import GovernorConfig, parse_config
-from pipelines.io import known_brokers as kb
-from pipelines.io.known_brokers import BatchRecords, KnownBrokers, KnownBrokerSource, expected_brokers
-from pipelines.transforms import known, silver
+from pipelines.dataplane import known_brokers as kb
+from pipelines.dataplane.known_brokers import BatchRecords, KnownBrokers, KnownBrokerSource, expected_brokers
+from pipelines.dataplane.transforms import known, silver
 from pipelines.config import ConfigError
 from tests.helpers import raw_records, stats_line
 from tests.rocketmq_loopback import LoopbackBroker, LoopbackNameServer

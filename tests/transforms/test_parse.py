@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 
-from pipelines.transforms import parse, parse_failures
+from pipelines.dataplane.transforms import parse, parse_failures
 from pipelines import schemas
 from pipelines.config import BrokersConfig, StatsConfig
 from tests.helpers import raw_records, stats_line, ts

@@ -7,12 +7,12 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from pipelines.config import StatsConfig
-from pipelines.transforms import checks, parse
+from pipelines.dataplane.transforms import checks, parse
 from tests.helpers import raw_records
 
 #: The reference grammar, one pattern per part (logback pattern ``%d{yyy-MM-dd HH:mm:ss,GMT+8} %p - %m%n``,
 #: docs/rocketmq-formats.md §1-2): the line, then its detail (StatsItem.statPrintDetail, RTStatsItem,
-#: MomentStatsItem). The product parses with :data:`pipelines.transforms.parse.STATS_LINE_GROUPS`, one regex.
+#: MomentStatsItem). The product parses with :data:`pipelines.dataplane.transforms.parse.STATS_LINE_GROUPS`, one regex.
 STATS_LINE = (
     r"^(?:(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:,\d{1,3})?\s+)?(?:[A-Z]+\s+)?-\s+"
     r"\[([^\]]*)\]\s+\[([^\]]*)\]\s+Stats (In One Minute|In One Hour|In One Day|Every 5 Minutes),\s*(.*?)\s*$"

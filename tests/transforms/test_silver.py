@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipelines.io import tables
-from pipelines.transforms.silver import ingest_rows
+from pipelines import tables
+from pipelines.dataplane.transforms.silver import ingest_rows
 
 
 def test_row_count_of_every_ingest_table_from_the_counts_per_source():

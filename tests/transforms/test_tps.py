@@ -5,7 +5,7 @@ from __future__ import annotations
 from chispa import assert_df_equality
 
 from pipelines import schemas
-from pipelines.transforms import tps
+from pipelines.dataplane.transforms import tps
 from pipelines.config import WindowsConfig
 from tests.helpers import ts
 
@@ -125,9 +125,9 @@ def _rows(df) -> list:
 
 
 def test_gold_windows_in_one_partition_need_fewer_shuffles_and_give_the_same_rows(spark, tmp_path):
-    """spark.gold_single_partition (pipelines.flows.gold.partitioning): over one partition the gold tables' aggregations
+    """spark.gold_single_partition (pipelines.job.flows.gold.partitioning): over one partition the gold tables' aggregations
     need no shuffle (a full join of two aggregates still shuffles both sides), and the rows are the same."""
-    from pipelines.flows import gold
+    from pipelines.job.flows import gold
     from pipelines.config import GovernorConfig, SparkConfig
 
     m = metrics(spark, [

@@ -1,0 +1,153 @@
+"""The gold flow (final path): windows finalized by the watermark → gold TPS tables, anomalies, limit decisions,
+saved policy state and the published limits. Each window is written exactly once, when the watermark passes it.
+
+Spark reduces: the micro-batch's windowed sums become the gold TPS tables and the per-broker traffic the decisions
+need (:func:`pipelines.dataplane.transforms.tps.resource_traffic`), collected once as Arrow by one Spark job. The driver
+decides (:mod:`pipelines.decide.final`): the anomalies and candidates outside the decision lock, the fold on the
+policy state inside it; the tables are then appended from the driver and the limits published."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+
+from pyspark.sql import DataFrame, SparkSession
+
+from pipelines import schemas
+from pipelines.config import GovernorConfig
+from pipelines.decide.evidence import expected_brokers, open_evidence
+from pipelines.decide.fast import OpenRows
+from pipelines.decide.final import FinalInputs, FinalOutputs, decide_prepared, prepare_final, window_bounds
+from pipelines.job.flows.base import BatchReport, DecisionFlow, release, write_arrow
+from pipelines.dataplane import events
+from pipelines import tables
+from pipelines.dataplane.lake.registry import collect_tables
+from pipelines.dataplane.transforms import tps
+
+log = logging.getLogger("rate_governor")
+
+#: Delta transaction app id of the gold query's writes (with the micro-batch id as version).
+GOLD_APP_ID = "rate-governor-gold"
+QUERY = "gold"
+
+def metric_event_stream(spark: SparkSession, cfg: GovernorConfig) -> DataFrame:
+    """The gold query's input, streaming :data:`~pipelines.schemas.METRIC_EVENT` rows: the events files the ingest
+    query writes per micro-batch (:mod:`pipelines.dataplane.events`), so a record is parsed once. The one place to choose
+    another source: on a cluster with delta-spark, a Delta stream of ``silver/*`` through
+    :func:`pipelines.dataplane.transforms.silver.metric_events` would serve the same rows."""
+    return events.read_stream(spark, cfg)
+
+
+def window_stream(metric_events: DataFrame, cfg: GovernorConfig) -> DataFrame:
+    """Streaming METRIC_EVENT rows → windowed metric sums (:data:`~pipelines.schemas.WINDOW_METRIC`) with the
+    watermark ``windows.watermark_seconds``; a stats line shipped twice counts once
+    (:func:`pipelines.dataplane.transforms.tps.window_metrics`).
+
+    One watermark over the events of both inputs (a single event-time operator: after a restart Spark restores one
+    watermark, where several per-input watermarks would stay stuck until every input brought data).
+    """
+    return (
+        metric_events
+        .withWatermark("event_time", f"{cfg.windows.watermark_seconds} seconds")
+        .transform(tps.window_metrics(cfg.windows))
+    )
+
+
+#: The Spark-reduced outputs a gold micro-batch collects (one job): the gold TPS tables and the decisions' traffic.
+TRAFFIC = "traffic"
+
+
+def partitioning(single: bool):
+    """With ``single`` (``spark.gold_single_partition``, the embedded default), the gold micro-batch's windowed sums
+    in one partition: hundreds to about 10^5 rows per micro-batch, so the TPS aggregations plan no further shuffle.
+    A repartition, not a coalesce: a coalesce is no stage boundary, so the stateful window aggregation above it (and
+    its state store) would run in one task instead of ``spark.shuffle_partitions`` (a backlog's first gold
+    micro-batch, docs/performance.md). With thousands of topics on a cluster, turn it off to spread the windows over
+    the executors."""
+
+    def transform(df: DataFrame) -> DataFrame:
+        return df.repartition(1) if single else df
+
+    return transform
+
+
+class GoldFlow(DecisionFlow):
+    """The ``foreachBatch`` handler of the gold query (constructor: :class:`pipelines.job.flows.base.DecisionFlow`;
+    ``open_rows``: the fast flow's memory of open windows, the lift veto's evidence, None without a fast path)."""
+
+    def __init__(self, *args, open_rows: OpenRows | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._held_warned: set[tuple] = set()  # (resource_type, resource, limited_since) already logged
+        self.open_rows = open_rows
+
+    def warn_held_too_long(self, out: FinalOutputs, horizon_end: dt.datetime) -> None:
+        """Log a WARNING, once per limit, for each limit in force since longer than ``limits.max_held_seconds`` of
+        event time (up to ``horizon_end``, UTC): a person should look at it (the status page flags it too)."""
+        cutoff = horizon_end - dt.timedelta(seconds=self.cfg.limits.max_held_seconds)
+        for s in out.folded.states:
+            if s.limit_qps is None or s.limited_since is None:
+                continue
+            since = s.limited_since.replace(tzinfo=dt.timezone.utc)
+            key = (s.resource_type, s.resource, since)
+            if since < cutoff and key not in self._held_warned:
+                self._held_warned.add(key)
+                log.warning("%s %s has been limited to %.1f msg/s since the window ending %s UTC, longer than "
+                            "limits.max_held_seconds = %d s: look at it (the cause may have changed, or the limit "
+                            "may be holding legitimate demand)", s.resource_type, s.resource, s.limit_qps,
+                            f"{since:%Y-%m-%d %H:%M}", self.cfg.limits.max_held_seconds)
+
+    def reduce(self, metrics: DataFrame) -> dict:
+        """The micro-batch's windowed sums → the gold TPS tables and the decisions' traffic rows, collected as Arrow
+        by one Spark job."""
+        w = self.cfg.windows
+        metrics = metrics.transform(partitioning(self.cfg.spark.gold_single_partition))
+        outputs = {tables.GOLD_TOPIC_TPS: metrics.transform(tps.topic_tps(w)),
+                   tables.GOLD_GROUP_TPS: metrics.transform(tps.group_tps(w)),
+                   tables.GOLD_BROKER_TPS: metrics.transform(tps.broker_tps(w)),
+                   TRAFFIC: metrics.transform(tps.resource_traffic(w, self.cfg.detection, self.store.limited_keys()))}
+        return collect_tables(outputs, {TRAFFIC: schemas.WINDOW_TRAFFIC})
+
+    def handle(self, metrics: DataFrame, batch_id: int) -> None:
+        """One micro-batch of finalized windows → gold tables, anomalies, limit decisions, published limits."""
+        context = metrics.sparkSession.sparkContext
+        metrics = metrics.persist()  # the four outputs read the stateful aggregation once (one job, cached blocks)
+        try:
+            context.setJobDescription(f"{QUERY} batch {batch_id}: windows")
+            reduced = self.reduce(metrics)  # the one Spark job of the batch
+        finally:
+            context.setJobDescription(None)
+            release(QUERY, batch_id, metrics)
+        partial = FinalInputs(reduced[tables.GOLD_TOPIC_TPS], reduced[tables.GOLD_GROUP_TPS],
+                              reduced[tables.GOLD_BROKER_TPS], reduced[TRAFFIC], None, None, None, None)
+        first_window, horizon_end = window_bounds(partial)
+        if first_window is None:
+            self.reports.append(BatchReport(QUERY, batch_id))
+            if self.publisher.sinks.behind:  # a sink that was down catches up without a new decision
+                with self.decision_lock:
+                    self.publisher.publish(self.clock(), batch_id, QUERY)
+            return
+        topic_history, broker_history = self.history(first_window, before=first_window)
+        rejections = None
+        if self.lake.exists(tables.CONTROL_LIMITER_REJECTIONS):
+            rejections = self.lake.read_arrow(tables.CONTROL_LIMITER_REJECTIONS, since=first_window,
+                                              before=horizon_end)
+        inputs = FinalInputs(partial.topics, partial.groups, partial.brokers, partial.traffic, topic_history,
+                             broker_history, None, None, rejections)
+        prepared = prepare_final(inputs, self.cfg, first_window, horizon_end)
+        with self.decision_lock:
+            locked = time.monotonic()
+            now = self.clock()
+            opened = (open_evidence(self.open_rows.rows, horizon_end, self.cfg.windows.length_seconds,
+                                    expected_brokers(partial.brokers)) if self.open_rows is not None else None)
+            inputs = FinalInputs(inputs.topics, inputs.groups, inputs.brokers, inputs.traffic, topic_history,
+                                 broker_history, self.store.state_before(batch_id), self.store.latest_limits(),
+                                 rejections, opened)
+            out = decide_prepared(prepared, inputs, self.cfg, now, batch_id=batch_id,
+                                  origin=f"{GOLD_APP_ID}:{batch_id}")
+            self.store.add_state(out.state)
+            self.store.add_limits(out.limits)
+            self.locked_seconds.append(time.monotonic() - locked)
+        self.reports.append(write_arrow(self.lake, QUERY, GOLD_APP_ID, batch_id, out.tables()))
+        self.publish(now, batch_id, QUERY)
+        self.warn_held_too_long(out, horizon_end)
