@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from pipelines.backtest.cli import run_backtest  # noqa: E402
-from pipelines.backtest.figures import write_results  # noqa: E402
-from pipelines.backtest.report import config_line  # noqa: E402
-from pipelines.backtest.settings import SCENARIO_ROLES, SCENARIO_SIZES, build_spec, governor_config  # noqa: E402
-from pipelines.backtest.settings import load_backtest_config  # noqa: E402
+from pipelines.backtest.results import write_results  # noqa: E402
+from pipelines.sim.report import config_line  # noqa: E402
+from pipelines.sim.settings import SCENARIO_ROLES, SCENARIO_SIZES, build_spec, governor_config  # noqa: E402
+from pipelines.sim.settings import load_backtest_config  # noqa: E402
 from pipelines.dataplane.lake import open_lake  # noqa: E402
 from pipelines.dataplane.session import build_session  # noqa: E402
 

@@ -41,6 +41,10 @@ MOVED = {
     "pipelines.job.flows": "pipelines.flows",
     "pipelines.ops.query": "pipelines.query",
     "pipelines.ops.demo": "pipelines.demo",
+    "pipelines.sim.settings": "pipelines.backtest.settings",
+    "pipelines.sim.figures": "pipelines.backtest.figures",
+    "pipelines.sim.report": "pipelines.backtest.report",
+    "pipelines.backtest.results": "pipelines.backtest.figures",
 }
 #: Folders that exist only in the new layout: imported as empty namespaces in an old tree.
 NEW_FOLDERS = ("pipelines.dataplane", "pipelines.writeback", "pipelines.job")

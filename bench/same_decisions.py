@@ -92,7 +92,7 @@ def closed_loop_landing(scenario: str, out: Path) -> Path:
     import pandas as pd
 
     sys.path.insert(0, str(REPO))
-    from pipelines.backtest.settings import SCENARIO_SIZES, build_spec, governor_config, load_backtest_config
+    from pipelines.sim.settings import SCENARIO_SIZES, build_spec, governor_config, load_backtest_config
     from pipelines.sim.admitted import admitted_rows, failure_rows, trickle
     from pipelines.sim.loop import simulate
     from pipelines.sim.minutes import failure_text, land, stats_files
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in filter(None, args.inputs.split(",")):
         if name == "loop:all":
             sys.path.insert(0, str(REPO))
-            from pipelines.backtest.settings import SCENARIO_SIZES
+            from pipelines.sim.settings import SCENARIO_SIZES
             names += [f"loop:{n}" for n in SCENARIO_SIZES]
         else:
             names.append(name)

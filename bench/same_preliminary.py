@@ -80,7 +80,7 @@ spark.stop()
 
 def record(scenarios: list[str], out: Path) -> dict[str, list]:
     """Each scenario's fast micro-batches: (inputs, this tree's decisions), pickled to ``out/<scenario>.pkl``."""
-    from pipelines.backtest.settings import build_spec, governor_config, load_backtest_config
+    from pipelines.sim.settings import build_spec, governor_config, load_backtest_config
     from pipelines.sim.loop import simulate
 
     bcfg = load_backtest_config(str(REPO / "conf" / "backtest.toml"))

@@ -6,14 +6,14 @@ Usage::
     python -m pipelines.backtest --scenario NAME --lake DIR [--propagation-seconds N] [--conf conf/backtest.toml]
                                  [--seed 7] [--minutes N] [--onset N] [--brokers N] [--topics N] [--groups N]
 
-Scenarios (:data:`pipelines.backtest.settings.SCENARIO_SIZES`): ``persisting_storm``, ``storm_fixed``,
+Scenarios (:data:`pipelines.sim.settings.SCENARIO_SIZES`): ``persisting_storm``, ``storm_fixed``,
 ``intermittent_storm``, ``spread_storm``, ``flash_sale``, ``noisy_neighbour`` (a busy broker from a surging topic),
 ``normal_day``. The run (:func:`pipelines.backtest.loop.run_loop`) steps simulated time with the shipped trigger,
 each micro-batch's measured wall time added 1:1; ``DIR`` receives the governor's tables, the landing directory
 (``backtest/landing``), every ``limits.json`` published (``backtest/published``), and:
 
 * Delta table ``backtest/results`` (:data:`pipelines.schemas.BACKTEST_RESULTS`, governor ``closed-loop``): the
-  figures of :mod:`pipelines.backtest.figures` and the config they ran with, one commit per run;
+  figures of :mod:`pipelines.sim.figures` and the config they ran with, one commit per run;
 * ``backtest/report-<scenario>.md`` and ``backtest/closed-loop-<scenario>.png``.
 
 Exit status: 0 when every check passes, 1 when one fails, 2 for bad input (one line on stderr).
@@ -27,10 +27,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
-from pipelines.backtest.figures import Figures, compute, write_results
+from pipelines.backtest.results import write_results
+from pipelines.sim.figures import Figures, compute
 from pipelines.backtest.loop import run_loop
-from pipelines.backtest.report import plot, report, summary_lines
-from pipelines.backtest.settings import (
+from pipelines.sim.report import plot, report, summary_lines
+from pipelines.sim.settings import (
     SCENARIO_SIZES,
     BacktestConfig,
     BacktestError,

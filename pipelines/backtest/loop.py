@@ -44,7 +44,7 @@ from control import record as cr
 from control.applier import LimitApplier
 from control.token_bucket import default_burst
 from pipelines.backtest.triggers import Gates, grid_after, next_trigger
-from pipelines.backtest.settings import BacktestConfig, BacktestError, ShippingConfig, governor_config, with_backtest_key
+from pipelines.sim.settings import BacktestConfig, BacktestError, ShippingConfig, governor_config, with_backtest_key
 from pipelines.writeback.publish import LIMITS_FILE, signing_key
 from pipelines.sim.admitted import admitted_rows, failure_rows, trickle
 from pipelines.sim.cluster import ClosedLoopCluster
@@ -290,7 +290,7 @@ def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
     from pipelines.job.flows.assembly import build_governor
     from pipelines.job.lease import GovernorLease
     from pipelines.dataplane.lake import open_lake
-    from pipelines.backtest.figures import read_limits
+    from pipelines.backtest.results import read_limits
 
     lake = Path(lake)
     if (lake / "_checkpoints").exists() or (lake / "gold").exists():

@@ -27,7 +27,7 @@ from pipelines.tables import sql_name
 from pipelines.ops import console, status
 
 #: The embedded default configuration of this checkout.
-DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "local.toml"
+DEFAULT_CONF = Path(__file__).resolve().parents[2] / "conf" / "local.toml"
 EXAMPLE_SQL = (
     "SELECT resource_type, resource, action, round(limit_qps, 1) AS limit_qps, mode, window_end, reason "
     f"FROM {sql_name(tables.GOLD_LIMITS)} ORDER BY version"
@@ -108,6 +108,38 @@ def _demo_signing_key(conf: str, lake: Path) -> str | None:
     return f"signed with a demo key generated for this run: {key_file} (set {limits.signing_key_env} for a real one)"
 
 
+#: The status page's note on ``./run.sh``'s input (a recording replayed as landed files).
+REPLAY_NOTE = (
+    "a recording, replayed. The scenario ({scenario}, seed {seed}) was generated as landed stats.log and send-failure "
+    "files before the run, so the brokers in it never obeyed the limits this governor published: under a limit the "
+    "TPS drawn below is what the recording offered, not what a limited broker admits. The last figure runs the same "
+    "scenario in closed loop (the Spark-free simulator, the same decision code, brokers applying every published "
+    "limit)."
+)
+
+
+def replay_and_closed_loop(spec: ScenarioSpec, cfg, out_dir: Path) -> tuple[str, status.Figure | None]:
+    """The status page's note for a replayed recording and the same ``spec`` in closed loop
+    (:func:`pipelines.sim.report.closed_loop`, its picture also written as ``out_dir/closed-loop.png``); prints one
+    summary line. The figure is None (and one line says why) when the simulation fails: the page is still written."""
+    from pipelines.sim.report import closed_loop
+
+    note = REPLAY_NOTE.format(scenario=spec.name, seed=spec.seed)
+    try:
+        figures, png = closed_loop(spec, cfg, out=out_dir / "closed-loop.png")
+    except Exception as exc:  # noqa: BLE001 - the replay's page matters more than the picture beside it
+        print(f"closed loop (simulator): not drawn: {exc}")
+        return note, None
+    v = figures.value
+    line = (f"closed loop (simulator, same scenario, brokers applying the limits): limit in force "
+            f"{v('onset_to_limit_in_force'):.0f} s after the storm began, brokers admitted "
+            f"{v('culprit_admitted_over_target'):.2f}x the decided target, bystanders' rejected sends "
+            f"{v('bystander_rejected_per_minute_before'):,.0f} -> {v('bystander_rejected_per_minute_after'):,.0f} "
+            f"per storm minute")
+    print(line)
+    return note, status.Figure("The same scenario in closed loop (simulator)", png, line)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console.configure_logging(args.verbose)
@@ -137,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     governor.run(spark, cfg, once=True)
     spark.stop()
     print(summary(str(lake), time.monotonic() - started))
-    print(f"status page: {status.write_page(str(lake)).resolve().as_uri()}")
+    note, loop = "", None
+    if not args.landing:  # a generated recording: say so, and show the same scenario in closed loop beside it
+        note, loop = replay_and_closed_loop(spec, cfg, lake.parent)
+    print(f"status page: {status.write_page(str(lake), input_note=note, closed_loop=loop).resolve().as_uri()}")
     if key_note:
         print(key_note)
     return 0

@@ -25,10 +25,15 @@ Modules, in the order the data flows:
   the send queue with fast failure.
 * :mod:`~pipelines.sim.broker_model` — offered traffic from stats rows, broker capacity, and the whole-run,
   open-loop model (limits known in advance; ``bench/broker_model_udf.py``).
-* :mod:`~pipelines.sim.cluster` — the closed-loop cluster of :mod:`pipelines.backtest`: the brokers under the
+* :mod:`~pipelines.sim.cluster` — the closed-loop cluster (of the simulator and of :mod:`pipelines.backtest`): the brokers under the
   limits the governor publishes, the producers' retries and the consumers' fallbacks, tick by tick.
 * :mod:`~pipelines.sim.admitted` — what that cluster prints (stats rows of what was admitted) and what its
   clients log (send failures of rejected attempts).
+* :mod:`~pipelines.sim.loop`, :mod:`~pipelines.sim.windows` — the Spark-free closed loop: that cluster against the
+  decision plane (:mod:`pipelines.decide`), Spark's windowed sums modelled, the two speeds' timing.
+* :mod:`~pipelines.sim.settings`, :mod:`~pipelines.sim.figures`, :mod:`~pipelines.sim.report` — a closed loop's
+  world (``conf/backtest.toml``), its figures and checks, its report and picture: shared by this loop and the
+  Spark backtest (:mod:`pipelines.backtest`), which hand over the same result shape.
 
 Randomness: one ``numpy.random.default_rng(seed)`` spawns a child generator per stage
 (:data:`pipelines.sim.spec.RNG_STREAMS`), so a scenario that draws more numbers does not shift the catalog or the

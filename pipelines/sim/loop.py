@@ -96,7 +96,7 @@ class Store:
 @dataclass
 class SimResult:
     """What a simulated closed loop produced, in the shape the backtest's figures read
-    (:func:`pipelines.backtest.figures.compute`)."""
+    (:func:`pipelines.sim.figures.compute`)."""
 
     spec: object
     cluster: ClosedLoopCluster
@@ -189,7 +189,7 @@ class Broker:
 def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
              propagation_seconds: float | None = None, record=None) -> SimResult:
     """Run ``spec`` in closed loop against the decision plane (module docstring). ``cfg``: the governor's config
-    (shipped ``conf/local.toml``); ``bcfg``: the backtest's world (:class:`pipelines.backtest.settings.BacktestConfig`:
+    (shipped ``conf/local.toml``); ``bcfg``: the backtest's world (:class:`pipelines.sim.settings.BacktestConfig`:
     shipping, brokers, clients, propagation). ``record(kind, inputs, outputs)``: called with each fast micro-batch's
     decision inputs and its preliminary ``gold/limits`` rows (``bench/same_decisions.py`` replays them through
     another commit's fast path)."""

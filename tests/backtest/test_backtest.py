@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 
 from control import record as cr
-from pipelines.backtest.figures import compute
+from pipelines.sim.figures import compute
 from pipelines.backtest.loop import Brokers, LoopResult, Publication, Shipper, SimClock
 from pipelines.backtest.triggers import grid_after
-from pipelines.backtest.settings import (
+from pipelines.sim.settings import (
     BacktestConfig,
     BacktestError,
     ShippingConfig,
@@ -219,7 +219,8 @@ def test_fix_to_lift_and_false_limits(tmp_path):
 
 def test_results_append_through_the_lake_once_per_run(spark, tmp_path):
     from pipelines import schemas
-    from pipelines.backtest.figures import RESULTS_TABLE, Figures, write_results
+    from pipelines.backtest.results import RESULTS_TABLE, write_results
+    from pipelines.sim.figures import Figures
     from pipelines.dataplane.lake import open_lake
 
     lake = open_lake(spark, tmp_path / "lake", "delta-rs")

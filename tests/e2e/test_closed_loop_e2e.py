@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 
 from pipelines.backtest.cli import run_backtest
-from pipelines.backtest.settings import build_spec, load_backtest_config
+from pipelines.sim.settings import build_spec, load_backtest_config
 
 pytestmark = pytest.mark.slow
 

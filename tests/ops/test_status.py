@@ -97,3 +97,29 @@ def test_empty_lake_still_renders(tmp_path):
     page = status.write_page(str(tmp_path), now=NOW).read_text()
     assert "No limits in force" in page and "No anomaly and no decision so far." in page
     assert images(page) == {}
+
+
+def test_a_replayed_recording_says_so_and_shows_the_same_scenario_in_closed_loop(lake, tmp_path):
+    """./run.sh's page: the input note at the top, and the simulator's closed loop of the same scenario as the last
+    figure, with its summary line (a real simulation of a short article scenario, no Spark)."""
+    import datetime as dt
+
+    from pipelines.config import load_config
+    from pipelines.ops import demo
+    from pipelines.sim.spec import ScenarioSpec
+
+    spec = ScenarioSpec(seed=7, minutes=24, onset_minute=12, start=dt.datetime(2026, 1, 5, 6, 0, tzinfo=dt.timezone.utc))
+    note, loop = demo.replay_and_closed_loop(spec, load_config(str(demo.DEFAULT_CONF)), tmp_path)
+    assert (tmp_path / "closed-loop.png").stat().st_size > 10_000
+    page = status.write_page(str(lake), tmp_path / "out", now=NOW, input_note=note, closed_loop=loop).read_text()
+    assert "<b>Input.</b> a recording, replayed." in page and "never obeyed the limits" in page
+    assert page.index("<b>Input.</b>") < page.index("<h2>Limits in force</h2>")
+    pictures = images(page)
+    assert "The same scenario in closed loop (simulator)" in pictures
+    pixels = mpimg.imread(io.BytesIO(pictures["The same scenario in closed loop (simulator)"]), format="png")
+    assert pixels.shape[0] > 400
+    # the closed loop limits the storm: its figures, as the summary line says
+    assert re.search(r"limit in force \d+ s after the storm began, brokers admitted (0\.\d\d|1\.\d\d)x", loop.caption)
+    # without the note and figure (a production lake), neither appears
+    plain = status.write_page(str(lake), tmp_path / "plain", now=NOW).read_text()
+    assert "<b>Input.</b>" not in plain and "closed loop" not in plain

@@ -1,4 +1,5 @@
-"""The closed-loop backtest's figures, its checks and the ``backtest/results`` table.
+"""The figures and checks of a closed loop (the Spark backtest's and the Spark-free simulator's: both hand
+over the same result shape). The ``backtest/results`` table: :mod:`pipelines.backtest.results`.
 
 Figures that do not depend on how long the run is (times UTC, simulated; per second from the cluster's arrays):
 
@@ -27,17 +28,11 @@ Containment = the first culprit limit in force. Ground truth comes from the scen
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from pipelines import schemas
-from pipelines import tables
-
-RESULTS_TABLE = tables.BACKTEST_RESULTS
-GOVERNOR = "closed-loop"
 #: Scenarios whose culprit is a consumer group's retry traffic.
 STORMS = {"persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "intermittent_short",
           "spread_storm", "retry_storm", "large_mix"}
@@ -65,15 +60,6 @@ class Figures:
 
     def value(self, name: str) -> float:
         return self.values.get(name, (float("nan"), "", ""))[0]
-
-
-def read_limits(lake) -> pd.DataFrame:
-    """``gold/limits`` as pandas (timestamps UTC-aware); empty with the table's columns when absent."""
-    frame = lake.read(tables.GOLD_LIMITS).toPandas()
-    for column in frame.columns:
-        if pd.api.types.is_datetime64_any_dtype(frame[column]) and frame[column].dt.tz is None:
-            frame[column] = frame[column].dt.tz_localize("UTC")
-    return frame
 
 
 def truth(result) -> tuple[set[tuple[str, str]], list[tuple[pd.Timestamp, pd.Timestamp]]]:
@@ -301,14 +287,3 @@ def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int) -> li
     x = get("false_limits")
     out.append(("0 enforced limits below a healthy resource's demand", x == 0, f"{x:.0f}"))
     return out
-
-
-def write_results(lake, result, figures: Figures, run_id: str, recorded_at: dt.datetime) -> str:
-    """Append the figures to ``backtest/results`` (:data:`pipelines.schemas.BACKTEST_RESULTS`) as one commit tagged
-    with the transaction ``(backtest-<run_id>, 0)`` (a retried write adds nothing); NaN is stored as null."""
-    rows = [(recorded_at, run_id, result.spec.name, result.spec.seed, GOVERNOR, cls, name,
-             float(v) if np.isfinite(v) else None, unit)
-            for name, (v, unit, cls) in figures.values.items()]
-    df = lake.spark.createDataFrame(rows, schema=schemas.BACKTEST_RESULTS)
-    lake.append(df, RESULTS_TABLE, app_id=f"backtest-{run_id}", version=0)
-    return lake.path(RESULTS_TABLE)

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipelines.backtest.figures import Figures, targets_in_force, truth
-from pipelines.backtest.settings import SCENARIO_ROLES
+from pipelines.sim.figures import Figures, targets_in_force, truth
+from pipelines.sim.settings import SCENARIO_ROLES
 
 
 def _fmt(v: float, unit: str = "") -> str:
@@ -160,3 +160,27 @@ def report(result, figures: Figures, png: Path, path: Path, run_id: str) -> Path
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
+
+
+def closed_loop(spec, cfg, backtest_conf: str | Path | None = None, out: Path | None = None):
+    """``spec`` run in the Spark-free closed loop (:func:`pipelines.sim.loop.simulate`: the decision plane with
+    ``cfg``, brokers that apply each published limit, the world of ``backtest_conf``, default ``conf/backtest.toml``)
+    → (its :class:`~pipelines.sim.figures.Figures`, the PNG of :func:`plot` as bytes, written to ``out`` too when
+    given). ``./run.sh`` draws it beside the replay of the same scenario.
+
+    Raises:
+        pipelines.sim.settings.BacktestError: ``backtest_conf`` is missing or invalid.
+    """
+    import tempfile
+
+    from pipelines.sim.figures import compute
+    from pipelines.sim.loop import simulate
+    from pipelines.sim.settings import load_backtest_config
+
+    if backtest_conf is None:
+        backtest_conf = Path(__file__).resolve().parents[2] / "conf" / "backtest.toml"
+    result = simulate(spec, cfg, load_backtest_config(backtest_conf))
+    figures = compute(result)
+    with tempfile.TemporaryDirectory() as tmp:
+        png = plot(result, Path(out) if out else Path(tmp) / "closed-loop.png").read_bytes()
+    return figures, png
