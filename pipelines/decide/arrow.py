@@ -45,8 +45,11 @@ def empty(spec: columns.Spec) -> pa.Table:
     return schema(spec).empty_table()
 
 
-def to_polars(table: pa.Table | None, spec: columns.Spec | None = None) -> pl.DataFrame:
-    """Arrow → polars; None (or no rows and no columns) → an empty frame of ``spec``'s columns."""
+def to_polars(table: pa.Table | pl.DataFrame | None, spec: columns.Spec | None = None) -> pl.DataFrame:
+    """Arrow → polars; None (or no rows and no columns) → an empty frame of ``spec``'s columns; a polars frame is
+    returned as it is (a caller that keeps its history as polars frames converts it once, not per micro-batch)."""
+    if isinstance(table, pl.DataFrame):
+        return table
     if table is None:
         table = empty(spec) if spec is not None else pa.table({})
     return pl.from_arrow(table) if table.num_columns else pl.DataFrame()
@@ -81,20 +84,20 @@ def _cast(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
 
 
 def from_rows(rows: list[dict], spec: columns.Spec) -> pa.Table:
-    """Python rows (dicts by column; timestamps naive UTC or aware, maps as dicts or (key, value) pairs) → Arrow."""
+    """Python rows (dicts by column; timestamps naive UTC or aware, maps as dicts or (key, value) pairs) → Arrow.
+    Built column by column (one conversion per column, not per cell: the simulator builds thousands of small
+    tables)."""
     target = schema(spec)
-    out = []
-    for row in rows:
-        item = {}
-        for f in target:
-            value = row.get(f.name)
-            if isinstance(value, dt.datetime) and value.tzinfo is None:
-                value = value.replace(tzinfo=UTC)
-            if pa.types.is_map(f.type) and isinstance(value, dict):
-                value = sorted(value.items()) or None
-            item[f.name] = value
-        out.append(item)
-    return pa.Table.from_pylist(out, schema=target)
+    arrays = []
+    for f in target:
+        values = [row.get(f.name) for row in rows]
+        if pa.types.is_timestamp(f.type):
+            values = [v.replace(tzinfo=UTC) if isinstance(v, dt.datetime) and v.tzinfo is None else v
+                      for v in values]
+        elif pa.types.is_map(f.type):
+            values = [(sorted(v.items()) or None) if isinstance(v, dict) else v for v in values]
+        arrays.append(pa.array(values, type=f.type))
+    return pa.Table.from_arrays(arrays, schema=target)
 
 
 def naive(value: dt.datetime | None) -> dt.datetime | None:

@@ -54,7 +54,8 @@ class FinalInputs:
         topics, groups, brokers: the micro-batch's ``gold/topic_tps`` (``limit_qps`` null), ``gold/group_tps`` and
             ``gold/broker_tps`` rows.
         traffic: the per-broker traffic rows Spark reduced, with the window markers (:data:`MARKER`).
-        topic_history, broker_history: earlier ``gold/topic_tps`` / ``gold/broker_tps`` rows (baselines).
+        topic_history, broker_history: earlier ``gold/topic_tps`` / ``gold/broker_tps`` rows (baselines); Arrow,
+            or polars frames of the same rows (:func:`pipelines.decide.arrow.to_polars`).
         policy_state: the saved ``state/policy`` row per resource (of batches before this one).
         latest_limits: the newest ``gold/limits`` row per resource.
         limiter_rejections: ``control/limiter_rejections`` rows of the batch's windows; None when there are none.

@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
+import polars as pl
 from pydantic import Field
 
 from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import ConfigSection, GovernorConfig
-from pipelines.decide.arrow import from_rows
+from pipelines.decide.arrow import from_rows, micros, to_polars, when
 from pipelines.decide.evidence import expected_brokers, open_evidence
 from pipelines.decide.fast import FastInputs, OpenRows
 from pipelines.decide.fast import decide_prepared as decide_preliminary
@@ -45,12 +45,11 @@ from pipelines.decide.fast import prepare_preliminary
 from pipelines.decide.final import FinalInputs, decide_prepared, prepare_final
 from pipelines.decide.reconcile import latest_per_resource
 from pipelines.io.records import current_rows, records_from_rows
-from pipelines.sim.admitted import admitted_rows, trickle
+from pipelines.sim.admitted import stats_events, trickle
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.windows import FinalWindows, OpenWindows, gold_tables
 
 UTC = dt.timezone.utc
-GOLD = ("gold/topic_tps", "gold/group_tps", "gold/broker_tps")
 
 
 class Timing(ConfigSection):
@@ -112,23 +111,6 @@ class SimResult:
     bcfg: object = None
 
 
-def stats_events(cluster: ClosedLoopCluster, m: int) -> list[tuple]:
-    """The metric events of minute ``m``'s stats lines as the brokers admitted it (the windowed stats only)."""
-    rows = admitted_rows(cluster, m)
-    rows = rows[(rows["period"] == "minute") & rows["stat_name"].isin(rmq.WINDOWED_STATS)]
-    at = (cluster.start + pd.Timedelta(minutes=m)).to_pydatetime()
-    out = []
-    for broker, stat, key, amount in zip(rows["broker"], rows["stat_name"], rows["stats_key"], rows["sum"]):
-        if stat == rmq.TOPIC_PUT_NUMS:
-            topic, group = key, None
-        elif stat == rmq.BROKER_PUT_NUMS:
-            topic, group = None, None
-        else:
-            topic, _, group = key.rpartition("@")
-        out.append((at, broker, topic, group, stat, int(amount)))
-    return out
-
-
 class Broker:
     """The brokers' limits over time: publications in force ``propagation`` seconds after they were published."""
 
@@ -137,6 +119,7 @@ class Broker:
         self.pending: list[tuple[pd.Timestamp, list[dict]]] = []
         self.records: list[dict] = []
         self.timeline: list[tuple[pd.Timestamp, dict]] = []
+        self._expiries: list[pd.Timestamp] = []  # each record's expires_at
         self.index = {(b, t, r): i for i, (b, t, r) in enumerate(zip(
             cluster.pairs["broker"], cluster.pairs["resource_type"], cluster.pairs["resource"]))}
 
@@ -146,8 +129,7 @@ class Broker:
                                                                                                  None)))
 
     def next_change(self, after: pd.Timestamp) -> pd.Timestamp | None:
-        times = [t for t, _ in self.pending]
-        times += [pd.Timestamp(r["expires_at"]) for r in self.records if pd.Timestamp(r["expires_at"]) > after]
+        times = [t for t, _ in self.pending] + [t for t in self._expiries if t > after]
         return min(times) if times else None
 
     def run_until(self, when: pd.Timestamp) -> None:
@@ -165,6 +147,7 @@ class Broker:
         if due:
             self.records = due[-1][1]
             self.pending = [p for p in self.pending if p[0] > at]
+            self._expiries = [pd.Timestamp(r["expires_at"]) for r in self.records]
         c = self.cluster
         n = len(c.pairs)
         limit, burst, open_ms = np.full(n, np.nan), np.ones(n), np.full(n, float(c.cfg.breaker_open_ms))
@@ -210,7 +193,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                     background["topic"], background["expected_class"]))
     landed: list[tuple] = []  # events, in the order they are written for the deciding queries
     written_at: list[pd.Timestamp] = []  # when each was written
-    history: dict[str, pa.Table | None] = {name: None for name in GOLD}
+    history = History(cfg)
     decided: list[dict] = []
     seen_rejections = stats_done = bg_done = 0
     fast_seen = gold_seen = 0
@@ -257,14 +240,15 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                 if rows.num_rows:
                     now = (t + pd.Timedelta(seconds=timing.fast_seconds)).to_pydatetime()
                     first = min(rows.column("window_start").to_pylist())
-                    inputs = FastInputs(rows, *_history(history, first, None, cfg), None, None)
-                    remembered = memory.rows
+                    inputs = FastInputs(rows, *history.view(first, None), None, None)
+                    remembered = memory.rows if record is not None else None
                     prepared = prepare_preliminary(inputs, memory, cfg)
                     accepted, _ = decide_preliminary(prepared, store.state_table(), store.limits_table(), cfg, now,
                                                      origin="sim-fast")
                     if record is not None:
-                        record("fast", {"rows": rows, "remembered": remembered, "topic_history": inputs.topic_history,
-                                        "broker_history": inputs.broker_history, "state": store.state_table(),
+                        record("fast", {"rows": rows, "remembered": remembered,
+                                        "topic_history": inputs.topic_history.to_arrow(),
+                                        "broker_history": inputs.broker_history.to_arrow(), "state": store.state_table(),
                                         "limits": store.limits_table(), "now": now}, accepted)
                     if accepted.num_rows:
                         store.add(accepted)
@@ -280,7 +264,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                     now = (t + pd.Timedelta(seconds=timing.gold_seconds)).to_pydatetime()
                     reduced = gold_tables(sums, length, cfg.detection, store.limited_keys())
                     first = min(reduced["traffic"].column("window_start").to_pylist())
-                    th, bh = _history(history, first, first, cfg)
+                    th, bh = history.view(first, first)
                     partial = FinalInputs(reduced["gold/topic_tps"], reduced["gold/group_tps"],
                                           reduced["gold/broker_tps"], reduced["traffic"], th, bh, None, None)
                     prepared = prepare_final(partial, cfg)
@@ -293,8 +277,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                                               origin="sim-gold")
                         store.add(out.limits, out.state)
                         decided += out.limits.to_pylist()
-                        for name in GOLD:
-                            history[name] = _trim(history[name], out.tables()[name], first, cfg)
+                        history.add(out.tables(), first)
                         brokers.publish(pd.Timestamp(now), store.limits)
         t += pd.Timedelta(seconds=int(grid))
     brokers.run_until(cluster.end)
@@ -303,31 +286,47 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                      wall_seconds=_time.monotonic() - started, failure_lines=failure_lines, bcfg=bcfg)
 
 
-def _trim(kept: pa.Table | None, new: pa.Table, first: dt.datetime, cfg: GovernorConfig) -> pa.Table:
-    """The finalized windows kept for baselines: ``kept`` and ``new``, without windows older than the baselines of
-    windows from ``first`` on need."""
-    table = new if kept is None else pa.concat_tables([kept, new])
-    since = first - dt.timedelta(seconds=(cfg.detection.baseline_windows + 1) * cfg.windows.length_seconds)
-    return table.filter(pc.greater_equal(table.column("window_start"), pa.scalar(since, type=table.schema.field(
-        "window_start").type)))
+class History:
+    """The finalized windows the gold query has written (``gold/topic_tps``, ``gold/broker_tps``, as polars frames),
+    kept for the baselines, and the views the two paths read (cached until the next gold batch: most fast
+    micro-batches read the same view)."""
 
+    SPECS = {"gold/topic_tps": columns.GOLD_TOPIC_TPS, "gold/broker_tps": columns.GOLD_BROKER_TPS}
 
-def _history(history: dict, first: dt.datetime, before: dt.datetime | None, cfg: GovernorConfig):
-    """The finalized topic and broker windows the baselines of windows from ``first`` need."""
-    since = first - dt.timedelta(seconds=cfg.detection.baseline_windows * cfg.windows.length_seconds)
-    out = []
-    for name, spec in (("gold/topic_tps", columns.GOLD_TOPIC_TPS), ("gold/broker_tps", columns.GOLD_BROKER_TPS)):
-        table = history[name]
-        if table is None or table.num_rows == 0:
-            out.append(from_rows([], spec))
-            continue
-        start = table.column("window_start")
-        kind = table.schema.field("window_start").type
-        keep = pc.greater_equal(start, pa.scalar(since, type=kind))
-        if before is not None:
-            keep = pc.and_(keep, pc.less(start, pa.scalar(before, type=kind)))
-        out.append(table.filter(keep))
-    return out[0], out[1]
+    def __init__(self, cfg: GovernorConfig) -> None:
+        self.cfg = cfg
+        self.frames: dict[str, pl.DataFrame | None] = {name: None for name in self.SPECS}
+        self._views: dict = {}
+
+    def add(self, tables: dict[str, pa.Table], first: dt.datetime) -> None:
+        """A gold batch's tables, without windows older than the baselines of windows from ``first`` on need."""
+        since = micros(first - dt.timedelta(seconds=(self.cfg.detection.baseline_windows + 1)
+                                            * self.cfg.windows.length_seconds))
+        for name in self.SPECS:
+            new = pl.from_arrow(tables[name])
+            kept = self.frames[name]
+            frame = new if kept is None else pl.concat([kept, new], how="vertical")
+            self.frames[name] = frame.filter(when("window_start") >= since).rechunk()
+        self._views.clear()
+
+    def view(self, first: dt.datetime, before: dt.datetime | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The finalized topic and broker windows the baselines of windows from ``first`` need (before ``before``)."""
+        key = (first, before)
+        if key not in self._views:
+            since = micros(first - dt.timedelta(seconds=self.cfg.detection.baseline_windows
+                                                * self.cfg.windows.length_seconds))
+            out = []
+            for name, spec in self.SPECS.items():
+                frame = self.frames[name]
+                if frame is None or frame.height == 0:
+                    out.append(to_polars(None, spec))
+                    continue
+                keep = when("window_start") >= since
+                if before is not None:
+                    keep = keep & (when("window_start") < micros(before))
+                out.append(frame.filter(keep))
+            self._views[key] = tuple(out)
+        return self._views[key]
 
 
 __all__ = ["Timing", "simulate", "SimResult", "latest_per_resource"]

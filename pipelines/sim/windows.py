@@ -154,23 +154,28 @@ class FinalWindows:
         self.sums: dict = defaultdict(int)
         self.watermark: dt.datetime | None = None
         self.max_seen: dt.datetime | None = None
+        self._starts: set = set()  # the window starts in ``sums`` (what is due is known without scanning it)
 
     def batch(self, events: list[Event]) -> dict | None:
         """One micro-batch: add ``events`` (those not older than the watermark), emit the windows the watermark of
         the previous micro-batch has passed (their sums, removed from the state; None when there are none), then
         move the watermark."""
+        length, sums, starts = self.length, self.sums, self._starts
         for at, broker, topic, group, metric, amount in events:
             if self.watermark is not None and at <= self.watermark:  # late (Spark: event time <= watermark)
                 continue
-            start, _ = window_of(at, self.length)
-            self.sums[(start, broker, topic, group, metric)] += amount
+            start, _ = window_of(at, length)
+            sums[(start, broker, topic, group, metric)] += amount
+            starts.add(start)
             self.max_seen = at if self.max_seen is None or at > self.max_seen else self.max_seen
         emitted = None
-        if self.watermark is not None:
-            due = {k: v for k, v in self.sums.items()
-                   if k[0] + dt.timedelta(seconds=self.length) <= self.watermark}
+        if self.pending():
+            span = dt.timedelta(seconds=length)
+            gone = {s for s in starts if s + span <= self.watermark}
+            due = {k: v for k, v in sums.items() if k[0] in gone}  # in the order the state first saw them
             for k in due:
-                del self.sums[k]
+                del sums[k]
+            starts -= gone
             emitted = due or None
         if self.max_seen is not None:
             moved = self.max_seen - self.delay
@@ -179,8 +184,8 @@ class FinalWindows:
 
     def pending(self) -> bool:
         """Whether the next micro-batch would emit windows without new input (a no-data micro-batch)."""
-        return self.watermark is not None and any(
-            k[0] + dt.timedelta(seconds=self.length) <= self.watermark for k in self.sums)
+        return self.watermark is not None and bool(self._starts) and min(self._starts) + dt.timedelta(
+            seconds=self.length) <= self.watermark
 
 
 #: The open-window row columns (:func:`pipelines.transforms.fast.open_window_sums`).
