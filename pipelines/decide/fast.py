@@ -42,8 +42,9 @@ def after_window(rows: pa.Table, newest_final: dt.datetime | None) -> pa.Table:
 
 
 class OpenRows:
-    """The open-window rows Spark has emitted to the fast path (one per window × resource, the newest), kept as an
-    Arrow table on the driver for the windows the final path has not decided yet (module docstring).
+    """The open-window rows Spark has emitted to the fast path (one per window × resource, the newest), kept on the
+    driver for the windows the final path has not decided yet (module docstring): as dicts by key, in the order
+    they came (a replaced row moves to the end), and as an Arrow table when asked (:attr:`rows`).
 
     Example:
         >>> memory = OpenRows()
@@ -54,20 +55,37 @@ class OpenRows:
     KEYS = ("window_start", "resource_type", "resource")
 
     def __init__(self) -> None:
-        self.rows: pa.Table | None = None
+        self.by_key: dict[tuple, dict] = {}
+        self.schema: pa.Schema | None = None  # of the first rows remembered
+        self._table: pa.Table | None = None
+
+    @property
+    def rows(self) -> pa.Table | None:
+        """The remembered rows as Arrow (:attr:`schema`); None before any."""
+        if self.schema is None:
+            return None
+        if self._table is None:
+            self._table = pa.Table.from_pylist(list(self.by_key.values()), schema=self.schema)
+        return self._table
 
     def remember(self, fresh: pa.Table, newest_final: dt.datetime | None) -> None:
         """Keep ``fresh`` and the remembered rows ``fresh`` does not replace, of windows after ``newest_final``."""
-        kept = fresh if self.rows is None else pa.concat_tables([
-            self.rows.filter(pc.invert(pc.is_in(self._keys(self.rows), value_set=self._keys(fresh)))),
-            fresh.cast(self.rows.schema),
-        ])
-        self.rows = after_window(kept, newest_final)
+        self.remember_rows(fresh.to_pylist(), fresh.schema, newest_final)
 
-    @classmethod
-    def _keys(cls, rows: pa.Table) -> pa.Array:
-        parts = [pc.cast(rows[k], pa.string()) for k in cls.KEYS]
-        return pc.binary_join_element_wise(*parts, "\x1f").combine_chunks()
+    def remember_rows(self, fresh: list[dict], schema: pa.Schema, newest_final: dt.datetime | None) -> None:
+        """:meth:`remember` of rows already as dicts (``Table.to_pylist`` of a table of ``schema``)."""
+        if self.schema is None:
+            self.schema = schema
+        memory = self.by_key
+        for row in fresh:
+            key = (row["window_start"], row["resource_type"], row["resource"])
+            memory.pop(key, None)
+            memory[key] = row
+        if newest_final is not None:
+            bound = aware(newest_final)
+            for key in [k for k in memory if k[0] is None or k[0] <= bound]:
+                del memory[key]
+        self._table = None
 
 
 @dataclass(frozen=True)
@@ -77,7 +95,8 @@ class FastInputs:
     Attributes:
         open_rows: this micro-batch's open-window rows (not empty).
         topic_history, broker_history: finalized ``gold/topic_tps`` / ``gold/broker_tps`` rows since the baseline
-            start of the oldest open window (the baselines, and the newest final window's broker census).
+            start of the oldest open window (the baselines, and the newest final window's broker census); Arrow, or
+            polars frames of the same rows (:func:`pipelines.decide.arrow.to_polars`).
         policy_state: the saved ``state/policy`` row per resource; latest_limits: the newest ``gold/limits`` row per
             resource.
         known: whether a broker is still known (the census leaves out brokers that left); None: all are.
@@ -101,33 +120,44 @@ class Prepared:
 
 def prepare_preliminary(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> Prepared:
     """The anomalies the open windows already prove and their candidates (no state read); moves ``memory``
-    (:class:`OpenRows`) forward. No candidate: nothing to decide."""
+    (:class:`OpenRows`) forward. No candidate: nothing to decide. The rules that may fire are known from the rows
+    as dicts (:func:`pipelines.decide.preliminary.rules_that_may_fire`) before any frame of them is built: most
+    micro-batches prove nothing and cost no more."""
     windows = cfg.windows
     topic_history = to_polars(inputs.topic_history, columns.GOLD_TOPIC_TPS)
     broker_history = to_polars(inputs.broker_history, columns.GOLD_BROKER_TPS)
     newest_final, expected = pre.newest_final_window(broker_history)
     if inputs.known is not None:
         expected = [b for b in expected if inputs.known(b)]  # a broker that left the cluster is not waited for
-    remembered = memory.rows
-    memory.remember(inputs.open_rows, newest_final)
-    rows = after_window(inputs.open_rows, newest_final)
-    if rows.num_rows == 0:
+    remembered = list(memory.by_key.values())
+    fresh = inputs.open_rows.to_pylist()
+    memory.remember_rows(fresh, inputs.open_rows.schema, newest_final)
+    bound = aware(newest_final) if newest_final is not None else None
+    current = fresh if bound is None else [r for r in fresh if r["window_start"] is not None
+                                           and r["window_start"] > bound]
+    if not current:
         return Prepared([], None)
-    current = pl.from_arrow(rows)
-    open_windows = current
     if newest_final is not None:  # windows the final path has decided are its business
         topic_history = topic_history.filter(when("window_start") <= micros(newest_final))
         broker_history = broker_history.filter(when("window_start") <= micros(newest_final))
-    if remembered is not None and remembered.num_rows:
-        open_windows = pre.with_rows_of_completed_windows(open_windows, pl.from_arrow(remembered), expected)
+    older = pre.completed_rows(current, remembered, expected)  # pre.with_rows_of_completed_windows, as dicts
+    complete = [start for start, (_n, ok) in pre.census_rows(current + older, expected).items() if ok]
+    rules = pre.rules_that_may_fire(current + older, topic_history, broker_history, complete, cfg.detection)
+    if not rules:
+        return Prepared([], None)
+    opened = after_window(inputs.open_rows, newest_final)
+    if older:
+        opened = pa.concat_tables([opened, pa.Table.from_pylist(older, schema=memory.schema).cast(opened.schema)])
+    open_windows = pl.from_arrow(opened)
     anomalies = pre.preliminary_anomalies(open_windows, topic_history, broker_history, expected, windows,
-                                          cfg.detection, first_open=current["window_start"].min())
+                                          cfg.detection, first_open=min(r["window_start"] for r in current),
+                                          rules=rules)
     if anomalies.height == 0:
         return Prepared([], None)
     candidates = candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits,
                                   pre.open_broker_tps(open_windows, windows))
     return Prepared(pre.cut_bounded_by_final_rates(candidates, open_windows, expected, windows),
-                    current["window_end"].max())
+                    max(r["window_end"] for r in current))
 
 
 def decide_prepared(prepared: Prepared, policy_state: pa.Table, latest_limits: pa.Table, cfg: GovernorConfig,
