@@ -24,6 +24,7 @@ as Spark's ``format_string`` does (:mod:`pipelines.decide.text`).
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 import polars as pl
 
@@ -36,6 +37,13 @@ from pipelines.decide.text import fixed, number
 
 WINDOW_KEYS = ("window_start", "window_end")
 ANOMALY_COLUMNS = [name for name, _ in columns.GOLD_ANOMALIES]
+#: The rules a gate names (:func:`rules_to_run`, :func:`pipelines.decide.preliminary.rules_that_may_fire`): a rule,
+#: and a surge per resource type.
+BUSY, RETRY, SPIKE = Anomaly.BROKER_BUSY.value, Anomaly.RUNAWAY_RETRY.value, Anomaly.FAILURE_SPIKE.value
+TOPIC_SURGE, BROKER_SURGE = f"{Anomaly.TRAFFIC_SURGE.value}:topic", f"{Anomaly.TRAFFIC_SURGE.value}:broker"
+ALL_RULES = frozenset({BUSY, RETRY, SPIKE, TOPIC_SURGE, BROKER_SURGE})
+#: Relative slack of a gate's float comparisons (its sums may be added in another order than the rule's).
+SLACK = 1e-9
 
 
 _ANOMALIES = to_polars(None, columns.GOLD_ANOMALIES)
@@ -198,32 +206,113 @@ def unlimited(topic_history: pl.DataFrame) -> pl.DataFrame:
         else topic_history
 
 
+def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, topic_history: pl.DataFrame,
+                 broker_history: pl.DataFrame, cfg: DetectionConfig) -> frozenset[str]:
+    """The rules that can fire on a micro-batch of finalized windows (the arguments of :func:`detect`): a necessary
+    condition of each, from the rows as dicts (a few polars operations instead of a few dozen; most micro-batches
+    prove nothing). ``RUNAWAY_RETRY`` needs a group's retries summed over its topics at ``retry_floor_tps``,
+    ``BROKER_BUSY`` and ``FAILURE_SPIKE`` their floors, ``TRAFFIC_SURGE`` a window at its floor and factor
+    (:func:`surge_may_fire`). A rule left out would return nothing."""
+    out = set()
+    retries: dict = {}
+    for r in groups.select("window_start", "consumer_group", "retry_tps").iter_rows():
+        retries[r[0], r[1]] = retries.get((r[0], r[1]), 0.0) + (r[2] or 0.0)
+    if any(x >= cfg.retry_floor_tps * (1.0 - SLACK) for x in retries.values()):
+        out.add(RETRY)
+    topic_values: dict = {}
+    for start, topic, put, failures, limited in topics.select(
+            "window_start", "topic", "put_tps", "failures", "rate_limited").iter_rows():
+        if (failures or 0) - (limited or 0) >= cfg.failure_floor:
+            out.add(SPIKE)
+        if put is not None:
+            topic_values.setdefault(topic, []).append((start, put))
+    broker_values: dict = {}
+    for start, broker, put, broker_put, busy in brokers.select(
+            "window_start", "broker", "put_tps", "broker_put_tps", "busy_failures").iter_rows():
+        if (busy or 0) >= cfg.busy_failures_floor:
+            out.add(BUSY)
+        writes = broker_put if broker_put is not None else put
+        if writes is not None:
+            broker_values.setdefault(broker, []).append((start, writes))
+    if surge_may_fire(topic_values, unlimited(topic_history), "topic", pl.col("put_tps"), cfg):
+        out.add(TOPIC_SURGE)
+    if surge_may_fire(broker_values, broker_history, "broker", broker_writes(), cfg):
+        out.add(BROKER_SURGE)
+    return frozenset(out)
+
+
+def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: str, value: pl.Expr,
+                   cfg: DetectionConfig, cache: dict | None = None) -> bool:
+    """Whether ``TRAFFIC_SURGE`` can fire on a window of ``values`` (resource → (window_start, msg/s) of the windows
+    judged now): the window at ``surge_floor_tps`` and at ``surge_factor`` × a lower bound of its baseline. The
+    baseline (:func:`pipelines.decide.rules.baselines`) is the value at rank ``k = ceil(q × n) − 1`` of the n ≥
+    ``baseline_min_windows`` values of the windows before it: of the ``history`` (the rule's ``value`` there) and of
+    the windows judged now that start before it (``o`` of them). Removing those ``o`` lowers a rank by at most ``o``,
+    more history (windows before the baseline's span) only lowers the values at each rank, and ``k`` grows with
+    ``n``: so the history's value at rank ``ceil(q × baseline_min_windows) − 1 − o`` is a lower bound (else the
+    smallest value of all). One polars operation (the history's lowest values and count per hot resource), none
+    without a window at the floor, none when ``cache`` (a dict the caller keeps while it passes the same
+    ``history`` frame) already holds them."""
+    floor = cfg.surge_floor_tps
+    hot = {k: v for k, v in values.items() if max(x for _, x in v) >= floor}
+    if not hot:
+        return False
+    rank = max(math.ceil(cfg.baseline_quantile * cfg.baseline_min_windows) - 1, 0)
+    memo = (key, rank, tuple(sorted(hot)))
+    if cache is not None and memo in cache and cache[memo][0] is history:
+        bounds = cache[memo][1]
+    else:
+        known = history.lazy().filter(pl.col(key).is_in(list(hot))).group_by(key).agg(
+            value.drop_nulls().sort().head(rank + 1).alias("low"), value.drop_nulls().len().alias("n")).collect() \
+            if history.height else None
+        bounds = {r[key]: (r["low"], r["n"]) for r in known.iter_rows(named=True)} if known is not None else {}
+        if cache is not None:
+            cache[memo] = (history, bounds)
+    for k, windows in hot.items():
+        lowest, n = bounds.get(k, ([], 0))
+        for start, x in windows:
+            before = [y for s, y in windows if s < start]
+            if x < floor or n + len(before) < cfg.baseline_min_windows:
+                continue
+            j = rank - len(before)
+            bound = lowest[j] if 0 <= j < len(lowest) else min(lowest[:1] + before)
+            if x >= cfg.surge_factor * bound:
+                return True
+    return False
+
+
 def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, topic_history: pl.DataFrame,
            broker_history: pl.DataFrame, windows: WindowsConfig, cfg: DetectionConfig,
-           first_window: dt.datetime | None = None) -> pl.DataFrame:
+           first_window: dt.datetime | None = None, rules: frozenset[str] | None = None) -> pl.DataFrame:
     """All rules over one micro-batch of finalized windows → ``gold/anomalies`` rows.
 
     Args:
         topics, groups, brokers: this batch's ``gold/topic_tps``, ``gold/group_tps``, ``gold/broker_tps``.
         topic_history, broker_history: earlier windows of ``gold/topic_tps`` and ``gold/broker_tps`` (baselines).
         first_window: start of this batch's first window (UTC); default the earliest of ``topics`` and ``brokers``.
+        rules: the rules to run (:func:`rules_to_run`, its default; :data:`ALL_RULES`: every rule).
     """
     if first_window is None:
         starts = [f["window_start"].min() for f in (topics, brokers) if f.height]
         if not starts:
             return anomalies_frame([])
         first_window = min(starts)
-    rows = runaway_retry(group_retry(groups), cfg)
-    topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
-    topic_base = baselines(topic_values, "topic", first_window, windows, cfg).join(
-        topics.select(*WINDOW_KEYS, "topic", "put_tps"), on=["window_start", "topic"], how="inner")
-    rows += traffic_surge(topic_base, "topic", "topic", cfg)
-    broker_values = surge_values(broker_history, brokers, "broker", broker_writes())
-    broker_base = baselines(broker_values, "broker", first_window, windows, cfg).join(
-        brokers.select(*WINDOW_KEYS, "broker", broker_writes().alias("put_tps")), on=["window_start", "broker"],
-        how="inner")
-    rows += traffic_surge(broker_base, "broker", "broker", cfg)
-    rows += broker_busy(brokers, windows, cfg)
-    rows += failure_spike(topics, windows, cfg)
+    if rules is None:
+        rules = rules_to_run(topics, groups, brokers, topic_history, broker_history, cfg)
+    rows = runaway_retry(group_retry(groups), cfg) if RETRY in rules else []
+    if TOPIC_SURGE in rules:
+        topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
+        topic_base = baselines(topic_values, "topic", first_window, windows, cfg).join(
+            topics.select(*WINDOW_KEYS, "topic", "put_tps"), on=["window_start", "topic"], how="inner")
+        rows += traffic_surge(topic_base, "topic", "topic", cfg)
+    if BROKER_SURGE in rules:
+        broker_values = surge_values(broker_history, brokers, "broker", broker_writes())
+        broker_base = baselines(broker_values, "broker", first_window, windows, cfg).join(
+            brokers.select(*WINDOW_KEYS, "broker", broker_writes().alias("put_tps")), on=["window_start", "broker"],
+            how="inner")
+        rows += traffic_surge(broker_base, "broker", "broker", cfg)
+    if BUSY in rules:
+        rows += broker_busy(brokers, windows, cfg)
+    if SPIKE in rules:
+        rows += failure_spike(topics, windows, cfg)
     return anomalies_frame(rows)
-
