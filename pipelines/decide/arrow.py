@@ -37,8 +37,14 @@ def arrow_type(name: str) -> pa.DataType:
 
 
 def schema(spec: columns.Spec) -> pa.Schema:
-    """A :mod:`pipelines.columns` spec → an Arrow schema of nullable fields."""
-    return pa.schema([pa.field(name, arrow_type(kind)) for name, kind in spec])
+    """A :mod:`pipelines.columns` spec → an Arrow schema of nullable fields (built once per spec)."""
+    key = tuple(spec)
+    if key not in _SCHEMAS:
+        _SCHEMAS[key] = pa.schema([pa.field(name, arrow_type(kind)) for name, kind in spec])
+    return _SCHEMAS[key]
+
+
+_SCHEMAS: dict[tuple, pa.Schema] = {}
 
 
 def empty(spec: columns.Spec) -> pa.Table:
@@ -98,6 +104,24 @@ def from_rows(rows: list[dict], spec: columns.Spec) -> pa.Table:
             values = [(sorted(v.items()) or None) if isinstance(v, dict) else v for v in values]
         arrays.append(pa.array(values, type=f.type))
     return pa.Table.from_arrays(arrays, schema=target)
+
+
+def rows_of(table: pa.Table) -> list[dict]:
+    """Arrow → rows as dicts, as ``Table.to_pylist`` gives them but converted column by column, and a microsecond
+    timestamp column through its integers (each distinct time once; UTC-aware datetimes in ``datetime.timezone.utc``
+    where the column has a time zone, naive where not): pyarrow converts every aware timestamp through pytz."""
+    names, values, times = table.column_names, [], {}
+    for f, col in zip(table.schema, table.columns):
+        if pa.types.is_timestamp(f.type) and f.type.unit == "us" and f.type.tz in (None, "UTC", "+00:00"):
+            out = []
+            for v in col.cast(pa.int64()).to_pylist():
+                if v is not None and v not in times:
+                    times[v] = EPOCH + dt.timedelta(microseconds=v)
+                out.append(None if v is None else times[v] if f.type.tz else times[v].replace(tzinfo=None))
+            values.append(out)
+        else:
+            values.append(col.to_pylist())
+    return [dict(zip(names, row)) for row in zip(*values)] if names else [{} for _ in range(table.num_rows)]
 
 
 def naive(value: dt.datetime | None) -> dt.datetime | None:

@@ -24,11 +24,12 @@ import pyarrow.compute as pc
 from pipelines import columns
 from pipelines.config import GovernorConfig
 from pipelines.decide import preliminary as pre
-from pipelines.decide.arrow import aware, from_rows, to_polars, micros, when
+from pipelines.decide.arrow import aware, from_rows, micros, rows_of, to_polars, when
 from pipelines.decide.candidates import candidate_limits
 from pipelines.decide.fold_types import ACTION_SET, BASIS_PRELIMINARY
 from pipelines.decide.folding import fold_all
 from pipelines.decide.limits import check, finish
+from pipelines.decide.rules import unlimited
 from pipelines.decide.reconcile import latest_per_resource, preliminary_state
 from pipelines.decide.final import rows_by_key
 
@@ -58,6 +59,24 @@ class OpenRows:
         self.by_key: dict[tuple, dict] = {}
         self.schema: pa.Schema | None = None  # of the first rows remembered
         self._table: pa.Table | None = None
+        self._history: tuple | None = None  # (topic history, broker history, what was derived of them)
+
+    def history(self, topic_history: pl.DataFrame, broker_history: pl.DataFrame) -> dict:
+        """What the fast path derives from the finalized history (the newest final window and its brokers, the
+        history up to it, the topic history without limited windows, the gate's memo), kept while the caller
+        passes the same frames (polars frames do not change): a caller that keeps its history converts and
+        filters it once per gold batch, not per fast micro-batch."""
+        kept = self._history
+        if kept is None or kept[0] is not topic_history or kept[1] is not broker_history:
+            newest, expected = pre.newest_final_window(broker_history)
+            topics, brokers = topic_history, broker_history
+            if newest is not None:  # windows the final path has decided are its business
+                topics = topics.filter(when("window_start") <= micros(newest))
+                brokers = brokers.filter(when("window_start") <= micros(newest))
+            kept = self._history = (topic_history, broker_history, {
+                "newest": newest, "expected": expected, "topics": topics, "brokers": brokers,
+                "unlimited": unlimited(topics), "memo": {}})
+        return kept[2]
 
     @property
     def rows(self) -> pa.Table | None:
@@ -70,7 +89,7 @@ class OpenRows:
 
     def remember(self, fresh: pa.Table, newest_final: dt.datetime | None) -> None:
         """Keep ``fresh`` and the remembered rows ``fresh`` does not replace, of windows after ``newest_final``."""
-        self.remember_rows(fresh.to_pylist(), fresh.schema, newest_final)
+        self.remember_rows(rows_of(fresh), fresh.schema, newest_final)
 
     def remember_rows(self, fresh: list[dict], schema: pa.Schema, newest_final: dt.datetime | None) -> None:
         """:meth:`remember` of rows already as dicts (``Table.to_pylist`` of a table of ``schema``)."""
@@ -124,25 +143,24 @@ def prepare_preliminary(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfi
     as dicts (:func:`pipelines.decide.preliminary.rules_that_may_fire`) before any frame of them is built: most
     micro-batches prove nothing and cost no more."""
     windows = cfg.windows
-    topic_history = to_polars(inputs.topic_history, columns.GOLD_TOPIC_TPS)
-    broker_history = to_polars(inputs.broker_history, columns.GOLD_BROKER_TPS)
-    newest_final, expected = pre.newest_final_window(broker_history)
+    history = memory.history(to_polars(inputs.topic_history, columns.GOLD_TOPIC_TPS),
+                             to_polars(inputs.broker_history, columns.GOLD_BROKER_TPS))
+    newest_final, expected = history["newest"], history["expected"]
     if inputs.known is not None:
         expected = [b for b in expected if inputs.known(b)]  # a broker that left the cluster is not waited for
     remembered = list(memory.by_key.values())
-    fresh = inputs.open_rows.to_pylist()
+    fresh = rows_of(inputs.open_rows)
     memory.remember_rows(fresh, inputs.open_rows.schema, newest_final)
     bound = aware(newest_final) if newest_final is not None else None
     current = fresh if bound is None else [r for r in fresh if r["window_start"] is not None
                                            and r["window_start"] > bound]
     if not current:
         return Prepared([], None)
-    if newest_final is not None:  # windows the final path has decided are its business
-        topic_history = topic_history.filter(when("window_start") <= micros(newest_final))
-        broker_history = broker_history.filter(when("window_start") <= micros(newest_final))
+    topic_history, broker_history = history["topics"], history["brokers"]
     older = pre.completed_rows(current, remembered, expected)  # pre.with_rows_of_completed_windows, as dicts
     complete = [start for start, (_n, ok) in pre.census_rows(current + older, expected).items() if ok]
-    rules = pre.rules_that_may_fire(current + older, topic_history, broker_history, complete, cfg.detection)
+    rules = pre.rules_that_may_fire(current + older, history["unlimited"], broker_history, complete, cfg.detection,
+                                    history["memo"])
     if not rules:
         return Prepared([], None)
     opened = after_window(inputs.open_rows, newest_final)

@@ -21,7 +21,6 @@ A preliminary decision that the final window does not confirm is reversed by the
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Iterable
 
 import polars as pl
@@ -29,10 +28,9 @@ import polars as pl
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import naive, micros, when
 from pipelines.decide.candidates import Keyed
-from pipelines.decide.catalogue import Anomaly
 from pipelines.decide.rules import (
-    WINDOW_KEYS, anomalies_frame, baselines, broker_busy, broker_writes, failure_spike, runaway_retry, surge_values,
-    traffic_surge, unlimited,
+    BROKER_SURGE, BUSY, RETRY, SPIKE, TOPIC_SURGE, WINDOW_KEYS, anomalies_frame, baselines, broker_busy, broker_writes,
+    failure_spike, runaway_retry, surge_may_fire, surge_values, traffic_surge, unlimited,
 )
 
 #: ``resource_type`` / ``resource`` of the census row of a window.
@@ -89,25 +87,23 @@ def _failures_by_class() -> pl.Expr:
                      (pl.col("failures") - pl.col("busy_failures")).alias("other")).alias("failures_by_class")
 
 
-#: What :func:`rules_that_may_fire` names: a rule, and a surge's resource type.
-BUSY, RETRY, SPIKE = Anomaly.BROKER_BUSY.value, Anomaly.RUNAWAY_RETRY.value, Anomaly.FAILURE_SPIKE.value
-TOPIC_SURGE, BROKER_SURGE = f"{Anomaly.TRAFFIC_SURGE.value}:topic", f"{Anomaly.TRAFFIC_SURGE.value}:broker"
 
 
 def may_fire(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_history: pl.DataFrame,
              complete: list, cfg: DetectionConfig) -> bool:
     """Whether any rule can fire on the open windows (:func:`rules_that_may_fire` names none: False means
     :func:`preliminary_anomalies` would return nothing)."""
-    return bool(rules_that_may_fire(open_rows.to_dicts(), topic_history, broker_history, complete, cfg))
+    return bool(rules_that_may_fire(open_rows.to_dicts(), unlimited(topic_history), broker_history, complete, cfg))
 
 
 def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_history: pl.DataFrame,
-                        complete: list, cfg: DetectionConfig) -> frozenset[str]:
+                        complete: list, cfg: DetectionConfig, cache: dict | None = None) -> frozenset[str]:
     """The rules that can fire on open-window rows (dicts): a necessary condition of each, checked before the rules
     themselves (most micro-batches prove nothing, and each rule costs several polars operations). ``BROKER_BUSY``
     needs the busy floor; ``RUNAWAY_RETRY`` and ``FAILURE_SPIKE`` their floors in a window complete by census;
     ``TRAFFIC_SURGE`` of a topic (:data:`TOPIC_SURGE`) or a broker (:data:`BROKER_SURGE`) needs a window at its
-    floor (:func:`surge_may_fire`). A rule left out would return nothing."""
+    floor (:func:`pipelines.decide.rules.surge_may_fire`; ``topic_history`` without its limited windows,
+    :func:`pipelines.decide.rules.unlimited`; ``cache`` its memo). A rule left out would return nothing."""
     length = None
     topics, brokers, out = {}, {}, set()
     for r in rows:
@@ -125,44 +121,11 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
                 out.add(SPIKE)
         elif kind == "group" and r["window_start"] in complete and (r["retried"] or 0) / length >= cfg.retry_floor_tps:
             out.add(RETRY)
-    if surge_may_fire(topics, unlimited(topic_history), "topic", pl.col("put_tps"), cfg):
+    if surge_may_fire(topics, topic_history, "topic", pl.col("put_tps"), cfg, cache):
         out.add(TOPIC_SURGE)
-    if surge_may_fire(brokers, broker_history, "broker", broker_writes(), cfg):
+    if surge_may_fire(brokers, broker_history, "broker", broker_writes(), cfg, cache):
         out.add(BROKER_SURGE)
     return frozenset(out)
-
-
-def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: str, value: pl.Expr,
-                   cfg: DetectionConfig) -> bool:
-    """Whether ``TRAFFIC_SURGE`` can fire on a window of ``values`` (resource → (window_start, msg/s) of the windows
-    judged now): the window at ``surge_floor_tps`` and at ``surge_factor`` × a lower bound of its baseline. The
-    baseline (:func:`pipelines.decide.rules.baselines`) is the value at rank ``k = ceil(q × n) − 1`` of the n ≥
-    ``baseline_min_windows`` values of the windows before it: of the ``history`` (the rule's ``value`` there) and of
-    the windows judged now that start before it (``o`` of them). Removing those ``o`` lowers a rank by at most ``o``,
-    more history (windows before the baseline's span) only lowers the values at each rank, and ``k`` grows with
-    ``n``: so the history's value at rank ``ceil(q × baseline_min_windows) − 1 − o`` is a lower bound (else the
-    smallest value of all). One polars operation (the history's lowest values and count per hot resource), none
-    without a window at the floor."""
-    floor = cfg.surge_floor_tps
-    hot = {k: v for k, v in values.items() if max(x for _, x in v) >= floor}
-    if not hot:
-        return False
-    rank = max(math.ceil(cfg.baseline_quantile * cfg.baseline_min_windows) - 1, 0)
-    known = history.lazy().filter(pl.col(key).is_in(list(hot))).group_by(key).agg(
-        value.drop_nulls().sort().head(rank + 1).alias("low"), value.drop_nulls().len().alias("n")).collect() \
-        if history.height else None
-    bounds = {r[key]: (r["low"], r["n"]) for r in known.iter_rows(named=True)} if known is not None else {}
-    for k, windows in hot.items():
-        lowest, n = bounds.get(k, ([], 0))
-        for start, x in windows:
-            before = [y for s, y in windows if s < start]
-            if x < floor or n + len(before) < cfg.baseline_min_windows:
-                continue
-            j = rank - len(before)
-            bound = lowest[j] if 0 <= j < len(lowest) else min(lowest[:1] + before)
-            if x >= cfg.surge_factor * bound:
-                return True
-    return False
 
 
 def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_history: pl.DataFrame,
@@ -176,7 +139,7 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
     counts = census(open_rows, expected)
     complete = [start for start, (_n, ok) in counts.items() if ok]
     if rules is None:
-        rules = rules_that_may_fire(open_rows.to_dicts(), topic_history, broker_history, complete, cfg)
+        rules = rules_that_may_fire(open_rows.to_dicts(), unlimited(topic_history), broker_history, complete, cfg)
     if not rules:
         return anomalies_frame([])
     per = float(windows.length_seconds)
