@@ -50,6 +50,7 @@ from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.windows import FinalWindows, OpenWindows, gold_tables
 
 UTC = dt.timezone.utc
+BUSY, LIMITED = "failure:TIMEOUT_CLEAN_QUEUE", f"failure:{rmq.RATE_LIMITED}"  # the metrics of rejected sends
 
 
 class Timing(ConfigSection):
@@ -218,12 +219,16 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
             rj = cluster.rejections
             last_tick = (cutoff - cluster.start).total_seconds() / cluster.dt - 0.5
             upto = bisect.bisect_right(rj.tick, last_tick, lo=seen_rejections)
+            lines: dict = {}  # a tick's lines of one pair and kind, whatever their attempt: one event (same time)
             for tick, pair, busy, count in zip(rj.tick[seen_rejections:upto], rj.pair[seen_rejections:upto],
                                                rj.busy[seen_rejections:upto], rj.count[seen_rejections:upto]):
-                at = cluster.start.to_pydatetime() + dt.timedelta(seconds=(tick + 0.5) * cluster.dt)
-                klass = "TIMEOUT_CLEAN_QUEUE" if busy else rmq.RATE_LIMITED
-                batch.append((at, pair_broker[pair], pair_topic[pair], None, f"failure:{klass}", int(count)))
-                failure_lines += int(count)
+                lines[tick, pair, busy] = lines.get((tick, pair, busy), 0) + int(count)
+            start, times = cluster.start.to_pydatetime(), {}
+            for (tick, pair, busy), count in lines.items():
+                if tick not in times:
+                    times[tick] = start + dt.timedelta(seconds=(tick + 0.5) * cluster.dt)
+                batch.append((times[tick], pair_broker[pair], pair_topic[pair], None, BUSY if busy else LIMITED, count))
+                failure_lines += count
             seen_rejections = upto
             while bg_done < len(bg) and bg[bg_done][0] <= cutoff:
                 at, b, topic, klass = bg[bg_done]

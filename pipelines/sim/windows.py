@@ -35,6 +35,20 @@ def window_of(at: dt.datetime, length: int) -> tuple[dt.datetime, dt.datetime]:
     return start, start + dt.timedelta(seconds=length)
 
 
+class _Starts(dict):
+    """Event time → its window's start (:func:`window_of`), remembered: a micro-batch's events share few times."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        self.length = length
+
+    def __missing__(self, at: dt.datetime) -> dt.datetime:
+        if len(self) > 10_000:
+            self.clear()
+        start = self[at] = window_of(at, self.length)[0]
+        return start
+
+
 def _sorted_classes(counts: dict[str, int]) -> list[tuple[str, int]] | None:
     return sorted(counts.items()) or None
 
@@ -155,16 +169,17 @@ class FinalWindows:
         self.watermark: dt.datetime | None = None
         self.max_seen: dt.datetime | None = None
         self._starts: set = set()  # the window starts in ``sums`` (what is due is known without scanning it)
+        self._start_of = _Starts(length)
 
     def batch(self, events: list[Event]) -> dict | None:
         """One micro-batch: add ``events`` (those not older than the watermark), emit the windows the watermark of
         the previous micro-batch has passed (their sums, removed from the state; None when there are none), then
         move the watermark."""
-        length, sums, starts = self.length, self.sums, self._starts
+        length, sums, starts, start_of = self.length, self.sums, self._starts, self._start_of
         for at, broker, topic, group, metric, amount in events:
             if self.watermark is not None and at <= self.watermark:  # late (Spark: event time <= watermark)
                 continue
-            start, _ = window_of(at, length)
+            start = start_of[at]
             sums[(start, broker, topic, group, metric)] += amount
             starts.add(start)
             self.max_seen = at if self.max_seen is None or at > self.max_seen else self.max_seen
@@ -204,6 +219,7 @@ class OpenWindows:
         self.rows: dict = {}
         self.watermark: dt.datetime | None = None
         self.max_seen: dt.datetime | None = None
+        self._start_of = _Starts(length)
 
     def _row(self, start, rtype, name) -> dict:
         key = (start, rtype, name)
@@ -218,10 +234,11 @@ class OpenWindows:
         columns of :data:`OPEN_COLUMNS`), then move the watermark and drop the windows it has passed."""
         touched = set()
         busy = set(rmq.BUSY_FAILURE_CLASSES)
+        start_of = self._start_of
         for at, broker, topic, group, metric, amount in events:
             if self.watermark is not None and at <= self.watermark:  # late (Spark: event time <= watermark)
                 continue
-            start, _ = window_of(at, self.length)
+            start = start_of[at]
             self.max_seen = at if self.max_seen is None or at > self.max_seen else self.max_seen
             if metric.startswith(FAILURE):
                 klass = metric[len(FAILURE):]
