@@ -31,7 +31,7 @@ import pyarrow as pa
 from pipelines import columns
 from pipelines.config import GovernorConfig
 from pipelines.decide import evidence as ev
-from pipelines.decide.arrow import aware, from_rows, to_arrow, to_polars, micros, when
+from pipelines.decide.arrow import aware, from_rows, micros, rows_of, to_arrow, to_polars, when
 from pipelines.decide.candidates import candidate_limits
 from pipelines.decide.catalogue import limited_by
 from pipelines.decide.fold_types import BASIS_FINAL
@@ -99,7 +99,7 @@ def rows_by_key(table: pa.Table | None) -> dict[tuple[str, str], dict]:
     """Rows with ``resource_type``, ``resource`` → dicts by key (the last row of a key wins)."""
     if table is None or table.num_rows == 0:
         return {}
-    return {(r["resource_type"], r["resource"]): r for r in pl.from_arrow(table).iter_rows(named=True)}
+    return {(r["resource_type"], r["resource"]): r for r in rows_of(table)}
 
 
 def window_bounds(inputs: FinalInputs) -> tuple[dt.datetime | None, dt.datetime | None]:

@@ -93,17 +93,19 @@ def may_fire(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_histor
              complete: list, cfg: DetectionConfig) -> bool:
     """Whether any rule can fire on the open windows (:func:`rules_that_may_fire` names none: False means
     :func:`preliminary_anomalies` would return nothing)."""
-    return bool(rules_that_may_fire(open_rows.to_dicts(), unlimited(topic_history), broker_history, complete, cfg))
+    return bool(rules_that_may_fire(open_rows.to_dicts(), topic_history, broker_history, complete, cfg))
 
 
 def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_history: pl.DataFrame,
-                        complete: list, cfg: DetectionConfig, cache: dict | None = None) -> frozenset[str]:
+                        complete: list, cfg: DetectionConfig, cache: dict | None = None,
+                        until: dt.datetime | None = None) -> frozenset[str]:
     """The rules that can fire on open-window rows (dicts): a necessary condition of each, checked before the rules
     themselves (most micro-batches prove nothing, and each rule costs several polars operations). ``BROKER_BUSY``
     needs the busy floor; ``RUNAWAY_RETRY`` and ``FAILURE_SPIKE`` their floors in a window complete by census;
     ``TRAFFIC_SURGE`` of a topic (:data:`TOPIC_SURGE`) or a broker (:data:`BROKER_SURGE`) needs a window at its
-    floor (:func:`pipelines.decide.rules.surge_may_fire`; ``topic_history`` without its limited windows,
-    :func:`pipelines.decide.rules.unlimited`; ``cache`` its memo). A rule left out would return nothing."""
+    floor (:func:`pipelines.decide.rules.surge_may_fire`, ``cache`` its memo) in the history up to the window
+    starting at ``until`` (default all of it), a topic's without its limited windows. A rule left out would return
+    nothing."""
     length = None
     topics, brokers, out = {}, {}, set()
     for r in rows:
@@ -121,9 +123,12 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
                 out.add(SPIKE)
         elif kind == "group" and r["window_start"] in complete and (r["retried"] or 0) / length >= cfg.retry_floor_tps:
             out.add(RETRY)
-    if surge_may_fire(topics, topic_history, "topic", pl.col("put_tps"), cfg, cache):
+    up_to = None if until is None else when("window_start") <= micros(until)
+    unlimited_rows = pl.col("limit_qps").is_null() if "limit_qps" in topic_history.columns else None
+    topic_rows = up_to if unlimited_rows is None else unlimited_rows if up_to is None else up_to & unlimited_rows
+    if surge_may_fire(topics, topic_history, "topic", pl.col("put_tps"), cfg, cache, topic_rows):
         out.add(TOPIC_SURGE)
-    if surge_may_fire(brokers, broker_history, "broker", broker_writes(), cfg, cache):
+    if surge_may_fire(brokers, broker_history, "broker", broker_writes(), cfg, cache, up_to):
         out.add(BROKER_SURGE)
     return frozenset(out)
 
@@ -139,7 +144,7 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
     counts = census(open_rows, expected)
     complete = [start for start, (_n, ok) in counts.items() if ok]
     if rules is None:
-        rules = rules_that_may_fire(open_rows.to_dicts(), unlimited(topic_history), broker_history, complete, cfg)
+        rules = rules_that_may_fire(open_rows.to_dicts(), topic_history, broker_history, complete, cfg)
     if not rules:
         return anomalies_frame([])
     per = float(windows.length_seconds)

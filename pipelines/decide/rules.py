@@ -242,7 +242,7 @@ def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFra
 
 
 def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: str, value: pl.Expr,
-                   cfg: DetectionConfig, cache: dict | None = None) -> bool:
+                   cfg: DetectionConfig, cache: dict | None = None, where: pl.Expr | None = None) -> bool:
     """Whether ``TRAFFIC_SURGE`` can fire on a window of ``values`` (resource → (window_start, msg/s) of the windows
     judged now): the window at ``surge_floor_tps`` and at ``surge_factor`` × a lower bound of its baseline. The
     baseline (:func:`pipelines.decide.rules.baselines`) is the value at rank ``k = ceil(q × n) − 1`` of the n ≥
@@ -252,22 +252,24 @@ def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: s
     ``n``: so the history's value at rank ``ceil(q × baseline_min_windows) − 1 − o`` is a lower bound (else the
     smallest value of all). One polars operation (the history's lowest values and count per hot resource), none
     without a window at the floor, none when ``cache`` (a dict the caller keeps while it passes the same
-    ``history`` frame) already holds them."""
+    ``history`` frame) already holds them. ``where``: the history rows to read (default all)."""
     floor = cfg.surge_floor_tps
     hot = {k: v for k, v in values.items() if max(x for _, x in v) >= floor}
     if not hot:
         return False
     rank = max(math.ceil(cfg.baseline_quantile * cfg.baseline_min_windows) - 1, 0)
-    memo = (key, rank, tuple(sorted(hot)))
-    if cache is not None and memo in cache and cache[memo][0] is history:
-        bounds = cache[memo][1]
-    else:
-        known = history.lazy().filter(pl.col(key).is_in(list(hot))).group_by(key).agg(
+    kept = cache.get((key, rank)) if cache is not None else None
+    bounds = kept[1] if kept is not None and kept[0] is history else {}
+    missing = [k for k in hot if k not in bounds]
+    if missing:
+        rows = pl.col(key).is_in(missing) if where is None else pl.col(key).is_in(missing) & where
+        known = history.lazy().filter(rows).group_by(key).agg(
             value.drop_nulls().sort().head(rank + 1).alias("low"), value.drop_nulls().len().alias("n")).collect() \
             if history.height else None
-        bounds = {r[key]: (r["low"], r["n"]) for r in known.iter_rows(named=True)} if known is not None else {}
+        found = {r[key]: (r["low"], r["n"]) for r in known.iter_rows(named=True)} if known is not None else {}
+        bounds = {**bounds, **{k: found.get(k, ([], 0)) for k in missing}}
         if cache is not None:
-            cache[memo] = (history, bounds)
+            cache[(key, rank)] = (history, bounds)
     for k, windows in hot.items():
         lowest, n = bounds.get(k, ([], 0))
         for start, x in windows:

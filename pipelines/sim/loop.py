@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import polars as pl
+import pyarrow.compute as pc
 from pydantic import Field
 
 from pipelines import columns
@@ -193,31 +194,30 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     bg = sorted(zip((pd.Timestamp(t) for t in background["event_time"]), background["broker"],
                     background["topic"], background["expected_class"]))
     landed: list[tuple] = []  # events, in the order they are written for the deciding queries
-    written_at: list[pd.Timestamp] = []  # when each was written
+    written_at: list[float] = []  # when each was written (seconds from the start)
     history = History(cfg)
     decided: list[dict] = []
     seen_rejections = stats_done = bg_done = 0
     fast_seen = gold_seen = 0
     step = w.fast_trigger_seconds if w.fast_path != "never" else w.trigger_seconds
     grid = np.gcd(int(step), int(w.trigger_seconds))
-    t = cluster.start + pd.Timedelta(seconds=grid)
-    end = cluster.end + pd.Timedelta(seconds=ship.stats_seconds + 6 * w.trigger_seconds + w.watermark_seconds + 60)
+    second = int(grid)
+    end = cluster.T * 60 + ship.stats_seconds + 6 * w.trigger_seconds + w.watermark_seconds + 60
     failure_lines = 0
     pair_broker = [cluster.brokers[i] for i in cluster.pair_broker]
     pair_topic = [rmq.RETRY_TOPIC_PREFIX + r if k == "group" else r
                   for k, r in zip(cluster.pairs["resource_type"], cluster.pairs["resource"])]
-    while t <= end:
+    while second <= end:
+        t = cluster.start + pd.Timedelta(seconds=second)
         brokers.run_until(min(t, cluster.end))
-        second = int((t - cluster.start).total_seconds())
         if second % w.trigger_seconds == 0:  # ingest: what landed by now
             batch = []
-            while stats_done < cluster.minutes_done() and cluster.start + pd.Timedelta(
-                    minutes=stats_done + 1, seconds=ship.stats_seconds) <= t:
+            while stats_done < cluster.minutes_done() and (stats_done + 1) * 60 + ship.stats_seconds <= second:
                 batch += stats_events(cluster, stats_done)
                 stats_done += 1
             cutoff = t - pd.Timedelta(seconds=ship.failures_seconds)
             rj = cluster.rejections
-            last_tick = (cutoff - cluster.start).total_seconds() / cluster.dt - 0.5
+            last_tick = (second - ship.failures_seconds) / cluster.dt - 0.5
             upto = bisect.bisect_right(rj.tick, last_tick, lo=seen_rejections)
             lines: dict = {}  # a tick's lines of one pair and kind, whatever their attempt: one event (same time)
             for tick, pair, busy, count in zip(rj.tick[seen_rejections:upto], rj.pair[seen_rejections:upto],
@@ -235,17 +235,17 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                 batch.append((at.to_pydatetime(), b, topic, None, f"failure:{klass}", 1))
                 bg_done += 1
             landed += batch
-            written_at += [t + pd.Timedelta(seconds=timing.ingest_seconds)] * len(batch)
+            written_at += [second + timing.ingest_seconds] * len(batch)
         if w.fast_path != "never" and second % w.fast_trigger_seconds == 0:
-            new = bisect.bisect_right(written_at, t, lo=fast_seen)
+            new = bisect.bisect_right(written_at, second, lo=fast_seen)
             events = landed[fast_seen:new]
             fast_seen = max(fast_seen, new)
             if events:
-                rows = opened.batch(events)
+                rows, dicts = opened.batch_rows(events)
                 if rows.num_rows:
                     now = (t + pd.Timedelta(seconds=timing.fast_seconds)).to_pydatetime()
-                    first = min(rows.column("window_start").to_pylist())
-                    inputs = FastInputs(rows, *history.view(first, None), None, None)
+                    first = pc.min(rows.column("window_start")).as_py()
+                    inputs = FastInputs(rows, *history.view(first, None), None, None, open_dicts=dicts)
                     remembered = memory.rows if record is not None else None
                     prepared = prepare_preliminary(inputs, memory, cfg)
                     accepted, _ = decide_preliminary(prepared, store.state_table(), store.limits_table(), cfg, now,
@@ -260,7 +260,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                         decided += accepted.to_pylist()
                         brokers.publish(pd.Timestamp(now), store.limits)
         if second % w.trigger_seconds == 0:  # gold: the windows the watermark passed
-            new = bisect.bisect_right(written_at, t, lo=gold_seen)
+            new = bisect.bisect_right(written_at, second, lo=gold_seen)
             events = landed[gold_seen:new]
             gold_seen = max(gold_seen, new)
             if events or final.pending():
@@ -268,23 +268,24 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                 if sums:
                     now = (t + pd.Timedelta(seconds=timing.gold_seconds)).to_pydatetime()
                     reduced = gold_tables(sums, length, cfg.detection, store.limited_keys())
-                    first = min(reduced["traffic"].column("window_start").to_pylist())
+                    first = pc.min(reduced["traffic"].column("window_start")).as_py()
                     th, bh = history.view(first, first)
                     partial = FinalInputs(reduced["gold/topic_tps"], reduced["gold/group_tps"],
                                           reduced["gold/broker_tps"], reduced["traffic"], th, bh, None, None)
                     prepared = prepare_final(partial, cfg)
                     if prepared.first_window is not None:
+                        # the lift veto's evidence, read only for a resource folded (a candidate or a limit in force)
+                        opened_now = open_evidence(memory.rows, prepared.horizon_end, length, expected_brokers(
+                            partial.brokers)) if prepared.candidates or store.limited_keys() else None
                         inputs = FinalInputs(partial.topics, partial.groups, partial.brokers, partial.traffic, th, bh,
-                                             store.state_table(), store.limits_table(), None,
-                                             open_evidence(memory.rows, prepared.horizon_end, length,
-                                                           expected_brokers(partial.brokers)))
+                                             store.state_table(), store.limits_table(), None, opened_now)
                         out = decide_prepared(prepared, inputs, cfg, now, batch_id=len(decided),
                                               origin="sim-gold")
                         store.add(out.limits, out.state)
                         decided += out.limits.to_pylist()
                         history.add(out.tables(), first)
                         brokers.publish(pd.Timestamp(now), store.limits)
-        t += pd.Timedelta(seconds=int(grid))
+        second += int(grid)
     brokers.run_until(cluster.end)
     limits = pd.DataFrame(decided, columns=[n for n, _ in columns.GOLD_LIMITS])
     return SimResult(spec, cluster, prop, w.trigger_seconds, w.watermark_seconds, brokers.timeline, limits,

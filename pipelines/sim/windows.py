@@ -232,6 +232,10 @@ class OpenWindows:
     def batch(self, events: list[Event]) -> pa.Table:
         """One micro-batch: add ``events`` (not older than the watermark) → the rows they touched (Arrow, the
         columns of :data:`OPEN_COLUMNS`), then move the watermark and drop the windows it has passed."""
+        return self.batch_rows(events)[0]
+
+    def batch_rows(self, events: list[Event]) -> tuple[pa.Table, list[dict]]:
+        """:meth:`batch` → (the rows as Arrow, the same rows as dicts)."""
         touched = set()
         busy = set(rmq.BUSY_FAILURE_CLASSES)
         start_of = self._start_of
@@ -292,4 +296,4 @@ class OpenWindows:
             self.watermark = moved if self.watermark is None or moved > self.watermark else self.watermark
             for key in [k for k in self.rows if k[0] + w <= self.watermark]:
                 del self.rows[key]
-        return from_rows(out, OPEN_COLUMNS)
+        return from_rows(out, OPEN_COLUMNS), out
