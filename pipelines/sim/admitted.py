@@ -11,8 +11,8 @@ with the counts the brokers admitted (:class:`pipelines.sim.cluster.ClosedLoopCl
 * ``SNDBCK_PUT_NUMS [topic@group]``: the admitted send-backs (``CONSUMER_SEND_MSG_BACK`` only: a fallback plain
   send is a put of the retry topic, not a send-back);
 * ``GROUP_GET_*`` of a subscription: consumers take what was admitted; of a business topic, times
-  ``1 − consume_drop_when_rejected × lost share`` of the group's retry traffic (pull flow control,
-  :mod:`pipelines.sim.cluster`);
+  ``1 − consume_drop_when_rejected × lost share`` of the group's retry traffic while the group is broken (pull flow
+  control, :mod:`pipelines.sim.cluster`);
 * ``BROKER_PUT_NUMS``: in proportion to the write units the broker admitted;
 * ``GROUP_GET_FALL_SIZE`` and ``BROKER_GET_NUMS`` as demanded (the governor's rules do not read them).
 
@@ -71,6 +71,7 @@ class _Plan:
         self.group_names = sorted(set(pairs.loc[groups, "resource"]))
         gindex = {g: i for i, g in enumerate(self.group_names)}
         self.group_pairs = [np.flatnonzero(groups & (pairs["resource"].to_numpy() == g)) for g in self.group_names]
+        self.group_broken = [cluster.broken(g) for g in self.group_names]
         bindex = {b: i for i, b in enumerate(cluster.brokers)}
         n = len(t)
         self.how, self.pair = np.full(n, _AS_DEMANDED), np.full(n, -1)
@@ -128,6 +129,8 @@ def admitted_factors(cluster: ClosedLoopCluster, m: int) -> tuple[np.ndarray, np
     lost = cluster.lost[m]
     drop = np.zeros(len(plan.group_names) + 1)  # the last entry: a group without pairs (no drop)
     for i, rows in enumerate(plan.group_pairs):
+        if not plan.group_broken[i][m]:  # a working consumer's rejected retries do not hold its pulls back
+            continue
         dem = _kahan(demand[rows].tolist())
         share = _kahan(lost[rows].tolist()) / dem if dem > 0 else 0.0
         drop[i] = cluster.clients.consume_drop_when_rejected * min(max(share, 0.0), 1.0)

@@ -26,8 +26,11 @@ What the clients do with a rejection (``SYSTEM_BUSY``, code 2, from the queue's 
   (``ConsumeMessageConcurrentlyService.submitConsumeRequestLater``) and sent back again: the demand of a broken
   consumer does not fall, whatever the limit (the World's send-back rate stays). Such messages stay in the
   process queue, whose flow control (``pullThresholdForQueue``, ``consumeConcurrentlyMaxSpan``) slows the pulls:
-  the group's consumption of its other topics falls by ``consume_drop_when_rejected`` × the share of its retry
-  traffic lost (:mod:`pipelines.sim.admitted`).
+  while the group is broken (:meth:`ClosedLoopCluster.broken`) its consumption of its other topics falls by
+  ``consume_drop_when_rejected`` × the share of its retry traffic lost (:mod:`pipelines.sim.admitted`). A working
+  consumer's retries are transient failures: a message whose send-back is rejected is re-consumed locally five
+  seconds later and succeeds, so it leaves the process queue and does not hold the pulls back (its consumption
+  does not fall; its send-back demand stays the World's share of what it consumes).
 
 Not modelled: the retry topic's delay levels (a re-put lands in the same minute, as in :mod:`pipelines.sim.traffic`),
 producers giving up under ``sendMsgTimeout``, queue capacity overflow (``[OVERLOAD]``), Sohu's default per-resource
@@ -55,8 +58,8 @@ class ClientConfig(ConfigSection):
 
     producer_attempts: int = Field(default=3, ge=1)  # 1 + DefaultMQProducer.retryTimesWhenSendFailed (2)
     retrying_share: float = Field(default=0.6, ge=0, le=1)  # sends whose client retries code 2 on another broker
-    consume_drop_when_rejected: float = Field(default=0.5, ge=0, le=1)  # share of a group's consumption lost when
-    #                                                                     all of its retry traffic is lost
+    consume_drop_when_rejected: float = Field(default=0.5, ge=0, le=1)  # share of a broken group's consumption
+    #                                                                     lost when all of its retry traffic is lost
 
 
 @dataclass
@@ -142,6 +145,20 @@ class ClosedLoopCluster:
         self.rejections = Rejections([], [], [], [], [], [], [])
 
     # --- set-up ------------------------------------------------------------------------------------------------------
+    def broken(self, group: str) -> np.ndarray:
+        """Per minute: whether ``group`` is a broken consumer (its messages fail on every consumption): the
+        incident's culprit group while its cause is active (:attr:`Incident.active`; none: from the onset on)."""
+        on = np.zeros(self.T, dtype=bool)
+        inc = self.incident
+        if inc is None or inc.culprit_group != group:
+            return on
+        spans = inc.active or ((inc.onset, self.end),)
+        for a, b in spans:
+            lo = int((pd.Timestamp(a) - self.start) // pd.Timedelta(minutes=1))
+            hi = int(-(-(pd.Timestamp(b) - self.start) // pd.Timedelta(minutes=1)))
+            on[max(lo, 0):max(hi, 0)] = True
+        return on
+
     @property
     def streams(self) -> int:
         """Request streams per pair: a topic's attempts 1..A (A = ``producer_attempts``); a group's send-backs
