@@ -171,19 +171,29 @@ class Broker:
             self.timeline.append((at, snapshot))
 
 
+def closed_cluster(spec, bcfg, timing: Timing | None = None) -> ClosedLoopCluster:
+    """The cluster :func:`simulate` runs ``spec`` on (the backtest's brokers at the simulation's tick)."""
+    timing = timing or Timing()
+    return ClosedLoopCluster(spec, bcfg.broker.model_copy(update={"tick_seconds": timing.tick_seconds}),
+                             bcfg.clients)
+
+
 def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
-             propagation_seconds: float | None = None, record=None) -> SimResult:
+             propagation_seconds: float | None = None, record=None,
+             cluster: ClosedLoopCluster | None = None) -> SimResult:
     """Run ``spec`` in closed loop against the decision plane (module docstring). ``cfg``: the governor's config
     (shipped ``conf/local.toml``); ``bcfg``: the backtest's world (:class:`pipelines.backtest.settings.BacktestConfig`:
     shipping, brokers, clients, propagation). ``record(kind, inputs, outputs)``: called with each fast micro-batch's
     decision inputs and its preliminary ``gold/limits`` rows (``bench/same_decisions.py`` replays them through
-    another commit's fast path)."""
+    another commit's fast path). ``cluster``: :func:`closed_cluster` of the same arguments, not run yet (a caller
+    that built it to look at the scenario first)."""
     import time as _time
 
     started = _time.monotonic()
     timing = timing or Timing()
-    broker_cfg = bcfg.broker.model_copy(update={"tick_seconds": timing.tick_seconds})
-    cluster = ClosedLoopCluster(spec, broker_cfg, bcfg.clients)
+    cluster = cluster if cluster is not None else closed_cluster(spec, bcfg, timing)
+    if cluster.k:
+        raise ValueError("the cluster has run already")
     prop = bcfg.propagation_seconds if propagation_seconds is None else float(propagation_seconds)
     w, ship = cfg.windows, bcfg.shipping
     length = w.length_seconds
