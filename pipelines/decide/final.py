@@ -171,11 +171,13 @@ def prepare_final(inputs: FinalInputs, cfg: GovernorConfig, first_window: dt.dat
     topics = to_polars(inputs.topics, columns.GOLD_TOPIC_TPS)
     groups = to_polars(inputs.groups, columns.GOLD_GROUP_TPS)
     brokers = to_polars(inputs.brokers, columns.GOLD_BROKER_TPS)
+    traffic = traffic.filter(pl.col("resource_type") != MARKER).select(list(ev.TRAFFIC))
+    retry_traffic = {(r[0], r[1]): r[2] for r in traffic.filter(pl.col("resource_type") == "group").group_by(
+        "window_start", "resource").agg(pl.col("tps").sum()).iter_rows()}
     anomalies = detect(topics, groups, brokers, to_polars(inputs.topic_history, columns.GOLD_TOPIC_TPS),
                        to_polars(inputs.broker_history, columns.GOLD_BROKER_TPS), windows, cfg.detection,
-                       first_window=first_window)
+                       first_window=first_window, retry_traffic=retry_traffic)
     batch_windows = {start for start, _end, name in marks if name == "metrics"}
-    traffic = traffic.filter(pl.col("resource_type") != MARKER).select(list(ev.TRAFFIC))
     grid = {end for _start, end, name in marks if name == "traffic"}
     if inputs.limiter_rejections is not None and inputs.limiter_rejections.num_rows:
         limited = ev.limiter_traffic(pl.from_arrow(inputs.limiter_rejections), windows).filter(

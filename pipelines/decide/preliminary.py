@@ -28,9 +28,11 @@ import polars as pl
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import naive, micros, when
 from pipelines.decide.candidates import Keyed
+from pipelines import rocketmq as rmq
 from pipelines.decide.rules import (
-    BROKER_SURGE, BUSY, RETRY, SPIKE, TOPIC_SURGE, WINDOW_KEYS, anomalies_frame, baselines, broker_busy, broker_writes,
-    failure_spike, runaway_retry, surge_may_fire, surge_values, traffic_surge, unlimited,
+    BROKER_SURGE, BUSY, RETRY, SLACK, SPIKE, TOPIC_SURGE, WINDOW_KEYS, anomalies_frame, baselines, broker_busy,
+    broker_writes, failure_spike, runaway_retry, surge_may_fire, surge_values, traffic_surge, unlimited,
+    with_retry_traffic,
 )
 
 #: ``resource_type`` / ``resource`` of the census row of a window.
@@ -107,7 +109,7 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
     starting at ``until`` (default all of it), a topic's without its limited windows. A rule left out would return
     nothing."""
     length = None
-    topics, brokers, out = {}, {}, set()
+    topics, brokers, retries, out = {}, {}, {}, set()
     for r in rows:
         if length is None:
             length = (r["window_end"] - r["window_start"]).total_seconds()
@@ -121,8 +123,14 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
             topics.setdefault(r["resource"], []).append((r["window_start"], r["puts"] / length))
             if r["window_start"] in complete and (r["failures"] or 0) >= cfg.failure_floor:
                 out.add(SPIKE)
-        elif kind == "group" and r["window_start"] in complete and (r["retried"] or 0) / length >= cfg.retry_floor_tps:
-            out.add(RETRY)
+            if r["window_start"] in complete and r["resource"].startswith(rmq.RETRY_TOPIC_PREFIX):
+                key = (r["window_start"], r["resource"][len(rmq.RETRY_TOPIC_PREFIX):])
+                retries[key] = retries.get(key, 0) + (r["puts"] or 0)  # the fallback sends (open_retry_traffic)
+        elif kind == "group" and r["window_start"] in complete:
+            retries[r["window_start"], r["resource"]] = retries.get((r["window_start"], r["resource"]), 0) + (
+                r["retried"] or 0)
+    if any(x / length >= cfg.retry_floor_tps * (1.0 - SLACK) for x in retries.values()):
+        out.add(RETRY)  # send-backs plus fallback sends bound the larger of the two per broker
     up_to = None if until is None else when("window_start") <= micros(until)
     unlimited_rows = pl.col("limit_qps").is_null() if "limit_qps" in topic_history.columns else None
     topic_rows = up_to if unlimited_rows is None else unlimited_rows if up_to is None else up_to & unlimited_rows
@@ -188,7 +196,7 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
             (pl.col("consumed") / per).alias("consume_tps"),
             pl.when(pl.col("consumed") > 0).then(pl.col("retried") / pl.col("consumed")).otherwise(None)
             .alias("retry_ratio"))
-        rows += runaway_retry(groups, cfg)
+        rows += runaway_retry(with_retry_traffic(groups, open_retry_traffic(open_rows, done, per)), cfg)
     if SPIKE in rules:
         rows += failure_spike(topics.filter(when("window_start").is_in(done)), windows, cfg)
     for row in rows:
@@ -196,6 +204,23 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
         row["detail"] += (f" [preliminary: open window, {seen[0]} of {len(expected)} expected brokers reported]"
                           if seen is not None else " [preliminary: open window]")
     return anomalies_frame(rows)
+
+
+def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], per: float) -> dict[tuple, float]:
+    """Open-window rows of the windows starting at ``windows`` (microseconds) → each group's retry traffic so far
+    (``(window_start, group)`` → msg/s): per broker the larger of its send-backs and the plain sends to
+    ``%RETRY%<group>`` (as :func:`pipelines.decide.rules.with_retry_traffic` reads the final windows)."""
+    rows = open_rows.filter(when("window_start").is_in(windows) & (
+        (pl.col("resource_type") == "group") | ((pl.col("resource_type") == "topic")
+                                                & pl.col("resource").str.starts_with(rmq.RETRY_TOPIC_PREFIX))))
+    sent: dict[tuple, dict] = {}
+    for r in rows.select("window_start", "resource_type", "resource", "broker_amounts").iter_rows(named=True):
+        retry_topic = r["resource_type"] == "topic"
+        group = r["resource"][len(rmq.RETRY_TOPIC_PREFIX):] if retry_topic else r["resource"]
+        per_broker = sent.setdefault((r["window_start"], group), {})
+        for broker, amount in (r["broker_amounts"] or {}).items():
+            per_broker[broker] = max(per_broker.get(broker, 0), amount or 0)
+    return {key: sum(amounts.values()) / per for key, amounts in sent.items()}
 
 
 def topic_carriers(open_rows: pl.DataFrame) -> dict[tuple[dt.datetime, str], list[str]]:

@@ -74,16 +74,40 @@ def group_retry(groups: pl.DataFrame) -> pl.DataFrame:
         .alias("retry_ratio"))
 
 
+def with_retry_traffic(groups: pl.DataFrame, traffic: dict[tuple, float] | None) -> pl.DataFrame:
+    """:func:`group_retry` rows + the groups' retry traffic the brokers admitted per window (``(window_start,
+    group)`` → msg/s summed over brokers, per broker the larger of the send-backs and the plain sends to
+    ``%RETRY%<group>`` a consumer falls back to when its broker refuses a send-back: the traffic rows of
+    :func:`pipelines.decide.evidence.demand`) → the same rows with ``retry_tps`` the larger of the two and the ratio
+    again, ``sent_back_tps`` the send-backs alone. A broker busy with a storm's own writes fast-fails most of its
+    send-backs: counted alone they fall under ``retry_floor_tps`` while the storm goes on through the fallback."""
+    if not traffic or groups.height == 0:
+        return groups
+    extra = pl.DataFrame({"window_start": [k[0] for k in traffic], "consumer_group": [k[1] for k in traffic],
+                          "_traffic": list(traffic.values())},
+                         schema={"window_start": groups.schema["window_start"], "consumer_group": pl.String,
+                                 "_traffic": pl.Float64})
+    retry = pl.max_horizontal("retry_tps", pl.col("_traffic").fill_null(0.0))
+    return groups.join(extra, on=["window_start", "consumer_group"], how="left", maintain_order="left").select(
+        *[c for c in groups.columns if c not in ("retry_tps", "retry_ratio")],
+        pl.col("retry_tps").alias("sent_back_tps"), retry.alias("retry_tps"),
+        pl.when(pl.col("consume_tps") > 0).then(retry / pl.col("consume_tps")).otherwise(None).alias("retry_ratio"))
+
+
 def runaway_retry(groups: pl.DataFrame, cfg: DetectionConfig) -> list[dict]:
-    """:func:`group_retry` rows → RUNAWAY_RETRY anomalies (resource_type ``group``; observed = retry TPS,
-    baseline = consume TPS)."""
+    """:func:`group_retry` rows (or :func:`with_retry_traffic` rows) → RUNAWAY_RETRY anomalies (resource_type
+    ``group``; observed = retry TPS, baseline = consume TPS)."""
     ratio_ok = pl.coalesce(pl.col("retry_ratio") >= cfg.retry_ratio_threshold, pl.col("consume_tps") == 0)
     firing = groups.filter((pl.col("retry_tps") >= cfg.retry_floor_tps) & ratio_ok)
     out = []
     for r in firing.iter_rows(named=True):
         ratio = number(r["retry_ratio"], 2) if r["retry_ratio"] is not None else "n/a (nothing consumed)"
+        sent = r.get("sent_back_tps")
+        how = "(SNDBCK_PUT_NUMS)" if sent is None or sent >= r["retry_tps"] else (
+            f"({fixed(sent, 1)} msg/s as SNDBCK_PUT_NUMS, the rest as the plain sends a consumer falls back to "
+            "where its broker refused a send-back)")
         detail = (f"consumer group {r['consumer_group']} sent {fixed(r['retry_tps'], 1)} msg/s back to "
-                  f"{rmq.RETRY_TOPIC_PREFIX}{r['consumer_group']} (SNDBCK_PUT_NUMS) against "
+                  f"{rmq.RETRY_TOPIC_PREFIX}{r['consumer_group']} {how} against "
                   f"{fixed(r['consume_tps'], 1)} msg/s consumed: retry ratio {ratio} (rule: ratio >= "
                   f"{fixed(cfg.retry_ratio_threshold, 2)} and retry >= {fixed(cfg.retry_floor_tps, 1)} msg/s)")
         out.append(_row(r, "group", r["consumer_group"], Anomaly.RUNAWAY_RETRY, r["retry_tps"], r["consume_tps"],
@@ -207,16 +231,20 @@ def unlimited(topic_history: pl.DataFrame) -> pl.DataFrame:
 
 
 def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, topic_history: pl.DataFrame,
-                 broker_history: pl.DataFrame, cfg: DetectionConfig) -> frozenset[str]:
+                 broker_history: pl.DataFrame, cfg: DetectionConfig,
+                 retry_traffic: dict[tuple, float] | None = None) -> frozenset[str]:
     """The rules that can fire on a micro-batch of finalized windows (the arguments of :func:`detect`): a necessary
     condition of each, from the rows as dicts (a few polars operations instead of a few dozen; most micro-batches
-    prove nothing). ``RUNAWAY_RETRY`` needs a group's retries summed over its topics at ``retry_floor_tps``,
+    prove nothing). ``RUNAWAY_RETRY`` needs a group's retries summed over its topics (or its ``retry_traffic``,
+    :func:`with_retry_traffic`) at ``retry_floor_tps``,
     ``BROKER_BUSY`` and ``FAILURE_SPIKE`` their floors, ``TRAFFIC_SURGE`` a window at its floor and factor
     (:func:`surge_may_fire`). A rule left out would return nothing."""
     out = set()
     retries: dict = {}
     for r in groups.select("window_start", "consumer_group", "retry_tps").iter_rows():
         retries[r[0], r[1]] = retries.get((r[0], r[1]), 0.0) + (r[2] or 0.0)
+    for k, x in (retry_traffic or {}).items():
+        retries[k] = max(retries.get(k, 0.0), x)
     if any(x >= cfg.retry_floor_tps * (1.0 - SLACK) for x in retries.values()):
         out.add(RETRY)
     topic_values: dict = {}
@@ -285,7 +313,8 @@ def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: s
 
 def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, topic_history: pl.DataFrame,
            broker_history: pl.DataFrame, windows: WindowsConfig, cfg: DetectionConfig,
-           first_window: dt.datetime | None = None, rules: frozenset[str] | None = None) -> pl.DataFrame:
+           first_window: dt.datetime | None = None, rules: frozenset[str] | None = None,
+           retry_traffic: dict[tuple, float] | None = None) -> pl.DataFrame:
     """All rules over one micro-batch of finalized windows → ``gold/anomalies`` rows.
 
     Args:
@@ -293,6 +322,8 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
         topic_history, broker_history: earlier windows of ``gold/topic_tps`` and ``gold/broker_tps`` (baselines).
         first_window: start of this batch's first window (UTC); default the earliest of ``topics`` and ``brokers``.
         rules: the rules to run (:func:`rules_to_run`, its default; :data:`ALL_RULES`: every rule).
+        retry_traffic: the groups' retry traffic the brokers admitted (:func:`with_retry_traffic`); None: their
+            send-backs alone.
     """
     if first_window is None:
         starts = [f["window_start"].min() for f in (topics, brokers) if f.height]
@@ -300,8 +331,8 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
             return anomalies_frame([])
         first_window = min(starts)
     if rules is None:
-        rules = rules_to_run(topics, groups, brokers, topic_history, broker_history, cfg)
-    rows = runaway_retry(group_retry(groups), cfg) if RETRY in rules else []
+        rules = rules_to_run(topics, groups, brokers, topic_history, broker_history, cfg, retry_traffic)
+    rows = runaway_retry(with_retry_traffic(group_retry(groups), retry_traffic), cfg) if RETRY in rules else []
     if TOPIC_SURGE in rules:
         topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
         topic_base = baselines(topic_values, "topic", first_window, windows, cfg).join(
