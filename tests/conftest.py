@@ -42,6 +42,28 @@ SLOWEST_FIRST = (
 )
 
 
+def pytest_addoption(parser):
+    """tests/sim/test_sweep.py: how many randomized closed loops, from which case (default its DEFAULT_CASES)."""
+    from tests.sim.test_sweep import DEFAULT_CASES
+
+    parser.addoption("--sweep-cases", type=int, default=int(os.environ.get("SWEEP_CASES", DEFAULT_CASES)),
+                     help=f"randomized closed loops of tests/sim/test_sweep.py (default $SWEEP_CASES or "
+                          f"{DEFAULT_CASES})")
+    parser.addoption("--sweep-first", type=int, default=int(os.environ.get("SWEEP_FIRST", 0)),
+                     help="the first case of tests/sim/test_sweep.py (default $SWEEP_FIRST or 0)")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The sweep's n/a outcomes (tests/sim/test_sweep.py): checks no governor can meet in a case, apart from the
+    passed ones."""
+    lines = [value for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", [])
+             for name, value in getattr(report, "user_properties", ()) if name == "sweep_na"]
+    if lines:
+        terminalreporter.write_sep("-", f"randomized closed loops: {len(lines)} check(s) n/a")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def pytest_collection_modifyitems(config, items):
     """On pytest-xdist workers: the files of :data:`SLOWEST_FIRST` first, in its order; every other file after
     them, in collection order (a stable sort: the tests of a file keep their order). One process keeps the

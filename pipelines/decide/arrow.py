@@ -37,16 +37,25 @@ def arrow_type(name: str) -> pa.DataType:
 
 
 def schema(spec: columns.Spec) -> pa.Schema:
-    """A :mod:`pipelines.columns` spec → an Arrow schema of nullable fields."""
-    return pa.schema([pa.field(name, arrow_type(kind)) for name, kind in spec])
+    """A :mod:`pipelines.columns` spec → an Arrow schema of nullable fields (built once per spec)."""
+    key = tuple(spec)
+    if key not in _SCHEMAS:
+        _SCHEMAS[key] = pa.schema([pa.field(name, arrow_type(kind)) for name, kind in spec])
+    return _SCHEMAS[key]
+
+
+_SCHEMAS: dict[tuple, pa.Schema] = {}
 
 
 def empty(spec: columns.Spec) -> pa.Table:
     return schema(spec).empty_table()
 
 
-def to_polars(table: pa.Table | None, spec: columns.Spec | None = None) -> pl.DataFrame:
-    """Arrow → polars; None (or no rows and no columns) → an empty frame of ``spec``'s columns."""
+def to_polars(table: pa.Table | pl.DataFrame | None, spec: columns.Spec | None = None) -> pl.DataFrame:
+    """Arrow → polars; None (or no rows and no columns) → an empty frame of ``spec``'s columns; a polars frame is
+    returned as it is (a caller that keeps its history as polars frames converts it once, not per micro-batch)."""
+    if isinstance(table, pl.DataFrame):
+        return table
     if table is None:
         table = empty(spec) if spec is not None else pa.table({})
     return pl.from_arrow(table) if table.num_columns else pl.DataFrame()
@@ -81,20 +90,38 @@ def _cast(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
 
 
 def from_rows(rows: list[dict], spec: columns.Spec) -> pa.Table:
-    """Python rows (dicts by column; timestamps naive UTC or aware, maps as dicts or (key, value) pairs) → Arrow."""
+    """Python rows (dicts by column; timestamps naive UTC or aware, maps as dicts or (key, value) pairs) → Arrow.
+    Built column by column (one conversion per column, not per cell: the simulator builds thousands of small
+    tables)."""
     target = schema(spec)
-    out = []
-    for row in rows:
-        item = {}
-        for f in target:
-            value = row.get(f.name)
-            if isinstance(value, dt.datetime) and value.tzinfo is None:
-                value = value.replace(tzinfo=UTC)
-            if pa.types.is_map(f.type) and isinstance(value, dict):
-                value = sorted(value.items()) or None
-            item[f.name] = value
-        out.append(item)
-    return pa.Table.from_pylist(out, schema=target)
+    arrays = []
+    for f in target:
+        values = [row.get(f.name) for row in rows]
+        if pa.types.is_timestamp(f.type):
+            values = [v.replace(tzinfo=UTC) if isinstance(v, dt.datetime) and v.tzinfo is None else v
+                      for v in values]
+        elif pa.types.is_map(f.type):
+            values = [(sorted(v.items()) or None) if isinstance(v, dict) else v for v in values]
+        arrays.append(pa.array(values, type=f.type))
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def rows_of(table: pa.Table) -> list[dict]:
+    """Arrow → rows as dicts, as ``Table.to_pylist`` gives them but converted column by column, and a microsecond
+    timestamp column through its integers (each distinct time once; UTC-aware datetimes in ``datetime.timezone.utc``
+    where the column has a time zone, naive where not): pyarrow converts every aware timestamp through pytz."""
+    names, values, times = table.column_names, [], {}
+    for f, col in zip(table.schema, table.columns):
+        if pa.types.is_timestamp(f.type) and f.type.unit == "us" and f.type.tz in (None, "UTC", "+00:00"):
+            out = []
+            for v in col.cast(pa.int64()).to_pylist():
+                if v is not None and v not in times:
+                    times[v] = EPOCH + dt.timedelta(microseconds=v)
+                out.append(None if v is None else times[v] if f.type.tz else times[v].replace(tzinfo=None))
+            values.append(out)
+        else:
+            values.append(col.to_pylist())
+    return [dict(zip(names, row)) for row in zip(*values)] if names else [{} for _ in range(table.num_rows)]
 
 
 def naive(value: dt.datetime | None) -> dt.datetime | None:

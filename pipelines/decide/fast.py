@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from pipelines import columns
 from pipelines.config import GovernorConfig
 from pipelines.decide import preliminary as pre
-from pipelines.decide.arrow import aware, from_rows, to_polars, micros, when
+from pipelines.decide.arrow import aware, from_rows, micros, rows_of, to_polars, when
 from pipelines.decide.candidates import candidate_limits
 from pipelines.decide.fold_types import ACTION_SET, BASIS_PRELIMINARY
 from pipelines.decide.folding import fold_all
@@ -42,8 +42,10 @@ def after_window(rows: pa.Table, newest_final: dt.datetime | None) -> pa.Table:
 
 
 class OpenRows:
-    """The open-window rows Spark has emitted to the fast path (one per window × resource, the newest), kept as an
-    Arrow table on the driver for the windows the final path has not decided yet (module docstring).
+    """The open-window rows Spark has emitted to the fast path (one per window × resource, the newest), kept on the
+    driver for the windows the final path has not decided yet (module docstring): by key, in the order they came (a
+    replaced row moves to the end), each as its micro-batch's Arrow row and the dict of its :data:`LIGHT` columns
+    (what the gate and the census read); as one Arrow table when asked (:attr:`rows`).
 
     Example:
         >>> memory = OpenRows()
@@ -52,22 +54,73 @@ class OpenRows:
     """
 
     KEYS = ("window_start", "resource_type", "resource")
+    #: The columns read as Python values (:func:`pipelines.decide.preliminary.rules_that_may_fire`, the census).
+    LIGHT = ("window_start", "window_end", "resource_type", "resource", "puts", "broker_puts", "retried", "failures",
+             "busy_failures", "brokers")
 
     def __init__(self) -> None:
-        self.rows: pa.Table | None = None
+        self.by_key: dict[tuple, tuple[int, int, dict]] = {}  # key → (micro-batch number, row, light row)
+        self.sources: dict[int, pa.Table] = {}  # micro-batch number → its rows
+        self.schema: pa.Schema | None = None  # of the first rows remembered
+        self._table: pa.Table | None = None
+        self._batches = 0
+        self._history: tuple | None = None  # (topic history, broker history, what was derived of them)
 
-    def remember(self, fresh: pa.Table, newest_final: dt.datetime | None) -> None:
-        """Keep ``fresh`` and the remembered rows ``fresh`` does not replace, of windows after ``newest_final``."""
-        kept = fresh if self.rows is None else pa.concat_tables([
-            self.rows.filter(pc.invert(pc.is_in(self._keys(self.rows), value_set=self._keys(fresh)))),
-            fresh.cast(self.rows.schema),
-        ])
-        self.rows = after_window(kept, newest_final)
+    def history(self, topic_history: pl.DataFrame, broker_history: pl.DataFrame) -> dict:
+        """What the fast path derives from the finalized history: the newest final window (``newest``) and its
+        brokers (``expected``), the gate's memo (``memo``) and, when asked (:func:`_decided`), the history up to the
+        newest final window (``topics``, ``brokers``); kept while the caller passes the same frames (polars frames
+        do not change): a caller that keeps its history derives it once per gold batch, not per micro-batch."""
+        kept = self._history
+        if kept is None or kept[0] is not topic_history or kept[1] is not broker_history:
+            newest, expected = pre.newest_final_window(broker_history)
+            kept = self._history = (topic_history, broker_history, {
+                "newest": newest, "expected": expected, "memo": {}, "all": (topic_history, broker_history)})
+        return kept[2]
 
     @classmethod
-    def _keys(cls, rows: pa.Table) -> pa.Array:
-        parts = [pc.cast(rows[k], pa.string()) for k in cls.KEYS]
-        return pc.binary_join_element_wise(*parts, "\x1f").combine_chunks()
+    def light(cls, rows: pa.Table) -> list[dict]:
+        """Open-window rows → dicts of their :data:`LIGHT` columns."""
+        return rows_of(rows.select([c for c in cls.LIGHT if c in rows.column_names]))
+
+    @property
+    def rows(self) -> pa.Table | None:
+        """The remembered rows as Arrow (:attr:`schema`); None before any."""
+        if self.schema is None:
+            return None
+        if self._table is None:
+            self._table = self.take(list(self.by_key.values()))
+        return self._table
+
+    def take(self, entries: list[tuple[int, int, dict]]) -> pa.Table:
+        """Remembered rows (entries of :attr:`by_key`) as one Arrow table of :attr:`schema`, in their order."""
+        used = sorted({n for n, _i, _r in entries})
+        first, at = {}, 0
+        for n in used:
+            first[n], at = at, at + self.sources[n].num_rows
+        parts = [self.sources[n].cast(self.schema) for n in used]
+        table = pa.concat_tables(parts) if parts else self.schema.empty_table()
+        return table.take(pa.array([first[n] + i for n, i, _r in entries], type=pa.int64()))
+
+    def remember(self, fresh: pa.Table, newest_final: dt.datetime | None, light: list[dict] | None = None) -> None:
+        """Keep ``fresh`` and the remembered rows ``fresh`` does not replace, of windows after ``newest_final``
+        (``light``: :meth:`light` of ``fresh``, when the caller has it)."""
+        if self.schema is None:
+            self.schema = fresh.schema
+        n, memory = self._batches, self.by_key
+        self._batches += 1
+        self.sources[n] = fresh
+        for i, row in enumerate(self.light(fresh) if light is None else light):
+            key = (row["window_start"], row["resource_type"], row["resource"])
+            memory.pop(key, None)
+            memory[key] = (n, i, row)
+        if newest_final is not None:
+            bound = aware(newest_final)
+            for key in [k for k in memory if k[0] is None or k[0] <= bound]:
+                del memory[key]
+        used = {m for m, _i, _r in memory.values()}
+        self.sources = {m: t for m, t in self.sources.items() if m in used}
+        self._table = None
 
 
 @dataclass(frozen=True)
@@ -77,10 +130,13 @@ class FastInputs:
     Attributes:
         open_rows: this micro-batch's open-window rows (not empty).
         topic_history, broker_history: finalized ``gold/topic_tps`` / ``gold/broker_tps`` rows since the baseline
-            start of the oldest open window (the baselines, and the newest final window's broker census).
+            start of the oldest open window (the baselines, and the newest final window's broker census); Arrow, or
+            polars frames of the same rows (:func:`pipelines.decide.arrow.to_polars`).
         policy_state: the saved ``state/policy`` row per resource; latest_limits: the newest ``gold/limits`` row per
             resource.
         known: whether a broker is still known (the census leaves out brokers that left); None: all are.
+        open_dicts: the same open-window rows as dicts (at least the :data:`OpenRows.LIGHT` columns, timestamps
+            UTC-aware), when the caller built them in Python (the simulator); None: read from ``open_rows``.
     """
 
     open_rows: pa.Table
@@ -89,6 +145,7 @@ class FastInputs:
     policy_state: pa.Table
     latest_limits: pa.Table
     known: Callable[[str], bool] | None = None
+    open_dicts: list[dict] | None = None
 
 
 @dataclass
@@ -101,33 +158,56 @@ class Prepared:
 
 def prepare_preliminary(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> Prepared:
     """The anomalies the open windows already prove and their candidates (no state read); moves ``memory``
-    (:class:`OpenRows`) forward. No candidate: nothing to decide."""
+    (:class:`OpenRows`) forward. No candidate: nothing to decide. The rules that may fire are known from the rows
+    as dicts (:func:`pipelines.decide.preliminary.rules_that_may_fire`) before any frame of them is built: most
+    micro-batches prove nothing and cost no more."""
     windows = cfg.windows
-    topic_history = to_polars(inputs.topic_history, columns.GOLD_TOPIC_TPS)
-    broker_history = to_polars(inputs.broker_history, columns.GOLD_BROKER_TPS)
-    newest_final, expected = pre.newest_final_window(broker_history)
+    history = memory.history(to_polars(inputs.topic_history, columns.GOLD_TOPIC_TPS),
+                             to_polars(inputs.broker_history, columns.GOLD_BROKER_TPS))
+    newest_final, expected = history["newest"], history["expected"]
     if inputs.known is not None:
         expected = [b for b in expected if inputs.known(b)]  # a broker that left the cluster is not waited for
-    remembered = memory.rows
-    memory.remember(inputs.open_rows, newest_final)
-    rows = after_window(inputs.open_rows, newest_final)
-    if rows.num_rows == 0:
+    remembered = list(memory.by_key.values())
+    fresh = OpenRows.light(inputs.open_rows) if inputs.open_dicts is None else inputs.open_dicts
+    memory.remember(inputs.open_rows, newest_final, fresh)
+    bound = aware(newest_final) if newest_final is not None else None
+    current = fresh if bound is None else [r for r in fresh if r["window_start"] is not None
+                                           and r["window_start"] > bound]
+    if not current:
         return Prepared([], None)
-    current = pl.from_arrow(rows)
-    open_windows = current
-    if newest_final is not None:  # windows the final path has decided are its business
-        topic_history = topic_history.filter(when("window_start") <= micros(newest_final))
-        broker_history = broker_history.filter(when("window_start") <= micros(newest_final))
-    if remembered is not None and remembered.num_rows:
-        open_windows = pre.with_rows_of_completed_windows(open_windows, pl.from_arrow(remembered), expected)
+    older = pre.completed_rows(current, [r for _n, _i, r in remembered], expected)  # with_rows_of_completed_windows
+    complete = [start for start, (_n, ok) in pre.census_rows(current + older, expected).items() if ok]
+    rules = pre.rules_that_may_fire(current + older, *history["all"], complete, cfg.detection, history["memo"],
+                                    until=newest_final)
+    if not rules:
+        return Prepared([], None)
+    topic_history, broker_history = _decided(history)
+    opened = after_window(inputs.open_rows, newest_final)
+    if older:
+        entry = {id(r): (n, i, r) for n, i, r in remembered}
+        opened = pa.concat_tables([opened, memory.take([entry[id(r)] for r in older]).cast(opened.schema)])
+    open_windows = pl.from_arrow(opened)
     anomalies = pre.preliminary_anomalies(open_windows, topic_history, broker_history, expected, windows,
-                                          cfg.detection, first_open=current["window_start"].min())
+                                          cfg.detection, first_open=min(r["window_start"] for r in current),
+                                          rules=rules)
     if anomalies.height == 0:
         return Prepared([], None)
     candidates = candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits,
                                   pre.open_broker_tps(open_windows, windows))
     return Prepared(pre.cut_bounded_by_final_rates(candidates, open_windows, expected, windows),
-                    current["window_end"].max())
+                    max(r["window_end"] for r in current))
+
+
+def _decided(history: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The finalized topic and broker windows up to the newest final one (the windows after it are the final
+    path's business), kept in ``history`` (:meth:`OpenRows.history`)."""
+    if "topics" not in history:
+        topics, brokers = history["all"]
+        if history["newest"] is not None:
+            topics = topics.filter(when("window_start") <= micros(history["newest"]))
+            brokers = brokers.filter(when("window_start") <= micros(history["newest"]))
+        history["topics"], history["brokers"] = topics, brokers
+    return history["topics"], history["brokers"]
 
 
 def decide_prepared(prepared: Prepared, policy_state: pa.Table, latest_limits: pa.Table, cfg: GovernorConfig,

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -30,7 +31,7 @@ import pyarrow as pa
 from pipelines import columns
 from pipelines.config import GovernorConfig
 from pipelines.decide import evidence as ev
-from pipelines.decide.arrow import aware, from_rows, to_arrow, to_polars, micros, when
+from pipelines.decide.arrow import aware, from_rows, micros, rows_of, to_arrow, to_polars, when
 from pipelines.decide.candidates import candidate_limits
 from pipelines.decide.catalogue import limited_by
 from pipelines.decide.fold_types import BASIS_FINAL
@@ -54,7 +55,8 @@ class FinalInputs:
         topics, groups, brokers: the micro-batch's ``gold/topic_tps`` (``limit_qps`` null), ``gold/group_tps`` and
             ``gold/broker_tps`` rows.
         traffic: the per-broker traffic rows Spark reduced, with the window markers (:data:`MARKER`).
-        topic_history, broker_history: earlier ``gold/topic_tps`` / ``gold/broker_tps`` rows (baselines).
+        topic_history, broker_history: earlier ``gold/topic_tps`` / ``gold/broker_tps`` rows (baselines); Arrow,
+            or polars frames of the same rows (:func:`pipelines.decide.arrow.to_polars`).
         policy_state: the saved ``state/policy`` row per resource (of batches before this one).
         latest_limits: the newest ``gold/limits`` row per resource.
         limiter_rejections: ``control/limiter_rejections`` rows of the batch's windows; None when there are none.
@@ -97,7 +99,7 @@ def rows_by_key(table: pa.Table | None) -> dict[tuple[str, str], dict]:
     """Rows with ``resource_type``, ``resource`` → dicts by key (the last row of a key wins)."""
     if table is None or table.num_rows == 0:
         return {}
-    return {(r["resource_type"], r["resource"]): r for r in pl.from_arrow(table).iter_rows(named=True)}
+    return {(r["resource_type"], r["resource"]): r for r in rows_of(table)}
 
 
 def window_bounds(inputs: FinalInputs) -> tuple[dt.datetime | None, dt.datetime | None]:
@@ -137,43 +139,58 @@ def with_limit_in_force(topics: pl.DataFrame, folded: Folded) -> pl.DataFrame:
         {"_limit": "limit_qps"})
 
 
-@dataclass
 class Prepared:
     """What the final path derives from a micro-batch before it needs the policy state (computed outside the
-    decision lock): the anomalies, the demand evidence, the candidates and the observation grid."""
+    decision lock): the anomalies, the candidates and the observation grid; the demand evidence
+    (:func:`pipelines.decide.evidence.demand`) is computed when first read: with candidates here, else only when a
+    limit in force is observed (:func:`decide_prepared`)."""
 
-    topics: pl.DataFrame
-    anomalies: pl.DataFrame
-    demand: pl.DataFrame
-    candidates: list
-    grid: list
-    first_window: dt.datetime | None
-    horizon_end: dt.datetime | None
+    def __init__(self, topics: pl.DataFrame, anomalies: pl.DataFrame, demand: pl.DataFrame | Callable[[], pl.DataFrame],
+                 candidates: list, grid: list, first_window: dt.datetime | None,
+                 horizon_end: dt.datetime | None) -> None:
+        self.topics, self.anomalies, self.candidates, self.grid = topics, anomalies, candidates, grid
+        self.first_window, self.horizon_end = first_window, horizon_end
+        self._demand = demand
+
+    @property
+    def demand(self) -> pl.DataFrame:
+        if callable(self._demand):
+            self._demand = self._demand()
+        return self._demand
 
 
 def prepare_final(inputs: FinalInputs, cfg: GovernorConfig, first_window: dt.datetime | None = None,
                   horizon_end: dt.datetime | None = None) -> Prepared:
     """Steps 1-2 of the module docstring up to the candidates: everything that does not read the policy state."""
     windows, limits_cfg = cfg.windows, cfg.limits
+    traffic = pl.from_arrow(inputs.traffic)
+    marks = traffic.filter(pl.col("resource_type") == MARKER).select("window_start", "window_end", "resource").rows()
     if first_window is None or horizon_end is None:
-        first_window, horizon_end = window_bounds(inputs)
+        first_window = aware(min(r[0] for r in marks)) if marks else None
+        horizon_end = aware(max(r[1] for r in marks)) if marks else None
     topics = to_polars(inputs.topics, columns.GOLD_TOPIC_TPS)
     groups = to_polars(inputs.groups, columns.GOLD_GROUP_TPS)
     brokers = to_polars(inputs.brokers, columns.GOLD_BROKER_TPS)
+    traffic = traffic.filter(pl.col("resource_type") != MARKER).select(list(ev.TRAFFIC))
+    retry_traffic = {(r[0], r[1]): r[2] for r in traffic.filter(pl.col("resource_type") == "group").group_by(
+        "window_start", "resource").agg(pl.col("tps").sum()).iter_rows()}
     anomalies = detect(topics, groups, brokers, to_polars(inputs.topic_history, columns.GOLD_TOPIC_TPS),
                        to_polars(inputs.broker_history, columns.GOLD_BROKER_TPS), windows, cfg.detection,
-                       first_window=first_window)
-    traffic = pl.from_arrow(inputs.traffic)
-    marks = traffic.filter(pl.col("resource_type") == MARKER)
-    batch_windows = marks.filter(pl.col("resource") == "metrics")["window_start"].unique().to_list()
-    traffic = traffic.filter(pl.col("resource_type") != MARKER).select(list(ev.TRAFFIC))
-    grid = set(marks.filter(pl.col("resource") == "traffic")["window_end"].to_list())
+                       first_window=first_window, retry_traffic=retry_traffic)
+    batch_windows = {start for start, _end, name in marks if name == "metrics"}
+    grid = {end for _start, end, name in marks if name == "traffic"}
     if inputs.limiter_rejections is not None and inputs.limiter_rejections.num_rows:
         limited = ev.limiter_traffic(pl.from_arrow(inputs.limiter_rejections), windows).filter(
             when("window_start").is_in([micros(x) for x in batch_windows]))
         grid |= set(limited["window_end"].to_list())
         traffic = pl.concat([traffic, limited], how="vertical_relaxed")
-    demand_rows = ev.demand(traffic, brokers, cfg.detection, groups)
+
+    def demand() -> pl.DataFrame:
+        return ev.demand(traffic, brokers, cfg.detection, groups)
+
+    if anomalies.height == 0:  # no candidate: the demand evidence only for a limit in force
+        return Prepared(topics, anomalies, demand, [], sorted(grid), first_window, horizon_end)
+    demand_rows = demand()
     carriers: dict = {}
     for r in traffic.filter((pl.col("resource_type") == "topic") & pl.col("carries")).select(
             "window_start", "resource", "broker").unique().sort("broker").iter_rows(named=True):
@@ -192,14 +209,15 @@ def decide_prepared(prepared: Prepared, inputs: FinalInputs, cfg: GovernorConfig
     observed = {k for k, r in saved.items() if r.get("limit_qps") is not None} | {
         (k.resource_type, k.resource) for k in candidates}
     folded = fold_all(candidates, saved, prepared.horizon_end, limits_cfg, windows.length_seconds,
-                      observations=ev.observations(prepared.demand, observed, prepared.grid),
+                      observations=ev.observations(prepared.demand, observed, prepared.grid) if observed else {},
                       detection=cfg.detection, open_evidence=inputs.open_evidence)
     accepted, refused = check(finish(folded.decisions, limits_cfg, now, BASIS_FINAL), origin, now)
     after = state_after(saved, {(s.resource_type, s.resource): state_row(s) for s in folded.states})
     reconciled = reconcile_preliminary(latest_per_resource(list(rows_by_key(inputs.latest_limits).values())),
                                        accepted, after, prepared.horizon_end, cfg, now)
-    every_anomaly = pl.concat([prepared.anomalies, anomalies_frame(bound_anomalies(folded, windows.length_seconds))],
-                              how="vertical_relaxed")
+    bound = bound_anomalies(folded, windows.length_seconds)
+    every_anomaly = pl.concat([prepared.anomalies, anomalies_frame(bound)], how="vertical_relaxed") if bound \
+        else prepared.anomalies
     return FinalOutputs(
         topic_tps=to_arrow(with_limit_in_force(prepared.topics, folded), columns.GOLD_TOPIC_TPS),
         group_tps=inputs.groups, broker_tps=inputs.brokers,

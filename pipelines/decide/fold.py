@@ -171,9 +171,14 @@ class Fold:
         needed = recovery_needed(s.recurrences, self.cfg)
         lift_at = max(s.last_candidate_end + self.window * needed, (s.last_decision_end or s.last_candidate_end)
                       + self.window)
-        if lift_at > until or self.vetoed(lift_at):
-            return
         rule = self.policy.kind.value if self.policy is not None else "the"
+        if lift_at > until or self.vetoed(lift_at):
+            if s.mode == MODE_ENFORCE and s.last_candidate_end < until:  # held through clear windows
+                why = (self.evidence[-1].detail if lift_at <= until else
+                       f"{rule} silent since {s.last_candidate_end:%Y-%m-%dT%H:%M:%SZ}, lifted after {needed} clear "
+                       "windows")
+                self.refresh(until, f"refresh (held: {why}; in force until it is lifted)")
+            return
         why = (f"the cause is gone: {rule} did not fire on the visible demand (what the brokers admitted and the "
                f"limiter rejected) under the {s.limit_qps:.1f} msg/s limit"
                if s.mode == MODE_ENFORCE else "anomaly absent")

@@ -21,15 +21,18 @@ A preliminary decision that the final window does not confirm is reversed by the
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 
 import polars as pl
 
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import naive, micros, when
 from pipelines.decide.candidates import Keyed
+from pipelines import rocketmq as rmq
 from pipelines.decide.rules import (
-    WINDOW_KEYS, anomalies_frame, baselines, broker_busy, broker_writes, failure_spike, runaway_retry, surge_values,
-    traffic_surge, unlimited,
+    BROKER_SURGE, BUSY, RETRY, SLACK, SPIKE, TOPIC_SURGE, WINDOW_KEYS, anomalies_frame, baselines, broker_busy,
+    broker_writes, failure_spike, runaway_retry, surge_may_fire, surge_values, traffic_surge, unlimited,
+    with_retry_traffic,
 )
 
 #: ``resource_type`` / ``resource`` of the census row of a window.
@@ -39,11 +42,29 @@ CLUSTER, CENSUS = "cluster", "*"
 def census(open_rows: pl.DataFrame, expected: list[str]) -> dict[dt.datetime, tuple[int, bool]]:
     """Census rows → per window start: (brokers reported, complete: every broker of ``expected`` — those of the
     newest finalized window — has reported). With no expected broker (a new lake) no window is complete."""
+    return census_rows(open_rows.filter(pl.col("resource_type") == CLUSTER).iter_rows(named=True), expected)
+
+
+def census_rows(rows: Iterable[dict], expected: list[str]) -> dict[dt.datetime, tuple[int, bool]]:
+    """:func:`census` over open-window rows as dicts (other rows than the census rows are skipped)."""
     out = {}
-    for r in open_rows.filter(pl.col("resource_type") == CLUSTER).iter_rows(named=True):
+    for r in rows:
+        if r["resource_type"] != CLUSTER:
+            continue
         brokers = set(r["brokers"] or ())
         out[r["window_start"]] = (len(r["brokers"] or ()), bool(expected) and set(expected) <= brokers)
     return out
+
+
+def completed_rows(current: list[dict], remembered: Iterable[dict], expected: list[str]) -> list[dict]:
+    """The rows :func:`with_rows_of_completed_windows` adds, as dicts: the ``remembered`` rows (in their order) of
+    each window whose census is complete in ``current`` and that ``current`` has no newer row of."""
+    done = {start for start, (_n, complete) in census_rows(current, expected).items() if complete}
+    if not done:
+        return []
+    newer = {(r["window_start"], r["resource_type"], r["resource"]) for r in current}
+    return [r for r in remembered
+            if r["window_start"] in done and (r["window_start"], r["resource_type"], r["resource"]) not in newer]
 
 
 def with_rows_of_completed_windows(current: pl.DataFrame, remembered: pl.DataFrame | None,
@@ -68,98 +89,138 @@ def _failures_by_class() -> pl.Expr:
                      (pl.col("failures") - pl.col("busy_failures")).alias("other")).alias("failures_by_class")
 
 
+
+
 def may_fire(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_history: pl.DataFrame,
              complete: list, cfg: DetectionConfig) -> bool:
-    """Whether any rule can fire on the open windows: a necessary condition of every rule, checked before the
-    rules themselves (most micro-batches prove nothing). ``BROKER_BUSY`` needs the busy floor; ``RUNAWAY_RETRY`` and
-    ``FAILURE_SPIKE`` their floors in a window complete by census; ``TRAFFIC_SURGE`` its floor and ``surge_factor``
-    × a lower bound of the resource's baseline: the smallest value of its history (or of the open windows), which no
-    quantile of a frame within them is below; a resource with fewer values than ``baseline_min_windows`` has no
-    baseline. False means :func:`preliminary_anomalies` would return nothing."""
-    rows = open_rows.to_dicts()
+    """Whether any rule can fire on the open windows (:func:`rules_that_may_fire` names none: False means
+    :func:`preliminary_anomalies` would return nothing)."""
+    return bool(rules_that_may_fire(open_rows.to_dicts(), topic_history, broker_history, complete, cfg))
+
+
+def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_history: pl.DataFrame,
+                        complete: list, cfg: DetectionConfig, cache: dict | None = None,
+                        until: dt.datetime | None = None) -> frozenset[str]:
+    """The rules that can fire on open-window rows (dicts): a necessary condition of each, checked before the rules
+    themselves (most micro-batches prove nothing, and each rule costs several polars operations). ``BROKER_BUSY``
+    needs the busy floor; ``RUNAWAY_RETRY`` and ``FAILURE_SPIKE`` their floors in a window complete by census;
+    ``TRAFFIC_SURGE`` of a topic (:data:`TOPIC_SURGE`) or a broker (:data:`BROKER_SURGE`) needs a window at its
+    floor (:func:`pipelines.decide.rules.surge_may_fire`, ``cache`` its memo) in the history up to the window
+    starting at ``until`` (default all of it), a topic's without its limited windows. A rule left out would return
+    nothing."""
     length = None
-    floor = cfg.surge_floor_tps
-    topics, brokers = {}, {}
+    topics, brokers, retries, out = {}, {}, {}, set()
     for r in rows:
         if length is None:
             length = (r["window_end"] - r["window_start"]).total_seconds()
         kind = r["resource_type"]
         if kind == "broker":
             if (r["busy_failures"] or 0) >= cfg.busy_failures_floor:
-                return True
+                out.add(BUSY)
             writes = (r["broker_puts"] if r["broker_puts"] is not None else r["puts"]) / length
-            brokers.setdefault(r["resource"], []).append(writes)
+            brokers.setdefault(r["resource"], []).append((r["window_start"], writes))
         elif kind == "topic":
-            topics.setdefault(r["resource"], []).append(r["puts"] / length)
+            topics.setdefault(r["resource"], []).append((r["window_start"], r["puts"] / length))
             if r["window_start"] in complete and (r["failures"] or 0) >= cfg.failure_floor:
-                return True
-        elif kind == "group" and r["window_start"] in complete and (r["retried"] or 0) / length >= cfg.retry_floor_tps:
-            return True
-    for current, history, key, value in ((topics, unlimited(topic_history), "topic", pl.col("put_tps")),
-                                         (brokers, broker_history, "broker", broker_writes())):
-        hot = {k: v for k, v in current.items() if max(v) >= floor}
-        if not hot:
-            continue
-        known = history.filter(pl.col(key).is_in(list(hot))).group_by(key).agg(
-            value.min().alias("low"), pl.len().alias("n")) if history.height else None
-        bounds = {r[key]: (r["low"], r["n"]) for r in known.iter_rows(named=True)} if known is not None else {}
-        for k, values in hot.items():
-            low, n = bounds.get(k, (None, 0))
-            lows = [x for x in (low, min(values)) if x is not None]
-            if n + len(values) - 1 >= cfg.baseline_min_windows and max(values) >= cfg.surge_factor * min(lows):
-                return True
-    return False
+                out.add(SPIKE)
+            if r["window_start"] in complete and r["resource"].startswith(rmq.RETRY_TOPIC_PREFIX):
+                key = (r["window_start"], r["resource"][len(rmq.RETRY_TOPIC_PREFIX):])
+                retries[key] = retries.get(key, 0) + (r["puts"] or 0)  # the fallback sends (open_retry_traffic)
+        elif kind == "group" and r["window_start"] in complete:
+            retries[r["window_start"], r["resource"]] = retries.get((r["window_start"], r["resource"]), 0) + (
+                r["retried"] or 0)
+    if any(x / length >= cfg.retry_floor_tps * (1.0 - SLACK) for x in retries.values()):
+        out.add(RETRY)  # send-backs plus fallback sends bound the larger of the two per broker
+    up_to = None if until is None else when("window_start") <= micros(until)
+    unlimited_rows = pl.col("limit_qps").is_null() if "limit_qps" in topic_history.columns else None
+    topic_rows = up_to if unlimited_rows is None else unlimited_rows if up_to is None else up_to & unlimited_rows
+    if surge_may_fire(topics, topic_history, "topic", pl.col("put_tps"), cfg, cache, topic_rows):
+        out.add(TOPIC_SURGE)
+    if surge_may_fire(brokers, broker_history, "broker", broker_writes(), cfg, cache, up_to):
+        out.add(BROKER_SURGE)
+    return frozenset(out)
 
 
 def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_history: pl.DataFrame,
                           expected: list[str], windows: WindowsConfig, cfg: DetectionConfig,
-                          first_open: dt.datetime | None = None) -> pl.DataFrame:
+                          first_open: dt.datetime | None = None, rules: frozenset[str] | None = None) -> pl.DataFrame:
     """Running sums of open windows → ``gold/anomalies``-shaped rows that the partial evidence already proves, the
-    ``detail`` ending with the census of the window."""
+    ``detail`` ending with the census of the window. ``rules``: those that may fire (:func:`rules_that_may_fire`
+    of the same rows; computed here when None); the others are not run."""
     if open_rows.height == 0:
         return anomalies_frame([])
     counts = census(open_rows, expected)
     complete = [start for start, (_n, ok) in counts.items() if ok]
-    if not may_fire(open_rows, topic_history, broker_history, complete, cfg):
+    if rules is None:
+        rules = rules_that_may_fire(open_rows.to_dicts(), topic_history, broker_history, complete, cfg)
+    if not rules:
         return anomalies_frame([])
     per = float(windows.length_seconds)
     of = lambda kind: open_rows.filter(pl.col("resource_type") == kind)  # noqa: E731
-    topics = of("topic").select(
-        *WINDOW_KEYS, pl.col("resource").alias("topic"), (pl.col("puts") / per).alias("put_tps"), "failures",
-        "busy_failures", pl.lit(0, pl.Int64).alias("rate_limited"),  # the open failures leave the limiter's out
-        _failures_by_class(),
-        pl.when(pl.col("puts") + pl.col("failures") > 0)
-        .then(pl.col("failures") / (pl.col("puts") + pl.col("failures"))).otherwise(0.0).alias("failure_rate"),
-    )
-    brokers = of("broker").select(
-        *WINDOW_KEYS, pl.col("resource").alias("broker"), (pl.col("puts") / per).alias("put_tps"),
-        (pl.col("broker_puts") / per).alias("broker_put_tps"), "failures", "busy_failures", _failures_by_class())
-    groups = of("group").select(
-        *WINDOW_KEYS, pl.col("resource").alias("consumer_group"), (pl.col("retried") / per).alias("retry_tps"),
-        (pl.col("consumed") / per).alias("consume_tps"),
-        pl.when(pl.col("consumed") > 0).then(pl.col("retried") / pl.col("consumed")).otherwise(None)
-        .alias("retry_ratio"))
     if first_open is None:
         first_open = open_rows["window_start"].min()
-    ends = open_rows.select(*WINDOW_KEYS).unique()
-    topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
-    topic_base = baselines(topic_values, "topic", first_open, windows, cfg).join(
-        topics.select("window_start", "topic", "put_tps"), on=["window_start", "topic"], how="inner").join(
-        ends, on="window_start", how="inner")
-    broker_values = surge_values(broker_history, brokers, "broker", broker_writes())
-    broker_base = baselines(broker_values, "broker", first_open, windows, cfg).join(
-        brokers.select("window_start", "broker", broker_writes().alias("put_tps")), on=["window_start", "broker"],
-        how="inner").join(ends, on="window_start", how="inner")
-    rows = broker_busy(brokers, windows, cfg)  # MONOTONE rules (pipelines/decide/catalogue.py)
-    rows += traffic_surge(topic_base, "topic", "topic", cfg)
-    rows += traffic_surge(broker_base, "broker", "broker", cfg)
-    rows += runaway_retry(groups.filter(when("window_start").is_in([micros(x) for x in complete])), cfg)  # RATIO rules: census
-    rows += failure_spike(topics.filter(when("window_start").is_in([micros(x) for x in complete])), windows, cfg)
+    done = [micros(x) for x in complete]
+    rows: list[dict] = []
+    if rules & {BUSY, BROKER_SURGE}:
+        brokers = of("broker").select(
+            *WINDOW_KEYS, pl.col("resource").alias("broker"), (pl.col("puts") / per).alias("put_tps"),
+            (pl.col("broker_puts") / per).alias("broker_put_tps"), "failures", "busy_failures", _failures_by_class())
+    if rules & {TOPIC_SURGE, SPIKE}:
+        topics = of("topic").select(
+            *WINDOW_KEYS, pl.col("resource").alias("topic"), (pl.col("puts") / per).alias("put_tps"), "failures",
+            "busy_failures", pl.lit(0, pl.Int64).alias("rate_limited"),  # the open failures leave the limiter's out
+            _failures_by_class(),
+            pl.when(pl.col("puts") + pl.col("failures") > 0)
+            .then(pl.col("failures") / (pl.col("puts") + pl.col("failures"))).otherwise(0.0).alias("failure_rate"),
+        )
+    if rules & {TOPIC_SURGE, BROKER_SURGE}:
+        ends = open_rows.select(*WINDOW_KEYS).unique()
+    # MONOTONE rules (pipelines/decide/catalogue.py)
+    if BUSY in rules:
+        rows += broker_busy(brokers, windows, cfg)
+    if TOPIC_SURGE in rules:
+        topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
+        topic_base = baselines(topic_values, "topic", first_open, windows, cfg).join(
+            topics.select("window_start", "topic", "put_tps"), on=["window_start", "topic"], how="inner").join(
+            ends, on="window_start", how="inner")
+        rows += traffic_surge(topic_base, "topic", "topic", cfg)
+    if BROKER_SURGE in rules:
+        broker_values = surge_values(broker_history, brokers, "broker", broker_writes())
+        broker_base = baselines(broker_values, "broker", first_open, windows, cfg).join(
+            brokers.select("window_start", "broker", broker_writes().alias("put_tps")), on=["window_start", "broker"],
+            how="inner").join(ends, on="window_start", how="inner")
+        rows += traffic_surge(broker_base, "broker", "broker", cfg)
+    if RETRY in rules:  # RATIO rules: on windows complete by census
+        groups = of("group").filter(when("window_start").is_in(done)).select(
+            *WINDOW_KEYS, pl.col("resource").alias("consumer_group"), (pl.col("retried") / per).alias("retry_tps"),
+            (pl.col("consumed") / per).alias("consume_tps"),
+            pl.when(pl.col("consumed") > 0).then(pl.col("retried") / pl.col("consumed")).otherwise(None)
+            .alias("retry_ratio"))
+        rows += runaway_retry(with_retry_traffic(groups, open_retry_traffic(open_rows, done, per)), cfg)
+    if SPIKE in rules:
+        rows += failure_spike(topics.filter(when("window_start").is_in(done)), windows, cfg)
     for row in rows:
         seen = counts.get(row["window_start"])
         row["detail"] += (f" [preliminary: open window, {seen[0]} of {len(expected)} expected brokers reported]"
                           if seen is not None else " [preliminary: open window]")
     return anomalies_frame(rows)
+
+
+def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], per: float) -> dict[tuple, float]:
+    """Open-window rows of the windows starting at ``windows`` (microseconds) → each group's retry traffic so far
+    (``(window_start, group)`` → msg/s): per broker the larger of its send-backs and the plain sends to
+    ``%RETRY%<group>`` (as :func:`pipelines.decide.rules.with_retry_traffic` reads the final windows)."""
+    rows = open_rows.filter(when("window_start").is_in(windows) & (
+        (pl.col("resource_type") == "group") | ((pl.col("resource_type") == "topic")
+                                                & pl.col("resource").str.starts_with(rmq.RETRY_TOPIC_PREFIX))))
+    sent: dict[tuple, dict] = {}
+    for r in rows.select("window_start", "resource_type", "resource", "broker_amounts").iter_rows(named=True):
+        retry_topic = r["resource_type"] == "topic"
+        group = r["resource"][len(rmq.RETRY_TOPIC_PREFIX):] if retry_topic else r["resource"]
+        per_broker = sent.setdefault((r["window_start"], group), {})
+        for broker, amount in (r["broker_amounts"] or {}).items():
+            per_broker[broker] = max(per_broker.get(broker, 0), amount or 0)
+    return {key: sum(amounts.values()) / per for key, amounts in sent.items()}
 
 
 def topic_carriers(open_rows: pl.DataFrame) -> dict[tuple[dt.datetime, str], list[str]]:
@@ -196,6 +257,6 @@ def newest_final_window(broker_history: pl.DataFrame) -> tuple[dt.datetime | Non
     """``gold/broker_tps`` rows → (start of the newest finalized window, the brokers in it, sorted)."""
     if broker_history.height == 0:
         return None, []
-    newest = broker_history["window_start"].max()
-    return newest, sorted(set(broker_history.filter(when("window_start") == micros(newest))["broker"].to_list()))
-
+    newest = broker_history.lazy().select("window_start", "broker").filter(
+        pl.col("window_start") == pl.col("window_start").max()).collect()
+    return newest["window_start"][0], sorted(set(newest["broker"].to_list()))

@@ -24,6 +24,7 @@ as Spark's ``format_string`` does (:mod:`pipelines.decide.text`).
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 import polars as pl
 
@@ -36,6 +37,13 @@ from pipelines.decide.text import fixed, number
 
 WINDOW_KEYS = ("window_start", "window_end")
 ANOMALY_COLUMNS = [name for name, _ in columns.GOLD_ANOMALIES]
+#: The rules a gate names (:func:`rules_to_run`, :func:`pipelines.decide.preliminary.rules_that_may_fire`): a rule,
+#: and a surge per resource type.
+BUSY, RETRY, SPIKE = Anomaly.BROKER_BUSY.value, Anomaly.RUNAWAY_RETRY.value, Anomaly.FAILURE_SPIKE.value
+TOPIC_SURGE, BROKER_SURGE = f"{Anomaly.TRAFFIC_SURGE.value}:topic", f"{Anomaly.TRAFFIC_SURGE.value}:broker"
+ALL_RULES = frozenset({BUSY, RETRY, SPIKE, TOPIC_SURGE, BROKER_SURGE})
+#: Relative slack of a gate's float comparisons (its sums may be added in another order than the rule's).
+SLACK = 1e-9
 
 
 _ANOMALIES = to_polars(None, columns.GOLD_ANOMALIES)
@@ -66,16 +74,40 @@ def group_retry(groups: pl.DataFrame) -> pl.DataFrame:
         .alias("retry_ratio"))
 
 
+def with_retry_traffic(groups: pl.DataFrame, traffic: dict[tuple, float] | None) -> pl.DataFrame:
+    """:func:`group_retry` rows + the groups' retry traffic the brokers admitted per window (``(window_start,
+    group)`` → msg/s summed over brokers, per broker the larger of the send-backs and the plain sends to
+    ``%RETRY%<group>`` a consumer falls back to when its broker refuses a send-back: the traffic rows of
+    :func:`pipelines.decide.evidence.demand`) → the same rows with ``retry_tps`` the larger of the two and the ratio
+    again, ``sent_back_tps`` the send-backs alone. A broker busy with a storm's own writes fast-fails most of its
+    send-backs: counted alone they fall under ``retry_floor_tps`` while the storm goes on through the fallback."""
+    if not traffic or groups.height == 0:
+        return groups
+    extra = pl.DataFrame({"window_start": [k[0] for k in traffic], "consumer_group": [k[1] for k in traffic],
+                          "_traffic": list(traffic.values())},
+                         schema={"window_start": groups.schema["window_start"], "consumer_group": pl.String,
+                                 "_traffic": pl.Float64})
+    retry = pl.max_horizontal("retry_tps", pl.col("_traffic").fill_null(0.0))
+    return groups.join(extra, on=["window_start", "consumer_group"], how="left", maintain_order="left").select(
+        *[c for c in groups.columns if c not in ("retry_tps", "retry_ratio")],
+        pl.col("retry_tps").alias("sent_back_tps"), retry.alias("retry_tps"),
+        pl.when(pl.col("consume_tps") > 0).then(retry / pl.col("consume_tps")).otherwise(None).alias("retry_ratio"))
+
+
 def runaway_retry(groups: pl.DataFrame, cfg: DetectionConfig) -> list[dict]:
-    """:func:`group_retry` rows → RUNAWAY_RETRY anomalies (resource_type ``group``; observed = retry TPS,
-    baseline = consume TPS)."""
+    """:func:`group_retry` rows (or :func:`with_retry_traffic` rows) → RUNAWAY_RETRY anomalies (resource_type
+    ``group``; observed = retry TPS, baseline = consume TPS)."""
     ratio_ok = pl.coalesce(pl.col("retry_ratio") >= cfg.retry_ratio_threshold, pl.col("consume_tps") == 0)
     firing = groups.filter((pl.col("retry_tps") >= cfg.retry_floor_tps) & ratio_ok)
     out = []
     for r in firing.iter_rows(named=True):
         ratio = number(r["retry_ratio"], 2) if r["retry_ratio"] is not None else "n/a (nothing consumed)"
+        sent = r.get("sent_back_tps")
+        how = "(SNDBCK_PUT_NUMS)" if sent is None or sent >= r["retry_tps"] else (
+            f"({fixed(sent, 1)} msg/s as SNDBCK_PUT_NUMS, the rest as the plain sends a consumer falls back to "
+            "where its broker refused a send-back)")
         detail = (f"consumer group {r['consumer_group']} sent {fixed(r['retry_tps'], 1)} msg/s back to "
-                  f"{rmq.RETRY_TOPIC_PREFIX}{r['consumer_group']} (SNDBCK_PUT_NUMS) against "
+                  f"{rmq.RETRY_TOPIC_PREFIX}{r['consumer_group']} {how} against "
                   f"{fixed(r['consume_tps'], 1)} msg/s consumed: retry ratio {ratio} (rule: ratio >= "
                   f"{fixed(cfg.retry_ratio_threshold, 2)} and retry >= {fixed(cfg.retry_floor_tps, 1)} msg/s)")
         out.append(_row(r, "group", r["consumer_group"], Anomaly.RUNAWAY_RETRY, r["retry_tps"], r["consume_tps"],
@@ -198,32 +230,122 @@ def unlimited(topic_history: pl.DataFrame) -> pl.DataFrame:
         else topic_history
 
 
+def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, topic_history: pl.DataFrame,
+                 broker_history: pl.DataFrame, cfg: DetectionConfig,
+                 retry_traffic: dict[tuple, float] | None = None) -> frozenset[str]:
+    """The rules that can fire on a micro-batch of finalized windows (the arguments of :func:`detect`): a necessary
+    condition of each, from the rows as dicts (a few polars operations instead of a few dozen; most micro-batches
+    prove nothing). ``RUNAWAY_RETRY`` needs a group's retries summed over its topics (or its ``retry_traffic``,
+    :func:`with_retry_traffic`) at ``retry_floor_tps``,
+    ``BROKER_BUSY`` and ``FAILURE_SPIKE`` their floors, ``TRAFFIC_SURGE`` a window at its floor and factor
+    (:func:`surge_may_fire`). A rule left out would return nothing."""
+    out = set()
+    retries: dict = {}
+    for r in groups.select("window_start", "consumer_group", "retry_tps").iter_rows():
+        retries[r[0], r[1]] = retries.get((r[0], r[1]), 0.0) + (r[2] or 0.0)
+    for k, x in (retry_traffic or {}).items():
+        retries[k] = max(retries.get(k, 0.0), x)
+    if any(x >= cfg.retry_floor_tps * (1.0 - SLACK) for x in retries.values()):
+        out.add(RETRY)
+    topic_values: dict = {}
+    for start, topic, put, failures, limited in topics.select(
+            "window_start", "topic", "put_tps", "failures", "rate_limited").iter_rows():
+        if (failures or 0) - (limited or 0) >= cfg.failure_floor:
+            out.add(SPIKE)
+        if put is not None:
+            topic_values.setdefault(topic, []).append((start, put))
+    broker_values: dict = {}
+    for start, broker, put, broker_put, busy in brokers.select(
+            "window_start", "broker", "put_tps", "broker_put_tps", "busy_failures").iter_rows():
+        if (busy or 0) >= cfg.busy_failures_floor:
+            out.add(BUSY)
+        writes = broker_put if broker_put is not None else put
+        if writes is not None:
+            broker_values.setdefault(broker, []).append((start, writes))
+    if surge_may_fire(topic_values, unlimited(topic_history), "topic", pl.col("put_tps"), cfg):
+        out.add(TOPIC_SURGE)
+    if surge_may_fire(broker_values, broker_history, "broker", broker_writes(), cfg):
+        out.add(BROKER_SURGE)
+    return frozenset(out)
+
+
+def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: str, value: pl.Expr,
+                   cfg: DetectionConfig, cache: dict | None = None, where: pl.Expr | None = None) -> bool:
+    """Whether ``TRAFFIC_SURGE`` can fire on a window of ``values`` (resource → (window_start, msg/s) of the windows
+    judged now): the window at ``surge_floor_tps`` and at ``surge_factor`` × a lower bound of its baseline. The
+    baseline (:func:`pipelines.decide.rules.baselines`) is the value at rank ``k = ceil(q × n) − 1`` of the n ≥
+    ``baseline_min_windows`` values of the windows before it: of the ``history`` (the rule's ``value`` there) and of
+    the windows judged now that start before it (``o`` of them). Removing those ``o`` lowers a rank by at most ``o``,
+    more history (windows before the baseline's span) only lowers the values at each rank, and ``k`` grows with
+    ``n``: so the history's value at rank ``ceil(q × baseline_min_windows) − 1 − o`` is a lower bound (else the
+    smallest value of all). One polars operation (the history's lowest values and count per hot resource), none
+    without a window at the floor, none when ``cache`` (a dict the caller keeps while it passes the same
+    ``history`` frame) already holds them. ``where``: the history rows to read (default all)."""
+    floor = cfg.surge_floor_tps
+    hot = {k: v for k, v in values.items() if max(x for _, x in v) >= floor}
+    if not hot:
+        return False
+    rank = max(math.ceil(cfg.baseline_quantile * cfg.baseline_min_windows) - 1, 0)
+    kept = cache.get((key, rank)) if cache is not None else None
+    bounds = kept[1] if kept is not None and kept[0] is history else {}
+    missing = [k for k in hot if k not in bounds]
+    if missing:
+        rows = pl.col(key).is_in(missing) if where is None else pl.col(key).is_in(missing) & where
+        known = history.lazy().filter(rows).group_by(key).agg(
+            value.drop_nulls().sort().head(rank + 1).alias("low"), value.drop_nulls().len().alias("n")).collect() \
+            if history.height else None
+        found = {r[key]: (r["low"], r["n"]) for r in known.iter_rows(named=True)} if known is not None else {}
+        bounds = {**bounds, **{k: found.get(k, ([], 0)) for k in missing}}
+        if cache is not None:
+            cache[(key, rank)] = (history, bounds)
+    for k, windows in hot.items():
+        lowest, n = bounds.get(k, ([], 0))
+        for start, x in windows:
+            before = [y for s, y in windows if s < start]
+            if x < floor or n + len(before) < cfg.baseline_min_windows:
+                continue
+            j = rank - len(before)
+            bound = lowest[j] if 0 <= j < len(lowest) else min(lowest[:1] + before)
+            if x >= cfg.surge_factor * bound:
+                return True
+    return False
+
+
 def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, topic_history: pl.DataFrame,
            broker_history: pl.DataFrame, windows: WindowsConfig, cfg: DetectionConfig,
-           first_window: dt.datetime | None = None) -> pl.DataFrame:
+           first_window: dt.datetime | None = None, rules: frozenset[str] | None = None,
+           retry_traffic: dict[tuple, float] | None = None) -> pl.DataFrame:
     """All rules over one micro-batch of finalized windows → ``gold/anomalies`` rows.
 
     Args:
         topics, groups, brokers: this batch's ``gold/topic_tps``, ``gold/group_tps``, ``gold/broker_tps``.
         topic_history, broker_history: earlier windows of ``gold/topic_tps`` and ``gold/broker_tps`` (baselines).
         first_window: start of this batch's first window (UTC); default the earliest of ``topics`` and ``brokers``.
+        rules: the rules to run (:func:`rules_to_run`, its default; :data:`ALL_RULES`: every rule).
+        retry_traffic: the groups' retry traffic the brokers admitted (:func:`with_retry_traffic`); None: their
+            send-backs alone.
     """
     if first_window is None:
         starts = [f["window_start"].min() for f in (topics, brokers) if f.height]
         if not starts:
             return anomalies_frame([])
         first_window = min(starts)
-    rows = runaway_retry(group_retry(groups), cfg)
-    topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
-    topic_base = baselines(topic_values, "topic", first_window, windows, cfg).join(
-        topics.select(*WINDOW_KEYS, "topic", "put_tps"), on=["window_start", "topic"], how="inner")
-    rows += traffic_surge(topic_base, "topic", "topic", cfg)
-    broker_values = surge_values(broker_history, brokers, "broker", broker_writes())
-    broker_base = baselines(broker_values, "broker", first_window, windows, cfg).join(
-        brokers.select(*WINDOW_KEYS, "broker", broker_writes().alias("put_tps")), on=["window_start", "broker"],
-        how="inner")
-    rows += traffic_surge(broker_base, "broker", "broker", cfg)
-    rows += broker_busy(brokers, windows, cfg)
-    rows += failure_spike(topics, windows, cfg)
+    if rules is None:
+        rules = rules_to_run(topics, groups, brokers, topic_history, broker_history, cfg, retry_traffic)
+    rows = runaway_retry(with_retry_traffic(group_retry(groups), retry_traffic), cfg) if RETRY in rules else []
+    if TOPIC_SURGE in rules:
+        topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
+        topic_base = baselines(topic_values, "topic", first_window, windows, cfg).join(
+            topics.select(*WINDOW_KEYS, "topic", "put_tps"), on=["window_start", "topic"], how="inner")
+        rows += traffic_surge(topic_base, "topic", "topic", cfg)
+    if BROKER_SURGE in rules:
+        broker_values = surge_values(broker_history, brokers, "broker", broker_writes())
+        broker_base = baselines(broker_values, "broker", first_window, windows, cfg).join(
+            brokers.select(*WINDOW_KEYS, "broker", broker_writes().alias("put_tps")), on=["window_start", "broker"],
+            how="inner")
+        rows += traffic_surge(broker_base, "broker", "broker", cfg)
+    if BUSY in rules:
+        rows += broker_busy(brokers, windows, cfg)
+    if SPIKE in rules:
+        rows += failure_spike(topics, windows, cfg)
     return anomalies_frame(rows)
-

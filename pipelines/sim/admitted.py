@@ -11,8 +11,8 @@ with the counts the brokers admitted (:class:`pipelines.sim.cluster.ClosedLoopCl
 * ``SNDBCK_PUT_NUMS [topic@group]``: the admitted send-backs (``CONSUMER_SEND_MSG_BACK`` only: a fallback plain
   send is a put of the retry topic, not a send-back);
 * ``GROUP_GET_*`` of a subscription: consumers take what was admitted; of a business topic, times
-  ``1 − consume_drop_when_rejected × lost share`` of the group's retry traffic (pull flow control,
-  :mod:`pipelines.sim.cluster`);
+  ``1 − consume_drop_when_rejected × lost share`` of the group's retry traffic while the group is broken (pull flow
+  control, :mod:`pipelines.sim.cluster`);
 * ``BROKER_PUT_NUMS``: in proportion to the write units the broker admitted;
 * ``GROUP_GET_FALL_SIZE`` and ``BROKER_GET_NUMS`` as demanded (the governor's rules do not read them).
 
@@ -35,58 +35,162 @@ from pipelines.sim.traffic import TRAFFIC_COLUMNS
 from pipelines.sim.world import broker_address
 
 _SCALED_GET = (rmq.GROUP_GET_NUMS, rmq.GROUP_GET_SIZE, rmq.GROUP_GET_LATENCY)
+#: How a stats row's count follows what the brokers admitted (:func:`admitted_rows`): as demanded, as its pair's
+#: admitted puts, as its pair's admitted send-backs, as a subscription's consumption, as the broker's writes.
+_AS_DEMANDED, _PUTS, _SENDBACKS, _GETS, _BROKER = range(5)
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
 
 
+def _kahan(values) -> float:
+    """A compensated sum, in order (as pandas' ``groupby().sum()`` adds floats, so the counts stay the same)."""
+    total = comp = 0.0
+    for v in values:
+        y = v - comp
+        t = total + y
+        comp = t - total - y
+        if comp != comp:
+            comp = 0.0
+        total = t
+    return total
+
+
+class _Plan:
+    """What :func:`admitted_rows` needs of ``cluster.traffic`` and ``cluster.pairs`` once per cluster (not per
+    minute): each row's minute, how its count follows what was admitted (``_AS_DEMANDED`` …) and the pair, group
+    and broker it follows."""
+
+    def __init__(self, cluster: ClosedLoopCluster) -> None:
+        t, pairs = cluster.traffic, cluster.pairs
+        self.minute = ((t["minute_start"] - cluster.start) // pd.Timedelta(minutes=1)).to_numpy(dtype=np.int64)
+        key = {(b, rt, r): i for i, (b, rt, r) in enumerate(zip(pairs["broker"], pairs["resource_type"],
+                                                                 pairs["resource"]))}
+        groups = pairs["resource_type"].to_numpy() == "group"
+        self.group_names = sorted(set(pairs.loc[groups, "resource"]))
+        gindex = {g: i for i, g in enumerate(self.group_names)}
+        self.group_pairs = [np.flatnonzero(groups & (pairs["resource"].to_numpy() == g)) for g in self.group_names]
+        self.group_broken = [cluster.broken(g) for g in self.group_names]
+        bindex = {b: i for i, b in enumerate(cluster.brokers)}
+        n = len(t)
+        self.how, self.pair = np.full(n, _AS_DEMANDED), np.full(n, -1)
+        self.group, self.broker = np.full(n, -1), np.full(n, -1)
+        for i, (b, stat, k) in enumerate(zip(t["broker"].astype(str), t["stat_name"].astype(str),
+                                             t["stats_key"].astype(str))):
+            if stat in (rmq.TOPIC_PUT_NUMS, rmq.TOPIC_PUT_SIZE):
+                g = _retry_group(k)
+                self.how[i], self.pair[i] = _PUTS, key.get((b, "group", g) if g else (b, "topic", k), -1)
+            elif stat == rmq.SNDBCK_PUT_NUMS:
+                self.how[i], self.pair[i] = _SENDBACKS, key.get((b, "group", k.split("@")[-1]), -1)
+            elif stat in _SCALED_GET:
+                parts = k.split("@")
+                topic, group = parts[-2], parts[-1]
+                g = _retry_group(topic)
+                if g:
+                    self.how[i], self.pair[i] = _PUTS, key.get((b, "group", g), -1)
+                else:
+                    self.how[i], self.pair[i] = _GETS, key.get((b, "topic", topic), -1)
+                    self.group[i] = gindex.get(group, -1)
+            elif stat == rmq.BROKER_PUT_NUMS:
+                self.how[i], self.broker[i] = _BROKER, bindex.get(b, -1)
+        self.value = t["style"].astype(str).to_numpy() == "VALUE"
+        self.rows: dict[int, np.ndarray] = {}
+        self.events: list | None = None
+
+    def rows_of(self, m: int) -> np.ndarray:
+        if m not in self.rows:
+            self.rows[m] = np.flatnonzero(self.minute == m)
+        return self.rows[m]
+
+
+def _retry_group(topic: str) -> str | None:
+    return topic[len(rmq.RETRY_TOPIC_PREFIX):] if topic.startswith(rmq.RETRY_TOPIC_PREFIX) else None
+
+
+def _plan(cluster: ClosedLoopCluster) -> _Plan:
+    plan = getattr(cluster, "_admitted_plan", None)
+    if plan is None:
+        plan = cluster._admitted_plan = _Plan(cluster)
+    return plan
+
+
+def admitted_factors(cluster: ClosedLoopCluster, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in ``cluster.traffic`` of minute ``m``'s rows, the factor of each row's counts: what the brokers
+    admitted over what was demanded; 1 for rows printed as demanded). The minute must have been simulated."""
+    if cluster.minutes_done() <= m:
+        raise ValueError(f"minute {m} has not been simulated yet ({cluster.minutes_done()} done)")
+    plan = _plan(cluster)
+    at = plan.rows_of(m)
+    demand = cluster.demand[:, m] * 60.0
+    adm_all = cluster.admitted[m].sum(axis=1)
+    put = _ratio(adm_all, demand)
+    sndbck = _ratio(cluster.admitted[m][:, 0], demand)
+    lost = cluster.lost[m]
+    drop = np.zeros(len(plan.group_names) + 1)  # the last entry: a group without pairs (no drop)
+    for i, rows in enumerate(plan.group_pairs):
+        if not plan.group_broken[i][m]:  # a working consumer's rejected retries do not hold its pulls back
+            continue
+        dem = _kahan(demand[rows].tolist())
+        share = _kahan(lost[rows].tolist()) / dem if dem > 0 else 0.0
+        drop[i] = cluster.clients.consume_drop_when_rejected * min(max(share, 0.0), 1.0)
+    work = cluster.work[:, m]
+    broker = np.append(_ratio(np.bincount(cluster.pair_broker, adm_all * work, minlength=len(cluster.brokers)),
+                              np.bincount(cluster.pair_broker, demand * work, minlength=len(cluster.brokers))), 1.0)
+    how, pair = plan.how[at], plan.pair[at]
+    put, sndbck = np.append(put, 1.0), np.append(sndbck, 1.0)  # index -1: a row without a pair (as demanded)
+    factor = np.ones(len(at))
+    factor = np.where(how == _PUTS, put[pair], factor)
+    factor = np.where(how == _SENDBACKS, sndbck[pair], factor)
+    factor = np.where(how == _GETS, put[pair] * (1.0 - drop[plan.group[at]]), factor)
+    factor = np.where(how == _BROKER, broker[plan.broker[at]], factor)
+    return at, factor
+
+
+def admitted_sums(cluster: ClosedLoopCluster, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in ``cluster.traffic`` of minute ``m``'s rows, each row's admitted ``sum``): the SUM its line
+    prints (:func:`admitted_rows` without building the frame)."""
+    at, factor = admitted_factors(cluster, m)
+    f = np.where(_plan(cluster).value[at], 1.0, factor)
+    return at, np.rint(cluster.traffic["sum"].to_numpy(dtype=float)[at] * f).astype(np.int64)
+
+
+def stats_events(cluster: ClosedLoopCluster, m: int) -> list[tuple]:
+    """The metric events of minute ``m``'s stats lines as the brokers admitted it, windowed stats only
+    (:data:`pipelines.rocketmq.WINDOWED_STATS` of the minute period): ``(event_time, broker, topic, group,
+    metric, amount)`` as :mod:`pipelines.sim.windows` reads them, the event time the start of the minute (UTC)."""
+    plan = _plan(cluster)
+    if plan.events is None:  # each row's event without its amount (None: not a windowed stat)
+        t = cluster.traffic
+        plan.events = []
+        for broker, stat, key, period in zip(t["broker"].astype(str), t["stat_name"].astype(str),
+                                             t["stats_key"].astype(str), t["period"].astype(str)):
+            if period != "minute" or stat not in rmq.WINDOWED_STATS:
+                plan.events.append(None)
+            elif stat == rmq.TOPIC_PUT_NUMS:
+                plan.events.append((broker, key, None, stat))
+            elif stat == rmq.BROKER_PUT_NUMS:
+                plan.events.append((broker, None, None, stat))
+            else:
+                topic, _, group = key.rpartition("@")
+                plan.events.append((broker, topic, group, stat))
+    at, sums = admitted_sums(cluster, m)
+    when = (cluster.start + pd.Timedelta(minutes=m)).to_pydatetime()
+    out = []
+    for i, amount in zip(at.tolist(), sums.tolist()):
+        e = plan.events[i]
+        if e is not None:
+            out.append((when, e[0], e[1], e[2], e[3], amount))
+    return out
+
+
 def admitted_rows(cluster: ClosedLoopCluster, m: int) -> pd.DataFrame:
     """The stats rows of minute ``m`` (it must have been simulated) as the brokers admitted it, columns
     :data:`~pipelines.sim.traffic.TRAFFIC_COLUMNS` (plain string columns)."""
-    if cluster.minutes_done() <= m:
-        raise ValueError(f"minute {m} has not been simulated yet ({cluster.minutes_done()} done)")
-    t = cluster.traffic
-    at = cluster.start + pd.Timedelta(minutes=m)
-    rows = t[t["minute_start"] == at].copy()
+    at, factor = admitted_factors(cluster, m)
+    rows = cluster.traffic.iloc[at].copy()
     for c in ("broker", "stat_name", "stats_key", "period", "style"):
         rows[c] = rows[c].astype(str)
-    pairs = cluster.pairs
-    demand = cluster.demand[:, m] * 60.0
-    adm_all = cluster.admitted[m].sum(axis=1)
-    adm_first = cluster.admitted[m][:, 0]
-    work = cluster.work[:, m]
-    key = {(b, rt, r): i for i, (b, rt, r) in enumerate(zip(pairs["broker"], pairs["resource_type"], pairs["resource"]))}
-    put_factor = dict(zip(key, _ratio(adm_all, demand)))
-    sndbck_factor = dict(zip(key, _ratio(adm_first, demand)))
-    groups = pairs["resource_type"] == "group"
-    lost = pd.Series(cluster.lost[m][groups.to_numpy()]).groupby(pairs.loc[groups, "resource"].to_numpy()).sum()
-    dem = pd.Series(demand[groups.to_numpy()]).groupby(pairs.loc[groups, "resource"].to_numpy()).sum()
-    drop = cluster.clients.consume_drop_when_rejected * (lost / dem.where(dem > 0)).fillna(0.0).clip(0.0, 1.0)
-    broker_factor = pd.Series(_ratio(
-        np.bincount(cluster.pair_broker, adm_all * work, minlength=len(cluster.brokers)),
-        np.bincount(cluster.pair_broker, demand * work, minlength=len(cluster.brokers))), index=cluster.brokers)
-
-    def retry_group(topic: str) -> str | None:
-        return topic[len(rmq.RETRY_TOPIC_PREFIX):] if topic.startswith(rmq.RETRY_TOPIC_PREFIX) else None
-
-    factor = np.ones(len(rows))
-    for n, (b, stat, k) in enumerate(zip(rows["broker"], rows["stat_name"], rows["stats_key"])):
-        if stat in (rmq.TOPIC_PUT_NUMS, rmq.TOPIC_PUT_SIZE):
-            g = retry_group(k)
-            factor[n] = put_factor.get((b, "group", g) if g else (b, "topic", k), 1.0)
-        elif stat == rmq.SNDBCK_PUT_NUMS:
-            factor[n] = sndbck_factor.get((b, "group", k.split("@")[-1]), 1.0)
-        elif stat in _SCALED_GET:
-            parts = k.split("@")
-            topic, group = parts[-2], parts[-1]
-            g = retry_group(topic)
-            if g:
-                factor[n] = put_factor.get((b, "group", g), 1.0)
-            else:
-                factor[n] = put_factor.get((b, "topic", topic), 1.0) * (1.0 - float(drop.get(group, 0.0)))
-        elif stat == rmq.BROKER_PUT_NUMS:
-            factor[n] = float(broker_factor.get(b, 1.0))
     return _scale(rows, factor)[list(TRAFFIC_COLUMNS)].reset_index(drop=True)
 
 

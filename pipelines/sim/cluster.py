@@ -26,8 +26,11 @@ What the clients do with a rejection (``SYSTEM_BUSY``, code 2, from the queue's 
   (``ConsumeMessageConcurrentlyService.submitConsumeRequestLater``) and sent back again: the demand of a broken
   consumer does not fall, whatever the limit (the World's send-back rate stays). Such messages stay in the
   process queue, whose flow control (``pullThresholdForQueue``, ``consumeConcurrentlyMaxSpan``) slows the pulls:
-  the group's consumption of its other topics falls by ``consume_drop_when_rejected`` × the share of its retry
-  traffic lost (:mod:`pipelines.sim.admitted`).
+  while the group is broken (:meth:`ClosedLoopCluster.broken`) its consumption of its other topics falls by
+  ``consume_drop_when_rejected`` × the share of its retry traffic lost (:mod:`pipelines.sim.admitted`). A working
+  consumer's retries are transient failures: a message whose send-back is rejected is re-consumed locally five
+  seconds later and succeeds, so it leaves the process queue and does not hold the pulls back (its consumption
+  does not fall; its send-back demand stays the World's share of what it consumes).
 
 Not modelled: the retry topic's delay levels (a re-put lands in the same minute, as in :mod:`pipelines.sim.traffic`),
 producers giving up under ``sendMsgTimeout``, queue capacity overflow (``[OVERLOAD]``), Sohu's default per-resource
@@ -55,8 +58,8 @@ class ClientConfig(ConfigSection):
 
     producer_attempts: int = Field(default=3, ge=1)  # 1 + DefaultMQProducer.retryTimesWhenSendFailed (2)
     retrying_share: float = Field(default=0.6, ge=0, le=1)  # sends whose client retries code 2 on another broker
-    consume_drop_when_rejected: float = Field(default=0.5, ge=0, le=1)  # share of a group's consumption lost when
-    #                                                                     all of its retry traffic is lost
+    consume_drop_when_rejected: float = Field(default=0.5, ge=0, le=1)  # share of a broken group's consumption
+    #                                                                     lost when all of its retry traffic is lost
 
 
 @dataclass
@@ -105,6 +108,7 @@ class ClosedLoopCluster:
         m = ((offered["minute_start"] - self.start) // pd.Timedelta(minutes=1)).to_numpy(dtype=np.int64)
         self.demand = np.zeros((L, T))
         self.demand[rows, m] = offered["requests_tps"].to_numpy(dtype=float)
+        self._demand_dt = self.demand * float(self.cfg.tick_seconds)  # requests per tick
         work = np.full((L, T), np.nan)
         work[rows, m] = offered["work_per_request"].to_numpy(dtype=float)
         self.work = pd.DataFrame(work).T.ffill().bfill().fillna(1.0).T.to_numpy()
@@ -122,6 +126,7 @@ class ClosedLoopCluster:
         self.k = 0
         self.limit = np.full(L, np.nan)
         self._has, self._limited = np.zeros(L, dtype=bool), False
+        self._prepared, self._limited_dt = (None, None, None), np.zeros(L)
         self.burst = np.ones(L)
         self.open_ticks = np.full(L, self._ticks(self.cfg.breaker_open_ms), dtype=np.int64)
         # per minute × pair × stream (msgs); per second × pair (msgs); per broker × minute
@@ -140,6 +145,20 @@ class ClosedLoopCluster:
         self.rejections = Rejections([], [], [], [], [], [], [])
 
     # --- set-up ------------------------------------------------------------------------------------------------------
+    def broken(self, group: str) -> np.ndarray:
+        """Per minute: whether ``group`` is a broken consumer (its messages fail on every consumption): the
+        incident's culprit group while its cause is active (:attr:`Incident.active`; none: from the onset on)."""
+        on = np.zeros(self.T, dtype=bool)
+        inc = self.incident
+        if inc is None or inc.culprit_group != group:
+            return on
+        spans = inc.active or ((inc.onset, self.end),)
+        for a, b in spans:
+            lo = int((pd.Timestamp(a) - self.start) // pd.Timedelta(minutes=1))
+            hi = int(-(-(pd.Timestamp(b) - self.start) // pd.Timedelta(minutes=1)))
+            on[max(lo, 0):max(hi, 0)] = True
+        return on
+
     @property
     def streams(self) -> int:
         """Request streams per pair: a topic's attempts 1..A (A = ``producer_attempts``); a group's send-backs
@@ -199,6 +218,8 @@ class ClosedLoopCluster:
         self.burst = np.where(np.isnan(self.limit), 1.0, np.maximum(np.asarray(burst, dtype=float), 1.0))
         self.open_ticks = np.array([self._ticks(ms) for ms in np.asarray(breaker_open_ms, dtype=float)],
                                    dtype=np.int64)
+        self._prepared = TokenBuckets.prepare(self.limit, self.open_ticks, self.dt)
+        self._limited_dt = np.where(self._has, self.dt, 0.0)
 
     # --- the tick loop -----------------------------------------------------------------------------------------------
     def advance_to(self, when: pd.Timestamp | dt.datetime) -> None:
@@ -212,20 +233,24 @@ class ClosedLoopCluster:
         k, dt_s, tpm = self.k, self.dt, self.ticks_per_minute
         m, sec = k // tpm, int(k * dt_s + 1e-9)
         x = self.pending
-        x[:, 0] += self.demand[:, m] * dt_s
+        x[:, 0] += self._demand_dt[:, m]
         total = x.sum(axis=1)
-        passed = self.buckets.admit(total, self.limit, self.burst, self.open_ticks, dt_s)
+        passed = self.buckets.admit(total, self.limit, self.burst, self.open_ticks, dt_s, self._prepared)
         arrivals = np.bincount(self.pair_broker, passed * self.work[:, m], minlength=len(self.brokers))
         share, _served, wait = self.queues.serve(arrivals, dt_s)
-        busy = passed * share[self.pair_broker]
         self.offered[m] += x
         self.arrived_work[:, m] += arrivals
-        self.max_wait_ms[:, m] = np.maximum(self.max_wait_ms[:, m], wait * 1000.0)
+        if np.count_nonzero(wait):
+            self.max_wait_ms[:, m] = np.maximum(self.max_wait_ms[:, m], wait * 1000.0)
         if self._limited:
-            self.limited_seconds[m] += np.where(self._has, dt_s, 0.0)
+            self.limited_seconds[m] += self._limited_dt
             self.limit_min[m] = np.fmin(self.limit_min[m], self.limit)
-        refused = total - passed + busy
-        if not refused.any():  # nothing rejected this tick (the usual case): nothing to retry or to log
+        busy = passed * share[self.pair_broker] if np.count_nonzero(share) else None
+        if busy is None and not self._limited:  # every request admitted: total - passed is 0
+            refused = None
+        else:
+            refused = total - passed + busy if busy is not None else total - passed
+        if refused is None or not np.count_nonzero(refused):  # nothing rejected (the usual case): nothing to retry
             self.admitted[m] += x
             self.second_admitted[sec] += total
             self.pending = np.zeros_like(x)
@@ -233,35 +258,42 @@ class ClosedLoopCluster:
             return
         safe = np.where(total > 0, total, 1.0)
         r_lim = x * ((total - passed) / safe)[:, None]
-        r_busy = x * (busy / safe)[:, None]
-        rejected = r_lim + r_busy
+        rejected = r_lim
+        if busy is not None:
+            r_busy = x * (busy / safe)[:, None]
+            rejected = r_lim + r_busy
+            self.busy_rejected[m] += r_busy
+        else:
+            r_busy = None
         self.admitted[m] += x - rejected
         self.limiter_rejected[m] += r_lim
-        self.busy_rejected[m] += r_busy
-        self.second_admitted[sec] += total - rejected.sum(axis=1)
-        self.second_rejected[sec] += rejected.sum(axis=1)
+        out = rejected.sum(axis=1)
+        self.second_admitted[sec] += total - out
+        self.second_rejected[sec] += out
         nxt = np.zeros_like(x)
         for s in range(self.streams - 1):
             nxt[:, s + 1] = self.route[s].T @ rejected[:, s]
-        self.lost[m] += rejected.sum(axis=1) - nxt.sum(axis=1)
+        self.lost[m] += out - nxt.sum(axis=1)
         self.pending = nxt
         self._log(k, r_lim, r_busy)
         self.k += 1
 
-    def _log(self, k: int, r_lim: np.ndarray, r_busy: np.ndarray) -> None:
-        """Whole send-failure lines of this tick's logged rejections (fractions carry over to the next tick)."""
+    def _log(self, k: int, r_lim: np.ndarray, r_busy: np.ndarray | None) -> None:
+        """Whole send-failure lines of this tick's logged rejections (fractions carry over to the next tick);
+        ``r_busy`` None: no busy rejection."""
         self._debt[0] += np.where(self.logged, r_lim, 0.0)
-        self._debt[1] += np.where(self.logged, r_busy, 0.0)
+        if r_busy is not None:
+            self._debt[1] += np.where(self.logged, r_busy, 0.0)
         lines = np.floor(self._debt + 1e-9)
-        if not lines.any():
+        if not np.count_nonzero(lines):
             return
         self._debt -= lines
         rj = self.rejections
-        for busy, i, s in zip(*np.nonzero(lines)):
-            rj.tick.append(k)
-            rj.pair.append(int(i))
-            rj.stream.append(int(s))
-            rj.busy.append(bool(busy))
-            rj.count.append(int(lines[busy, i, s]))
-            rj.limit.append(float(self.limit[i]))
-            rj.queue.append(float(self.queues.queue[self.pair_broker[i]]))
+        busy, i, s = np.nonzero(lines)
+        rj.tick.extend([k] * len(i))
+        rj.pair.extend(i.tolist())
+        rj.stream.extend(s.tolist())
+        rj.busy.extend((busy != 0).tolist())
+        rj.count.extend(lines[busy, i, s].astype(np.int64).tolist())
+        rj.limit.extend(self.limit[i].tolist())
+        rj.queue.extend(self.queues.queue[self.pair_broker[i]].tolist())

@@ -31,13 +31,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import polars as pl
 import pyarrow.compute as pc
 from pydantic import Field
 
 from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import ConfigSection, GovernorConfig
-from pipelines.decide.arrow import from_rows
+from pipelines.decide.arrow import from_rows, micros, to_polars, when
 from pipelines.decide.evidence import expected_brokers, open_evidence
 from pipelines.decide.fast import FastInputs, OpenRows
 from pipelines.decide.fast import decide_prepared as decide_preliminary
@@ -45,12 +46,12 @@ from pipelines.decide.fast import prepare_preliminary
 from pipelines.decide.final import FinalInputs, decide_prepared, prepare_final
 from pipelines.decide.reconcile import latest_per_resource
 from pipelines.writeback.records import current_rows, records_from_rows
-from pipelines.sim.admitted import admitted_rows, trickle
+from pipelines.sim.admitted import stats_events, trickle
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.windows import FinalWindows, OpenWindows, gold_tables
 
 UTC = dt.timezone.utc
-GOLD = ("gold/topic_tps", "gold/group_tps", "gold/broker_tps")
+BUSY, LIMITED = "failure:TIMEOUT_CLEAN_QUEUE", f"failure:{rmq.RATE_LIMITED}"  # the metrics of rejected sends
 
 
 class Timing(ConfigSection):
@@ -112,23 +113,6 @@ class SimResult:
     bcfg: object = None
 
 
-def stats_events(cluster: ClosedLoopCluster, m: int) -> list[tuple]:
-    """The metric events of minute ``m``'s stats lines as the brokers admitted it (the windowed stats only)."""
-    rows = admitted_rows(cluster, m)
-    rows = rows[(rows["period"] == "minute") & rows["stat_name"].isin(rmq.WINDOWED_STATS)]
-    at = (cluster.start + pd.Timedelta(minutes=m)).to_pydatetime()
-    out = []
-    for broker, stat, key, amount in zip(rows["broker"], rows["stat_name"], rows["stats_key"], rows["sum"]):
-        if stat == rmq.TOPIC_PUT_NUMS:
-            topic, group = key, None
-        elif stat == rmq.BROKER_PUT_NUMS:
-            topic, group = None, None
-        else:
-            topic, _, group = key.rpartition("@")
-        out.append((at, broker, topic, group, stat, int(amount)))
-    return out
-
-
 class Broker:
     """The brokers' limits over time: publications in force ``propagation`` seconds after they were published."""
 
@@ -137,6 +121,7 @@ class Broker:
         self.pending: list[tuple[pd.Timestamp, list[dict]]] = []
         self.records: list[dict] = []
         self.timeline: list[tuple[pd.Timestamp, dict]] = []
+        self._expiries: list[pd.Timestamp] = []  # each record's expires_at
         self.index = {(b, t, r): i for i, (b, t, r) in enumerate(zip(
             cluster.pairs["broker"], cluster.pairs["resource_type"], cluster.pairs["resource"]))}
 
@@ -146,8 +131,7 @@ class Broker:
                                                                                                  None)))
 
     def next_change(self, after: pd.Timestamp) -> pd.Timestamp | None:
-        times = [t for t, _ in self.pending]
-        times += [pd.Timestamp(r["expires_at"]) for r in self.records if pd.Timestamp(r["expires_at"]) > after]
+        times = [t for t, _ in self.pending] + [t for t in self._expiries if t > after]
         return min(times) if times else None
 
     def run_until(self, when: pd.Timestamp) -> None:
@@ -165,6 +149,7 @@ class Broker:
         if due:
             self.records = due[-1][1]
             self.pending = [p for p in self.pending if p[0] > at]
+            self._expiries = [pd.Timestamp(r["expires_at"]) for r in self.records]
         c = self.cluster
         n = len(c.pairs)
         limit, burst, open_ms = np.full(n, np.nan), np.ones(n), np.full(n, float(c.cfg.breaker_open_ms))
@@ -186,19 +171,29 @@ class Broker:
             self.timeline.append((at, snapshot))
 
 
+def closed_cluster(spec, bcfg, timing: Timing | None = None) -> ClosedLoopCluster:
+    """The cluster :func:`simulate` runs ``spec`` on (the backtest's brokers at the simulation's tick)."""
+    timing = timing or Timing()
+    return ClosedLoopCluster(spec, bcfg.broker.model_copy(update={"tick_seconds": timing.tick_seconds}),
+                             bcfg.clients)
+
+
 def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
-             propagation_seconds: float | None = None, record=None) -> SimResult:
+             propagation_seconds: float | None = None, record=None,
+             cluster: ClosedLoopCluster | None = None) -> SimResult:
     """Run ``spec`` in closed loop against the decision plane (module docstring). ``cfg``: the governor's config
     (shipped ``conf/local.toml``); ``bcfg``: the backtest's world (:class:`pipelines.sim.settings.BacktestConfig`:
     shipping, brokers, clients, propagation). ``record(kind, inputs, outputs)``: called with each fast micro-batch's
     decision inputs and its preliminary ``gold/limits`` rows (``bench/same_decisions.py`` replays them through
-    another commit's fast path)."""
+    another commit's fast path). ``cluster``: :func:`closed_cluster` of the same arguments, not run yet (a caller
+    that built it to look at the scenario first)."""
     import time as _time
 
     started = _time.monotonic()
     timing = timing or Timing()
-    broker_cfg = bcfg.broker.model_copy(update={"tick_seconds": timing.tick_seconds})
-    cluster = ClosedLoopCluster(spec, broker_cfg, bcfg.clients)
+    cluster = cluster if cluster is not None else closed_cluster(spec, bcfg, timing)
+    if cluster.k:
+        raise ValueError("the cluster has run already")
     prop = bcfg.propagation_seconds if propagation_seconds is None else float(propagation_seconds)
     w, ship = cfg.windows, bcfg.shipping
     length = w.length_seconds
@@ -209,69 +204,73 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     bg = sorted(zip((pd.Timestamp(t) for t in background["event_time"]), background["broker"],
                     background["topic"], background["expected_class"]))
     landed: list[tuple] = []  # events, in the order they are written for the deciding queries
-    written_at: list[pd.Timestamp] = []  # when each was written
-    history: dict[str, pa.Table | None] = {name: None for name in GOLD}
+    written_at: list[float] = []  # when each was written (seconds from the start)
+    history = History(cfg)
     decided: list[dict] = []
     seen_rejections = stats_done = bg_done = 0
     fast_seen = gold_seen = 0
     step = w.fast_trigger_seconds if w.fast_path != "never" else w.trigger_seconds
     grid = np.gcd(int(step), int(w.trigger_seconds))
-    t = cluster.start + pd.Timedelta(seconds=grid)
-    end = cluster.end + pd.Timedelta(seconds=ship.stats_seconds + 6 * w.trigger_seconds + w.watermark_seconds + 60)
+    second = int(grid)
+    end = cluster.T * 60 + ship.stats_seconds + 6 * w.trigger_seconds + w.watermark_seconds + 60
     failure_lines = 0
     pair_broker = [cluster.brokers[i] for i in cluster.pair_broker]
     pair_topic = [rmq.RETRY_TOPIC_PREFIX + r if k == "group" else r
                   for k, r in zip(cluster.pairs["resource_type"], cluster.pairs["resource"])]
-    while t <= end:
+    while second <= end:
+        t = cluster.start + pd.Timedelta(seconds=second)
         brokers.run_until(min(t, cluster.end))
-        second = int((t - cluster.start).total_seconds())
         if second % w.trigger_seconds == 0:  # ingest: what landed by now
             batch = []
-            while stats_done < cluster.minutes_done() and cluster.start + pd.Timedelta(
-                    minutes=stats_done + 1, seconds=ship.stats_seconds) <= t:
+            while stats_done < cluster.minutes_done() and (stats_done + 1) * 60 + ship.stats_seconds <= second:
                 batch += stats_events(cluster, stats_done)
                 stats_done += 1
             cutoff = t - pd.Timedelta(seconds=ship.failures_seconds)
             rj = cluster.rejections
-            last_tick = (cutoff - cluster.start).total_seconds() / cluster.dt - 0.5
+            last_tick = (second - ship.failures_seconds) / cluster.dt - 0.5
             upto = bisect.bisect_right(rj.tick, last_tick, lo=seen_rejections)
+            lines: dict = {}  # a tick's lines of one pair and kind, whatever their attempt: one event (same time)
             for tick, pair, busy, count in zip(rj.tick[seen_rejections:upto], rj.pair[seen_rejections:upto],
                                                rj.busy[seen_rejections:upto], rj.count[seen_rejections:upto]):
-                at = cluster.start.to_pydatetime() + dt.timedelta(seconds=(tick + 0.5) * cluster.dt)
-                klass = "TIMEOUT_CLEAN_QUEUE" if busy else rmq.RATE_LIMITED
-                batch.append((at, pair_broker[pair], pair_topic[pair], None, f"failure:{klass}", int(count)))
-                failure_lines += int(count)
+                lines[tick, pair, busy] = lines.get((tick, pair, busy), 0) + int(count)
+            start, times = cluster.start.to_pydatetime(), {}
+            for (tick, pair, busy), count in lines.items():
+                if tick not in times:
+                    times[tick] = start + dt.timedelta(seconds=(tick + 0.5) * cluster.dt)
+                batch.append((times[tick], pair_broker[pair], pair_topic[pair], None, BUSY if busy else LIMITED, count))
+                failure_lines += count
             seen_rejections = upto
             while bg_done < len(bg) and bg[bg_done][0] <= cutoff:
                 at, b, topic, klass = bg[bg_done]
                 batch.append((at.to_pydatetime(), b, topic, None, f"failure:{klass}", 1))
                 bg_done += 1
             landed += batch
-            written_at += [t + pd.Timedelta(seconds=timing.ingest_seconds)] * len(batch)
+            written_at += [second + timing.ingest_seconds] * len(batch)
         if w.fast_path != "never" and second % w.fast_trigger_seconds == 0:
-            new = bisect.bisect_right(written_at, t, lo=fast_seen)
+            new = bisect.bisect_right(written_at, second, lo=fast_seen)
             events = landed[fast_seen:new]
             fast_seen = max(fast_seen, new)
             if events:
-                rows = opened.batch(events)
+                rows, dicts = opened.batch_rows(events)
                 if rows.num_rows:
                     now = (t + pd.Timedelta(seconds=timing.fast_seconds)).to_pydatetime()
-                    first = min(rows.column("window_start").to_pylist())
-                    inputs = FastInputs(rows, *_history(history, first, None, cfg), None, None)
-                    remembered = memory.rows
+                    first = pc.min(rows.column("window_start")).as_py()
+                    inputs = FastInputs(rows, *history.view(first, None), None, None, open_dicts=dicts)
+                    remembered = memory.rows if record is not None else None
                     prepared = prepare_preliminary(inputs, memory, cfg)
                     accepted, _ = decide_preliminary(prepared, store.state_table(), store.limits_table(), cfg, now,
                                                      origin="sim-fast")
                     if record is not None:
-                        record("fast", {"rows": rows, "remembered": remembered, "topic_history": inputs.topic_history,
-                                        "broker_history": inputs.broker_history, "state": store.state_table(),
+                        record("fast", {"rows": rows, "remembered": remembered,
+                                        "topic_history": inputs.topic_history.to_arrow(),
+                                        "broker_history": inputs.broker_history.to_arrow(), "state": store.state_table(),
                                         "limits": store.limits_table(), "now": now}, accepted)
                     if accepted.num_rows:
                         store.add(accepted)
                         decided += accepted.to_pylist()
                         brokers.publish(pd.Timestamp(now), store.limits)
         if second % w.trigger_seconds == 0:  # gold: the windows the watermark passed
-            new = bisect.bisect_right(written_at, t, lo=gold_seen)
+            new = bisect.bisect_right(written_at, second, lo=gold_seen)
             events = landed[gold_seen:new]
             gold_seen = max(gold_seen, new)
             if events or final.pending():
@@ -279,55 +278,71 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                 if sums:
                     now = (t + pd.Timedelta(seconds=timing.gold_seconds)).to_pydatetime()
                     reduced = gold_tables(sums, length, cfg.detection, store.limited_keys())
-                    first = min(reduced["traffic"].column("window_start").to_pylist())
-                    th, bh = _history(history, first, first, cfg)
+                    first = pc.min(reduced["traffic"].column("window_start")).as_py()
+                    th, bh = history.view(first, first)
                     partial = FinalInputs(reduced["gold/topic_tps"], reduced["gold/group_tps"],
                                           reduced["gold/broker_tps"], reduced["traffic"], th, bh, None, None)
                     prepared = prepare_final(partial, cfg)
                     if prepared.first_window is not None:
+                        # the lift veto's evidence, read only for a resource folded (a candidate or a limit in force)
+                        opened_now = open_evidence(memory.rows, prepared.horizon_end, length, expected_brokers(
+                            partial.brokers)) if prepared.candidates or store.limited_keys() else None
                         inputs = FinalInputs(partial.topics, partial.groups, partial.brokers, partial.traffic, th, bh,
-                                             store.state_table(), store.limits_table(), None,
-                                             open_evidence(memory.rows, prepared.horizon_end, length,
-                                                           expected_brokers(partial.brokers)))
+                                             store.state_table(), store.limits_table(), None, opened_now)
                         out = decide_prepared(prepared, inputs, cfg, now, batch_id=len(decided),
                                               origin="sim-gold")
                         store.add(out.limits, out.state)
                         decided += out.limits.to_pylist()
-                        for name in GOLD:
-                            history[name] = _trim(history[name], out.tables()[name], first, cfg)
+                        history.add(out.tables(), first)
                         brokers.publish(pd.Timestamp(now), store.limits)
-        t += pd.Timedelta(seconds=int(grid))
+        second += int(grid)
     brokers.run_until(cluster.end)
     limits = pd.DataFrame(decided, columns=[n for n, _ in columns.GOLD_LIMITS])
     return SimResult(spec, cluster, prop, w.trigger_seconds, w.watermark_seconds, brokers.timeline, limits,
                      wall_seconds=_time.monotonic() - started, failure_lines=failure_lines, bcfg=bcfg)
 
 
-def _trim(kept: pa.Table | None, new: pa.Table, first: dt.datetime, cfg: GovernorConfig) -> pa.Table:
-    """The finalized windows kept for baselines: ``kept`` and ``new``, without windows older than the baselines of
-    windows from ``first`` on need."""
-    table = new if kept is None else pa.concat_tables([kept, new])
-    since = first - dt.timedelta(seconds=(cfg.detection.baseline_windows + 1) * cfg.windows.length_seconds)
-    return table.filter(pc.greater_equal(table.column("window_start"), pa.scalar(since, type=table.schema.field(
-        "window_start").type)))
+class History:
+    """The finalized windows the gold query has written (``gold/topic_tps``, ``gold/broker_tps``, as polars frames),
+    kept for the baselines, and the views the two paths read (cached until the next gold batch: most fast
+    micro-batches read the same view)."""
 
+    SPECS = {"gold/topic_tps": columns.GOLD_TOPIC_TPS, "gold/broker_tps": columns.GOLD_BROKER_TPS}
 
-def _history(history: dict, first: dt.datetime, before: dt.datetime | None, cfg: GovernorConfig):
-    """The finalized topic and broker windows the baselines of windows from ``first`` need."""
-    since = first - dt.timedelta(seconds=cfg.detection.baseline_windows * cfg.windows.length_seconds)
-    out = []
-    for name, spec in (("gold/topic_tps", columns.GOLD_TOPIC_TPS), ("gold/broker_tps", columns.GOLD_BROKER_TPS)):
-        table = history[name]
-        if table is None or table.num_rows == 0:
-            out.append(from_rows([], spec))
-            continue
-        start = table.column("window_start")
-        kind = table.schema.field("window_start").type
-        keep = pc.greater_equal(start, pa.scalar(since, type=kind))
-        if before is not None:
-            keep = pc.and_(keep, pc.less(start, pa.scalar(before, type=kind)))
-        out.append(table.filter(keep))
-    return out[0], out[1]
+    def __init__(self, cfg: GovernorConfig) -> None:
+        self.cfg = cfg
+        self.frames: dict[str, pl.DataFrame | None] = {name: None for name in self.SPECS}
+        self._views: dict = {}
+
+    def add(self, tables: dict[str, pa.Table], first: dt.datetime) -> None:
+        """A gold batch's tables, without windows older than the baselines of windows from ``first`` on need."""
+        since = micros(first - dt.timedelta(seconds=(self.cfg.detection.baseline_windows + 1)
+                                            * self.cfg.windows.length_seconds))
+        for name in self.SPECS:
+            new = pl.from_arrow(tables[name])
+            kept = self.frames[name]
+            frame = new if kept is None else pl.concat([kept, new], how="vertical")
+            self.frames[name] = frame.filter(when("window_start") >= since).rechunk()
+        self._views.clear()
+
+    def view(self, first: dt.datetime, before: dt.datetime | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The finalized topic and broker windows the baselines of windows from ``first`` need (before ``before``)."""
+        key = (first, before)
+        if key not in self._views:
+            since = micros(first - dt.timedelta(seconds=self.cfg.detection.baseline_windows
+                                                * self.cfg.windows.length_seconds))
+            out = []
+            for name, spec in self.SPECS.items():
+                frame = self.frames[name]
+                if frame is None or frame.height == 0:
+                    out.append(to_polars(None, spec))
+                    continue
+                keep = when("window_start") >= since
+                if before is not None:
+                    keep = keep & (when("window_start") < micros(before))
+                out.append(frame.filter(keep))
+            self._views[key] = tuple(out)
+        return self._views[key]
 
 
 __all__ = ["Timing", "simulate", "SimResult", "latest_per_resource"]

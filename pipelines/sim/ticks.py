@@ -37,32 +37,46 @@ class TokenBuckets:
 
     tokens: np.ndarray
     open_left: np.ndarray
+    _reset: bool = False  # tokens and breakers as without a limit (nothing to reset again)
 
     @classmethod
     def empty(cls, n: int) -> "TokenBuckets":
         return cls(tokens=np.ones(n), open_left=np.zeros(n, dtype=np.int64))
 
     def admit(self, offered: np.ndarray, limit: np.ndarray, burst: np.ndarray, open_ticks: np.ndarray | int,
-              dt: float) -> np.ndarray:
+              dt: float, prepared: tuple | None = None) -> np.ndarray:
         """One tick: ``offered`` requests per pair, ``limit`` (requests/s, NaN = no limit in force), ``burst``
         (requests), ``open_ticks`` (the breaker's open time in ticks, per pair or one for all) → admitted
-        requests per pair (the rest is rejected by the limiter)."""
-        has = ~np.isnan(limit)
-        if not has.any():
-            self.tokens = np.ones_like(self.tokens)
-            self.open_left[:] = 0
+        requests per pair (the rest is rejected by the limiter). ``prepared``: :meth:`prepare` of the same limits
+        (what does not change from tick to tick while they are in force)."""
+        has, refill, open_max = prepared if prepared is not None else self.prepare(limit, open_ticks, dt)
+        if has is None:
+            if not self._reset:
+                self.tokens = np.ones_like(self.tokens)
+                self.open_left[:] = 0
+                self._reset = True
             return offered.copy()
+        self._reset = False
         is_open = has & (self.open_left > 0)
         closed = has & ~is_open
-        self.tokens = np.where(has, np.minimum(burst, self.tokens + np.nan_to_num(limit) * dt), 1.0)
+        self.tokens = np.where(has, np.minimum(burst, self.tokens + refill), 1.0)
         short = closed & (offered > self.tokens + _EPS)
         admitted = np.where(is_open, 0.0, np.where(short, self.tokens, offered))
         admitted = np.where(has, admitted, offered)
         self.tokens = np.where(closed, self.tokens - admitted, self.tokens)
         left = np.where(is_open, self.open_left - 1, self.open_left)
-        left = np.where(short, np.maximum(np.asarray(open_ticks) - 1, 0), left)  # this tick is the first open one
+        left = np.where(short, open_max, left)  # this tick is the first open one
         self.open_left = np.where(has, left, 0)
         return admitted
+
+    @staticmethod
+    def prepare(limit: np.ndarray, open_ticks: np.ndarray | int, dt: float) -> tuple:
+        """(pairs with a limit in force, or None when none is; tokens refilled per tick; the breaker's open ticks
+        after its first) of limits in force: :meth:`admit` computes them once per change of the limits."""
+        has = ~np.isnan(limit)
+        if not has.any():
+            return None, None, None
+        return has, np.nan_to_num(limit) * dt, np.maximum(np.asarray(open_ticks) - 1, 0)
 
 
 @dataclass
@@ -85,7 +99,10 @@ class SendQueues:
         served = np.minimum(q, self.capacity * dt)
         q = q - served
         over = np.maximum(q - self.capacity * self.wait_s, 0.0)
-        q = q - over
-        share = np.where(arrivals > 0, np.minimum(over / np.where(arrivals > 0, arrivals, 1.0), 1.0), 0.0)
+        if np.count_nonzero(over):
+            q = q - over
+            share = np.where(arrivals > 0, np.minimum(over / np.where(arrivals > 0, arrivals, 1.0), 1.0), 0.0)
+        else:  # nothing expired (the usual case)
+            share = np.zeros_like(q)
         self.queue = q
         return share, served, q / self.capacity

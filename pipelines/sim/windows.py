@@ -35,6 +35,20 @@ def window_of(at: dt.datetime, length: int) -> tuple[dt.datetime, dt.datetime]:
     return start, start + dt.timedelta(seconds=length)
 
 
+class _Starts(dict):
+    """Event time → its window's start (:func:`window_of`), remembered: a micro-batch's events share few times."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        self.length = length
+
+    def __missing__(self, at: dt.datetime) -> dt.datetime:
+        if len(self) > 10_000:
+            self.clear()
+        start = self[at] = window_of(at, self.length)[0]
+        return start
+
+
 def _sorted_classes(counts: dict[str, int]) -> list[tuple[str, int]] | None:
     return sorted(counts.items()) or None
 
@@ -154,23 +168,29 @@ class FinalWindows:
         self.sums: dict = defaultdict(int)
         self.watermark: dt.datetime | None = None
         self.max_seen: dt.datetime | None = None
+        self._starts: set = set()  # the window starts in ``sums`` (what is due is known without scanning it)
+        self._start_of = _Starts(length)
 
     def batch(self, events: list[Event]) -> dict | None:
         """One micro-batch: add ``events`` (those not older than the watermark), emit the windows the watermark of
         the previous micro-batch has passed (their sums, removed from the state; None when there are none), then
         move the watermark."""
+        length, sums, starts, start_of = self.length, self.sums, self._starts, self._start_of
         for at, broker, topic, group, metric, amount in events:
             if self.watermark is not None and at <= self.watermark:  # late (Spark: event time <= watermark)
                 continue
-            start, _ = window_of(at, self.length)
-            self.sums[(start, broker, topic, group, metric)] += amount
+            start = start_of[at]
+            sums[(start, broker, topic, group, metric)] += amount
+            starts.add(start)
             self.max_seen = at if self.max_seen is None or at > self.max_seen else self.max_seen
         emitted = None
-        if self.watermark is not None:
-            due = {k: v for k, v in self.sums.items()
-                   if k[0] + dt.timedelta(seconds=self.length) <= self.watermark}
+        if self.pending():
+            span = dt.timedelta(seconds=length)
+            gone = {s for s in starts if s + span <= self.watermark}
+            due = {k: v for k, v in sums.items() if k[0] in gone}  # in the order the state first saw them
             for k in due:
-                del self.sums[k]
+                del sums[k]
+            starts -= gone
             emitted = due or None
         if self.max_seen is not None:
             moved = self.max_seen - self.delay
@@ -179,8 +199,8 @@ class FinalWindows:
 
     def pending(self) -> bool:
         """Whether the next micro-batch would emit windows without new input (a no-data micro-batch)."""
-        return self.watermark is not None and any(
-            k[0] + dt.timedelta(seconds=self.length) <= self.watermark for k in self.sums)
+        return self.watermark is not None and bool(self._starts) and min(self._starts) + dt.timedelta(
+            seconds=self.length) <= self.watermark
 
 
 #: The open-window row columns (:func:`pipelines.dataplane.transforms.fast.open_window_sums`).
@@ -199,6 +219,7 @@ class OpenWindows:
         self.rows: dict = {}
         self.watermark: dt.datetime | None = None
         self.max_seen: dt.datetime | None = None
+        self._start_of = _Starts(length)
 
     def _row(self, start, rtype, name) -> dict:
         key = (start, rtype, name)
@@ -211,12 +232,17 @@ class OpenWindows:
     def batch(self, events: list[Event]) -> pa.Table:
         """One micro-batch: add ``events`` (not older than the watermark) → the rows they touched (Arrow, the
         columns of :data:`OPEN_COLUMNS`), then move the watermark and drop the windows it has passed."""
+        return self.batch_rows(events)[0]
+
+    def batch_rows(self, events: list[Event]) -> tuple[pa.Table, list[dict]]:
+        """:meth:`batch` → (the rows as Arrow, the same rows as dicts)."""
         touched = set()
         busy = set(rmq.BUSY_FAILURE_CLASSES)
+        start_of = self._start_of
         for at, broker, topic, group, metric, amount in events:
             if self.watermark is not None and at <= self.watermark:  # late (Spark: event time <= watermark)
                 continue
-            start, _ = window_of(at, self.length)
+            start = start_of[at]
             self.max_seen = at if self.max_seen is None or at > self.max_seen else self.max_seen
             if metric.startswith(FAILURE):
                 klass = metric[len(FAILURE):]
@@ -270,4 +296,4 @@ class OpenWindows:
             self.watermark = moved if self.watermark is None or moved > self.watermark else self.watermark
             for key in [k for k in self.rows if k[0] + w <= self.watermark]:
                 del self.rows[key]
-        return from_rows(out, OPEN_COLUMNS)
+        return from_rows(out, OPEN_COLUMNS), out

@@ -45,3 +45,23 @@ def test_a_limited_group_whose_limiter_rejected_in_the_window_is_still_bound():
     lifted, = without.limits.to_pylist()
     assert lifted["action"] == "lift" and lifted["reason"].startswith("[final] the cause is gone")
     assert without.tables()["gold/limits"].schema == out.limits.schema
+
+
+def test_a_storm_whose_send_backs_fell_back_to_plain_sends_is_limited():
+    """Sweep case 209 (``python -m pipelines.sim.sweep --case 209``) through the whole final path: 47.4 msg/s of
+    send-backs (under the 50 msg/s floor alone) and 122.5 msg/s of retry traffic on the broker (the plain sends to
+    %RETRY%g its busy broker turned them into) against 22.5 msg/s consumed: RUNAWAY_RETRY fires on the traffic rows
+    Spark reduced and the group is limited."""
+    s, e = win(0)
+    groups = table(columns.GOLD_GROUP_TPS, [(s, e, "g", "orders", 22.5, 47.4, 47.4 / 22.5)])
+    traffic = table(columns.WINDOW_TRAFFIC, [(s, e, "group", "g", "broker-a", 122.5, 0, False)]
+                    + [(s, e, "*", m, None, None, None, None) for m in ("metrics", "traffic")])
+    empty = lambda spec: table(spec, [])  # noqa: E731
+    out = decide_final(FinalInputs(empty(columns.GOLD_TOPIC_TPS), groups, empty(columns.GOLD_BROKER_TPS), traffic,
+                                   empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS),
+                                   empty(columns.POLICY_STATE), empty(columns.GOLD_LIMITS)),
+                       CFG, NOW, batch_id=1, origin="rate-governor-gold:1")
+    fired, = out.anomalies.to_pylist()
+    assert (fired["resource"], fired["anomaly"], fired["observed_tps"]) == ("g", "RUNAWAY_RETRY", 122.5)
+    limit, = out.limits.to_pylist()
+    assert (limit["resource_type"], limit["resource"], limit["action"]) == ("group", "g", "set")

@@ -256,8 +256,11 @@ def test_an_intermittent_storm_keeps_its_limit_through_its_quiet_spells_from_its
         ("set", end(1), 40.0), ("lift", end(7), 40.0),    # first quiet spell: 3 clear windows (5, 6, 7)
         ("set", end(9), 40.0),                            # recurrence: the remembered 40, not 25, no max-cut step
         ("lift", end(26), 40.0)]                          # held through 13-16; lifted after 6 clear windows (21-26)
-    assert "recurrence 1 within 30 windows of the lift at" in decisions[2].reason
-    assert "(6 windows, doubled for each of 1 recurrences)" in decisions[-1].reason
+    kept = [d for d in decisions if not d.reason.startswith("refresh")]
+    assert "recurrence 1 within 30 windows of the lift at" in kept[2].reason
+    assert "(6 windows, doubled for each of 1 recurrences)" in kept[-1].reason
+    # refreshed every 5 windows while held, bound or clear (its record must not expire at the brokers)
+    assert [d.window_end for d in decisions if d.reason.startswith("refresh")] == [end(6), end(14), end(19), end(24)]
     assert (state.recurrences, state.last_lift_end, state.lifted_target_qps) == (1, end(26), 40.0)
     replayed, _ = fold(list(cands.values()), horizon=40, obs=obs)
     assert changes(replayed) == [("set", end(1), 40.0), ("lift", end(23), 40.0)]
@@ -542,3 +545,37 @@ def test_a_ceiling_holds_probes_below_it_until_its_interval_is_over():
     over = _probed(probe_ceiling_qps=500.0, probe_hold_until=end(2), probe_backoff=1)
     decisions, _ = fold([], horizon=3, state=over, obs=capped)
     assert [(d.action, round(d.limit_qps, 1)) for d in decisions] == [("relax", 600.0)]   # the interval is over
+
+
+def test_a_limit_held_through_clear_windows_is_refreshed_so_that_its_record_never_expires_at_the_brokers():
+    """Sweep cases 359 and 165 (``python -m pipelines.sim.sweep --case 359``): an intermittent storm limited at
+    window 1, bound to window 5, then quiet; the lift is vetoed because the storm is back in the fast path's open
+    windows. Only a candidate or a bound window refreshed a limit, so the record issued for window 1 (ttl_seconds
+    600 after its decision) expired at the very final trigger that refreshed it once the storm's window was final,
+    and the propagation delay left the storm unlimited for 4-5 s mid-episode (2 value changes, 1.7 % of the
+    bystanders' rejections back). A limit the fold holds is now re-issued every refresh_seconds (5 windows)
+    through clear windows too: at window 6 here; a recurrence's longer hold (12 clear windows) every 5 until its
+    lift."""
+    storm = lambda i: seen(i, 39.0, 33_600)  # noqa: E731 (at the cap, rejecting)
+    quiet = lambda i: seen(i, 0.3)  # noqa: E731
+
+    def one_window_per_batch(state, obs, until, opened=None):
+        decisions = []
+        for i in range(1, until + 1):
+            done, state, _ = fl.fold_resource(state, [cand(1, 40.0)] if i == 1 else [], end(i), L, 60,
+                                              observations=[o for o in obs if o.window_end == end(i)],
+                                              open_evidence=(opened or {}).get(i, ()))
+            decisions += done
+        return [(d.action, d.window_end, d.version) for d in decisions], decisions
+
+    vetoed = {8: [fl.Observation(end(9), 37.0, 36_000, True, 150.0)]}  # the storm back in an open window
+    got, decisions = one_window_per_batch(fl.ResourceState("group", "g"),
+                                          [storm(i) for i in range(2, 6)] + [quiet(i) for i in range(6, 9)], 8,
+                                          vetoed)
+    assert got == [("set", end(1), 1), ("set", end(6), 2)]
+    assert decisions[1].reason == ("refresh (held: RUNAWAY_RETRY silent since 2022-02-08T07:05:00Z, lifted after 3 "
+                                   "clear windows; in force until it is lifted)")
+    damped = fl.ResourceState("group", "g", recurrences=2)  # recovery_needed: 12 clear windows
+    got, _ = one_window_per_batch(damped, [storm(i) for i in range(2, 6)] + [quiet(i) for i in range(6, 20)], 19)
+    assert got == [("set", end(1), 1), ("set", end(6), 2), ("set", end(11), 3), ("set", end(16), 4),
+                   ("lift", end(17), 5)]

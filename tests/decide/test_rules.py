@@ -165,3 +165,44 @@ def test_the_baseline_quantile_is_spark_s_percentile_approx(spark, seed):
                        F.count("value").over(frame_).alias("n")).orderBy("topic", "window_start").collect()
     assert [(r["b"], r["n"]) for r in theirs] == list(zip(ours["baseline_tps"].to_list(),
                                                          ours["baseline_windows"].to_list()))
+
+
+def test_runaway_retry_counts_the_plain_sends_a_busy_broker_turned_its_send_backs_into():
+    """Sweep case 209 (``python -m pipelines.sim.sweep --case 209``): a storm whose own writes made its broker busy;
+    the broker fast-failed most send-backs, the consumer sent them to %RETRY%g as plain sends instead, and the
+    send-backs alone (47.4 msg/s) stayed under the 50 msg/s floor: the storm was never limited. Its retry traffic
+    is per broker the larger of the two (122.5 msg/s), as the limit's own demand evidence counts it."""
+    g = groups([(0, "g", "orders", 22.5, 47.4)])
+    assert rules.runaway_retry(rules.group_retry(g), D) == []
+    traffic = {(win(0)[0], "g"): 122.5}
+    got = rules.runaway_retry(rules.with_retry_traffic(rules.group_retry(g), traffic), D)
+    assert fired(got) == [("g", "RUNAWAY_RETRY", "warning")]
+    assert got[0]["observed_tps"] == 122.5 and got[0]["baseline_tps"] == 22.5
+    assert "sent 122.5 msg/s back to %RETRY%g (47.4 msg/s as SNDBCK_PUT_NUMS, the rest as the plain sends" \
+        in got[0]["detail"]
+    none = empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS)
+    first = win(0)[0]
+    assert fired(rules.detect(none[0], g, none[1], *none, W, D, first, retry_traffic=traffic)) == [
+        ("g", "RUNAWAY_RETRY", "warning")]
+    assert fired(rules.detect(none[0], g, none[1], *none, W, D, first)) == []
+    # send-backs at or above the plain sends: the rule's text is the send-backs' as before
+    same = rules.runaway_retry(rules.with_retry_traffic(rules.group_retry(groups([(0, "g", "t", 100.0, 60.0)])),
+                                                        {(win(0)[0], "g"): 60.0}), D)
+    assert "(SNDBCK_PUT_NUMS) against 100.0 msg/s" in same[0]["detail"]
+
+
+def test_the_fast_path_counts_the_plain_sends_too():
+    """The same storm on an open window complete by census (the open rows as the simulator models Spark's running
+    sums, pipelines/sim/windows.py)."""
+    from pipelines.decide import preliminary as pre
+    from pipelines.sim.windows import OpenWindows
+
+    start = win(0)[0]
+    events = [(start, "broker-a", "orders", "g", "GROUP_GET_NUMS", int(22.5 * 60)),
+              (start, "broker-a", "orders", "g", "SNDBCK_PUT_NUMS", int(47.4 * 60)),
+              (start, "broker-a", "%RETRY%g", None, "TOPIC_PUT_NUMS", int(122.5 * 60))]
+    rows = pl.from_arrow(OpenWindows(60, 120).batch(events))
+    history = empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS)
+    got = pre.preliminary_anomalies(rows, *history, ["broker-a"], W, D)
+    assert [(r["resource"], round(r["observed_tps"], 1)) for r in got.to_dicts()] == [("g", 122.5)]
+    assert pre.preliminary_anomalies(rows, *history, ["broker-a", "broker-b"], W, D).height == 0  # census

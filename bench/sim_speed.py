@@ -1,0 +1,158 @@
+"""The Spark-free closed loop's speed and its decisions: every named scenario of the closed-loop backtest run by
+:func:`pipelines.sim.loop.simulate`, its CPU time (``time.process_time``, not wall time: the machine is shared)
+per 30 simulated minutes, its checks, and its decided ``gold/limits`` rows compared with a recording.
+
+    .venv/bin/python bench/sim_speed.py [--scenarios a,b] [--repeat 2] [--check] [--record FILE] [--compare FILE]
+
+* ``--repeat N``: run each scenario N times and keep the least CPU time (other jobs on the machine inflate it);
+* ``--check``: exit 1 when a scenario costs more than ``--budget`` (1 s) of CPU per 30 simulated minutes (issue 40:
+  "a 30-minute scenario takes at most 1 s on one core");
+* ``--record FILE``: write each scenario's decided rows (action, limit_qps, version, reason, per-broker limits,
+  window, basis, mode, previous_qps, burst, decided/expiry times) and its figures as JSON;
+* ``--compare FILE``: compare them with a recording (strings exactly, numbers to a relative 1e-9); exit 1 and print
+  the first differences when any differs. An optimization must leave them equal.
+
+Prints one line per scenario: simulated minutes, CPU seconds, CPU seconds per 30 simulated minutes, decisions,
+checks (PASS or the failed ones) and, with ``--compare``, ``same`` or ``DIFFERS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipelines.sim.figures import compute  # noqa: E402
+from pipelines.sim.settings import SCENARIO_SIZES, build_spec, governor_config, load_backtest_config  # noqa: E402
+from pipelines.sim.cluster import ClosedLoopCluster  # noqa: E402
+from pipelines.sim.loop import simulate  # noqa: E402
+
+#: A fixed clock, so that every run of a scenario has the same start (and the same rows).
+NOW = dt.datetime(2026, 1, 5, 12, tzinfo=dt.timezone.utc)
+REL = 1e-9
+ROW_COLUMNS = ("window_end", "resource_type", "resource", "action", "limit_qps", "previous_qps", "burst", "version",
+               "mode", "basis", "reason", "broker_limits", "decided_at", "expires_at")
+#: Figures that are not decisions (time measured, not simulated).
+NOT_COMPARED = {"wall_seconds"}
+
+
+def _plain(value):
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if hasattr(value, "isoformat"):  # pandas Timestamp
+        return value.isoformat()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in sorted(value.items())}
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if hasattr(value, "item"):  # numpy scalar
+        return _plain(value.item())
+    return value
+
+
+def decided_rows(result) -> list[dict]:
+    """The run's ``gold/limits`` rows (both paths, in decision order) as plain JSON values."""
+    out = []
+    for row in result.limits.to_dict("records"):
+        item = {c: _plain(row.get(c)) for c in ROW_COLUMNS}
+        if isinstance(item["broker_limits"], list):  # Arrow's list of (key, value) pairs
+            item["broker_limits"] = {str(k): v for k, v in item["broker_limits"]}
+        out.append(item)
+    return out
+
+
+def run(name: str, cfg, bcfg, repeat: int) -> tuple[float, dict]:
+    """(least CPU seconds of ``repeat`` runs, the recording of the last run)."""
+    spec = build_spec(name, {}, now=NOW)
+    best, result = math.inf, None
+    for _ in range(repeat):
+        c0 = time.process_time()
+        result = simulate(spec, cfg, bcfg)
+        best = min(best, time.process_time() - c0)
+    base = ClosedLoopCluster(spec, bcfg.broker.model_copy(update={"tick_seconds": 0.5}), bcfg.clients)
+    base.advance_to(base.end)
+    figures = compute(result, base)
+    values = {k: _plain(v[0]) for k, v in figures.values.items() if k not in NOT_COMPARED}
+    checks = [[n, bool(ok), m] for n, ok, m in figures.checks]
+    return best, {"minutes": spec.minutes, "rows": decided_rows(result), "figures": values, "checks": checks}
+
+
+def differences(old, new, where: str = "") -> list[str]:
+    """Where two recordings differ (strings and counts exactly, floats to a relative :data:`REL`)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new)):
+            if k not in old or k not in new:
+                out.append(f"{where}.{k}: only in {'new' if k in new else 'recording'}")
+            else:
+                out += differences(old[k], new[k], f"{where}.{k}")
+        return out
+    if isinstance(old, list) and isinstance(new, list):
+        if len(old) != len(new):
+            return [f"{where}: {len(old)} items recorded, {len(new)} now"]
+        return [d for i, (a, b) in enumerate(zip(old, new)) for d in differences(a, b, f"{where}[{i}]")]
+    if isinstance(old, float) and isinstance(new, (int, float)) and not isinstance(new, bool):
+        return [] if abs(old - new) <= REL * max(abs(old), abs(new)) else [f"{where}: {old!r} -> {new!r}"]
+    return [] if old == new else [f"{where}: {old!r} -> {new!r}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenarios", default=",".join(SCENARIO_SIZES), help="comma-separated (default: all)")
+    p.add_argument("--repeat", type=int, default=1, help="runs per scenario; the least CPU time is kept")
+    p.add_argument("--check", action="store_true", help="exit 1 above --budget CPU s per 30 simulated minutes")
+    p.add_argument("--budget", type=float, default=1.0, help="CPU seconds per 30 simulated minutes (default 1)")
+    p.add_argument("--record", type=Path, help="write the decided rows and figures to this JSON file")
+    p.add_argument("--compare", type=Path, help="compare the decided rows and figures with this JSON file")
+    p.add_argument("--conf", default="conf/backtest.toml")
+    args = p.parse_args(argv)
+    names = [s for s in args.scenarios.split(",") if s]
+    unknown = sorted(set(names) - set(SCENARIO_SIZES))
+    if unknown or args.repeat < 1:
+        print(f"bench/sim_speed.py: {'unknown scenario(s) ' + ', '.join(unknown) if unknown else '--repeat < 1'}",
+              file=sys.stderr)
+        return 2
+    recorded = json.loads(args.compare.read_text()) if args.compare else None
+    bcfg = load_backtest_config(args.conf)
+    cfg = governor_config(bcfg, None, None)
+    simulate(build_spec("normal_day", {"minutes": 8}, now=NOW), cfg, bcfg)  # warm-up: imports, polars' first calls
+    out, slow, differ, total_cpu, total_min = {}, [], [], 0.0, 0
+    for name in names:
+        cpu, rec = run(name, cfg, bcfg, args.repeat)
+        out[name] = rec
+        per30 = cpu / rec["minutes"] * 30.0
+        total_cpu, total_min = total_cpu + cpu, total_min + rec["minutes"]
+        failed = [n for n, ok, _ in rec["checks"] if not ok]
+        same = ""
+        if recorded is not None:
+            diffs = differences(recorded.get(name), rec, name) if name in recorded else [f"{name}: not recorded"]
+            same = "; same" if not diffs else f"; DIFFERS ({len(diffs)})"
+            if diffs:
+                differ.append(name)
+                for d in diffs[:8]:
+                    print(f"    {d}")
+        if per30 > args.budget:
+            slow.append(name)
+        print(f"{name}: {rec['minutes']} min, {cpu:.2f} s CPU, {per30:.2f} s per 30 min; {len(rec['rows'])} "
+              f"decisions; {'PASS' if not failed else 'FAIL ' + '; '.join(failed)}{same}", flush=True)
+    print(f"all: {total_min} min, {total_cpu:.2f} s CPU, {total_cpu / total_min * 30:.2f} s per 30 min "
+          f"(least of {args.repeat} run(s) each)")
+    if args.record:
+        args.record.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    if differ:
+        print(f"decisions differ from {args.compare}: {', '.join(differ)}", file=sys.stderr)
+    if args.check and slow:
+        print(f"over {args.budget:g} s CPU per 30 simulated minutes: {', '.join(slow)}", file=sys.stderr)
+    return 1 if differ or (args.check and slow) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
