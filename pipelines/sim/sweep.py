@@ -275,6 +275,61 @@ def report(case: Case, figures) -> str:
     return "\n".join(lines)
 
 
+
+@dataclass(frozen=True)
+class Judged:
+    """One case judged: its seed and kind, failed checks and n/a checks (:func:`verdict`), its replay command, and
+    the :func:`report` text when a check failed."""
+
+    seed: int
+    kind: str
+    failed: tuple[tuple[str, str], ...]
+    excused: tuple[tuple[str, str], ...]
+    replay: str
+    report: str = ""
+
+
+_WORLD: dict = {}
+
+
+def judge(seed: int) -> Judged:
+    """Draw, run and judge case ``seed`` with the shipped config and world (loaded once per process)."""
+    from pipelines.sim.settings import governor_config, load_backtest_config
+
+    if not _WORLD:
+        bcfg = load_backtest_config("conf/backtest.toml")
+        _WORLD.update(cfg=governor_config(bcfg, None, None), bcfg=bcfg, clusters={})
+    cfg, bcfg, clusters = _WORLD["cfg"], _WORLD["bcfg"], _WORLD["clusters"]
+    case = draw(seed, bcfg, clusters)
+    figures = run(case, cfg, bcfg, clusters.pop(seed, None))
+    bad, excused = verdict(case, figures, cfg, bcfg)
+    return Judged(seed, case.kind, tuple(bad), tuple(excused), case.replay(), report(case, figures) if bad else "")
+
+
+def judge_many(seeds: Sequence[int], workers: int | None = None) -> dict[int, Judged]:
+    """:func:`judge` of every seed, over ``workers`` processes (default: the CPUs this process may use). The
+    workers are spawned (polars' thread pools do not survive a fork) with one polars thread each, so that the
+    processes, not the threads, share the cores; a case's result does not depend on which worker ran it."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    seeds = list(seeds)
+    workers = workers or len(os.sched_getaffinity(0))
+    if workers <= 1 or len(seeds) < 2:
+        return {seed: judge(seed) for seed in seeds}
+    previous = os.environ.get("POLARS_MAX_THREADS")
+    os.environ["POLARS_MAX_THREADS"] = "1"  # inherited by the spawned workers only when they start
+    try:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+            return dict(zip(seeds, pool.map(judge, seeds, chunksize=4)))
+    finally:
+        if previous is None:
+            os.environ.pop("POLARS_MAX_THREADS", None)
+        else:
+            os.environ["POLARS_MAX_THREADS"] = previous
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = OneLineParser(prog=PROG, description="Randomized closed loops judged by the backtest's checks.")
     which = p.add_mutually_exclusive_group(required=True)
