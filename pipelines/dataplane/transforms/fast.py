@@ -11,17 +11,9 @@ windows. A rule whose evidence is a ratio may act early only where the partial n
   consumer group, broker, and one ``cluster`` row whose ``brokers`` list is the census of brokers that reported).
   In Spark's ``update`` output mode each micro-batch emits the windows its input touched, with their running sums
   from Spark's state store (the state is dropped once the watermark passes the window).
-* :mod:`pipelines.decide.preliminary` applies the rules to those running sums on the driver:
-
-  - ``BROKER_BUSY`` (a count floor) and ``TRAFFIC_SURGE`` (a floor and a factor of a baseline taken from finalized
-    windows only) act on any partial window: more lines can only raise the sums;
-  - ``RUNAWAY_RETRY`` (retry ÷ consume) and ``FAILURE_SPIKE`` (failures ÷ attempts) act early only when the window
-    is *complete by census*: every broker that reported in the newest finalized window has reported in this one, so
-    the consume and put sums are final and later input can only add retries or failures (which strengthen the
-    rule). Otherwise they wait for the final window.
-
-A preliminary decision that the final window does not confirm is reversed by the final path
-(:func:`pipelines.decide.reconcile.reconcile_preliminary`).
+* :mod:`pipelines.decide.preliminary` applies the rules to those running sums on the driver; which rules act on
+  a partial window, which wait for a window complete by census, and how a preliminary decision is reversed are
+  said there, once.
 """
 
 from __future__ import annotations
