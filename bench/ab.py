@@ -118,6 +118,17 @@ def interleave(script: Path, variants: Sequence[tuple[str, Path, Sequence[str]]]
     return results
 
 
+def against_baseline(script: Path, baseline: str, args: Sequence[str], runs: int, log: Path | None = None,
+                     before=None) -> dict[str, list[dict]]:
+    """:func:`interleave` of this tree and ``baseline`` (a :func:`worktree`), both run with ``args`` on one landing,
+    labelled ``this tree`` and ``baseline <commit>``; prints the A/B line first."""
+    with worktree(baseline) as base_tree:
+        print(f"A/B: {commit_of(REPO)} against {baseline}, {runs} runs each, interleaved, one landing; "
+              f"{os.cpu_count()} cores (seconds are this machine's)", flush=True)
+        return interleave(script, [("this tree", REPO, args), (f"baseline {baseline}", base_tree, args)], runs, log,
+                          before=before)
+
+
 def median(results: list[dict], key: str) -> float | None:
     """The median of ``key`` over the runs that reported it (None when none did)."""
     values = [r[key] for r in results if isinstance(r.get(key), (int, float))]

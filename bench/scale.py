@@ -178,12 +178,8 @@ def compare(args, argv: list[str]) -> int:
         shutil.rmtree(shared / "lake", ignore_errors=True)
 
     try:
-        with ab.worktree(args.baseline) as base_tree:
-            print(f"A/B: {ab.commit_of(ab.REPO)} against {args.baseline}, {args.runs} runs each, interleaved, one "
-                  f"landing; {os.cpu_count()} cores (seconds are this machine's)", flush=True)
-            results = ab.interleave(Path(__file__).resolve(), [("this tree", ab.REPO, runs_args),
-                                                                (f"baseline {args.baseline}", base_tree, runs_args)],
-                                    args.runs, Path(args.log) if args.log else None, before=fresh_lake)
+        results = ab.against_baseline(Path(__file__).resolve(), args.baseline, runs_args, args.runs,
+                                      Path(args.log) if args.log else None, before=fresh_lake)
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)

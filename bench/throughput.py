@@ -219,12 +219,8 @@ def compare(args, argv: list[str]) -> int:
     runs_args = ab.without(ab.without(ab.without(argv, "--baseline"), "--runs"), "--log")
     runs_args = [*ab.without(runs_args, "--keep"), "--keep", str(work)]
     try:
-        with ab.worktree(args.baseline) as base_tree:
-            print(f"A/B: {ab.commit_of(ab.REPO)} against {args.baseline}, {args.runs} runs each, interleaved, one "
-                  f"landing; {os.cpu_count()} cores (seconds are this machine's)", flush=True)
-            results = ab.interleave(Path(__file__).resolve(), [("this tree", ab.REPO, runs_args),
-                                                                (f"baseline {args.baseline}", base_tree, runs_args)],
-                                    args.runs, Path(args.log) if args.log else None)
+        results = ab.against_baseline(Path(__file__).resolve(), args.baseline, runs_args, args.runs,
+                                      Path(args.log) if args.log else None)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
