@@ -5,10 +5,12 @@
                                         [--max-locked-seconds 0.2] [--seed 7] [--json FILE]
 
 "What reaches the driver per window grows with topics, groups and brokers, never with messages": this renders such a
-cluster's windows without landing a line. It builds, with numpy and pyarrow, the Arrow tables the gold flow collects
-per final window (``gold/topic_tps``, ``gold/group_tps``, ``gold/broker_tps`` and the per-broker traffic rows Spark
-keeps, :func:`pipelines.dataplane.transforms.tps.resource_traffic`: only resources at or above their rule's floor, rejected by
-the limiter, or under a limit; with the window markers), the history the flows read from the lake (``--history``
+cluster's windows without landing a line. It builds, with numpy and pyarrow, the rows the gold flow collects per
+final window (Spark's windowed sums, one row per window × broker × topic × consumer group × metric:
+:func:`window_metric_rows`), times the driver's reduction of them (:func:`pipelines.decide.windows.reduce_windows`:
+``gold/topic_tps``, ``gold/group_tps``, ``gold/broker_tps`` and the per-broker traffic rows the decisions keep, only
+resources at or above their rule's floor, rejected by the limiter, or under a limit; with the window markers), the
+history the flows read from the lake (``--history``
 finalized windows of ``gold/topic_tps`` and ``gold/broker_tps``, the baselines), and the fast flow's open-window rows
 of a complete window (:func:`pipelines.dataplane.transforms.fast.open_window_sums`: one row per topic, group and broker, the
 census row; every resource, as Spark's ``update`` mode emits every row a micro-batch touched). The mix: topic rates
@@ -18,7 +20,7 @@ topic), and in every measured window 5 surging topics (8× their rate) and 2 ret
 
 Per measured window (``--windows``, consecutive: the decisions' state and limits carried from one to the next as
 :class:`pipelines.job.flows.store.DecisionStore` does, the decided ``gold/topic_tps`` rows appended to the history) it
-times :func:`pipelines.decide.final.prepare_final` (outside the decision lock) and
+times :func:`pipelines.decide.windows.reduce_windows`, :func:`pipelines.decide.final.prepare_final` (outside the decision lock) and
 :func:`pipelines.decide.final.decide_prepared` (inside it), then the fast path on the same window's open rows:
 :func:`pipelines.decide.fast.prepare_preliminary` and :func:`pipelines.decide.fast.decide_prepared` (inside the
 lock), with the peak resident memory above the process's resident memory before each step (sampled every 5 ms
@@ -26,7 +28,7 @@ from ``/proc/self/statm``: polars and Arrow allocate outside Python's heap, wher
 
 Prints per scale: rows and MB per window of each input (Arrow ``nbytes``), the decisions taken, each step's median
 and max seconds and peak MB, and where one driver stops being enough: the driver's decision seconds per window
-(the final path once, the fast path once per ingest micro-batch with input, ``windows.length_seconds /
+(the reduction and the final path once, the fast path once per ingest micro-batch with input, ``windows.length_seconds /
 windows.trigger_seconds`` of them, each taken as a complete window: the upper bound) against the window length.
 Exit status 1 when the critical section of the decision lock (the larger ``decide_prepared`` of the two paths,
 median over the windows) exceeds ``--max-locked-seconds`` at 10,000 topics × 50 brokers (issue 40's 0.2 s), or when
@@ -57,6 +59,7 @@ from pipelines import rocketmq as rmq  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
 from pipelines.decide import fast, final  # noqa: E402
 from pipelines.decide.arrow import from_rows, schema  # noqa: E402
+from pipelines.decide.windows import TRAFFIC, reduce_windows  # noqa: E402
 from pipelines.sim.windows import OPEN_SCHEMA  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -261,6 +264,38 @@ def traffic(c: Cluster, w: Window, detection, limited: set[tuple[str, str]]) -> 
     return table(columns.WINDOW_TRAFFIC, data, n + 2)
 
 
+def window_metric_rows(c: Cluster, w: Window) -> pa.Table:
+    """The gold flow's collected rows of the window (:data:`~pipelines.columns.WINDOW_METRIC`, Spark's windowed sums):
+    per topic and broker its puts, per group its consumption (on its topic's first broker), per group and broker its
+    send-backs and its retry topic's puts, per broker its own put line."""
+    k = c.placement.shape[1]
+    nt, ng, nb = len(c.topics), len(c.groups), len(c.brokers)
+    split = retry_split(c, w)
+    group_brokers = c.placement[c.group_topic]  # (groups, k)
+    brokers = np.array(c.brokers, dtype=object)
+    topics = np.array(c.topics, dtype=object)
+    groups = np.array(c.groups, dtype=object)
+    retry_topics = np.array([retry_topic(g) for g in c.groups], dtype=object)
+    parts = [  # (broker, topic, group, metric, amount)
+        (brokers[c.placement.ravel()], np.repeat(topics, k), np.full(nt * k, None), rmq.TOPIC_PUT_NUMS,
+         w.puts.ravel()),
+        (brokers[group_brokers[:, 0]], topics[c.group_topic], groups, rmq.GROUP_GET_NUMS, w.consumed),
+        (brokers[group_brokers.ravel()], np.repeat(topics[c.group_topic], k), np.repeat(groups, k),
+         rmq.SNDBCK_PUT_NUMS, split.ravel()),
+        (brokers[group_brokers.ravel()], np.repeat(retry_topics, k), np.full(ng * k, None), rmq.TOPIC_PUT_NUMS,
+         split.ravel()),
+        (brokers, np.full(nb, None), np.full(nb, None), rmq.BROKER_PUT_NUMS, broker_puts(c, w)[0].astype(np.int64)),
+    ]
+    n = sum(len(p[4]) for p in parts)
+    return table(columns.WINDOW_METRIC, {
+        "window_start": ts(w.start, n), "window_end": ts(w.start + dt.timedelta(seconds=60), n),
+        "broker": pa.array(np.concatenate([p[0] for p in parts]).tolist(), pa.string()),
+        "topic": pa.array(np.concatenate([p[1] for p in parts]).tolist(), pa.string()),
+        "consumer_group": pa.array(np.concatenate([p[2] for p in parts]).tolist(), pa.string()),
+        "metric": pa.array(np.concatenate([np.full(len(p[4]), p[3], dtype=object) for p in parts]).tolist()),
+        "amount": pa.array(np.concatenate([np.asarray(p[4], np.int64) for p in parts]))}, n)
+
+
 def open_rows(c: Cluster, w: Window) -> pa.Table:
     """The fast query's rows of a complete window (:func:`pipelines.dataplane.transforms.fast.open_window_sums`)."""
     k = c.placement.shape[1]
@@ -332,13 +367,18 @@ def run_scale(cfg, n_topics: int, n_brokers: int, windows: int, history: int, se
     decided: list[int] = []
     for i in range(windows):
         w = window_rates(c, first + dt.timedelta(minutes=i), rng, True)
-        limited = {(r["resource_type"], r["resource"]) for r in state.to_pylist() if r["limit_qps"] is not None}
-        inputs = final.FinalInputs(topic_tps(c, w), group_tps(c, w), broker_tps(c, w),
-                                   traffic(c, w, cfg.detection, limited), topic_hist, broker_hist, None, None)
+        limited = tuple(f"{r['resource_type']}\x1f{r['resource']}" for r in state.to_pylist()
+                        if r["limit_qps"] is not None)
+        collected = window_metric_rows(c, w)
+        reduced, s, m = timed(lambda: reduce_windows(collected, cfg.detection, limited))
+        steps.setdefault("gold reduce_windows", []).append((s, m))
+        inputs = final.FinalInputs(reduced["gold/topic_tps"], reduced["gold/group_tps"], reduced["gold/broker_tps"],
+                                   reduced[TRAFFIC], topic_hist, broker_hist, None, None)
         opened = open_rows(c, w)
-        sizes.append({"topic_tps": inputs.topics.num_rows, "group_tps": inputs.groups.num_rows,
+        sizes.append({"collected": collected.num_rows, "collected MB": mb(collected),
+                      "topic_tps": inputs.topics.num_rows, "group_tps": inputs.groups.num_rows,
                       "broker_tps": inputs.brokers.num_rows, "traffic": inputs.traffic.num_rows,
-                      "collected MB": mb(inputs.topics, inputs.groups, inputs.brokers, inputs.traffic),
+                      "reduced MB": mb(inputs.topics, inputs.groups, inputs.brokers, inputs.traffic),
                       "history rows": topic_hist.num_rows + broker_hist.num_rows,
                       "history MB": mb(topic_hist, broker_hist), "open rows": opened.num_rows,
                       "open MB": mb(opened)})
@@ -393,9 +433,11 @@ def report(result: dict, cfg, max_locked: float, checked: bool) -> bool:
     sizes = result["sizes"][-1]
     steps = result["steps"]
     print(f"{result['topics']:,} topics x {result['brokers']} brokers ({result['groups']:,} groups), per window:")
-    print(f"   collected by the gold flow (one Spark job): gold/topic_tps {sizes['topic_tps']:,} rows, gold/group_tps "
+    print(f"   collected by the gold flow (one Spark job, the windowed sums): {sizes['collected']:,} rows, "
+          f"{sizes['collected MB']:.1f} MB")
+    print(f"   reduced on the driver: gold/topic_tps {sizes['topic_tps']:,} rows, gold/group_tps "
           f"{sizes['group_tps']:,}, gold/broker_tps {sizes['broker_tps']:,}, traffic {sizes['traffic']:,} "
-          f"(rows kept by resource_traffic, markers included): {sizes['collected MB']:.1f} MB")
+          f"(rows kept by resource_traffic, markers included): {sizes['reduced MB']:.1f} MB")
     print(f"   read from the lake by each deciding flow (history, {cfg.detection.baseline_windows} windows): "
           f"{sizes['history rows']:,} rows, {sizes['history MB']:.1f} MB; the fast flow's open rows of a complete "
           f"window: {sizes['open rows']:,} rows, {sizes['open MB']:.1f} MB")
@@ -407,7 +449,7 @@ def report(result: dict, cfg, max_locked: float, checked: bool) -> bool:
     locked = max(med["final decide_prepared (lock)"], med["fast decide_prepared (lock)"])
     length, trigger = cfg.windows.length_seconds, cfg.windows.trigger_seconds
     fast_batches = max(1, length // trigger)
-    final_s = med["final prepare_final"] + med["final decide_prepared (lock)"]
+    final_s = med["gold reduce_windows"] + med["final prepare_final"] + med["final decide_prepared (lock)"]
     fast_s = med["fast prepare_preliminary"] + med["fast decide_prepared (lock)"]
     per_window = final_s + fast_batches * fast_s
     print(f"   driver decision seconds per {length} s window: final {final_s:.2f} s + fast {fast_batches} x "

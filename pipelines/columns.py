@@ -92,6 +92,9 @@ QUARANTINE = (
     ("source", "string"), ("raw", "string"), ("raw_bytes", "binary"), ("reason", "string"), ("origin", "string"), ("ingested_at", "timestamp")
 )
 
+#: ``metric`` of a failed send in :data:`METRIC_EVENT` and :data:`WINDOW_METRIC` rows: ``failure:<failure_class>``.
+FAILURE_METRIC_PREFIX = "failure:"
+
 #: The unified stream the windows aggregate: one measured amount at one event time.
 #: ``metric`` is a stats name of :data:`pipelines.rocketmq.WINDOWED_STATS` or ``failure:<failure_class>``.
 METRIC_EVENT = (
@@ -104,7 +107,7 @@ METRIC_EVENT = (
 )
 
 #: What a gold micro-batch hands the decisions of each limitable resource per broker and window, reduced by Spark
-#: (:func:`pipelines.dataplane.transforms.tps.resource_traffic`): ``tps`` the limited traffic the broker admitted (msg/s),
+#: (:func:`pipelines.decide.windows.resource_traffic`): ``tps`` the limited traffic the broker admitted (msg/s),
 #: ``rejected`` its limiter's rejections (failed sends), ``carries`` the broker printed a put line of the topic;
 #: window marker rows have ``resource_type`` ``*``.
 WINDOW_TRAFFIC = (

@@ -12,7 +12,7 @@ from pipelines.config_base import ConfigSection as _Section
 #: internal switch between generated and interpreted expressions (``CodeGeneratorWithInterpretedFallback``, Spark
 #: 3.0+); both are complete. A broadcast join runs its small side as a Spark job of its own: with them a gold
 #: micro-batch ran 16-19 jobs, without them 4. ``spark.sql.maxSinglePartitionBytes`` unbounded: a join whose sides
-#: are both one partition (``[spark] gold_single_partition``) stays in that partition only while Spark's size
+#: are both one partition stays in that partition only while Spark's size
 #: estimate of each side is under this bound (``EnsureRequirements``, Spark 4.x; default 128 MiB), and a side read
 #: from an RDD or a local relation has no estimate (``spark.sql.defaultSizeInBytes``, Long.MaxValue), so each such
 #: join shuffled both sides to ``spark.sql.shuffle.partitions``: a stage more per join (docs/performance.md).
@@ -31,10 +31,6 @@ class SparkConfig(_Section):
     shuffle_partitions: int = Field(default=4, gt=0, description=(
         "``spark.sql.shuffle.partitions`` (Spark's default 200 is far too many for micro-batches): twice the "
         "cores of ``local[2]``. A restarted query keeps the value its checkpoint was started with."))
-    gold_single_partition: bool = Field(True, description=(
-        "Keep the gold side's DataFrames (finalized windows: hundreds to ~10^5 rows per micro-batch) in one "
-        "partition, so its aggregations and window functions need no shuffle "
-        "(:func:`pipelines.job.flows.gold.partitioning`)."))
     adaptive_execution: bool = Field(False, description=(
         "``spark.sql.adaptive.enabled`` for the micro-batch DataFrames (streaming plans of stateful queries never use "
         "it). Off: at micro-batch sizes AQE's re-planning and one Spark job per shuffle stage cost more than it "

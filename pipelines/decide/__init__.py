@@ -1,12 +1,14 @@
 """The decision plane: every rule and decision of the governor as pure functions over Arrow, no Spark.
 
-Spark reduces (the data plane: parsing, the quality gate, the stateful windowed sums per topic, consumer group and
-broker); the driver decides, here, on what each deciding micro-batch collected once as Arrow. One implementation,
+Spark reduces (the data plane: parsing, the quality gate, the stateful windowed sums per window × broker × topic ×
+consumer group × metric); the driver derives and decides, here, on what each deciding micro-batch collected once as
+Arrow. One implementation,
 three users: the streaming job (:mod:`pipelines.job.flows`), the closed-loop backtest through Spark
 (:mod:`pipelines.backtest`) and the Spark-free closed-loop simulator (:mod:`pipelines.sim.loop`).
 
 What it owns, one module per concern:
 
+* :mod:`~pipelines.decide.windows`: the finalized windowed sums → the gold TPS tables and the per-broker traffic;
 * :mod:`~pipelines.decide.catalogue`: the rule catalogue (each anomaly kind, its evidence, what it limits);
 * :mod:`~pipelines.decide.rules`: the rules over windows (final detection) and their baselines;
 * :mod:`~pipelines.decide.preliminary`: the same rules on open windows, with the broker census (fast path);

@@ -81,7 +81,7 @@ def _cast(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
     if pa.types.is_map(kind) and not pa.types.is_map(column.type):
         # a list of {key, value} structs (as polars builds them) → a map
         items = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-        offsets, values = items.offsets, items.flatten()
+        offsets, values = items.offsets, items.values  # the raw child: offsets index it, not the flattened view
         keys = values.field(0).cast(kind.key_type)
         vals = values.field(1).cast(kind.item_type)
         mask = items.is_null()
@@ -162,3 +162,4 @@ def when(column: str) -> pl.Expr:
 def epoch_seconds(value: dt.datetime) -> int:
     """UTC seconds since the epoch of a datetime (naive = UTC)."""
     return int(aware(value).timestamp())
+

@@ -4,7 +4,7 @@ limiter rejected, and whether the brokers carrying it were healthy, per window.
 A limit changes the traffic the governor reads next (closed loop): under a limit the stats show the cap, not the
 demand, so a limited resource is judged by its rule on this evidence (:mod:`pipelines.decide.limit_policy`).
 Per rule (the resource a rule limits and the traffic its limiter counts; the per-broker rows are reduced by Spark,
-:func:`pipelines.dataplane.transforms.tps.resource_traffic`):
+:func:`pipelines.decide.windows.resource_traffic`):
 
 * ``RUNAWAY_RETRY`` limits a consumer group's retry traffic: one limiter per broker keyed ``%RETRY%<group>``
   (sohutv/rocketmq 5.3.1-sohu-01 ``RateLimitHandler``) counts the group's send-backs (``SNDBCK_PUT_NUMS``) and the

@@ -40,11 +40,8 @@ from pipelines.decide.limit_policy import BOUND, HOLD, VETO
 from pipelines.decide.limits import check, finish
 from pipelines.decide.reconcile import latest_per_resource, reconcile_preliminary, state_after
 from pipelines.decide.rules import anomalies_frame, detect
+from pipelines.decide.windows import MARKER
 from pipelines import tables
-
-#: ``resource_type`` of the window marker rows among the traffic rows (:func:`pipelines.dataplane.transforms.tps.resource_traffic`):
-#: ``resource`` ``metrics`` for every window of the micro-batch, ``traffic`` for each window with resource traffic.
-MARKER = "*"
 
 
 @dataclass(frozen=True)
@@ -54,7 +51,7 @@ class FinalInputs:
     Attributes:
         topics, groups, brokers: the micro-batch's ``gold/topic_tps`` (``limit_qps`` null), ``gold/group_tps`` and
             ``gold/broker_tps`` rows.
-        traffic: the per-broker traffic rows Spark reduced, with the window markers (:data:`MARKER`).
+        traffic: the per-broker traffic rows (:func:`pipelines.decide.windows.reduce_windows`), with the window markers (:data:`MARKER`).
         topic_history, broker_history: earlier ``gold/topic_tps`` / ``gold/broker_tps`` rows (baselines); Arrow,
             or polars frames of the same rows (:func:`pipelines.decide.arrow.to_polars`).
         policy_state: the saved ``state/policy`` row per resource (of batches before this one).

@@ -25,8 +25,9 @@ from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig
 from pipelines.decide.arrow import from_rows, schema
+from pipelines.decide.windows import reduce_windows
 
-FAILURE = "failure:"
+FAILURE = columns.FAILURE_METRIC_PREFIX
 Event = tuple  # (event_time, broker, topic, consumer_group, metric, amount)
 
 
@@ -49,115 +50,21 @@ class _Starts(dict):
         return start
 
 
-def _sorted_classes(counts: dict[str, int]) -> list[tuple[str, int]] | None:
-    return sorted(counts.items()) or None
-
-
 def gold_tables(sums: dict, length: int, detection: DetectionConfig,
                 limited: tuple[str, ...] = ()) -> dict[str, pa.Table]:
     """Windowed sums ``{(window_start, broker, topic, group, metric): amount}`` of the windows to emit → the gold
     query's reduced outputs: ``gold/topic_tps``, ``gold/group_tps``, ``gold/broker_tps`` and the decisions' traffic
-    rows with their markers (``traffic``), as :mod:`pipelines.dataplane.transforms.tps` computes them."""
-    per = float(length)
+    rows with their markers (``traffic``), by the job's own reduction
+    (:func:`pipelines.decide.windows.reduce_windows`) over the rows Spark's stateful aggregation would emit."""
     w = dt.timedelta(seconds=length)
-    topics: dict = defaultdict(lambda: {"puts": 0, "brokers": set(), "classes": defaultdict(int), "put_line": False})
-    groups: dict = defaultdict(lambda: {"got": 0, "sent_back": 0})
-    brokers: dict = defaultdict(lambda: {"puts": 0, "broker_puts": None, "topics": set(), "classes": defaultdict(int),
-                                         "put_line": False})
-    tb: dict = defaultdict(lambda: {"puts": 0, "rejected": 0, "carries": False})
-    gb: dict = defaultdict(lambda: {"sent_back": 0, "retry_puts": 0, "rejected": 0})
-    windows, traffic_windows = set(), set()
-    for (start, broker, topic, group, metric), amount in sums.items():
-        windows.add(start)
-        is_failure = metric.startswith(FAILURE)
-        klass = metric[len(FAILURE):] if is_failure else None
-        if metric == rmq.TOPIC_PUT_NUMS and topic is not None:
-            t = topics[(start, topic)]
-            t["puts"] += amount
-            t["put_line"] = True
-            if broker is not None:
-                t["brokers"].add(broker)
-        if is_failure and topic is not None:
-            topics[(start, topic)]["classes"][klass] += amount
-        if metric in (rmq.GROUP_GET_NUMS, rmq.SNDBCK_PUT_NUMS) and group is not None:
-            g = groups[(start, group, topic)]
-            g["got" if metric == rmq.GROUP_GET_NUMS else "sent_back"] += amount
-        if broker is not None:
-            if metric == rmq.TOPIC_PUT_NUMS:
-                b = brokers[(start, broker)]
-                b["puts"] += amount
-                b["put_line"] = True
-                if topic is not None:
-                    b["topics"].add(topic)
-            elif metric == rmq.BROKER_PUT_NUMS:
-                b = brokers[(start, broker)]
-                b["broker_puts"] = (b["broker_puts"] or 0) + amount
-                b["put_line"] = True
-            elif is_failure:
-                brokers[(start, broker)]["classes"][klass] += amount
-            # the decisions' per-broker traffic (pipelines.dataplane.transforms.tps.per_broker_traffic)
-            limited_fail = metric == FAILURE + rmq.RATE_LIMITED
-            is_retry_topic = topic is not None and topic.startswith(rmq.RETRY_TOPIC_PREFIX)
-            if topic is not None and (metric == rmq.TOPIC_PUT_NUMS or limited_fail):
-                r = tb[(start, topic, broker)]
-                if metric == rmq.TOPIC_PUT_NUMS:
-                    r["puts"] += amount
-                    r["carries"] = True
-                else:
-                    r["rejected"] += amount
-            owner = group if metric == rmq.SNDBCK_PUT_NUMS else (
-                topic[len(rmq.RETRY_TOPIC_PREFIX):] if is_retry_topic and (
-                    metric == rmq.TOPIC_PUT_NUMS or limited_fail) else None)
-            if owner is not None:
-                r = gb[(start, owner, broker)]
-                if metric == rmq.SNDBCK_PUT_NUMS:
-                    r["sent_back"] += amount
-                elif metric == rmq.TOPIC_PUT_NUMS:
-                    r["retry_puts"] += amount
-                else:
-                    r["rejected"] += amount
-    busy = set(rmq.BUSY_FAILURE_CLASSES)
-    topic_rows = []
-    for (start, topic), t in topics.items():
-        failures = sum(t["classes"].values())
-        rate_limited = t["classes"].get(rmq.RATE_LIMITED, 0)
-        faults = failures - rate_limited
-        attempts = t["puts"] + faults
-        topic_rows.append({"window_start": start, "window_end": start + w, "topic": topic, "put_tps": t["puts"] / per,
-                           "brokers_reporting": len(t["brokers"]), "failures": failures,
-                           "busy_failures": sum(n for c, n in t["classes"].items() if c in busy),
-                           "failures_by_class": _sorted_classes(t["classes"]),
-                           "failure_rate": faults / attempts if attempts > 0 else 0.0, "rate_limited": rate_limited})
-    group_rows = [{"window_start": start, "window_end": start + w, "consumer_group": group, "topic": topic,
-                   "consume_tps": g["got"] / per, "retry_tps": g["sent_back"] / per,
-                   "retry_ratio": g["sent_back"] / g["got"] if g["got"] > 0 else None}
-                  for (start, group, topic), g in groups.items()]
-    broker_rows = [{"window_start": start, "window_end": start + w, "broker": broker, "put_tps": b["puts"] / per,
-                    "broker_put_tps": None if b["broker_puts"] is None else b["broker_puts"] / per,
-                    "topics": len(b["topics"]), "failures": sum(b["classes"].values()),
-                    "busy_failures": sum(n for c, n in b["classes"].items() if c in busy),
-                    "failures_by_class": _sorted_classes(b["classes"])}
-                   for (start, broker), b in brokers.items()]
-    rows = [(start, "topic", topic, broker, r["puts"] / per, r["rejected"], r["carries"])
-            for (start, topic, broker), r in tb.items()]
-    rows += [(start, "group", group, broker, max(r["sent_back"] / per, r["retry_puts"] / per), r["rejected"], False)
-             for (start, group, broker), r in gb.items()]
-    totals: dict = defaultdict(lambda: [0.0, 0])
-    for start, rtype, name, _b, tps, rejected, _c in rows:
-        totals[(start, rtype, name)][0] += tps
-        totals[(start, rtype, name)][1] += rejected
-        traffic_windows.add(start)
-    floor = {"topic": detection.surge_floor_tps, "group": detection.retry_floor_tps}
-    keep = {k for k, (tps, rejected) in totals.items()
-            if tps >= floor[k[1]] * (1.0 - 1e-9) or rejected > 0 or f"{k[1]}\x1f{k[2]}" in limited}
-    traffic = [{"window_start": s, "window_end": s + w, "resource_type": t, "resource": n, "broker": b, "tps": tps,
-                "rejected": rej, "carries": c} for s, t, n, b, tps, rej, c in rows if (s, t, n) in keep]
-    traffic += [{"window_start": s, "window_end": s + w, "resource_type": "*", "resource": name}
-                for marks, name in ((windows, "metrics"), (traffic_windows, "traffic")) for s in sorted(marks)]
-    return {"gold/topic_tps": from_rows(topic_rows, columns.GOLD_TOPIC_TPS),
-            "gold/group_tps": from_rows(group_rows, columns.GOLD_GROUP_TPS),
-            "gold/broker_tps": from_rows(broker_rows, columns.GOLD_BROKER_TPS),
-            "traffic": from_rows(traffic, columns.WINDOW_TRAFFIC)}
+    keys = list(sums)
+    starts = [k[0] for k in keys]
+    rows = {"window_start": starts, "window_end": [s + w for s in starts],
+            "broker": [k[1] for k in keys], "topic": [k[2] for k in keys], "consumer_group": [k[3] for k in keys],
+            "metric": [k[4] for k in keys], "amount": list(sums.values())}
+    target = schema(columns.WINDOW_METRIC)
+    table = pa.Table.from_arrays([pa.array(rows[f.name], type=f.type) for f in target], schema=target)
+    return reduce_windows(table, detection, limited)
 
 
 class FinalWindows:

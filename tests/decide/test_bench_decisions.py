@@ -1,5 +1,6 @@
-"""bench/decisions.py renders a cluster's windows with numpy instead of the simulator's per-sum loop: its tables must
-be those :func:`pipelines.sim.windows.gold_tables` builds from the same sums (no Spark, under a second)."""
+"""bench/decisions.py renders a cluster's windows with numpy instead of the simulator's per-sum loop: its windowed
+sums must be the simulator's, and its tables those the driver's reduction builds from the same sums (no Spark, under
+a second)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,15 @@ def test_the_bench_tables_are_the_simulators():
     assert rows(decisions.group_tps(c, w)) == rows(expected["gold/group_tps"])
     assert rows(decisions.broker_tps(c, w)) == rows(expected["gold/broker_tps"])
     assert rows(decisions.traffic(c, w, CFG.detection, set())) == rows(expected["traffic"])
+
+
+def test_the_bench_collects_the_windowed_sums_its_tables_stand_for():
+    c = decisions.make_cluster(3000, 8, seed=7)
+    w = decisions.window_rates(c, START, np.random.default_rng(1), anomalies=True)
+    collected = decisions.window_metric_rows(c, w).to_pylist()
+    assert len(collected) == len({(r["broker"], r["topic"], r["consumer_group"], r["metric"]) for r in collected})
+    assert {(r["window_start"], r["broker"], r["topic"], r["consumer_group"], r["metric"]): r["amount"]
+            for r in collected} == dict(sums_of(c, w))
 
 
 def test_the_bench_windows_decide_something():

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from pipelines import rocketmq as rmq
 from pipelines.config import WindowsConfig
-from pipelines.dataplane.transforms.tps import FAILURE_METRIC_PREFIX
+from pipelines.columns import FAILURE_METRIC_PREFIX
 from pipelines.dataplane.transforms.types import Transform
 
 #: ``resource_type`` of the census row of a window (``resource`` is :data:`CENSUS`).

@@ -1,10 +1,11 @@
 """The gold flow (final path): windows finalized by the watermark → gold TPS tables, anomalies, limit decisions,
 saved policy state and the published limits. Each window is written exactly once, when the watermark passes it.
 
-Spark reduces: the micro-batch's windowed sums become the gold TPS tables and the per-broker traffic the decisions
-need (:func:`pipelines.dataplane.transforms.tps.resource_traffic`), collected once as Arrow by one Spark job. The driver
-decides (:mod:`pipelines.decide.final`): the anomalies and candidates outside the decision lock, the fold on the
-policy state inside it; the tables are then appended from the driver and the limits published."""
+Spark reduces: the stateful windowed sums (watermark, state store) of the finalized windows, one row per window ×
+broker × topic × consumer group × metric, collected once as Arrow by one Spark job. The driver derives the gold TPS
+tables and the per-broker traffic the decisions need (:func:`pipelines.decide.windows.reduce_windows`) and decides
+(:mod:`pipelines.decide.final`): the anomalies and candidates outside the decision lock, the fold on the policy state
+inside it; the tables are then appended from the driver and the limits published."""
 
 from __future__ import annotations
 
@@ -14,15 +15,14 @@ import time
 
 from pyspark.sql import DataFrame, SparkSession
 
-from pipelines import schemas
 from pipelines.config import GovernorConfig
 from pipelines.decide.evidence import expected_brokers, open_evidence
 from pipelines.decide.fast import OpenRows
 from pipelines.decide.final import FinalInputs, FinalOutputs, decide_prepared, prepare_final, window_bounds
-from pipelines.job.flows.base import BatchReport, DecisionFlow, release, write_arrow
+from pipelines.decide.windows import TRAFFIC, reduce_windows
+from pipelines.job.flows.base import BatchReport, DecisionFlow, write_arrow
 from pipelines.dataplane import events
 from pipelines import tables
-from pipelines.dataplane.lake.registry import collect_tables
 from pipelines.dataplane.transforms import tps
 
 log = logging.getLogger("rate_governor")
@@ -54,24 +54,6 @@ def window_stream(metric_events: DataFrame, cfg: GovernorConfig) -> DataFrame:
     )
 
 
-#: The Spark-reduced outputs a gold micro-batch collects (one job): the gold TPS tables and the decisions' traffic.
-TRAFFIC = "traffic"
-
-
-def partitioning(single: bool):
-    """With ``single`` (``spark.gold_single_partition``, the embedded default), the gold micro-batch's windowed sums
-    in one partition: hundreds to about 10^5 rows per micro-batch, so the TPS aggregations plan no further shuffle.
-    A repartition, not a coalesce: a coalesce is no stage boundary, so the stateful window aggregation above it (and
-    its state store) would run in one task instead of ``spark.shuffle_partitions`` (a backlog's first gold
-    micro-batch, docs/performance.md). With thousands of topics on a cluster, turn it off to spread the windows over
-    the executors."""
-
-    def transform(df: DataFrame) -> DataFrame:
-        return df.repartition(1) if single else df
-
-    return transform
-
-
 class GoldFlow(DecisionFlow):
     """The ``foreachBatch`` handler of the gold query (constructor: :class:`pipelines.job.flows.base.DecisionFlow`;
     ``open_rows``: the fast flow's memory of open windows, the lift veto's evidence, None without a fast path)."""
@@ -98,26 +80,19 @@ class GoldFlow(DecisionFlow):
                             f"{since:%Y-%m-%d %H:%M}", self.cfg.limits.max_held_seconds)
 
     def reduce(self, metrics: DataFrame) -> dict:
-        """The micro-batch's windowed sums → the gold TPS tables and the decisions' traffic rows, collected as Arrow
-        by one Spark job."""
-        w = self.cfg.windows
-        metrics = metrics.transform(partitioning(self.cfg.spark.gold_single_partition))
-        outputs = {tables.GOLD_TOPIC_TPS: metrics.transform(tps.topic_tps(w)),
-                   tables.GOLD_GROUP_TPS: metrics.transform(tps.group_tps(w)),
-                   tables.GOLD_BROKER_TPS: metrics.transform(tps.broker_tps(w)),
-                   TRAFFIC: metrics.transform(tps.resource_traffic(w, self.cfg.detection, self.store.limited_keys()))}
-        return collect_tables(outputs, {TRAFFIC: schemas.WINDOW_TRAFFIC})
+        """The micro-batch's finalized windowed sums (:data:`~pipelines.schemas.WINDOW_METRIC`), collected as Arrow by
+        one Spark job → the gold TPS tables and the decisions' traffic rows (:func:`reduce_windows`, on the driver)."""
+        return reduce_windows(metrics.toArrow(), self.cfg.detection,
+                              self.store.limited_keys())
 
     def handle(self, metrics: DataFrame, batch_id: int) -> None:
         """One micro-batch of finalized windows → gold tables, anomalies, limit decisions, published limits."""
         context = metrics.sparkSession.sparkContext
-        metrics = metrics.persist()  # the four outputs read the stateful aggregation once (one job, cached blocks)
         try:
             context.setJobDescription(f"{QUERY} batch {batch_id}: windows")
             reduced = self.reduce(metrics)  # the one Spark job of the batch
         finally:
             context.setJobDescription(None)
-            release(QUERY, batch_id, metrics)
         partial = FinalInputs(reduced[tables.GOLD_TOPIC_TPS], reduced[tables.GOLD_GROUP_TPS],
                               reduced[tables.GOLD_BROKER_TPS], reduced[TRAFFIC], None, None, None, None)
         first_window, horizon_end = window_bounds(partial)

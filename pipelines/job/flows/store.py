@@ -56,7 +56,7 @@ class DecisionStore:
 
     def limited_keys(self) -> tuple[str, ...]:
         """``"<resource_type>\\x1f<resource>"`` of every resource with a limit in the saved state (whose traffic the
-        final path keeps, :func:`pipelines.dataplane.transforms.tps.resource_traffic`)."""
+        final path keeps, :func:`pipelines.decide.windows.resource_traffic`)."""
         if self._state is None:
             self._state = self._load_state()
         return tuple(sorted(f"{t}\x1f{r}" for (t, r), row in self._state.items() if row.get("limit_qps") is not None))

@@ -1,0 +1,138 @@
+"""The finalized windowed sums → gold TPS tables and the decisions' traffic, on the driver
+(:mod:`pipelines.decide.windows`): sums across brokers, retry ratio, broker TPS, failures per class, the per-broker
+traffic of each limitable resource and what of it the decisions keep. Inline Arrow rows, no Spark."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from pipelines import columns
+from pipelines.config import DetectionConfig
+from pipelines.decide.windows import reduce_windows
+from tests.decide.rows import table, win
+
+T0, T1 = win(0)
+
+
+def metrics(rows: list[tuple]) -> pa.Table:
+    """(broker, topic, group, metric, amount) in window [T0, T1) → WINDOW_METRIC rows."""
+    return table(columns.WINDOW_METRIC, [(T0, T1, *r) for r in rows])
+
+
+def reduced(rows: list[tuple], limited: tuple[str, ...] = ()) -> dict[str, pa.Table]:
+    return reduce_windows(metrics(rows), DetectionConfig(), limited)
+
+
+def sorted_rows(data: pa.Table, *keys: str) -> list[dict]:
+    return sorted(data.to_pylist(), key=lambda r: tuple(str(r[k]) for k in keys))
+
+
+def test_topic_tps_sums_over_brokers_with_failures():
+    got = reduced([
+        ("broker-a", "orders", None, "TOPIC_PUT_NUMS", 600),
+        ("broker-b", "orders", None, "TOPIC_PUT_NUMS", 1200),
+        ("broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 150),
+        ("broker-a", "orders", None, "failure:CLIENT_TIMEOUT", 50),
+        ("broker-a", "pay", None, "failure:OTHER", 3),
+        ("broker-b", "limited", None, "TOPIC_PUT_NUMS", 2400),
+        ("broker-b", "limited", None, "failure:RATE_LIMITED", 900),
+        ("broker-b", "limited", None, "failure:OTHER", 10),
+    ])["gold/topic_tps"]
+    assert got.schema == table(columns.GOLD_TOPIC_TPS, []).schema
+    want = [(T0, T1, "limited", 40.0, 1, 910, 0, [("OTHER", 10), ("RATE_LIMITED", 900)], 10 / 2410, 900, None),
+            (T0, T1, "orders", 30.0, 2, 200, 150, [("CLIENT_TIMEOUT", 50), ("TIMEOUT_CLEAN_QUEUE", 150)], 0.1, 0,
+             None),
+            (T0, T1, "pay", 0.0, 0, 3, 0, [("OTHER", 3)], 1.0, 0, None)]
+    assert sorted_rows(got, "topic") == table(columns.GOLD_TOPIC_TPS, want).to_pylist()
+
+
+def test_failures_by_class_entries_are_in_class_order_whatever_the_row_order():
+    rows = [("broker-a", "orders", None, f"failure:{c}", n) for c, n in (("TIMEOUT_CLEAN_QUEUE", 5),
+                                                                        ("CLIENT_TIMEOUT", 1), ("OTHER", 2))]
+    for ordered in (rows, rows[::-1]):
+        got = reduced(ordered)["gold/topic_tps"].column("failures_by_class")[0].as_py()
+        assert [k for k, _ in got] == ["CLIENT_TIMEOUT", "OTHER", "TIMEOUT_CLEAN_QUEUE"]
+
+
+def test_group_tps_consume_retry_and_ratio():
+    got = reduced([
+        ("broker-a", "pugc", "g", "GROUP_GET_NUMS", 47400),
+        ("broker-b", "pugc", "g", "GROUP_GET_NUMS", 600),
+        ("broker-a", "pugc", "g", "SNDBCK_PUT_NUMS", 47119),
+        ("broker-a", "other", "g2", "SNDBCK_PUT_NUMS", 60),
+        ("broker-a", "pugc", None, "TOPIC_PUT_NUMS", 60),
+    ])["gold/group_tps"]
+    want = [(T0, T1, "g", "pugc", 800.0, 47119 / 60, 47119 / 48000), (T0, T1, "g2", "other", 0.0, 1.0, None)]
+    assert sorted_rows(got, "consumer_group") == table(columns.GOLD_GROUP_TPS, want).to_pylist()
+
+
+def test_broker_tps_puts_topics_and_busy_failures():
+    got = reduced([
+        ("broker-a", "orders", None, "TOPIC_PUT_NUMS", 600),
+        ("broker-a", "%RETRY%g", None, "TOPIC_PUT_NUMS", 47119),
+        ("broker-a", None, None, "BROKER_PUT_NUMS", 47700),
+        ("broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 40),
+        ("broker-b", "pay", None, "TOPIC_PUT_NUMS", 60),
+        ("broker-c", "pay", None, "failure:FLUSH_DISK_TIMEOUT", 2),  # failures only: a row of its own
+    ])["gold/broker_tps"]
+    want = [(T0, T1, "broker-a", 47719 / 60, 47700 / 60, 2, 40, 40, [("TIMEOUT_CLEAN_QUEUE", 40)]),
+            (T0, T1, "broker-b", 1.0, None, 1, 0, 0, None),
+            (T0, T1, "broker-c", 0.0, None, 0, 2, 0, [("FLUSH_DISK_TIMEOUT", 2)])]
+    assert sorted_rows(got, "broker") == table(columns.GOLD_BROKER_TPS, want).to_pylist()
+
+
+def test_retry_traffic_is_the_larger_of_send_backs_and_fallback_sends_into_the_same_bucket():
+    """Per broker, the limiter keyed %RETRY%g counts send-backs (SNDBCK_PUT_NUMS) and the plain sends a consumer
+    falls back to (TOPIC_PUT_NUMS of %RETRY%g, which also carry the re-puts of admitted send-backs): the larger of
+    the two. A topic's traffic is its puts; RATE_LIMITED failures are its limiter's rejections; a topic's carriers
+    are the brokers with a put line."""
+    got = reduced([
+        ("broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 1200),   # 20 msg/s sent back ...
+        ("broker-a", "%RETRY%g", None, "TOPIC_PUT_NUMS", 2400),   # ... 40 msg/s into the retry topic
+        ("broker-b", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 1800),
+        ("broker-b", "%RETRY%g", None, "failure:RATE_LIMITED", 7),
+        ("broker-a", "orders", None, "TOPIC_PUT_NUMS", 600),
+        ("broker-a", "orders", None, "failure:RATE_LIMITED", 3),
+        ("broker-c", "orders", None, "failure:RATE_LIMITED", 2),         # rejected there, no put line: no carrier
+        ("broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 5),  # the broker's fault, not the limiter's
+    ])["traffic"]
+    rows = [r for r in sorted_rows(got, "resource_type", "resource", "broker") if r["resource"] in ("g", "orders")]
+    want = [(T0, T1, "group", "g", "broker-a", 40.0, 0, False), (T0, T1, "group", "g", "broker-b", 30.0, 7, False),
+            (T0, T1, "topic", "orders", "broker-a", 10.0, 3, True), (T0, T1, "topic", "orders", "broker-c", 0.0, 2, False)]
+    assert rows == table(columns.WINDOW_TRAFFIC, want).to_pylist()
+
+
+def test_the_driver_keeps_the_traffic_of_the_resources_a_decision_can_need():
+    """Kept: resources at their rule's floor, rejecting, or under a limit; the rest is dropped. The markers name
+    every window of the batch and those with any traffic."""
+    got = reduced([
+        ("broker-a", "big", None, "TOPIC_PUT_NUMS", 60 * 60),        # 60 msg/s >= surge_floor_tps (50)
+        ("broker-a", "small", None, "TOPIC_PUT_NUMS", 60 * 10),      # 10 msg/s: dropped
+        ("broker-a", "limited", None, "TOPIC_PUT_NUMS", 60 * 5),     # under a limit: kept
+        ("broker-a", "refused", None, "failure:RATE_LIMITED", 1),    # rejecting: kept
+        ("broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 60 * 49),   # 49 msg/s < retry_floor_tps (50): dropped
+        ("broker-b", "split", None, "TOPIC_PUT_NUMS", 60 * 30),      # 30 + 30 msg/s cluster-wide: kept on both
+        ("broker-c", "split", None, "TOPIC_PUT_NUMS", 60 * 30),
+    ], limited=("topic\x1flimited",))["traffic"]
+    assert sorted((r["resource_type"], r["resource"], r["broker"]) for r in got.to_pylist()) == [
+        ("*", "metrics", None), ("*", "traffic", None), ("topic", "big", "broker-a"),
+        ("topic", "limited", "broker-a"), ("topic", "refused", "broker-a"), ("topic", "split", "broker-b"),
+        ("topic", "split", "broker-c")]
+
+
+def test_a_window_without_resource_traffic_has_only_its_metrics_marker():
+    t2, t3 = win(1)
+    data = table(columns.WINDOW_METRIC, [(T0, T1, "broker-a", None, None, "BROKER_PUT_NUMS", 600),
+                                         (t2, t3, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600)])
+    marks = [r for r in reduce_windows(data, DetectionConfig())["traffic"].to_pylist() if r["resource_type"] == "*"]
+    assert sorted((r["window_start"], r["resource"]) for r in marks) == [
+        (T0, "metrics"), (t2, "metrics"), (t2, "traffic")]
+
+
+@pytest.mark.parametrize("name", ["gold/topic_tps", "gold/group_tps", "gold/broker_tps", "traffic"])
+def test_no_windows_give_empty_tables_of_the_right_schema(name):
+    spec = {"gold/topic_tps": columns.GOLD_TOPIC_TPS, "gold/group_tps": columns.GOLD_GROUP_TPS,
+            "gold/broker_tps": columns.GOLD_BROKER_TPS, "traffic": columns.WINDOW_TRAFFIC}[name]
+    got = reduce_windows(table(columns.WINDOW_METRIC, []), DetectionConfig())[name]
+    assert got.num_rows == 0 and got.schema == table(spec, []).schema
