@@ -180,13 +180,13 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
         rows += broker_busy(brokers, windows, cfg)
     if TOPIC_SURGE in rules:
         topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
-        topic_base = baselines(topic_values, "topic", first_open, windows, cfg).join(
+        topic_base = baselines(topic_values, "topic", first_open, windows, cfg, cfg.surge_floor_tps).join(
             topics.select("window_start", "topic", "put_tps"), on=["window_start", "topic"], how="inner").join(
             ends, on="window_start", how="inner")
         rows += traffic_surge(topic_base, "topic", "topic", cfg)
     if BROKER_SURGE in rules:
         broker_values = surge_values(broker_history, brokers, "broker", broker_writes())
-        broker_base = baselines(broker_values, "broker", first_open, windows, cfg).join(
+        broker_base = baselines(broker_values, "broker", first_open, windows, cfg, cfg.surge_floor_tps).join(
             brokers.select("window_start", "broker", broker_writes().alias("put_tps")), on=["window_start", "broker"],
             how="inner").join(ends, on="window_start", how="inner")
         rows += traffic_surge(broker_base, "broker", "broker", cfg)

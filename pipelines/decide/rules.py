@@ -124,11 +124,13 @@ def _row(r: dict, resource_type: str, resource: str, kind: Anomaly, observed, ba
 
 
 def baselines(values: pl.DataFrame, key: str, first_window: dt.datetime, windows: WindowsConfig,
-              cfg: DetectionConfig) -> pl.DataFrame:
+              cfg: DetectionConfig, at_least: float | None = None) -> pl.DataFrame:
     """Rows ``window_start``, ``key``, ``value`` (history and current windows together) → for each row whose window
-    starts at or after ``first_window``: ``baseline_tps``, the ``baseline_quantile`` of the resource's values in the
-    previous ``baseline_windows`` windows by time (``[start - span, start - 1 s]``), and ``baseline_windows``, how
-    many values it saw (null baseline when none).
+    starts at or after ``first_window`` (and whose value is ``at_least``, when given: the surge floor, under which a
+    row cannot fire, so only the resources at it pay for a baseline, about 2 % of a large cluster's topics):
+    ``baseline_tps``, the ``baseline_quantile`` of the resource's values in the previous ``baseline_windows``
+    windows by time (``[start - span, start - 1 s]``, every value, under the floor too), and ``baseline_windows``,
+    how many values it saw (null baseline when none).
 
     The quantile is Spark's ``percentile_approx`` (accuracy 10,000) on at most thousands of values: the value at
     rank ``ceil(q × n)`` of the sorted values (``QuantileSummaries.query`` keeps every sample below its
@@ -136,7 +138,10 @@ def baselines(values: pl.DataFrame, key: str, first_window: dt.datetime, windows
     span = cfg.baseline_windows * windows.length_seconds
     q = cfg.baseline_quantile
     lazy = values.lazy().with_columns(pl.col("window_start").dt.epoch("s").alias("_s"))
-    current = lazy.filter(when("window_start") >= micros(first_window)).select("window_start", key, "_s").unique()
+    current = lazy.filter(when("window_start") >= micros(first_window))
+    if at_least is not None:
+        current = current.filter(pl.col("value") >= at_least)
+    current = current.select("window_start", key, "_s").unique()
     frame = current.join(lazy.filter(pl.col("value").is_not_null()).select(key, pl.col("_s").alias("_h"), "value"),
                          on=key, how="inner").filter(
         (pl.col("_h") >= pl.col("_s") - span) & (pl.col("_h") <= pl.col("_s") - 1))
@@ -335,12 +340,12 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
     rows = runaway_retry(with_retry_traffic(group_retry(groups), retry_traffic), cfg) if RETRY in rules else []
     if TOPIC_SURGE in rules:
         topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
-        topic_base = baselines(topic_values, "topic", first_window, windows, cfg).join(
+        topic_base = baselines(topic_values, "topic", first_window, windows, cfg, cfg.surge_floor_tps).join(
             topics.select(*WINDOW_KEYS, "topic", "put_tps"), on=["window_start", "topic"], how="inner")
         rows += traffic_surge(topic_base, "topic", "topic", cfg)
     if BROKER_SURGE in rules:
         broker_values = surge_values(broker_history, brokers, "broker", broker_writes())
-        broker_base = baselines(broker_values, "broker", first_window, windows, cfg).join(
+        broker_base = baselines(broker_values, "broker", first_window, windows, cfg, cfg.surge_floor_tps).join(
             brokers.select(*WINDOW_KEYS, "broker", broker_writes().alias("put_tps")), on=["window_start", "broker"],
             how="inner")
         rows += traffic_surge(broker_base, "broker", "broker", cfg)

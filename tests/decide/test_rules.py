@@ -167,6 +167,24 @@ def test_the_baseline_quantile_is_spark_s_percentile_approx(spark, seed):
                                                          ours["baseline_windows"].to_list()))
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_baseline_only_for_the_rows_at_the_floor_is_the_same_baseline(seed):
+    """``at_least`` (the surge floor) leaves out the current rows under it, never a value of the windows before: the
+    rows kept have the baselines they have without it, and a row under the floor (which cannot fire) has none."""
+    rng = random.Random(seed)
+    rows = [(win(i)[0], f"t{k}", float(rng.choice([rng.randint(0, 99), rng.random() * 100])))
+            for k in range(8) for i in range(rng.randint(25, 40))]
+    cfg = DetectionConfig(baseline_windows=30, baseline_min_windows=1)
+    values = pl.DataFrame(rows, schema={"window_start": pl.Datetime("us", "UTC"), "topic": pl.String,
+                                        "value": pl.Float64}, orient="row")
+    everything = rules.baselines(values, "topic", win(20)[0], W, cfg)
+    floored = rules.baselines(values, "topic", win(20)[0], W, cfg, at_least=50.0)
+    at_floor = values.filter((pl.col("window_start") >= win(20)[0]) & (pl.col("value") >= 50.0))
+    assert 0 < floored.height == at_floor.height < everything.height
+    key = ["window_start", "topic"]
+    assert floored.sort(key).rows() == everything.join(at_floor.select(key), on=key, how="semi").sort(key).rows()
+
+
 def test_runaway_retry_counts_the_plain_sends_a_busy_broker_turned_its_send_backs_into():
     """Sweep case 209 (``python -m pipelines.sim.sweep --case 209``): a storm whose own writes made its broker busy;
     the broker fast-failed most send-backs, the consumer sent them to %RETRY%g as plain sends instead, and the
