@@ -217,23 +217,6 @@ def floor_handlers() -> None:
     gold_flow.GoldFlow.handle = fast_flow.FastFlow.handle = collect_only
 
 
-def driver_reduce() -> None:
-    """``--driver-reduce`` (an experiment, not the product): the gold flow's reduction on the driver. The micro-batch's
-    windowed sums are collected as they are (one ``toArrow``, as the floor's handler does) and the four outputs built
-    from them by the simulator's model of the same transforms (:func:`pipelines.sim.windows.gold_tables`, pure
-    Python), instead of four Spark transforms packed into one job. What it saves is what building and running the
-    transforms' DataFrame steps costs per micro-batch."""
-    from pipelines.sim.windows import gold_tables
-
-    def reduce(self, metrics):
-        sums = collections.defaultdict(int)
-        for r in metrics.toArrow().to_pylist():
-            sums[(r["window_start"], r["broker"], r["topic"], r["consumer_group"], r["metric"])] += r["amount"]
-        return gold_tables(sums, self.cfg.windows.length_seconds, self.cfg.detection, self.store.limited_keys())
-
-    gold_flow.GoldFlow.reduce = reduce
-
-
 #: The deciding flows built in this process (their ``locked_seconds``: the decision lock's critical sections).
 FLOWS: list = []
 
@@ -254,8 +237,9 @@ def instrument() -> None:
         timed(flow, "handle", f"{query}.handle", handler=query)
     # issue 40's flows: Spark reduces (one collect), the driver decides (prepare outside the lock, decide_prepared
     # inside it), delta-rs appends the Arrow tables, the publisher publishes
-    timed(gold_flow.GoldFlow, "reduce", "reduce + collect the windows (one Spark job)")
-    timed(gold_flow, "collect_tables", "collect_tables (pack, union, toArrow, split)")
+    timed(gold_flow.GoldFlow, "reduce", "reduce: collect the windows (one Spark job), reduce on the driver")
+    timed(gold_flow, "collect_tables", "collect_tables (pack, union, toArrow, split)")  # aecabbc-33d0c65
+    timed(gold_flow, "reduce_windows", "reduce_windows (the gold tables on the driver)")
     classic = optional_module("pyspark.sql.classic.dataframe")  # Spark 4's DataFrame class (its own toArrow)
     timed(classic.DataFrame if classic else optional_module("pyspark.sql").DataFrame, "toArrow",
           "DataFrame.toArrow (a Spark job; fast: its stateful aggregation)")
@@ -318,9 +302,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="handlers that only materialize each micro-batch: Spark's own share of the figure")
     parser.add_argument("--conf", default=str(TREE / "conf" / "local.toml"),
                         help="the governor's config (default: the measured tree's conf/local.toml as shipped)")
-    parser.add_argument("--driver-reduce", action="store_true",
-                        help="experiment: the gold flow's reduction on the driver (driver_reduce); with --baseline a "
-                             "variant of this tree")
     parser.add_argument("--baseline", metavar="COMMIT",
                         help="A/B: this tree against COMMIT (a worktree under a temporary directory), interleaved, "
                              "--runs runs each (with --floor: this tree's floor as a third variant); medians")
@@ -335,8 +316,6 @@ def main(argv: list[str] | None = None) -> int:
         return compare(args, sys.argv[1:] if argv is None else list(argv))
     if args.floor:
         floor_handlers()
-    if args.driver_reduce:
-        driver_reduce()
     instrument()
 
     landed = args.warmup_minutes + args.minutes
@@ -419,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"processing seconds per stats minute (three queries): {per_minute:.2f} s; target <= "
           f"{args.target_seconds} s: {'PASS' if passed else 'FAIL'} (config: {args.conf}, "
           f"{args.minutes} minutes after {args.warmup_minutes} of warm-up, one every {args.minute_seconds} s"
-          f"{', handlers: --floor' if args.floor else ''}{', gold reduce on the driver' if args.driver_reduce else ''})")
+          f"{', handlers: --floor' if args.floor else ''})")
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
     return 0 if passed else 1
@@ -431,15 +410,12 @@ def compare(args, argv: list[str]) -> int:
     the ratios of the medians (this tree / baseline, this tree / floor, baseline / floor)."""
     args_of = ab.without(ab.without(ab.without(ab.without(argv, "--baseline"), "--runs"), "--floor", False), "--log")
     args_of = ab.without(ab.without(args_of, "--max-ratio"), "--conf")  # each tree its own shipped config
-    args_of = ab.without(args_of, "--driver-reduce", False)
     script = Path(__file__).resolve()
     log = Path(args.log) if args.log else None
     with ab.worktree(args.baseline) as base_tree:
         variants = [("this tree", ab.REPO, args_of), (f"baseline {args.baseline}", base_tree, args_of)]
         if args.floor:
             variants.append(("this tree --floor", ab.REPO, [*args_of, "--floor"]))
-        if args.driver_reduce:
-            variants.append(("this tree --driver-reduce", ab.REPO, [*args_of, "--driver-reduce"]))
         print(f"A/B: {ab.commit_of(ab.REPO)} against {args.baseline} ({ab.commit_of(base_tree)}), {args.runs} runs each, "
               f"interleaved; {args.minutes} stats minutes after {args.warmup_minutes} of warm-up, one every "
               f"{args.minute_seconds} s; {os.cpu_count()} cores (seconds are this machine's)", flush=True)
@@ -467,10 +443,6 @@ def compare(args, argv: list[str]) -> int:
     ratio = new / base
     print(f"this tree / baseline {args.baseline}: {new:.2f} / {base:.2f} = {ratio:.2f}x (target <= {args.max_ratio}x: "
           f"{'PASS' if ratio <= args.max_ratio else 'FAIL'})")
-    reduced = medians.get("this tree --driver-reduce")
-    if reduced:
-        print(f"experiment, the gold reduction on the driver: {reduced:.2f} s per stats minute, {reduced / new:.2f}x "
-              f"this tree's, {reduced / base:.2f}x the baseline's" + (f", {reduced / floor:.2f}x the floor" if floor else ""))
     if floor:
         print(f"this tree / its floor: {new:.2f} / {floor:.2f} = {new / floor:.2f}x; baseline / this tree's floor: "
               f"{base / floor:.2f}x")
