@@ -26,7 +26,7 @@ from pipelines.columns import FAILURE_METRIC_PREFIX
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig
 from pipelines.decide.arrow import to_arrow, to_polars
-from pipelines.decide.rules import WINDOW_KEYS
+from pipelines.decide.rules import SLACK, WINDOW_KEYS
 
 RATE_LIMITED_METRIC = FAILURE_METRIC_PREFIX + rmq.RATE_LIMITED
 #: ``resource_type`` of a window marker row among the traffic rows (``resource`` ``metrics`` or ``traffic``).
@@ -71,6 +71,11 @@ def _per_second(amount: pl.Expr) -> pl.Expr:
     one ulp off for about one value in twelve (47119 / 60 = 785.3166666666667; × (1/60): 785.3166666666666)."""
     seconds = (pl.col("window_end") - pl.col("window_start")).dt.total_seconds().cast(pl.Float64)
     return amount.cast(pl.Float64) / seconds
+
+
+def _amount_if(condition: pl.Expr) -> pl.Expr:
+    """The row's ``amount`` where ``condition`` holds, else 0 (summed per group by the callers)."""
+    return pl.when(condition).then(pl.col("amount")).otherwise(0)
 
 
 def _failure_counts(metrics: pl.LazyFrame, key: str) -> pl.LazyFrame:
@@ -128,8 +133,8 @@ def group_tps(metrics: pl.LazyFrame) -> pl.LazyFrame:
     """``gold/group_tps`` rows, per consumer group × topic × window: ``consume_tps`` from GROUP_GET_NUMS,
     ``retry_tps`` from SNDBCK_PUT_NUMS (messages the group sent back to its retry topic ``%RETRY%group``), both
     summed over brokers; ``retry_ratio`` = retry / consume, null when nothing was consumed."""
-    got = pl.when(pl.col("metric") == rmq.GROUP_GET_NUMS).then(pl.col("amount")).otherwise(0)
-    sent = pl.when(pl.col("metric") == rmq.SNDBCK_PUT_NUMS).then(pl.col("amount")).otherwise(0)
+    got = _amount_if(pl.col("metric") == rmq.GROUP_GET_NUMS)
+    sent = _amount_if(pl.col("metric") == rmq.SNDBCK_PUT_NUMS)
     sums = (metrics.filter(pl.col("metric").is_in([rmq.GROUP_GET_NUMS, rmq.SNDBCK_PUT_NUMS])
                            & pl.col("consumer_group").is_not_null())
             .group_by([*WINDOW_KEYS, "consumer_group", "topic"])
@@ -153,7 +158,7 @@ def broker_tps(metrics: pl.LazyFrame) -> pl.LazyFrame:
     is_broker_put = pl.col("metric") == rmq.BROKER_PUT_NUMS
     puts = (on_broker.filter(is_put | is_broker_put)
             .group_by([*WINDOW_KEYS, "broker"])
-            .agg(pl.when(is_put).then(pl.col("amount")).otherwise(0).sum().alias("puts"),
+            .agg(_amount_if(is_put).sum().alias("puts"),
                  pl.col("amount").filter(is_broker_put).sum().alias("broker_puts"),
                  is_broker_put.any().alias("has_broker_put"),
                  pl.col("topic").filter(is_put).drop_nulls().n_unique().alias("topics")))
@@ -186,11 +191,11 @@ def per_broker_traffic(metrics: pl.LazyFrame) -> pl.LazyFrame:
     is_put = metric == rmq.TOPIC_PUT_NUMS
     is_limited = metric == RATE_LIMITED_METRIC
     is_sent_back = metric == rmq.SNDBCK_PUT_NUMS
-    amount_if = lambda cond: pl.when(cond).then(pl.col("amount")).otherwise(0).sum()  # noqa: E731
     topic_rows = (
         on_broker.filter((is_put | is_limited) & topic.is_not_null())
         .group_by([*WINDOW_KEYS, "topic", "broker"])
-        .agg(amount_if(is_put).alias("puts"), amount_if(is_limited).alias("rejected"), is_put.any().alias("carries"))
+        .agg(_amount_if(is_put).sum().alias("puts"), _amount_if(is_limited).sum().alias("rejected"),
+             is_put.any().alias("carries"))
         .select(*WINDOW_KEYS, pl.lit("topic").alias("resource_type"), pl.col("topic").alias("resource"), "broker",
                 _per_second(pl.col("puts")).alias("tps"), "rejected", "carries")
     )
@@ -201,8 +206,8 @@ def per_broker_traffic(metrics: pl.LazyFrame) -> pl.LazyFrame:
         on_broker.filter(is_sent_back | (is_retry_topic & (is_put | is_limited)))
         .with_columns(owner.alias("resource")).filter(pl.col("resource").is_not_null())
         .group_by([*WINDOW_KEYS, "resource", "broker"])
-        .agg(amount_if(is_sent_back).alias("sent_back"), amount_if(is_put).alias("retry_puts"),
-             amount_if(is_limited).alias("rejected"))
+        .agg(_amount_if(is_sent_back).sum().alias("sent_back"), _amount_if(is_put).sum().alias("retry_puts"),
+             _amount_if(is_limited).sum().alias("rejected"))
         .select(*WINDOW_KEYS, pl.lit("group").alias("resource_type"), "resource", "broker",
                 pl.max_horizontal(_per_second(pl.col("sent_back")),
                                   _per_second(pl.col("retry_puts"))).alias("tps"),
@@ -227,7 +232,7 @@ def resource_traffic(metrics: pl.LazyFrame, detection: DetectionConfig,
     floor = (pl.when(pl.col("resource_type") == "topic").then(pl.lit(float(detection.surge_floor_tps)))
              .otherwise(pl.lit(float(detection.retry_floor_tps))))
     totals = rows.group_by(key).agg(pl.col("tps").sum().alias("total"), pl.col("rejected").sum().alias("refused"))
-    keep = (pl.col("total") >= floor * (1.0 - 1e-9)) | (pl.col("refused") > 0)
+    keep = (pl.col("total") >= floor * (1.0 - SLACK)) | (pl.col("refused") > 0)
     if limited:
         keep = keep | pl.concat_str([pl.col("resource_type"), pl.col("resource")], separator="\x1f").is_in(
             list(limited))
