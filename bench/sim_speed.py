@@ -12,6 +12,10 @@ per 30 simulated minutes, its checks, and its decided ``gold/limits`` rows compa
 * ``--compare FILE``: compare them with a recording (strings exactly, numbers to a relative 1e-9); exit 1 and print
   the first differences when any differs. An optimization must leave them equal.
 
+"On one core": polars runs with one thread (``POLARS_MAX_THREADS=1`` unless the environment sets it), as in the
+sweep's workers; with its default pool of one thread per CPU, the process's CPU time also counts the pool's
+threads (about 0.4 s more per 30 simulated minutes here, on two cores).
+
 Prints one line per scenario: simulated minutes, CPU seconds, CPU seconds per 30 simulated minutes, decisions,
 checks (PASS or the failed ones) and, with ``--compare``, ``same`` or ``DIFFERS``.
 """
@@ -22,9 +26,12 @@ import argparse
 import datetime as dt
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
+
+os.environ.setdefault("POLARS_MAX_THREADS", "1")  # before polars is imported: "on one core"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -144,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {rec['minutes']} min, {cpu:.2f} s CPU, {per30:.2f} s per 30 min; {len(rec['rows'])} "
               f"decisions; {'PASS' if not failed else 'FAIL ' + '; '.join(failed)}{same}", flush=True)
     print(f"all: {total_min} min, {total_cpu:.2f} s CPU, {total_cpu / total_min * 30:.2f} s per 30 min "
-          f"(least of {args.repeat} run(s) each)")
+          f"(least of {args.repeat} run(s) each; POLARS_MAX_THREADS={os.environ['POLARS_MAX_THREADS']})")
     if args.record:
         args.record.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     if differ:

@@ -3,6 +3,7 @@ clients' answers to a rejection, per-broker limits, busy brokers, and the stats 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import numpy as np
@@ -148,3 +149,34 @@ def test_a_persisting_overload_is_admitted_at_the_limit_whatever_the_tick(tick):
     admitted = sum(float(buckets.admit(per_tick, np.array([50.0]), np.array([50.0]), round(1.0 / tick), tick)[0])
                    for _ in range(int(round(120 / tick))))
     assert admitted / 120 == pytest.approx(50.0, rel=0.03)
+
+
+@pytest.mark.parametrize("name", ["persisting_storm", "normal_day"])
+def test_the_cheap_clean_tick_leaves_every_total_as_the_full_tick_does(name, monkeypatch):
+    """:meth:`ClosedLoopCluster._clean_tick` (no limit, nothing pending, an empty queue) against every tick run by
+    ``_tick``: the same totals to the last bit, with a limit set and lifted on the way (which turns it off and on)."""
+
+    clean, real = [], ClosedLoopCluster._clean_tick
+
+    def run(cheap: bool) -> ClosedLoopCluster:
+        monkeypatch.setattr(ClosedLoopCluster, "_clean_tick",
+                            (lambda self: clean.append(real(self)) or clean[-1]) if cheap else (lambda self: False))
+        c = ClosedLoopCluster(spec(name=name, minutes=10))
+        c.advance_to(c.start + pd.Timedelta(minutes=4, seconds=20))
+        ga = pair(c, "broker-a", "group", GROUP)
+        c.set_limits(*limits(c, {ga: 20.0}))
+        c.advance_to(c.start + pd.Timedelta(minutes=6))
+        c.set_limits(*limits(c, {}))
+        c.advance_to(c.end)
+        monkeypatch.undo()
+        return c
+
+    cheap, full = run(True), run(False)
+    for name_ in ("offered", "admitted", "limiter_rejected", "busy_rejected", "lost", "limited_seconds",
+                  "second_admitted", "second_rejected", "arrived_work", "max_wait_ms", "pending"):
+        np.testing.assert_array_equal(getattr(cheap, name_), getattr(full, name_), err_msg=name_)
+    np.testing.assert_array_equal(cheap.queues.queue, full.queues.queue)
+    for field in dataclasses.fields(cheap.rejections):  # NaN limits: compared as equal
+        np.testing.assert_array_equal(getattr(cheap.rejections, field.name), getattr(full.rejections, field.name))
+    assert cheap.k == full.k and sum(clean) > 100 and clean.count(False) > 100  # both paths taken
+    assert (len(cheap.rejections.tick) > 0) == (name == "persisting_storm")
