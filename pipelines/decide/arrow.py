@@ -94,6 +94,8 @@ def from_rows(rows: list[dict], spec: columns.Spec) -> pa.Table:
     Built column by column (one conversion per column, not per cell: the simulator builds thousands of small
     tables)."""
     target = schema(spec)
+    if not rows:
+        return target.empty_table()
     arrays = []
     for f in target:
         values = [row.get(f.name) for row in rows]
