@@ -16,7 +16,8 @@ per 30 simulated minutes, its checks, and its decided ``gold/limits`` rows compa
 sweep's workers; with its default pool of one thread per CPU, the process's CPU time also counts the pool's
 threads (about 0.4 s more per 30 simulated minutes here, on two cores).
 
-Prints one line per scenario: simulated minutes, CPU seconds, CPU seconds per 30 simulated minutes, decisions,
+Prints one line per scenario: simulated minutes, CPU seconds, CPU seconds per 30 simulated minutes (and the share
+of it spent in the decision plane the streaming job shares, :data:`DECISION_PLANE`), decisions,
 checks (PASS or the failed ones) and, with ``--compare``, ``same`` or ``DIFFERS``.
 """
 
@@ -76,20 +77,63 @@ def decided_rows(result) -> list[dict]:
     return out
 
 
-def run(name: str, cfg, bcfg, repeat: int) -> tuple[float, dict]:
-    """(least CPU seconds of ``repeat`` runs, the recording of the last run)."""
+#: The decision plane's entry points as the simulator's modules call them (module, name): the package the
+#: streaming job shares (:mod:`pipelines.decide`), timed apart from the simulator's own work.
+DECISION_PLANE = (("pipelines.sim.windows", "reduce_windows"), ("pipelines.sim.loop", "prepare_preliminary"),
+                  ("pipelines.sim.loop", "decide_preliminary"), ("pipelines.sim.loop", "prepare_final"),
+                  ("pipelines.sim.loop", "decide_prepared"), ("pipelines.sim.loop", "open_evidence"),
+                  ("pipelines.sim.loop", "expected_brokers"))
+
+
+class DecisionPlaneClock:
+    """CPU seconds spent inside :data:`DECISION_PLANE` while in use (its functions wrapped, then put back)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._saved: list = []
+
+    def _wrap(self, fn):
+        def timed(*args, **kwargs):
+            c0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += time.process_time() - c0
+        return timed
+
+    def __enter__(self) -> "DecisionPlaneClock":
+        import importlib
+
+        for module, name in DECISION_PLANE:
+            mod = importlib.import_module(module)
+            self._saved.append((mod, name, getattr(mod, name)))
+            setattr(mod, name, self._wrap(getattr(mod, name)))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for mod, name, fn in self._saved:
+            setattr(mod, name, fn)
+        self._saved.clear()
+
+
+def run(name: str, cfg, bcfg, repeat: int) -> tuple[float, float, dict]:
+    """(least CPU seconds of ``repeat`` runs, the decision plane's CPU seconds in that run, the recording of the
+    last run)."""
     spec = build_spec(name, {}, now=NOW)
-    best, result = math.inf, None
+    best, plane, result = math.inf, math.inf, None
     for _ in range(repeat):
-        c0 = time.process_time()
-        result = simulate(spec, cfg, bcfg)
-        best = min(best, time.process_time() - c0)
+        with DecisionPlaneClock() as clock:
+            c0 = time.process_time()
+            result = simulate(spec, cfg, bcfg)
+            spent = time.process_time() - c0
+        if spent < best:
+            best, plane = spent, clock.seconds
     base = ClosedLoopCluster(spec, bcfg.broker.model_copy(update={"tick_seconds": 0.5}), bcfg.clients)
     base.advance_to(base.end)
     figures = compute(result, base)
     values = {k: _plain(v[0]) for k, v in figures.values.items() if k not in NOT_COMPARED}
     checks = [[n, bool(ok), m] for n, ok, m in figures.checks]
-    return best, {"minutes": spec.minutes, "rows": decided_rows(result), "figures": values, "checks": checks}
+    return best, plane, {"minutes": spec.minutes, "rows": decided_rows(result), "figures": values, "checks": checks}
 
 
 def differences(old, new, where: str = "") -> list[str]:
@@ -131,12 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     bcfg = load_backtest_config(args.conf)
     cfg = governor_config(bcfg, None, None)
     simulate(build_spec("normal_day", {"minutes": 8}, now=NOW), cfg, bcfg)  # warm-up: imports, polars' first calls
-    out, slow, differ, total_cpu, total_min = {}, [], [], 0.0, 0
+    out, slow, differ, total_cpu, total_plane, total_min = {}, [], [], 0.0, 0.0, 0
     for name in names:
-        cpu, rec = run(name, cfg, bcfg, args.repeat)
+        cpu, plane, rec = run(name, cfg, bcfg, args.repeat)
         out[name] = rec
         per30 = cpu / rec["minutes"] * 30.0
-        total_cpu, total_min = total_cpu + cpu, total_min + rec["minutes"]
+        total_cpu, total_plane, total_min = total_cpu + cpu, total_plane + plane, total_min + rec["minutes"]
         failed = [n for n, ok, _ in rec["checks"] if not ok]
         same = ""
         if recorded is not None:
@@ -148,9 +192,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    {d}")
         if per30 > args.budget:
             slow.append(name)
-        print(f"{name}: {rec['minutes']} min, {cpu:.2f} s CPU, {per30:.2f} s per 30 min; {len(rec['rows'])} "
+        print(f"{name}: {rec['minutes']} min, {cpu:.2f} s CPU, {per30:.2f} s per 30 min (decision plane "
+              f"{plane / rec['minutes'] * 30:.2f} s); {len(rec['rows'])} "
               f"decisions; {'PASS' if not failed else 'FAIL ' + '; '.join(failed)}{same}", flush=True)
-    print(f"all: {total_min} min, {total_cpu:.2f} s CPU, {total_cpu / total_min * 30:.2f} s per 30 min "
+    print(f"all: {total_min} min, {total_cpu:.2f} s CPU, {total_cpu / total_min * 30:.2f} s per 30 min, of which "
+          f"the decision plane {total_plane / total_min * 30:.2f} s and the simulator "
+          f"{(total_cpu - total_plane) / total_min * 30:.2f} s "
           f"(least of {args.repeat} run(s) each; POLARS_MAX_THREADS={os.environ['POLARS_MAX_THREADS']})")
     if args.record:
         args.record.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
