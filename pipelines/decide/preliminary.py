@@ -31,7 +31,7 @@ from pipelines.decide.candidates import Keyed
 from pipelines import rocketmq as rmq
 from pipelines.decide.rules import (
     BROKER_SURGE, BUSY, RETRY, SLACK, SPIKE, TOPIC_SURGE, WINDOW_KEYS, anomalies_frame, baselines, broker_busy,
-    broker_writes, failure_spike, runaway_retry, surge_may_fire, surge_values, traffic_surge, unlimited,
+    broker_writes, failure_spike, per_second, runaway_retry, surge_may_fire, surge_values, traffic_surge, unlimited,
     with_retry_traffic,
 )
 
@@ -163,11 +163,12 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
     rows: list[dict] = []
     if rules & {BUSY, BROKER_SURGE}:
         brokers = of("broker").select(
-            *WINDOW_KEYS, pl.col("resource").alias("broker"), (pl.col("puts") / per).alias("put_tps"),
-            (pl.col("broker_puts") / per).alias("broker_put_tps"), "failures", "busy_failures", _failures_by_class())
+            *WINDOW_KEYS, pl.col("resource").alias("broker"), per_second(pl.col("puts")).alias("put_tps"),
+            per_second(pl.col("broker_puts")).alias("broker_put_tps"), "failures", "busy_failures",
+            _failures_by_class())
     if rules & {TOPIC_SURGE, SPIKE}:
         topics = of("topic").select(
-            *WINDOW_KEYS, pl.col("resource").alias("topic"), (pl.col("puts") / per).alias("put_tps"), "failures",
+            *WINDOW_KEYS, pl.col("resource").alias("topic"), per_second(pl.col("puts")).alias("put_tps"), "failures",
             "busy_failures", pl.lit(0, pl.Int64).alias("rate_limited"),  # the open failures leave the limiter's out
             _failures_by_class(),
             pl.when(pl.col("puts") + pl.col("failures") > 0)
@@ -192,8 +193,9 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
         rows += traffic_surge(broker_base, "broker", "broker", cfg)
     if RETRY in rules:  # RATIO rules: on windows complete by census
         groups = of("group").filter(when("window_start").is_in(done)).select(
-            *WINDOW_KEYS, pl.col("resource").alias("consumer_group"), (pl.col("retried") / per).alias("retry_tps"),
-            (pl.col("consumed") / per).alias("consume_tps"),
+            *WINDOW_KEYS, pl.col("resource").alias("consumer_group"),
+            per_second(pl.col("retried")).alias("retry_tps"),
+            per_second(pl.col("consumed")).alias("consume_tps"),
             pl.when(pl.col("consumed") > 0).then(pl.col("retried") / pl.col("consumed")).otherwise(None)
             .alias("retry_ratio"))
         rows += runaway_retry(with_retry_traffic(groups, open_retry_traffic(open_rows, done, per)), cfg)

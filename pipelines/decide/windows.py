@@ -26,7 +26,7 @@ from pipelines.columns import FAILURE_METRIC_PREFIX
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig
 from pipelines.decide.arrow import to_arrow, to_polars
-from pipelines.decide.rules import SLACK, WINDOW_KEYS
+from pipelines.decide.rules import SLACK, WINDOW_KEYS, per_second
 
 RATE_LIMITED_METRIC = FAILURE_METRIC_PREFIX + rmq.RATE_LIMITED
 #: ``resource_type`` of a window marker row among the traffic rows (``resource`` ``metrics`` or ``traffic``).
@@ -63,14 +63,6 @@ def reduce_windows(metrics: pa.Table, detection: DetectionConfig,
     # cluster's window); in memory: polars' streaming engine took 28 ms
     frames = pl.collect_all([plan for plan, _ in plans.values()], engine="in-memory")
     return {name: to_arrow(frame, spec) for (name, (_, spec)), frame in zip(plans.items(), frames)}
-
-
-def _per_second(amount: pl.Expr) -> pl.Expr:
-    """``amount`` per second of its window: divided by the window's length, a column, as a true IEEE division (the
-    quotient Spark's ``double`` division gives). Divided by a literal, polars' kernels multiply by its reciprocal,
-    one ulp off for about one value in twelve (47119 / 60 = 785.3166666666667; × (1/60): 785.3166666666666)."""
-    seconds = (pl.col("window_end") - pl.col("window_start")).dt.total_seconds().cast(pl.Float64)
-    return amount.cast(pl.Float64) / seconds
 
 
 def _amount_if(condition: pl.Expr) -> pl.Expr:
@@ -118,7 +110,7 @@ def topic_tps(metrics: pl.LazyFrame) -> pl.LazyFrame:
     attempts = puts_n + faults
     return joined.select(
         *WINDOW_KEYS, "topic",
-        _per_second(puts_n).alias("put_tps"),
+        per_second(puts_n).alias("put_tps"),
         pl.col("brokers").fill_null(0).cast(pl.Int32).alias("brokers_reporting"),
         failures_n.alias("failures"),
         pl.col("busy_failures").fill_null(0),
@@ -141,8 +133,8 @@ def group_tps(metrics: pl.LazyFrame) -> pl.LazyFrame:
             .agg(got.sum().alias("got"), sent.sum().alias("sent_back")))
     return sums.select(
         *WINDOW_KEYS, "consumer_group", "topic",
-        _per_second(pl.col("got")).alias("consume_tps"),
-        _per_second(pl.col("sent_back")).alias("retry_tps"),
+        per_second(pl.col("got")).alias("consume_tps"),
+        per_second(pl.col("sent_back")).alias("retry_tps"),
         pl.when(pl.col("got") > 0).then(pl.col("sent_back").cast(pl.Float64) / pl.col("got").cast(pl.Float64))
         .alias("retry_ratio"),
     )
@@ -166,8 +158,8 @@ def broker_tps(metrics: pl.LazyFrame) -> pl.LazyFrame:
     joined = puts.join(failures, on=[*WINDOW_KEYS, "broker"], how="full", coalesce=True)
     return joined.select(
         *WINDOW_KEYS, "broker",
-        _per_second(pl.col("puts").fill_null(0)).alias("put_tps"),
-        pl.when(pl.col("has_broker_put")).then(_per_second(pl.col("broker_puts"))).alias("broker_put_tps"),
+        per_second(pl.col("puts").fill_null(0)).alias("put_tps"),
+        pl.when(pl.col("has_broker_put")).then(per_second(pl.col("broker_puts"))).alias("broker_put_tps"),
         pl.col("topics").fill_null(0).cast(pl.Int32).alias("topics"),
         pl.col("failures").fill_null(0),
         pl.col("busy_failures").fill_null(0),
@@ -197,7 +189,7 @@ def per_broker_traffic(metrics: pl.LazyFrame) -> pl.LazyFrame:
         .agg(_amount_if(is_put).sum().alias("puts"), _amount_if(is_limited).sum().alias("rejected"),
              is_put.any().alias("carries"))
         .select(*WINDOW_KEYS, pl.lit("topic").alias("resource_type"), pl.col("topic").alias("resource"), "broker",
-                _per_second(pl.col("puts")).alias("tps"), "rejected", "carries")
+                per_second(pl.col("puts")).alias("tps"), "rejected", "carries")
     )
     is_retry_topic = topic.str.starts_with(rmq.RETRY_TOPIC_PREFIX).fill_null(False)
     owner = (pl.when(is_sent_back).then(pl.col("consumer_group"))
@@ -209,8 +201,8 @@ def per_broker_traffic(metrics: pl.LazyFrame) -> pl.LazyFrame:
         .agg(_amount_if(is_sent_back).sum().alias("sent_back"), _amount_if(is_put).sum().alias("retry_puts"),
              _amount_if(is_limited).sum().alias("rejected"))
         .select(*WINDOW_KEYS, pl.lit("group").alias("resource_type"), "resource", "broker",
-                pl.max_horizontal(_per_second(pl.col("sent_back")),
-                                  _per_second(pl.col("retry_puts"))).alias("tps"),
+                pl.max_horizontal(per_second(pl.col("sent_back")),
+                                  per_second(pl.col("retry_puts"))).alias("tps"),
                 "rejected", pl.lit(False).alias("carries"))
     )
     return pl.concat([topic_rows, group_rows], how="vertical_relaxed").with_columns(

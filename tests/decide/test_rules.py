@@ -224,3 +224,22 @@ def test_the_fast_path_counts_the_plain_sends_too():
     got = pre.preliminary_anomalies(rows, *history, ["broker-a"], W, D)
     assert [(r["resource"], round(r["observed_tps"], 1)) for r in got.to_dicts()] == [("g", 122.5)]
     assert pre.preliminary_anomalies(rows, *history, ["broker-a", "broker-b"], W, D).height == 0  # census
+
+
+def test_the_fast_path_s_rates_are_the_true_quotient_as_the_final_path_s():
+    """An open window's rate is its amount divided by the window's length as Spark and the final path divide
+    (rules.per_second): a busy broker that put 47119 messages in 60 s wrote 785.3166666666667 msg/s, where polars'
+    division of a column of two or more rows by the literal 60 gives 785.3166666666666 (the reciprocal's product)."""
+    from pipelines.decide import preliminary as pre
+    from pipelines.sim.windows import OpenWindows
+
+    start = win(0)[0]
+    busy = D.busy_failures_floor
+    events = [(start, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 47119),
+              (start, "broker-b", "orders", None, "TOPIC_PUT_NUMS", 600),
+              (start, "broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", busy)]
+    rows = pl.from_arrow(OpenWindows(60, 120).batch(events))
+    history = empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS)
+    got = pre.preliminary_anomalies(rows, *history, ["broker-a", "broker-b"], W, D).to_dicts()
+    assert [(r["anomaly"], r["resource"], r["baseline_tps"]) for r in got] == [("BROKER_BUSY", "broker-a", 47119 / 60)]
+    assert 47119 / 60 != pl.DataFrame({"n": [47119, 600]}).select(pl.col("n") / 60)["n"][0]  # one ulp off
