@@ -90,13 +90,21 @@ spark.stop()
 @pytest.mark.slow
 def test_pyspark_launched_jvm_is_quiet_unless_verbose(tmp_path):
     """The driver JVM that pyspark launches reads conf/log4j2.properties: Spark's start-up notices are gone."""
-    def stderr(mode: str) -> str:
-        result = subprocess.run([sys.executable, "-c", SESSION_SCRIPT, mode], cwd=ROOT, capture_output=True,
-                                text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        assert result.returncode == 0, result.stderr[-2000:]
-        return result.stderr
-
-    verbose, quiet = stderr("verbose"), stderr("quiet")
+    # the two drivers side by side, one per core
+    runs = {mode: subprocess.Popen([sys.executable, "-c", SESSION_SCRIPT, mode], cwd=ROOT, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            for mode in ("verbose", "quiet")}
+    out = {}
+    try:
+        for mode, run in runs.items():
+            out[mode] = run.communicate(timeout=300)[1]
+            assert run.returncode == 0, out[mode][-2000:]
+    finally:
+        for run in runs.values():
+            if run.poll() is None:
+                run.kill()
+                run.communicate()
+    verbose, quiet = out["verbose"], out["quiet"]
     assert "Using Spark's default log4j profile" in verbose
     assert "NativeCodeLoader" in verbose  # Spark's defaults print it on this platform
     assert "is falling behind" in verbose
