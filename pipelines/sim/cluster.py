@@ -237,7 +237,7 @@ class ClosedLoopCluster:
         this minute's arrivals do not fill. Then :meth:`_tick` would admit every request and leave the queue empty;
         this adds the same amounts to the same totals (the same float additions in the same order) and returns True.
         Otherwise returns False and changes nothing."""
-        if self._limited or self._pending_any or not self.buckets._reset or self.queues.queue.any():
+        if self._limited or self._pending_any or not self.buckets.at_rest or self.queues.queue.any():
             return False
         k, tpm = self.k, self.ticks_per_minute
         m = k // tpm

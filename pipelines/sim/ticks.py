@@ -43,6 +43,12 @@ class TokenBuckets:
     def empty(cls, n: int) -> "TokenBuckets":
         return cls(tokens=np.ones(n), open_left=np.zeros(n, dtype=np.int64))
 
+    @property
+    def at_rest(self) -> bool:
+        """Whether the buckets are as a tick without any limit leaves them (one token per pair, no breaker open):
+        then :meth:`admit` without limits admits every request and changes nothing."""
+        return self._reset
+
     def admit(self, offered: np.ndarray, limit: np.ndarray, burst: np.ndarray, open_ticks: np.ndarray | int,
               dt: float, prepared: tuple | None = None) -> np.ndarray:
         """One tick: ``offered`` requests per pair, ``limit`` (requests/s, NaN = no limit in force), ``burst``
