@@ -3,6 +3,7 @@
 per 30 simulated minutes, its checks, and its decided ``gold/limits`` rows compared with a recording.
 
     .venv/bin/python bench/sim_speed.py [--scenarios a,b] [--repeat 2] [--check] [--record FILE] [--compare FILE]
+                                        [--baseline COMMIT [--runs 4]]
 
 * ``--repeat N``: run each scenario N times and keep the least CPU time (other jobs on the machine inflate it);
 * ``--check``: exit 1 when a scenario costs more than ``--budget`` (1 s) of CPU per 30 simulated minutes (issue 40:
@@ -11,6 +12,11 @@ per 30 simulated minutes, its checks, and its decided ``gold/limits`` rows compa
   window, basis, mode, previous_qps, burst, decided/expiry times) and its figures as JSON;
 * ``--compare FILE``: compare them with a recording (strings exactly, numbers to a relative 1e-9); exit 1 and print
   the first differences when any differs. An optimization must leave them equal.
+
+* ``--baseline COMMIT``: the same measurement of this tree and of COMMIT (a worktree, ``bench/ab.py``), ``--runs``
+  runs each, interleaved, as separate processes; prints each run's CPU seconds per 30 simulated minutes, the medians
+  per tree and their ratio (``--check``: this tree's median against ``--budget``). The machine's speed swings by a
+  third within minutes here, so only interleaved runs compare.
 
 "On one core": polars runs with one thread (``POLARS_MAX_THREADS=1`` unless the environment sets it), as in the
 sweep's workers; with its default pool of one thread per CPU, the process's CPU time also counts the pool's
@@ -34,7 +40,11 @@ from pathlib import Path
 
 os.environ.setdefault("POLARS_MAX_THREADS", "1")  # before polars is imported: "on one core"
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ab  # noqa: E402  (bench/ab.py: --baseline, --tree)
+
+TREE = ab.tree_from_argv()  # the tree measured: this checkout, or a baseline's worktree (--tree)
+sys.path.insert(0, str(TREE))
 
 from pipelines.sim.figures import compute  # noqa: E402
 from pipelines.sim.settings import SCENARIO_SIZES, build_spec, governor_config, load_backtest_config  # noqa: E402
@@ -106,6 +116,8 @@ class DecisionPlaneClock:
 
         for module, name in DECISION_PLANE:
             mod = importlib.import_module(module)
+            if not hasattr(mod, name):  # a baseline tree from before the shared reduction
+                continue
             self._saved.append((mod, name, getattr(mod, name)))
             setattr(mod, name, self._wrap(getattr(mod, name)))
         return self
@@ -164,13 +176,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record", type=Path, help="write the decided rows and figures to this JSON file")
     p.add_argument("--compare", type=Path, help="compare the decided rows and figures with this JSON file")
     p.add_argument("--conf", default="conf/backtest.toml")
+    p.add_argument("--baseline", metavar="COMMIT", help="A/B against COMMIT (module docstring)")
+    p.add_argument("--runs", type=int, default=4, help="runs per tree with --baseline (default 4)")
+    p.add_argument("--tree", help=argparse.SUPPRESS)  # the tree measured (bench/ab.py), read before imports
+    p.add_argument("--json", help=argparse.SUPPRESS)  # write the figures here (bench/ab.py)
     args = p.parse_args(argv)
     names = [s for s in args.scenarios.split(",") if s]
     unknown = sorted(set(names) - set(SCENARIO_SIZES))
-    if unknown or args.repeat < 1:
-        print(f"bench/sim_speed.py: {'unknown scenario(s) ' + ', '.join(unknown) if unknown else '--repeat < 1'}",
-              file=sys.stderr)
+    if unknown or args.repeat < 1 or args.runs < 1:
+        why = "unknown scenario(s) " + ", ".join(unknown) if unknown else "--repeat and --runs must be at least 1"
+        print(f"bench/sim_speed.py: {why}", file=sys.stderr)
         return 2
+    if args.baseline:
+        return compare(args)
     recorded = json.loads(args.compare.read_text()) if args.compare else None
     bcfg = load_backtest_config(args.conf)
     cfg = governor_config(bcfg, None, None)
@@ -199,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
           f"the decision plane {total_plane / total_min * 30:.2f} s and the simulator "
           f"{(total_cpu - total_plane) / total_min * 30:.2f} s "
           f"(least of {args.repeat} run(s) each; POLARS_MAX_THREADS={os.environ['POLARS_MAX_THREADS']})")
+    ab.write_json(args.json, {"per30": total_cpu / total_min * 30, "plane_per30": total_plane / total_min * 30,
+                              "minutes": total_min, "tree": str(TREE)})
     if args.record:
         args.record.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     if differ:
@@ -206,6 +226,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.check and slow:
         print(f"over {args.budget:g} s CPU per 30 simulated minutes: {', '.join(slow)}", file=sys.stderr)
     return 1 if differ or (args.check and slow) else 0
+
+
+def compare(args) -> int:
+    """``--baseline``: this tree and the baseline, ``--runs`` interleaved runs each (timing only: no recording is
+    compared, each tree runs its own code on its own ``--conf``)."""
+    import statistics
+
+    runs_args = ["--scenarios", args.scenarios, "--repeat", str(args.repeat), "--conf", args.conf]
+    results = ab.against_baseline(Path(__file__).resolve(), args.baseline, runs_args, args.runs)
+    medians = {}
+    for label, runs in results.items():
+        values = [r["per30"] for r in runs if r.get("exit") == 0 and "per30" in r]
+        planes = [r["plane_per30"] for r in runs if r.get("exit") == 0 and "plane_per30" in r]
+        print(f"{label}: " + ", ".join(f"{v:.2f}" for v in values) + " s CPU per 30 simulated minutes"
+              + (" (decision plane " + ", ".join(f"{v:.2f}" for v in planes) + " s)" if planes else ""))
+        medians[label] = statistics.median(values) if values else math.nan
+    this, base = medians["this tree"], medians[f"baseline {args.baseline}"]
+    print(f"median: this tree {this:.2f} s, baseline {args.baseline} {base:.2f} s per 30 simulated minutes: "
+          f"{this / base:.2f}x the baseline (POLARS_MAX_THREADS={os.environ['POLARS_MAX_THREADS']})")
+    failed = any(r.get("exit") != 0 for runs in results.values() for r in runs)
+    if args.check and not this <= args.budget:
+        print(f"over {args.budget:g} s CPU per 30 simulated minutes (this tree's median)", file=sys.stderr)
+        return 1
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
