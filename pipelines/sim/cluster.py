@@ -123,7 +123,6 @@ class ClosedLoopCluster:
         self.buckets = TokenBuckets.empty(L)
         self.queues = SendQueues.empty(self.capacity.to_numpy(dtype=float), self.cfg.wait_time_ms_in_send_queue)
         self.pending = np.zeros((L, S))
-        self._pending_any = False  # whether ``pending`` holds any request (retries of the tick before)
         self._clean: tuple | None = None  # :meth:`_clean_tick`'s amounts of one minute
         self.k = 0
         self.limit = np.full(L, np.nan)
@@ -237,7 +236,7 @@ class ClosedLoopCluster:
         this minute's arrivals do not fill. Then :meth:`_tick` would admit every request and leave the queue empty;
         this adds the same amounts to the same totals (the same float additions in the same order) and returns True.
         Otherwise returns False and changes nothing."""
-        if self._limited or self._pending_any or not self.buckets.at_rest or self.queues.queue.any():
+        if self._limited or self.pending.any() or not self.buckets.at_rest or self.queues.queue.any():
             return False
         k, tpm = self.k, self.ticks_per_minute
         m = k // tpm
@@ -284,7 +283,6 @@ class ClosedLoopCluster:
             self.admitted[m] += x
             self.second_admitted[sec] += total
             self.pending = np.zeros_like(x)
-            self._pending_any = False
             self.k += 1
             return
         safe = np.where(total > 0, total, 1.0)
@@ -306,7 +304,6 @@ class ClosedLoopCluster:
             nxt[:, s + 1] = self.route[s].T @ rejected[:, s]
         self.lost[m] += out - nxt.sum(axis=1)
         self.pending = nxt
-        self._pending_any = bool(nxt.any())
         self._log(k, r_lim, r_busy)
         self.k += 1
 
