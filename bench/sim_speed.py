@@ -231,8 +231,6 @@ def main(argv: list[str] | None = None) -> int:
 def compare(args) -> int:
     """``--baseline``: this tree and the baseline, ``--runs`` interleaved runs each (timing only: no recording is
     compared, each tree runs its own code on its own ``--conf``)."""
-    import statistics
-
     runs_args = ["--scenarios", args.scenarios, "--repeat", str(args.repeat), "--conf", args.conf]
     results = ab.against_baseline(Path(__file__).resolve(), args.baseline, runs_args, args.runs)
     medians = {}
@@ -241,7 +239,8 @@ def compare(args) -> int:
         planes = [r["plane_per30"] for r in runs if r.get("exit") == 0 and "plane_per30" in r]
         print(f"{label}: " + ", ".join(f"{v:.2f}" for v in values) + " s CPU per 30 simulated minutes"
               + (" (decision plane " + ", ".join(f"{v:.2f}" for v in planes) + " s)" if planes else ""))
-        medians[label] = statistics.median(values) if values else math.nan
+        median = ab.median([r for r in runs if r.get("exit") == 0], "per30")
+        medians[label] = math.nan if median is None else median
     this, base = medians["this tree"], medians[f"baseline {args.baseline}"]
     print(f"median: this tree {this:.2f} s, baseline {args.baseline} {base:.2f} s per 30 simulated minutes: "
           f"{this / base:.2f}x the baseline (POLARS_MAX_THREADS={os.environ['POLARS_MAX_THREADS']})")
