@@ -50,9 +50,9 @@ def per_second(amount: pl.Expr) -> pl.Expr:
     """``amount`` per second of its window (msg/s): divided by the row's window length (``window_end -
     window_start``, a column), as a true IEEE division (the quotient Spark's ``double`` division gives). The one
     definition of a windowed rate for the final path (:mod:`pipelines.decide.windows`) and the fast path's open
-    windows (:func:`pipelines.decide.preliminary.preliminary_anomalies`). Divided by a literal, polars' kernels
-    multiply by its reciprocal, one ulp off for about one value in twelve (47119 / 60 = 785.3166666666667;
-    × (1/60): 785.3166666666666)."""
+    windows (:func:`pipelines.decide.preliminary.preliminary_anomalies`). A column of two or more rows divided by a
+    literal, polars' kernels multiply by its reciprocal, one ulp off for about one value in twelve
+    (47119 / 60 = 785.3166666666667; × (1/60): 785.3166666666666)."""
     seconds = (pl.col("window_end") - pl.col("window_start")).dt.total_seconds().cast(pl.Float64)
     return amount.cast(pl.Float64) / seconds
 
