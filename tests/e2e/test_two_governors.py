@@ -92,11 +92,32 @@ def _files(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def _between_batches(lake: Path) -> bool:
-    """Every query of the governor on ``lake`` has committed the newest micro-batch it planned."""
+    """Every query of the governor on ``lake`` has committed the newest micro-batch it planned, and no log entry is
+    half written: Spark writes each entry to a temporary file and renames it, and Hadoop's checksummed local file
+    system renames the entry first and its ``.crc`` after, so an entry can be visible while its temporary checksum
+    still waits to be renamed."""
     def newest(folder: Path) -> int:
         return max((int(p.name) for p in folder.glob("*") if p.name.isdigit()), default=-1)
     queries = [lake / "_checkpoints" / q for q in ("ingest", FAST, "gold")]
+    if any(".tmp" in p.name for p in (lake / "_checkpoints").rglob("*")):
+        return False
     return all(newest(q / "offsets") == newest(q / "commits") >= 0 for q in queries)
+
+
+def _hang_between_batches(proc: subprocess.Popen, lake: Path, timeout: float) -> None:
+    """SIGSTOP ``proc``'s process group (the driver and its JVM) at a moment when no micro-batch is in flight, as
+    seen in the stopped process's files: a check made before the signal can be overtaken by the next trigger, so a
+    stop that lands mid-batch is resumed and tried again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        _wait_for(lambda: _between_batches(lake), max(deadline - time.monotonic(), 0.0), "no micro-batch in flight",
+                  proc)
+        os.killpg(proc.pid, signal.SIGSTOP)
+        time.sleep(0.3)  # system calls in flight return before the threads stop
+        if _between_batches(lake):
+            return
+        os.killpg(proc.pid, signal.SIGCONT)
+        assert time.monotonic() < deadline, "timed out hanging the holder between micro-batches"
 
 
 def test_a_holder_that_hung_past_the_ttl_stops_its_queries_and_writes_nothing_after(spark, tmp_path, caplog):
@@ -114,8 +135,7 @@ def test_a_holder_that_hung_past_the_ttl_stops_its_queries_and_writes_nothing_af
         _wait_for(lambda: (lake / "control" / "limits.json").exists(), 240, "its first gold micro-batch", first)
         # hang it between micro-batches: every planned batch committed (a holder hung between its handler and
         # Spark's commit is docs/reliability.md, "Not covered")
-        _wait_for(lambda: _between_batches(lake), 120, "no micro-batch in flight", first)
-        os.killpg(first.pid, signal.SIGSTOP)  # the driver and its JVM hang
+        _hang_between_batches(first, lake, 120)  # the driver and its JVM hang
         time.sleep(ttl + 1.5)
         later = dt.datetime(2026, 11, 22, 8, 0) + dt.timedelta(minutes=SPEC.minutes + 5, hours=8)
         (landing / "broker_stats" / "broker-a" / "late.log").write_text(
