@@ -235,11 +235,12 @@ def compare(args) -> int:
     results = ab.against_baseline(Path(__file__).resolve(), args.baseline, runs_args, args.runs)
     medians = {}
     for label, runs in results.items():
-        values = [r["per30"] for r in runs if r.get("exit") == 0 and "per30" in r]
-        planes = [r["plane_per30"] for r in runs if r.get("exit") == 0 and "plane_per30" in r]
+        ok = [r for r in runs if r.get("exit") == 0]
+        values = [r["per30"] for r in ok if "per30" in r]
+        planes = [r["plane_per30"] for r in ok if "plane_per30" in r]
         print(f"{label}: " + ", ".join(f"{v:.2f}" for v in values) + " s CPU per 30 simulated minutes"
               + (" (decision plane " + ", ".join(f"{v:.2f}" for v in planes) + " s)" if planes else ""))
-        median = ab.median([r for r in runs if r.get("exit") == 0], "per30")
+        median = ab.median(ok, "per30")
         medians[label] = math.nan if median is None else median
     this, base = medians["this tree"], medians[f"baseline {args.baseline}"]
     print(f"median: this tree {this:.2f} s, baseline {args.baseline} {base:.2f} s per 30 simulated minutes: "
