@@ -15,14 +15,20 @@ What the clients do with a rejection (``SYSTEM_BUSY``, code 2, from the queue's 
   ``retryResponseCodes`` from 5.3.0, PR #5845): a rejected attempt is offered again in the next tick to the
   topic's other brokers (the same broker when it is alone), for the ``retrying_share`` of sends whose clients do
   so (rocketmq-client-go's ``needRetryCode`` and Java clients before 5.3.0 do not). Every rejected attempt leaves
-  one send-failure line naming the broker it went to.
+  one send-failure line naming the broker it went to, as far as the producers log and ship them: a limiter's
+  rejection (``RATE_LIMITED``) leaves a line for ``rejection_log_share`` of the attempts (1: every one; a sampled
+  log less; 0: none shipped), and no producer ships more than ``log_lines_per_minute`` lines per topic, broker and
+  minute (a log throttle; 0: no throttle). The governor never sees more of a rejected demand than that.
 * **A consumer whose send-back is rejected falls back to a plain send** to ``%RETRY%<group>``
   (``DefaultMQPushConsumerImpl.sendMessageBack`` → ``sendMessageBackAsNormalMessage``, through the client's own
   producer, group ``CLIENT_INNER_PRODUCER``): it is offered in the next tick to any broker of the group's retry
   topic, into the **same bucket** (Sohu's ``RateLimitHandler`` keys ``CONSUMER_SEND_MSG_BACK`` by
   ``%RETRY%<group>`` and a plain send by its topic, sohutv/rocketmq 5.3.1-sohu-01), with the producer's retries.
-  Its rejections are logged like any producer's; a rejected send-back itself is logged by the consumer only, so
-  it leaves no send-failure line. A message that still fails is re-consumed locally
+  Neither failure reaches a send-failure log: a rejected send-back is answered to the consumer, and a rejected
+  fallback send fails inside the consumer client's own producer, whose exception the consumer catches
+  (``ConsumeMessageConcurrentlyService.processConsumeResult``); the application that ships its send failures never
+  sees either. What the brokers print of them is what they admitted: the group's send-backs
+  (``SNDBCK_PUT_NUMS``) and the plain sends to its retry topic (``TOPIC_PUT_NUMS``). A message that still fails is re-consumed locally
   (``ConsumeMessageConcurrentlyService.submitConsumeRequestLater``) and sent back again: the demand of a broken
   consumer does not fall, whatever the limit (the World's send-back rate stays). Such messages stay in the
   process queue, whose flow control (``pullThresholdForQueue``, ``consumeConcurrentlyMaxSpan``) slows the pulls:
@@ -60,6 +66,8 @@ class ClientConfig(ConfigSection):
     retrying_share: float = Field(default=0.6, ge=0, le=1)  # sends whose client retries code 2 on another broker
     consume_drop_when_rejected: float = Field(default=0.5, ge=0, le=1)  # share of a broken group's consumption
     #                                                                     lost when all of its retry traffic is lost
+    rejection_log_share: float = Field(default=1.0, ge=0, le=1)  # a producer's limiter rejections that leave a line
+    log_lines_per_minute: int = Field(default=0, ge=0)  # at most this many lines per topic, broker and minute (0: all)
 
 
 @dataclass
@@ -143,6 +151,7 @@ class ClosedLoopCluster:
         self.arrived_work = np.zeros((len(self.brokers), T))
         self.max_wait_ms = np.zeros((len(self.brokers), T))
         self._debt = np.zeros((2, L, S))
+        self._log_minute, self._log_used = -1, np.zeros(L)  # lines logged per pair in the current minute (throttle)
         self.rejections = Rejections([], [], [], [], [], [], [])
 
     # --- set-up ------------------------------------------------------------------------------------------------------
@@ -171,7 +180,8 @@ class ClosedLoopCluster:
 
     def _routes(self) -> None:
         """Where the rejections of stream k go as stream k + 1 (``self.route[k]``, pairs × pairs) and which
-        (pair, stream) rejections leave a send-failure line (``self.logged``)."""
+        (pair, stream) rejections leave a send-failure line (``self.logged``: a producer's attempts only; a
+        consumer's send-backs and its client's fallback sends fail inside the consumer client, unlogged)."""
         L, S, A = len(self.pairs), self.streams, self.clients.producer_attempts
         kind = self.pairs["kind"].to_numpy()
         key = list(zip(self.pairs["resource_type"], self.pairs["resource"]))
@@ -190,7 +200,7 @@ class ClosedLoopCluster:
             elif k <= A - 1:
                 self.route[k] += np.where(group, r * other, 0.0)
         streams = np.arange(S)[None, :]
-        self.logged = (topic & (streams < A)) | (group & (streams >= 1))
+        self.logged = topic & (streams < A)
 
     # --- time --------------------------------------------------------------------------------------------------------
     def time_of(self, tick: int | float) -> pd.Timestamp:
@@ -308,15 +318,29 @@ class ClosedLoopCluster:
         self.k += 1
 
     def _log(self, k: int, r_lim: np.ndarray, r_busy: np.ndarray | None) -> None:
-        """Whole send-failure lines of this tick's logged rejections (fractions carry over to the next tick);
-        ``r_busy`` None: no busy rejection."""
-        self._debt[0] += np.where(self.logged, r_lim, 0.0)
+        """Whole send-failure lines of this tick's logged rejections (fractions carry over to the next tick):
+        ``rejection_log_share`` of the limiter's rejections, every busy one, at most ``log_lines_per_minute`` per
+        pair and minute (the excess is dropped, as a log throttle drops it). ``r_busy`` None: no busy rejection."""
+        self._debt[0] += np.where(self.logged, r_lim * self.clients.rejection_log_share, 0.0)
         if r_busy is not None:
             self._debt[1] += np.where(self.logged, r_busy, 0.0)
         lines = np.floor(self._debt + 1e-9)
         if not np.count_nonzero(lines):
             return
         self._debt -= lines
+        cap = self.clients.log_lines_per_minute
+        if cap:
+            minute = k // self.ticks_per_minute
+            if minute != self._log_minute:
+                self._log_minute, self._log_used = minute, np.zeros_like(self._log_used)
+            total = lines.sum(axis=(0, 2))
+            room = np.maximum(cap - self._log_used, 0.0)
+            if np.any(total > room):
+                scale = np.where(total > room, room / np.maximum(total, 1.0), 1.0)
+                lines = np.floor(lines * scale[None, :, None] + 1e-9)
+            self._log_used += lines.sum(axis=(0, 2))
+            if not np.count_nonzero(lines):
+                return
         rj = self.rejections
         busy, i, s = np.nonzero(lines)
         rj.tick.extend([k] * len(i))

@@ -78,14 +78,33 @@ def test_a_rejected_send_back_falls_back_to_a_plain_send_into_the_same_bucket():
     assert c.offered[m, ga, 1:].sum() > c.offered[m, ga, 0]                       # fallbacks, and their retries
     assert c.admitted[m, ga].sum() / 60 == pytest.approx(20, rel=0.03)              # one bucket for both streams
     assert c.admitted[m, gb].sum() / 60 == pytest.approx(10, rel=0.03)
+    # neither a rejected send-back nor its rejected fallback send leaves a send-failure line: both fail inside the
+    # consumer client, whose application never ships them
     lines = failure_rows(c, 0, len(c.rejections.tick), np.random.default_rng(1))
-    retry = lines[lines["topic"] == rmq.RETRY_TOPIC_PREFIX + GROUP]
-    assert (retry["producer_group"] == CLIENT_INNER_PRODUCER).all()
-    assert retry["message"].str.contains(rf"\[RateLimit\] for %RETRY%{GROUP} need wait").all()
-    # a rejected send-back leaves no line (the consumer logs it); its fallback attempts do
-    logged = c.limiter_rejected[:, [ga, gb], 1:].sum()
-    assert len(retry) == pytest.approx(logged, abs=10)
-    assert c.limiter_rejected[:, [ga, gb], 0].sum() > 0
+    assert (lines["topic"] == rmq.RETRY_TOPIC_PREFIX + GROUP).sum() == 0
+    assert (lines["producer_group"] == CLIENT_INNER_PRODUCER).sum() == 0
+    assert c.limiter_rejected[:, [ga, gb], 0].sum() > 0 and c.limiter_rejected[:, [ga, gb], 1:].sum() > 0
+
+
+@pytest.mark.parametrize("share, per_minute", [(1.0, 0), (0.1, 0), (0.0, 0), (1.0, 200)])
+def test_a_producers_limiter_rejections_leave_lines_as_far_as_it_logs_and_ships_them(share, per_minute):
+    """All of them, a sampled tenth, none, or at most 200 per topic, broker and minute (a log throttle): what the
+    governor can see of a topic's rejected demand."""
+    roomy = pd.Series(10_000.0, index=["broker-a", "broker-b", "broker-c"])
+    c = ClosedLoopCluster(spec(name="normal_day"), capacity=roomy,
+                          clients=ClientConfig(rejection_log_share=share, log_lines_per_minute=per_minute))
+    a = pair(c, "broker-a", "topic", "pugc-content")
+    c.set_limits(*limits(c, {a: 50.0}))
+    c.advance_to(c.start + pd.Timedelta(minutes=6))
+    rejected = c.limiter_rejected[:, a, :c.clients.producer_attempts].sum()
+    lines = failure_rows(c, 0, len(c.rejections.tick), np.random.default_rng(1))
+    mine = lines[(lines["topic"] == "pugc-content") & (lines["broker"] == "broker-a")]
+    assert rejected > 6 * 200 * 2                                          # far more than the throttle lets through
+    if per_minute:
+        per = mine.groupby(mine["event_time"].dt.floor("min")).size()
+        assert per.max() <= per_minute and per.sum() >= 5 * per_minute      # full minutes at the throttle
+    else:
+        assert len(mine) == pytest.approx(share * rejected, abs=3)
 
 
 def test_a_storm_makes_its_brokers_busy_for_every_topic_on_them_and_a_limit_ends_it():
