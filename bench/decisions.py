@@ -227,7 +227,8 @@ def traffic(c: Cluster, w: Window, detection, limited: set[tuple[str, str]]) -> 
     floor = 1.0 - 1e-9
     limited_topics = {name for t, name in limited if t == "topic"}
     limited_groups = {name for t, name in limited if t == "group"}
-    rows = {"resource_type": [], "resource": [], "broker": [], "tps": [], "rejected": [], "carries": []}
+    rows = {"resource_type": [], "resource": [], "broker": [], "tps": [], "rejected": [], "carries": [],
+            "sendback_tps": []}
 
     def add(rtype: str, name: str, brokers: np.ndarray, puts: np.ndarray, carries: bool) -> None:
         for b, p in zip(brokers, puts):
@@ -237,6 +238,7 @@ def traffic(c: Cluster, w: Window, detection, limited: set[tuple[str, str]]) -> 
             rows["tps"].append(p / 60.0)
             rows["rejected"].append(0)
             rows["carries"].append(carries)
+            rows["sendback_tps"].append(p / 60.0 if rtype == "group" else None)  # every retry a send-back here
 
     totals = w.puts.sum(axis=1) / 60.0
     names = {n: i for i, n in enumerate(c.topics)}
@@ -260,7 +262,8 @@ def traffic(c: Cluster, w: Window, detection, limited: set[tuple[str, str]]) -> 
             "resource_type": rows["resource_type"] + [final.MARKER, final.MARKER],
             "resource": rows["resource"] + ["metrics", "traffic"],
             "broker": rows["broker"] + [None, None], "tps": rows["tps"] + [None, None],
-            "rejected": rows["rejected"] + [None, None], "carries": rows["carries"] + [None, None]}
+            "rejected": rows["rejected"] + [None, None], "carries": rows["carries"] + [None, None],
+            "sendback_tps": rows["sendback_tps"] + [None, None]}
     return table(columns.WINDOW_TRAFFIC, data, n + 2)
 
 

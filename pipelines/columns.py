@@ -108,8 +108,9 @@ METRIC_EVENT = (
 
 #: What a gold micro-batch hands the decisions of each limitable resource per broker and window, reduced by Spark
 #: (:func:`pipelines.decide.windows.resource_traffic`): ``tps`` the limited traffic the broker admitted (msg/s),
-#: ``rejected`` its limiter's rejections (failed sends), ``carries`` the broker printed a put line of the topic;
-#: window marker rows have ``resource_type`` ``*``.
+#: ``rejected`` its limiter's rejections (failed sends), ``carries`` the broker printed a put line of the topic,
+#: ``sendback_tps`` a group's admitted send-backs alone (msg/s; null for a topic: ``tps`` minus it is the consumer
+#: client's fallback plain sends, :mod:`pipelines.decide.limit_policy`); window marker rows have ``resource_type`` ``*``.
 WINDOW_TRAFFIC = (
     ("window_start", "timestamp"),
     ("window_end", "timestamp"),
@@ -119,6 +120,7 @@ WINDOW_TRAFFIC = (
     ("tps", "double"),
     ("rejected", "long"),
     ("carries", "boolean"),
+    ("sendback_tps", "double"),
 )
 
 #: Output of the streaming aggregation: sums per window × broker × topic × group × metric.
@@ -234,6 +236,8 @@ POLICY_STATE = (
     ("probe_hold_until", "timestamp"),
     ("probe_backoff", "long"),
     ("cause_changes", "long"),
+    ("last_capped_end", "timestamp"),
+    ("probe_effective_end", "timestamp"),
 )
 
 #: ``quality/validation_results``: one row per expectation per GX validation of a micro-batch

@@ -59,7 +59,8 @@ def limiter_traffic(rejections: pl.DataFrame, windows: WindowsConfig) -> pl.Data
         pl.when(is_retry).then(key.str.slice(len(rmq.RETRY_TOPIC_PREFIX))).otherwise(key).alias("resource"),
         "broker",
     ).unique().with_columns(pl.lit(0.0).alias("tps"), pl.lit(0, pl.Int64).alias("rejected"),
-                            pl.lit(None, pl.Boolean).alias("carries")).select(list(TRAFFIC))
+                            pl.lit(None, pl.Boolean).alias("carries"),
+                            pl.lit(None, pl.Float64).alias("sendback_tps")).select(list(TRAFFIC))
 
 
 def demand(traffic: pl.DataFrame, brokers: pl.DataFrame, cfg: DetectionConfig,
@@ -69,8 +70,9 @@ def demand(traffic: pl.DataFrame, brokers: pl.DataFrame, cfg: DetectionConfig,
     ``rejected`` (sum), ``broker_tps`` (dict broker → msg/s, brokers with traffic only: the shares of a new limit),
     ``healthy`` (no broker carrying the resource had ``busy_failures_floor`` busy failures in the window),
     ``carrier_load`` (dict carrier → the broker's writes, msg/s), ``busy_brokers`` (sorted), ``viewed`` (a limiter
-    view reported rejections: a :func:`limiter_traffic` row) and ``consume_tps`` (a group's consume rate on its
-    non-retry topics; null for topics)."""
+    view reported rejections: a :func:`limiter_traffic` row), ``consume_tps`` (a group's consume rate on its
+    non-retry topics; null for topics) and ``sendback_tps`` (a group's admitted send-backs alone, cluster-wide msg/s;
+    null for topics)."""
     state = brokers.select("window_start", "broker",
                            (pl.col("busy_failures") >= cfg.busy_failures_floor).alias("busy"),
                            broker_writes().alias("load"))
@@ -84,6 +86,8 @@ def demand(traffic: pl.DataFrame, brokers: pl.DataFrame, cfg: DetectionConfig,
         pl.struct("broker", "load").filter(carrying & pl.col("load").is_not_null()).alias("_load"),
         pl.col("broker").filter(carrying & pl.col("busy").fill_null(False)).alias("busy_brokers"),
         pl.col("carries").is_null().any().alias("viewed"),
+        pl.when(pl.col("sendback_tps").is_not_null().any()).then(pl.col("sendback_tps").sum())
+        .alias("sendback_tps"),
     )
     if groups is not None and groups.height:
         consume = group_retry(groups).select("window_start", pl.lit("group").alias("resource_type"),
@@ -124,7 +128,8 @@ def observations(demand_rows: pl.DataFrame, resources: set[tuple[str, str]],
                 continue
             rows.append(Observation(naive(end), float(r["observed_tps"] or 0.0), int(r["rejected"] or 0),
                                     True if r["healthy"] is None else bool(r["healthy"]), r["consume_tps"],
-                                    _pairs(r["_load"], "load"), tuple(r["busy_brokers"] or ()), bool(r["viewed"])))
+                                    _pairs(r["_load"], "load"), tuple(r["busy_brokers"] or ()), bool(r["viewed"]),
+                                    sendback_tps=r["sendback_tps"]))
         out[key] = rows
     return out
 
@@ -151,7 +156,7 @@ def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int
     :class:`~pipelines.decide.fold_types.Observation` per open window with its limited traffic (cluster-wide msg/s: a
     topic's puts; a group's retry traffic, per broker the larger of its send-backs and the puts to
     ``%RETRY%<group>``), its limiter's rejections (the ``RATE_LIMITED`` failures of the topic, or of
-    ``%RETRY%<group>``), a group's consume rate so far (msg/s) and ``complete``: every broker of ``expected`` has
+    ``%RETRY%<group>``), a group's consume rate and send-backs alone so far (msg/s) and ``complete``: every broker of ``expected`` has
     reported in the window (:func:`pipelines.decide.preliminary.census`; the consume rate is then final). Partial
     sums: they only grow. The final path's lift veto (:func:`pipelines.decide.fold.fold_resource`)."""
     if rows is None or rows.num_rows == 0:
@@ -186,7 +191,11 @@ def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int
         brokers = set(slot["sent"]) | set(slot["puts"])
         total = sum(max(slot["sent"].get(b, 0), slot["puts"].get(b, 0)) for b in brokers) if key[0] == "group" \
             else sum(slot["puts"].values())
-        consume = None if key[0] != "group" else (slot["consumed"] or 0) / window_seconds
+        consume = sendbacks = None
+        if key[0] == "group":
+            consume = (slot["consumed"] or 0) / window_seconds
+            sendbacks = sum(slot["sent"].values()) / window_seconds
         out.setdefault(key, []).append(Observation(naive(end), total / window_seconds, int(slot["rejected"]),
-                                                   consume_tps=consume, complete=slot["complete"]))
+                                                   consume_tps=consume, complete=slot["complete"],
+                                                   sendback_tps=sendbacks))
     return out

@@ -137,6 +137,8 @@ class FastInputs:
         known: whether a broker is still known (the census leaves out brokers that left); None: all are.
         open_dicts: the same open-window rows as dicts (at least the :data:`OpenRows.LIGHT` columns, timestamps
             UTC-aware), when the caller built them in Python (the simulator); None: read from ``open_rows``.
+        group_history: finalized ``gold/group_tps`` rows, or a function returning them (read only when a storm
+            fires: a retry limit's consume basis, :func:`pipelines.decide.rules.consume_basis`); None: none.
     """
 
     open_rows: pa.Table
@@ -146,6 +148,7 @@ class FastInputs:
     latest_limits: pa.Table
     known: Callable[[str], bool] | None = None
     open_dicts: list[dict] | None = None
+    group_history: pa.Table | Callable[[], pa.Table] | None = None
 
 
 @dataclass
@@ -189,7 +192,7 @@ def prepare_preliminary(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfi
     open_windows = pl.from_arrow(opened)
     anomalies = pre.preliminary_anomalies(open_windows, topic_history, broker_history, expected, windows,
                                           cfg.detection, first_open=min(r["window_start"] for r in current),
-                                          rules=rules)
+                                          rules=rules, group_history=inputs.group_history)
     if anomalies.height == 0:
         return Prepared([], None)
     candidates = candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits,

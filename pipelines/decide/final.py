@@ -57,7 +57,11 @@ class FinalInputs:
         policy_state: the saved ``state/policy`` row per resource (of batches before this one).
         latest_limits: the newest ``gold/limits`` row per resource.
         limiter_rejections: ``control/limiter_rejections`` rows of the batch's windows; None when there are none.
-        open_evidence: the fast path's open windows after the batch per resource (the lift veto); None without.
+        open_evidence: the fast path's open windows after the batch per resource (the lift veto, a probe's
+            evidence); None without.
+        group_history: earlier ``gold/group_tps`` rows (a retry limit's consume basis,
+            :func:`pipelines.decide.rules.consume_basis`), or a function returning them (read only when a storm
+            fires); None: none.
     """
 
     topics: pa.Table
@@ -70,6 +74,7 @@ class FinalInputs:
     latest_limits: pa.Table
     limiter_rejections: pa.Table | None = None
     open_evidence: dict | None = None
+    group_history: pa.Table | Callable[[], pa.Table] | None = None
 
 
 @dataclass
@@ -173,7 +178,7 @@ def prepare_final(inputs: FinalInputs, cfg: GovernorConfig, first_window: dt.dat
         "window_start", "resource").agg(pl.col("tps").sum()).iter_rows()}
     anomalies = detect(topics, groups, brokers, to_polars(inputs.topic_history, columns.GOLD_TOPIC_TPS),
                        to_polars(inputs.broker_history, columns.GOLD_BROKER_TPS), windows, cfg.detection,
-                       first_window=first_window, retry_traffic=retry_traffic)
+                       first_window=first_window, retry_traffic=retry_traffic, group_history=inputs.group_history)
     batch_windows = {start for start, _end, name in marks if name == "metrics"}
     grid = {end for _start, end, name in marks if name == "traffic"}
     if inputs.limiter_rejections is not None and inputs.limiter_rejections.num_rows:
@@ -207,7 +212,7 @@ def decide_prepared(prepared: Prepared, inputs: FinalInputs, cfg: GovernorConfig
         (k.resource_type, k.resource) for k in candidates}
     folded = fold_all(candidates, saved, prepared.horizon_end, limits_cfg, windows.length_seconds,
                       observations=ev.observations(prepared.demand, observed, prepared.grid) if observed else {},
-                      detection=cfg.detection, open_evidence=inputs.open_evidence)
+                      detection=cfg.detection, open_evidence=inputs.open_evidence, now=now)
     accepted, refused = check(finish(folded.decisions, limits_cfg, now, BASIS_FINAL), origin, now)
     after = state_after(saved, {(s.resource_type, s.resource): state_row(s) for s in folded.states})
     reconciled = reconcile_preliminary(latest_per_resource(list(rows_by_key(inputs.latest_limits).values())),

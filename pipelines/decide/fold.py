@@ -6,33 +6,24 @@ on the driver by :func:`pipelines.decide.folding.fold_all`; its input rows come 
 :func:`pipelines.decide.candidates.candidate_limits` (a rule fired: :class:`Candidate`) and
 :func:`pipelines.decide.evidence.observations` (the demand evidence of a window: :class:`Observation`).
 
-**Closed loop.** A limit changes the traffic the governor reads next: a capped resource shows the cap, not its
-demand, so "the rule no longer fires" proves nothing while the limit may hide demand. Each window of a resource
-under an enforced limit is judged by its rule's :class:`~pipelines.decide.limit_policy.LimitPolicy` on the
-demand the governor can see: ``bound`` (rejecting, or at ``bound_share`` of the cap: the cause persists), ``hold``
-(visible, and the rule still fires on it) or ``clear`` (visible, and the rule does not fire: the cause is gone).
-After :func:`recovery_needed` windows without the anomaly and without ``bound`` or ``hold`` the limit is lifted at
-once (it was doing nothing), unless a later window already shows the cause back (:meth:`Fold.vetoed`: a later final
-window of the micro-batch, or an open window of the fast path, ``open_evidence``, where the rule fires on the
-visible demand; a lift decided on final windows 2-3 minutes behind the brokers would land in it). Surge limits are probed upward at their cap on healthy carriers, within bounds
-(:class:`~pipelines.decide.limit_policy.SurgeLimit`); retry-storm limits never are.
+**Closed loop.** A capped resource shows the cap, not its demand: each window under an enforced limit is judged by
+its rule's :class:`~pipelines.decide.limit_policy.LimitPolicy` (``bound``, ``hold``, ``capped``, ``clear``; that
+module says when). The limit is lifted :func:`recovery_needed` windows after the last window that kept it (the
+cause seen, or its demand hidden at the cap), unless a later window already shows it not clear
+(:meth:`Fold.vetoed`: a lift decided on final windows 2-3 minutes behind the brokers would land in it). A limit at
+its cap with its demand hidden is probed by its policy; the fast path's open windows let a probe start, be undone
+or prove the lift before its windows are final (:meth:`Fold.act_on_open`).
 
 **An enforced limit stays enforced while its cause persists.** An advisory candidate (a surge on healthy brokers)
 never replaces or loosens an enforced limit of the same resource: under the limit, "healthy" describes the brokers
-as limited. It counts as evidence that the cause persists.
+as limited. **Frozen basis.** The target of an enforced limit, the rule's baseline and the per-broker shares are
+frozen when the limit is first set, and reset when it is lifted.
 
-**Frozen basis.** The target of an enforced limit, the rule's baseline (``baseline_tps``) and the per-broker shares
-are frozen when the limit is first set (a throttled consumer's falling consume rate must not ratchet its limit down
-to the floor; a capped share must not feed on itself). All are reset when the limit is lifted.
-
-**Recurrence memory** (flap damping, as BGP route-flap damping or an alert's back-off). The lift of an *enforced*
-limit remembers when it happened and the frozen target (an advisory record's lift leaves the memory as it was). An
-enforced anomaly of the same resource within ``recurrence_windows`` windows of that lift is a *recurrence*: the new
-limit goes straight to the remembered target (no ``max_cut_pct`` step: the target was proven by the limit before),
-and each recurrence doubles the clear windows the next lift needs (``recovery_windows`` × 2^recurrences, at most
-``max(recovery_windows, recurrence_windows)``). Quiet for ``recurrence_windows`` after a lift, it is forgotten.
-
-Decisions depend only on event-time windows, saved state and (for a veto) the open windows the fast path has seen.
+**Recurrence memory** (flap damping, as BGP route-flap damping). The lift of an *enforced* limit remembers when it
+happened and the frozen target. An enforced anomaly of the same resource within ``recurrence_windows`` windows of
+that lift goes straight to the remembered target, and each recurrence doubles the clear windows the next lift needs
+(``recovery_windows`` × 2^recurrences, at most ``max(recovery_windows, recurrence_windows)``). The rules and their
+numbers: docs/decisions.md §4.
 """
 
 from __future__ import annotations
@@ -45,9 +36,14 @@ from dataclasses import replace
 from pipelines.config import DetectionConfig, LimitsConfig
 from pipelines.decide.fold_types import (  # noqa: F401 (the fold's vocabulary, importable from here)
     ACTION_LIFT, ACTION_RELAX, ACTION_SET, ANY_BROKER, BASIS_FINAL, BASIS_PRELIMINARY, FORGOTTEN, MODE_ENFORCE,
-    UNLIMITED, Candidate, Decision, Evidence, Observation, ResourceState, broker_limits, recovery_needed, shares_of,
+    UNLIMITED, Candidate, Decision, Evidence, Observation, ResourceState, broker_limits, limit_in_force,
+    recovery_needed, shares_of,
 )
-from pipelines.decide.limit_policy import BOUND, CLEAR, HOLD, VETO, LimitPolicy, policy_for  # noqa: F401 (as above)
+from pipelines.decide.limit_policy import (  # noqa: F401 (as above)
+    BOUND, CAPPED, CLEAR, HOLD, VETO, LimitPolicy, policy_for,
+)
+
+_EPOCH = dt.datetime(1970, 1, 1)
 
 class Fold:
     """One resource's walk (:func:`fold_resource`): its state, the decisions and evidence so far, and the steps the
@@ -56,9 +52,13 @@ class Fold:
     SET, RELAX, LIFT = ACTION_SET, ACTION_RELAX, ACTION_LIFT
 
     def __init__(self, state: ResourceState, cfg: LimitsConfig, detection: DetectionConfig,
-                 window_seconds: int) -> None:
+                 window_seconds: int, now: dt.datetime | None = None,
+                 horizon_end: dt.datetime | None = None) -> None:
         self.state, self.cfg, self.detection = state, cfg, detection
         self.window = dt.timedelta(seconds=window_seconds)
+        #: when the decisions are made (processing time, naive UTC; None: at the end of the window decided) and the
+        #: end of the micro-batch's last window
+        self.now, self.horizon_end = now, horizon_end
         self.decisions: list[Decision] = []
         self.evidence: list[Evidence] = []
         #: this micro-batch's observations and the fast path's open windows after it (the lift veto)
@@ -90,6 +90,27 @@ class Fold:
         s = self.state
         return (f"the anomaly outlived the first cut{evidence}: down to the target of {s.target_qps:.1f} msg/s "
                 f"frozen on {s.limited_since:%Y-%m-%dT%H:%M:%SZ}")
+
+    def effective_end(self, decided_end: dt.datetime) -> dt.datetime:
+        """The end of the first window wholly under a decision made now (:attr:`now`; without it, at the end of the
+        window ``decided_end``): the first window starting at or after it. Brokers apply a decision a propagation
+        delay later; a window partly under it is judged against the level before (:func:`limit_in_force`)."""
+        at = self.now if self.now is not None else decided_end
+        seconds, length = (at - _EPOCH).total_seconds(), self.window.total_seconds()
+        start = _EPOCH + dt.timedelta(seconds=math.ceil(seconds / length - 1e-9) * length)
+        return start + self.window
+
+    def raise_to(self, window_end: dt.datetime, raised: float, reason: str) -> None:
+        """A probe: the limit raised to ``raised`` (msg/s, cluster-wide; ``relax``), remembering the level before it
+        and the first window wholly under the raise."""
+        before = self.state.limit_qps
+        self.emit(window_end, raised, ACTION_RELAX, reason, self.state.mode)
+        self.state = replace(self.state, probe_from_qps=before, probe_effective_end=self.effective_end(window_end))
+
+    def note_capped(self, window_end: dt.datetime) -> None:
+        """A window at the cap with its demand hidden: never a clear one (the lift waits for a window after it)."""
+        last = self.state.last_capped_end
+        self.state = replace(self.state, last_capped_end=window_end if last is None else max(last, window_end))
 
     def refresh(self, window_end: dt.datetime, reason: str) -> None:
         """Re-issue the limit in force (a new ``expires_at``) ``refresh_seconds`` after the last decision."""
@@ -123,9 +144,11 @@ class Fold:
                          target_qps=target if target is not None else s.target_qps)
             if fresh:
                 moved.update(limited_since=window_end, baseline_tps=baseline, cause_changes=0, probe_from_qps=None,
-                             probe_ceiling_qps=None, probe_hold_until=None, probe_backoff=0)
+                             probe_ceiling_qps=None, probe_hold_until=None, probe_backoff=0, last_capped_end=None,
+                             probe_effective_end=None)
             elif change:
-                moved["cause_changes"] = s.cause_changes + 1
+                # a new value supersedes a probe in flight (a raise sets its own after this, :meth:`raise_to`)
+                moved.update(cause_changes=s.cause_changes + 1, probe_from_qps=None, probe_effective_end=None)
         self.state = replace(s, **moved)
 
     # --- the walk --------------------------------------------------------------------------------------------------
@@ -144,11 +167,9 @@ class Fold:
         self.state = s
 
     def vetoed(self, lift_at: dt.datetime) -> bool:
-        """A window after ``lift_at`` shows the cause back: a later final window of this micro-batch (the brokers
-        applied the limit in it: the lift was not decided yet), or an open window the fast path has seen
-        (:attr:`opened`), where the rule fires on the visible demand (an open window's sums only grow; before its
-        census a ratio rule takes the larger of its partial consume rate and the one frozen with the limit, so it
-        errs towards lifting). Then no lift is decided now (a ``veto`` evidence row)."""
+        """A window after ``lift_at`` is not clear: a later final window of this micro-batch, or an open window
+        the fast path has seen (:attr:`opened`; before its census a ratio rule takes the larger of its partial
+        consume rate and the one frozen with the limit). Then no lift now (a ``veto`` evidence row)."""
         s = self.state
         if s.mode != MODE_ENFORCE or self.policy is None:
             return False
@@ -164,28 +185,90 @@ class Fold:
                 return True
         return False
 
+    def last_seen(self) -> dt.datetime:
+        """The end of the last window that keeps the limit: the cause seen (a rule fired, ``bound``, ``hold``) or
+        the demand hidden at the cap (``capped``): a lift counts its windows from there."""
+        s = self.state
+        return max(x for x in (s.last_candidate_end, s.last_capped_end) if x is not None)
+
+    def lift_point(self) -> dt.datetime:
+        """The end of the window after which the limit may be lifted: :func:`recovery_needed` windows after
+        :meth:`last_seen`, and after the window of the last decision."""
+        s = self.state
+        seen = self.last_seen()
+        return max(seen + self.window * recovery_needed(s.recurrences, self.cfg),
+                   (s.last_decision_end or seen) + self.window)
+
+    def act_on_open(self) -> None:
+        """What the fast path's open windows after the horizon, complete by census (their stats final, their sums
+        only growing), let the final path decide now, as a decision of the horizon's window: a probe whose whole
+        window shows the demand following it is undone; a probe whose whole windows are clear for
+        :func:`recovery_needed` windows since the last window that kept the limit proves the lift; the newest window
+        at the cap with its demand hidden starts a retry-storm limit's probe. Nothing when a decision of that window
+        was made already. In a backlog run the same windows come final and lead to the same decisions later."""
+        s, horizon = self.state, self.horizon_end
+        if (self.policy is None or s.limit_qps is None or s.mode != MODE_ENFORCE or horizon is None
+                or s.last_decision_end == horizon):
+            return
+        done = sorted((o for o in self.opened if o.window_end > horizon and o.complete), key=lambda o: o.window_end)
+        if not done:
+            return
+        judged = [(o, *self.policy.judge(o, s, self)) for o in done]
+        kept = [o.window_end for o, status, _ in judged if status != CLEAR]
+        raised = [(o, status, detail) for o, status, detail in judged if self.policy.under_raise(s, o)]
+        following = next(((o, st, d) for o, st, d in raised if st in (BOUND, CAPPED)), None)
+        if following is not None:
+            self.policy.on_open(self, *following)
+            return
+        if raised and not kept:  # every complete window under the probe clear: the proof, when enough of them
+            ends = {o.window_end for o in done}
+            lift_at = self.lift_point()
+            needed = [lift_at - self.window * k for k in range(recovery_needed(s.recurrences, self.cfg))]
+            if lift_at <= done[-1].window_end and all(e in ends or e <= horizon for e in needed) \
+                    and not self.vetoed(lift_at):
+                o = done[-1]
+                self.lift(horizon, f" (the open window ending {o.window_end:%H:%M}, complete by census, under the "
+                                   f"probe: {judged[-1][2]})")
+            return
+        newest, status, detail = judged[-1]
+        if status == CAPPED and self.policy.probe_on_open:
+            self.policy.on_open(self, newest, status, detail)
+
     def recover(self, until: dt.datetime) -> None:
         s = self.state
         if s.limit_qps is None or s.last_candidate_end is None:
             return
         needed = recovery_needed(s.recurrences, self.cfg)
-        lift_at = max(s.last_candidate_end + self.window * needed, (s.last_decision_end or s.last_candidate_end)
-                      + self.window)
+        lift_at = self.lift_point()
         rule = self.policy.kind.value if self.policy is not None else "the"
         if lift_at > until or self.vetoed(lift_at):
             if s.mode == MODE_ENFORCE and s.last_candidate_end < until:  # held through clear windows
                 why = (self.evidence[-1].detail if lift_at <= until else
-                       f"{rule} silent since {s.last_candidate_end:%Y-%m-%dT%H:%M:%SZ}, lifted after {needed} clear "
+                       f"{rule} silent since {self.last_seen():%Y-%m-%dT%H:%M:%SZ}, lifted after {needed} clear "
                        "windows")
                 self.refresh(until, f"refresh (held: {why}; in force until it is lifted)")
             return
+        self.lift(lift_at)
+
+    def lift(self, at: dt.datetime, proof: str = "") -> None:
+        """Lift the limit as a decision of the window ending ``at`` (remembered by the recurrence memory when
+        enforced); ``proof``: the open windows that proved it, when not the final ones."""
+        s = self.state
+        needed = recovery_needed(s.recurrences, self.cfg)
+        rule = self.policy.kind.value if self.policy is not None else "the"
         why = (f"the cause is gone: {rule} did not fire on the visible demand (what the brokers admitted and the "
                f"limiter rejected) under the {s.limit_qps:.1f} msg/s limit"
                if s.mode == MODE_ENFORCE else "anomaly absent")
+        if s.mode == MODE_ENFORCE and s.probe_from_qps is not None:
+            why += f", raised from {s.probe_from_qps:.1f} msg/s to see it"
         damped = f", doubled for each of {s.recurrences} recurrences" if s.recurrences else ""
-        self.emit(lift_at, s.limit_qps, ACTION_LIFT,
-                  f"{why} since {s.last_candidate_end:%Y-%m-%dT%H:%M:%SZ} ({needed} windows{damped}): the limit is "
-                  "doing nothing and is lifted, brokers fall back to their defaults", s.mode, remember=True)
+        at_cap = (f", at the cap with its demand hidden until {s.last_capped_end:%Y-%m-%dT%H:%M:%SZ}"
+                  if s.mode == MODE_ENFORCE and s.last_capped_end is not None
+                  and s.last_capped_end > s.last_candidate_end else "")
+        self.emit(at, s.limit_qps, ACTION_LIFT,
+                  f"{why} since {s.last_candidate_end:%Y-%m-%dT%H:%M:%SZ}{at_cap} ({needed} windows{damped}){proof}: "
+                  "the limit is doing nothing and is lifted, brokers fall back to their defaults", s.mode,
+                  remember=True)
 
     def recurrence(self, cand: Candidate) -> tuple[float, str] | None:
         """(remembered target, reason suffix) when a new enforced limit is a recurrence (module docstring), else
@@ -258,32 +341,28 @@ def fold_resource(
     observations: Iterable[Observation] = (),
     detection: DetectionConfig | None = None,
     open_evidence: Iterable[Observation] = (),
+    now: dt.datetime | None = None,
 ) -> tuple[list[Decision], ResourceState, list[Evidence]]:
     """Walk one resource's windows (candidates and observations, any order; sorted here) up to ``horizon_end``
     (the end of the last finalized window, UTC) and return its decisions, new state and the demand evidence of
     its windows under an enforced limit.
 
-    Per window, in order:
-      1. a rule fired (a candidate): a new limit (:meth:`Fold.start`), or under a limit: an advisory candidate over
-         an enforced limit only refreshes it; a limit below the candidate's floor (a growing advisory surge) is
-         raised to the target; a (frozen) target lower than the limit by more than ``hysteresis_pct`` is reached
-         once the last change is ``cooldown_windows`` old (or at once when critical): to a frozen target in one
-         step, else at most ``max_cut_pct``; otherwise a refresh every ``refresh_seconds``;
-      2. no rule fired but the resource is under an enforced limit: its policy judges the window
-         (:meth:`~pipelines.decide.limit_policy.LimitPolicy.judge`); ``bound`` and ``hold`` keep the cause
-         alive (the policy's :meth:`~pipelines.decide.limit_policy.LimitPolicy.at_cap`: a storm limit above its
-         frozen target goes down to it, a surge limit may be probed or stepped back, else a refresh);
-      3. :func:`recovery_needed` windows after the cause was last seen → ``lift``, remembered for
-         ``recurrence_windows``, unless ``open_evidence`` (the fast path's open windows after ``horizon_end``) shows
-         the limit at its cap or rejecting (a ``veto`` evidence row).
-    The fast path (open windows) folds with ``recover_windows=False``: absence is only known on final windows.
-    A window older than the last one seen (a final window behind a preliminary one) may tighten the limit but does
-    not move ``last_candidate_end`` back. ``detection``: the rules' thresholds (default: the shipped ones).
+    Per window, in order: (1) a rule fired (a candidate): a new limit (:meth:`Fold.start`) or, under one, a
+    refresh, a raise to an advisory floor, or a cut towards the (frozen) target (:meth:`Fold.on_candidate`); (2) no
+    rule fired under an enforced limit: the policy judges the window (``bound``/``hold``: the cause persists,
+    :meth:`~pipelines.decide.limit_policy.LimitPolicy.at_cap`; ``capped``: the demand hidden, never clear,
+    :meth:`~pipelines.decide.limit_policy.LimitPolicy.capped`); (3) :func:`recovery_needed` windows after the last
+    window that kept the limit → ``lift``, unless a later window is not clear (a ``veto`` evidence row). After the
+    walk, the open windows may start, undo or prove a probe (:meth:`Fold.act_on_open`). ``now``: when the decisions
+    are made (UTC; a raise is in force from the first window starting after it, :meth:`Fold.effective_end`; None:
+    at the end of the window decided). The fast path folds with ``recover_windows=False`` (absence is only known
+    on final windows). A window older than the last one seen may tighten the limit but does not move
+    ``last_candidate_end`` back. ``detection``: the rules' thresholds (default: the shipped ones).
 
     Raises:
         ValueError: a candidate's target is not a finite number > 0 (the candidate step guarantees it).
     """
-    fold = Fold(state, cfg, detection or DetectionConfig(), window_seconds)
+    fold = Fold(state, cfg, detection or DetectionConfig(), window_seconds, now=now, horizon_end=horizon_end)
     fold.opened = list(open_evidence)
     cands: dict[dt.datetime, Candidate] = {}
     for c in candidates:  # one per window (the candidate step guarantees it; the lowest target wins otherwise)
@@ -312,6 +391,10 @@ def fold_resource(
             fold.policy.at_cap(fold, obs, status, detail)
             if fold.state.limit_qps is not None:
                 fold.seen(end)
+        elif status == CAPPED:
+            fold.note_capped(end)
+            fold.policy.capped(fold, obs, detail)
     if recover_windows:
         fold.recover(horizon_end)
+        fold.act_on_open()
     return fold.decisions, fold.state, fold.evidence

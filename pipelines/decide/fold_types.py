@@ -30,7 +30,8 @@ FORGOTTEN = {"last_lift_end": None, "lifted_target_qps": None, "recurrences": 0}
 #: What a lift resets: the frozen basis and the surge probe's bounds of the limit.
 UNLIMITED = {"limit_qps": None, "lift_at_qps": None, "target_qps": None, "limited_since": None, "broker_shares": {},
              "baseline_tps": None, "busy_load": {}, "probe_from_qps": None, "probe_ceiling_qps": None,
-             "probe_hold_until": None, "probe_backoff": 0, "cause_changes": 0}
+             "probe_hold_until": None, "probe_backoff": 0, "cause_changes": 0, "last_capped_end": None,
+             "probe_effective_end": None}
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,12 @@ class ResourceState:
     rate; msg/s); ``limited_since`` the window end of the decision that started the current limit;
     ``last_candidate_end`` the last window where the anomaly or the cap was seen; ``last_distress_end`` the last
     window where a broker carrying the resource was busy. Surge probing: ``busy_load`` each carrier's writes (msg/s)
-    in the last window it was busy; ``probe_from_qps`` the level before the last probe; ``probe_ceiling_qps`` a level
-    whose probe made a carrier busy, not reached again before ``probe_hold_until``; ``probe_backoff`` how many times;
-    ``cause_changes`` the value changes since the limit was set. Recurrence memory: ``last_lift_end`` when the last
+    in the last window it was busy; ``probe_from_qps`` the level before the last probe (a raise);
+    ``probe_effective_end`` the end of the first window wholly under that raise (the windows before it ran at
+    ``probe_from_qps``: :func:`limit_in_force`); ``probe_ceiling_qps`` a level whose probe made a carrier busy (or
+    whose raise the demand followed), not reached again before ``probe_hold_until``; ``probe_backoff`` how many
+    times; ``cause_changes`` the value changes since the limit was set; ``last_capped_end`` the last window at the
+    cap whose demand was hidden (``capped``: never a clear window). Recurrence memory: ``last_lift_end`` when the last
     enforced limit was lifted, ``lifted_target_qps`` its frozen target, ``recurrences`` how many limits in a row
     were set within ``recurrence_windows`` of the previous lift (0: the first).
     """
@@ -73,6 +77,18 @@ class ResourceState:
     probe_hold_until: dt.datetime | None = None
     probe_backoff: int = 0
     cause_changes: int = 0
+    last_capped_end: dt.datetime | None = None
+    probe_effective_end: dt.datetime | None = None
+
+
+def limit_in_force(state: ResourceState, window_end: dt.datetime) -> float | None:
+    """The cluster-wide limit (msg/s) the brokers applied in the window ending ``window_end`` (UTC): the current
+    one, but a raise (a probe) only from its first whole window (``probe_effective_end``); the windows before it
+    ran at the level before it (``probe_from_qps``). Judged against the raised value they would look clear."""
+    if (state.probe_from_qps is not None and state.probe_effective_end is not None
+            and window_end < state.probe_effective_end):
+        return state.probe_from_qps
+    return state.limit_qps
 
 
 def recovery_needed(recurrences: int, cfg: LimitsConfig) -> int:
@@ -106,9 +122,10 @@ class Observation:
     kind (cluster-wide msg/s: a topic's puts, a group's retry traffic), ``rejected`` the sends its limiter rejected,
     ``healthy`` no broker carrying it was busy (``busy_brokers`` those that were), ``consume_tps`` a group's consume
     rate on its non-retry topics (msg/s; None for a topic), ``carrier_load`` each carrier's writes (msg/s per
-    broker), ``viewed`` the limiter's own view reported rejections (no count). On the fast path (``open_evidence``)
-    the sums are partial, they only grow, and ``complete`` says whether every expected broker has reported (the
-    consume rate is then final)."""
+    broker), ``viewed`` the limiter's own view reported rejections (no count), ``sendback_tps`` a group's admitted
+    send-backs alone (msg/s; ``observed_tps`` beyond it is its client's fallback plain sends; None for a topic). On
+    the fast path (``open_evidence``) the sums are partial, they only grow, and ``complete`` says whether every
+    expected broker has reported (the consume rate is then final)."""
 
     window_end: dt.datetime
     observed_tps: float = 0.0
@@ -119,6 +136,7 @@ class Observation:
     busy_brokers: tuple[str, ...] = ()
     viewed: bool = False
     complete: bool = True
+    sendback_tps: float | None = None
 
 
 @dataclass(frozen=True)

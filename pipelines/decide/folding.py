@@ -88,7 +88,7 @@ class Folded:
 def fold_all(candidates: list[Keyed], saved: dict[Key, dict], horizon_end: dt.datetime, cfg: LimitsConfig,
              window_seconds: int, recover: bool = True,
              observations: dict[Key, list[Observation]] | None = None, detection: DetectionConfig | None = None,
-             open_evidence: dict[Key, list[Observation]] | None = None) -> Folded:
+             open_evidence: dict[Key, list[Observation]] | None = None, now: dt.datetime | None = None) -> Folded:
     """Fold every resource with a candidate, or with a saved state whose limit is in force (a resource only observed
     has nothing to fold).
 
@@ -98,7 +98,8 @@ def fold_all(candidates: list[Keyed], saved: dict[Key, dict], horizon_end: dt.da
         horizon_end: end of the last finalized (or open, on the fast path) window of the micro-batch (UTC).
         recover: lift after recovery (final path); the fast path folds without (absence is known on final windows).
         observations: the demand evidence of the micro-batch's windows per resource (final path), None on the fast
-            path; detection: the rules' thresholds; open_evidence: the fast path's open windows (the lift veto).
+            path; detection: the rules' thresholds; open_evidence: the fast path's open windows (the lift veto,
+            a retry-storm limit's probe); now: when the decisions are made (UTC; a raise's first whole window).
     Returns:
         :class:`Folded`; each veto is logged (INFO).
     """
@@ -113,7 +114,7 @@ def fold_all(candidates: list[Keyed], saved: dict[Key, dict], horizon_end: dt.da
         decisions, state, evidence = fold_resource(
             start, by_key.get(key, []), horizon, cfg, window_seconds, recover,
             observations=(observations or {}).get(key, ()), detection=detection,
-            open_evidence=(open_evidence or {}).get(key, ()))
+            open_evidence=(open_evidence or {}).get(key, ()), now=naive(now) if now is not None else None)
         out.decisions += decisions
         out.evidence += [(key, e) for e in evidence]
         out.states.append(state)

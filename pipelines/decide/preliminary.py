@@ -30,10 +30,11 @@ from pipelines.decide.arrow import naive, micros, when
 from pipelines.decide.candidates import Keyed
 from pipelines import rocketmq as rmq
 from pipelines.decide.rules import (
-    BROKER_SURGE, BUSY, RETRY, SLACK, SPIKE, TOPIC_SURGE, WINDOW_KEYS, anomalies_frame, baselines, broker_busy,
-    broker_writes, failure_spike, per_second, runaway_retry, surge_may_fire, surge_values, traffic_surge, unlimited,
+    BROKER_SURGE, BUSY, RETRY, SLACK, SPIKE, TOPIC_SURGE, WINDOW_KEYS, anomalies_frame, broker_busy,
+    broker_writes, consume_basis, failure_spike, per_second, retry_storms, runaway_retry, traffic_surge, unlimited,
     with_retry_traffic,
 )
+from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
 
 #: ``resource_type`` / ``resource`` of the census row of a window.
 CLUSTER, CENSUS = "cluster", "*"
@@ -105,7 +106,7 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
     themselves (most micro-batches prove nothing, and each rule costs several polars operations). ``BROKER_BUSY``
     needs the busy floor; ``RUNAWAY_RETRY`` and ``FAILURE_SPIKE`` their floors in a window complete by census;
     ``TRAFFIC_SURGE`` of a topic (:data:`TOPIC_SURGE`) or a broker (:data:`BROKER_SURGE`) needs a window at its
-    floor (:func:`pipelines.decide.rules.surge_may_fire`, ``cache`` its memo) in the history up to the window
+    floor (:func:`pipelines.decide.baselines.surge_may_fire`, ``cache`` its memo) in the history up to the window
     starting at ``until`` (default all of it), a topic's without its limited windows. A rule left out would return
     nothing."""
     length = None
@@ -143,10 +144,13 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
 
 def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_history: pl.DataFrame,
                           expected: list[str], windows: WindowsConfig, cfg: DetectionConfig,
-                          first_open: dt.datetime | None = None, rules: frozenset[str] | None = None) -> pl.DataFrame:
+                          first_open: dt.datetime | None = None, rules: frozenset[str] | None = None,
+                          group_history=None) -> pl.DataFrame:
     """Running sums of open windows → ``gold/anomalies``-shaped rows that the partial evidence already proves, the
     ``detail`` ending with the census of the window. ``rules``: those that may fire (:func:`rules_that_may_fire`
-    of the same rows; computed here when None); the others are not run."""
+    of the same rows; computed here when None); the others are not run. ``group_history``: finalized
+    ``gold/group_tps`` rows, or a function returning them (a retry limit's consume basis,
+    :func:`pipelines.decide.rules.consume_basis`)."""
     if open_rows.height == 0:
         return anomalies_frame([])
     counts = census(open_rows, expected)
@@ -198,7 +202,9 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
             per_second(pl.col("consumed")).alias("consume_tps"),
             pl.when(pl.col("consumed") > 0).then(pl.col("retried") / pl.col("consumed")).otherwise(None)
             .alias("retry_ratio"))
-        rows += runaway_retry(with_retry_traffic(groups, open_retry_traffic(open_rows, done, per)), cfg)
+        retries = with_retry_traffic(groups, open_retry_traffic(open_rows, done, per))
+        basis = consume_basis(retry_storms(retries, cfg), group_history, first_open, windows, cfg)
+        rows += runaway_retry(retries, cfg, basis)
     if SPIKE in rules:
         rows += failure_spike(topics.filter(when("window_start").is_in(done)), windows, cfg)
     for row in rows:

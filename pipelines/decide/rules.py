@@ -24,7 +24,6 @@ as Spark's ``format_string`` does (:mod:`pipelines.decide.text`).
 from __future__ import annotations
 
 import datetime as dt
-import math
 
 import polars as pl
 
@@ -32,6 +31,7 @@ from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import to_polars, micros, when
+from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
 from pipelines.decide.catalogue import Anomaly
 from pipelines.decide.text import fixed, number
 
@@ -105,11 +105,43 @@ def with_retry_traffic(groups: pl.DataFrame, traffic: dict[tuple, float] | None)
         pl.when(pl.col("consume_tps") > 0).then(retry / pl.col("consume_tps")).otherwise(None).alias("retry_ratio"))
 
 
-def runaway_retry(groups: pl.DataFrame, cfg: DetectionConfig) -> list[dict]:
-    """:func:`group_retry` rows (or :func:`with_retry_traffic` rows) → RUNAWAY_RETRY anomalies (resource_type
-    ``group``; observed = retry TPS, baseline = consume TPS)."""
+def retry_storms(groups: pl.DataFrame, cfg: DetectionConfig) -> pl.DataFrame:
+    """:func:`group_retry` rows (or :func:`with_retry_traffic` rows) → those where RUNAWAY_RETRY fires: retry TPS at
+    ``retry_floor_tps`` and a ratio at ``retry_ratio_threshold`` (or nothing consumed)."""
     ratio_ok = pl.coalesce(pl.col("retry_ratio") >= cfg.retry_ratio_threshold, pl.col("consume_tps") == 0)
-    firing = groups.filter((pl.col("retry_tps") >= cfg.retry_floor_tps) & ratio_ok)
+    return groups.filter((pl.col("retry_tps") >= cfg.retry_floor_tps) & ratio_ok)
+
+
+def consume_basis(firing: pl.DataFrame, group_history, first_window: dt.datetime, windows: WindowsConfig,
+                  cfg: DetectionConfig) -> dict[tuple, tuple[float, int]]:
+    """The groups' normal consume rates for the windows where RUNAWAY_RETRY fires (:func:`retry_storms` rows):
+    ``(window_start, group)`` → (the ``baseline_quantile`` of its consume TPS on non-retry topics over its previous
+    ``baseline_windows`` windows, how many), for groups with at least one of them (a governor minutes into a new
+    lake has few: the windows before a storm show its normal rate).
+    ``group_history``: earlier ``gold/group_tps`` rows (a polars frame, an Arrow table, or a function returning
+    one: read only when a storm fires; None: none). A storm's own windows show a depressed consume rate (its busy
+    broker refuses the puts the group would consume), so a retry limit is based on the larger of the window's and
+    this one (:func:`runaway_retry`)."""
+    if firing.height == 0 or group_history is None:
+        return {}
+    history = group_history() if callable(group_history) else group_history
+    history = to_polars(history, columns.GOLD_GROUP_TPS)
+    names = firing["consumer_group"].unique().to_list()
+    past = group_retry(history.filter(pl.col("consumer_group").is_in(names)))
+    values = pl.concat([f.select("window_start", "consumer_group", pl.col("consume_tps").alias("value"))
+                        for f in (past, firing)], how="vertical_relaxed")
+    base = baselines(values, "consumer_group", first_window, windows, cfg)
+    return {(r["window_start"], r["consumer_group"]): (r["baseline_tps"], r["baseline_windows"])
+            for r in base.iter_rows(named=True)
+            if r["baseline_tps"] is not None and r["baseline_windows"] >= 1}
+
+
+def runaway_retry(groups: pl.DataFrame, cfg: DetectionConfig, basis: dict[tuple, tuple[float, int]] | None = None
+                  ) -> list[dict]:
+    """:func:`group_retry` rows (or :func:`with_retry_traffic` rows) → RUNAWAY_RETRY anomalies (resource_type
+    ``group``; observed = retry TPS, baseline = the consume TPS a limit is based on: the window's, or the group's
+    normal consume rate from ``basis`` (:func:`consume_basis`) when larger)."""
+    firing = retry_storms(groups, cfg)
     out = []
     for r in firing.iter_rows(named=True):
         ratio = number(r["retry_ratio"], 2) if r["retry_ratio"] is not None else "n/a (nothing consumed)"
@@ -121,7 +153,13 @@ def runaway_retry(groups: pl.DataFrame, cfg: DetectionConfig) -> list[dict]:
                   f"{rmq.RETRY_TOPIC_PREFIX}{r['consumer_group']} {how} against "
                   f"{fixed(r['consume_tps'], 1)} msg/s consumed: retry ratio {ratio} (rule: ratio >= "
                   f"{fixed(cfg.retry_ratio_threshold, 2)} and retry >= {fixed(cfg.retry_floor_tps, 1)} msg/s)")
-        out.append(_row(r, "group", r["consumer_group"], Anomaly.RUNAWAY_RETRY, r["retry_tps"], r["consume_tps"],
+        consume = r["consume_tps"]
+        normal, n = (basis or {}).get((r["window_start"], r["consumer_group"]), (None, 0))
+        if normal is not None and normal > consume:
+            detail += (f"; its normal consume rate {fixed(normal, 1)} msg/s (p{int(round(cfg.baseline_quantile * 100))}"
+                       f" of the previous {n} windows) is the basis of a limit")
+            consume = normal
+        out.append(_row(r, "group", r["consumer_group"], Anomaly.RUNAWAY_RETRY, r["retry_tps"], consume,
                         _severity(r["retry_tps"], cfg.retry_floor_tps, cfg), detail))
     return out
 
@@ -132,45 +170,6 @@ def _row(r: dict, resource_type: str, resource: str, kind: Anomaly, observed, ba
             "resource": resource, "anomaly": kind.value,
             "observed_tps": None if observed is None else float(observed),
             "baseline_tps": None if baseline is None else float(baseline), "severity": severity, "detail": detail}
-
-
-def baselines(values: pl.DataFrame, key: str, first_window: dt.datetime, windows: WindowsConfig,
-              cfg: DetectionConfig, at_least: float | None = None) -> pl.DataFrame:
-    """Rows ``window_start``, ``key``, ``value`` (history and current windows together) → for each row whose window
-    starts at or after ``first_window`` (and whose value is ``at_least``, when given: the surge floor, under which a
-    row cannot fire, so only the resources at it pay for a baseline, about 2 % of a large cluster's topics):
-    ``baseline_tps``, the ``baseline_quantile`` of the resource's values in the previous ``baseline_windows``
-    windows by time (``[start - span, start - 1 s]``, every value, under the floor too), and ``baseline_windows``,
-    how many values it saw (null baseline when none).
-
-    The quantile is Spark's ``percentile_approx`` (accuracy 10,000) on at most thousands of values: the value at
-    rank ``ceil(q × n)`` of the sorted values (``QuantileSummaries.query`` keeps every sample below its
-    compression threshold)."""
-    span = cfg.baseline_windows * windows.length_seconds
-    q = cfg.baseline_quantile
-    lazy = values.lazy().with_columns(pl.col("window_start").dt.epoch("s").alias("_s"))
-    current = lazy.filter(when("window_start") >= micros(first_window))
-    if at_least is not None:
-        current = current.filter(pl.col("value") >= at_least)
-    current = current.select("window_start", key, "_s").unique()
-    frame = current.join(lazy.filter(pl.col("value").is_not_null()).select(key, pl.col("_s").alias("_h"), "value"),
-                         on=key, how="inner").filter(
-        (pl.col("_h") >= pl.col("_s") - span) & (pl.col("_h") <= pl.col("_s") - 1))
-    stats = frame.group_by(["window_start", key]).agg(pl.col("value").sort().alias("_v"),
-                                                      pl.len().alias("baseline_windows"))
-    stats = stats.with_columns(
-        pl.col("_v").list.get((pl.col("baseline_windows").cast(pl.Float64) * q).ceil().cast(pl.Int64) - 1)
-        .alias("baseline_tps")).drop("_v")
-    return current.join(stats, on=["window_start", key], how="left").with_columns(
-        pl.col("baseline_windows").fill_null(0).cast(pl.Int32)).drop("_s").collect()
-
-
-def surge_values(history: pl.DataFrame, current: pl.DataFrame, key: str, value: pl.Expr) -> pl.DataFrame:
-    """History and current rows → ``window_start``, ``key``, ``value`` (the surge rule's put rate)."""
-    cols = lambda f: f.select(pl.col("window_start"), pl.col(key), value.alias("value"))  # noqa: E731
-    parts = [cols(f) for f in (history, current) if f.height]
-    return pl.concat(parts, how="vertical_relaxed") if parts else pl.DataFrame(
-        schema={"window_start": pl.Datetime("us", "UTC"), key: pl.String, "value": pl.Float64})
 
 
 def broker_writes() -> pl.Expr:
@@ -285,52 +284,10 @@ def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFra
     return frozenset(out)
 
 
-def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: str, value: pl.Expr,
-                   cfg: DetectionConfig, cache: dict | None = None, where: pl.Expr | None = None) -> bool:
-    """Whether ``TRAFFIC_SURGE`` can fire on a window of ``values`` (resource → (window_start, msg/s) of the windows
-    judged now): the window at ``surge_floor_tps`` and at ``surge_factor`` × a lower bound of its baseline. The
-    baseline (:func:`pipelines.decide.rules.baselines`) is the value at rank ``k = ceil(q × n) − 1`` of the n ≥
-    ``baseline_min_windows`` values of the windows before it: of the ``history`` (the rule's ``value`` there) and of
-    the windows judged now that start before it (``o`` of them). Removing those ``o`` lowers a rank by at most ``o``,
-    more history (windows before the baseline's span) only lowers the values at each rank, and ``k`` grows with
-    ``n``: so the history's value at rank ``ceil(q × baseline_min_windows) − 1 − o`` is a lower bound (else the
-    smallest value of all). One polars operation (the history's lowest values and count per hot resource), none
-    without a window at the floor, none when ``cache`` (a dict the caller keeps while it passes the same
-    ``history`` frame) already holds them. ``where``: the history rows to read (default all)."""
-    floor = cfg.surge_floor_tps
-    hot = {k: v for k, v in values.items() if max(x for _, x in v) >= floor}
-    if not hot:
-        return False
-    rank = max(math.ceil(cfg.baseline_quantile * cfg.baseline_min_windows) - 1, 0)
-    kept = cache.get((key, rank)) if cache is not None else None
-    bounds = kept[1] if kept is not None and kept[0] is history else {}
-    missing = [k for k in hot if k not in bounds]
-    if missing:
-        rows = pl.col(key).is_in(missing) if where is None else pl.col(key).is_in(missing) & where
-        known = history.lazy().filter(rows).group_by(key).agg(
-            value.drop_nulls().sort().head(rank + 1).alias("low"), value.drop_nulls().len().alias("n")).collect() \
-            if history.height else None
-        found = {r[key]: (r["low"], r["n"]) for r in known.iter_rows(named=True)} if known is not None else {}
-        bounds = {**bounds, **{k: found.get(k, ([], 0)) for k in missing}}
-        if cache is not None:
-            cache[(key, rank)] = (history, bounds)
-    for k, windows in hot.items():
-        lowest, n = bounds.get(k, ([], 0))
-        for start, x in windows:
-            before = [y for s, y in windows if s < start]
-            if x < floor or n + len(before) < cfg.baseline_min_windows:
-                continue
-            j = rank - len(before)
-            bound = lowest[j] if 0 <= j < len(lowest) else min(lowest[:1] + before)
-            if x >= cfg.surge_factor * bound:
-                return True
-    return False
-
-
 def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, topic_history: pl.DataFrame,
            broker_history: pl.DataFrame, windows: WindowsConfig, cfg: DetectionConfig,
            first_window: dt.datetime | None = None, rules: frozenset[str] | None = None,
-           retry_traffic: dict[tuple, float] | None = None) -> pl.DataFrame:
+           retry_traffic: dict[tuple, float] | None = None, group_history=None) -> pl.DataFrame:
     """All rules over one micro-batch of finalized windows → ``gold/anomalies`` rows.
 
     Args:
@@ -340,6 +297,7 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
         rules: the rules to run (:func:`rules_to_run`, its default; :data:`ALL_RULES`: every rule).
         retry_traffic: the groups' retry traffic the brokers admitted (:func:`with_retry_traffic`); None: their
             send-backs alone.
+        group_history: earlier ``gold/group_tps`` rows, or a function returning them (:func:`consume_basis`).
     """
     if first_window is None:
         starts = [f["window_start"].min() for f in (topics, brokers) if f.height]
@@ -348,7 +306,11 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
         first_window = min(starts)
     if rules is None:
         rules = rules_to_run(topics, groups, brokers, topic_history, broker_history, cfg, retry_traffic)
-    rows = runaway_retry(with_retry_traffic(group_retry(groups), retry_traffic), cfg) if RETRY in rules else []
+    rows = []
+    if RETRY in rules:
+        retries = with_retry_traffic(group_retry(groups), retry_traffic)
+        basis = consume_basis(retry_storms(retries, cfg), group_history, first_window, windows, cfg)
+        rows = runaway_retry(retries, cfg, basis)
     if TOPIC_SURGE in rules:
         topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
         topic_base = baselines(topic_values, "topic", first_window, windows, cfg, cfg.surge_floor_tps).join(

@@ -176,7 +176,9 @@ def per_broker_traffic(metrics: pl.LazyFrame) -> pl.LazyFrame:
     * a consumer group (``RUNAWAY_RETRY`` limits its retry traffic, one limiter per broker keyed ``%RETRY%<group>``,
       sohutv/rocketmq 5.3.1-sohu-01 ``RateLimitHandler``): the larger of its send-backs (``SNDBCK_PUT_NUMS``) and
       the plain sends to ``%RETRY%<group>`` a consumer falls back to (``TOPIC_PUT_NUMS`` of the retry topic, which
-      also carry the re-puts of admitted send-backs); rejections the ``RATE_LIMITED`` failures of ``%RETRY%<group>``.
+      also carry the re-puts of admitted send-backs); rejections the ``RATE_LIMITED`` failures of ``%RETRY%<group>``;
+      ``sendback_tps`` the send-backs alone (what ``tps`` has beyond them is the consumer client's fallback plain
+      sends: send-backs a broker refused).
     """
     on_broker = metrics.filter(pl.col("broker").is_not_null())
     metric, topic = pl.col("metric"), pl.col("topic")
@@ -189,7 +191,8 @@ def per_broker_traffic(metrics: pl.LazyFrame) -> pl.LazyFrame:
         .agg(_amount_if(is_put).sum().alias("puts"), _amount_if(is_limited).sum().alias("rejected"),
              is_put.any().alias("carries"))
         .select(*WINDOW_KEYS, pl.lit("topic").alias("resource_type"), pl.col("topic").alias("resource"), "broker",
-                per_second(pl.col("puts")).alias("tps"), "rejected", "carries")
+                per_second(pl.col("puts")).alias("tps"), "rejected", "carries",
+                pl.lit(None, pl.Float64).alias("sendback_tps"))
     )
     is_retry_topic = topic.str.starts_with(rmq.RETRY_TOPIC_PREFIX).fill_null(False)
     owner = (pl.when(is_sent_back).then(pl.col("consumer_group"))
@@ -203,7 +206,7 @@ def per_broker_traffic(metrics: pl.LazyFrame) -> pl.LazyFrame:
         .select(*WINDOW_KEYS, pl.lit("group").alias("resource_type"), "resource", "broker",
                 pl.max_horizontal(per_second(pl.col("sent_back")),
                                   per_second(pl.col("retry_puts"))).alias("tps"),
-                "rejected", pl.lit(False).alias("carries"))
+                "rejected", pl.lit(False).alias("carries"), per_second(pl.col("sent_back")).alias("sendback_tps"))
     )
     return pl.concat([topic_rows, group_rows], how="vertical_relaxed").with_columns(
         pl.col("rejected").cast(pl.Int64))

@@ -255,7 +255,8 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                 if rows.num_rows:
                     now = (t + pd.Timedelta(seconds=timing.fast_seconds)).to_pydatetime()
                     first = pc.min(rows.column("window_start")).as_py()
-                    inputs = FastInputs(rows, *history.view(first, None), None, None, open_dicts=dicts)
+                    inputs = FastInputs(rows, *history.view(first, None), None, None, open_dicts=dicts,
+                                        group_history=history.groups(first, None))
                     remembered = memory.rows if record is not None else None
                     prepared = prepare_preliminary(inputs, memory, cfg)
                     accepted, _ = decide_preliminary(prepared, store.state_table(), store.limits_table(), cfg, now,
@@ -280,15 +281,18 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                     reduced = gold_tables(sums, length, cfg.detection, store.limited_keys())
                     first = pc.min(reduced["traffic"].column("window_start")).as_py()
                     th, bh = history.view(first, first)
+                    gh = history.groups(first, first)
                     partial = FinalInputs(reduced["gold/topic_tps"], reduced["gold/group_tps"],
-                                          reduced["gold/broker_tps"], reduced["traffic"], th, bh, None, None)
+                                          reduced["gold/broker_tps"], reduced["traffic"], th, bh, None, None,
+                                          group_history=gh)
                     prepared = prepare_final(partial, cfg)
                     if prepared.first_window is not None:
                         # the lift veto's evidence, read only for a resource folded (a candidate or a limit in force)
                         opened_now = open_evidence(memory.rows, prepared.horizon_end, length, expected_brokers(
                             partial.brokers)) if prepared.candidates or store.limited_keys() else None
                         inputs = FinalInputs(partial.topics, partial.groups, partial.brokers, partial.traffic, th, bh,
-                                             store.state_table(), store.limits_table(), None, opened_now)
+                                             store.state_table(), store.limits_table(), None, opened_now,
+                                             group_history=gh)
                         out = decide_prepared(prepared, inputs, cfg, now, batch_id=len(decided),
                                               origin="sim-gold")
                         store.add(out.limits, out.state)
@@ -307,7 +311,8 @@ class History:
     kept for the baselines, and the views the two paths read (cached until the next gold batch: most fast
     micro-batches read the same view)."""
 
-    SPECS = {"gold/topic_tps": columns.GOLD_TOPIC_TPS, "gold/broker_tps": columns.GOLD_BROKER_TPS}
+    SPECS = {"gold/topic_tps": columns.GOLD_TOPIC_TPS, "gold/broker_tps": columns.GOLD_BROKER_TPS,
+             "gold/group_tps": columns.GOLD_GROUP_TPS}
 
     def __init__(self, cfg: GovernorConfig) -> None:
         self.cfg = cfg
@@ -327,6 +332,14 @@ class History:
 
     def view(self, first: dt.datetime, before: dt.datetime | None) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The finalized topic and broker windows the baselines of windows from ``first`` need (before ``before``)."""
+        return self._view(first, before)[:2]
+
+    def groups(self, first: dt.datetime, before: dt.datetime | None):
+        """A function returning the finalized group windows a retry limit's consume basis of windows from ``first``
+        needs (before ``before``): read only when a storm fires, as the job reads ``gold/group_tps``."""
+        return lambda: self._view(first, before)[2]
+
+    def _view(self, first: dt.datetime, before: dt.datetime | None) -> tuple[pl.DataFrame, ...]:
         key = (first, before)
         if key not in self._views:
             since = micros(first - dt.timedelta(seconds=self.cfg.detection.baseline_windows

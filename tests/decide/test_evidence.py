@@ -72,8 +72,8 @@ def test_limiter_views_are_rejection_evidence_of_the_window_they_fall_in():
         (seen, "rocketmq", "broker-b", "orders", T1 + dt.timedelta(seconds=10), 4),
     ])
     got = sorted(ev.limiter_traffic(rejections, W).rows())
-    assert got == [(T0, T1, "group", "g", "broker-a", 0.0, 0, None),
-                   (T1, T1 + dt.timedelta(minutes=1), "topic", "orders", "broker-b", 0.0, 0, None)]
+    assert got == [(T0, T1, "group", "g", "broker-a", 0.0, 0, None, None),
+                   (T1, T1 + dt.timedelta(minutes=1), "topic", "orders", "broker-b", 0.0, 0, None, None)]
     carried = traffic([("group", "g", "broker-a", 10.0, 0, False)])
     none = frame(columns.GOLD_BROKER_TPS, [])
     rows = ev.demand(pl.concat([carried, ev.limiter_traffic(rejections, W)], how="vertical_relaxed"), none, D)

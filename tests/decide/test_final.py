@@ -28,19 +28,24 @@ def inputs(rejections=None):
                        rejections)
 
 
-def test_a_limited_group_whose_limiter_rejected_in_the_window_is_still_bound():
+def test_a_limited_group_whose_limiter_rejected_in_the_window_is_never_lifted_blind():
     """Only 10 msg/s of retry traffic under a 40 msg/s limit (below the 90 % bound), but the RocketMQ admin sink saw
-    its %RETRY% limiter reject sends in each window: the anomaly persists (a limit-bound row per window), the limit
-    is not lifted. Without that view, 10 of 40 msg/s at a 2.5 % retry ratio is the cause gone: lifted."""
+    its %RETRY% limiter reject sends in each window: the demand is hidden (``capped``: rejected, how much unknown),
+    so the limit is not lifted; it is probed once (x1.5, to see the demand), and no window is written as the
+    anomaly (the cause is not proven either). Without that view, 10 of 40 msg/s at a 2.5 % retry ratio is the cause
+    gone: lifted."""
     rejections = table(columns.LIMITER_REJECTIONS, [(win(3)[1], "rocketmq", "broker-a", "%RETRY%g",
                                                      s + dt.timedelta(seconds=30), 7) for s, _ in (win(i) for i in range(4))])
     out = decide_final(inputs(rejections), CFG, NOW, batch_id=1, origin="rate-governor-gold:1")
-    bound = [r for r in out.anomalies.to_pylist() if r["resource"] == "g"]
-    assert len(bound) == 4 and all(r["detail"] == "g: limit-bound: 10.0 of 40.0 msg/s, the limiter's own view "
-                                   "reports rejections (no count)" for r in bound)
-    assert {r["anomaly"] for r in bound} == {"RUNAWAY_RETRY"}
-    assert [r["action"] for r in out.limits.to_pylist()] == []
-    assert out.state.column("limit_qps").to_pylist() == [40.0] and out.state.column("batch_id").to_pylist() == [1]
+    assert [e.status for _k, e in out.folded.evidence] == ["capped"] * 4
+    assert out.folded.evidence[0][1].detail == (
+        "the demand hidden: 10.0 of 40.0 msg/s, the limiter's own view reports rejections (no count); visible retry "
+        "demand 10.0 msg/s, ratio 0.03 against 400.0 msg/s consumed (rule: >= 0.50) on what shows")
+    assert [r for r in out.anomalies.to_pylist() if r["resource"] == "g"] == []
+    probe, = out.limits.to_pylist()
+    assert (probe["action"], probe["limit_qps"]) == ("relax", 60.0) and probe["reason"].startswith("[final] probe: ")
+    assert out.state.column("limit_qps").to_pylist() == [60.0] and out.state.column("batch_id").to_pylist() == [1]
+    assert out.state.column("probe_from_qps").to_pylist() == [40.0]
     without = decide_final(inputs(), CFG, NOW, batch_id=1, origin="rate-governor-gold:1")
     lifted, = without.limits.to_pylist()
     assert lifted["action"] == "lift" and lifted["reason"].startswith("[final] the cause is gone")

@@ -243,3 +243,29 @@ def test_the_fast_path_s_rates_are_the_true_quotient_as_the_final_path_s():
     got = pre.preliminary_anomalies(rows, *history, ["broker-a", "broker-b"], W, D).to_dicts()
     assert [(r["anomaly"], r["resource"], r["baseline_tps"]) for r in got] == [("BROKER_BUSY", "broker-a", 47119 / 60)]
     assert 47119 / 60 != pl.DataFrame({"n": [47119, 600]}).select(pl.col("n") / 60)["n"][0]  # one ulp off
+
+
+def test_a_retry_limit_is_based_on_the_group_s_normal_consume_rate_when_the_storm_depressed_it():
+    """A storm's busy broker refuses the puts its group would consume: in its first window the group consumes 170
+    msg/s instead of its normal 400 (the median of its previous windows), and 10 % of 170 would hold a fixed
+    consumer's legitimate retries over the limit. The anomaly's baseline (the basis of a limit) is the larger of
+    the two; without history, or when the window's is larger, it is the window's."""
+    history = groups([(i, "g", "orders", 400.0 + i, 2.0) for i in range(6)] + [(5, "other", "x", 50.0, 0.0)])
+    now = groups([(6, "g", "orders", 170.0, 390.0)])
+    retries = rules.group_retry(now)
+    basis = rules.consume_basis(rules.retry_storms(retries, D), history, win(6)[0], W, D)
+    assert basis == {(win(6)[0], "g"): (402.0, 6)}                     # p50 of 400..405 at rank ceil(0.5 x 6)
+    got, = rules.runaway_retry(retries, D, basis)
+    assert got["baseline_tps"] == 402.0 and got["detail"].endswith(
+        "; its normal consume rate 402.0 msg/s (p50 of the previous 6 windows) is the basis of a limit")
+    assert "against 170.0 msg/s consumed: retry ratio 2.29" in got["detail"]
+    assert rules.runaway_retry(retries, D)[0]["baseline_tps"] == 170.0
+    assert rules.consume_basis(rules.retry_storms(retries, D), None, win(6)[0], W, D) == {}
+    read = []
+    lazily = lambda: read.append(1) or history  # noqa: E731  (read only when a storm fires)
+    assert rules.consume_basis(rules.retry_storms(rules.group_retry(groups([(6, "g", "orders", 400.0, 2.0)])), D),
+                               lazily, win(6)[0], W, D) == {} and read == []
+    detected = rules.detect(empty(columns.GOLD_TOPIC_TPS), now, empty(columns.GOLD_BROKER_TPS),
+                            empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS), W, D,
+                            first_window=win(6)[0], group_history=lazily)
+    assert detected["baseline_tps"].to_list() == [402.0] and read == [1]

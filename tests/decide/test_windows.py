@@ -85,8 +85,9 @@ def test_broker_tps_puts_topics_and_busy_failures():
 def test_retry_traffic_is_the_larger_of_send_backs_and_fallback_sends_into_the_same_bucket():
     """Per broker, the limiter keyed %RETRY%g counts send-backs (SNDBCK_PUT_NUMS) and the plain sends a consumer
     falls back to (TOPIC_PUT_NUMS of %RETRY%g, which also carry the re-puts of admitted send-backs): the larger of
-    the two. A topic's traffic is its puts; RATE_LIMITED failures are its limiter's rejections; a topic's carriers
-    are the brokers with a put line."""
+    the two; the send-backs alone beside it (what the traffic has beyond them: fallback sends). A topic's traffic is
+    its puts; RATE_LIMITED failures are its limiter's rejections; a topic's carriers are the brokers with a put
+    line."""
     got = reduced([
         ("broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 1200),   # 20 msg/s sent back ...
         ("broker-a", "%RETRY%g", None, "TOPIC_PUT_NUMS", 2400),   # ... 40 msg/s into the retry topic
@@ -98,8 +99,10 @@ def test_retry_traffic_is_the_larger_of_send_backs_and_fallback_sends_into_the_s
         ("broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 5),  # the broker's fault, not the limiter's
     ])["traffic"]
     rows = [r for r in sorted_rows(got, "resource_type", "resource", "broker") if r["resource"] in ("g", "orders")]
-    want = [(T0, T1, "group", "g", "broker-a", 40.0, 0, False), (T0, T1, "group", "g", "broker-b", 30.0, 7, False),
-            (T0, T1, "topic", "orders", "broker-a", 10.0, 3, True), (T0, T1, "topic", "orders", "broker-c", 0.0, 2, False)]
+    want = [(T0, T1, "group", "g", "broker-a", 40.0, 0, False, 20.0),
+            (T0, T1, "group", "g", "broker-b", 30.0, 7, False, 30.0),
+            (T0, T1, "topic", "orders", "broker-a", 10.0, 3, True, None),
+            (T0, T1, "topic", "orders", "broker-c", 0.0, 2, False, None)]
     assert rows == table(columns.WINDOW_TRAFFIC, want).to_pylist()
 
 

@@ -75,7 +75,7 @@ class FastFlow(DecisionFlow):
         topic_history, broker_history = self.history(first)
         known = self.known()
         inputs = FastInputs(rows, topic_history, broker_history, None, None,
-                            known.admits if known is not None else None)
+                            known.admits if known is not None else None, group_history=self.group_history(first))
         prepared = prepare_preliminary(inputs, self.open_rows, self.cfg)
         if not prepared.candidates:
             self.reports.append(BatchReport(QUERY, batch_id))

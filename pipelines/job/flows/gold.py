@@ -107,8 +107,9 @@ class GoldFlow(DecisionFlow):
         if self.lake.exists(tables.CONTROL_LIMITER_REJECTIONS):
             rejections = self.lake.read_arrow(tables.CONTROL_LIMITER_REJECTIONS, since=first_window,
                                               before=horizon_end)
+        group_history = self.group_history(first_window, before=first_window)
         inputs = FinalInputs(partial.topics, partial.groups, partial.brokers, partial.traffic, topic_history,
-                             broker_history, None, None, rejections)
+                             broker_history, None, None, rejections, group_history=group_history)
         prepared = prepare_final(inputs, self.cfg, first_window, horizon_end)
         with self.decision_lock:
             locked = time.monotonic()
@@ -117,7 +118,7 @@ class GoldFlow(DecisionFlow):
                                     expected_brokers(partial.brokers)) if self.open_rows is not None else None)
             inputs = FinalInputs(inputs.topics, inputs.groups, inputs.brokers, inputs.traffic, topic_history,
                                  broker_history, self.store.state_before(batch_id), self.store.latest_limits(),
-                                 rejections, opened)
+                                 rejections, opened, group_history=group_history)
             out = decide_prepared(prepared, inputs, self.cfg, now, batch_id=batch_id,
                                   origin=f"{GOLD_APP_ID}:{batch_id}")
             self.store.add_state(out.state)

@@ -1,0 +1,97 @@
+"""A resource's baseline: the quantile of its values over its previous windows (a surge's put rate, a group's consume
+rate), and the surge rule's cheap gate on it. Used by the rules of both paths (:mod:`pipelines.decide.rules`,
+:mod:`pipelines.decide.preliminary`).
+
+Frames are polars DataFrames; times are UTC; values are msg/s.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import polars as pl
+
+from pipelines.config import DetectionConfig, WindowsConfig
+from pipelines.decide.arrow import micros, when
+
+
+def baselines(values: pl.DataFrame, key: str, first_window: dt.datetime, windows: WindowsConfig,
+              cfg: DetectionConfig, at_least: float | None = None) -> pl.DataFrame:
+    """Rows ``window_start``, ``key``, ``value`` (history and current windows together) → for each row whose window
+    starts at or after ``first_window`` (and whose value is ``at_least``, when given: the surge floor, under which a
+    row cannot fire, so only the resources at it pay for a baseline, about 2 % of a large cluster's topics):
+    ``baseline_tps``, the ``baseline_quantile`` of the resource's values in the previous ``baseline_windows``
+    windows by time (``[start - span, start - 1 s]``, every value, under the floor too), and ``baseline_windows``,
+    how many values it saw (null baseline when none).
+
+    The quantile is Spark's ``percentile_approx`` (accuracy 10,000) on at most thousands of values: the value at
+    rank ``ceil(q × n)`` of the sorted values (``QuantileSummaries.query`` keeps every sample below its
+    compression threshold)."""
+    span = cfg.baseline_windows * windows.length_seconds
+    q = cfg.baseline_quantile
+    lazy = values.lazy().with_columns(pl.col("window_start").dt.epoch("s").alias("_s"))
+    current = lazy.filter(when("window_start") >= micros(first_window))
+    if at_least is not None:
+        current = current.filter(pl.col("value") >= at_least)
+    current = current.select("window_start", key, "_s").unique()
+    frame = current.join(lazy.filter(pl.col("value").is_not_null()).select(key, pl.col("_s").alias("_h"), "value"),
+                         on=key, how="inner").filter(
+        (pl.col("_h") >= pl.col("_s") - span) & (pl.col("_h") <= pl.col("_s") - 1))
+    stats = frame.group_by(["window_start", key]).agg(pl.col("value").sort().alias("_v"),
+                                                      pl.len().alias("baseline_windows"))
+    stats = stats.with_columns(
+        pl.col("_v").list.get((pl.col("baseline_windows").cast(pl.Float64) * q).ceil().cast(pl.Int64) - 1)
+        .alias("baseline_tps")).drop("_v")
+    return current.join(stats, on=["window_start", key], how="left").with_columns(
+        pl.col("baseline_windows").fill_null(0).cast(pl.Int32)).drop("_s").collect()
+
+
+def surge_values(history: pl.DataFrame, current: pl.DataFrame, key: str, value: pl.Expr) -> pl.DataFrame:
+    """History and current rows → ``window_start``, ``key``, ``value`` (the surge rule's put rate)."""
+    cols = lambda f: f.select(pl.col("window_start"), pl.col(key), value.alias("value"))  # noqa: E731
+    parts = [cols(f) for f in (history, current) if f.height]
+    return pl.concat(parts, how="vertical_relaxed") if parts else pl.DataFrame(
+        schema={"window_start": pl.Datetime("us", "UTC"), key: pl.String, "value": pl.Float64})
+
+
+def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: str, value: pl.Expr,
+                   cfg: DetectionConfig, cache: dict | None = None, where: pl.Expr | None = None) -> bool:
+    """Whether ``TRAFFIC_SURGE`` can fire on a window of ``values`` (resource → (window_start, msg/s) of the windows
+    judged now): the window at ``surge_floor_tps`` and at ``surge_factor`` × a lower bound of its baseline. The
+    baseline (:func:`baselines`) is the value at rank ``k = ceil(q × n) − 1`` of the n ≥
+    ``baseline_min_windows`` values of the windows before it: of the ``history`` (the rule's ``value`` there) and of
+    the windows judged now that start before it (``o`` of them). Removing those ``o`` lowers a rank by at most ``o``,
+    more history (windows before the baseline's span) only lowers the values at each rank, and ``k`` grows with
+    ``n``: so the history's value at rank ``ceil(q × baseline_min_windows) − 1 − o`` is a lower bound (else the
+    smallest value of all). One polars operation (the history's lowest values and count per hot resource), none
+    without a window at the floor, none when ``cache`` (a dict the caller keeps while it passes the same
+    ``history`` frame) already holds them. ``where``: the history rows to read (default all)."""
+    floor = cfg.surge_floor_tps
+    hot = {k: v for k, v in values.items() if max(x for _, x in v) >= floor}
+    if not hot:
+        return False
+    rank = max(math.ceil(cfg.baseline_quantile * cfg.baseline_min_windows) - 1, 0)
+    kept = cache.get((key, rank)) if cache is not None else None
+    bounds = kept[1] if kept is not None and kept[0] is history else {}
+    missing = [k for k in hot if k not in bounds]
+    if missing:
+        rows = pl.col(key).is_in(missing) if where is None else pl.col(key).is_in(missing) & where
+        known = history.lazy().filter(rows).group_by(key).agg(
+            value.drop_nulls().sort().head(rank + 1).alias("low"), value.drop_nulls().len().alias("n")).collect() \
+            if history.height else None
+        found = {r[key]: (r["low"], r["n"]) for r in known.iter_rows(named=True)} if known is not None else {}
+        bounds = {**bounds, **{k: found.get(k, ([], 0)) for k in missing}}
+        if cache is not None:
+            cache[(key, rank)] = (history, bounds)
+    for k, windows in hot.items():
+        lowest, n = bounds.get(k, ([], 0))
+        for start, x in windows:
+            before = [y for s, y in windows if s < start]
+            if x < floor or n + len(before) < cfg.baseline_min_windows:
+                continue
+            j = rank - len(before)
+            bound = lowest[j] if 0 <= j < len(lowest) else min(lowest[:1] + before)
+            if x >= cfg.surge_factor * bound:
+                return True
+    return False
