@@ -233,17 +233,18 @@ class LimitsConfig(_Section):
     refresh_seconds: int = Field(default=300, gt=0, description=(
         "Seconds of event time after which a limit is re-issued (new ``expires_at``) while its anomaly lasts."))
     recovery_windows: int = Field(default=3, gt=0, description=(
-        "Windows: a limit whose cause has been gone this many final windows (nothing rejected, below "
-        "``bound_share`` of the cap, and the rule silent on the visible demand) is lifted; a surge limit at its "
-        "cap on healthy brokers this long is probed upward."))
+        "Windows: a limit is lifted this many clear windows (below ``bound_share`` of the cap and the rule silent "
+        "on the visible demand) after the last window that kept it (the cause seen, or its demand hidden at the "
+        "cap); a surge limit at its cap on healthy brokers this long is probed upward; a probe the demand "
+        "followed is not tried again for this many windows × 2^n."))
     relax_factor: float = Field(default=1.5, gt=1, description=(
-        "Factor of one upward probe of a surge limit (NSQ's RDY policy, article 003)."))
+        "Factor of one upward probe of a limit at its cap (NSQ's RDY policy, article 003): a surge limit's, and "
+        "a retry-storm limit's whose demand is hidden."))
     bound_share: float = Field(default=0.9, gt=0, le=1, description=(
-        "Closed loop (:mod:`pipelines.decide.evidence`): a limited resource whose cluster-wide observed rate "
-        "is at least this share (ratio) of its cluster-wide limit, or whose limiter rejects sends, runs at its "
-        "cap and may hide demand: its anomaly persists and the limit is refreshed, never lifted; below it, with "
-        "nothing rejected, the demand is visible and the rule itself judges it "
-        "(:mod:`pipelines.decide.limit_policy`)."))
+        "Closed loop (:mod:`pipelines.decide.limit_policy`): a limited resource whose cluster-wide admitted rate "
+        "is at least this share (ratio) of its cluster-wide limit runs at its cap, where the limit hides the "
+        "demand: ``bound`` when the rule fires on what shows (the cause persists, refreshed), else ``capped`` "
+        "(unknown: never a clear window, probed). Below it the demand is visible and the rule itself judges it."))
     surge_max_changes: int = Field(default=3, ge=1, description=(
         "A surge limit's value changes at most this many times while its cause lasts (a first cut down to its "
         "target, probes and their step-backs): a probe is taken only when its possible step-back still fits."))
