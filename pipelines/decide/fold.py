@@ -39,15 +39,16 @@ from pipelines.decide.fold_types import (  # noqa: F401 (the fold's vocabulary, 
     UNLIMITED, Candidate, Decision, Evidence, Observation, ResourceState, broker_limits, limit_in_force,
     recovery_needed, shares_of,
 )
+from pipelines.decide.lifting import Lifting
 from pipelines.decide.limit_policy import (  # noqa: F401 (as above)
     BOUND, CAPPED, CLEAR, HOLD, VETO, LimitPolicy, policy_for,
 )
 
 _EPOCH = dt.datetime(1970, 1, 1)
 
-class Fold:
+class Fold(Lifting):
     """One resource's walk (:func:`fold_resource`): its state, the decisions and evidence so far, and the steps the
-    limit policies share (:mod:`pipelines.decide.limit_policy`)."""
+    limit policies share (:mod:`pipelines.decide.limit_policy`); its lift is :class:`~pipelines.decide.lifting.Lifting`'s."""
 
     SET, RELAX, LIFT = ACTION_SET, ACTION_RELAX, ACTION_LIFT
 
@@ -166,110 +167,6 @@ class Fold:
             s = replace(s, busy_load={**s.busy_load, **busy})
         self.state = s
 
-    def vetoed(self, lift_at: dt.datetime) -> bool:
-        """A window after ``lift_at`` is not clear: a later final window of this micro-batch, or an open window
-        the fast path has seen (:attr:`opened`; before its census a ratio rule takes the larger of its partial
-        consume rate and the one frozen with the limit). Then no lift now (a ``veto`` evidence row)."""
-        s = self.state
-        if s.mode != MODE_ENFORCE or self.policy is None:
-            return False
-        later = [o for o in self.observations if o.window_end > lift_at] + [
-            o for o in self.opened if o.window_end > lift_at]
-        for obs in later:
-            status, detail = self.policy.judge(obs, s, self)
-            if status != CLEAR:
-                where = "open window" if obs in self.opened else "final window"
-                self.evidence.append(Evidence(obs.window_end, VETO, s.limit_qps, obs.observed_tps, obs.rejected,
-                                              f"lift vetoed: the {where} ending {obs.window_end:%H:%M} shows the "
-                                              f"cause back: {detail}"))
-                return True
-        return False
-
-    def last_seen(self) -> dt.datetime:
-        """The end of the last window that keeps the limit: the cause seen (a rule fired, ``bound``, ``hold``) or
-        the demand hidden at the cap (``capped``): a lift counts its windows from there."""
-        s = self.state
-        return max(x for x in (s.last_candidate_end, s.last_capped_end) if x is not None)
-
-    def lift_point(self) -> dt.datetime:
-        """The end of the window after which the limit may be lifted: :func:`recovery_needed` windows after
-        :meth:`last_seen`, and after the window of the last decision."""
-        s = self.state
-        seen = self.last_seen()
-        return max(seen + self.window * recovery_needed(s.recurrences, self.cfg),
-                   (s.last_decision_end or seen) + self.window)
-
-    def act_on_open(self) -> None:
-        """What the fast path's open windows after the horizon, complete by census (their stats final, their sums
-        only growing), let the final path decide now, as a decision of the horizon's window: a probe whose whole
-        window shows the demand following it is undone; a probe whose whole windows are clear for
-        :func:`recovery_needed` windows since the last window that kept the limit proves the lift; the newest window
-        at the cap with its demand hidden starts a retry-storm limit's probe. Nothing when a decision of that window
-        was made already. In a backlog run the same windows come final and lead to the same decisions later."""
-        s, horizon = self.state, self.horizon_end
-        if (self.policy is None or s.limit_qps is None or s.mode != MODE_ENFORCE or horizon is None
-                or s.last_decision_end == horizon):
-            return
-        done = sorted((o for o in self.opened if o.window_end > horizon and o.complete), key=lambda o: o.window_end)
-        if not done:
-            return
-        judged = [(o, *self.policy.judge(o, s, self)) for o in done]
-        kept = [o.window_end for o, status, _ in judged if status != CLEAR]
-        raised = [(o, status, detail) for o, status, detail in judged if self.policy.under_raise(s, o)]
-        following = next(((o, st, d) for o, st, d in raised if st in (BOUND, CAPPED)), None)
-        if following is not None:
-            self.policy.on_open(self, *following)
-            return
-        if raised and not kept:  # every complete window under the probe clear: the proof, when enough of them
-            ends = {o.window_end for o in done}
-            lift_at = self.lift_point()
-            needed = [lift_at - self.window * k for k in range(recovery_needed(s.recurrences, self.cfg))]
-            if lift_at <= done[-1].window_end and all(e in ends or e <= horizon for e in needed) \
-                    and not self.vetoed(lift_at):
-                o = done[-1]
-                self.lift(horizon, f" (the open window ending {o.window_end:%H:%M}, complete by census, under the "
-                                   f"probe: {judged[-1][2]})")
-            return
-        newest, status, detail = judged[-1]
-        if status == CAPPED and self.policy.probe_on_open:
-            self.policy.on_open(self, newest, status, detail)
-
-    def recover(self, until: dt.datetime) -> None:
-        s = self.state
-        if s.limit_qps is None or s.last_candidate_end is None:
-            return
-        needed = recovery_needed(s.recurrences, self.cfg)
-        lift_at = self.lift_point()
-        rule = self.policy.kind.value if self.policy is not None else "the"
-        if lift_at > until or self.vetoed(lift_at):
-            if s.mode == MODE_ENFORCE and s.last_candidate_end < until:  # held through clear windows
-                why = (self.evidence[-1].detail if lift_at <= until else
-                       f"{rule} silent since {self.last_seen():%Y-%m-%dT%H:%M:%SZ}, lifted after {needed} clear "
-                       "windows")
-                self.refresh(until, f"refresh (held: {why}; in force until it is lifted)")
-            return
-        self.lift(lift_at)
-
-    def lift(self, at: dt.datetime, proof: str = "") -> None:
-        """Lift the limit as a decision of the window ending ``at`` (remembered by the recurrence memory when
-        enforced); ``proof``: the open windows that proved it, when not the final ones."""
-        s = self.state
-        needed = recovery_needed(s.recurrences, self.cfg)
-        rule = self.policy.kind.value if self.policy is not None else "the"
-        why = (f"the cause is gone: {rule} did not fire on the visible demand (what the brokers admitted and the "
-               f"limiter rejected) under the {s.limit_qps:.1f} msg/s limit"
-               if s.mode == MODE_ENFORCE else "anomaly absent")
-        if s.mode == MODE_ENFORCE and s.probe_from_qps is not None:
-            why += f", raised from {s.probe_from_qps:.1f} msg/s to see it"
-        damped = f", doubled for each of {s.recurrences} recurrences" if s.recurrences else ""
-        at_cap = (f", at the cap with its demand hidden until {s.last_capped_end:%Y-%m-%dT%H:%M:%SZ}"
-                  if s.mode == MODE_ENFORCE and s.last_capped_end is not None
-                  and s.last_capped_end > s.last_candidate_end else "")
-        self.emit(at, s.limit_qps, ACTION_LIFT,
-                  f"{why} since {s.last_candidate_end:%Y-%m-%dT%H:%M:%SZ}{at_cap} ({needed} windows{damped}){proof}: "
-                  "the limit is doing nothing and is lifted, brokers fall back to their defaults", s.mode,
-                  remember=True)
-
     def recurrence(self, cand: Candidate) -> tuple[float, str] | None:
         """(remembered target, reason suffix) when a new enforced limit is a recurrence (module docstring), else
         None; moves the memory: the recurrence count grows, or a memory older than ``recurrence_windows`` is
@@ -304,18 +201,23 @@ class Fold:
         self.emit(cand.window_end, start, ACTION_SET, reason, cand.mode, shares=shares_of(cand.broker_tps),
                   target=target, fresh=True, baseline=cand.baseline_tps)
 
-    def on_candidate(self, cand: Candidate) -> None:
+    def on_candidate(self, cand: Candidate) -> bool:
+        """A rule fired in the candidate's window (:func:`fold_resource`, step 1); False when the window is stale:
+        no limit in force and the window at or before the last lift, which was decided on it or on later windows (a
+        broker's lines that landed late, or an open window that proved the lift, finalized after it)."""
         if not (math.isfinite(cand.target_qps) and cand.target_qps > 0):
             raise ValueError(f"limit target for {self.state.resource} must be finite and > 0, got {cand.target_qps}")
         s, cfg = self.state, self.cfg
         current = s.limit_qps
+        if current is None and s.last_lift_end is not None and cand.window_end <= s.last_lift_end:
+            return False
         if current is None or (s.mode != MODE_ENFORCE and cand.mode == MODE_ENFORCE):
             self.start(cand)
-            return
+            return True
         if s.mode == MODE_ENFORCE and cand.mode != MODE_ENFORCE:  # never replaced by an advisory record
             self.refresh(cand.window_end, f"refresh (anomaly persists: {cand.reason}; the enforced limit stays, "
                                           "the brokers are healthy because of it)")
-            return
+            return True
         frozen = s.mode == MODE_ENFORCE and s.target_qps is not None
         target = s.target_qps if frozen else cand.target_qps
         shares = None if s.broker_shares else shares_of(cand.broker_tps)  # adopt shares a limit lacks
@@ -329,6 +231,7 @@ class Fold:
             self.emit(cand.window_end, tighter, ACTION_SET, reason, cand.mode, shares=shares, target=target)
         else:
             self.refresh(cand.window_end, f"refresh (anomaly persists): {cand.reason}")
+        return True
 
 
 def fold_resource(
@@ -382,8 +285,7 @@ def fold_resource(
             status, detail = fold.policy.judge(obs, s, fold)
             fold.evidence.append(Evidence(end, status, s.limit_qps, obs.observed_tps, obs.rejected, detail,
                                           rule_fired=cand is not None))
-        if cand is not None:
-            fold.on_candidate(cand)
+        if cand is not None and fold.on_candidate(cand):
             lift_at = max(x for x in (fold.state.lift_at_qps, cand.lift_at_qps, 0.0) if x is not None)
             fold.state = replace(fold.state, lift_at_qps=lift_at or None)
             fold.seen(end)

@@ -25,14 +25,15 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from pipelines import columns
 from pipelines.config import DetectionConfig, WindowsConfig
-from pipelines.decide.arrow import naive, micros, when
+from pipelines.decide.arrow import naive, micros, to_polars, when
 from pipelines.decide.candidates import Keyed
 from pipelines import rocketmq as rmq
 from pipelines.decide.rules import (
     BROKER_SURGE, BUSY, RETRY, SLACK, SPIKE, TOPIC_SURGE, WINDOW_KEYS, anomalies_frame, broker_busy,
-    broker_writes, consume_basis, failure_spike, per_second, retry_storms, runaway_retry, traffic_surge, unlimited,
-    with_retry_traffic,
+    broker_writes, consume_basis, failure_spike, group_retry, per_second, retry_storms, runaway_retry, traffic_surge,
+    unlimited, with_retry_traffic,
 )
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
 
@@ -104,7 +105,8 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
                         until: dt.datetime | None = None) -> frozenset[str]:
     """The rules that can fire on open-window rows (dicts): a necessary condition of each, checked before the rules
     themselves (most micro-batches prove nothing, and each rule costs several polars operations). ``BROKER_BUSY``
-    needs the busy floor; ``RUNAWAY_RETRY`` and ``FAILURE_SPIKE`` their floors in a window complete by census;
+    needs the busy floor; ``RUNAWAY_RETRY`` its floor (retries only grow); ``FAILURE_SPIKE`` its floor in a window
+    complete by census;
     ``TRAFFIC_SURGE`` of a topic (:data:`TOPIC_SURGE`) or a broker (:data:`BROKER_SURGE`) needs a window at its
     floor (:func:`pipelines.decide.baselines.surge_may_fire`, ``cache`` its memo) in the history up to the window
     starting at ``until`` (default all of it), a topic's without its limited windows. A rule left out would return
@@ -124,10 +126,10 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
             topics.setdefault(r["resource"], []).append((r["window_start"], r["puts"] / length))
             if r["window_start"] in complete and (r["failures"] or 0) >= cfg.failure_floor:
                 out.add(SPIKE)
-            if r["window_start"] in complete and r["resource"].startswith(rmq.RETRY_TOPIC_PREFIX):
+            if r["resource"].startswith(rmq.RETRY_TOPIC_PREFIX):
                 key = (r["window_start"], r["resource"][len(rmq.RETRY_TOPIC_PREFIX):])
                 retries[key] = retries.get(key, 0) + (r["puts"] or 0)  # the fallback sends (open_retry_traffic)
-        elif kind == "group" and r["window_start"] in complete:
+        elif kind == "group":
             retries[r["window_start"], r["resource"]] = retries.get((r["window_start"], r["resource"]), 0) + (
                 r["retried"] or 0)
     if any(x / length >= cfg.retry_floor_tps * (1.0 - SLACK) for x in retries.values()):
@@ -195,16 +197,17 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
             brokers.select("window_start", "broker", broker_writes().alias("put_tps")), on=["window_start", "broker"],
             how="inner").join(ends, on="window_start", how="inner")
         rows += traffic_surge(broker_base, "broker", "broker", cfg)
-    if RETRY in rules:  # RATIO rules: on windows complete by census
-        groups = of("group").filter(when("window_start").is_in(done)).select(
-            *WINDOW_KEYS, pl.col("resource").alias("consumer_group"),
-            per_second(pl.col("retried")).alias("retry_tps"),
-            per_second(pl.col("consumed")).alias("consume_tps"),
-            pl.when(pl.col("consumed") > 0).then(pl.col("retried") / pl.col("consumed")).otherwise(None)
-            .alias("retry_ratio"))
-        retries = with_retry_traffic(groups, open_retry_traffic(open_rows, done, per))
+    if RETRY in rules:  # a RATIO rule: on windows complete by census, or where the evidence already supports it
+        groups, bounded = open_group_ratios(of("group"), done, group_history, first_open, windows, cfg)
+        starts = [micros(x) for x in groups["window_start"].unique().to_list()]
+        retries = with_retry_traffic(groups, open_retry_traffic(open_rows, starts, per))
         basis = consume_basis(retry_storms(retries, cfg), group_history, first_open, windows, cfg)
-        rows += runaway_retry(retries, cfg, basis)
+        for row in runaway_retry(retries, cfg, basis):
+            last = bounded.get((row["window_start"], row["resource"]))
+            if last is not None:
+                row["detail"] += (f"; consume taken as at least its last final window's {last:.1f} msg/s (brokers "
+                                  "still to report can only add to it)")
+            rows.append(row)
     if SPIKE in rules:
         rows += failure_spike(topics.filter(when("window_start").is_in(done)), windows, cfg)
     for row in rows:
@@ -212,6 +215,45 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
         row["detail"] += (f" [preliminary: open window, {seen[0]} of {len(expected)} expected brokers reported]"
                           if seen is not None else " [preliminary: open window]")
     return anomalies_frame(rows)
+
+
+def open_group_ratios(groups: pl.DataFrame, done: list[int], group_history, first_open: dt.datetime,
+                      windows: WindowsConfig, cfg: DetectionConfig) -> tuple[pl.DataFrame, dict[tuple, float]]:
+    """Open-window group rows → (:func:`pipelines.decide.rules.group_retry`-shaped rows the ratio rule may judge,
+    the windows judged on a bounded consume rate). A window complete by census (``done``: microseconds of its start)
+    has its final consume rate. One that is not (a broker late, or its stats stopped) is judged only where its
+    evidence already supports the rule: its retries so far (they only grow) against the larger of its consume so
+    far and the group's consume in its newest finalized window (``group_history``, read only when a window is
+    incomplete), which brokers still to report can only approach; without history it waits for its census."""
+    rates = groups.select(*WINDOW_KEYS, pl.col("resource").alias("consumer_group"),
+                          per_second(pl.col("retried")).alias("retry_tps"),
+                          per_second(pl.col("consumed")).alias("consume_tps"))
+    complete = when("window_start").is_in(done)
+    partial = rates.filter(~complete)
+    last = {}
+    if partial.height and group_history is not None:
+        history = group_history() if callable(group_history) else group_history
+        history = to_polars(history, columns.GOLD_GROUP_TPS)
+        names = partial["consumer_group"].unique().to_list()
+        per_window = group_retry(history.filter(pl.col("consumer_group").is_in(names)
+                                                & (when("window_start") < micros(first_open))))
+        newest = per_window.sort("window_start").group_by("consumer_group").last()
+        last = dict(zip(newest["consumer_group"].to_list(), newest["consume_tps"].to_list()))
+    bounded = {}
+    if last:
+        known = pl.DataFrame({"consumer_group": list(last), "_last": list(last.values())},
+                             schema={"consumer_group": pl.String, "_last": pl.Float64})
+        partial = partial.join(known, on="consumer_group", how="inner").with_columns(
+            pl.max_horizontal("consume_tps", "_last").alias("consume_tps"))
+        bounded = {(r["window_start"], r["consumer_group"]): r["_last"] for r in partial.iter_rows(named=True)
+                   if r["_last"] > r["consume_tps"] - 1e-12 and r["_last"] > 0}
+        partial = partial.drop("_last")
+    else:
+        partial = partial.clear()
+    out = pl.concat([rates.filter(complete), partial], how="vertical_relaxed").with_columns(
+        pl.when(pl.col("consume_tps") > 0).then(pl.col("retry_tps") / pl.col("consume_tps")).otherwise(None)
+        .alias("retry_ratio"))
+    return out, bounded
 
 
 def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], per: float) -> dict[tuple, float]:

@@ -734,3 +734,30 @@ def test_a_surge_at_its_cap_with_throttled_rejection_logs_is_never_lifted_while_
     assert value_changes([d for d in decisions if d.window_end <= end(35)]) <= 3
     assert not any(busy for _, busy in trace[first + 2:36])
     assert [d.action for d in decisions][-1] == "lift" and decisions[-1].window_end > end(35)
+
+
+def test_a_window_the_lift_already_judged_does_not_limit_again_once_it_is_final():
+    """Issue 49's lagging shipper: the lift was proven by open windows up to 07:13 (complete by census), then a
+    broker's late lines make the final window ending 07:12 fire the rule: that window was judged already and is
+    stale, so it does not limit again; a window after the proof that fires is a recurrence, at the remembered target."""
+    lifted = fl.ResourceState("group", "g", version=4, last_lift_end=end(13), lifted_target_qps=40.0,
+                              last_decision_end=end(10))
+    decisions, state = fold([cand(12, 40.0, baseline_tps=400.0)], horizon=12, state=lifted)
+    assert decisions == [] and state.limit_qps is None and state.lift_at_qps is None
+    decisions, state = fold([cand(14, 55.0, baseline_tps=550.0)], horizon=14, state=lifted)
+    assert [(d.action, d.limit_qps) for d in decisions] == [("set", 40.0)] and state.recurrences == 1
+
+
+def test_an_open_window_proof_remembers_the_lift_where_the_proof_ends():
+    """The fixed consumer of issue 48, lifted on the open windows under its probe: the lift is a decision of the
+    horizon's window, remembered at the end of the last window that proved it."""
+    decisions, _ = group_loop(24, lambda w: 600.0 if w <= 8 else 36.0)
+    lift, = [d for d in decisions if d.action == "lift"]
+    state = fl.ResourceState("group", "g", limit_qps=60.0, target_qps=40.0, limited_since=end(0),
+                             last_change_end=end(6), last_decision_end=end(6), last_candidate_end=end(8),
+                             last_capped_end=end(10), probe_from_qps=40.0, probe_effective_end=end(11),
+                             baseline_tps=400.0)
+    clear = [fl.Observation(end(i), 36.0, 0, True, 400.0, sendback_tps=36.0) for i in range(11, 14)]
+    decisions, after, _ = fl.fold_resource(state, [], end(10), L, 60, open_evidence=clear)
+    assert [(d.action, d.window_end) for d in decisions] == [("lift", end(10))] == [("lift", lift.window_end)]
+    assert after.last_lift_end == end(13)

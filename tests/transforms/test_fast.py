@@ -3,6 +3,8 @@ judges on them (pipelines/decide/preliminary.py: the broker census, which rules 
 
 from __future__ import annotations
 
+import datetime as dt
+
 import polars as pl
 
 from pipelines import columns, schemas
@@ -89,6 +91,33 @@ def test_runaway_retry_waits_for_the_census_then_acts_on_the_open_window(spark):
     retry = anomalies_of(_prelim(_storm(spark, ["broker-a", "broker-b"]), ["broker-a", "broker-b"]), "RUNAWAY_RETRY")
     assert [(r["resource"], round(r["observed_tps"], 1)) for r in retry] == [("g", 1566.7)]
     assert retry[0]["detail"].endswith("[preliminary: open window, 2 of 2 expected brokers reported]")
+
+
+def test_a_broker_late_or_silent_does_not_hold_back_a_storm_the_others_already_prove(spark):
+    """broker-b ships its minutes late (or stopped): the open window never completes its census. broker-a's lines
+    already show 783 msg/s sent back; whatever broker-b still adds to the consumption, the group consumed 800 msg/s
+    in its newest final window, and its retries only grow: against the larger of that and what is seen so far the
+    ratio is 0.98, so the storm is proven now. 333 msg/s would be 0.42 of it: the rule waits for the census, as it
+    does without a final window of the group."""
+    start = ts(T0)
+    before = lambda k: (start - dt.timedelta(minutes=k), start - dt.timedelta(minutes=k - 1))  # noqa: E731
+    history = frame(columns.GOLD_GROUP_TPS, [(*before(1), "g", "orders", 800.0, 4.0, 0.005),
+                                             (*before(2), "g", "orders", 500.0, 4.0, 0.008)])
+
+    def storm(sent):
+        return open_rows(spark, [(T0, "broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", sent),
+                                 (T0, "broker-a", "orders", "g", "GROUP_GET_NUMS", 23_700)])
+
+    def prelim(sent, group_history):
+        return pre.preliminary_anomalies(storm(sent), empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS),
+                                         ["broker-a", "broker-b"], W, D, group_history=group_history)
+
+    retry, = anomalies_of(prelim(47_000, history), "RUNAWAY_RETRY")
+    assert "against 800.0 msg/s consumed: retry ratio 0.98" in retry["detail"]
+    assert "consume taken as at least its last final window's 800.0 msg/s" in retry["detail"]
+    assert retry["detail"].endswith("[preliminary: open window, 1 of 2 expected brokers reported]")
+    assert anomalies_of(prelim(20_000, history), "RUNAWAY_RETRY") == []
+    assert anomalies_of(prelim(47_000, None), "RUNAWAY_RETRY") == []
 
 
 def test_busy_failures_act_on_a_partial_window(spark):
