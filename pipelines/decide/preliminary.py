@@ -32,7 +32,7 @@ from pipelines.decide.candidates import Keyed
 from pipelines import rocketmq as rmq
 from pipelines.decide.rules import (
     BROKER_SURGE, BUSY, RETRY, SLACK, SPIKE, TOPIC_SURGE, WINDOW_KEYS, anomalies_frame, broker_busy,
-    broker_writes, consume_basis, failure_spike, group_retry, per_second, retry_storms, runaway_retry, traffic_surge,
+    broker_writes, consume_basis, failure_spike, group_retry, per_second, runaway_retry, traffic_surge,
     unlimited, with_retry_traffic,
 )
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
@@ -201,7 +201,7 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
         groups, bounded = open_group_ratios(of("group"), done, group_history, first_open, windows, cfg)
         starts = [micros(x) for x in groups["window_start"].unique().to_list()]
         retries = with_retry_traffic(groups, open_retry_traffic(open_rows, starts, per))
-        basis = consume_basis(retry_storms(retries, cfg), group_history, first_open, windows, cfg)
+        basis = consume_basis(retries, group_history, first_open, windows, cfg)
         for row in runaway_retry(retries, cfg, basis):
             last = bounded.get((row["window_start"], row["resource"]))
             if last is not None:

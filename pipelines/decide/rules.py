@@ -112,9 +112,11 @@ def retry_storms(groups: pl.DataFrame, cfg: DetectionConfig) -> pl.DataFrame:
     return groups.filter((pl.col("retry_tps") >= cfg.retry_floor_tps) & ratio_ok)
 
 
-def consume_basis(firing: pl.DataFrame, group_history, first_window: dt.datetime, windows: WindowsConfig,
+def consume_basis(groups: pl.DataFrame, group_history, first_window: dt.datetime, windows: WindowsConfig,
                   cfg: DetectionConfig) -> dict[tuple, tuple[float, int]]:
-    """The groups' normal consume rates for the windows where RUNAWAY_RETRY fires (:func:`retry_storms` rows):
+    """The groups' normal consume rates for the windows of ``groups`` (:func:`group_retry` rows of the windows
+    judged now) where RUNAWAY_RETRY fires (:func:`retry_storms`), from the windows before each, the earlier ones
+    judged now included (so that a backlog and a window at a time agree):
     ``(window_start, group)`` → (the ``baseline_quantile`` of its consume TPS on non-retry topics over its previous
     ``baseline_windows`` windows, how many), for groups with at least one of them (a governor minutes into a new
     lake has few: the windows before a storm show its normal rate).
@@ -122,18 +124,23 @@ def consume_basis(firing: pl.DataFrame, group_history, first_window: dt.datetime
     one: read only when a storm fires; None: none). A storm's own windows show a depressed consume rate (its busy
     broker refuses the puts the group would consume), so a retry limit is based on the larger of the window's and
     this one (:func:`runaway_retry`)."""
-    if firing.height == 0 or group_history is None:
+    firing = retry_storms(groups, cfg)
+    if firing.height == 0:
         return {}
-    history = group_history() if callable(group_history) else group_history
-    history = to_polars(history, columns.GOLD_GROUP_TPS)
     names = firing["consumer_group"].unique().to_list()
-    past = group_retry(history.filter(pl.col("consumer_group").is_in(names)))
+    current = groups.filter(pl.col("consumer_group").is_in(names))
+    parts = [current]
+    if group_history is not None:
+        history = group_history() if callable(group_history) else group_history
+        parts.insert(0, group_retry(to_polars(history, columns.GOLD_GROUP_TPS).filter(
+            pl.col("consumer_group").is_in(names))))
     values = pl.concat([f.select("window_start", "consumer_group", pl.col("consume_tps").alias("value"))
-                        for f in (past, firing)], how="vertical_relaxed")
+                        for f in parts], how="vertical_relaxed")
     base = baselines(values, "consumer_group", first_window, windows, cfg)
+    wanted = set(firing.select("window_start", "consumer_group").iter_rows())
     return {(r["window_start"], r["consumer_group"]): (r["baseline_tps"], r["baseline_windows"])
-            for r in base.iter_rows(named=True)
-            if r["baseline_tps"] is not None and r["baseline_windows"] >= 1}
+            for r in base.iter_rows(named=True) if (r["window_start"], r["consumer_group"]) in wanted
+            and r["baseline_tps"] is not None and r["baseline_windows"] >= 1}
 
 
 def runaway_retry(groups: pl.DataFrame, cfg: DetectionConfig, basis: dict[tuple, tuple[float, int]] | None = None
@@ -309,7 +316,7 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
     rows = []
     if RETRY in rules:
         retries = with_retry_traffic(group_retry(groups), retry_traffic)
-        basis = consume_basis(retry_storms(retries, cfg), group_history, first_window, windows, cfg)
+        basis = consume_basis(retries, group_history, first_window, windows, cfg)
         rows = runaway_retry(retries, cfg, basis)
     if TOPIC_SURGE in rules:
         topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))

@@ -253,18 +253,21 @@ def test_a_retry_limit_is_based_on_the_group_s_normal_consume_rate_when_the_stor
     history = groups([(i, "g", "orders", 400.0 + i, 2.0) for i in range(6)] + [(5, "other", "x", 50.0, 0.0)])
     now = groups([(6, "g", "orders", 170.0, 390.0)])
     retries = rules.group_retry(now)
-    basis = rules.consume_basis(rules.retry_storms(retries, D), history, win(6)[0], W, D)
+    basis = rules.consume_basis(retries, history, win(6)[0], W, D)
     assert basis == {(win(6)[0], "g"): (402.0, 6)}                     # p50 of 400..405 at rank ceil(0.5 x 6)
     got, = rules.runaway_retry(retries, D, basis)
     assert got["baseline_tps"] == 402.0 and got["detail"].endswith(
         "; its normal consume rate 402.0 msg/s (p50 of the previous 6 windows) is the basis of a limit")
     assert "against 170.0 msg/s consumed: retry ratio 2.29" in got["detail"]
     assert rules.runaway_retry(retries, D)[0]["baseline_tps"] == 170.0
-    assert rules.consume_basis(rules.retry_storms(retries, D), None, win(6)[0], W, D) == {}
+    assert rules.consume_basis(retries, None, win(6)[0], W, D) == {}
+    in_batch = rules.group_retry(groups([(i, "g", "orders", 400.0 + i, 2.0) for i in range(6)]
+                                        + [(6, "g", "orders", 170.0, 390.0)]))
+    assert rules.consume_basis(in_batch, None, win(0)[0], W, D) == basis   # a backlog: its own earlier windows
     read = []
     lazily = lambda: read.append(1) or history  # noqa: E731  (read only when a storm fires)
-    assert rules.consume_basis(rules.retry_storms(rules.group_retry(groups([(6, "g", "orders", 400.0, 2.0)])), D),
-                               lazily, win(6)[0], W, D) == {} and read == []
+    assert rules.consume_basis(rules.group_retry(groups([(6, "g", "orders", 400.0, 2.0)])), lazily, win(6)[0], W,
+                               D) == {} and read == []
     detected = rules.detect(empty(columns.GOLD_TOPIC_TPS), now, empty(columns.GOLD_BROKER_TPS),
                             empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS), W, D,
                             first_window=win(6)[0], group_history=lazily)
