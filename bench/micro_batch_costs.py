@@ -133,7 +133,8 @@ FOLD_INPUTS = {
 def driver_fold(rows: list[tuple], cfg) -> list[dict]:
     """This tree's fold of the same candidates on the driver, and its ``gold/limits`` rows (no Spark)."""
     from pipelines.decide.candidates import Keyed
-    from pipelines.decide.fold_types import BASIS_FINAL, Candidate
+    from pipelines.decide.fold_types import Candidate
+    from pipelines.decide.words import Basis
     from pipelines.decide.folding import fold_all
     from pipelines.decide.limits import check, finish
 
@@ -142,7 +143,7 @@ def driver_fold(rows: list[tuple], cfg) -> list[dict]:
              for r in rows]
     now = dt.datetime(2026, 11, 22, 10, 5, tzinfo=dt.timezone.utc)
     folded = fold_all(keyed, {}, END.replace(tzinfo=dt.timezone.utc), cfg.limits, 60)
-    return check(finish(folded.decisions, cfg.limits, now, BASIS_FINAL), "bench:0", now)[0]
+    return check(finish(folded.decisions, cfg.limits, now, Basis.FINAL), "bench:0", now)[0]
 
 
 def baseline_fold(commit: str, repeat: int) -> dict[str, list[float]]:

@@ -26,6 +26,7 @@ from pipelines.decide.arrow import naive
 from pipelines.decide.catalogue import Anomaly
 from pipelines.decide.fold_types import Candidate
 from pipelines.decide.text import fixed
+from pipelines.decide.words import Mode, Severity
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,10 @@ def bounded(target: float | None, cfg: LimitsConfig) -> float:
     return min(max(target, cfg.min_limit_qps), cfg.max_limit_qps)
 
 
-def mode(resource: str, cfg: LimitsConfig, advisory: bool = False) -> str:
+def mode(resource: str, cfg: LimitsConfig, advisory: bool = False) -> Mode:
     """``advisory`` for a whole advisory deployment, a listed resource, or an advisory-only rule; else enforce."""
-    return "advisory" if advisory or cfg.mode == "advisory" or resource in cfg.advisory_resources else "enforce"
+    return Mode.ADVISORY if advisory or cfg.mode == Mode.ADVISORY or resource in cfg.advisory_resources \
+        else Mode.ENFORCE
 
 
 def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, str], list[str]],
@@ -69,7 +71,7 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
             out[key] = Keyed(resource_type, resource, cand)
 
     for r in rows:
-        critical = r["severity"] == "critical"
+        critical = r["severity"] == Severity.CRITICAL
         if r["anomaly"] == Anomaly.RUNAWAY_RETRY.value:
             consume = r["baseline_tps"] or 0.0
             add("group", r["resource"], r, target_qps=bounded(consume * cfg.allowed_retry_share, cfg),

@@ -26,7 +26,7 @@ from pipelines.config import GovernorConfig
 from pipelines.decide import preliminary as pre
 from pipelines.decide.arrow import aware, from_rows, micros, rows_of, to_polars, when
 from pipelines.decide.candidates import candidate_limits
-from pipelines.decide.fold_types import ACTION_SET, BASIS_PRELIMINARY
+from pipelines.decide.words import Action, Basis
 from pipelines.decide.folding import fold_all
 from pipelines.decide.limits import check, finish
 from pipelines.decide.reconcile import latest_per_resource, preliminary_state
@@ -224,8 +224,8 @@ def decide_prepared(prepared: Prepared, policy_state: pa.Table, latest_limits: p
     latest = latest_per_resource(list(rows_by_key(latest_limits).values()))
     folded = fold_all(prepared.candidates, preliminary_state(saved, latest), prepared.horizon_end, cfg.limits,
                       cfg.windows.length_seconds, recover=False)
-    sets = [d for d in folded.decisions if d.action == ACTION_SET]
-    accepted, refused = check(finish(sets, cfg.limits, now, BASIS_PRELIMINARY), origin, now)
+    sets = [d for d in folded.decisions if d.action == Action.SET]
+    accepted, refused = check(finish(sets, cfg.limits, now, Basis.PRELIMINARY), origin, now)
     return from_rows(accepted, columns.GOLD_LIMITS), from_rows(refused, columns.QUARANTINE)
 
 

@@ -34,9 +34,8 @@ from pipelines.decide import evidence as ev
 from pipelines.decide.arrow import aware, from_rows, micros, rows_of, to_arrow, to_polars, when
 from pipelines.decide.candidates import candidate_limits
 from pipelines.decide.catalogue import limited_by
-from pipelines.decide.fold_types import BASIS_FINAL
 from pipelines.decide.folding import Folded, fold_all, state_row, state_table
-from pipelines.decide.limit_policy import BOUND, HOLD, VETO
+from pipelines.decide.words import Basis, Severity, Status
 from pipelines.decide.limits import check, finish
 from pipelines.decide.reconcile import latest_per_resource, reconcile_preliminary, state_after
 from pipelines.decide.rules import anomalies_frame, detect
@@ -118,12 +117,12 @@ def bound_anomalies(folded: Folded, length_seconds: int) -> list[dict]:
     rate, ``baseline_tps`` the limit, ``detail`` "<resource>: limit-bound: 38.2 of 40.2 msg/s…"."""
     out = []
     for (rtype, resource), e in folded.evidence:
-        if e.status not in (BOUND, HOLD) or e.rule_fired:
+        if e.status not in (Status.BOUND, Status.HOLD) or e.rule_fired:
             continue
         end = aware(e.window_end)
         out.append({"window_start": end - dt.timedelta(seconds=length_seconds), "window_end": end,
                     "resource_type": rtype, "resource": resource, "anomaly": limited_by(rtype).value,
-                    "observed_tps": e.observed_tps, "baseline_tps": e.limit_qps, "severity": "warning",
+                    "observed_tps": e.observed_tps, "baseline_tps": e.limit_qps, "severity": Severity.WARNING,
                     "detail": f"{resource}: {e.detail}"})
     return out
 
@@ -132,7 +131,7 @@ def with_limit_in_force(topics: pl.DataFrame, folded: Folded) -> pl.DataFrame:
     """``gold/topic_tps`` rows → the same with ``limit_qps``: the topic's enforced cluster-wide limit in force in
     the window (from the fold's evidence), null when none (such windows are left out of surge baselines)."""
     limits = [{"window_end": aware(e.window_end), "topic": r, "_limit": e.limit_qps}
-              for (t, r), e in folded.evidence if t == "topic" and e.status != VETO]
+              for (t, r), e in folded.evidence if t == "topic" and e.status != Status.VETO]
     if not limits:
         return topics.with_columns(pl.lit(None, pl.Float64).alias("limit_qps"))
     frame = pl.DataFrame(limits, schema={"window_end": pl.Datetime("us", "UTC"), "topic": pl.String,
@@ -213,7 +212,7 @@ def decide_prepared(prepared: Prepared, inputs: FinalInputs, cfg: GovernorConfig
     folded = fold_all(candidates, saved, prepared.horizon_end, limits_cfg, windows.length_seconds,
                       observations=ev.observations(prepared.demand, observed, prepared.grid) if observed else {},
                       detection=cfg.detection, open_evidence=inputs.open_evidence, now=now)
-    accepted, refused = check(finish(folded.decisions, limits_cfg, now, BASIS_FINAL), origin, now)
+    accepted, refused = check(finish(folded.decisions, limits_cfg, now, Basis.FINAL), origin, now)
     after = state_after(saved, {(s.resource_type, s.resource): state_row(s) for s in folded.states})
     reconciled = reconcile_preliminary(latest_per_resource(list(rows_by_key(inputs.latest_limits).values())),
                                        accepted, after, prepared.horizon_end, cfg, now)

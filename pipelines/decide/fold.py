@@ -35,22 +35,20 @@ from dataclasses import replace
 
 from pipelines.config import DetectionConfig, LimitsConfig
 from pipelines.decide.fold_types import (  # noqa: F401 (the fold's vocabulary, importable from here)
-    ACTION_LIFT, ACTION_RELAX, ACTION_SET, ANY_BROKER, BASIS_FINAL, BASIS_PRELIMINARY, FORGOTTEN, MODE_ENFORCE,
-    UNLIMITED, Candidate, Decision, Evidence, Observation, ResourceState, broker_limits, limit_in_force,
+    ANY_BROKER, FORGOTTEN, UNLIMITED, Candidate, Decision, Evidence, Observation, ResourceState, broker_limits, limit_in_force,
     recovery_needed, shares_of,
 )
 from pipelines.decide.lifting import Lifting
 from pipelines.decide.limit_policy import (  # noqa: F401 (as above)
-    BOUND, CAPPED, CLEAR, HOLD, VETO, LimitPolicy, policy_for,
+    LimitPolicy, policy_for,
 )
+from pipelines.decide.words import Action, Mode, Status
 
 _EPOCH = dt.datetime(1970, 1, 1)
 
 class Fold(Lifting):
     """One resource's walk (:func:`fold_resource`): its state, the decisions and evidence so far, and the steps the
     limit policies share (:mod:`pipelines.decide.limit_policy`); its lift is :class:`~pipelines.decide.lifting.Lifting`'s."""
-
-    SET, RELAX, LIFT = ACTION_SET, ACTION_RELAX, ACTION_LIFT
 
     def __init__(self, state: ResourceState, cfg: LimitsConfig, detection: DetectionConfig,
                  window_seconds: int, now: dt.datetime | None = None,
@@ -105,7 +103,7 @@ class Fold(Lifting):
         """A probe: the limit raised to ``raised`` (msg/s, cluster-wide; ``relax``), remembering the level before it
         and the first window wholly under the raise."""
         before = self.state.limit_qps
-        self.emit(window_end, raised, ACTION_RELAX, reason, self.state.mode)
+        self.emit(window_end, raised, Action.RELAX, reason, self.state.mode)
         self.state = replace(self.state, probe_from_qps=before, probe_effective_end=self.effective_end(window_end))
 
     def note_capped(self, window_end: dt.datetime) -> None:
@@ -118,17 +116,17 @@ class Fold(Lifting):
         s = self.state
         if s.last_decision_end is not None and window_end - s.last_decision_end >= dt.timedelta(
                 seconds=self.cfg.refresh_seconds):
-            self.emit(window_end, s.limit_qps, ACTION_SET, reason, s.mode, change=False)
+            self.emit(window_end, s.limit_qps, Action.SET, reason, s.mode, change=False)
 
-    def emit(self, window_end: dt.datetime, limit: float, action: str, reason: str, mode: str, change: bool = True,
+    def emit(self, window_end: dt.datetime, limit: float, action: Action, reason: str, mode: Mode, change: bool = True,
              shares: Mapping[str, float] | None = None, target: float | None = None, remember: bool = False,
              fresh: bool = False, baseline: float | None = None) -> None:
         """Append a decision and move the state. ``remember``: a lift the recurrence memory keeps (the cause of an
         enforced limit went away); a probe's lift forgets it (legitimate demand), an advisory lift leaves it as it
         was. ``fresh``: the decision starts a new limit (frozen target, shares and baseline from this window)."""
         s = self.state
-        lifted = action == ACTION_LIFT
-        if lifted and s.mode == MODE_ENFORCE:
+        lifted = action == Action.LIFT
+        if lifted and s.mode == Mode.ENFORCE:
             s = (replace(s, last_lift_end=window_end, lifted_target_qps=s.target_qps or s.limit_qps) if remember
                  else replace(s, **FORGOTTEN))
         fresh = fresh or (s.limit_qps is None and not lifted)
@@ -173,7 +171,7 @@ class Fold(Lifting):
         forgotten. An advisory candidate neither uses nor counts the memory."""
         s = self.state
         last = s.last_lift_end
-        if cand.mode != MODE_ENFORCE or last is None or cand.window_end < last:
+        if cand.mode != Mode.ENFORCE or last is None or cand.window_end < last:
             return None
         if cand.window_end - last > self.window * self.cfg.recurrence_windows:
             self.state = replace(s, **FORGOTTEN)
@@ -198,7 +196,7 @@ class Fold(Lifting):
             reason += again[1]
         elif not cand.critical and cand.observed_tps:
             start = max(start, cand.observed_tps * (1.0 - self.cfg.max_cut_pct / 100.0))
-        self.emit(cand.window_end, start, ACTION_SET, reason, cand.mode, shares=shares_of(cand.broker_tps),
+        self.emit(cand.window_end, start, Action.SET, reason, cand.mode, shares=shares_of(cand.broker_tps),
                   target=target, fresh=True, baseline=cand.baseline_tps)
 
     def on_candidate(self, cand: Candidate) -> bool:
@@ -211,24 +209,24 @@ class Fold(Lifting):
         current = s.limit_qps
         if current is None and s.last_lift_end is not None and cand.window_end <= s.last_lift_end:
             return False
-        if current is None or (s.mode != MODE_ENFORCE and cand.mode == MODE_ENFORCE):
+        if current is None or (s.mode != Mode.ENFORCE and cand.mode == Mode.ENFORCE):
             self.start(cand)
             return True
-        if s.mode == MODE_ENFORCE and cand.mode != MODE_ENFORCE:  # never replaced by an advisory record
+        if s.mode == Mode.ENFORCE and cand.mode != Mode.ENFORCE:  # never replaced by an advisory record
             self.refresh(cand.window_end, f"refresh (anomaly persists: {cand.reason}; the enforced limit stays, "
                                           "the brokers are healthy because of it)")
             return True
-        frozen = s.mode == MODE_ENFORCE and s.target_qps is not None
+        frozen = s.mode == Mode.ENFORCE and s.target_qps is not None
         target = s.target_qps if frozen else cand.target_qps
         shares = None if s.broker_shares else shares_of(cand.broker_tps)  # adopt shares a limit lacks
         if current < cand.floor_qps:
-            self.emit(cand.window_end, target, ACTION_SET, cand.reason, cand.mode, shares=shares, target=target)
+            self.emit(cand.window_end, target, Action.SET, cand.reason, cand.mode, shares=shares, target=target)
         elif target < current * (1.0 - cfg.hysteresis_pct / 100.0) and (cand.critical or self.cooled(cand.window_end)):
             # max_cut_pct bounds a cut on one window's evidence; a frozen target is proven by the limit's first
             # window and by this one (the anomaly outlived the first cut): reached in one step
             tighter = target if cand.critical or frozen else max(target, current * (1.0 - cfg.max_cut_pct / 100.0))
             reason = f"{cand.reason}; {self.outlived('')}" if frozen else cand.reason
-            self.emit(cand.window_end, tighter, ACTION_SET, reason, cand.mode, shares=shares, target=target)
+            self.emit(cand.window_end, tighter, Action.SET, reason, cand.mode, shares=shares, target=target)
         else:
             self.refresh(cand.window_end, f"refresh (anomaly persists): {cand.reason}")
         return True
@@ -281,7 +279,7 @@ def fold_resource(
             fold.note_carriers(obs)
         s = fold.state
         status = detail = None
-        if s.limit_qps is not None and s.mode == MODE_ENFORCE and obs is not None and fold.policy is not None:
+        if s.limit_qps is not None and s.mode == Mode.ENFORCE and obs is not None and fold.policy is not None:
             status, detail = fold.policy.judge(obs, s, fold)
             fold.evidence.append(Evidence(end, status, s.limit_qps, obs.observed_tps, obs.rejected, detail,
                                           rule_fired=cand is not None))
@@ -289,11 +287,11 @@ def fold_resource(
             lift_at = max(x for x in (fold.state.lift_at_qps, cand.lift_at_qps, 0.0) if x is not None)
             fold.state = replace(fold.state, lift_at_qps=lift_at or None)
             fold.seen(end)
-        elif status in (BOUND, HOLD):
+        elif status in (Status.BOUND, Status.HOLD):
             fold.policy.at_cap(fold, obs, status, detail)
             if fold.state.limit_qps is not None:
                 fold.seen(end)
-        elif status == CAPPED:
+        elif status == Status.CAPPED:
             fold.note_capped(end)
             fold.policy.capped(fold, obs, detail)
     if recover_windows:

@@ -15,14 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pipelines.config import LimitsConfig
+from pipelines.decide.words import Action, Mode, Status
 
-ACTION_SET = "set"
-ACTION_RELAX = "relax"
-ACTION_LIFT = "lift"
-MODE_ENFORCE = "enforce"
-#: The basis of a decision: decided on an open window's partial evidence (fast path) or on a finalized window.
-BASIS_PRELIMINARY = "preliminary"
-BASIS_FINAL = "final"
 #: Key of the per-broker figure of a broker that carried no traffic when the limit was set (docs/contracts.md §3).
 ANY_BROKER = "*"
 #: The recurrence memory of a resource with none (:class:`ResourceState`).
@@ -62,7 +56,7 @@ class ResourceState:
     last_decision_end: dt.datetime | None = None
     last_change_end: dt.datetime | None = None
     lift_at_qps: float | None = None
-    mode: str = MODE_ENFORCE
+    mode: Mode = Mode.ENFORCE
     target_qps: float | None = None
     limited_since: dt.datetime | None = None
     broker_shares: Mapping[str, float] = field(default_factory=dict)
@@ -111,7 +105,7 @@ class Candidate:
     lift_at_qps: float | None = None
     observed_tps: float | None = None
     critical: bool = True
-    mode: str = MODE_ENFORCE
+    mode: Mode = Mode.ENFORCE
     broker_tps: Mapping[str, float] = field(default_factory=dict)
     baseline_tps: float | None = None
 
@@ -146,10 +140,10 @@ class Decision:
     window_end: dt.datetime
     limit_qps: float
     previous_qps: float | None
-    action: str
+    action: Action
     reason: str
     version: int
-    mode: str = MODE_ENFORCE
+    mode: Mode = Mode.ENFORCE
     broker_limits: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -160,7 +154,7 @@ class Evidence:
     an open window that kept a lift from being decided (logged, never written as a window)."""
 
     window_end: dt.datetime
-    status: str
+    status: Status
     limit_qps: float
     observed_tps: float
     rejected: int

@@ -20,7 +20,7 @@ from pipelines.decide.arrow import aware, figures, from_rows, naive
 from pipelines.decide.candidates import Keyed
 from pipelines.decide.fold import fold_resource
 from pipelines.decide.fold_types import Decision, Evidence, Observation, ResourceState
-from pipelines.decide.limit_policy import VETO
+from pipelines.decide.words import Mode, Status
 
 log = logging.getLogger("rate_governor")
 
@@ -45,7 +45,7 @@ def state_of(row: dict) -> ResourceState:
         elif name in _INTS:
             value = 0 if value is None else int(value)
         elif name == "mode":
-            value = value if isinstance(value, str) else "enforce"
+            value = Mode(value) if isinstance(value, str) else Mode.ENFORCE
         elif value is not None:
             value = float(value)
         values[name] = value
@@ -82,7 +82,7 @@ class Folded:
     states: list[ResourceState] = field(default_factory=list)
 
     def vetoes(self) -> list[tuple[Key, Evidence]]:
-        return [(k, e) for k, e in self.evidence if e.status == VETO]
+        return [(k, e) for k, e in self.evidence if e.status == Status.VETO]
 
 
 def fold_all(candidates: list[Keyed], saved: dict[Key, dict], horizon_end: dt.datetime, cfg: LimitsConfig,

@@ -8,8 +8,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
-from pipelines.decide.fold_types import ACTION_LIFT, MODE_ENFORCE, Evidence, recovery_needed
-from pipelines.decide.limit_policy import BOUND, CAPPED, CLEAR, VETO
+from pipelines.decide.fold_types import Evidence, recovery_needed
+from pipelines.decide.words import Action, Mode, Status
 
 
 class Lifting:
@@ -20,15 +20,15 @@ class Lifting:
         the fast path has seen (:attr:`opened`; before its census a ratio rule takes the larger of its partial
         consume rate and the one frozen with the limit). Then no lift now (a ``veto`` evidence row)."""
         s = self.state
-        if s.mode != MODE_ENFORCE or self.policy is None:
+        if s.mode != Mode.ENFORCE or self.policy is None:
             return False
         later = [o for o in self.observations if o.window_end > lift_at] + [
             o for o in self.opened if o.window_end > lift_at]
         for obs in later:
             status, detail = self.policy.judge(obs, s, self)
-            if status != CLEAR:
+            if status != Status.CLEAR:
                 where = "open window" if obs in self.opened else "final window"
-                self.evidence.append(Evidence(obs.window_end, VETO, s.limit_qps, obs.observed_tps, obs.rejected,
+                self.evidence.append(Evidence(obs.window_end, Status.VETO, s.limit_qps, obs.observed_tps, obs.rejected,
                                               f"lift vetoed: the {where} ending {obs.window_end:%H:%M} shows the "
                                               f"cause back: {detail}"))
                 return True
@@ -56,16 +56,16 @@ class Lifting:
         at the cap with its demand hidden starts a retry-storm limit's probe. Nothing when a decision of that window
         was made already. In a backlog run the same windows come final and lead to the same decisions later."""
         s, horizon = self.state, self.horizon_end
-        if (self.policy is None or s.limit_qps is None or s.mode != MODE_ENFORCE or horizon is None
+        if (self.policy is None or s.limit_qps is None or s.mode != Mode.ENFORCE or horizon is None
                 or s.last_decision_end == horizon):
             return
         done = sorted((o for o in self.opened if o.window_end > horizon and o.complete), key=lambda o: o.window_end)
         if not done:
             return
         judged = [(o, *self.policy.judge(o, s, self)) for o in done]
-        kept = [o.window_end for o, status, _ in judged if status != CLEAR]
+        kept = [o.window_end for o, status, _ in judged if status != Status.CLEAR]
         raised = [(o, status, detail) for o, status, detail in judged if self.policy.under_raise(s, o)]
-        following = next(((o, st, d) for o, st, d in raised if st in (BOUND, CAPPED)), None)
+        following = next(((o, st, d) for o, st, d in raised if st in (Status.BOUND, Status.CAPPED)), None)
         if following is not None:
             self.policy.on_open(self, *following)
             return
@@ -80,7 +80,7 @@ class Lifting:
                                    f"probe: {judged[-1][2]})", proven_to=o.window_end)
             return
         newest, status, detail = judged[-1]
-        if status == CAPPED and self.policy.probe_on_open:
+        if status == Status.CAPPED and self.policy.probe_on_open:
             self.policy.on_open(self, newest, status, detail)
 
     def recover(self, until: dt.datetime) -> None:
@@ -91,7 +91,7 @@ class Lifting:
         lift_at = self.lift_point()
         rule = self.policy.kind.value if self.policy is not None else "the"
         if lift_at > until or self.vetoed(lift_at):
-            if s.mode == MODE_ENFORCE and s.last_candidate_end < until:  # held through clear windows
+            if s.mode == Mode.ENFORCE and s.last_candidate_end < until:  # held through clear windows
                 why = (self.evidence[-1].detail if lift_at <= until else
                        f"{rule} silent since {self.last_seen():%Y-%m-%dT%H:%M:%SZ}, lifted after {needed} clear "
                        "windows")
@@ -109,14 +109,14 @@ class Lifting:
         rule = self.policy.kind.value if self.policy is not None else "the"
         why = (f"the cause is gone: {rule} did not fire on the visible demand (what the brokers admitted and the "
                f"limiter rejected) under the {s.limit_qps:.1f} msg/s limit"
-               if s.mode == MODE_ENFORCE else "anomaly absent")
-        if s.mode == MODE_ENFORCE and s.probe_from_qps is not None:
+               if s.mode == Mode.ENFORCE else "anomaly absent")
+        if s.mode == Mode.ENFORCE and s.probe_from_qps is not None:
             why += f", raised from {s.probe_from_qps:.1f} msg/s to see it"
         damped = f", doubled for each of {s.recurrences} recurrences" if s.recurrences else ""
         at_cap = (f", at the cap with its demand hidden until {s.last_capped_end:%Y-%m-%dT%H:%M:%SZ}"
-                  if s.mode == MODE_ENFORCE and s.last_capped_end is not None
+                  if s.mode == Mode.ENFORCE and s.last_capped_end is not None
                   and s.last_capped_end > s.last_candidate_end else "")
-        self.emit(at, s.limit_qps, ACTION_LIFT,
+        self.emit(at, s.limit_qps, Action.LIFT,
                   f"{why} since {s.last_candidate_end:%Y-%m-%dT%H:%M:%SZ}{at_cap} ({needed} windows{damped}){proof}: "
                   "the limit is doing nothing and is lifted, brokers fall back to their defaults", s.mode,
                   remember=True)

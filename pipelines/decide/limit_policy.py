@@ -56,13 +56,11 @@ from typing import TYPE_CHECKING
 
 from pipelines.decide.catalogue import Anomaly
 from pipelines.decide.fold_types import limit_in_force
+from pipelines.decide.words import Action, Status
 
 if TYPE_CHECKING:
     from pipelines.decide.fold import Fold, Observation, ResourceState
 
-#: Demand evidence of a window under an enforced limit (:meth:`LimitPolicy.judge`); ``veto``: a window after a
-#: lift's point shows the cause back or hidden (a lift is not decided while it does).
-BOUND, HOLD, CAPPED, CLEAR, VETO = "bound", "hold", "capped", "clear", "veto"
 #: The largest refused share of a group's send-backs read from its fallback sends (demand at most 20× the admitted).
 REFUSED_SHARE_MAX = 0.95
 
@@ -101,17 +99,17 @@ class LimitPolicy:
         fires, why = self.visible_fires(demand, obs, state, fold)
         at_cap = obs.observed_tps >= cfg.bound_share * limit
         if fires and (rejecting or at_cap):
-            return BOUND, f"limit-bound: {numbers}{how}; {why}"
+            return Status.BOUND, f"limit-bound: {numbers}{how}; {why}"
         if fires:
-            return HOLD, f"visible demand fires the rule: {numbers}, nothing rejected; {why}"
+            return Status.HOLD, f"visible demand fires the rule: {numbers}, nothing rejected; {why}"
         if at_cap:
-            return CAPPED, (f"at the cap, the demand hidden: {numbers}{how}, at least {cfg.bound_share:.0%} of the "
+            return Status.CAPPED, (f"at the cap, the demand hidden: {numbers}{how}, at least {cfg.bound_share:.0%} of the "
                             f"cap; {why} on what shows")
         if obs.viewed:
-            return CAPPED, f"the demand hidden: {numbers}{how}; {why} on what shows"
-        return CLEAR, f"the cause is gone: {numbers}{how}; {why}"
+            return Status.CAPPED, f"the demand hidden: {numbers}{how}; {why} on what shows"
+        return Status.CLEAR, f"the cause is gone: {numbers}{how}; {why}"
 
-    def at_cap(self, fold: Fold, obs: Observation, status: str, detail: str) -> None:
+    def at_cap(self, fold: Fold, obs: Observation, status: Status, detail: str) -> None:
         """A window under the enforced limit where no rule fired but the cause persists (``bound`` or ``hold``):
         refresh when due (:meth:`Fold.refresh`); subclasses add their own step first."""
         fold.refresh(obs.window_end, f"refresh (anomaly persists, {detail})")
@@ -121,7 +119,7 @@ class LimitPolicy:
         subclasses probe."""
         fold.refresh(obs.window_end, f"refresh (held at the cap: {detail}; lifted only after a clear window)")
 
-    def on_open(self, fold: Fold, obs: Observation, status: str, detail: str) -> bool:
+    def on_open(self, fold: Fold, obs: Observation, status: Status, detail: str) -> bool:
         """An open window after the micro-batch's horizon, complete by census, judged ``status`` (not clear): act on
         it now when the policy does so (:attr:`probe_on_open`); True when a decision was made."""
         return False
@@ -210,7 +208,7 @@ class RetryStormLimit(LimitPolicy):
         return demand >= floor, (f"visible retry demand {demand:.1f} msg/s with nothing consumed (rule: retry >= "
                                  f"{floor:.1f} msg/s then)")
 
-    def at_cap(self, fold: Fold, obs: Observation, status: str, detail: str) -> None:
+    def at_cap(self, fold: Fold, obs: Observation, status: Status, detail: str) -> None:
         """A probe whose window shows the cause is undone at once; otherwise the first cut was bounded by
         ``max_cut_pct``: while the cause persists above the frozen target, the limit goes down to it once the
         cool-down is over (one step, so a persisting storm sees at most one change after its first limit)."""
@@ -218,7 +216,7 @@ class RetryStormLimit(LimitPolicy):
         if self.under_raise(state, obs):
             self._undo(fold, obs, detail, obs.window_end)
         elif not self.before_raise(state, obs) and fold.above_target() and fold.cooled(obs.window_end):
-            fold.emit(obs.window_end, state.target_qps, fold.SET, fold.outlived(f" ({detail})"), state.mode)
+            fold.emit(obs.window_end, state.target_qps, Action.SET, fold.outlived(f" ({detail})"), state.mode)
         else:
             super().at_cap(fold, obs, status, detail)
 
@@ -226,8 +224,8 @@ class RetryStormLimit(LimitPolicy):
         if not self._probe_or_undo(fold, obs, detail, obs.window_end):
             super().capped(fold, obs, detail)
 
-    def on_open(self, fold: Fold, obs: Observation, status: str, detail: str) -> bool:
-        if status == CAPPED or (status == BOUND and self.under_raise(fold.state, obs)):
+    def on_open(self, fold: Fold, obs: Observation, status: Status, detail: str) -> bool:
+        if status == Status.CAPPED or (status == Status.BOUND and self.under_raise(fold.state, obs)):
             return self._probe_or_undo(fold, obs, f"the open window ending {obs.window_end:%H:%M}, complete by "
                                                   f"census: {detail}", fold.horizon_end)
         return False
@@ -257,7 +255,7 @@ class RetryStormLimit(LimitPolicy):
         back, raised = state.probe_from_qps, state.limit_qps
         backoff = state.probe_backoff + 1
         hold = fold.window * cfg.recovery_windows * 2 ** min(backoff, 16)
-        fold.emit(at, back, fold.SET, f"probe undone: {detail}: the demand stays hidden under the raised cap; back "
+        fold.emit(at, back, Action.SET, f"probe undone: {detail}: the demand stays hidden under the raised cap; back "
                   f"to {back:.1f} msg/s, and no probe reaches {raised:.1f} msg/s for {hold.total_seconds() / 60:g} min",
                   state.mode)
         fold.state = replace(fold.state, probe_ceiling_qps=raised, probe_hold_until=obs.window_end + hold,
@@ -298,28 +296,28 @@ class SurgeLimit(LimitPolicy):
         return fires, (f"visible demand {demand:.1f} msg/s, {factor:.1f}x the baseline of {baseline:.1f} msg/s frozen "
                        f"with the limit (rule: >= {det.surge_factor:.1f}x and >= {det.surge_floor_tps:.1f} msg/s)")
 
-    def at_cap(self, fold: Fold, obs: Observation, status: str, detail: str) -> None:
+    def at_cap(self, fold: Fold, obs: Observation, status: Status, detail: str) -> None:
         state = fold.state
         end = obs.window_end
         if self.before_raise(state, obs):  # the window ran at the level before the probe
-            super().capped(fold, obs, detail) if status == CAPPED else super().at_cap(fold, obs, status, detail)
+            super().capped(fold, obs, detail) if status == Status.CAPPED else super().at_cap(fold, obs, status, detail)
             return
-        at_limit = status in (BOUND, CAPPED)
+        at_limit = status in (Status.BOUND, Status.CAPPED)
         if at_limit and not obs.healthy and fold.above_target():
             self._step_back(fold, obs, detail)
             return
         if at_limit and obs.healthy and fold.healthy_for(end) and self._probe(fold, obs, detail):
             return
         if fold.above_target() and not obs.healthy and fold.cooled(end):  # a carrier busy under a loose first cut
-            fold.emit(end, state.target_qps, fold.SET, fold.outlived(f" ({detail}, a carrier busy)"), state.mode)
+            fold.emit(end, state.target_qps, Action.SET, fold.outlived(f" ({detail}, a carrier busy)"), state.mode)
             return
-        if status == CAPPED:
+        if status == Status.CAPPED:
             super().capped(fold, obs, detail)
         else:
             super().at_cap(fold, obs, status, detail)
 
     def capped(self, fold: Fold, obs: Observation, detail: str) -> None:
-        self.at_cap(fold, obs, CAPPED, detail)
+        self.at_cap(fold, obs, Status.CAPPED, detail)
 
     @staticmethod
     def _step_back(fold: Fold, obs: Observation, detail: str) -> None:
@@ -330,7 +328,7 @@ class SurgeLimit(LimitPolicy):
         backoff = state.probe_backoff + 1
         hold = fold.window * cfg.recovery_windows * 2 ** min(backoff, 16)
         busy = ", ".join(obs.busy_brokers) or "a carrier"
-        fold.emit(obs.window_end, back, fold.SET,
+        fold.emit(obs.window_end, back, Action.SET,
                   f"probe undone: {detail} and {busy} busy; back to {back:.1f} msg/s, and {current:.1f} msg/s is a "
                   f"ceiling no probe reaches for {hold.total_seconds() / 60:g} min", state.mode)
         fold.state = replace(fold.state, probe_ceiling_qps=current, probe_hold_until=obs.window_end + hold,
@@ -349,7 +347,7 @@ class SurgeLimit(LimitPolicy):
         if state.cause_changes + (1 if lifts else 2) > cfg.surge_max_changes:
             return False
         if lifts:
-            fold.emit(end, current, fold.LIFT, f"{text}; x{cfg.relax_factor} would reach the normal rate of "
+            fold.emit(end, current, Action.LIFT, f"{text}; x{cfg.relax_factor} would reach the normal rate of "
                       f"{state.lift_at_qps:.1f} msg/s: lifted, brokers fall back to their defaults", state.mode)
             return True
         if raised < current * (1.0 + cfg.hysteresis_pct / 100.0):

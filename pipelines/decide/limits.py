@@ -16,10 +16,11 @@ import math
 
 from pipelines.config import LimitsConfig
 from pipelines.decide.arrow import aware, epoch_seconds
-from pipelines.decide.fold_types import BASIS_FINAL, BASIS_PRELIMINARY, Decision
+from pipelines.decide.fold_types import Decision
+from pipelines.decide.words import Basis
 
 #: Last digit of a decision's ``version`` by basis (see the module docstring).
-VERSION_RANK = {BASIS_PRELIMINARY: 1, BASIS_FINAL: 5}
+VERSION_RANK = {Basis.PRELIMINARY: 1, Basis.FINAL: 5}
 #: Rank of the final path's confirmation or reversal of a preliminary decision.
 RECONCILE_RANK = 6
 #: The ``source`` of a refused decision's ``quarantine`` row.

@@ -23,7 +23,8 @@ import math
 
 from pipelines.config import GovernorConfig
 from pipelines.decide.arrow import aware, figures
-from pipelines.decide.fold_types import ACTION_LIFT, ACTION_SET, ANY_BROKER, BASIS_FINAL, BASIS_PRELIMINARY
+from pipelines.decide.fold_types import ANY_BROKER
+from pipelines.decide.words import Action, Basis
 from pipelines.decide.limits import RECONCILE_RANK, burst_for, decision_version
 from pipelines.decide.text import fixed, stamp
 
@@ -47,11 +48,11 @@ def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict]) -> dict[K
     also freezes its target and its per-broker shares (from its ``broker_limits``), as the final path will."""
     out = {key: dict(row) for key, row in saved.items()}
     for key, limit in latest.items():
-        if limit["basis"] != BASIS_PRELIMINARY:
+        if limit["basis"] != Basis.PRELIMINARY:
             continue
         row = out.setdefault(key, {"resource_type": key[0], "resource": key[1], "version": 0})
         first = row.get("limit_qps") is None
-        p_limit = limit["limit_qps"] if limit["action"] != ACTION_LIFT else None
+        p_limit = limit["limit_qps"] if limit["action"] != Action.LIFT else None
         row.update(limit_qps=p_limit, last_decision_end=limit["window_end"], last_change_end=limit["window_end"],
                    mode=limit["mode"])
         if row.get("version") is None:
@@ -101,7 +102,7 @@ def reconcile_preliminary(latest: dict[Key, dict], final_limits: list[dict], fin
     out = []
     for key in sorted(latest):
         p = latest[key]
-        if p["basis"] != BASIS_PRELIMINARY or p["action"] != ACTION_SET or aware(p["window_end"]) > horizon:
+        if p["basis"] != Basis.PRELIMINARY or p["action"] != Action.SET or aware(p["window_end"]) > horizon:
             continue
         if any((f["resource_type"], f["resource"]) == key and aware(f["window_end"]) >= aware(p["window_end"])
                for f in final_limits):
@@ -130,9 +131,9 @@ def reconcile_preliminary(latest: dict[Key, dict], final_limits: list[dict], fin
         out.append({
             "decided_at": decided, "window_end": aware(p["window_end"]), "resource_type": key[0],
             "resource": key[1], "limit_qps": limit, "burst": burst_for(limit, cfg.limits),
-            "previous_qps": p["limit_qps"], "action": ACTION_LIFT if final_qps is None else ACTION_SET,
+            "previous_qps": p["limit_qps"], "action": Action.LIFT if final_qps is None else Action.SET,
             "mode": p["mode"], "expires_at": decided + dt.timedelta(seconds=cfg.limits.ttl_seconds),
-            "reason": reason, "version": decision_version(p["window_end"], RECONCILE_RANK), "basis": BASIS_FINAL,
+            "reason": reason, "version": decision_version(p["window_end"], RECONCILE_RANK), "basis": Basis.FINAL,
             "broker_limits": None if final_qps is None else final_split,
         })
     return out

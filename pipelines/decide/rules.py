@@ -34,6 +34,7 @@ from pipelines.decide.arrow import to_polars, micros, when
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
 from pipelines.decide.catalogue import Anomaly
 from pipelines.decide.text import fixed, number
+from pipelines.decide.words import Severity
 
 WINDOW_KEYS = ("window_start", "window_end")
 ANOMALY_COLUMNS = [name for name, _ in columns.GOLD_ANOMALIES]
@@ -67,8 +68,8 @@ def anomalies_frame(rows: list[dict]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=_ANOMALIES.schema)
 
 
-def _severity(observed: float, floor: float, cfg: DetectionConfig) -> str:
-    return "critical" if observed >= floor * cfg.critical_factor else "warning"
+def _severity(observed: float, floor: float, cfg: DetectionConfig) -> Severity:
+    return Severity.CRITICAL if observed >= floor * cfg.critical_factor else Severity.WARNING
 
 
 def group_retry(groups: pl.DataFrame) -> pl.DataFrame:

@@ -32,7 +32,7 @@ from control.record import BROKERS_FIELD, MODES, parse_expires_at
 from pipelines import tables
 from pipelines.ops.metric_labels import reason_kind
 from pipelines.decide.catalogue import RULES, limited_by
-from pipelines.decide.fold_types import ACTION_LIFT, ACTION_RELAX, ACTION_SET, BASIS_FINAL, BASIS_PRELIMINARY
+from pipelines.decide.words import Action, Basis
 
 if TYPE_CHECKING:
     from pipelines.config import GovernorConfig, MetricsConfig
@@ -111,8 +111,8 @@ class GovernorMetrics:
                                    "(Spark's batchDuration).", ["query"], buckets=DURATION_BUCKETS, **common)
         # every known label set from 0, so that rate() and increase() see a first decision or anomaly too (a series
         # born at 1 has no earlier sample to rise from)
-        for action, basis, rtype, mode in itertools.product((ACTION_SET, ACTION_RELAX, ACTION_LIFT), (
-                BASIS_PRELIMINARY, BASIS_FINAL), ("topic", "group"), sorted(MODES)):
+        for action, basis, rtype, mode in itertools.product([a.value for a in Action], [b.value for b in Basis],
+                                                            ("topic", "group"), sorted(MODES)):
             self.decisions.labels(action, basis, limited_by(rtype).value, mode)
         for kind, rtype in ((kind, rtype) for kind, spec in RULES.items() for rtype in spec.resource_types):
             self.anomalies.labels(kind.value, rtype)

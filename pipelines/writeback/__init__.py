@@ -9,5 +9,5 @@
 
 The brokers' side (the token bucket applier, the record format, the remoting protocol) is :mod:`control`, which
 imports nothing from here. May import: :mod:`control`, the top-level modules, :mod:`pipelines.dataplane.lake`
-(reading ``gold/limits``), :mod:`pipelines.decide.fold_types` (action names), :mod:`pipelines.ops.metrics`.
+(reading ``gold/limits``), :mod:`pipelines.decide.words` (action names), :mod:`pipelines.ops.metrics`.
 """

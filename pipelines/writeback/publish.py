@@ -23,7 +23,7 @@ from pipelines.dataplane.lake.base import newest_per_key
 from pipelines.ops import metrics
 from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig, LimitsConfig
-from pipelines.decide.fold_types import ACTION_LIFT
+from pipelines.decide.words import Action
 from pipelines.writeback.records import _record, broker_figures, current_rows, records_from_rows  # noqa: F401 (re-exported)
 
 LIMITS_FILE = "control/limits.json"
@@ -40,7 +40,7 @@ def current_limits(limits: DataFrame, now: dt.datetime) -> DataFrame:
     """gold/limits → the limits in force at ``now`` (UTC): latest per resource, not lifted, not expired. The Spark
     definition of what :class:`Publisher` publishes (for queries and to check :func:`current_rows` against)."""
     latest = latest_per_resource(limits)
-    return latest.where((F.col("action") != ACTION_LIFT) & (F.col("expires_at") > F.lit(now)))
+    return latest.where((F.col("action") != Action.LIFT.value) & (F.col("expires_at") > F.lit(now)))
 
 
 def control_records(current: DataFrame, cfg: LimitsConfig, key: bytes | None) -> list[dict[str, Any]]:

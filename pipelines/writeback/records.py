@@ -10,7 +10,7 @@ from typing import Any
 
 from control import record as control_record
 from pipelines.config import LimitsConfig
-from pipelines.decide.fold_types import ACTION_LIFT
+from pipelines.decide.words import Action
 
 
 def current_rows(latest: list[dict[str, Any]], now: dt.datetime) -> list[dict[str, Any]]:
@@ -19,7 +19,7 @@ def current_rows(latest: list[dict[str, Any]], now: dt.datetime) -> list[dict[st
     at = now.replace(tzinfo=dt.timezone.utc) if now.tzinfo is None else now
     live = [
         r for r in latest
-        if r["action"] is not None and r["action"] != ACTION_LIFT and r["expires_at"] is not None
+        if r["action"] is not None and r["action"] != Action.LIFT and r["expires_at"] is not None
         and r["expires_at"] > at
     ]
     # Python orders str by code point, as Spark orders UTF-8 strings by byte: the same order.

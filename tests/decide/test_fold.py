@@ -10,6 +10,7 @@ import pytest
 
 from pipelines.config import DetectionConfig, LimitsConfig
 from pipelines.decide import fold as fl
+from pipelines.decide.words import Status
 from tests.helpers import ts
 
 L = LimitsConfig()
@@ -173,7 +174,7 @@ def test_rejections_are_visible_demand_and_a_limiter_view_without_a_count_holds(
     assert changes(decisions) == [("set", end(1), 40.0)] and state.limit_qps == 40.0
     _, _, evidence = fl.fold_resource(fl.ResourceState("group", "g"), [cand(1, 40.0)], end(2), L, 60,
                                       observations=[g(2, 3000, 100.0)])
-    assert evidence[0].status == fl.BOUND
+    assert evidence[0].status == Status.BOUND
     assert evidence[0].detail.startswith("limit-bound: 12.0 of 40.0 msg/s, rejecting (3000 sends rejected by the "
                                          "limiter); visible retry demand 62.0 msg/s, ratio 0.62")
     decisions, state = fold([cand(1, 40.0)], horizon=8, obs=[g(i, 30, 400.0) for i in range(2, 9)])
@@ -337,7 +338,7 @@ def test_a_fixed_consumer_that_keeps_a_legitimate_retry_level_is_lifted():
     assert "the cause is gone" in decisions[-1].reason and state.limit_qps is None
     _, _, evidence = fl.fold_resource(fl.ResourceState("group", "g"), [storm[0]], end(2), L, 60,
                                       observations=[group_seen(2, 23.0, 400.0)])
-    assert evidence[0].status == fl.CLEAR
+    assert evidence[0].status == Status.CLEAR
     assert evidence[0].detail == ("the cause is gone: 23.0 of 40.0 msg/s; visible retry demand 23.0 msg/s, ratio 0.06 "
                                   "against 400.0 msg/s consumed (rule: >= 0.50)")
 
@@ -375,7 +376,7 @@ def test_a_lift_is_vetoed_while_a_later_window_shows_the_cause_back():
 
     acted, evidence = actions(storm)
     assert acted == ["set"]
-    veto, = [e for e in evidence if e.status == fl.VETO]
+    veto, = [e for e in evidence if e.status == Status.VETO]
     assert veto.window_end == end(5) and veto.detail.startswith(
         "lift vetoed: the open window ending 07:05 shows the cause back: limit-bound: 37.0 of 40.0 msg/s, rejecting")
     partial = [fl.Observation(end(5), 0.0, 36_000, True, 20.0, complete=False)]  # 600/s rejected, no stats yet
@@ -387,7 +388,7 @@ def test_a_lift_is_vetoed_while_a_later_window_shows_the_cause_back():
     assert actions(below)[0] == ["set", "lift"]
     back_in_batch = clear + [fl.Observation(end(5), 39.0, 36_000, True, 150.0)]
     acted, evidence = actions((), back_in_batch, horizon=5)
-    assert acted == ["set"] and any(e.status == fl.VETO and "final window ending 07:05" in e.detail for e in evidence)
+    assert acted == ["set"] and any(e.status == Status.VETO and "final window ending 07:05" in e.detail for e in evidence)
 
 
 def test_the_recurrence_memory_keeps_enforced_limits_only():
@@ -683,7 +684,7 @@ def test_a_capped_window_never_counts_towards_a_lift():
     capped = [fl.Observation(end(i), 39.0, 0, True, 400.0, sendback_tps=39.0) for i in range(1, 7)]
     clear = [fl.Observation(end(i), 20.0, 0, True, 400.0, sendback_tps=20.0) for i in range(7, 12)]
     decisions, after, evidence = fl.fold_resource(state, [], end(11), L, 60, observations=capped + clear)
-    assert [e.status for e in evidence[:6]] == [fl.CAPPED] * 6 and evidence[6].status == fl.CLEAR
+    assert [e.status for e in evidence[:6]] == [Status.CAPPED] * 6 and evidence[6].status == Status.CLEAR
     assert [(d.action, d.window_end) for d in decisions if d.action == "lift"] == [("lift", end(9))]
     assert after.limit_qps is None
 
@@ -697,8 +698,8 @@ def test_the_windows_before_a_raise_are_judged_against_the_level_before_it():
     policy = fl.policy_for("group")
     fold_ = fl.Fold(state, L, D, 60)
     seen_ = lambda i: fl.Observation(end(i), 36.0, 0, True, 400.0, sendback_tps=36.0)  # noqa: E731
-    assert policy.judge(seen_(4), state, fold_)[0] == fl.CAPPED
-    assert policy.judge(seen_(5), state, fold_)[0] == fl.CLEAR
+    assert policy.judge(seen_(4), state, fold_)[0] == Status.CAPPED
+    assert policy.judge(seen_(5), state, fold_)[0] == Status.CLEAR
     fold_.now = dt.datetime(2022, 2, 8, 7, 3, 30)
     assert fold_.effective_end(end(1)) == end(5)
 
@@ -712,10 +713,10 @@ def test_fallback_sends_reveal_the_refused_send_backs():
     storm = fl.Observation(end(1), 40.0, 0, True, 400.0, sendback_tps=16.0)
     assert policy.visible(storm, fold_)[0] == pytest.approx(800.0)
     status, detail = policy.judge(storm, state, fold_)
-    assert status == fl.BOUND and "fallback sends 24.0 msg/s beside 16.0 msg/s of send-backs" in detail
+    assert status == Status.BOUND and "fallback sends 24.0 msg/s beside 16.0 msg/s of send-backs" in detail
     few = fl.Observation(end(1), 40.0, 0, True, 400.0, sendback_tps=38.0)
     assert policy.visible(few, fold_)[0] == pytest.approx(40.0 / (1 - 2.0 / 38.0))
-    assert policy.judge(few, state, fold_)[0] == fl.CAPPED
+    assert policy.judge(few, state, fold_)[0] == Status.CAPPED
     plain = fl.Observation(end(1), 40.0, 0, True, 400.0, sendback_tps=40.0)
     assert policy.visible(plain, fold_) == (40.0, "")
 
