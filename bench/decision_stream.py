@@ -29,8 +29,8 @@ strings, counts, booleans and times exactly, floats to a relative 1e-9 (:data:`R
 differs with its first differences (at most :data:`SHOWN`) and a summary; exit status 1 when any run differs or is
 missing from the recording, 2 for a bad flag. Cases run over ``--workers`` spawned processes (default: the CPUs this
 process may use), one polars thread each, as the sweep's :func:`~pipelines.sim.sweep.judge_many` runs them; a run's
-stream does not depend on the worker. ``--tree DIR``: import ``pipelines`` from another checkout (e.g. an export of
-the baseline commit) instead of this one; the recording is that tree's.
+stream does not depend on the worker. ``--tree DIR``: import ``pipelines`` from another checkout (e.g. ``git archive COMMIT`` unpacked, with
+``--label COMMIT``) instead of this one; the recording is that tree's.
 """
 
 from __future__ import annotations
@@ -240,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first", type=int, default=0, help="first sweep case (default 0)")
     p.add_argument("--workers", type=int, default=0, help="processes (default: the CPUs this process may use)")
     p.add_argument("--tree", help="import pipelines from this checkout (read before the imports)")
+    p.add_argument("--label", default="", help="what the tree is, for the recording's index (default: its commit)")
     args = p.parse_args(argv)
     from pipelines.sim.settings import SCENARIO_SIZES
 
@@ -257,8 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     recording = args.record is not None
     items = [("scenario", n, str(folder), recording) for n in names] + [
         ("case", str(s), str(folder), recording) for s in range(args.first, args.first + args.cases)]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=TREE, capture_output=True,
-                            text=True).stdout.strip() or "unknown"
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=TREE, capture_output=True, text=True)
+    commit = args.label or (subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=TREE, capture_output=True,
+                                           text=True).stdout.strip() if Path(top.stdout.strip() or "/") == TREE
+                            else "not a checkout (--label names it)")
     print(f"decision stream: {'recording into' if recording else 'comparing with'} {folder}; tree {TREE} ({commit}); "
           f"{len(names)} scenario(s), cases {args.first}..{args.first + args.cases - 1}", flush=True)
     started, differ, cpu = time.monotonic(), [], 0.0
