@@ -14,6 +14,7 @@ import polars as pl
 
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import micros, when
+from pipelines.decide.facts import surge_fires
 
 
 def baselines(values: pl.DataFrame, key: str, first_window: dt.datetime, windows: WindowsConfig,
@@ -58,7 +59,7 @@ def surge_values(history: pl.DataFrame, current: pl.DataFrame, key: str, value: 
 def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: str, value: pl.Expr,
                    cfg: DetectionConfig, cache: dict | None = None, where: pl.Expr | None = None) -> bool:
     """Whether ``TRAFFIC_SURGE`` can fire on a window of ``values`` (resource → (window_start, msg/s) of the windows
-    judged now): the window at ``surge_floor_tps`` and at ``surge_factor`` × a lower bound of its baseline. The
+    judged now): :func:`pipelines.decide.facts.surge_fires` against a lower bound of its baseline. The
     baseline (:func:`baselines`) is the value at rank ``k = ceil(q × n) − 1`` of the n ≥
     ``baseline_min_windows`` values of the windows before it: of the ``history`` (the rule's ``value`` there) and of
     the windows judged now that start before it (``o`` of them). Removing those ``o`` lowers a rank by at most ``o``,
@@ -88,10 +89,10 @@ def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: s
         lowest, n = bounds.get(k, ([], 0))
         for start, x in windows:
             before = [y for s, y in windows if s < start]
-            if x < floor or n + len(before) < cfg.baseline_min_windows:
+            if n + len(before) < cfg.baseline_min_windows:
                 continue
             j = rank - len(before)
             bound = lowest[j] if 0 <= j < len(lowest) else min(lowest[:1] + before)
-            if x >= cfg.surge_factor * bound:
+            if surge_fires(x, bound, cfg):
                 return True
     return False

@@ -32,6 +32,7 @@ from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import naive, to_polars, micros, when
+from pipelines.decide.facts import busy_fires, rate, retry_traffic
 from pipelines.decide.fold_types import Observation
 from pipelines.decide.preliminary import census, newest_final_window
 from pipelines.decide.rules import broker_writes, group_retry
@@ -74,7 +75,7 @@ def demand(traffic: pl.DataFrame, brokers: pl.DataFrame, cfg: DetectionConfig,
     non-retry topics; null for topics) and ``sendback_tps`` (a group's admitted send-backs alone, cluster-wide msg/s;
     null for topics)."""
     state = brokers.select("window_start", "broker",
-                           (pl.col("busy_failures") >= cfg.busy_failures_floor).alias("busy"),
+                           busy_fires(pl.col("busy_failures"), cfg).alias("busy"),
                            broker_writes().alias("load"))
     joined = traffic.join(state, on=["window_start", "broker"], how="left").sort("broker")
     carrying = pl.col("tps") > 0
@@ -136,7 +137,7 @@ def observations(demand_rows: pl.DataFrame, resources: set[tuple[str, str]],
 
 def broker_tps_of(demand_rows: pl.DataFrame) -> dict[tuple, dict[str, float]]:
     """(window_end, resource_type, resource) → the resource's traffic per broker in that window (the shares of a new
-    limit, :func:`pipelines.decide.fold_types.shares_of`)."""
+    limit, :func:`pipelines.decide.facts.shares_of`)."""
     return {(r["window_end"], r["resource_type"], r["resource"]): _pairs(r["_tps"], "tps")
             for r in demand_rows.select(*KEYS, "_tps").iter_rows(named=True)}
 
@@ -189,13 +190,13 @@ def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int
     out: dict[tuple[str, str], list[Observation]] = {}
     for (key, end), slot in sorted(per.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         brokers = set(slot["sent"]) | set(slot["puts"])
-        total = sum(max(slot["sent"].get(b, 0), slot["puts"].get(b, 0)) for b in brokers) if key[0] == "group" \
-            else sum(slot["puts"].values())
+        total = sum(retry_traffic(slot["sent"].get(b, 0), slot["puts"].get(b, 0)) for b in brokers) \
+            if key[0] == "group" else sum(slot["puts"].values())
         consume = sendbacks = None
         if key[0] == "group":
-            consume = (slot["consumed"] or 0) / window_seconds
-            sendbacks = sum(slot["sent"].values()) / window_seconds
-        out.setdefault(key, []).append(Observation(naive(end), total / window_seconds, int(slot["rejected"]),
+            consume = rate(slot["consumed"] or 0, window_seconds)
+            sendbacks = rate(sum(slot["sent"].values()), window_seconds)
+        out.setdefault(key, []).append(Observation(naive(end), rate(total, window_seconds), int(slot["rejected"]),
                                                    consume_tps=consume, complete=slot["complete"],
                                                    sendback_tps=sendbacks))
     return out

@@ -180,7 +180,7 @@ def prepare_preliminary(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfi
         return Prepared([], None)
     older = pre.completed_rows(current, [r for _n, _i, r in remembered], expected)  # with_rows_of_completed_windows
     complete = [start for start, (_n, ok) in pre.census_rows(current + older, expected).items() if ok]
-    rules = pre.rules_that_may_fire(current + older, *history["all"], complete, cfg.detection, history["memo"],
+    rules = pre.rules_that_may_fire(current + older, *history["all"], complete, windows, cfg.detection, history["memo"],
                                     until=newest_final)
     if not rules:
         return Prepared([], None)

@@ -35,9 +35,9 @@ from dataclasses import replace
 
 from pipelines.config import DetectionConfig, LimitsConfig
 from pipelines.decide.fold_types import (  # noqa: F401 (the fold's vocabulary, importable from here)
-    ANY_BROKER, FORGOTTEN, UNLIMITED, Candidate, Decision, Evidence, Observation, ResourceState, broker_limits, limit_in_force,
-    recovery_needed, shares_of,
+    FORGOTTEN, UNLIMITED, Candidate, Decision, Evidence, Observation, ResourceState, limit_in_force, recovery_needed,
 )
+from pipelines.decide.facts import TOLERANCE, shares_of, split
 from pipelines.decide.lifting import Lifting
 from pipelines.decide.limit_policy import (  # noqa: F401 (as above)
     LimitPolicy, policy_for,
@@ -96,7 +96,7 @@ class Fold(Lifting):
         delay later; a window partly under it is judged against the level before (:func:`limit_in_force`)."""
         at = self.now if self.now is not None else decided_end
         seconds, length = (at - _EPOCH).total_seconds(), self.window.total_seconds()
-        start = _EPOCH + dt.timedelta(seconds=math.ceil(seconds / length - 1e-9) * length)
+        start = _EPOCH + dt.timedelta(seconds=math.ceil(seconds / length - TOLERANCE) * length)
         return start + self.window
 
     def raise_to(self, window_end: dt.datetime, raised: float, reason: str) -> None:
@@ -132,7 +132,7 @@ class Fold(Lifting):
         fresh = fresh or (s.limit_qps is None and not lifted)
         shares = dict(s.broker_shares) if shares is None else dict(shares)
         self.decisions.append(Decision(s.resource_type, s.resource, window_end, limit, s.limit_qps, action, reason,
-                                       s.version + 1, mode, {} if lifted else broker_limits(limit, shares)))
+                                       s.version + 1, mode, {} if lifted else split(limit, shares)))
         moved = {"version": s.version + 1, "last_decision_end": window_end, "mode": mode}
         if change:
             moved["last_change_end"] = window_end

@@ -1,24 +1,20 @@
-"""The policy's vocabulary: what the fold (:mod:`pipelines.decide.fold`) reads and writes per resource, and the
-per-broker split of a limit. Frozen dataclasses and plain functions; no Spark.
+"""The policy's vocabulary: what the fold (:mod:`pipelines.decide.fold`) reads and writes per resource (the
+per-broker split of a limit: :func:`pipelines.decide.facts.split`). Frozen dataclasses and plain functions; no Spark.
 
 * :class:`ResourceState`: what the policy remembers about a resource between micro-batches (``state/policy``);
 * :class:`Candidate`: a rule fired in a window; :class:`Observation`: a window's demand evidence;
 * :class:`Decision`: a ``set`` / ``relax`` / ``lift``; :class:`Evidence`: how a window under a limit was judged;
-* :func:`shares_of`, :func:`broker_limits`: per-broker shares of a cluster-wide limit (docs/contracts.md §3).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pipelines.config import LimitsConfig
 from pipelines.decide.words import Action, Mode, Status
 
-#: Key of the per-broker figure of a broker that carried no traffic when the limit was set (docs/contracts.md §3).
-ANY_BROKER = "*"
 #: The recurrence memory of a resource with none (:class:`ResourceState`).
 FORGOTTEN = {"last_lift_end": None, "lifted_target_qps": None, "recurrences": 0}
 #: What a lift resets: the frozen basis and the surge probe's bounds of the limit.
@@ -160,24 +156,3 @@ class Evidence:
     rejected: int
     detail: str
     rule_fired: bool = False
-
-
-def shares_of(broker_tps: Mapping[str, float]) -> dict[str, float]:
-    """Per-broker traffic (msg/s) → each broker's share (fractions summing to 1); brokers without traffic are left
-    out; empty when there is no traffic."""
-    live = {b: float(v) for b, v in broker_tps.items() if b and v is not None and v > 0 and math.isfinite(v)}
-    total = sum(live.values())
-    return {b: v / total for b, v in sorted(live.items())} if total > 0 else {}
-
-
-def broker_limits(limit_qps: float, shares: Mapping[str, float]) -> dict[str, float]:
-    """A cluster-wide limit split by the frozen shares: ``{broker: limit × share}`` plus :data:`ANY_BROKER` at the
-    smallest share's figure (a broker that carries the resource only after the limit was set is held no looser
-    than the least-loaded carrier). The listed brokers' figures add up to ``limit_qps``; the cluster-wide floor
-    (``min_limit_qps``) is the floor of ``limit_qps``, not of each share. Empty without shares (every broker then
-    applies the cluster-wide figure)."""
-    if not shares:
-        return {}
-    split = {b: limit_qps * s for b, s in shares.items()}
-    split[ANY_BROKER] = min(split.values())
-    return split

@@ -55,6 +55,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pipelines.decide.catalogue import Anomaly
+from pipelines.decide.facts import TOLERANCE, rate
 from pipelines.decide.fold_types import limit_in_force
 from pipelines.decide.words import Action, Status
 
@@ -78,7 +79,7 @@ class LimitPolicy:
     def visible(self, obs: Observation, fold: Fold) -> tuple[float, str]:
         """The visible demand (msg/s, cluster-wide) of ``obs``: admitted + logged rejections per second; and a text
         naming the refused demand it adds ("" when none)."""
-        logged = obs.rejected / fold.window.total_seconds()
+        logged = rate(obs.rejected, fold.window.total_seconds())
         return obs.observed_tps + logged, ""
 
     def visible_fires(self, demand: float, obs: Observation, state: ResourceState, fold: Fold) -> tuple[bool, str]:
@@ -185,7 +186,7 @@ class RetryStormLimit(LimitPolicy):
         demand, _ = super().visible(obs, fold)
         sent = obs.sendback_tps
         fallback = obs.observed_tps - sent if sent is not None else 0.0
-        if sent is None or fallback <= 1e-9 * max(obs.observed_tps, 1.0):
+        if sent is None or fallback <= TOLERANCE * max(obs.observed_tps, 1.0):
             return demand, ""
         refused = min(fallback / sent, REFUSED_SHARE_MAX) if sent > 0 else REFUSED_SHARE_MAX
         hidden = obs.observed_tps / (1.0 - refused)

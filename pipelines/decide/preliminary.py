@@ -30,9 +30,10 @@ from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import naive, micros, to_polars, when
 from pipelines.decide.candidates import Keyed
 from pipelines import rocketmq as rmq
+from pipelines.decide.facts import at_floor, busy_fires, per_second, rate, retry_ratio, retry_traffic, spike_fires
 from pipelines.decide.rules import (
-    BROKER_SURGE, BUSY, RETRY, SLACK, SPIKE, TOPIC_SURGE, WINDOW_KEYS, anomalies_frame, broker_busy,
-    broker_writes, consume_basis, failure_spike, group_retry, per_second, runaway_retry, traffic_surge,
+    BROKER_SURGE, BUSY, RETRY, SPIKE, TOPIC_SURGE, WINDOW_KEYS, anomalies_frame, broker_busy,
+    broker_writes, consume_basis, failure_spike, group_retry, runaway_retry, traffic_surge,
     unlimited, with_retry_traffic,
 )
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
@@ -93,15 +94,8 @@ def _failures_by_class() -> pl.Expr:
 
 
 
-def may_fire(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_history: pl.DataFrame,
-             complete: list, cfg: DetectionConfig) -> bool:
-    """Whether any rule can fire on the open windows (:func:`rules_that_may_fire` names none: False means
-    :func:`preliminary_anomalies` would return nothing)."""
-    return bool(rules_that_may_fire(open_rows.to_dicts(), topic_history, broker_history, complete, cfg))
-
-
 def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_history: pl.DataFrame,
-                        complete: list, cfg: DetectionConfig, cache: dict | None = None,
+                        complete: list, windows: WindowsConfig, cfg: DetectionConfig, cache: dict | None = None,
                         until: dt.datetime | None = None) -> frozenset[str]:
     """The rules that can fire on open-window rows (dicts): a necessary condition of each, checked before the rules
     themselves (most micro-batches prove nothing, and each rule costs several polars operations). ``BROKER_BUSY``
@@ -110,21 +104,19 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
     ``TRAFFIC_SURGE`` of a topic (:data:`TOPIC_SURGE`) or a broker (:data:`BROKER_SURGE`) needs a window at its
     floor (:func:`pipelines.decide.baselines.surge_may_fire`, ``cache`` its memo) in the history up to the window
     starting at ``until`` (default all of it), a topic's without its limited windows. A rule left out would return
-    nothing."""
-    length = None
+    nothing. Rates are per ``windows.length_seconds``."""
+    length = windows.length_seconds
     topics, brokers, retries, out = {}, {}, {}, set()
     for r in rows:
-        if length is None:
-            length = (r["window_end"] - r["window_start"]).total_seconds()
         kind = r["resource_type"]
         if kind == "broker":
-            if (r["busy_failures"] or 0) >= cfg.busy_failures_floor:
+            if busy_fires(r["busy_failures"] or 0, cfg):
                 out.add(BUSY)
-            writes = (r["broker_puts"] if r["broker_puts"] is not None else r["puts"]) / length
+            writes = rate(r["broker_puts"] if r["broker_puts"] is not None else r["puts"], length)
             brokers.setdefault(r["resource"], []).append((r["window_start"], writes))
         elif kind == "topic":
-            topics.setdefault(r["resource"], []).append((r["window_start"], r["puts"] / length))
-            if r["window_start"] in complete and (r["failures"] or 0) >= cfg.failure_floor:
+            topics.setdefault(r["resource"], []).append((r["window_start"], rate(r["puts"], length)))
+            if r["window_start"] in complete and spike_fires(1.0, r["failures"] or 0, cfg):  # the count decides
                 out.add(SPIKE)
             if r["resource"].startswith(rmq.RETRY_TOPIC_PREFIX):
                 key = (r["window_start"], r["resource"][len(rmq.RETRY_TOPIC_PREFIX):])
@@ -132,7 +124,7 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
         elif kind == "group":
             retries[r["window_start"], r["resource"]] = retries.get((r["window_start"], r["resource"]), 0) + (
                 r["retried"] or 0)
-    if any(x / length >= cfg.retry_floor_tps * (1.0 - SLACK) for x in retries.values()):
+    if any(at_floor(rate(x, length), cfg.retry_floor_tps) for x in retries.values()):
         out.add(RETRY)  # send-backs plus fallback sends bound the larger of the two per broker
     up_to = None if until is None else when("window_start") <= micros(until)
     unlimited_rows = pl.col("limit_qps").is_null() if "limit_qps" in topic_history.columns else None
@@ -158,10 +150,9 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
     counts = census(open_rows, expected)
     complete = [start for start, (_n, ok) in counts.items() if ok]
     if rules is None:
-        rules = rules_that_may_fire(open_rows.to_dicts(), topic_history, broker_history, complete, cfg)
+        rules = rules_that_may_fire(open_rows.to_dicts(), topic_history, broker_history, complete, windows, cfg)
     if not rules:
         return anomalies_frame([])
-    per = float(windows.length_seconds)
     of = lambda kind: open_rows.filter(pl.col("resource_type") == kind)  # noqa: E731
     if first_open is None:
         first_open = open_rows["window_start"].min()
@@ -200,7 +191,7 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
     if RETRY in rules:  # a RATIO rule: on windows complete by census, or where the evidence already supports it
         groups, bounded = open_group_ratios(of("group"), done, group_history, first_open, windows, cfg)
         starts = [micros(x) for x in groups["window_start"].unique().to_list()]
-        retries = with_retry_traffic(groups, open_retry_traffic(open_rows, starts, per))
+        retries = with_retry_traffic(groups, open_retry_traffic(open_rows, starts, windows.length_seconds))
         basis = consume_basis(retries, group_history, first_open, windows, cfg)
         for row in runaway_retry(retries, cfg, basis):
             last = bounded.get((row["window_start"], row["resource"]))
@@ -244,22 +235,22 @@ def open_group_ratios(groups: pl.DataFrame, done: list[int], group_history, firs
         known = pl.DataFrame({"consumer_group": list(last), "_last": list(last.values())},
                              schema={"consumer_group": pl.String, "_last": pl.Float64})
         partial = partial.join(known, on="consumer_group", how="inner").with_columns(
-            pl.max_horizontal("consume_tps", "_last").alias("consume_tps"))
+            pl.col("consume_tps").alias("_so_far"), pl.max_horizontal("consume_tps", "_last").alias("consume_tps"))
         bounded = {(r["window_start"], r["consumer_group"]): r["_last"] for r in partial.iter_rows(named=True)
-                   if r["_last"] > r["consume_tps"] - 1e-12 and r["_last"] > 0}
-        partial = partial.drop("_last")
+                   if r["_last"] > 0 and (r["_so_far"] is None or r["_last"] >= r["_so_far"])}  # the final's taken
+        partial = partial.drop("_last", "_so_far")
     else:
         partial = partial.clear()
     out = pl.concat([rates.filter(complete), partial], how="vertical_relaxed").with_columns(
-        pl.when(pl.col("consume_tps") > 0).then(pl.col("retry_tps") / pl.col("consume_tps")).otherwise(None)
-        .alias("retry_ratio"))
+        retry_ratio(pl.col("retry_tps"), pl.col("consume_tps")).alias("retry_ratio"))
     return out, bounded
 
 
-def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], per: float) -> dict[tuple, float]:
+def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], seconds: int) -> dict[tuple, float]:
     """Open-window rows of the windows starting at ``windows`` (microseconds) → each group's retry traffic so far
-    (``(window_start, group)`` → msg/s): per broker the larger of its send-backs and the plain sends to
-    ``%RETRY%<group>`` (as :func:`pipelines.decide.rules.with_retry_traffic` reads the final windows)."""
+    (``(window_start, group)`` → msg/s over windows of ``seconds``): per broker the
+    :func:`~pipelines.decide.facts.retry_traffic` of its send-backs and the plain sends to ``%RETRY%<group>``, summed
+    over brokers (as :func:`pipelines.decide.windows.per_broker_traffic` reads the final windows)."""
     rows = open_rows.filter(when("window_start").is_in(windows) & (
         (pl.col("resource_type") == "group") | ((pl.col("resource_type") == "topic")
                                                 & pl.col("resource").str.starts_with(rmq.RETRY_TOPIC_PREFIX))))
@@ -269,8 +260,8 @@ def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], per: float) 
         group = r["resource"][len(rmq.RETRY_TOPIC_PREFIX):] if retry_topic else r["resource"]
         per_broker = sent.setdefault((r["window_start"], group), {})
         for broker, amount in (r["broker_amounts"] or {}).items():
-            per_broker[broker] = max(per_broker.get(broker, 0), amount or 0)
-    return {key: sum(amounts.values()) / per for key, amounts in sent.items()}
+            per_broker[broker] = retry_traffic(per_broker.get(broker, 0), amount or 0)
+    return {key: rate(sum(amounts.values()), seconds) for key, amounts in sent.items()}
 
 
 def topic_carriers(open_rows: pl.DataFrame) -> dict[tuple[dt.datetime, str], list[str]]:
@@ -299,7 +290,7 @@ def open_broker_tps(open_rows: pl.DataFrame, windows: WindowsConfig) -> dict[tup
     for r in rows.select("window_end", "resource_type", "resource", "broker_amounts").iter_rows(named=True):
         amounts = r["broker_amounts"] or {}
         out[(r["window_end"], r["resource_type"], r["resource"])] = {
-            b: v / windows.length_seconds for b, v in sorted(amounts.items())}
+            b: rate(v, windows.length_seconds) for b, v in sorted(amounts.items())}
     return out
 
 

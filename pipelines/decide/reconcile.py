@@ -19,11 +19,11 @@ Rows are dicts by column (``gold/limits``, ``state/policy``; times UTC).
 from __future__ import annotations
 
 import datetime as dt
-import math
 
 from pipelines.config import GovernorConfig
 from pipelines.decide.arrow import aware, figures
-from pipelines.decide.fold_types import ANY_BROKER
+from pipelines.decide import facts
+from pipelines.decide.facts import ANY_BROKER, close
 from pipelines.decide.words import Action, Basis
 from pipelines.decide.limits import RECONCILE_RANK, burst_for, decision_version
 from pipelines.decide.text import fixed, stamp
@@ -65,21 +65,12 @@ def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict]) -> dict[K
     return out
 
 
-def _split(limit: float, shares: dict[str, float]) -> dict[str, float] | None:
-    """A limit split by frozen shares, as :func:`pipelines.decide.fold_types.broker_limits` does; None without."""
-    if not shares:
-        return None
-    split = {b: limit * s for b, s in shares.items()}
-    split[ANY_BROKER] = min(split.values())
-    return split
-
-
 def _same_figures(a: dict | None, b: dict | None) -> bool:
     if a is None and b is None:
         return True
     if a is None or b is None or sorted(a) != sorted(b):
         return False
-    return all(abs(a[k] - b[k]) <= 1e-9 * abs(b[k]) for k in a)
+    return all(close(a[k], b[k]) for k in a)
 
 
 def reconcile_preliminary(latest: dict[Key, dict], final_limits: list[dict], final_state: dict[Key, dict],
@@ -109,10 +100,10 @@ def reconcile_preliminary(latest: dict[Key, dict], final_limits: list[dict], fin
             continue
         state = final_state.get(key) or {}
         final_qps = state.get("limit_qps")
-        final_split = None if final_qps is None else _split(final_qps, figures(state.get("broker_shares")))
+        final_split = None if final_qps is None else facts.split(final_qps, figures(state.get("broker_shares"))) or None
         p_split = figures(p.get("broker_limits")) or None
         split_differs = not _same_figures(p_split, final_split)
-        same_value = final_qps is not None and abs(final_qps - p["limit_qps"]) <= 1e-9 * abs(final_qps)
+        same_value = final_qps is not None and close(p["limit_qps"], final_qps)
         if final_qps is not None and same_value and not split_differs:
             continue
         window = stamp(aware(p["window_end"]))
@@ -143,6 +134,3 @@ def state_after(saved: dict[Key, dict], folded: dict[Key, dict]) -> dict[Key, di
     """The policy state per resource after a fold: the fold's state rows where it ran, else the saved rows."""
     return {**saved, **folded}
 
-
-def finite(value) -> bool:
-    return value is not None and math.isfinite(value)

@@ -30,11 +30,14 @@ import polars as pl
 from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
-from pipelines.decide.arrow import to_polars, micros, when
-from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
+from pipelines.decide.arrow import to_polars, when
 from pipelines.decide.catalogue import Anomaly
+from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
+from pipelines.decide import facts
+from pipelines.decide.facts import (
+    TOLERANCE, at_floor, busy_fires, rate, retry_fires, retry_ratio, severity, spike_fires, surge_fires,
+)
 from pipelines.decide.text import fixed, number
-from pipelines.decide.words import Severity
 
 WINDOW_KEYS = ("window_start", "window_end")
 ANOMALY_COLUMNS = [name for name, _ in columns.GOLD_ANOMALIES]
@@ -43,21 +46,6 @@ ANOMALY_COLUMNS = [name for name, _ in columns.GOLD_ANOMALIES]
 BUSY, RETRY, SPIKE = Anomaly.BROKER_BUSY.value, Anomaly.RUNAWAY_RETRY.value, Anomaly.FAILURE_SPIKE.value
 TOPIC_SURGE, BROKER_SURGE = f"{Anomaly.TRAFFIC_SURGE.value}:topic", f"{Anomaly.TRAFFIC_SURGE.value}:broker"
 ALL_RULES = frozenset({BUSY, RETRY, SPIKE, TOPIC_SURGE, BROKER_SURGE})
-#: Relative slack of a gate's float comparisons (its sums may be added in another order than the rule's).
-SLACK = 1e-9
-
-
-def per_second(amount: pl.Expr) -> pl.Expr:
-    """``amount`` per second of its window (msg/s): divided by the row's window length (``window_end -
-    window_start``, a column), as a true IEEE division (the quotient Spark's ``double`` division gives). The one
-    definition of a windowed rate for the final path (:mod:`pipelines.decide.windows`) and the fast path's open
-    windows (:func:`pipelines.decide.preliminary.preliminary_anomalies`). A column of two or more rows divided by a
-    literal, polars' kernels multiply by its reciprocal, one ulp off for about one value in twelve
-    (47119 / 60 = 785.3166666666667; × (1/60): 785.3166666666666)."""
-    seconds = (pl.col("window_end") - pl.col("window_start")).dt.total_seconds().cast(pl.Float64)
-    return amount.cast(pl.Float64) / seconds
-
-
 _ANOMALIES = to_polars(None, columns.GOLD_ANOMALIES)
 
 
@@ -66,10 +54,6 @@ def anomalies_frame(rows: list[dict]) -> pl.DataFrame:
     if not rows:
         return _ANOMALIES.clear()
     return pl.DataFrame(rows, schema=_ANOMALIES.schema)
-
-
-def _severity(observed: float, floor: float, cfg: DetectionConfig) -> Severity:
-    return Severity.CRITICAL if observed >= floor * cfg.critical_factor else Severity.WARNING
 
 
 def group_retry(groups: pl.DataFrame) -> pl.DataFrame:
@@ -81,9 +65,7 @@ def group_retry(groups: pl.DataFrame) -> pl.DataFrame:
         pl.col("retry_tps").sum().alias("retry_tps"),
         pl.when(not_retry).then(pl.col("consume_tps")).otherwise(0.0).sum().alias("consume_tps"),
     )
-    return sums.with_columns(
-        pl.when(pl.col("consume_tps") > 0).then(pl.col("retry_tps") / pl.col("consume_tps")).otherwise(None)
-        .alias("retry_ratio"))
+    return sums.with_columns(retry_ratio(pl.col("retry_tps"), pl.col("consume_tps")).alias("retry_ratio"))
 
 
 def with_retry_traffic(groups: pl.DataFrame, traffic: dict[tuple, float] | None) -> pl.DataFrame:
@@ -99,18 +81,19 @@ def with_retry_traffic(groups: pl.DataFrame, traffic: dict[tuple, float] | None)
                           "_traffic": list(traffic.values())},
                          schema={"window_start": groups.schema["window_start"], "consumer_group": pl.String,
                                  "_traffic": pl.Float64})
-    retry = pl.max_horizontal("retry_tps", pl.col("_traffic").fill_null(0.0))
+    retry = facts.retry_traffic(pl.col("retry_tps"), pl.col("_traffic").fill_null(0.0))
     return groups.join(extra, on=["window_start", "consumer_group"], how="left", maintain_order="left").select(
         *[c for c in groups.columns if c not in ("retry_tps", "retry_ratio")],
         pl.col("retry_tps").alias("sent_back_tps"), retry.alias("retry_tps"),
-        pl.when(pl.col("consume_tps") > 0).then(retry / pl.col("consume_tps")).otherwise(None).alias("retry_ratio"))
+        retry_ratio(retry, pl.col("consume_tps")).alias("retry_ratio"))
 
 
 def retry_storms(groups: pl.DataFrame, cfg: DetectionConfig) -> pl.DataFrame:
-    """:func:`group_retry` rows (or :func:`with_retry_traffic` rows) → those where RUNAWAY_RETRY fires: retry TPS at
-    ``retry_floor_tps`` and a ratio at ``retry_ratio_threshold`` (or nothing consumed)."""
-    ratio_ok = pl.coalesce(pl.col("retry_ratio") >= cfg.retry_ratio_threshold, pl.col("consume_tps") == 0)
-    return groups.filter((pl.col("retry_tps") >= cfg.retry_floor_tps) & ratio_ok)
+    """:func:`group_retry` rows (or :func:`with_retry_traffic` rows) → those where RUNAWAY_RETRY fires
+    (:func:`pipelines.decide.facts.retry_fires` of their ``retry_tps`` and ``consume_tps``)."""
+    fires = [retry_fires(retry, consume, cfg)
+             for retry, consume in zip(groups["retry_tps"].to_list(), groups["consume_tps"].to_list())]
+    return groups.filter(pl.Series(fires, dtype=pl.Boolean))
 
 
 def consume_basis(groups: pl.DataFrame, group_history, first_window: dt.datetime, windows: WindowsConfig,
@@ -168,7 +151,7 @@ def runaway_retry(groups: pl.DataFrame, cfg: DetectionConfig, basis: dict[tuple,
                        f" of the previous {n} windows) is the basis of a limit")
             consume = normal
         out.append(_row(r, "group", r["consumer_group"], Anomaly.RUNAWAY_RETRY, r["retry_tps"], consume,
-                        _severity(r["retry_tps"], cfg.retry_floor_tps, cfg), detail))
+                        severity(r["retry_tps"], cfg.retry_floor_tps, cfg), detail))
     return out
 
 
@@ -192,8 +175,7 @@ def traffic_surge(rows: pl.DataFrame, resource_type: str, key: str, cfg: Detecti
     """Rows with ``window_start``, ``window_end``, ``key``, ``put_tps``, ``baseline_tps``, ``baseline_windows`` →
     TRAFFIC_SURGE anomalies."""
     firing = rows.filter((pl.col("baseline_windows") >= cfg.baseline_min_windows)
-                         & (pl.col("put_tps") >= cfg.surge_floor_tps)
-                         & (pl.col("put_tps") >= pl.col("baseline_tps") * cfg.surge_factor))
+                         & surge_fires(pl.col("put_tps"), pl.col("baseline_tps"), cfg))
     out = []
     for r in firing.iter_rows(named=True):
         put, base = r["put_tps"], r["baseline_tps"]
@@ -201,8 +183,8 @@ def traffic_surge(rows: pl.DataFrame, resource_type: str, key: str, cfg: Detecti
         detail = (f"{resource_type} {r[key]} put {fixed(put, 1)} msg/s, {factor}x its baseline of {fixed(base, 1)} "
                   f"msg/s (p{int(round(cfg.baseline_quantile * 100))} of the previous {r['baseline_windows']} "
                   f"windows; rule: >= {fixed(cfg.surge_factor, 1)}x and >= {fixed(cfg.surge_floor_tps, 1)} msg/s)")
-        severity = _severity(put / max(base, 1e-9), cfg.surge_factor, cfg)
-        out.append(_row(r, resource_type, r[key], Anomaly.TRAFFIC_SURGE, put, base, severity, detail))
+        level = severity(put / max(base, TOLERANCE), cfg.surge_factor, cfg)  # a zero baseline: TOLERANCE msg/s
+        out.append(_row(r, resource_type, r[key], Anomaly.TRAFFIC_SURGE, put, base, level, detail))
     return out
 
 
@@ -219,13 +201,13 @@ def class_counts(failures_by_class) -> str:
 def broker_busy(brokers: pl.DataFrame, windows: WindowsConfig, cfg: DetectionConfig) -> list[dict]:
     """``gold/broker_tps`` rows → BROKER_BUSY anomalies (observed = busy failures per second, baseline = put TPS)."""
     out = []
-    for r in brokers.filter(pl.col("busy_failures") >= cfg.busy_failures_floor).iter_rows(named=True):
+    for r in brokers.filter(busy_fires(pl.col("busy_failures"), cfg)).iter_rows(named=True):
         detail = (f"broker {r['broker']} rejected {r['busy_failures']} sends as busy in the window "
                   f"({class_counts(r['failures_by_class'])}) while writing {fixed(r['put_tps'], 1)} msg/s "
                   f"(rule: >= {cfg.busy_failures_floor} busy failures per window)")
         out.append(_row(r, "broker", r["broker"], Anomaly.BROKER_BUSY,
-                        r["busy_failures"] / float(windows.length_seconds), r["put_tps"],
-                        _severity(r["busy_failures"], cfg.busy_failures_floor, cfg), detail))
+                        rate(r["busy_failures"], windows.length_seconds), r["put_tps"],
+                        severity(r["busy_failures"], cfg.busy_failures_floor, cfg), detail))
     return out
 
 
@@ -234,15 +216,15 @@ def failure_spike(topics: pl.DataFrame, windows: WindowsConfig, cfg: DetectionCo
     failures rejected by the limiter (``rate_limited``) do not count."""
     faults = pl.col("failures") - pl.col("rate_limited").fill_null(0)
     firing = topics.with_columns(faults.alias("_faults")).filter(
-        (pl.col("failure_rate") >= cfg.failure_rate_threshold) & (pl.col("_faults") >= cfg.failure_floor))
+        spike_fires(pl.col("failure_rate"), pl.col("_faults"), cfg))
     out = []
     for r in firing.iter_rows(named=True):
         detail = (f"topic {r['topic']} had {r['_faults']} failed sends besides the limiter's "
                   f"({class_counts(r['failures_by_class'])}), {fixed(r['failure_rate'] * 100, 1)}% of attempts, while "
                   f"{fixed(r['put_tps'], 1)} msg/s were put (rule: rate >= {fixed(cfg.failure_rate_threshold * 100, 1)}% "
                   f"and >= {cfg.failure_floor} failures per window)")
-        out.append(_row(r, "topic", r["topic"], Anomaly.FAILURE_SPIKE, r["_faults"] / float(windows.length_seconds),
-                        r["put_tps"], _severity(r["_faults"], cfg.failure_floor, cfg), detail))
+        out.append(_row(r, "topic", r["topic"], Anomaly.FAILURE_SPIKE, rate(r["_faults"], windows.length_seconds),
+                        r["put_tps"], severity(r["_faults"], cfg.failure_floor, cfg), detail))
     return out
 
 
@@ -267,20 +249,20 @@ def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFra
     for r in groups.select("window_start", "consumer_group", "retry_tps").iter_rows():
         retries[r[0], r[1]] = retries.get((r[0], r[1]), 0.0) + (r[2] or 0.0)
     for k, x in (retry_traffic or {}).items():
-        retries[k] = max(retries.get(k, 0.0), x)
-    if any(x >= cfg.retry_floor_tps * (1.0 - SLACK) for x in retries.values()):
+        retries[k] = facts.retry_traffic(retries.get(k, 0.0), x)
+    if any(at_floor(x, cfg.retry_floor_tps) for x in retries.values()):
         out.add(RETRY)
     topic_values: dict = {}
     for start, topic, put, failures, limited in topics.select(
             "window_start", "topic", "put_tps", "failures", "rate_limited").iter_rows():
-        if (failures or 0) - (limited or 0) >= cfg.failure_floor:
+        if spike_fires(1.0, (failures or 0) - (limited or 0), cfg):  # at the largest rate there is: the count
             out.add(SPIKE)
         if put is not None:
             topic_values.setdefault(topic, []).append((start, put))
     broker_values: dict = {}
     for start, broker, put, broker_put, busy in brokers.select(
             "window_start", "broker", "put_tps", "broker_put_tps", "busy_failures").iter_rows():
-        if (busy or 0) >= cfg.busy_failures_floor:
+        if busy_fires(busy or 0, cfg):
             out.add(BUSY)
         writes = broker_put if broker_put is not None else put
         if writes is not None:

@@ -26,7 +26,8 @@ from pipelines.columns import FAILURE_METRIC_PREFIX
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig
 from pipelines.decide.arrow import to_arrow, to_polars
-from pipelines.decide.rules import SLACK, WINDOW_KEYS, per_second
+from pipelines.decide.facts import at_floor, per_second, retry_ratio, retry_traffic
+from pipelines.decide.rules import WINDOW_KEYS
 
 RATE_LIMITED_METRIC = FAILURE_METRIC_PREFIX + rmq.RATE_LIMITED
 #: ``resource_type`` of a window marker row among the traffic rows (``resource`` ``metrics`` or ``traffic``).
@@ -135,8 +136,7 @@ def group_tps(metrics: pl.LazyFrame) -> pl.LazyFrame:
         *WINDOW_KEYS, "consumer_group", "topic",
         per_second(pl.col("got")).alias("consume_tps"),
         per_second(pl.col("sent_back")).alias("retry_tps"),
-        pl.when(pl.col("got") > 0).then(pl.col("sent_back").cast(pl.Float64) / pl.col("got").cast(pl.Float64))
-        .alias("retry_ratio"),
+        retry_ratio(pl.col("sent_back").cast(pl.Float64), pl.col("got").cast(pl.Float64)).alias("retry_ratio"),
     )
 
 
@@ -204,8 +204,7 @@ def per_broker_traffic(metrics: pl.LazyFrame) -> pl.LazyFrame:
         .agg(_amount_if(is_sent_back).sum().alias("sent_back"), _amount_if(is_put).sum().alias("retry_puts"),
              _amount_if(is_limited).sum().alias("rejected"))
         .select(*WINDOW_KEYS, pl.lit("group").alias("resource_type"), "resource", "broker",
-                pl.max_horizontal(per_second(pl.col("sent_back")),
-                                  per_second(pl.col("retry_puts"))).alias("tps"),
+                retry_traffic(per_second(pl.col("sent_back")), per_second(pl.col("retry_puts"))).alias("tps"),
                 "rejected", pl.lit(False).alias("carries"), per_second(pl.col("sent_back")).alias("sendback_tps"))
     )
     return pl.concat([topic_rows, group_rows], how="vertical_relaxed").with_columns(
@@ -227,7 +226,7 @@ def resource_traffic(metrics: pl.LazyFrame, detection: DetectionConfig,
     floor = (pl.when(pl.col("resource_type") == "topic").then(pl.lit(float(detection.surge_floor_tps)))
              .otherwise(pl.lit(float(detection.retry_floor_tps))))
     totals = rows.group_by(key).agg(pl.col("tps").sum().alias("total"), pl.col("rejected").sum().alias("refused"))
-    keep = (pl.col("total") >= floor * (1.0 - SLACK)) | (pl.col("refused") > 0)
+    keep = at_floor(pl.col("total"), floor) | (pl.col("refused") > 0)
     if limited:
         keep = keep | pl.concat_str([pl.col("resource_type"), pl.col("resource")], separator="\x1f").is_in(
             list(limited))

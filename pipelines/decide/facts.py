@@ -1,0 +1,151 @@
+"""Every rule's predicate and every derived quantity the decisions share, each defined once: the final path
+(:mod:`pipelines.decide.rules`), the fast path (:mod:`pipelines.decide.preliminary`), both gates in front of the
+rules, the traffic floor (:func:`pipelines.decide.windows.resource_traffic`), the demand evidence
+(:mod:`pipelines.decide.evidence`), the limit policies and the reconciliation call these and write none of them
+again. The fast and the final path agree because they compute the same thing with the same function.
+
+Quantities (msg/s; "cluster-wide" is summed over brokers, "per broker" one broker's own):
+
+* :func:`rate`, :func:`per_second`: an amount over its window's seconds;
+* :func:`retry_traffic`: a group's retry traffic, the larger of its send-backs and its plain sends to
+  ``%RETRY%<group>``; :func:`retry_ratio`: retries ÷ consume;
+* :func:`split`, :func:`shares_of`: a cluster-wide limit as per-broker figures, and the shares it is split by.
+
+Predicates (the rules of docs/decisions.md §2 with their ``[detection]`` thresholds):
+
+* :func:`retry_fires` (``RUNAWAY_RETRY``), :func:`surge_fires` (``TRAFFIC_SURGE``), :func:`busy_fires`
+  (``BROKER_BUSY``), :func:`spike_fires` (``FAILURE_SPIKE``); :func:`severity`;
+* :func:`at_floor`: a gate's necessary condition, a value at a floor within :data:`TOLERANCE`.
+
+The quantities and :func:`at_floor`, :func:`surge_fires`, :func:`busy_fires`, :func:`spike_fires` take Python
+numbers or polars expressions alike (the same operators; :func:`retry_traffic` and :func:`retry_ratio` dispatch on
+the type); :func:`retry_fires` takes numbers (a row at a time: its null cases are not an expression's).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import polars as pl
+
+from pipelines.config import DetectionConfig
+from pipelines.decide.words import Severity
+
+#: The one relative tolerance of the decisions' float comparisons: a sum added in another order (a gate against
+#: its rule, the traffic floor against a rule), two splits of the same limit, the fallback sends' share, the first
+#: window starting after an instant.
+TOLERANCE = 1e-9
+#: Key of the per-broker figure of a broker that carried no traffic when the limit was set (docs/contracts.md §3).
+ANY_BROKER = "*"
+
+Number = float | int
+
+
+def _expr(*values) -> bool:
+    return any(isinstance(v, pl.Expr) for v in values)
+
+
+def rate(amount: Number, seconds: Number) -> float:
+    """``amount`` (messages, or failures) per second of a window of ``seconds`` (``windows.length_seconds``):
+    msg/s, a true IEEE division (the quotient Spark's ``double`` division gives). Raises ZeroDivisionError for
+    0 seconds."""
+    return amount / seconds
+
+
+def per_second(amount: pl.Expr) -> pl.Expr:
+    """:func:`rate` of a column: ``amount`` per second of its row's window (``window_end - window_start``, of
+    ``windows.length_seconds``), as a true division per row. Over a column of two or more rows, polars divides by a
+    literal as a multiplication by its reciprocal, one ulp off for about one value in twelve
+    (47119 / 60 = 785.3166666666667; × (1/60): 785.3166666666666): dividing by the row's own length is the
+    quotient :func:`rate` and Spark give."""
+    seconds = (pl.col("window_end") - pl.col("window_start")).dt.total_seconds().cast(pl.Float64)
+    return amount.cast(pl.Float64) / seconds
+
+
+def at_floor(value, floor):
+    """``value`` at ``floor`` within :data:`TOLERANCE` (relative): a gate's or the traffic floor's necessary
+    condition of a rule whose sums it adds in another order. Numbers → bool; expressions → a boolean expression."""
+    return value >= floor * (1.0 - TOLERANCE)
+
+
+def retry_traffic(sent_back, plain_sends):
+    """A consumer group's retry traffic in a window: the larger of its send-backs (``SNDBCK_PUT_NUMS``) and the
+    plain sends to ``%RETRY%<group>`` (``TOPIC_PUT_NUMS`` of the retry topic: the sends its client falls back to
+    when a broker refuses a send-back; one limiter per broker counts both). Per broker, or of two cluster-wide
+    sums (a lower bound of the per-broker sum); amounts or msg/s alike. Numbers → ``max`` (the first of equal
+    ones); expressions → ``pl.max_horizontal``."""
+    if _expr(sent_back, plain_sends):
+        return pl.max_horizontal(sent_back, plain_sends)
+    return max(sent_back, plain_sends)
+
+
+def retry_ratio(retry, consume):
+    """Retries ÷ consume (both msg/s, or both counts of one window); None (null) when nothing is consumed
+    (``consume`` ≤ 0). Numbers → float or None; expressions → a Float64 expression."""
+    if _expr(retry, consume):
+        return pl.when(consume > 0).then(retry / consume).otherwise(None)
+    return retry / consume if consume > 0 else None
+
+
+def retry_fires(retry: float | None, consume: float | None, cfg: DetectionConfig, *, floor: bool = True) -> bool:
+    """``RUNAWAY_RETRY`` on a group's retry traffic and its consume rate (msg/s, the same window): the
+    :func:`retry_ratio` at ``retry_ratio_threshold`` and the retries at ``retry_floor_tps``; with nothing consumed,
+    the retries at the floor. ``floor=False`` (a window under the group's own limit, whose cap holds the retries
+    far under the floor): a group that consumes fires on its ratio alone. False when either rate is None (no
+    evidence)."""
+    if retry is None or consume is None:
+        return False
+    ratio = retry_ratio(retry, consume)
+    if ratio is None:
+        return retry >= cfg.retry_floor_tps
+    return ratio >= cfg.retry_ratio_threshold and (not floor or retry >= cfg.retry_floor_tps)
+
+
+def surge_fires(put, baseline, cfg: DetectionConfig):
+    """``TRAFFIC_SURGE`` on a resource's put rate against its baseline (msg/s): at ``surge_floor_tps`` and at
+    ``surge_factor`` × the baseline. Numbers → bool; expressions → a boolean expression (a null baseline: null)."""
+    return (put >= cfg.surge_floor_tps) & (put >= cfg.surge_factor * baseline)
+
+
+def busy_fires(busy_failures, cfg: DetectionConfig):
+    """``BROKER_BUSY`` on a broker's busy failures in a window (count): at ``busy_failures_floor``."""
+    return busy_failures >= cfg.busy_failures_floor
+
+
+def spike_fires(failure_rate, failures, cfg: DetectionConfig):
+    """``FAILURE_SPIKE`` on a topic's failure rate (failures ÷ attempts, ``RATE_LIMITED`` left out) and its
+    failures in a window (count): the rate at ``failure_rate_threshold`` and the count at ``failure_floor``."""
+    return (failure_rate >= cfg.failure_rate_threshold) & (failures >= cfg.failure_floor)
+
+
+def severity(observed: float, floor: float, cfg: DetectionConfig) -> Severity:
+    """``critical`` when ``observed`` is at least ``critical_factor`` × the rule's ``floor`` (same unit), else
+    ``warning``."""
+    return Severity.CRITICAL if observed >= floor * cfg.critical_factor else Severity.WARNING
+
+
+def close(a: float, b: float) -> bool:
+    """``a`` within :data:`TOLERANCE` of ``b`` (relative to ``b``): the same figure computed twice."""
+    return abs(a - b) <= TOLERANCE * abs(b)
+
+
+def shares_of(broker_tps: Mapping[str, float]) -> dict[str, float]:
+    """A resource's traffic per broker (msg/s) → each broker's share (fractions summing to 1, sorted by broker);
+    brokers without traffic (0, None, NaN, ±inf) are left out; empty when there is no traffic."""
+    live = {b: float(v) for b, v in broker_tps.items() if b and v is not None and v > 0 and math.isfinite(v)}
+    total = sum(live.values())
+    return {b: v / total for b, v in sorted(live.items())} if total > 0 else {}
+
+
+def split(limit_qps: float, shares: Mapping[str, float]) -> dict[str, float]:
+    """A cluster-wide limit (msg/s) split by the frozen shares: ``{broker: limit × share}`` plus :data:`ANY_BROKER`
+    at the smallest share's figure (a broker that carries the resource only after the limit was set is held no
+    looser than the least-loaded carrier). The listed brokers' figures add up to ``limit_qps``; the cluster-wide
+    floor (``min_limit_qps``) is the floor of ``limit_qps``, not of each share. Empty without shares (every broker
+    then applies the cluster-wide figure; docs/contracts.md §3)."""
+    if not shares:
+        return {}
+    out = {b: limit_qps * s for b, s in shares.items()}
+    out[ANY_BROKER] = min(out.values())
+    return out

@@ -1,0 +1,138 @@
+"""Each rule predicate and derived quantity (pipelines/decide/facts.py) on a few inline rows, as numbers and, where
+it takes them, as a polars expression over the same rows (the final path computes on frames, the gates and the
+policies on numbers: the two must agree)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import polars as pl
+import pytest
+
+from pipelines.config import DetectionConfig
+from pipelines.decide import facts
+from pipelines.decide.words import Severity
+
+D = DetectionConfig()  # retry: ratio 0.5, floor 50; surge: 4x, floor 50; busy: 10; spike: 5 %, 20
+
+
+def column(expr: pl.Expr, **data) -> list:
+    return pl.DataFrame(data).select(expr.alias("out"))["out"].to_list()
+
+
+def test_rate_is_the_true_quotient():
+    rows = [(47119, 60, 785.3166666666667), (0, 60, 0.0), (90, 60.0, 1.5), (1.5, 1, 1.5)]
+    assert [facts.rate(a, s) for a, s, _ in rows] == [x for _, _, x in rows]
+    with pytest.raises(ZeroDivisionError):
+        facts.rate(1, 0)
+
+
+def test_per_second_divides_each_row_by_its_own_window():
+    start = dt.datetime(2026, 1, 5, 6, 0, tzinfo=dt.timezone.utc)
+    frame = pl.DataFrame({"window_start": [start] * 3, "window_end": [start + dt.timedelta(seconds=s) for s in
+                                                                      (60, 60, 30)], "n": [47119, 6, 6]})
+    got = frame.select(facts.per_second(pl.col("n")).alias("tps"))["tps"].to_list()
+    assert got == [facts.rate(47119, 60), 0.1, 0.2]
+    assert got[0] == 785.3166666666667  # not 47119 × (1/60) = 785.3166666666666
+
+
+@pytest.mark.parametrize("value, floor, expected", [(50.0, 50.0, True), (50.0 * (1 - 1e-10), 50.0, True),
+                                                    (50.0 * (1 - 1e-8), 50.0, False), (0.0, 0.0, True)])
+def test_at_floor_allows_only_a_sum_s_rounding(value, floor, expected):
+    assert facts.at_floor(value, floor) is expected
+    assert column(facts.at_floor(pl.col("v"), floor), v=[value]) == [expected]
+
+
+SENDS = [(30.0, 122.5, 122.5), (47.4, 0.0, 47.4), (0, 0, 0), (12, 7, 12)]
+
+
+@pytest.mark.parametrize("sent_back, plain, expected", SENDS)
+def test_retry_traffic_is_the_larger_of_send_backs_and_plain_sends(sent_back, plain, expected):
+    assert facts.retry_traffic(sent_back, plain) == expected
+
+
+def test_retry_traffic_as_an_expression_is_the_same():
+    sent, plain, expected = zip(*SENDS)
+    assert column(facts.retry_traffic(pl.col("s"), pl.col("p")), s=list(map(float, sent)),
+                  p=list(map(float, plain))) == list(map(float, expected))
+
+
+RATIOS = [(785.32, 790.0, 785.32 / 790.0), (60.0, 0.0, None), (0.0, 100.0, 0.0), (1.0, -1.0, None)]
+
+
+def test_retry_ratio_is_null_with_nothing_consumed():
+    assert [facts.retry_ratio(r, c) for r, c, _ in RATIOS] == [x for _, _, x in RATIOS]
+    retry, consume, expected = zip(*RATIOS)
+    assert column(facts.retry_ratio(pl.col("r"), pl.col("c")), r=list(retry), c=list(consume)) == list(expected)
+
+
+@pytest.mark.parametrize("retry, consume, floor, expected", [
+    (785.32, 790.0, True, True),    # article 001
+    (50.0, 100.0, True, True),      # at both thresholds exactly
+    (9.0, 10.0, True, False),       # ratio 0.9, under the 50 msg/s floor
+    (9.0, 10.0, False, True),       # the same under the group's own limit: the ratio alone
+    (60.0, 0.0, True, True),        # nothing consumed: the floor alone
+    (40.0, 0.0, False, False),      # nothing consumed under a limit: still the floor
+    (60.0, 200.0, True, False),     # at the floor, ratio 0.3
+    (None, 10.0, True, False), (60.0, None, True, False),   # no evidence
+])
+def test_retry_fires(retry, consume, floor, expected):
+    assert facts.retry_fires(retry, consume, D, floor=floor) is expected
+
+
+SURGES = [(800.0, 100.0, True), (399.0, 100.0, False), (49.0, 1.0, False), (200.0, 50.0, True)]
+
+
+@pytest.mark.parametrize("put, baseline, expected", SURGES)
+def test_surge_fires(put, baseline, expected):
+    assert bool(facts.surge_fires(put, baseline, D)) is expected
+
+
+def test_surge_fires_as_an_expression_is_the_same():
+    put, baseline, expected = zip(*SURGES)
+    assert column(facts.surge_fires(pl.col("p"), pl.col("b"), D), p=list(put), b=list(baseline)) == list(expected)
+
+
+@pytest.mark.parametrize("busy, expected", [(10, True), (9, False), (60, True), (0, False)])
+def test_busy_fires(busy, expected):
+    assert facts.busy_fires(busy, D) is expected
+    assert column(facts.busy_fires(pl.col("n"), D), n=[busy]) == [expected]
+
+
+@pytest.mark.parametrize("rate, failures, expected", [(0.05, 20, True), (0.5, 19, False), (0.049, 80, False),
+                                                      (1.0, 20, True)])
+def test_spike_fires(rate, failures, expected):
+    assert bool(facts.spike_fires(rate, failures, D)) is expected
+    assert column(facts.spike_fires(pl.col("r"), pl.col("n"), D), r=[rate], n=[failures]) == [expected]
+
+
+@pytest.mark.parametrize("observed, floor, expected", [(200.0, 50.0, Severity.CRITICAL), (199.9, 50.0, Severity.WARNING),
+                                                       (40, 10, Severity.CRITICAL), (0.0, 0.0, Severity.CRITICAL)])
+def test_severity(observed, floor, expected):
+    assert facts.severity(observed, floor, D) is expected
+
+
+@pytest.mark.parametrize("a, b, expected", [(40.0, 40.0, True), (40.0 + 4e-8, 40.0, False),
+                                            (40.0 + 3e-8, 40.0, True), (0.0, 0.0, True)])
+def test_close(a, b, expected):
+    assert facts.close(a, b) is expected
+
+
+def test_shares_of_leaves_out_brokers_without_traffic():
+    got = facts.shares_of({"broker-b": 150.0, "broker-a": 450.0, "broker-c": 0.0, "broker-d": math.nan,
+                           "": 5.0, "broker-e": None})
+    assert got == {"broker-a": 0.75, "broker-b": 0.25} and list(got) == ["broker-a", "broker-b"]
+    assert facts.shares_of({"broker-a": 0.0}) == {} and facts.shares_of({}) == {}
+
+
+@pytest.mark.parametrize("limit, shares, expected", [
+    (40.0, {"broker-a": 0.75, "broker-b": 0.25}, {"broker-a": 30.0, "broker-b": 10.0, "*": 10.0}),
+    (40.0, {"broker-a": 1.0}, {"broker-a": 40.0, "*": 40.0}),
+    (40.0, {}, {}),
+    (1.0, {"a": 0.5, "b": 0.3, "c": 0.2}, {"a": 0.5, "b": 0.3, "c": 0.2, "*": 0.2}),
+])
+def test_split_adds_up_to_the_limit_and_names_the_smallest_share_for_any_other_broker(limit, shares, expected):
+    got = facts.split(limit, shares)
+    assert got == pytest.approx(expected)
+    assert math.isclose(sum(v for b, v in got.items() if b != "*"), limit if shares else 0.0)
