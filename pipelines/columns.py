@@ -110,7 +110,7 @@ METRIC_EVENT = (
 #: (:func:`pipelines.decide.windows.resource_traffic`): ``tps`` the limited traffic the broker admitted (msg/s),
 #: ``rejected`` its limiter's rejections (failed sends), ``carries`` the broker printed a put line of the topic,
 #: ``sendback_tps`` a group's admitted send-backs alone (msg/s; null for a topic: ``tps`` minus it is the consumer
-#: client's fallback plain sends, :mod:`pipelines.decide.limit_policy`); window marker rows have ``resource_type`` ``*``.
+#: client's fallback plain sends, :mod:`pipelines.decide.retry_limit`); window marker rows have ``resource_type`` ``*``.
 WINDOW_TRAFFIC = (
     ("window_start", "timestamp"),
     ("window_end", "timestamp"),

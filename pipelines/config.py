@@ -241,7 +241,7 @@ class LimitsConfig(_Section):
         "Factor of one upward probe of a limit at its cap (NSQ's RDY policy, article 003): a surge limit's, and "
         "a retry-storm limit's whose demand is hidden."))
     bound_share: float = Field(default=0.9, gt=0, le=1, description=(
-        "Closed loop (:mod:`pipelines.decide.limit_policy`): a limited resource whose cluster-wide admitted rate "
+        "Closed loop (:mod:`pipelines.decide.policy`): a limited resource whose cluster-wide admitted rate "
         "is at least this share (ratio) of its cluster-wide limit runs at its cap, where the limit hides the "
         "demand: ``bound`` when the rule fires on what shows (the cause persists, refreshed), else ``capped`` "
         "(unknown: never a clear window, probed). Below it the demand is visible and the rule itself judges it."))
@@ -255,7 +255,7 @@ class LimitsConfig(_Section):
         "Seconds of event time; a limit held longer is flagged on the status page and logged once (WARNING) for "
         "a person to look at."))
     recurrence_windows: int = Field(default=30, ge=0, description=(
-        "Windows: recurrence memory (flap damping, :mod:`pipelines.decide.fold`). An anomaly within this many "
+        "Windows: recurrence memory (flap damping, :meth:`pipelines.decide.policy.LimitPolicy.recurrence`). An anomaly within this many "
         "final windows of its resource's last lift is a recurrence: the limit goes straight to the target "
         "remembered from before, and each recurrence doubles the clear windows the next lift needs "
         "(``recovery_windows`` × 2^n, at most max(``recovery_windows``, ``recurrence_windows``)); 0 = no memory. "

@@ -23,10 +23,9 @@ import polars as pl
 from pipelines import rocketmq as rmq
 from pipelines.config import LimitsConfig
 from pipelines.decide.arrow import naive
-from pipelines.decide.catalogue import Anomaly
 from pipelines.decide.fold_types import Candidate
 from pipelines.decide.text import fixed
-from pipelines.decide.words import Mode, Severity
+from pipelines.decide.words import Anomaly, Mode, Severity
 
 
 @dataclass(frozen=True)

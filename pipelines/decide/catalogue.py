@@ -1,17 +1,20 @@
-"""The rule catalogue: every anomaly kind the governor detects, defined once, with what each rule needs.
+"""The rule catalogue: every anomaly kind the governor detects, defined once, with what each rule needs, and the
+one registry of the limit policies (:func:`policy_for`).
 
-``gold/anomalies.anomaly`` holds :class:`Anomaly` values (docs/contracts.md §2). Per rule, :data:`RULES` says:
+``gold/anomalies.anomaly`` holds :class:`~pipelines.decide.words.Anomaly` values (docs/contracts.md §2). Per rule,
+:data:`RULES` says:
 
 * ``resource_types``: what it flags (a consumer group, a topic, a broker);
-* ``evidence``: :data:`MONOTONE` (a count floor, or a floor and a factor of a baseline of finalized windows: the
-  lines still to come can only add, so the fast path may act on an open window's partial sums) or :data:`RATIO`
-  (retry ÷ consume, failures ÷ attempts: acts on an open window only once every expected broker has reported, so
-  the denominator is final; :mod:`pipelines.decide.preliminary`);
-* ``limited``: the resource types it limits, and ``limits`` what such a limit governs (none: it limits nothing
-  itself);
-* ``demand_evidence``: under an enforced limit the cap shows, so the final path judges the limited resource by its
-  rule on this evidence (:mod:`pipelines.decide.evidence`, :mod:`pipelines.decide.limit_policy`);
-* ``config``: its thresholds in ``[detection]`` (:class:`pipelines.config.DetectionConfig`);
+* ``evidence``: :attr:`EvidenceKind.MONOTONE` (a count floor, or a floor and a factor of a baseline of finalized
+  windows: the lines still to come can only add, so the fast path may act on an open window's partial sums) or
+  :attr:`EvidenceKind.RATIO` (retry ÷ consume, failures ÷ attempts: acts on an open window only once every expected
+  broker has reported, so the denominator is final; :mod:`pipelines.decide.preliminary`);
+* ``limited``: the resource types it limits, ``limits`` what such a limit governs and ``policy`` the class that
+  owns its limit's life (:mod:`pipelines.decide.policy`; none: it limits nothing itself);
+* ``demand_evidence``: under an enforced limit the cap shows, so the limited resource is judged by its rule on
+  this evidence (:mod:`pipelines.decide.evidence`, the policy's ``judge``);
+* ``config``: its thresholds in ``[detection]`` (:class:`pipelines.config.DetectionConfig`); its predicate:
+  :mod:`pipelines.decide.facts`;
 * ``source``: where the rule comes from.
 """
 
@@ -20,17 +23,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-#: Evidence kinds (see the module docstring).
-MONOTONE, RATIO = "monotone", "ratio"
+from pipelines.decide.policy import LimitPolicy
+from pipelines.decide.retry_limit import RetryStormLimit
+from pipelines.decide.steps import Params
+from pipelines.decide.surge_limit import SurgeLimit
+from pipelines.decide.words import Anomaly
+
+__all__ = ["Anomaly", "EvidenceKind", "RuleSpec", "RULES", "limited_by", "policy_for"]
 
 
-class Anomaly(str, Enum):
-    """An anomaly kind; ``.value`` is what ``gold/anomalies.anomaly`` holds."""
+class EvidenceKind(str, Enum):
+    """How a rule's evidence grows as an open window's lines land (see the module docstring)."""
 
-    RUNAWAY_RETRY = "RUNAWAY_RETRY"
-    TRAFFIC_SURGE = "TRAFFIC_SURGE"
-    BROKER_BUSY = "BROKER_BUSY"
-    FAILURE_SPIKE = "FAILURE_SPIKE"
+    MONOTONE = "monotone"
+    RATIO = "ratio"
 
 
 @dataclass(frozen=True)
@@ -39,37 +45,40 @@ class RuleSpec:
 
     kind: Anomaly
     resource_types: tuple[str, ...]
-    evidence: str
+    evidence: EvidenceKind
     limited: tuple[str, ...]
     limits: str | None
     demand_evidence: str | None
     config: tuple[str, ...]
     source: str
+    policy: type[LimitPolicy] | None = None
 
 
 RULES: dict[Anomaly, RuleSpec] = {
     Anomaly.RUNAWAY_RETRY: RuleSpec(
-        Anomaly.RUNAWAY_RETRY, ("group",), RATIO, limited=("group",),
+        Anomaly.RUNAWAY_RETRY, ("group",), EvidenceKind.RATIO, limited=("group",),
         limits="the group's retry traffic: one limiter per broker keyed %RETRY%<group>",
         demand_evidence="per broker the larger of the group's SNDBCK_PUT_NUMS and the plain sends to %RETRY%<group> "
                         "(TOPIC_PUT_NUMS), against the cluster-wide limit; RATE_LIMITED failures naming "
                         "%RETRY%<group>; the limiter's own last rejection (control/limiter_rejections)",
         config=("retry_ratio_threshold", "retry_floor_tps", "critical_factor"),
-        source="article 001: a consumer that never acknowledged, %RETRY%get-pugc-to-ai-consumer at 785 TPS"),
+        source="article 001: a consumer that never acknowledged, %RETRY%get-pugc-to-ai-consumer at 785 TPS",
+        policy=RetryStormLimit),
     Anomaly.TRAFFIC_SURGE: RuleSpec(
-        Anomaly.TRAFFIC_SURGE, ("topic", "broker"), MONOTONE, limited=("topic",),
+        Anomaly.TRAFFIC_SURGE, ("topic", "broker"), EvidenceKind.MONOTONE, limited=("topic",),
         limits="a topic's puts, only while a broker carrying it is BROKER_BUSY (else an advisory record)",
         demand_evidence="the topic's cluster-wide TOPIC_PUT_NUMS against its limit; RATE_LIMITED failures of the "
                         "topic; the carriers' health (BROKER_BUSY) for probing the limit upward",
         config=("surge_factor", "surge_floor_tps", "baseline_windows", "baseline_min_windows", "baseline_quantile",
                 "critical_factor"),
-        source="article 001: one broker's writes rose about 8x"),
+        source="article 001: one broker's writes rose about 8x",
+        policy=SurgeLimit),
     Anomaly.BROKER_BUSY: RuleSpec(
-        Anomaly.BROKER_BUSY, ("broker",), MONOTONE, limited=(), limits=None, demand_evidence=None,
+        Anomaly.BROKER_BUSY, ("broker",), EvidenceKind.MONOTONE, limited=(), limits=None, demand_evidence=None,
         config=("busy_failures_floor", "critical_factor"),
         source="article 001: [TIMEOUT_CLEAN_QUEUE]broker busy fast failures rejected sends of every topic"),
     Anomaly.FAILURE_SPIKE: RuleSpec(
-        Anomaly.FAILURE_SPIKE, ("topic",), RATIO, limited=(), limits=None, demand_evidence=None,
+        Anomaly.FAILURE_SPIKE, ("topic",), EvidenceKind.RATIO, limited=(), limits=None, demand_evidence=None,
         config=("failure_rate_threshold", "failure_floor", "critical_factor"),
         source="producer send failures; the limiter's own RATE_LIMITED rejections never count"),
 }
@@ -77,8 +86,21 @@ RULES: dict[Anomaly, RuleSpec] = {
 
 def limited_by(resource_type: str) -> Anomaly:
     """The rule whose limit governs a limited resource of ``resource_type`` (``group`` → RUNAWAY_RETRY, ``topic``
-    → TRAFFIC_SURGE)."""
+    → TRAFFIC_SURGE).
+
+    Raises:
+        ValueError: no rule limits that type.
+    """
     for spec in RULES.values():
         if resource_type in spec.limited:
             return spec.kind
     raise ValueError(f"no rule limits a {resource_type}")
+
+
+def policy_for(resource_type: str, params: Params) -> LimitPolicy:
+    """The limit policy of a limited resource type (its rule's ``policy``), with ``params``.
+
+    Raises:
+        ValueError: no rule limits that type.
+    """
+    return RULES[limited_by(resource_type)].policy(params)

@@ -28,6 +28,7 @@ from pipelines.decide.arrow import aware, from_rows, micros, rows_of, to_polars,
 from pipelines.decide.candidates import candidate_limits
 from pipelines.decide.words import Action, Basis
 from pipelines.decide.folding import fold_all
+from pipelines.decide.steps import Params
 from pipelines.decide.limits import check, finish
 from pipelines.decide.reconcile import latest_per_resource, preliminary_state
 from pipelines.decide.final import rows_by_key
@@ -222,8 +223,8 @@ def decide_prepared(prepared: Prepared, policy_state: pa.Table, latest_limits: p
         return from_rows([], columns.GOLD_LIMITS), from_rows([], columns.QUARANTINE)
     saved = rows_by_key(policy_state)
     latest = latest_per_resource(list(rows_by_key(latest_limits).values()))
-    folded = fold_all(prepared.candidates, preliminary_state(saved, latest), prepared.horizon_end, cfg.limits,
-                      cfg.windows.length_seconds, recover=False)
+    folded = fold_all(prepared.candidates, preliminary_state(saved, latest), prepared.horizon_end,
+                      Params.from_config(cfg), recover=False)
     sets = [d for d in folded.decisions if d.action == Action.SET]
     accepted, refused = check(finish(sets, cfg.limits, now, Basis.PRELIMINARY), origin, now)
     return from_rows(accepted, columns.GOLD_LIMITS), from_rows(refused, columns.QUARANTINE)

@@ -6,7 +6,7 @@ Steps (each a module of :mod:`pipelines.decide`):
 1. anomalies against the resources' own baselines (:mod:`~pipelines.decide.rules`);
 2. the demand evidence of limitable resources (:mod:`~pipelines.decide.evidence`), limit candidates
    (:mod:`~pipelines.decide.candidates`) and the per-resource policy fold (:mod:`~pipelines.decide.folding`), which
-   judges a resource under a limit by its rule on that evidence (:mod:`~pipelines.decide.limit_policy`);
+   judges a resource under a limit by its rule on that evidence (:mod:`~pipelines.decide.policy`);
 3. ``gold/limits`` rows (basis ``final``) split by the ``gold/limits`` expectations into accepted decisions and
    quarantine rows (:mod:`~pipelines.decide.limits`);
 4. the fast path's preliminary decisions on windows now final are confirmed, corrected or reversed
@@ -35,6 +35,7 @@ from pipelines.decide.arrow import aware, from_rows, micros, rows_of, to_arrow, 
 from pipelines.decide.candidates import candidate_limits
 from pipelines.decide.catalogue import limited_by
 from pipelines.decide.folding import Folded, fold_all, state_row, state_table
+from pipelines.decide.steps import Params
 from pipelines.decide.words import Basis, Severity, Status
 from pipelines.decide.limits import check, finish
 from pipelines.decide.reconcile import latest_per_resource, reconcile_preliminary, state_after
@@ -209,9 +210,9 @@ def decide_prepared(prepared: Prepared, inputs: FinalInputs, cfg: GovernorConfig
     saved = rows_by_key(inputs.policy_state)
     observed = {k for k, r in saved.items() if r.get("limit_qps") is not None} | {
         (k.resource_type, k.resource) for k in candidates}
-    folded = fold_all(candidates, saved, prepared.horizon_end, limits_cfg, windows.length_seconds,
+    folded = fold_all(candidates, saved, prepared.horizon_end, Params.from_config(cfg),
                       observations=ev.observations(prepared.demand, observed, prepared.grid) if observed else {},
-                      detection=cfg.detection, open_evidence=inputs.open_evidence, now=now)
+                      open_evidence=inputs.open_evidence, now=now)
     accepted, refused = check(finish(folded.decisions, limits_cfg, now, Basis.FINAL), origin, now)
     after = state_after(saved, {(s.resource_type, s.resource): state_row(s) for s in folded.states})
     reconciled = reconcile_preliminary(latest_per_resource(list(rows_by_key(inputs.latest_limits).values())),

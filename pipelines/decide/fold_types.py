@@ -1,9 +1,10 @@
-"""The policy's vocabulary: what the fold (:mod:`pipelines.decide.fold`) reads and writes per resource (the
-per-broker split of a limit: :func:`pipelines.decide.facts.split`). Frozen dataclasses and plain functions; no Spark.
+"""The limit policies' vocabulary: what the fold (:mod:`pipelines.decide.fold`) reads and writes per resource.
+Frozen dataclasses; no Spark. Rates are cluster-wide msg/s unless named per broker; times naive UTC window ends.
 
 * :class:`ResourceState`: what the policy remembers about a resource between micro-batches (``state/policy``);
+  :func:`limit_in_force`: the limit the brokers applied in a window;
 * :class:`Candidate`: a rule fired in a window; :class:`Observation`: a window's demand evidence;
-* :class:`Decision`: a ``set`` / ``relax`` / ``lift``; :class:`Evidence`: how a window under a limit was judged;
+* :class:`Decision`: a ``set`` / ``relax`` / ``lift``; :class:`Evidence`: how a window under a limit was judged.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pipelines.config import LimitsConfig
 from pipelines.decide.words import Action, Mode, Status
 
 #: The recurrence memory of a resource with none (:class:`ResourceState`).
@@ -79,12 +79,6 @@ def limit_in_force(state: ResourceState, window_end: dt.datetime) -> float | Non
             and window_end < state.probe_effective_end):
         return state.probe_from_qps
     return state.limit_qps
-
-
-def recovery_needed(recurrences: int, cfg: LimitsConfig) -> int:
-    """Clear windows a limit needs before its lift: ``recovery_windows`` doubled per recurrence, at most
-    ``max(recovery_windows, recurrence_windows)`` (see the module's "Recurrence memory")."""
-    return min(cfg.recovery_windows * 2 ** min(recurrences, 16), max(cfg.recovery_windows, cfg.recurrence_windows))
 
 
 @dataclass(frozen=True)

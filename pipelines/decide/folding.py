@@ -1,5 +1,6 @@
 """The per-resource policy fold (:func:`pipelines.decide.fold.fold_resource`) run for every resource with a
-candidate or a limit in force, over the rows the micro-batch collected; and the ``state/policy`` rows in and out.
+candidate or a limit in force, over the rows the micro-batch collected (:func:`fold_all`: one call per micro-batch,
+on either path); and the ``state/policy`` rows in and out.
 
 The input is small: only resources with a candidate in this micro-batch or a limit in force (a few rows per such
 resource and window; a storm over 10,000 topics would be 10,000 resources of a few rows). Resources are folded in
@@ -15,11 +16,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from pipelines import columns
-from pipelines.config import DetectionConfig, LimitsConfig
 from pipelines.decide.arrow import aware, figures, from_rows, naive
 from pipelines.decide.candidates import Keyed
 from pipelines.decide.fold import fold_resource
 from pipelines.decide.fold_types import Decision, Evidence, Observation, ResourceState
+from pipelines.decide.steps import Params
 from pipelines.decide.words import Mode, Status
 
 log = logging.getLogger("rate_governor")
@@ -85,23 +86,27 @@ class Folded:
         return [(k, e) for k, e in self.evidence if e.status == Status.VETO]
 
 
-def fold_all(candidates: list[Keyed], saved: dict[Key, dict], horizon_end: dt.datetime, cfg: LimitsConfig,
-             window_seconds: int, recover: bool = True,
-             observations: dict[Key, list[Observation]] | None = None, detection: DetectionConfig | None = None,
+def fold_all(candidates: list[Keyed], saved: dict[Key, dict], horizon_end: dt.datetime, params: Params, *,
+             recover: bool = True, observations: dict[Key, list[Observation]] | None = None,
              open_evidence: dict[Key, list[Observation]] | None = None, now: dt.datetime | None = None) -> Folded:
-    """Fold every resource with a candidate, or with a saved state whose limit is in force (a resource only observed
-    has nothing to fold).
+    """The fold of one micro-batch, both paths' one call: every resource with a candidate, or with a saved state
+    whose limit is in force (a resource only observed has nothing to fold), by
+    :func:`pipelines.decide.fold.fold_resource`, in (resource_type, resource) order.
 
     Args:
         candidates: this micro-batch's candidates (:func:`pipelines.decide.candidates.candidate_limits`).
         saved: the saved state per resource (``state/policy`` rows by key, :func:`state_of` reads them).
         horizon_end: end of the last finalized (or open, on the fast path) window of the micro-batch (UTC).
+        params: the policies' settings (:meth:`pipelines.decide.steps.Params.from_config`).
         recover: lift after recovery (final path); the fast path folds without (absence is known on final windows).
         observations: the demand evidence of the micro-batch's windows per resource (final path), None on the fast
-            path; detection: the rules' thresholds; open_evidence: the fast path's open windows (the lift veto,
-            a retry-storm limit's probe); now: when the decisions are made (UTC; a raise's first whole window).
+            path; open_evidence: the fast path's open windows (the lift veto, a retry-storm limit's probe); now:
+            when the decisions are made (UTC; a raise's first whole window).
     Returns:
         :class:`Folded`; each veto is logged (INFO).
+
+    Raises:
+        ValueError: a candidate's target is not finite and > 0; a resource type no rule limits.
     """
     by_key: dict[Key, list] = {}
     for k in candidates:
@@ -112,8 +117,7 @@ def fold_all(candidates: list[Keyed], saved: dict[Key, dict], horizon_end: dt.da
     for key in sorted(anchored):
         start = state_of(saved[key]) if key in saved else ResourceState(*key)
         decisions, state, evidence = fold_resource(
-            start, by_key.get(key, []), horizon, cfg, window_seconds, recover,
-            observations=(observations or {}).get(key, ()), detection=detection,
+            start, by_key.get(key, []), horizon, params, recover, observations=(observations or {}).get(key, ()),
             open_evidence=(open_evidence or {}).get(key, ()), now=naive(now) if now is not None else None)
         out.decisions += decisions
         out.evidence += [(key, e) for e in evidence]

@@ -274,7 +274,7 @@ def topic_carriers(open_rows: pl.DataFrame) -> dict[tuple[dt.datetime, str], lis
 def cut_bounded_by_final_rates(candidates: list[Keyed], open_rows: pl.DataFrame, expected: list[str],
                                windows: WindowsConfig) -> list[Keyed]:
     """Candidates of open windows → those the fast path may act on: a non-critical candidate's first cut is bounded
-    by ``max_cut_pct`` of the observed rate (:meth:`pipelines.decide.fold.Fold.start`), and a partial window's rate
+    by ``max_cut_pct`` of the observed rate (:meth:`pipelines.decide.policy.LimitPolicy.start`), and a partial window's rate
     is below the true one, so a non-critical candidate waits until its window is complete by census; critical ones
     act at once."""
     length = dt.timedelta(seconds=windows.length_seconds)

@@ -26,6 +26,7 @@ from pipelines.decide import facts
 from pipelines.decide.facts import ANY_BROKER, close
 from pipelines.decide.words import Action, Basis
 from pipelines.decide.limits import RECONCILE_RANK, burst_for, decision_version
+from pipelines.decide.steps import frozen_basis
 from pipelines.decide.text import fixed, stamp
 
 Key = tuple[str, str]
@@ -45,7 +46,8 @@ def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict]) -> dict[K
     """The state the fast path folds from: the final path's saved state (``state/policy`` rows by key), with the
     limit of a newer preliminary decision in force (so a preliminary limit is not decided again every micro-batch;
     hysteresis, cool-down and the maximum cut apply from it). A preliminary limit the final path has not folded yet
-    also freezes its target and its per-broker shares (from its ``broker_limits``), as the final path will."""
+    also freezes its target and its per-broker shares (from its ``broker_limits``), as the final path will
+    (:func:`pipelines.decide.steps.frozen_basis`)."""
     out = {key: dict(row) for key, row in saved.items()}
     for key, limit in latest.items():
         if limit["basis"] != Basis.PRELIMINARY:
@@ -59,9 +61,8 @@ def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict]) -> dict[K
             row["version"] = 0
         if first:
             split = {b: q for b, q in figures(limit.get("broker_limits")).items() if b != ANY_BROKER}
-            row.update(target_qps=p_limit, limited_since=limit["window_end"],
-                       broker_shares=({b: q / p_limit for b, q in split.items()} if p_limit and split else
-                                      ({} if p_limit else None)))
+            shares = {b: q / p_limit for b, q in split.items()} if p_limit and split else ({} if p_limit else None)
+            row.update(frozen_basis(limit["window_end"], p_limit, shares))
     return out
 
 

@@ -31,13 +31,13 @@ from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import to_polars, when
-from pipelines.decide.catalogue import Anomaly
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
 from pipelines.decide import facts
 from pipelines.decide.facts import (
     TOLERANCE, at_floor, busy_fires, rate, retry_fires, retry_ratio, severity, spike_fires, surge_fires,
 )
 from pipelines.decide.text import fixed, number
+from pipelines.decide.words import Anomaly
 
 WINDOW_KEYS = ("window_start", "window_end")
 ANOMALY_COLUMNS = [name for name, _ in columns.GOLD_ANOMALIES]

@@ -3,6 +3,7 @@ enum whose value is the word the tables, records and reasons hold (``gold/limits
 ``gold/anomalies.severity`` ``critical``, …; docs/contracts.md §2-3). A member is a ``str``: it equals, hashes and
 formats as its value (``f"{Action.SET}"`` is ``set``), so a row written with one is the row written with the word.
 
+* :class:`Anomaly`: an anomaly kind (``gold/anomalies.anomaly``; its rule: :mod:`pipelines.decide.catalogue`);
 * :class:`Action`: what a decision does to a limit (``gold/limits.action``);
 * :class:`Mode`: whether brokers apply it (``gold/limits.mode``, ``state/policy.mode``, the control record's);
 * :class:`Basis`: which path decided it (``gold/limits.basis``);
@@ -21,6 +22,15 @@ class Word(str, Enum):
 
     __str__ = str.__str__
     __format__ = str.__format__
+
+
+class Anomaly(Word):
+    """An anomaly kind; ``.value`` is what ``gold/anomalies.anomaly`` holds (docs/contracts.md §2)."""
+
+    RUNAWAY_RETRY = "RUNAWAY_RETRY"
+    TRAFFIC_SURGE = "TRAFFIC_SURGE"
+    BROKER_BUSY = "BROKER_BUSY"
+    FAILURE_SPIKE = "FAILURE_SPIKE"
 
 
 class Action(Word):
@@ -63,8 +73,3 @@ class Status(Word):
     CAPPED = "capped"    # the rule silent on what shows, but at the cap: the demand hidden (never clear)
     CLEAR = "clear"      # below the cap and the rule silent: counts towards the lift
     VETO = "veto"
-
-    @property
-    def keeps(self) -> bool:
-        """A window with this status keeps the limit (the lift counts from the last such window)."""
-        return self is not Status.CLEAR

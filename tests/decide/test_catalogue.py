@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import DetectionConfig
-from pipelines.decide.catalogue import MONOTONE, RATIO, RULES, Anomaly, limited_by
+from pipelines.decide.catalogue import RULES, Anomaly, EvidenceKind, limited_by
 
 
 def test_every_kind_has_one_rule_whose_settings_exist():
     assert set(RULES) == set(Anomaly)
     fields = set(DetectionConfig.model_fields)
     for kind, spec in RULES.items():
-        assert spec.kind is kind and spec.evidence in (MONOTONE, RATIO)
+        assert spec.kind is kind and spec.evidence in EvidenceKind
         assert set(spec.config) <= fields, (kind, set(spec.config) - fields)
         assert set(spec.limited) <= set(spec.resource_types), kind
         # a rule that limits says what, and on which evidence a limited resource is judged

@@ -9,13 +9,21 @@ import math
 import pytest
 
 from pipelines.config import DetectionConfig, LimitsConfig
-from pipelines.decide import fold as fl
+from pipelines.decide.catalogue import policy_for
+from pipelines.decide.fold import fold_resource
+from pipelines.decide.fold_types import Candidate, Observation, ResourceState, limit_in_force
+from pipelines.decide.steps import Params, effective_end, recovery_needed
 from pipelines.decide.words import Status
 from tests.helpers import ts
 
 L = LimitsConfig()
 D = DetectionConfig()
 T0 = ts("2022-02-08 07:00:00")
+
+
+def P(cfg: LimitsConfig = L) -> Params:
+    """The policies' parameters of ``cfg`` for one-minute windows."""
+    return Params.of(cfg, D, 60)
 
 
 def end(i: int) -> dt.datetime:
@@ -26,17 +34,17 @@ def end(i: int) -> dt.datetime:
 
 def cand(i, qps, **kw):
     kw.setdefault("lift_at_qps", 790.0)
-    return fl.Candidate(end(i), qps, f"storm at {i}", **kw)
+    return Candidate(end(i), qps, f"storm at {i}", **kw)
 
 
 def fold(cands, horizon, state=None, cfg=L, obs=(), resource_type="group"):
-    state = state or fl.ResourceState(resource_type, "g")
-    decisions, after, _ = fl.fold_resource(state, cands, end(horizon), cfg, 60, observations=obs)
+    state = state or ResourceState(resource_type, "g")
+    decisions, after, _ = fold_resource(state, cands, end(horizon), P(cfg), observations=obs)
     return decisions, after
 
 
 def seen(i, observed, rejected=0, healthy=True):
-    return fl.Observation(end(i), observed, rejected, healthy)
+    return Observation(end(i), observed, rejected, healthy)
 
 
 def changes(decisions):
@@ -136,10 +144,10 @@ def test_fold_rejects_non_finite_target():
 
 
 def test_fast_fold_does_not_recover_and_an_older_window_does_not_move_the_last_candidate_back():
-    state = fl.ResourceState("group", "g")
-    decisions, after, _ = fl.fold_resource(state, [cand(5, 79.0)], end(20), L, 60, recover_windows=False)
+    state = ResourceState("group", "g")
+    decisions, after, _ = fold_resource(state, [cand(5, 79.0)], end(20), P(L), recover_windows=False)
     assert [d.action for d in decisions] == ["set"] and after.limit_qps == 79.0   # no relax/lift on open windows
-    _, older, _ = fl.fold_resource(after, [cand(3, 79.0)], end(5), L, 60)
+    _, older, _ = fold_resource(after, [cand(3, 79.0)], end(5), P(L))
     assert older.last_candidate_end == end(5)
 
 
@@ -168,11 +176,11 @@ def test_rejections_are_visible_demand_and_a_limiter_view_without_a_count_holds(
     (0.5 msg/s) against 400 consumed it does not, and three such windows lift it. A limiter view that says it
     rejected hides the demand (``capped``), with or without a count logged by some client (a log may be sampled):
     never lifted on it, probed instead."""
-    g = lambda i, rejected, consume, viewed=False: fl.Observation(end(i), 12.0, rejected, True, consume,  # noqa: E731
+    g = lambda i, rejected, consume, viewed=False: Observation(end(i), 12.0, rejected, True, consume,  # noqa: E731
                                                                     viewed=viewed)
     decisions, state = fold([cand(1, 40.0)], horizon=8, obs=[g(i, 3000, 100.0) for i in range(2, 9)])
     assert changes(decisions) == [("set", end(1), 40.0)] and state.limit_qps == 40.0
-    _, _, evidence = fl.fold_resource(fl.ResourceState("group", "g"), [cand(1, 40.0)], end(2), L, 60,
+    _, _, evidence = fold_resource(ResourceState("group", "g"), [cand(1, 40.0)], end(2), P(L),
                                       observations=[g(2, 3000, 100.0)])
     assert evidence[0].status == Status.BOUND
     assert evidence[0].detail.startswith("limit-bound: 12.0 of 40.0 msg/s, rejecting (3000 sends rejected by the "
@@ -253,9 +261,9 @@ def test_an_intermittent_storm_keeps_its_limit_through_its_quiet_spells_from_its
            + [storm(i) for i in range(17, 21)] + [quiet(i) for i in range(21, 40)])
     # the second storm's first window fires the rule, against a lower (throttled) consume rate
     cands = {1: cand(1, 40.0), 9: cand(9, 25.0, critical=False, observed_tps=300.0)}
-    state, decisions = fl.ResourceState("group", "g"), []
+    state, decisions = ResourceState("group", "g"), []
     for i in range(1, 41):
-        done, state, _ = fl.fold_resource(state, [cands[i]] if i in cands else [], end(i), L, 60,
+        done, state, _ = fold_resource(state, [cands[i]] if i in cands else [], end(i), P(L),
                                           observations=[o for o in obs if o.window_end == end(i)])
         decisions += done
     assert changes(decisions) == [
@@ -274,9 +282,9 @@ def test_an_intermittent_storm_keeps_its_limit_through_its_quiet_spells_from_its
 
 def test_recurrences_double_the_clear_windows_up_to_the_memory_and_a_quiet_memory_is_forgotten():
     cfg = LimitsConfig()
-    assert [fl.recovery_needed(n, cfg) for n in range(6)] == [3, 6, 12, 24, 30, 30]
-    assert [fl.recovery_needed(n, LimitsConfig(recurrence_windows=0)) for n in range(3)] == [3, 3, 3]
-    remembered = fl.ResourceState("group", "g", version=4, last_lift_end=end(10), lifted_target_qps=40.0,
+    assert [recovery_needed(n, cfg.recovery_windows, cfg.recurrence_windows) for n in range(6)] == [3, 6, 12, 24, 30, 30]
+    assert [recovery_needed(n, 3, 0) for n in range(3)] == [3, 3, 3]
+    remembered = ResourceState("group", "g", version=4, last_lift_end=end(10), lifted_target_qps=40.0,
                                   recurrences=2)
     decisions, later = fold([cand(41, 60.0)], horizon=41, state=remembered)   # 31 windows after the lift: forgotten
     assert changes(decisions) == [("set", end(41), 60.0)] and "recurrence" not in decisions[0].reason
@@ -289,7 +297,7 @@ def test_recurrences_double_the_clear_windows_up_to_the_memory_and_a_quiet_memor
 
 def test_a_surge_limit_probed_up_to_its_normal_rate_is_not_remembered():
     """A probe-lift means the demand was legitimate: a later surge starts afresh (max-cut step, 3-window recovery)."""
-    probed = fl.ResourceState("topic", "g", limit_qps=600.0, version=3, target_qps=400.0, lift_at_qps=800.0,
+    probed = ResourceState("topic", "g", limit_qps=600.0, version=3, target_qps=400.0, lift_at_qps=800.0,
                               last_candidate_end=end(1), last_decision_end=end(1), last_change_end=end(1),
                               limited_since=end(1), last_lift_end=end(0), lifted_target_qps=300.0, recurrences=1)
     decisions, state = fold([], horizon=5, state=probed, obs=[seen(i, 599.0, 18_000) for i in range(2, 6)])
@@ -303,7 +311,7 @@ def test_a_surge_limit_probed_up_to_its_normal_rate_is_not_remembered():
 
 
 def group_seen(i, retry, consume, rejected=0):
-    return fl.Observation(end(i), retry, rejected, True, consume)
+    return Observation(end(i), retry, rejected, True, consume)
 
 
 def test_an_advisory_candidate_never_replaces_or_loosens_an_enforced_limit():
@@ -336,7 +344,7 @@ def test_a_fixed_consumer_that_keeps_a_legitimate_retry_level_is_lifted():
     decisions, state = fold([storm[0]], horizon=24, obs=storm[1:] + fixed)
     assert changes(decisions) == [("set", end(1), 40.0), ("lift", end(13), 40.0)]
     assert "the cause is gone" in decisions[-1].reason and state.limit_qps is None
-    _, _, evidence = fl.fold_resource(fl.ResourceState("group", "g"), [storm[0]], end(2), L, 60,
+    _, _, evidence = fold_resource(ResourceState("group", "g"), [storm[0]], end(2), P(L),
                                       observations=[group_seen(2, 23.0, 400.0)])
     assert evidence[0].status == Status.CLEAR
     assert evidence[0].detail == ("the cause is gone: 23.0 of 40.0 msg/s; visible retry demand 23.0 msg/s, ratio 0.06 "
@@ -365,12 +373,12 @@ def test_a_lift_is_vetoed_while_a_later_window_shows_the_cause_back():
     open window's consume rate is partial, so it is judged against the larger of it and the consume rate frozen
     with the limit (400 msg/s): 600 msg/s rejected still vetoes, a fixed consumer's 15 msg/s does not. One below the
     rule lets the lift through. A later final window of the same micro-batch that shows the cause vetoes too."""
-    clear = [fl.Observation(end(i), 0.5, 0, True, 400.0) for i in range(2, 5)]
-    state = fl.ResourceState("group", "g")
-    storm = [fl.Observation(end(5), 37.0, 36_000, True, 150.0), fl.Observation(end(6), 4.0, 0, True, 400.0)]
+    clear = [Observation(end(i), 0.5, 0, True, 400.0) for i in range(2, 5)]
+    state = ResourceState("group", "g")
+    storm = [Observation(end(5), 37.0, 36_000, True, 150.0), Observation(end(6), 4.0, 0, True, 400.0)]
 
     def actions(open_evidence, obs=clear, horizon=4):
-        decisions, after, evidence = fl.fold_resource(state, [cand(1, 40.0, baseline_tps=400.0)], end(horizon), L, 60,
+        decisions, after, evidence = fold_resource(state, [cand(1, 40.0, baseline_tps=400.0)], end(horizon), P(L),
                                                       observations=obs, open_evidence=open_evidence)
         return [d.action for d in decisions], evidence
 
@@ -379,14 +387,14 @@ def test_a_lift_is_vetoed_while_a_later_window_shows_the_cause_back():
     veto, = [e for e in evidence if e.status == Status.VETO]
     assert veto.window_end == end(5) and veto.detail.startswith(
         "lift vetoed: the open window ending 07:05 shows the cause back: limit-bound: 37.0 of 40.0 msg/s, rejecting")
-    partial = [fl.Observation(end(5), 0.0, 36_000, True, 20.0, complete=False)]  # 600/s rejected, no stats yet
+    partial = [Observation(end(5), 0.0, 36_000, True, 20.0, complete=False)]  # 600/s rejected, no stats yet
     acted, evidence = actions(partial)
     assert acted == ["set"] and "ratio 1.50 against 400.0 msg/s consumed" in evidence[-1].detail
-    legit = [fl.Observation(end(5), 0.0, 900, True, 20.0, complete=False)]      # 15/s: a fixed consumer's retries
+    legit = [Observation(end(5), 0.0, 900, True, 20.0, complete=False)]      # 15/s: a fixed consumer's retries
     assert actions(legit)[0] == ["set", "lift"]
-    below = [fl.Observation(end(5), 20.0, 0, True, 400.0)]
+    below = [Observation(end(5), 20.0, 0, True, 400.0)]
     assert actions(below)[0] == ["set", "lift"]
-    back_in_batch = clear + [fl.Observation(end(5), 39.0, 36_000, True, 150.0)]
+    back_in_batch = clear + [Observation(end(5), 39.0, 36_000, True, 150.0)]
     acted, evidence = actions((), back_in_batch, horizon=5)
     assert acted == ["set"] and any(e.status == Status.VETO and "final window ending 07:05" in e.detail for e in evidence)
 
@@ -401,7 +409,7 @@ def test_the_recurrence_memory_keeps_enforced_limits_only():
     busy = cand(8, 200.0, critical=True, observed_tps=1000.0, baseline_tps=100.0)
     decisions, state = fold([busy], horizon=8, state=state, resource_type="topic")
     assert [(d.limit_qps, d.mode) for d in decisions] == [(200.0, "enforce")] and state.recurrences == 0
-    remembered = fl.ResourceState("topic", "t", last_lift_end=end(0), lifted_target_qps=150.0)
+    remembered = ResourceState("topic", "t", last_lift_end=end(0), lifted_target_qps=150.0)
     _, again = fold([advisory], horizon=1, state=remembered, resource_type="topic")
     assert again.recurrences == 0   # an advisory candidate does not count as a recurrence
 
@@ -415,7 +423,7 @@ def surge_loop(minutes, demand, capacity=lambda w: 900.0, others=300.0, baseline
     path); a decision made at the end of window ``w`` applies from window ``w + 1``. ``logged``: how many of a
     window's rejected sends the producers log and ship (default all). Returns (decisions, per window (limit in force
     or None, busy))."""
-    state, limit, decisions, trace = fl.ResourceState("topic", "t"), None, [], []
+    state, limit, decisions, trace = ResourceState("topic", "t"), None, [], []
     windows: dict[int, tuple] = {}
     for w in range(1, minutes + 1):
         offered = demand(w)
@@ -425,7 +433,7 @@ def surge_loop(minutes, demand, capacity=lambda w: 900.0, others=300.0, baseline
         written = min(total, capacity(w))
         topic = admitted * written / total
         rejected = 0 if limit is None else logged(int(max(0.0, offered - limit) * 60))
-        obs = fl.Observation(end(w), topic, rejected, not busy, None, {"b": written}, ("b",) if busy else ())
+        obs = Observation(end(w), topic, rejected, not busy, None, {"b": written}, ("b",) if busy else ())
         fires = topic >= D.surge_factor * baseline and topic >= D.surge_floor_tps
         c = None
         if fires and busy:
@@ -438,7 +446,7 @@ def surge_loop(minutes, demand, capacity=lambda w: 900.0, others=300.0, baseline
         trace.append((limit, busy))
         if w - lag >= 1:
             c, o = windows[w - lag]
-            made, state, _ = fl.fold_resource(state, [c] if c else [], end(w - lag), cfg, 60, observations=[o],
+            made, state, _ = fold_resource(state, [c] if c else [], end(w - lag), P(cfg), observations=[o],
                                               now=end(w) - dt.timedelta(seconds=1))
             decisions += made
             if made:
@@ -496,10 +504,10 @@ def test_a_probe_that_makes_a_carrier_busy_is_stepped_back_and_marks_a_ceiling()
 
 def test_the_probe_budget_leaves_room_for_a_step_back():
     """With one change already spent, a raise (two with its step-back) would exceed a budget of 2: no probe."""
-    state = fl.ResourceState("topic", "t", limit_qps=200.0, target_qps=200.0, limited_since=end(0),
+    state = ResourceState("topic", "t", limit_qps=200.0, target_qps=200.0, limited_since=end(0),
                              last_change_end=end(0), last_decision_end=end(0), last_candidate_end=end(0),
                              cause_changes=1, baseline_tps=100.0)
-    capped = [fl.Observation(end(i), 199.0, 15_000, True, None, {"b": 400.0}) for i in range(1, 8)]
+    capped = [Observation(end(i), 199.0, 15_000, True, None, {"b": 400.0}) for i in range(1, 8)]
     decisions, _ = fold([], horizon=7, state=state, obs=capped, cfg=LimitsConfig(surge_max_changes=2))
     assert [d.action for d in decisions if d.action != "set"] == []
     decisions, _ = fold([], horizon=7, state=state, obs=capped, cfg=LimitsConfig(surge_max_changes=3))
@@ -507,23 +515,23 @@ def test_the_probe_budget_leaves_room_for_a_step_back():
 
 
 def test_a_surge_limit_is_lifted_once_the_demand_is_back_near_its_baseline():
-    state = fl.ResourceState("topic", "t", limit_qps=240.0, target_qps=240.0, limited_since=end(0),
+    state = ResourceState("topic", "t", limit_qps=240.0, target_qps=240.0, limited_since=end(0),
                              last_change_end=end(0), last_decision_end=end(0), last_candidate_end=end(0),
                              baseline_tps=120.0)
-    near = [fl.Observation(end(i), 130.0, 0, True, None, {"b": 430.0}) for i in range(1, 5)]
+    near = [Observation(end(i), 130.0, 0, True, None, {"b": 430.0}) for i in range(1, 5)]
     decisions, after = fold([], horizon=4, state=state, obs=near)
     assert [d.action for d in decisions] == ["lift"] and after.limit_qps is None
     # a probed limit whose visible demand still fires the rule (600 >= 4 x 120) is held
-    probed = fl.ResourceState(**{**state.__dict__, "limit_qps": 700.0})
-    visible = [fl.Observation(end(i), 600.0, 0, True, None, {"b": 900.0}) for i in range(1, 5)]
+    probed = ResourceState(**{**state.__dict__, "limit_qps": 700.0})
+    visible = [Observation(end(i), 600.0, 0, True, None, {"b": 900.0}) for i in range(1, 5)]
     decisions, after = fold([], horizon=4, state=probed, obs=visible)
     assert [d.action for d in decisions] == [] and after.limit_qps == 700.0
 
 
 def test_the_fold_remembers_what_a_busy_carrier_wrote():
-    obs = [fl.Observation(end(1), 700.0, 0, False, None, {"b": 905.0, "c": 300.0}, ("b",))]
-    _, state, _ = fl.fold_resource(fl.ResourceState("topic", "t"), [cand(1, 240.0, baseline_tps=120.0)], end(1),
-                                   L, 60, observations=obs)
+    obs = [Observation(end(1), 700.0, 0, False, None, {"b": 905.0, "c": 300.0}, ("b",))]
+    _, state, _ = fold_resource(ResourceState("topic", "t"), [cand(1, 240.0, baseline_tps=120.0)], end(1),
+                                   P(L), observations=obs)
     assert state.busy_load == {"b": 905.0} and state.last_distress_end == end(1)
 
 
@@ -531,24 +539,24 @@ def _probed(**kw):
     """A surge limit of 400 msg/s (target 240) at its cap on healthy brokers since window 0."""
     base = dict(limit_qps=400.0, target_qps=240.0, limited_since=end(0), last_change_end=end(0),
                 last_decision_end=end(0), last_candidate_end=end(0), baseline_tps=120.0, broker_shares={"b": 1.0})
-    return fl.ResourceState("topic", "t", **{**base, **kw})
+    return ResourceState("topic", "t", **{**base, **kw})
 
 
 def test_a_probe_never_raises_a_carrier_above_what_it_wrote_when_it_was_last_busy():
     """broker b wrote 900 msg/s when it was last busy and writes 700 now: x1.5 (600) would add 200 and put it at
     900 again; the probe stops at 0.9 x 900 = 810 msg/s of writes, i.e. 510 msg/s."""
-    capped = [fl.Observation(end(i), 399.0, 30_000, True, None, {"b": 700.0}) for i in range(1, 4)]
+    capped = [Observation(end(i), 399.0, 30_000, True, None, {"b": 700.0}) for i in range(1, 4)]
     decisions, state = fold([], horizon=3, state=_probed(busy_load={"b": 900.0}), obs=capped)
     assert [(d.action, round(d.limit_qps, 1)) for d in decisions] == [("relax", 510.0)]
     assert "raised to 510.0 msg/s (b writes 700.0 msg/s and was busy at 900.0)" in decisions[0].reason
     assert state.probe_from_qps == 400.0
-    full = [fl.Observation(end(i), 399.0, 30_000, True, None, {"b": 820.0}) for i in range(1, 4)]
+    full = [Observation(end(i), 399.0, 30_000, True, None, {"b": 820.0}) for i in range(1, 4)]
     decisions, _ = fold([], horizon=3, state=_probed(busy_load={"b": 900.0}), obs=full)
     assert [d.action for d in decisions] == []   # no room left: no probe
 
 
 def test_a_ceiling_holds_probes_below_it_until_its_interval_is_over():
-    capped = [fl.Observation(end(i), 399.0, 30_000, True, None, {"b": 500.0}) for i in range(1, 4)]
+    capped = [Observation(end(i), 399.0, 30_000, True, None, {"b": 500.0}) for i in range(1, 4)]
     held = _probed(probe_ceiling_qps=500.0, probe_hold_until=end(10), probe_backoff=1)
     decisions, _ = fold([], horizon=3, state=held, obs=capped)
     assert [(d.action, round(d.limit_qps, 1)) for d in decisions] == [("relax", 450.0)]   # below 500 x 0.9
@@ -572,20 +580,20 @@ def test_a_limit_held_through_clear_windows_is_refreshed_so_that_its_record_neve
     def one_window_per_batch(state, obs, until, opened=None):
         decisions = []
         for i in range(1, until + 1):
-            done, state, _ = fl.fold_resource(state, [cand(1, 40.0)] if i == 1 else [], end(i), L, 60,
+            done, state, _ = fold_resource(state, [cand(1, 40.0)] if i == 1 else [], end(i), P(L),
                                               observations=[o for o in obs if o.window_end == end(i)],
                                               open_evidence=(opened or {}).get(i, ()))
             decisions += done
         return [(d.action, d.window_end, d.version) for d in decisions], decisions
 
-    vetoed = {8: [fl.Observation(end(9), 37.0, 36_000, True, 150.0)]}  # the storm back in an open window
-    got, decisions = one_window_per_batch(fl.ResourceState("group", "g"),
+    vetoed = {8: [Observation(end(9), 37.0, 36_000, True, 150.0)]}  # the storm back in an open window
+    got, decisions = one_window_per_batch(ResourceState("group", "g"),
                                           [storm(i) for i in range(2, 6)] + [quiet(i) for i in range(6, 9)], 8,
                                           vetoed)
     assert got == [("set", end(1), 1), ("set", end(6), 2)]
     assert decisions[1].reason == ("refresh (held: RUNAWAY_RETRY silent since 2022-02-08T07:05:00Z, lifted after 3 "
                                    "clear windows; in force until it is lifted)")
-    damped = fl.ResourceState("group", "g", recurrences=2)  # recovery_needed: 12 clear windows
+    damped = ResourceState("group", "g", recurrences=2)  # recovery_needed: 12 clear windows
     got, _ = one_window_per_batch(damped, [storm(i) for i in range(2, 6)] + [quiet(i) for i in range(6, 20)], 19)
     assert got == [("set", end(1), 1), ("set", end(6), 2), ("set", end(11), 3), ("set", end(16), 4),
                    ("lift", end(17), 5)]
@@ -602,7 +610,7 @@ def group_loop(minutes, demand, consume=400.0, limit=40.0, lag=3, fallback=True,
     windows after it being the fast path's open windows (complete by census); a decision made then applies from
     window ``w + 2`` (window ``w + 1`` runs at the level before, as a propagation delay leaves it). Returns
     (decisions, per window the limit in force or None)."""
-    state = fl.ResourceState("group", "g", limit_qps=limit, target_qps=limit, limited_since=end(0),
+    state = ResourceState("group", "g", limit_qps=limit, target_qps=limit, limited_since=end(0),
                              last_change_end=end(0), last_decision_end=end(0), last_candidate_end=end(0),
                              baseline_tps=consume, broker_shares={"b": 1.0})
     in_force, windows, decisions, trace = {1: limit}, {}, [], []
@@ -612,10 +620,10 @@ def group_loop(minutes, demand, consume=400.0, limit=40.0, lag=3, fallback=True,
         admitted = offered if cap is None else min(offered, cap)
         refused = 1.0 - admitted / offered if offered > 0 else 0.0
         sent = admitted / (1.0 + 1.6 * refused) if fallback else admitted
-        windows[w] = fl.Observation(end(w), admitted, 0, True, consume, {"b": 500.0}, sendback_tps=sent)
+        windows[w] = Observation(end(w), admitted, 0, True, consume, {"b": 500.0}, sendback_tps=sent)
         trace.append(cap)
         if w - lag >= 1 and state.limit_qps is not None:
-            made, state, _ = fl.fold_resource(state, [], end(w - lag), cfg, 60, observations=[windows[w - lag]],
+            made, state, _ = fold_resource(state, [], end(w - lag), P(cfg), observations=[windows[w - lag]],
                                               open_evidence=[windows[k] for k in range(w - lag + 1, w + 1)],
                                               now=end(w) + dt.timedelta(seconds=30))
             decisions += made
@@ -678,12 +686,12 @@ def test_a_fixed_consumer_at_9_percent_of_its_consume_rate_is_lifted_within_8_mi
 def test_a_capped_window_never_counts_towards_a_lift():
     """A retry limit at its cap with nothing showing more demand (39 of 40 msg/s): capped windows keep the limit,
     and the lift needs three clear windows after the last of them, not after the cause was last seen."""
-    state = fl.ResourceState("group", "g", limit_qps=40.0, target_qps=40.0, limited_since=end(0),
+    state = ResourceState("group", "g", limit_qps=40.0, target_qps=40.0, limited_since=end(0),
                              last_change_end=end(0), last_decision_end=end(0), last_candidate_end=end(0),
                              baseline_tps=400.0, probe_hold_until=end(30))    # no probe: judged as it is
-    capped = [fl.Observation(end(i), 39.0, 0, True, 400.0, sendback_tps=39.0) for i in range(1, 7)]
-    clear = [fl.Observation(end(i), 20.0, 0, True, 400.0, sendback_tps=20.0) for i in range(7, 12)]
-    decisions, after, evidence = fl.fold_resource(state, [], end(11), L, 60, observations=capped + clear)
+    capped = [Observation(end(i), 39.0, 0, True, 400.0, sendback_tps=39.0) for i in range(1, 7)]
+    clear = [Observation(end(i), 20.0, 0, True, 400.0, sendback_tps=20.0) for i in range(7, 12)]
+    decisions, after, evidence = fold_resource(state, [], end(11), P(L), observations=capped + clear)
     assert [e.status for e in evidence[:6]] == [Status.CAPPED] * 6 and evidence[6].status == Status.CLEAR
     assert [(d.action, d.window_end) for d in decisions if d.action == "lift"] == [("lift", end(9))]
     assert after.limit_qps is None
@@ -692,33 +700,32 @@ def test_a_capped_window_never_counts_towards_a_lift():
 def test_the_windows_before_a_raise_are_judged_against_the_level_before_it():
     """A probe decided at 07:03:30 raises 40 to 60 msg/s from the window starting 07:04 (its first whole window):
     the window ending 07:04 ran at 40 (36 of 40: capped), the one ending 07:05 at 60 (36 of 60: clear)."""
-    state = fl.ResourceState("group", "g", limit_qps=60.0, target_qps=40.0, probe_from_qps=40.0,
+    state = ResourceState("group", "g", limit_qps=60.0, target_qps=40.0, probe_from_qps=40.0,
                              probe_effective_end=end(5), baseline_tps=400.0)
-    assert fl.limit_in_force(state, end(4)) == 40.0 and fl.limit_in_force(state, end(5)) == 60.0
-    policy = fl.policy_for("group")
-    fold_ = fl.Fold(state, L, D, 60)
-    seen_ = lambda i: fl.Observation(end(i), 36.0, 0, True, 400.0, sendback_tps=36.0)  # noqa: E731
-    assert policy.judge(seen_(4), state, fold_)[0] == Status.CAPPED
-    assert policy.judge(seen_(5), state, fold_)[0] == Status.CLEAR
-    fold_.now = dt.datetime(2022, 2, 8, 7, 3, 30)
-    assert fold_.effective_end(end(1)) == end(5)
+    assert limit_in_force(state, end(4)) == 40.0 and limit_in_force(state, end(5)) == 60.0
+    policy = policy_for("group", P(L))
+    seen_ = lambda i: Observation(end(i), 36.0, 0, True, 400.0, sendback_tps=36.0)  # noqa: E731
+    assert policy.judge(seen_(4), state)[0] == Status.CAPPED
+    assert policy.judge(seen_(5), state)[0] == Status.CLEAR
+    assert effective_end(dt.datetime(2022, 2, 8, 7, 3, 30), P().window) == end(5)
+    assert effective_end(end(4), P().window) == end(5)  # decided at a window's start: that window is wholly under it
 
 
 def test_fallback_sends_reveal_the_refused_send_backs():
     """40 msg/s admitted, 16 of them send-backs and 24 the fallback sends of refused ones (more than refused share
     0.95 reads): at least 40 / 0.05 = 800 msg/s of retry demand, ratio 2.0 against 400 consumed: bound. A few
     fallback sends beside the send-backs (2 beside 38: 5 % refused) add a little: 42.1 msg/s, ratio 0.11, capped."""
-    policy, fold_ = fl.policy_for("group"), fl.Fold(fl.ResourceState("group", "g"), L, D, 60)
-    state = fl.ResourceState("group", "g", limit_qps=40.0, target_qps=40.0, baseline_tps=400.0)
-    storm = fl.Observation(end(1), 40.0, 0, True, 400.0, sendback_tps=16.0)
-    assert policy.visible(storm, fold_)[0] == pytest.approx(800.0)
-    status, detail = policy.judge(storm, state, fold_)
+    policy = policy_for("group", P(L))
+    state = ResourceState("group", "g", limit_qps=40.0, target_qps=40.0, baseline_tps=400.0)
+    storm = Observation(end(1), 40.0, 0, True, 400.0, sendback_tps=16.0)
+    assert policy.visible(storm)[0] == pytest.approx(800.0)
+    status, detail = policy.judge(storm, state)
     assert status == Status.BOUND and "fallback sends 24.0 msg/s beside 16.0 msg/s of send-backs" in detail
-    few = fl.Observation(end(1), 40.0, 0, True, 400.0, sendback_tps=38.0)
-    assert policy.visible(few, fold_)[0] == pytest.approx(40.0 / (1 - 2.0 / 38.0))
-    assert policy.judge(few, state, fold_)[0] == Status.CAPPED
-    plain = fl.Observation(end(1), 40.0, 0, True, 400.0, sendback_tps=40.0)
-    assert policy.visible(plain, fold_) == (40.0, "")
+    few = Observation(end(1), 40.0, 0, True, 400.0, sendback_tps=38.0)
+    assert policy.visible(few)[0] == pytest.approx(40.0 / (1 - 2.0 / 38.0))
+    assert policy.judge(few, state)[0] == Status.CAPPED
+    plain = Observation(end(1), 40.0, 0, True, 400.0, sendback_tps=40.0)
+    assert policy.visible(plain) == (40.0, "")
 
 
 @pytest.mark.parametrize("demand, baseline", [(1500.0, 120.0), (700.0, 80.0)])
@@ -741,7 +748,7 @@ def test_a_window_the_lift_already_judged_does_not_limit_again_once_it_is_final(
     """Issue 49's lagging shipper: the lift was proven by open windows up to 07:13 (complete by census), then a
     broker's late lines make the final window ending 07:12 fire the rule: that window was judged already and is
     stale, so it does not limit again; a window after the proof that fires is a recurrence, at the remembered target."""
-    lifted = fl.ResourceState("group", "g", version=4, last_lift_end=end(13), lifted_target_qps=40.0,
+    lifted = ResourceState("group", "g", version=4, last_lift_end=end(13), lifted_target_qps=40.0,
                               last_decision_end=end(10))
     decisions, state = fold([cand(12, 40.0, baseline_tps=400.0)], horizon=12, state=lifted)
     assert decisions == [] and state.limit_qps is None and state.lift_at_qps is None
@@ -754,11 +761,11 @@ def test_an_open_window_proof_remembers_the_lift_where_the_proof_ends():
     horizon's window, remembered at the end of the last window that proved it."""
     decisions, _ = group_loop(24, lambda w: 600.0 if w <= 8 else 36.0)
     lift, = [d for d in decisions if d.action == "lift"]
-    state = fl.ResourceState("group", "g", limit_qps=60.0, target_qps=40.0, limited_since=end(0),
+    state = ResourceState("group", "g", limit_qps=60.0, target_qps=40.0, limited_since=end(0),
                              last_change_end=end(6), last_decision_end=end(6), last_candidate_end=end(8),
                              last_capped_end=end(10), probe_from_qps=40.0, probe_effective_end=end(11),
                              baseline_tps=400.0)
-    clear = [fl.Observation(end(i), 36.0, 0, True, 400.0, sendback_tps=36.0) for i in range(11, 14)]
-    decisions, after, _ = fl.fold_resource(state, [], end(10), L, 60, open_evidence=clear)
+    clear = [Observation(end(i), 36.0, 0, True, 400.0, sendback_tps=36.0) for i in range(11, 14)]
+    decisions, after, _ = fold_resource(state, [], end(10), P(L), open_evidence=clear)
     assert [(d.action, d.window_end) for d in decisions] == [("lift", end(10))] == [("lift", lift.window_end)]
     assert after.last_lift_end == end(13)

@@ -1,0 +1,381 @@
+"""A limit's whole life in closed loop, behind one interface (:class:`LimitPolicy`), with one class per rule that
+limits something (:class:`pipelines.decide.retry_limit.RetryStormLimit`, :class:`pipelines.decide.surge_limit.
+SurgeLimit`; the catalogue maps resource types to them, :func:`pipelines.decide.catalogue.policy_for`), as Netflix
+concurrency-limits keeps one ``Limit`` interface with an algorithm per class. A policy is stateless: built from its
+frozen :class:`~pipelines.decide.steps.Params`, every method is a pure function from a resource's state and a
+window's evidence to the state after and the decisions made (a :class:`~pipelines.decide.steps.Step`).
+
+The life of a limit, one method each (docs/decisions.md §4):
+
+* **judge** a window under the enforced limit on its visible demand (:meth:`LimitPolicy.judge`: ``bound``,
+  ``hold``, ``capped``, ``clear``; :class:`pipelines.decide.words.Status`);
+* **set** it when a rule fires (:meth:`LimitPolicy.set`, :meth:`LimitPolicy.start`; a **recurrence** goes straight
+  to the remembered target, :meth:`LimitPolicy.recurrence`);
+* **hold** it while the cause persists (:meth:`LimitPolicy.hold`) or its demand is hidden at the cap
+  (:meth:`LimitPolicy.capped`), **refreshed** every ``refresh_seconds`` (:meth:`LimitPolicy.refresh`);
+* **probe** it upward where the rule says so (:meth:`LimitPolicy.raise_to`, :meth:`LimitPolicy.raise_bounds`; the
+  fast path's open windows start, undo or prove a probe: :meth:`LimitPolicy.act_on_open`);
+* **lift** it ``recovery_needed`` clear windows after the last window that kept it (:meth:`LimitPolicy.lift_due`),
+  unless a later window is not clear (the **veto**, :meth:`LimitPolicy.veto`).
+
+:meth:`LimitPolicy.on_window` is one window of a resource; :func:`pipelines.decide.fold.fold_resource` walks them.
+Rates are cluster-wide msg/s, times naive UTC window ends.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, replace
+from typing import ClassVar, NamedTuple
+
+from pipelines.decide.facts import rate, shares_of
+from pipelines.decide.fold_types import FORGOTTEN, Candidate, Evidence, Observation, ResourceState, limit_in_force
+from pipelines.decide.steps import (
+    Params, Step, cooled, cut, decide, effective_end, last_kept, lower, noted_carriers, outlived, recovery_needed,
+    refresh_due, seen, tightens,
+)
+from pipelines.decide.words import Action, Anomaly, Mode, Status
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What the micro-batch tells each resource's walk: ``horizon_end`` the end of its last window (finalized, or
+    open on the fast path), ``now`` when its decisions are made (processing time; None: at the end of the window
+    decided), ``observations`` the resource's windows of the batch (by window end) and ``opened`` the fast path's
+    open windows after it (the veto's evidence; complete ones may start, undo or prove a probe)."""
+
+    horizon_end: dt.datetime | None
+    now: dt.datetime | None = None
+    observations: tuple[Observation, ...] = ()
+    opened: tuple[Observation, ...] = ()
+
+
+class Judged(NamedTuple):
+    """A window under the enforced limit judged: its :class:`~pipelines.decide.words.Status` and why."""
+
+    status: Status
+    detail: str
+
+
+class LimitPolicy:
+    """One rule's limit (module docstring). Subclasses give :attr:`kind` and :meth:`fires`, and add their own steps
+    to :meth:`visible`, :meth:`hold`, :meth:`capped` and :meth:`on_open`."""
+
+    kind: ClassVar[Anomaly]
+    #: Whether a ``capped`` open window, complete by census, starts a probe at once (:meth:`on_open`).
+    probe_on_open: ClassVar[bool] = False
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+
+    # --- judge ----------------------------------------------------------------------------------------------------
+    def visible(self, obs: Observation) -> tuple[float, str]:
+        """The visible demand of ``obs`` (msg/s): admitted + logged rejections per second; and a text naming the
+        refused demand it adds ("" when none)."""
+        return obs.observed_tps + rate(obs.rejected, self.params.window.total_seconds()), ""
+
+    def fires(self, demand: float, obs: Observation, state: ResourceState) -> tuple[bool, str]:
+        """Whether the rule fires on the visible ``demand`` (msg/s) of ``obs``, and why."""
+        raise NotImplementedError
+
+    def judge(self, obs: Observation, state: ResourceState) -> Judged:
+        """A window under the enforced limit in force in it (:func:`limit_in_force`) → its status: ``bound`` (the
+        rule fires and the limit binds: refused demand shows, or the admitted rate is at ``bound_share`` of the
+        cap), ``hold`` (fires below the cap), ``capped`` (silent on what shows but at the cap, or the limiter's own
+        view reports rejections: the demand hidden) or ``clear``."""
+        p, limit = self.params, limit_in_force(state, obs.window_end)
+        numbers = f"{obs.observed_tps:.1f} of {limit:.1f} msg/s"
+        demand, refused = self.visible(obs)
+        rejecting = obs.rejected > 0 or obs.viewed or bool(refused)
+        said = ([f"{obs.rejected} sends rejected by the limiter"] if obs.rejected > 0 else []) + (
+            [refused] if refused else [])
+        how = (f", rejecting ({'; '.join(said)})" if said else "") + (
+            ", the limiter's own view reports rejections (no count)" if obs.viewed else "")
+        fires, why = self.fires(demand, obs, state)
+        at_cap = obs.observed_tps >= p.bound_share * limit
+        if fires and (rejecting or at_cap):
+            return Judged(Status.BOUND, f"limit-bound: {numbers}{how}; {why}")
+        if fires:
+            return Judged(Status.HOLD, f"visible demand fires the rule: {numbers}, nothing rejected; {why}")
+        if at_cap:
+            return Judged(Status.CAPPED, f"at the cap, the demand hidden: {numbers}{how}, at least "
+                                         f"{p.bound_share:.0%} of the cap; {why} on what shows")
+        if obs.viewed:
+            return Judged(Status.CAPPED, f"the demand hidden: {numbers}{how}; {why} on what shows")
+        return Judged(Status.CLEAR, f"the cause is gone: {numbers}{how}; {why}")
+
+    # --- one window -----------------------------------------------------------------------------------------------
+    def on_window(self, state: ResourceState, end: dt.datetime, cand: Candidate | None, obs: Observation | None,
+                  batch: Batch) -> Step:
+        """The window ending ``end`` with its candidate (a rule fired) and its observation, either may be None: the
+        carriers noted; under an enforced limit the window judged (an evidence row); then a candidate sets (or
+        refreshes) the limit, a ``bound``/``hold`` window holds it, a ``capped`` one keeps it (or probes)."""
+        step = Step(noted_carriers(state, obs) if obs is not None else state)
+        s = step.state
+        judged = None
+        if s.limit_qps is not None and s.mode == Mode.ENFORCE and obs is not None:
+            judged = self.judge(obs, s)
+            step = step.noted(Evidence(end, judged.status, s.limit_qps, obs.observed_tps, obs.rejected,
+                                       judged.detail, rule_fired=cand is not None))
+        taken = self.set(step.state, cand) if cand is not None else None
+        if taken is not None:
+            step = step.then(taken)
+            lift_at = max(x for x in (step.state.lift_at_qps, cand.lift_at_qps, 0.0) if x is not None)
+            return step.moved(lift_at_qps=lift_at or None, last_candidate_end=seen(step.state, end))
+        if judged is None or judged.status == Status.CLEAR:
+            return step
+        if judged.status == Status.CAPPED:
+            step = step.moved(last_capped_end=seen(step.state, end, "last_capped_end"))
+            return step.then(self.capped(step.state, obs, judged.detail, batch))
+        step = step.then(self.hold(step.state, obs, judged.status, judged.detail, batch))
+        return step.moved(last_candidate_end=seen(step.state, end)) if step.state.limit_qps is not None else step
+
+    # --- set ------------------------------------------------------------------------------------------------------
+    def set(self, state: ResourceState, cand: Candidate) -> Step | None:
+        """A rule fired in the candidate's window: a new limit (:meth:`start`) or, under one, a refresh, a raise to
+        an advisory floor, or a cut towards the (frozen) target by more than ``hysteresis_pct``, once the cool-down
+        is over unless critical. An advisory candidate never replaces or loosens an enforced limit. None when the
+        window is stale: no limit in force and the window at or before the last lift (decided on it or on later
+        windows: a broker's lines that landed late, or an open window that proved the lift, finalized after it).
+
+        Raises:
+            ValueError: the candidate's target is not a finite number > 0 (the candidate step guarantees it).
+        """
+        if not (math.isfinite(cand.target_qps) and cand.target_qps > 0):
+            raise ValueError(f"limit target for {state.resource} must be finite and > 0, got {cand.target_qps}")
+        s, p = state, self.params
+        current = s.limit_qps
+        if current is None and s.last_lift_end is not None and cand.window_end <= s.last_lift_end:
+            return None
+        if current is None or (s.mode != Mode.ENFORCE and cand.mode == Mode.ENFORCE):
+            return self.start(s, cand)
+        if s.mode == Mode.ENFORCE and cand.mode != Mode.ENFORCE:  # never replaced by an advisory record
+            return self.refresh(s, cand.window_end, f"refresh (anomaly persists: {cand.reason}; the enforced limit "
+                                                    "stays, the brokers are healthy because of it)")
+        frozen = s.mode == Mode.ENFORCE and s.target_qps is not None
+        target = s.target_qps if frozen else cand.target_qps
+        shares = None if s.broker_shares else shares_of(cand.broker_tps)  # adopt shares a limit lacks
+        if current < cand.floor_qps:
+            return decide(s, cand.window_end, target, Action.SET, cand.reason, cand.mode, shares=shares, target=target)
+        if tightens(target, current, p.hysteresis_pct) and (
+                cand.critical or cooled(s.last_change_end, cand.window_end, p.window, p.cooldown_windows)):
+            # max_cut_pct bounds a cut on one window's evidence; a frozen target is proven by the limit's first
+            # window and by this one (the anomaly outlived the first cut): reached in one step
+            tighter = target if cand.critical or frozen else cut(target, current, p.max_cut_pct)
+            reason = f"{cand.reason}; {outlived(s, '')}" if frozen else cand.reason
+            return decide(s, cand.window_end, tighter, Action.SET, reason, cand.mode, shares=shares, target=target)
+        return self.refresh(s, cand.window_end, f"refresh (anomaly persists): {cand.reason}")
+
+    def start(self, state: ResourceState, cand: Candidate) -> Step:
+        """A new limit (none in force, or an enforced one replacing an advisory record): the target, but a
+        non-critical anomaly cuts at most ``max_cut_pct`` of the observed rate; a recurrence goes straight to the
+        remembered target. Target, shares and the rule's baseline are frozen here."""
+        state, again = self.recurrence(state, cand)
+        start, reason, target = cand.target_qps, cand.reason, cand.target_qps
+        if again is not None:
+            start = target = again[0]
+            reason += again[1]
+        elif not cand.critical and cand.observed_tps:
+            start = cut(start, cand.observed_tps, self.params.max_cut_pct)
+        return decide(state, cand.window_end, start, Action.SET, reason, cand.mode, shares=shares_of(cand.broker_tps),
+                      target=target, fresh=True, baseline=cand.baseline_tps)
+
+    def recurrence(self, state: ResourceState, cand: Candidate) -> tuple[ResourceState, tuple[float, str] | None]:
+        """Whether a new enforced limit is a recurrence: within ``recurrence_windows`` of the last remembered lift →
+        (the state with one more recurrence, (the remembered target, a reason suffix)); a memory older than that
+        is forgotten. An advisory candidate neither uses nor counts the memory."""
+        p, last = self.params, state.last_lift_end
+        if cand.mode != Mode.ENFORCE or last is None or cand.window_end < last:
+            return state, None
+        if cand.window_end - last > p.window * p.recurrence_windows:
+            return replace(state, **FORGOTTEN), None
+        s = replace(state, recurrences=state.recurrences + 1)
+        if s.lifted_target_qps is None:
+            return s, None
+        lifted = (p.window * self.recovery_needed(s)).total_seconds() / 60
+        return s, (s.lifted_target_qps, (
+            f"; recurrence {s.recurrences} within {p.recurrence_windows} windows of the lift at "
+            f"{last:%Y-%m-%dT%H:%M:%SZ}: straight to the target of {s.lifted_target_qps:.1f} msg/s frozen "
+            f"before, lifted only after {lifted:g} min of clear windows"))
+
+    # --- hold and refresh -----------------------------------------------------------------------------------------
+    def hold(self, state: ResourceState, obs: Observation, status: Status, detail: str, batch: Batch) -> Step:
+        """A window where no rule fired but the cause persists under the limit (``bound`` or ``hold``): refreshed
+        when due; subclasses add their own step first."""
+        return self.refresh(state, obs.window_end, f"refresh (anomaly persists, {detail})")
+
+    def capped(self, state: ResourceState, obs: Observation, detail: str, batch: Batch) -> Step:
+        """A final window at the cap with its demand hidden (``capped``, never clear): kept, refreshed when due;
+        subclasses probe."""
+        return self.refresh(state, obs.window_end, f"refresh (held at the cap: {detail}; lifted only after a clear "
+                                                   "window)")
+
+    def refresh(self, state: ResourceState, window_end: dt.datetime, reason: str) -> Step:
+        """Re-issue the limit in force (a new ``expires_at``) ``refresh_seconds`` after its last decision."""
+        if refresh_due(state.last_decision_end, window_end, self.params.refresh):
+            return decide(state, window_end, state.limit_qps, Action.SET, reason, state.mode, change=False)
+        return Step(state)
+
+    # --- probe ----------------------------------------------------------------------------------------------------
+    def raise_to(self, state: ResourceState, window_end: dt.datetime, raised: float, reason: str,
+                 batch: Batch) -> Step:
+        """A probe: the limit raised to ``raised`` (``relax``), remembering the level before it and the first
+        window wholly under the raise (:func:`~pipelines.decide.steps.effective_end` of ``batch.now``, else of
+        ``window_end``)."""
+        before = state.limit_qps
+        at = batch.now if batch.now is not None else window_end
+        return decide(state, window_end, raised, Action.RELAX, reason, state.mode).moved(
+            probe_from_qps=before, probe_effective_end=effective_end(at, self.params.window))
+
+    def raise_bounds(self, state: ResourceState, obs: Observation, current: float,
+                     step: float) -> tuple[float, list[str]]:
+        """How far a probe from ``current`` towards ``step`` may go: below a ceiling a probe hit before (until
+        ``probe_hold_until``, less ``hysteresis_pct``), and no carrier's predicted writes (its writes now plus its
+        share of the raise) above ``probe_headroom_share`` of what it wrote when it was last busy. Returns the
+        raised level and the bounds that shaped it."""
+        p = self.params
+        raised, bounds = step, []
+        if state.probe_ceiling_qps is not None and state.probe_hold_until is not None \
+                and obs.window_end < state.probe_hold_until:
+            below = lower(state.probe_ceiling_qps, p.hysteresis_pct)
+            if below < raised:
+                raised, bounds = below, [f"below the ceiling of {state.probe_ceiling_qps:.1f} msg/s until "
+                                         f"{state.probe_hold_until:%Y-%m-%dT%H:%M:%SZ}"]
+        shares = state.broker_shares
+        for broker, busy in sorted(state.busy_load.items()):
+            load = obs.carrier_load.get(broker)
+            if load is None:
+                continue
+            share = shares.get(broker, min(shares.values()) if shares else 1.0)
+            if share <= 0:
+                continue
+            room = (p.probe_headroom_share * busy - load) / share
+            if current + room < raised:
+                raised = current + max(room, 0.0)
+                bounds = [f"{broker} writes {load:.1f} msg/s and was busy at {busy:.1f}"]
+        return raised, bounds
+
+    @staticmethod
+    def under_raise(state: ResourceState, obs: Observation) -> bool:
+        """A probe is in flight and ``obs`` is a window wholly under it."""
+        return (state.probe_from_qps is not None and state.probe_effective_end is not None
+                and obs.window_end >= state.probe_effective_end)
+
+    @staticmethod
+    def before_raise(state: ResourceState, obs: Observation) -> bool:
+        """A probe is in flight and ``obs`` is a window before it came into force: it says nothing of the probe."""
+        return (state.probe_from_qps is not None and state.probe_effective_end is not None
+                and obs.window_end < state.probe_effective_end)
+
+    def on_open(self, state: ResourceState, obs: Observation, status: Status, detail: str,
+                batch: Batch) -> Step | None:
+        """An open window after the horizon, complete by census, judged ``status`` (not clear): a decision now when
+        the policy makes one on open windows (:attr:`probe_on_open`), else None."""
+        return None
+
+    # --- lift and veto --------------------------------------------------------------------------------------------
+    def recovery_needed(self, state: ResourceState) -> int:
+        """Clear windows the limit needs before its lift (:func:`~pipelines.decide.steps.recovery_needed`)."""
+        return recovery_needed(state.recurrences, self.params.recovery_windows, self.params.recurrence_windows)
+
+    def lift_point(self, state: ResourceState) -> dt.datetime:
+        """The end of the window after which the limit may be lifted: :meth:`recovery_needed` windows after the last
+        window that kept it (the cause seen, or its demand hidden at the cap), and after the last decision."""
+        kept = last_kept(state)
+        return max(kept + self.params.window * self.recovery_needed(state),
+                   (state.last_decision_end or kept) + self.params.window)
+
+    def veto(self, state: ResourceState, lift_at: dt.datetime, batch: Batch) -> Evidence | None:
+        """A ``veto`` evidence row when a window after ``lift_at`` is not clear: a later final window of the batch,
+        or an open window the fast path has seen (before its census a ratio rule takes the larger of its partial
+        consume rate and the one frozen with the limit); None (no veto) otherwise, and for an advisory record."""
+        if state.mode != Mode.ENFORCE:
+            return None
+        later = [o for o in batch.observations if o.window_end > lift_at] + [
+            o for o in batch.opened if o.window_end > lift_at]
+        for obs in later:
+            judged = self.judge(obs, state)
+            if judged.status != Status.CLEAR:
+                where = "open window" if obs in batch.opened else "final window"
+                return Evidence(obs.window_end, Status.VETO, state.limit_qps, obs.observed_tps, obs.rejected,
+                                f"lift vetoed: the {where} ending {obs.window_end:%H:%M} shows the cause back: "
+                                f"{judged.detail}")
+        return None
+
+    def lift_due(self, state: ResourceState, until: dt.datetime, batch: Batch) -> Step:
+        """The lift of a limit whose :meth:`lift_point` is at or before ``until`` and not vetoed; else an enforced
+        limit held through clear windows is refreshed (its record must not expire at the brokers mid-episode)."""
+        s = state
+        if s.limit_qps is None or s.last_candidate_end is None:
+            return Step(s)
+        lift_at = self.lift_point(s)
+        veto = self.veto(s, lift_at, batch) if lift_at <= until else None
+        if lift_at <= until and veto is None:
+            return self.lift(s, lift_at)
+        step = Step(s, evidence=(veto,) if veto is not None else ())
+        if s.mode == Mode.ENFORCE and s.last_candidate_end < until:  # held through clear windows
+            why = veto.detail if veto is not None else (
+                f"{self.kind.value} silent since {last_kept(s):%Y-%m-%dT%H:%M:%SZ}, lifted after "
+                f"{self.recovery_needed(s)} clear windows")
+            step = step.then(self.refresh(s, until, f"refresh (held: {why}; in force until it is lifted)"))
+        return step
+
+    def lift(self, state: ResourceState, at: dt.datetime, proof: str = "",
+             proven_to: dt.datetime | None = None) -> Step:
+        """Lift the limit as a decision of the window ending ``at`` (remembered by the recurrence memory when
+        enforced); ``proof``: the open windows that proved it, when not the final ones, up to the window ending
+        ``proven_to``: the lift is remembered there, so that those windows, once final, cannot limit again."""
+        s = state
+        enforced = s.mode == Mode.ENFORCE
+        why = (f"the cause is gone: {self.kind.value} did not fire on the visible demand (what the brokers admitted "
+               f"and the limiter rejected) under the {s.limit_qps:.1f} msg/s limit" if enforced else "anomaly absent")
+        if enforced and s.probe_from_qps is not None:
+            why += f", raised from {s.probe_from_qps:.1f} msg/s to see it"
+        damped = f", doubled for each of {s.recurrences} recurrences" if s.recurrences else ""
+        at_cap = (f", at the cap with its demand hidden until {s.last_capped_end:%Y-%m-%dT%H:%M:%SZ}"
+                  if enforced and s.last_capped_end is not None and s.last_capped_end > s.last_candidate_end else "")
+        step = decide(s, at, s.limit_qps, Action.LIFT,
+                      f"{why} since {s.last_candidate_end:%Y-%m-%dT%H:%M:%SZ}{at_cap} ({self.recovery_needed(s)} "
+                      f"windows{damped}){proof}: the limit is doing nothing and is lifted, brokers fall back to their "
+                      "defaults", s.mode, remember=True)
+        if proven_to is not None and step.state.last_lift_end is not None:
+            step = step.moved(last_lift_end=max(step.state.last_lift_end, proven_to))
+        return step
+
+    def act_on_open(self, state: ResourceState, batch: Batch) -> Step:
+        """What the fast path's open windows after the horizon, complete by census (their stats final, their sums
+        only growing), let the final path decide now, as a decision of the horizon's window: a probe whose whole
+        window shows the demand following it is undone; a probe whose whole windows are clear for
+        :meth:`recovery_needed` windows since the last window that kept the limit proves the lift; the newest window
+        at the cap with its demand hidden starts a probe (:attr:`probe_on_open`). Nothing when a decision of that
+        window was made already. In a backlog run the same windows come final and lead to the same decisions
+        later."""
+        s, horizon = state, batch.horizon_end
+        if s.limit_qps is None or s.mode != Mode.ENFORCE or horizon is None or s.last_decision_end == horizon:
+            return Step(s)
+        done = sorted((o for o in batch.opened if o.window_end > horizon and o.complete), key=lambda o: o.window_end)
+        if not done:
+            return Step(s)
+        judged = [(o, *self.judge(o, s)) for o in done]
+        kept = [o.window_end for o, status, _ in judged if status != Status.CLEAR]
+        raised = [(o, status, detail) for o, status, detail in judged if self.under_raise(s, o)]
+        following = next(((o, st, d) for o, st, d in raised if st in (Status.BOUND, Status.CAPPED)), None)
+        if following is not None:
+            return self.on_open(s, *following, batch) or Step(s)
+        if raised and not kept:  # every complete window under the probe clear: the proof, when enough of them
+            ends = {o.window_end for o in done}
+            lift_at = self.lift_point(s)
+            needed = [lift_at - self.params.window * k for k in range(self.recovery_needed(s))]
+            if lift_at <= done[-1].window_end and all(e in ends or e <= horizon for e in needed):
+                veto = self.veto(s, lift_at, batch)
+                if veto is not None:
+                    return Step(s, evidence=(veto,))
+                return self.lift(s, horizon, f" (the open window ending {done[-1].window_end:%H:%M}, complete by "
+                                             f"census, under the probe: {judged[-1][2]})", proven_to=done[-1].window_end)
+            return Step(s)
+        newest, status, detail = judged[-1]
+        if status == Status.CAPPED and self.probe_on_open:
+            return self.on_open(s, newest, status, detail, batch) or Step(s)
+        return Step(s)
+

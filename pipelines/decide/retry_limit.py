@@ -1,0 +1,128 @@
+"""``RUNAWAY_RETRY``'s limit: a consumer group's retry traffic, its whole life (:class:`RetryStormLimit`).
+
+**Visible demand.** The retry traffic the brokers admitted (per broker the larger of the send-backs and the plain
+sends to ``%RETRY%<group>``, :func:`pipelines.decide.facts.retry_traffic`), the logged rejections of
+``%RETRY%<group>`` (in practice none: a refused send-back is answered to the consumer, and its client's fallback
+send fails inside the client), and the refused send-backs the **fallback sends** reveal: a consumer client whose
+send-back a broker refuses sends the message to ``%RETRY%<group>`` as a plain send through its own producer
+(apache/rocketmq ``DefaultMQPushConsumerImpl.sendMessageBack`` → ``sendMessageBackAsNormalMessage``, group
+``CLIENT_INNER_PRODUCER``), into the same limiter (Sohu's ``RateLimitHandler`` keys both by ``%RETRY%<group>``,
+sohutv/rocketmq 5.3.1-sohu-01). The brokers print those as puts of the retry topic beyond the send-backs; with
+send-backs admitted at a rate a ≤ 1 and the fallbacks at the same rate, fallbacks ÷ send-backs ≈ the refused share
+ρ = 1 − a, so the demand is at least the admitted traffic ÷ (1 − ρ) (ρ at most :data:`REFUSED_SHARE_MAX`).
+
+**Gone** = :func:`pipelines.decide.facts.retry_fires` silent on the visible demand against the group's consume rate
+*in the same window*, its ratio alone (the cap holds the retries far under the rule's floor; with nothing consumed,
+the retries below ``retry_floor_tps``).
+
+**Set** once at its frozen target (10 % of the group's normal consume rate); a first cut bounded by
+``max_cut_pct`` goes down to the target in one step once the cool-down is over. **Probe**: a broken consumer at its
+cap is ``bound`` by its fallback sends and never probed (at most one change); a fixed one whose legitimate retries
+sit just under the cap is ``capped``, probed at once ×``relax_factor`` on the first such window (final, or open
+and complete by census), back at once when the admitted rate follows the raise, lifted after clear windows under
+it. A client without the fallback shows no refused demand: its storm at the cap is ``capped`` too, and each probe
+costs one window at the raised cap, then a doubling pause.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pipelines.decide.facts import TOLERANCE, retry_fires, retry_ratio
+from pipelines.decide.fold_types import Observation, ResourceState
+from pipelines.decide.policy import Batch, LimitPolicy
+from pipelines.decide.steps import Step, above, backoff_hold, cooled, decide, outlived, too_small
+from pipelines.decide.words import Action, Anomaly, Status
+
+#: The largest refused share of a group's send-backs read from its fallback sends (demand at most 20× the admitted).
+REFUSED_SHARE_MAX = 0.95
+
+
+class RetryStormLimit(LimitPolicy):
+    """``RUNAWAY_RETRY``: limits a consumer group's retry traffic (module docstring)."""
+
+    kind = Anomaly.RUNAWAY_RETRY
+    probe_on_open = True
+
+    def visible(self, obs: Observation) -> tuple[float, str]:
+        """Admitted + logged rejections, or what the fallback sends reveal when that is more (msg/s)."""
+        demand, _ = super().visible(obs)
+        sent = obs.sendback_tps
+        fallback = obs.observed_tps - sent if sent is not None else 0.0
+        if sent is None or fallback <= TOLERANCE * max(obs.observed_tps, 1.0):
+            return demand, ""
+        refused = min(fallback / sent, REFUSED_SHARE_MAX) if sent > 0 else REFUSED_SHARE_MAX
+        hidden = obs.observed_tps / (1.0 - refused)
+        if hidden <= demand:
+            return demand, ""
+        return hidden, (f"fallback sends {fallback:.1f} msg/s beside {sent:.1f} msg/s of send-backs: about "
+                        f"{refused:.0%} of the send-backs refused, a demand of {hidden:.1f} msg/s")
+
+    def fires(self, demand: float, obs: Observation, state: ResourceState) -> tuple[bool, str]:
+        det = self.params.detection
+        consume = obs.consume_tps or 0.0
+        if not obs.complete:  # an open window before its census: the consume rate is partial; judged against the
+            consume = max(consume, state.baseline_tps or 0.0)  # rate frozen with the limit too, so it only errs late
+        fires = retry_fires(demand, consume, det, floor=False)
+        ratio = retry_ratio(demand, consume)
+        if ratio is not None:
+            return fires, (f"visible retry demand {demand:.1f} msg/s, ratio {ratio:.2f} against {consume:.1f} msg/s "
+                           f"consumed (rule: >= {det.retry_ratio_threshold:.2f})")
+        return fires, (f"visible retry demand {demand:.1f} msg/s with nothing consumed (rule: retry >= "
+                       f"{det.retry_floor_tps:.1f} msg/s then)")
+
+    def hold(self, state: ResourceState, obs: Observation, status: Status, detail: str, batch: Batch) -> Step:
+        """A probe whose window shows the cause is undone at once; otherwise the first cut was bounded by
+        ``max_cut_pct``: while the cause persists above the frozen target, the limit goes down to it once the
+        cool-down is over (one step, so a persisting storm sees at most one change after its first limit)."""
+        p, end = self.params, obs.window_end
+        if self.under_raise(state, obs):
+            return self._undo(state, obs, detail, end)
+        if not self.before_raise(state, obs) and above(state.limit_qps, state.target_qps, p.hysteresis_pct) \
+                and cooled(state.last_change_end, end, p.window, p.cooldown_windows):
+            return decide(state, end, state.target_qps, Action.SET, outlived(state, f" ({detail})"), state.mode)
+        return super().hold(state, obs, status, detail, batch)
+
+    def capped(self, state: ResourceState, obs: Observation, detail: str, batch: Batch) -> Step:
+        """Probed at once (or a probe the admitted rate followed undone); else kept, refreshed when due."""
+        step = self._probe_or_undo(state, obs, detail, obs.window_end, batch)
+        return step if step is not None else super().capped(state, obs, detail, batch)
+
+    def on_open(self, state: ResourceState, obs: Observation, status: Status, detail: str,
+                batch: Batch) -> Step | None:
+        if status == Status.CAPPED or (status == Status.BOUND and self.under_raise(state, obs)):
+            return self._probe_or_undo(state, obs, f"the open window ending {obs.window_end:%H:%M}, complete by "
+                                                   f"census: {detail}", batch.horizon_end, batch)
+        return None
+
+    def _probe_or_undo(self, state: ResourceState, obs: Observation, detail: str, at: dt.datetime,
+                       batch: Batch) -> Step | None:
+        """Undo a probe whose window the admitted rate followed, or start one, as a decision of the window ending
+        ``at``; None when neither is due."""
+        p = self.params
+        if state.probe_from_qps is not None:
+            if self.under_raise(state, obs):
+                return self._undo(state, obs, detail, at)
+            return None  # the raise is not in force in this window yet
+        if state.probe_hold_until is not None and obs.window_end < state.probe_hold_until:
+            return None
+        current = state.limit_qps
+        raised, bounds = self.raise_bounds(state, obs, current, current * p.relax_factor)
+        if too_small(raised, current, p.hysteresis_pct):
+            return None
+        how = f"x{p.relax_factor}" if not bounds else f"to {raised:.1f} msg/s ({'; '.join(bounds)})"
+        return self.raise_to(state, at, raised, f"probe: {detail}; raised {how} to see the demand: back to "
+                                                f"{current:.1f} msg/s at once if the admitted rate follows, lifted if "
+                                                "it does not", batch)
+
+    def _undo(self, state: ResourceState, obs: Observation, detail: str, at: dt.datetime) -> Step:
+        """Back to the level before the probe; the raised level a ceiling for a doubling interval."""
+        p = self.params
+        back, raised = state.probe_from_qps, state.limit_qps
+        backoff = state.probe_backoff + 1
+        hold = backoff_hold(p.window, p.recovery_windows, backoff)
+        return decide(state, at, back, Action.SET, f"probe undone: {detail}: the demand stays hidden under the raised "
+                      f"cap; back to {back:.1f} msg/s, and no probe reaches {raised:.1f} msg/s for "
+                      f"{hold.total_seconds() / 60:g} min", state.mode).moved(
+            probe_ceiling_qps=raised, probe_hold_until=obs.window_end + hold, probe_backoff=backoff,
+            probe_from_qps=None, probe_effective_end=None)

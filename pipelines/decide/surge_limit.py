@@ -1,0 +1,121 @@
+"""``TRAFFIC_SURGE``'s limit: a topic's puts while a broker carrying it is busy, its whole life (:class:`SurgeLimit`).
+
+**Visible demand**: the topic's puts plus its producers' logged ``RATE_LIMITED`` rejections (as many as they log
+and ship: a sampled or throttled log shows less, none shows nothing). **Gone** =
+:func:`pipelines.decide.facts.surge_fires` silent on it against the baseline frozen when the limit was set.
+
+**Set** at ``surge_headroom`` × the baseline (a candidate on healthy brokers is an advisory record, never below its
+observed rate × ``surge_headroom``, and never replaces an enforced limit). **Probe**: at its cap (``bound``, or
+``capped``: its producers' rejection logs show too little to tell) on healthy carriers for ``recovery_windows``
+windows it is probed upward ×``relax_factor`` (NSQ's RDY policy, article 003), bounded three ways so that it
+settles:
+
+* **Busy load.** For each carrier the writes (msg/s) of the last window it was busy are known
+  (``ResourceState.busy_load``; a busy broker writes about its capacity and fast-fails the rest). A probe never
+  raises a carrier's predicted writes (its writes now plus its share of the raise) above ``probe_headroom_share``
+  of that figure (:meth:`pipelines.decide.policy.LimitPolicy.raise_bounds`).
+* **Ceiling.** A probe that made a carrier busy anyway is stepped back to the level before it, and that level is a
+  ceiling: no probe reaches it again for ``recovery_windows`` × 2^n windows (n: how many times it was hit).
+* **Budget.** While the cause lasts the limit's value changes at most ``surge_max_changes`` times: a raise is taken
+  only when its possible step-back still fits (a lift needs room for itself only).
+
+**Lift**: a probe whose uncapped step would reach ``lift_at_qps`` (the observed peak × ``surge_headroom``) lifts
+the limit: the brokers took the whole demand, and such a lift is not remembered (the demand was legitimate). A
+surge that ended on a topic whose normal rate sits near its limit is ``capped`` like a surge still on: a probe
+tells them apart (its windows clear, and the limit is lifted after them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+from pipelines.decide.facts import surge_fires
+from pipelines.decide.fold_types import Observation, ResourceState
+from pipelines.decide.policy import Batch, LimitPolicy
+from pipelines.decide.steps import Step, above, backoff_hold, cooled, decide, outlived, too_small
+from pipelines.decide.words import Action, Anomaly, Status
+
+
+class SurgeLimit(LimitPolicy):
+    """``TRAFFIC_SURGE``: limits a topic's puts while a carrier is distressed (module docstring)."""
+
+    kind = Anomaly.TRAFFIC_SURGE
+
+    def fires(self, demand: float, obs: Observation, state: ResourceState) -> tuple[bool, str]:
+        det = self.params.detection
+        baseline = state.baseline_tps
+        if baseline is None:  # a limit saved before the baseline was frozen: its target is headroom x baseline
+            baseline = (state.target_qps or state.limit_qps) / self.params.surge_headroom
+        factor = demand / baseline if baseline > 0 else math.inf
+        return surge_fires(demand, baseline, det), (
+            f"visible demand {demand:.1f} msg/s, {factor:.1f}x the baseline of {baseline:.1f} msg/s frozen with the "
+            f"limit (rule: >= {det.surge_factor:.1f}x and >= {det.surge_floor_tps:.1f} msg/s)")
+
+    def hold(self, state: ResourceState, obs: Observation, status: Status, detail: str, batch: Batch) -> Step:
+        """At the cap (``bound`` or ``capped``): a carrier busy under a raise steps the probe back; healthy for
+        ``recovery_windows`` windows, a probe; a carrier busy under a loose first cut, down to the target."""
+        p, end = self.params, obs.window_end
+        if self.before_raise(state, obs):  # the window ran at the level before the probe
+            return self._kept(state, obs, status, detail, batch)
+        at_limit = status in (Status.BOUND, Status.CAPPED)
+        high = above(state.limit_qps, state.target_qps, p.hysteresis_pct)
+        if at_limit and not obs.healthy and high:
+            return self._step_back(state, obs, detail)
+        if at_limit and obs.healthy and end - self.healthy_since(state) >= p.window * p.recovery_windows:
+            probed = self._probe(state, obs, detail, batch)
+            if probed is not None:
+                return probed
+        if high and not obs.healthy and cooled(state.last_change_end, end, p.window, p.cooldown_windows):
+            return decide(state, end, state.target_qps, Action.SET, outlived(state, f" ({detail}, a carrier busy)"),
+                          state.mode)
+        return self._kept(state, obs, status, detail, batch)
+
+    def capped(self, state: ResourceState, obs: Observation, detail: str, batch: Batch) -> Step:
+        return self.hold(state, obs, Status.CAPPED, detail, batch)
+
+    def _kept(self, state: ResourceState, obs: Observation, status: Status, detail: str, batch: Batch) -> Step:
+        return super().capped(state, obs, detail, batch) if status == Status.CAPPED else \
+            super().hold(state, obs, status, detail, batch)
+
+    @staticmethod
+    def healthy_since(state: ResourceState) -> dt.datetime:
+        """Since when every carrier has been healthy and the limit unchanged."""
+        return max(x for x in (state.last_change_end, state.last_distress_end, state.limited_since) if x is not None)
+
+    def _step_back(self, state: ResourceState, obs: Observation, detail: str) -> Step:
+        """A carrier busy above the target: back to the level before the probe (or one step down), that level a
+        ceiling for a doubling interval."""
+        p = self.params
+        current = state.limit_qps
+        back = state.probe_from_qps if state.probe_from_qps is not None and state.probe_from_qps < current \
+            else max(state.target_qps, current / p.relax_factor)
+        backoff = state.probe_backoff + 1
+        hold = backoff_hold(p.window, p.recovery_windows, backoff)
+        busy = ", ".join(obs.busy_brokers) or "a carrier"
+        return decide(state, obs.window_end, back, Action.SET,
+                      f"probe undone: {detail} and {busy} busy; back to {back:.1f} msg/s, and {current:.1f} msg/s is a "
+                      f"ceiling no probe reaches for {hold.total_seconds() / 60:g} min", state.mode).moved(
+            probe_ceiling_qps=current, probe_hold_until=obs.window_end + hold, probe_backoff=backoff,
+            probe_from_qps=None, probe_effective_end=None)
+
+    def _probe(self, state: ResourceState, obs: Observation, detail: str, batch: Batch) -> Step | None:
+        """Probe upward when the bounds and the budget allow a step worth taking (more than ``hysteresis_pct``), or
+        lift when the step reaches ``lift_at_qps``; None when neither."""
+        p = self.params
+        end, current = obs.window_end, state.limit_qps
+        step = current * p.relax_factor
+        raised, bounds = self.raise_bounds(state, obs, current, step)
+        text = (f"probe: {detail} while every broker carrying it stays healthy since "
+                f"{self.healthy_since(state):%Y-%m-%dT%H:%M:%SZ}")
+        lifts = state.lift_at_qps is not None and raised == step and step >= state.lift_at_qps
+        # the budget: a lift needs room for itself; a raise for itself and its possible step-back
+        if state.cause_changes + (1 if lifts else 2) > p.surge_max_changes:
+            return None
+        if lifts:
+            return decide(state, end, current, Action.LIFT, f"{text}; x{p.relax_factor} would reach the normal rate of "
+                          f"{state.lift_at_qps:.1f} msg/s: lifted, brokers fall back to their defaults", state.mode)
+        if too_small(raised, current, p.hysteresis_pct):
+            return None
+        how = f"raised x{p.relax_factor}" if raised == step else f"raised to {raised:.1f} msg/s ({'; '.join(bounds)})"
+        return self.raise_to(state, end, raised, f"{text}; {how}", batch)
