@@ -31,10 +31,10 @@ deciding query's critical sections under the decision lock (the flows' ``locked_
 
 The reference is the handler's own total (``<query>.handle``, the ``foreachBatch`` call, warm-up included): shares
 say which step to work on. Steps overlap where one calls another (the gold flow's ``reduce + collect`` includes a
-``DataFrame.toArrow``; the fast flow's only Spark job is its ``toArrow``; ``decide_prepared`` includes the store's
+``DataFrame.toArrow``; the fast flow's only Spark job is its ``toArrow``; ``decide_final`` / ``decide_fast`` include the store's
 ``state_before``/``latest_limits`` calls where the flow makes them inside it); the wait for the decision lock the
 other deciding flow holds is its own line. Issue 40's flows: Spark reduces (one collect), the driver decides
-(``prepare_*`` outside the lock, ``decide_prepared`` inside it), ``write_arrow`` appends with delta-rs, then
+(``prepare_*`` outside the lock, ``decide_*`` inside it), ``write_arrow`` appends with delta-rs, then
 ``publish``; the base commit's steps (``gold_outputs``, the policy fold, the fast flow's ``decide``) are timed where
 the measured tree has them. Absolute seconds are this machine's, with the three queries sharing its cores.
 """
@@ -235,7 +235,7 @@ def instrument() -> None:
     for flow, query in ((ingest_flow.IngestFlow, "ingest"), (gold_flow.GoldFlow, "gold"), (fast_flow.FastFlow, "fast")):
         flow.handle = counted_jobs(flow.handle)
         timed(flow, "handle", f"{query}.handle", handler=query)
-    # issue 40's flows: Spark reduces (one collect), the driver decides (prepare outside the lock, decide_prepared
+    # issue 40's flows: Spark reduces (one collect), the driver decides (prepare outside the lock, decide_* 
     # inside it), delta-rs appends the Arrow tables, the publisher publishes
     timed(gold_flow.GoldFlow, "reduce", "reduce: collect the windows (one Spark job), reduce on the driver")
     timed(gold_flow, "collect_tables", "collect_tables (pack, union, toArrow, split)")  # aecabbc-33d0c65
@@ -245,6 +245,10 @@ def instrument() -> None:
           "DataFrame.toArrow (a Spark job; fast: its stateful aggregation)")
     timed(base_flow.DecisionFlow, "history", "history (delta-rs reads)")
     timed(gold_flow, "prepare_final", "decide: prepare_final (outside the lock)")
+    timed(gold_flow, "decide_final", "decide: decide_final (under the lock)")
+    timed(fast_flow, "prepare_fast", "decide: prepare_fast (outside the lock)")
+    timed(fast_flow, "decide_fast", "decide: decide_fast (under the lock)")
+    # a baseline tree from before the paths' distinct names (branch one-place)
     timed(gold_flow, "decide_prepared", "decide: decide_prepared (under the lock)")
     timed(fast_flow, "prepare_preliminary", "decide: prepare_preliminary (outside the lock)")
     timed(fast_flow, "decide_prepared", "decide: decide_prepared (under the lock)")

@@ -21,8 +21,8 @@ topic), and in every measured window 5 surging topics (8× their rate) and 2 ret
 Per measured window (``--windows``, consecutive: the decisions' state and limits carried from one to the next as
 :class:`pipelines.job.flows.store.DecisionStore` does, the decided ``gold/topic_tps`` rows appended to the history) it
 times :func:`pipelines.decide.windows.reduce_windows`, :func:`pipelines.decide.final.prepare_final` (outside the decision lock) and
-:func:`pipelines.decide.final.decide_prepared` (inside it), then the fast path on the same window's open rows:
-:func:`pipelines.decide.fast.prepare_preliminary` and :func:`pipelines.decide.fast.decide_prepared` (inside the
+:func:`pipelines.decide.final.decide_final` (inside it), then the fast path on the same window's open rows:
+:func:`pipelines.decide.fast.prepare_fast` and :func:`pipelines.decide.fast.decide_fast` (inside the
 lock), with the peak resident memory above the process's resident memory before each step (sampled every 5 ms
 from ``/proc/self/statm``: polars and Arrow allocate outside Python's heap, where tracemalloc does not see).
 
@@ -30,7 +30,7 @@ Prints per scale: rows and MB per window of each input (Arrow ``nbytes``), the d
 and max seconds and peak MB, and where one driver stops being enough: the driver's decision seconds per window
 (the reduction and the final path once, the fast path once per ingest micro-batch with input, ``windows.length_seconds /
 windows.trigger_seconds`` of them, each taken as a complete window: the upper bound) against the window length.
-Exit status 1 when the critical section of the decision lock (the larger ``decide_prepared`` of the two paths,
+Exit status 1 when the critical section of the decision lock (the larger of ``decide_final`` and ``decide_fast``,
 median over the windows) exceeds ``--max-locked-seconds`` at 10,000 topics × 50 brokers (issue 40's 0.2 s), or when
 the windows decide nothing (the mix failed to make candidates). Absolute seconds are this machine's.
 """
@@ -58,6 +58,7 @@ from pipelines import columns  # noqa: E402
 from pipelines import rocketmq as rmq  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
 from pipelines.decide import fast, final  # noqa: E402
+from pipelines.decide.inputs import FastInputs, FinalInputs, LockedInputs  # noqa: E402
 from pipelines.decide.arrow import from_rows, schema  # noqa: E402
 from pipelines.decide.windows import TRAFFIC, reduce_windows  # noqa: E402
 from pipelines.sim.windows import OPEN_SCHEMA  # noqa: E402
@@ -375,8 +376,9 @@ def run_scale(cfg, n_topics: int, n_brokers: int, windows: int, history: int, se
         collected = window_metric_rows(c, w)
         reduced, s, m = timed(lambda: reduce_windows(collected, cfg.detection, limited))
         steps.setdefault("gold reduce_windows", []).append((s, m))
-        inputs = final.FinalInputs(reduced["gold/topic_tps"], reduced["gold/group_tps"], reduced["gold/broker_tps"],
-                                   reduced[TRAFFIC], topic_hist, broker_hist, None, None)
+        inputs = FinalInputs(topics=reduced["gold/topic_tps"], groups=reduced["gold/group_tps"],
+                             brokers=reduced["gold/broker_tps"], traffic=reduced[TRAFFIC], topic_history=topic_hist,
+                             broker_history=broker_hist)
         opened = open_rows(c, w)
         sizes.append({"collected": collected.num_rows, "collected MB": mb(collected),
                       "topic_tps": inputs.topics.num_rows, "group_tps": inputs.groups.num_rows,
@@ -390,21 +392,20 @@ def run_scale(cfg, n_topics: int, n_brokers: int, windows: int, history: int, se
         # the fast path first, as live: the window complete by census (every broker's lines), before the watermark
         # finalizes it; its preliminary limits join the limits in force
         memory = fast.OpenRows()
-        fast_inputs = fast.FastInputs(opened, topic_hist, broker_hist, None, None)
-        fprep, s, m = timed(lambda: fast.prepare_preliminary(fast_inputs, memory, cfg))
-        steps.setdefault("fast prepare_preliminary", []).append((s, m))
-        (accepted, _refused), s, m = timed(lambda: fast.decide_prepared(fprep, state, limits, cfg, fast_now,
-                                                                        origin=f"bench-fast:{i}"))
-        steps.setdefault("fast decide_prepared (lock)", []).append((s, m))
+        fast_inputs = FastInputs(open_rows=opened, topic_history=topic_hist, broker_history=broker_hist)
+        fprep, s, m = timed(lambda: fast.prepare_fast(fast_inputs, memory, cfg))
+        steps.setdefault("fast prepare_fast", []).append((s, m))
+        (accepted, _refused), s, m = timed(lambda: fast.decide_fast(
+            fprep, LockedInputs(policy_state=state, latest_limits=limits), cfg, fast_now, origin=f"bench-fast:{i}"))
+        steps.setdefault("fast decide_fast (lock)", []).append((s, m))
         limits = merge(limits, accepted, columns.GOLD_LIMITS)
-        # the final path once the watermark passed the window: prepare outside the lock, decide_prepared inside it
+        # the final path once the watermark passed the window: prepare outside the lock, decide_final inside it
         # (the store's state and limits), reconciling the preliminary limits
         prepared, s, m = timed(lambda: final.prepare_final(inputs, cfg))
         steps.setdefault("final prepare_final", []).append((s, m))
-        full = final.FinalInputs(inputs.topics, inputs.groups, inputs.brokers, inputs.traffic, topic_hist,
-                                 broker_hist, state, limits)
-        out, s, m = timed(lambda: final.decide_prepared(prepared, full, cfg, now, batch_id=i, origin=f"bench:{i}"))
-        steps.setdefault("final decide_prepared (lock)", []).append((s, m))
+        locked = LockedInputs(policy_state=state, latest_limits=limits)
+        out, s, m = timed(lambda: final.decide_final(prepared, locked, cfg, now, batch_id=i, origin=f"bench:{i}"))
+        steps.setdefault("final decide_final (lock)", []).append((s, m))
         decided.append(out.limits.num_rows)
         state = merge(state, out.state.drop_columns(["batch_id"]) if "batch_id" in out.state.column_names
                       else out.state, columns.POLICY_STATE)
@@ -449,11 +450,11 @@ def report(result: dict, cfg, max_locked: float, checked: bool) -> bool:
         seconds = [s for s, _ in values]
         med[name] = statistics.median(seconds)
         print(f"   {name:32s} median {med[name]:7.3f} s, max {max(seconds):7.3f} s, peak RSS +{max(m for _, m in values):7.1f} MB")
-    locked = max(med["final decide_prepared (lock)"], med["fast decide_prepared (lock)"])
+    locked = max(med["final decide_final (lock)"], med["fast decide_fast (lock)"])
     length, trigger = cfg.windows.length_seconds, cfg.windows.trigger_seconds
     fast_batches = max(1, length // trigger)
-    final_s = med["gold reduce_windows"] + med["final prepare_final"] + med["final decide_prepared (lock)"]
-    fast_s = med["fast prepare_preliminary"] + med["fast decide_prepared (lock)"]
+    final_s = med["gold reduce_windows"] + med["final prepare_final"] + med["final decide_final (lock)"]
+    fast_s = med["fast prepare_fast"] + med["fast decide_fast (lock)"]
     per_window = final_s + fast_batches * fast_s
     print(f"   driver decision seconds per {length} s window: final {final_s:.2f} s + fast {fast_batches} x "
           f"{fast_s:.2f} s (one per ingest micro-batch, each a complete window: an upper bound) = {per_window:.2f} s, "

@@ -12,7 +12,7 @@
    that tree first on ``sys.path`` and its own Spark session after this run's has stopped, against this tree's
    :mod:`pipelines.decide` on the same candidates: :func:`pipelines.decide.folding.fold_all`, then
    :func:`pipelines.decide.limits.finish` and :func:`~pipelines.decide.limits.check` (the fold and the ``gold/limits``
-   rows, what ``decide_prepared`` runs under the decision lock), no Spark. The two sides take the same candidates in
+   rows, what ``decide_final`` runs under the decision lock), no Spark. The two sides take the same candidates in
    their own types (a Spark DataFrame of the baseline's candidate schema; :class:`~pipelines.decide.candidates.Keyed`
    candidates). Without ``--baseline`` this part is skipped: since issue 40 the tree has no Spark decision path to
    compare with, and the fold's own cost is ``bench/decisions.py``'s.

@@ -89,10 +89,13 @@ def decided_rows(result) -> list[dict]:
 
 #: The decision plane's entry points as the simulator's modules call them (module, name): the package the
 #: streaming job shares (:mod:`pipelines.decide`), timed apart from the simulator's own work.
-DECISION_PLANE = (("pipelines.sim.windows", "reduce_windows"), ("pipelines.sim.loop", "prepare_preliminary"),
-                  ("pipelines.sim.loop", "decide_preliminary"), ("pipelines.sim.loop", "prepare_final"),
-                  ("pipelines.sim.loop", "decide_prepared"), ("pipelines.sim.loop", "open_evidence"),
-                  ("pipelines.sim.loop", "expected_brokers"))
+DECISION_PLANE = (("pipelines.sim.windows", "reduce_windows"), ("pipelines.sim.loop", "prepare_fast"),
+                  ("pipelines.sim.loop", "decide_fast"), ("pipelines.sim.loop", "prepare_final"),
+                  ("pipelines.sim.loop", "decide_final"), ("pipelines.sim.loop", "open_evidence"),
+                  ("pipelines.sim.loop", "expected_brokers"),
+                  # a baseline tree from before the paths' distinct names (one-place)
+                  ("pipelines.sim.loop", "prepare_preliminary"), ("pipelines.sim.loop", "decide_preliminary"),
+                  ("pipelines.sim.loop", "decide_prepared"))
 
 
 class DecisionPlaneClock:

@@ -3,6 +3,10 @@ window × resource, :func:`pipelines.dataplane.transforms.fast.open_window_sums`
 the limits in force → preliminary ``gold/limits`` rows (only ``set`` decisions that change a limit; no policy state:
 the final path stays the only owner of ``state/policy`` and reconciles what this path decided).
 
+Entry points: :func:`prepare_fast` (:class:`~pipelines.decide.inputs.FastInputs` → the candidates, outside the
+decision lock) and :func:`decide_fast` (:class:`~pipelines.decide.inputs.LockedInputs` → the rows, under it), or
+:func:`run_fast` for both.
+
 Spark emits only the rows a micro-batch's input touched (``update`` mode). :class:`OpenRows` remembers the rows of
 open windows on the driver (one per window × resource, replaced by a newer one), so that a window completed by the
 last expected broker's lines is judged on all its resources, whichever micro-batches its files fell into
@@ -14,7 +18,6 @@ after a restart a window whose brokers' lines straddle it waits for the final pa
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
@@ -28,6 +31,7 @@ from pipelines.decide.arrow import aware, from_rows, micros, rows_of, to_polars,
 from pipelines.decide.candidates import candidate_limits
 from pipelines.decide.words import Action, Basis
 from pipelines.decide.folding import fold_all
+from pipelines.decide.inputs import FastInputs, LockedInputs
 from pipelines.decide.steps import Params
 from pipelines.decide.limits import check, finish
 from pipelines.decide.reconcile import latest_per_resource, preliminary_state
@@ -125,42 +129,16 @@ class OpenRows:
 
 
 @dataclass(frozen=True)
-class FastInputs:
-    """What the fast path reads (Arrow tables of the named schemas, times UTC).
-
-    Attributes:
-        open_rows: this micro-batch's open-window rows (not empty).
-        topic_history, broker_history: finalized ``gold/topic_tps`` / ``gold/broker_tps`` rows since the baseline
-            start of the oldest open window (the baselines, and the newest final window's broker census); Arrow, or
-            polars frames of the same rows (:func:`pipelines.decide.arrow.to_polars`).
-        policy_state: the saved ``state/policy`` row per resource; latest_limits: the newest ``gold/limits`` row per
-            resource.
-        known: whether a broker is still known (the census leaves out brokers that left); None: all are.
-        open_dicts: the same open-window rows as dicts (at least the :data:`OpenRows.LIGHT` columns, timestamps
-            UTC-aware), when the caller built them in Python (the simulator); None: read from ``open_rows``.
-        group_history: finalized ``gold/group_tps`` rows, or a function returning them (read only when a storm
-            fires: a retry limit's consume basis, :func:`pipelines.decide.rules.consume_basis`); None: none.
-    """
-
-    open_rows: pa.Table
-    topic_history: pa.Table
-    broker_history: pa.Table
-    policy_state: pa.Table
-    latest_limits: pa.Table
-    known: Callable[[str], bool] | None = None
-    open_dicts: list[dict] | None = None
-    group_history: pa.Table | Callable[[], pa.Table] | None = None
-
-
-@dataclass
-class Prepared:
-    """What the fast path derives from a micro-batch before it needs the policy state (outside the decision lock)."""
+class FastPrepared:
+    """What the fast path derives from a micro-batch before it needs the decisions' memory (outside the decision
+    lock, :func:`prepare_fast`): the candidates it may act on (:class:`pipelines.decide.candidates.Keyed`) and the
+    end of its newest open window (UTC; None: nothing to decide)."""
 
     candidates: list
     horizon_end: dt.datetime | None
 
 
-def prepare_preliminary(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> Prepared:
+def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> FastPrepared:
     """The anomalies the open windows already prove and their candidates (no state read); moves ``memory``
     (:class:`OpenRows`) forward. No candidate: nothing to decide. The rules that may fire are known from the rows
     as dicts (:func:`pipelines.decide.preliminary.rules_that_may_fire`) before any frame of them is built: most
@@ -178,13 +156,13 @@ def prepare_preliminary(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfi
     current = fresh if bound is None else [r for r in fresh if r["window_start"] is not None
                                            and r["window_start"] > bound]
     if not current:
-        return Prepared([], None)
+        return FastPrepared([], None)
     older = pre.completed_rows(current, [r for _n, _i, r in remembered], expected)  # with_rows_of_completed_windows
     complete = [start for start, (_n, ok) in pre.census_rows(current + older, expected).items() if ok]
     rules = pre.rules_that_may_fire(current + older, *history["all"], complete, windows, cfg.detection, history["memo"],
                                     until=newest_final)
     if not rules:
-        return Prepared([], None)
+        return FastPrepared([], None)
     topic_history, broker_history = _decided(history)
     opened = after_window(inputs.open_rows, newest_final)
     if older:
@@ -195,10 +173,10 @@ def prepare_preliminary(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfi
                                           cfg.detection, first_open=min(r["window_start"] for r in current),
                                           rules=rules, group_history=inputs.group_history)
     if anomalies.height == 0:
-        return Prepared([], None)
+        return FastPrepared([], None)
     candidates = candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits,
                                   pre.open_broker_tps(open_windows, windows))
-    return Prepared(pre.cut_bounded_by_final_rates(candidates, open_windows, expected, windows),
+    return FastPrepared(pre.cut_bounded_by_final_rates(candidates, open_windows, expected, windows),
                     max(r["window_end"] for r in current))
 
 
@@ -214,15 +192,16 @@ def _decided(history: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
     return history["topics"], history["brokers"]
 
 
-def decide_prepared(prepared: Prepared, policy_state: pa.Table, latest_limits: pa.Table, cfg: GovernorConfig,
-                    now: dt.datetime, *, origin: str) -> tuple[pa.Table, pa.Table]:
-    """The candidates folded from the saved state with the newer preliminary limits in force → (accepted preliminary
-    ``gold/limits`` rows: the ``set`` decisions, refused ``quarantine`` rows); the part run under the decision lock.
-    """
+def decide_fast(prepared: FastPrepared, locked: LockedInputs, cfg: GovernorConfig, now: dt.datetime, *,
+                origin: str) -> tuple[pa.Table, pa.Table]:
+    """The candidates folded from the saved state with the newer preliminary limits in force
+    (:func:`pipelines.decide.reconcile.preliminary_state`) → (accepted preliminary ``gold/limits`` rows: the ``set``
+    decisions, refused ``quarantine`` rows); the part run under the decision lock. ``now``: processing time (UTC);
+    ``origin``: the quarantine rows' ``origin`` (``<app id>:<batch id>``)."""
     if not prepared.candidates:
         return from_rows([], columns.GOLD_LIMITS), from_rows([], columns.QUARANTINE)
-    saved = rows_by_key(policy_state)
-    latest = latest_per_resource(list(rows_by_key(latest_limits).values()))
+    saved = rows_by_key(locked.policy_state)
+    latest = latest_per_resource(list(rows_by_key(locked.latest_limits).values()))
     folded = fold_all(prepared.candidates, preliminary_state(saved, latest), prepared.horizon_end,
                       Params.from_config(cfg), recover=False)
     sets = [d for d in folded.decisions if d.action == Action.SET]
@@ -230,10 +209,9 @@ def decide_prepared(prepared: Prepared, policy_state: pa.Table, latest_limits: p
     return from_rows(accepted, columns.GOLD_LIMITS), from_rows(refused, columns.QUARANTINE)
 
 
-def decide_preliminary(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig, now: dt.datetime, *,
-                       origin: str) -> tuple[pa.Table, pa.Table]:
+def run_fast(inputs: FastInputs, memory: OpenRows, locked: LockedInputs, cfg: GovernorConfig, now: dt.datetime, *,
+             origin: str) -> tuple[pa.Table, pa.Table]:
     """One micro-batch of open windows → (accepted preliminary ``gold/limits`` rows, refused ``quarantine`` rows);
-    both empty when the partial evidence proves no anomaly: :func:`prepare_preliminary`, then
-    :func:`decide_prepared`. Moves ``memory`` (:class:`OpenRows`) forward."""
-    prepared = prepare_preliminary(inputs, memory, cfg)
-    return decide_prepared(prepared, inputs.policy_state, inputs.latest_limits, cfg, now, origin=origin)
+    both empty when the partial evidence proves no anomaly: :func:`prepare_fast`, then :func:`decide_fast`. Moves
+    ``memory`` (:class:`OpenRows`) forward."""
+    return decide_fast(prepare_fast(inputs, memory, cfg), locked, cfg, now, origin=origin)

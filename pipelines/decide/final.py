@@ -13,9 +13,14 @@ Steps (each a module of :mod:`pipelines.decide`):
    (:mod:`~pipelines.decide.reconcile`), so the limits in force once every window is final do not depend on how the
    input was cut into micro-batches.
 
+Entry points: :func:`prepare_final` (steps 1-2 up to the candidates, outside the decision lock) and
+:func:`decide_final` (the rest, under it), or :func:`run_final` for both.
+
 Example:
-    >>> out = decide_final(FinalInputs(topics, groups, brokers, traffic, topic_hist, broker_hist, state, latest),
-    ...                    cfg, now, batch_id=7, origin="rate-governor-gold:7")
+    >>> inputs = FinalInputs(topics=topics, groups=groups, brokers=brokers, traffic=traffic,
+    ...                      topic_history=topic_hist, broker_history=broker_hist)
+    >>> out = run_final(inputs, LockedInputs(policy_state=state, latest_limits=latest), cfg, now, batch_id=7,
+    ...                 origin="rate-governor-gold:7")
     >>> out.tables()["gold/limits"].num_rows
 """
 
@@ -35,6 +40,7 @@ from pipelines.decide.arrow import aware, from_rows, micros, rows_of, to_arrow, 
 from pipelines.decide.candidates import candidate_limits
 from pipelines.decide.catalogue import limited_by
 from pipelines.decide.folding import Folded, fold_all, state_row, state_table
+from pipelines.decide.inputs import FinalInputs, LockedInputs
 from pipelines.decide.steps import Params
 from pipelines.decide.words import Basis, Severity, Status
 from pipelines.decide.limits import check, finish
@@ -42,39 +48,6 @@ from pipelines.decide.reconcile import latest_per_resource, reconcile_preliminar
 from pipelines.decide.rules import anomalies_frame, detect
 from pipelines.decide.windows import MARKER
 from pipelines import tables
-
-
-@dataclass(frozen=True)
-class FinalInputs:
-    """What the final path reads (Arrow tables of the named schemas, times UTC).
-
-    Attributes:
-        topics, groups, brokers: the micro-batch's ``gold/topic_tps`` (``limit_qps`` null), ``gold/group_tps`` and
-            ``gold/broker_tps`` rows.
-        traffic: the per-broker traffic rows (:func:`pipelines.decide.windows.reduce_windows`), with the window markers (:data:`MARKER`).
-        topic_history, broker_history: earlier ``gold/topic_tps`` / ``gold/broker_tps`` rows (baselines); Arrow,
-            or polars frames of the same rows (:func:`pipelines.decide.arrow.to_polars`).
-        policy_state: the saved ``state/policy`` row per resource (of batches before this one).
-        latest_limits: the newest ``gold/limits`` row per resource.
-        limiter_rejections: ``control/limiter_rejections`` rows of the batch's windows; None when there are none.
-        open_evidence: the fast path's open windows after the batch per resource (the lift veto, a probe's
-            evidence); None without.
-        group_history: earlier ``gold/group_tps`` rows (a retry limit's consume basis,
-            :func:`pipelines.decide.rules.consume_basis`), or a function returning them (read only when a storm
-            fires); None: none.
-    """
-
-    topics: pa.Table
-    groups: pa.Table
-    brokers: pa.Table
-    traffic: pa.Table
-    topic_history: pa.Table
-    broker_history: pa.Table
-    policy_state: pa.Table
-    latest_limits: pa.Table
-    limiter_rejections: pa.Table | None = None
-    open_evidence: dict | None = None
-    group_history: pa.Table | Callable[[], pa.Table] | None = None
 
 
 @dataclass
@@ -104,9 +77,10 @@ def rows_by_key(table: pa.Table | None) -> dict[tuple[str, str], dict]:
     return {(r["resource_type"], r["resource"]): r for r in rows_of(table)}
 
 
-def window_bounds(inputs: FinalInputs) -> tuple[dt.datetime | None, dt.datetime | None]:
-    """(first ``window_start``, last ``window_end``) of the micro-batch's windows (UTC), from the markers."""
-    marks = pl.from_arrow(inputs.traffic).filter(pl.col("resource_type") == MARKER)
+def window_bounds(traffic: pa.Table) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """The ``traffic`` rows of a micro-batch (:func:`pipelines.decide.windows.reduce_windows`) → (first
+    ``window_start``, last ``window_end``) of its windows (UTC), from the window markers; (None, None) without."""
+    marks = pl.from_arrow(traffic).filter(pl.col("resource_type") == MARKER)
     if marks.height == 0:
         return None, None
     return aware(marks["window_start"].min()), aware(marks["window_end"].max())
@@ -141,15 +115,17 @@ def with_limit_in_force(topics: pl.DataFrame, folded: Folded) -> pl.DataFrame:
         {"_limit": "limit_qps"})
 
 
-class Prepared:
-    """What the final path derives from a micro-batch before it needs the policy state (computed outside the
-    decision lock): the anomalies, the candidates and the observation grid; the demand evidence
-    (:func:`pipelines.decide.evidence.demand`) is computed when first read: with candidates here, else only when a
-    limit in force is observed (:func:`decide_prepared`)."""
+class FinalPrepared:
+    """What the final path derives from a micro-batch before it needs the decisions' memory (outside the decision
+    lock, :func:`prepare_final`): the batch's gold TPS tables, the anomalies, the candidates, the observation grid
+    (window ends, naive UTC) and the batch's first window start and last window end (UTC; None: no window); the
+    demand evidence (:func:`pipelines.decide.evidence.demand`) is computed when first read: with candidates here,
+    else only when a limit in force is observed (:func:`decide_final`)."""
 
-    def __init__(self, topics: pl.DataFrame, anomalies: pl.DataFrame, demand: pl.DataFrame | Callable[[], pl.DataFrame],
-                 candidates: list, grid: list, first_window: dt.datetime | None,
-                 horizon_end: dt.datetime | None) -> None:
+    def __init__(self, inputs: FinalInputs, topics: pl.DataFrame, anomalies: pl.DataFrame,
+                 demand: pl.DataFrame | Callable[[], pl.DataFrame], candidates: list, grid: list,
+                 first_window: dt.datetime | None, horizon_end: dt.datetime | None) -> None:
+        self.groups, self.brokers = inputs.groups, inputs.brokers
         self.topics, self.anomalies, self.candidates, self.grid = topics, anomalies, candidates, grid
         self.first_window, self.horizon_end = first_window, horizon_end
         self._demand = demand
@@ -162,8 +138,10 @@ class Prepared:
 
 
 def prepare_final(inputs: FinalInputs, cfg: GovernorConfig, first_window: dt.datetime | None = None,
-                  horizon_end: dt.datetime | None = None) -> Prepared:
-    """Steps 1-2 of the module docstring up to the candidates: everything that does not read the policy state."""
+                  horizon_end: dt.datetime | None = None) -> FinalPrepared:
+    """Steps 1-2 of the module docstring up to the candidates: everything that does not read the decisions' memory.
+    ``first_window``, ``horizon_end``: the batch's first ``window_start`` and last ``window_end`` (UTC); default
+    from the window markers of ``inputs.traffic`` (:func:`window_bounds`)."""
     windows, limits_cfg = cfg.windows, cfg.limits
     traffic = pl.from_arrow(inputs.traffic)
     marks = traffic.filter(pl.col("resource_type") == MARKER).select("window_start", "window_end", "resource").rows()
@@ -191,54 +169,50 @@ def prepare_final(inputs: FinalInputs, cfg: GovernorConfig, first_window: dt.dat
         return ev.demand(traffic, brokers, cfg.detection, groups)
 
     if anomalies.height == 0:  # no candidate: the demand evidence only for a limit in force
-        return Prepared(topics, anomalies, demand, [], sorted(grid), first_window, horizon_end)
+        return FinalPrepared(inputs, topics, anomalies, demand, [], sorted(grid), first_window, horizon_end)
     demand_rows = demand()
     carriers: dict = {}
     for r in traffic.filter((pl.col("resource_type") == "topic") & pl.col("carries")).select(
             "window_start", "resource", "broker").unique().sort("broker").iter_rows(named=True):
         carriers.setdefault((r["window_start"], r["resource"]), []).append(r["broker"])
     candidates = candidate_limits(anomalies, carriers, limits_cfg, ev.broker_tps_of(demand_rows))
-    return Prepared(topics, anomalies, demand_rows, candidates, sorted(grid), first_window, horizon_end)
+    return FinalPrepared(inputs, topics, anomalies, demand_rows, candidates, sorted(grid), first_window, horizon_end)
 
 
-def decide_prepared(prepared: Prepared, inputs: FinalInputs, cfg: GovernorConfig, now: dt.datetime, *,
-                    batch_id: int, origin: str) -> FinalOutputs:
-    """Steps 2-4 of the module docstring from :func:`prepare_final`: the fold on the policy state, the rows (the part
-    the flow runs under the decision lock)."""
+def decide_final(prepared: FinalPrepared, locked: LockedInputs, cfg: GovernorConfig, now: dt.datetime, *,
+                 batch_id: int, origin: str) -> FinalOutputs:
+    """Steps 2-4 of the module docstring from :func:`prepare_final`: the fold on the decisions' memory, the rows (the
+    part the flow runs under the decision lock). ``now``: processing time of the decisions (UTC): ``decided_at``,
+    ``expires_at`` = now + ``limits.ttl_seconds``; ``batch_id``: the ``state/policy`` rows' micro-batch;
+    ``origin``: the quarantine rows' ``origin`` of refused decisions (``<app id>:<batch id>``)."""
     windows, limits_cfg = cfg.windows, cfg.limits
     candidates = prepared.candidates
-    saved = rows_by_key(inputs.policy_state)
+    saved = rows_by_key(locked.policy_state)
     observed = {k for k, r in saved.items() if r.get("limit_qps") is not None} | {
         (k.resource_type, k.resource) for k in candidates}
     folded = fold_all(candidates, saved, prepared.horizon_end, Params.from_config(cfg),
                       observations=ev.observations(prepared.demand, observed, prepared.grid) if observed else {},
-                      open_evidence=inputs.open_evidence, now=now)
+                      open_evidence=locked.open_evidence, now=now)
     accepted, refused = check(finish(folded.decisions, limits_cfg, now, Basis.FINAL), origin, now)
     after = state_after(saved, {(s.resource_type, s.resource): state_row(s) for s in folded.states})
-    reconciled = reconcile_preliminary(latest_per_resource(list(rows_by_key(inputs.latest_limits).values())),
+    reconciled = reconcile_preliminary(latest_per_resource(list(rows_by_key(locked.latest_limits).values())),
                                        accepted, after, prepared.horizon_end, cfg, now)
     bound = bound_anomalies(folded, windows.length_seconds)
     every_anomaly = pl.concat([prepared.anomalies, anomalies_frame(bound)], how="vertical_relaxed") if bound \
         else prepared.anomalies
     return FinalOutputs(
         topic_tps=to_arrow(with_limit_in_force(prepared.topics, folded), columns.GOLD_TOPIC_TPS),
-        group_tps=inputs.groups, broker_tps=inputs.brokers,
+        group_tps=prepared.groups, broker_tps=prepared.brokers,
         anomalies=to_arrow(every_anomaly, columns.GOLD_ANOMALIES),
         limits=from_rows(accepted + reconciled, columns.GOLD_LIMITS),
         refused=from_rows(refused, columns.QUARANTINE),
         state=state_table(folded.states, batch_id), folded=folded)
 
 
-def decide_final(inputs: FinalInputs, cfg: GovernorConfig, now: dt.datetime, *, batch_id: int, origin: str,
-                 first_window: dt.datetime | None = None, horizon_end: dt.datetime | None = None) -> FinalOutputs:
+def run_final(inputs: FinalInputs, locked: LockedInputs, cfg: GovernorConfig, now: dt.datetime, *, batch_id: int,
+              origin: str, first_window: dt.datetime | None = None,
+              horizon_end: dt.datetime | None = None) -> FinalOutputs:
     """One micro-batch of finalized windows → every gold output (module docstring): :func:`prepare_final`, then
-    :func:`decide_prepared`.
-
-    Args:
-        now: processing time of the decisions (UTC): ``decided_at``, ``expires_at`` = now + ``limits.ttl_seconds``.
-        origin: the quarantine rows' ``origin`` of refused decisions (``<app id>:<batch id>``).
-        first_window, horizon_end: the batch's first ``window_start`` and last ``window_end`` (UTC); default from
-            the window markers of ``inputs.traffic``.
-    """
+    :func:`decide_final` (their arguments)."""
     prepared = prepare_final(inputs, cfg, first_window, horizon_end)
-    return decide_prepared(prepared, inputs, cfg, now, batch_id=batch_id, origin=origin)
+    return decide_final(prepared, locked, cfg, now, batch_id=batch_id, origin=origin)

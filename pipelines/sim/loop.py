@@ -40,10 +40,9 @@ from pipelines import rocketmq as rmq
 from pipelines.config import ConfigSection, GovernorConfig
 from pipelines.decide.arrow import from_rows, micros, to_polars, when
 from pipelines.decide.evidence import expected_brokers, open_evidence
-from pipelines.decide.fast import FastInputs, OpenRows
-from pipelines.decide.fast import decide_prepared as decide_preliminary
-from pipelines.decide.fast import prepare_preliminary
-from pipelines.decide.final import FinalInputs, decide_prepared, prepare_final
+from pipelines.decide.fast import OpenRows, decide_fast, prepare_fast
+from pipelines.decide.final import decide_final, prepare_final
+from pipelines.decide.inputs import FastInputs, FinalInputs, LockedInputs
 from pipelines.decide.reconcile import latest_per_resource
 from pipelines.writeback.records import current_rows, records_from_rows
 from pipelines.sim.admitted import stats_events, trickle
@@ -255,12 +254,14 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                 if rows.num_rows:
                     now = (t + pd.Timedelta(seconds=timing.fast_seconds)).to_pydatetime()
                     first = pc.min(rows.column("window_start")).as_py()
-                    inputs = FastInputs(rows, *history.view(first, None), None, None, open_dicts=dicts,
+                    th, bh = history.view(first, None)
+                    inputs = FastInputs(open_rows=rows, topic_history=th, broker_history=bh, open_dicts=dicts,
                                         group_history=history.groups(first, None))
                     remembered = memory.rows if record is not None else None
-                    prepared = prepare_preliminary(inputs, memory, cfg)
-                    accepted, _ = decide_preliminary(prepared, store.state_table(), store.limits_table(), cfg, now,
-                                                     origin="sim-fast")
+                    prepared = prepare_fast(inputs, memory, cfg)
+                    accepted, _ = decide_fast(prepared, LockedInputs(policy_state=store.state_table(),
+                                                                     latest_limits=store.limits_table()),
+                                              cfg, now, origin="sim-fast")
                     if record is not None:
                         record("fast", {"rows": rows, "remembered": remembered,
                                         "topic_history": inputs.topic_history.to_arrow(),
@@ -282,19 +283,17 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                     first = pc.min(reduced["traffic"].column("window_start")).as_py()
                     th, bh = history.view(first, first)
                     gh = history.groups(first, first)
-                    partial = FinalInputs(reduced["gold/topic_tps"], reduced["gold/group_tps"],
-                                          reduced["gold/broker_tps"], reduced["traffic"], th, bh, None, None,
-                                          group_history=gh)
-                    prepared = prepare_final(partial, cfg)
+                    inputs = FinalInputs(topics=reduced["gold/topic_tps"], groups=reduced["gold/group_tps"],
+                                         brokers=reduced["gold/broker_tps"], traffic=reduced["traffic"],
+                                         topic_history=th, broker_history=bh, group_history=gh)
+                    prepared = prepare_final(inputs, cfg)
                     if prepared.first_window is not None:
                         # the lift veto's evidence, read only for a resource folded (a candidate or a limit in force)
                         opened_now = open_evidence(memory.rows, prepared.horizon_end, length, expected_brokers(
-                            partial.brokers)) if prepared.candidates or store.limited_keys() else None
-                        inputs = FinalInputs(partial.topics, partial.groups, partial.brokers, partial.traffic, th, bh,
-                                             store.state_table(), store.limits_table(), None, opened_now,
-                                             group_history=gh)
-                        out = decide_prepared(prepared, inputs, cfg, now, batch_id=len(decided),
-                                              origin="sim-gold")
+                            inputs.brokers)) if prepared.candidates or store.limited_keys() else None
+                        locked = LockedInputs(policy_state=store.state_table(), latest_limits=store.limits_table(),
+                                              open_evidence=opened_now)
+                        out = decide_final(prepared, locked, cfg, now, batch_id=len(decided), origin="sim-gold")
                         store.add(out.limits, out.state)
                         decided += out.limits.to_pylist()
                         history.add(out.tables(), first)

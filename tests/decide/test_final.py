@@ -7,7 +7,8 @@ import datetime as dt
 
 from pipelines import columns
 from pipelines.config import GovernorConfig
-from pipelines.decide.final import FinalInputs, decide_final
+from pipelines.decide.final import run_final
+from pipelines.decide.inputs import FinalInputs, LockedInputs
 from tests.decide.rows import T0, table, win
 
 CFG = GovernorConfig()
@@ -23,9 +24,10 @@ def inputs(rejections=None):
     state = table(columns.POLICY_STATE, [("group", "g", 40.0, 3, T0, T0, T0, 400.0, "enforce", 40.0, T0,
                                           {"broker-a": 1.0})])
     empty = lambda spec: table(spec, [])  # noqa: E731
-    return FinalInputs(empty(columns.GOLD_TOPIC_TPS), groups, empty(columns.GOLD_BROKER_TPS), traffic,
-                       empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS), state, empty(columns.GOLD_LIMITS),
-                       rejections)
+    return (FinalInputs(topics=empty(columns.GOLD_TOPIC_TPS), groups=groups, brokers=empty(columns.GOLD_BROKER_TPS),
+                        traffic=traffic, topic_history=empty(columns.GOLD_TOPIC_TPS),
+                        broker_history=empty(columns.GOLD_BROKER_TPS), limiter_rejections=rejections),
+            LockedInputs(policy_state=state, latest_limits=empty(columns.GOLD_LIMITS)))
 
 
 def test_a_limited_group_whose_limiter_rejected_in_the_window_is_never_lifted_blind():
@@ -36,7 +38,7 @@ def test_a_limited_group_whose_limiter_rejected_in_the_window_is_never_lifted_bl
     gone: lifted."""
     rejections = table(columns.LIMITER_REJECTIONS, [(win(3)[1], "rocketmq", "broker-a", "%RETRY%g",
                                                      s + dt.timedelta(seconds=30), 7) for s, _ in (win(i) for i in range(4))])
-    out = decide_final(inputs(rejections), CFG, NOW, batch_id=1, origin="rate-governor-gold:1")
+    out = run_final(*inputs(rejections), CFG, NOW, batch_id=1, origin="rate-governor-gold:1")
     assert [e.status for _k, e in out.folded.evidence] == ["capped"] * 4
     assert out.folded.evidence[0][1].detail == (
         "the demand hidden: 10.0 of 40.0 msg/s, the limiter's own view reports rejections (no count); visible retry "
@@ -46,7 +48,7 @@ def test_a_limited_group_whose_limiter_rejected_in_the_window_is_never_lifted_bl
     assert (probe["action"], probe["limit_qps"]) == ("relax", 60.0) and probe["reason"].startswith("[final] probe: ")
     assert out.state.column("limit_qps").to_pylist() == [60.0] and out.state.column("batch_id").to_pylist() == [1]
     assert out.state.column("probe_from_qps").to_pylist() == [40.0]
-    without = decide_final(inputs(), CFG, NOW, batch_id=1, origin="rate-governor-gold:1")
+    without = run_final(*inputs(), CFG, NOW, batch_id=1, origin="rate-governor-gold:1")
     lifted, = without.limits.to_pylist()
     assert lifted["action"] == "lift" and lifted["reason"].startswith("[final] the cause is gone")
     assert without.tables()["gold/limits"].schema == out.limits.schema
@@ -62,10 +64,11 @@ def test_a_storm_whose_send_backs_fell_back_to_plain_sends_is_limited():
     traffic = table(columns.WINDOW_TRAFFIC, [(s, e, "group", "g", "broker-a", 122.5, 0, False)]
                     + [(s, e, "*", m, None, None, None, None) for m in ("metrics", "traffic")])
     empty = lambda spec: table(spec, [])  # noqa: E731
-    out = decide_final(FinalInputs(empty(columns.GOLD_TOPIC_TPS), groups, empty(columns.GOLD_BROKER_TPS), traffic,
-                                   empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS),
-                                   empty(columns.POLICY_STATE), empty(columns.GOLD_LIMITS)),
-                       CFG, NOW, batch_id=1, origin="rate-governor-gold:1")
+    out = run_final(FinalInputs(topics=empty(columns.GOLD_TOPIC_TPS), groups=groups,
+                                brokers=empty(columns.GOLD_BROKER_TPS), traffic=traffic,
+                                topic_history=empty(columns.GOLD_TOPIC_TPS), broker_history=empty(columns.GOLD_BROKER_TPS)),
+                    LockedInputs(policy_state=empty(columns.POLICY_STATE), latest_limits=empty(columns.GOLD_LIMITS)),
+                    CFG, NOW, batch_id=1, origin="rate-governor-gold:1")
     fired, = out.anomalies.to_pylist()
     assert (fired["resource"], fired["anomaly"], fired["observed_tps"]) == ("g", "RUNAWAY_RETRY", 122.5)
     limit, = out.limits.to_pylist()

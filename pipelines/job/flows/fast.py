@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame
 
 from pipelines.config import GovernorConfig
-from pipelines.decide.fast import FastInputs, OpenRows, decide_prepared, prepare_preliminary
+from pipelines.decide.fast import OpenRows, decide_fast, prepare_fast
+from pipelines.decide.inputs import FastInputs, LockedInputs
 from pipelines.job.flows.base import BatchReport, DecisionFlow, write_arrow
 from pipelines import tables
 from pipelines.dataplane.known_brokers import KnownBrokers
@@ -74,17 +75,17 @@ class FastFlow(DecisionFlow):
         first = min(rows.column("window_start").to_pylist())
         topic_history, broker_history = self.history(first)
         known = self.known()
-        inputs = FastInputs(rows, topic_history, broker_history, None, None,
-                            known.admits if known is not None else None, group_history=self.group_history(first))
-        prepared = prepare_preliminary(inputs, self.open_rows, self.cfg)
+        inputs = FastInputs(open_rows=rows, topic_history=topic_history, broker_history=broker_history,
+                            known=known.admits if known is not None else None, group_history=self.group_history(first))
+        prepared = prepare_fast(inputs, self.open_rows, self.cfg)
         if not prepared.candidates:
             self.reports.append(BatchReport(QUERY, batch_id))
             return
         with self.decision_lock:
             locked = time.monotonic()
             now = self.clock()
-            accepted, refused = decide_prepared(prepared, self.store.state_before(), self.store.latest_limits(),
-                                                self.cfg, now, origin=f"{FAST_APP_ID}:{batch_id}")
+            memory = LockedInputs(policy_state=self.store.state_before(), latest_limits=self.store.latest_limits())
+            accepted, refused = decide_fast(prepared, memory, self.cfg, now, origin=f"{FAST_APP_ID}:{batch_id}")
             self.store.add_limits(accepted)
             self.locked_seconds.append(time.monotonic() - locked)
         report = write_arrow(self.lake, QUERY, FAST_APP_ID, batch_id,

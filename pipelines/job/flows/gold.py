@@ -18,7 +18,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pipelines.config import GovernorConfig
 from pipelines.decide.evidence import expected_brokers, open_evidence
 from pipelines.decide.fast import OpenRows
-from pipelines.decide.final import FinalInputs, FinalOutputs, decide_prepared, prepare_final, window_bounds
+from pipelines.decide.final import FinalOutputs, decide_final, prepare_final, window_bounds
+from pipelines.decide.inputs import FinalInputs, LockedInputs
 from pipelines.decide.windows import TRAFFIC, reduce_windows
 from pipelines.job.flows.base import BatchReport, DecisionFlow, write_arrow
 from pipelines.dataplane import events
@@ -93,9 +94,7 @@ class GoldFlow(DecisionFlow):
             reduced = self.reduce(metrics)  # the one Spark job of the batch
         finally:
             context.setJobDescription(None)
-        partial = FinalInputs(reduced[tables.GOLD_TOPIC_TPS], reduced[tables.GOLD_GROUP_TPS],
-                              reduced[tables.GOLD_BROKER_TPS], reduced[TRAFFIC], None, None, None, None)
-        first_window, horizon_end = window_bounds(partial)
+        first_window, horizon_end = window_bounds(reduced[TRAFFIC])
         if first_window is None:
             self.reports.append(BatchReport(QUERY, batch_id))
             if self.publisher.sinks.behind:  # a sink that was down catches up without a new decision
@@ -107,20 +106,19 @@ class GoldFlow(DecisionFlow):
         if self.lake.exists(tables.CONTROL_LIMITER_REJECTIONS):
             rejections = self.lake.read_arrow(tables.CONTROL_LIMITER_REJECTIONS, since=first_window,
                                               before=horizon_end)
-        group_history = self.group_history(first_window, before=first_window)
-        inputs = FinalInputs(partial.topics, partial.groups, partial.brokers, partial.traffic, topic_history,
-                             broker_history, None, None, rejections, group_history=group_history)
+        inputs = FinalInputs(topics=reduced[tables.GOLD_TOPIC_TPS], groups=reduced[tables.GOLD_GROUP_TPS],
+                             brokers=reduced[tables.GOLD_BROKER_TPS], traffic=reduced[TRAFFIC],
+                             topic_history=topic_history, broker_history=broker_history, limiter_rejections=rejections,
+                             group_history=self.group_history(first_window, before=first_window))
         prepared = prepare_final(inputs, self.cfg, first_window, horizon_end)
         with self.decision_lock:
             locked = time.monotonic()
             now = self.clock()
             opened = (open_evidence(self.open_rows.rows, horizon_end, self.cfg.windows.length_seconds,
-                                    expected_brokers(partial.brokers)) if self.open_rows is not None else None)
-            inputs = FinalInputs(inputs.topics, inputs.groups, inputs.brokers, inputs.traffic, topic_history,
-                                 broker_history, self.store.state_before(batch_id), self.store.latest_limits(),
-                                 rejections, opened, group_history=group_history)
-            out = decide_prepared(prepared, inputs, self.cfg, now, batch_id=batch_id,
-                                  origin=f"{GOLD_APP_ID}:{batch_id}")
+                                    expected_brokers(inputs.brokers)) if self.open_rows is not None else None)
+            memory = LockedInputs(policy_state=self.store.state_before(batch_id),
+                                  latest_limits=self.store.latest_limits(), open_evidence=opened)
+            out = decide_final(prepared, memory, self.cfg, now, batch_id=batch_id, origin=f"{GOLD_APP_ID}:{batch_id}")
             self.store.add_state(out.state)
             self.store.add_limits(out.limits)
             self.locked_seconds.append(time.monotonic() - locked)
