@@ -1,10 +1,13 @@
 """Limit candidates: which resource should be limited in which window, to what, and why (``gold/anomalies`` rows and
 which brokers carry which topic → :class:`~pipelines.decide.fold_types.Candidate` s).
 
-* ``RUNAWAY_RETRY`` → the group's retry traffic: target = ``allowed_retry_share`` × consume TPS (the anomaly's
-  baseline); lifted once relaxed up to the consume TPS (retrying everything it consumes).
+* ``RUNAWAY_RETRY`` → the group's retry traffic: target = ``allowed_retry_share`` × the consume rate the anomaly
+  is based on (its ``baseline_tps``: the window's, or the group's normal rate when larger); lifted only after
+  clear windows (:mod:`pipelines.decide.retry_limit`). Its ``lift_at_qps`` (the consume rate) is kept in
+  ``state/policy`` and read by no policy.
 * ``TRAFFIC_SURGE`` of a topic with a ``BROKER_BUSY`` broker carrying it in the same window → enforce:
-  target = ``surge_headroom`` × the topic's baseline; lifted once relaxed up to the observed peak.
+  target = ``surge_headroom`` × the topic's baseline; ``lift_at_qps`` = the observed rate × ``surge_headroom``: a
+  probe whose step reaches it lifts the limit (:mod:`pipelines.decide.surge_limit`), else clear windows do.
 * ``TRAFFIC_SURGE`` of a topic on healthy brokers → an advisory record only, never below the observed rate ×
   ``surge_headroom`` (``floor_qps``), so a legitimate surge is never cut.
 

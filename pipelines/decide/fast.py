@@ -10,7 +10,7 @@ decision lock) and :func:`decide_fast` (:class:`~pipelines.decide.inputs.LockedI
 Spark emits only the rows a micro-batch's input touched (``update`` mode). :class:`OpenRows` remembers the rows of
 open windows on the driver (one per window × resource, replaced by a newer one), so that a window completed by the
 last expected broker's lines is judged on all its resources, whichever micro-batches its files fell into
-(:func:`pipelines.decide.preliminary.with_rows_of_completed_windows`); the same memory is the final path's lift
+(:func:`pipelines.decide.preliminary.completed_rows`); the same memory is the final path's lift
 veto evidence (:func:`pipelines.decide.evidence.open_evidence`). The memory is the flow's, not the checkpoint's:
 after a restart a window whose brokers' lines straddle it waits for the final path.
 """
@@ -157,7 +157,7 @@ def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> F
                                            and r["window_start"] > bound]
     if not current:
         return FastPrepared([], None)
-    older = pre.completed_rows(current, [r for _n, _i, r in remembered], expected)  # with_rows_of_completed_windows
+    older = pre.completed_rows(current, [r for _n, _i, r in remembered], expected)
     complete = [start for start, (_n, ok) in pre.census_rows(current + older, expected).items() if ok]
     rules = pre.rules_that_may_fire(current + older, *history["all"], complete, windows, cfg.detection, history["memo"],
                                     until=newest_final)

@@ -38,8 +38,8 @@ from pipelines.decide.rules import (
 )
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
 
-#: ``resource_type`` / ``resource`` of the census row of a window.
-CLUSTER, CENSUS = "cluster", "*"
+#: ``resource_type`` of the census row of a window (:func:`pipelines.dataplane.transforms.fast.open_window_sums`).
+CLUSTER = "cluster"
 
 
 def census(open_rows: pl.DataFrame, expected: list[str]) -> dict[dt.datetime, tuple[int, bool]]:
@@ -60,30 +60,17 @@ def census_rows(rows: Iterable[dict], expected: list[str]) -> dict[dt.datetime, 
 
 
 def completed_rows(current: list[dict], remembered: Iterable[dict], expected: list[str]) -> list[dict]:
-    """The rows :func:`with_rows_of_completed_windows` adds, as dicts: the ``remembered`` rows (in their order) of
-    each window whose census is complete in ``current`` and that ``current`` has no newer row of."""
+    """This micro-batch's open-window rows (dicts) → the ``remembered`` rows of earlier micro-batches (in their
+    order) of each window whose census is complete in ``current``, where ``current`` has no newer row of the same
+    window × resource: Spark emits only the rows a micro-batch's input touched, and a window completed by the last
+    broker's lines without a line of some group must still be judged on that group
+    (:func:`pipelines.decide.fast.prepare_fast` adds them)."""
     done = {start for start, (_n, complete) in census_rows(current, expected).items() if complete}
     if not done:
         return []
     newer = {(r["window_start"], r["resource_type"], r["resource"]) for r in current}
     return [r for r in remembered
             if r["window_start"] in done and (r["window_start"], r["resource_type"], r["resource"]) not in newer]
-
-
-def with_rows_of_completed_windows(current: pl.DataFrame, remembered: pl.DataFrame | None,
-                                   expected: list[str]) -> pl.DataFrame:
-    """This micro-batch's open-window rows → the same, plus the ``remembered`` rows of earlier micro-batches of each
-    window whose census is complete in ``current``, where ``current`` has no newer row of the same window ×
-    resource (Spark emits only the rows a micro-batch's input touched: a window completed by the last broker's
-    lines without a line of some group must still be judged on that group)."""
-    if remembered is None or remembered.height == 0:
-        return current
-    done = [start for start, (_n, complete) in census(current, expected).items() if complete]
-    if not done:
-        return current
-    keys = ["window_start", "resource_type", "resource"]
-    older = remembered.join(current.select(keys), on=keys, how="anti").filter(when("window_start").is_in([micros(x) for x in done]))
-    return pl.concat([current, older.select(current.columns).cast(current.schema)], how="vertical")
 
 
 def _failures_by_class() -> pl.Expr:

@@ -156,6 +156,12 @@ def test_non_critical_candidates_wait_for_the_census_critical_ones_act_at_once(s
     assert sorted(k.resource for k in got) == ["a", "b"]
 
 
+def with_completed(current: pl.DataFrame, remembered: pl.DataFrame, expected: list[str]) -> pl.DataFrame:
+    """``current`` and the remembered rows :func:`pre.completed_rows` gives back, as the fast path adds them."""
+    older = pre.completed_rows(current.to_dicts(), remembered.to_dicts(), expected)
+    return pl.concat([current, pl.DataFrame(older, schema=current.schema)]) if older else current
+
+
 def test_a_window_completed_by_a_broker_without_the_group_is_judged_with_the_remembered_group_row(spark):
     """Spark emits only the rows a micro-batch touched: broker-a's lines (the group's storm) came in one micro-batch,
     broker-b's (no line of the group) complete the census in the next. The remembered group row joins the completed
@@ -167,14 +173,14 @@ def test_a_window_completed_by_a_broker_without_the_group_is_judged_with_the_rem
     # what the second micro-batch emits: the running sums of the rows broker-b's line touched
     second = open_rows(spark, storm_a + [b_line]).filter(pl.col("resource_type") != "group")
     assert anomalies_of(_prelim(second, ["broker-a", "broker-b"]), "RUNAWAY_RETRY") == []
-    judged = pre.with_rows_of_completed_windows(second, first, ["broker-a", "broker-b"])
+    judged = with_completed(second, first, ["broker-a", "broker-b"])
     # the census row is the newer one (broker-b's micro-batch), the group row the remembered one
     assert sorted(judged.select("resource_type", "resource").rows()) == [
         ("broker", "broker-b"), ("cluster", "*"), ("group", "g"), ("topic", "orders")]
     assert judged.filter(pl.col("resource_type") == "cluster")["brokers"].to_list() == [["broker-a", "broker-b"]]
     assert [r["resource"] for r in anomalies_of(_prelim(judged, ["broker-a", "broker-b"]), "RUNAWAY_RETRY")] == ["g"]
     # a window still waiting for broker-c gets no remembered rows: the ratio rule keeps waiting
-    waiting = pre.with_rows_of_completed_windows(second, first, ["broker-a", "broker-b", "broker-c"])
+    waiting = with_completed(second, first, ["broker-a", "broker-b", "broker-c"])
     assert sorted(waiting.select("resource_type", "resource").rows()) == \
         [("broker", "broker-b"), ("cluster", "*"), ("topic", "orders")]
 
