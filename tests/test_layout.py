@@ -109,3 +109,26 @@ def test_the_decision_plane_and_the_simulator_load_without_spark(package):
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_the_decision_plane_has_no_import_cycle():
+    # one owner per concern: a module never needs one that needs it back (fold.py and limit_policy.py did, through
+    # a TYPE_CHECKING import, before issue 50); every import counts, those for type checking too
+    folder = ROOT / "pipelines" / "decide"
+    graph = {f"pipelines.decide.{p.stem}": {n for n in _imports(p) if n.startswith("pipelines.decide.")}
+             for p in _module_files(folder) if p.name != "__init__.py"}
+    done: set[str] = set()
+
+    def cycle(module: str, path: tuple[str, ...]) -> tuple[str, ...] | None:
+        if module in path:
+            return path[path.index(module):] + (module,)
+        if module in done:
+            return None
+        for name in sorted(graph.get(module, ())):
+            found = cycle(name, path + (module,))
+            if found:
+                return found
+        done.add(module)
+        return None
+
+    assert [c for m in sorted(graph) if (c := cycle(m, ()))] == []
