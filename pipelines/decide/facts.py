@@ -15,9 +15,11 @@ Predicates (the rules of docs/decisions.md §2 with their ``[detection]`` thresh
 
 * :func:`retry_fires` (``RUNAWAY_RETRY``), :func:`surge_fires` (``TRAFFIC_SURGE``), :func:`busy_fires`
   (``BROKER_BUSY``), :func:`spike_fires` (``FAILURE_SPIKE``); :func:`severity`;
-* :func:`at_floor`: a gate's necessary condition, a value at a floor within :data:`TOLERANCE`.
+* :func:`at_floor`, :func:`retry_may_fire`: a gate's necessary condition, a value at a floor within
+  :data:`TOLERANCE`.
 
-The quantities and :func:`at_floor`, :func:`surge_fires`, :func:`busy_fires`, :func:`spike_fires` take Python
+The quantities and :func:`at_floor`, :func:`retry_may_fire`, :func:`surge_fires`, :func:`busy_fires`,
+:func:`spike_fires` take Python
 numbers or polars expressions alike (the same operators; :func:`retry_traffic` and :func:`retry_ratio` dispatch on
 the type); :func:`retry_fires` takes numbers (a row at a time: its null cases are not an expression's).
 """
@@ -100,6 +102,13 @@ def retry_fires(retry: float | None, consume: float | None, cfg: DetectionConfig
     if ratio is None:
         return retry >= cfg.retry_floor_tps
     return ratio >= cfg.retry_ratio_threshold and (not floor or retry >= cfg.retry_floor_tps)
+
+
+def retry_may_fire(retry, cfg: DetectionConfig):
+    """A necessary condition of :func:`retry_fires` on a group's retry traffic however its sums were added (msg/s;
+    a partial window's so far, or the larger of two cluster-wide sums): :func:`at_floor` of ``retry_floor_tps``.
+    The gates in front of the rules and the traffic floor ask it."""
+    return at_floor(retry, cfg.retry_floor_tps)
 
 
 def surge_fires(put, baseline, cfg: DetectionConfig):

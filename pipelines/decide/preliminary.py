@@ -30,7 +30,9 @@ from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import naive, micros, to_polars, when
 from pipelines.decide.candidates import Keyed
 from pipelines import rocketmq as rmq
-from pipelines.decide.facts import at_floor, busy_fires, per_second, rate, retry_ratio, retry_traffic, spike_fires
+from pipelines.decide.facts import (
+    busy_fires, per_second, rate, retry_may_fire, retry_ratio, retry_traffic, spike_fires,
+)
 from pipelines.decide.rules import (
     BROKER_SURGE, BUSY, RETRY, SPIKE, TOPIC_SURGE, WINDOW_KEYS, anomalies_frame, broker_busy,
     broker_writes, consume_basis, failure_spike, group_retry, runaway_retry, traffic_surge,
@@ -111,7 +113,7 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
         elif kind == "group":
             retries[r["window_start"], r["resource"]] = retries.get((r["window_start"], r["resource"]), 0) + (
                 r["retried"] or 0)
-    if any(at_floor(rate(x, length), cfg.retry_floor_tps) for x in retries.values()):
+    if any(retry_may_fire(rate(x, length), cfg) for x in retries.values()):
         out.add(RETRY)  # send-backs plus fallback sends bound the larger of the two per broker
     up_to = None if until is None else when("window_start") <= micros(until)
     unlimited_rows = pl.col("limit_qps").is_null() if "limit_qps" in topic_history.columns else None

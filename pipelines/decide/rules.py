@@ -34,7 +34,7 @@ from pipelines.decide.arrow import to_polars, when
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
 from pipelines.decide import facts
 from pipelines.decide.facts import (
-    TOLERANCE, at_floor, busy_fires, rate, retry_fires, retry_ratio, severity, spike_fires, surge_fires,
+    TOLERANCE, busy_fires, rate, retry_fires, retry_may_fire, retry_ratio, severity, spike_fires, surge_fires,
 )
 from pipelines.decide.text import fixed, number
 from pipelines.decide.words import Anomaly
@@ -250,7 +250,7 @@ def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFra
         retries[r[0], r[1]] = retries.get((r[0], r[1]), 0.0) + (r[2] or 0.0)
     for k, x in (retry_traffic or {}).items():
         retries[k] = facts.retry_traffic(retries.get(k, 0.0), x)
-    if any(at_floor(x, cfg.retry_floor_tps) for x in retries.values()):
+    if any(retry_may_fire(x, cfg) for x in retries.values()):
         out.add(RETRY)
     topic_values: dict = {}
     for start, topic, put, failures, limited in topics.select(

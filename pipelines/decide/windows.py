@@ -26,7 +26,7 @@ from pipelines.columns import FAILURE_METRIC_PREFIX
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig
 from pipelines.decide.arrow import to_arrow, to_polars
-from pipelines.decide.facts import at_floor, per_second, retry_ratio, retry_traffic
+from pipelines.decide.facts import at_floor, per_second, retry_may_fire, retry_ratio, retry_traffic
 from pipelines.decide.rules import WINDOW_KEYS
 
 RATE_LIMITED_METRIC = FAILURE_METRIC_PREFIX + rmq.RATE_LIMITED
@@ -216,17 +216,19 @@ def resource_traffic(metrics: pl.LazyFrame, detection: DetectionConfig,
     """:func:`per_broker_traffic` rows reduced to what the decisions need, plus window markers.
 
     Kept: the rows of a resource whose cluster-wide traffic in the window reaches its rule's floor (a topic at
-    ``surge_floor_tps``, a group at ``retry_floor_tps``: only those can be candidates), whose limiter rejected
+    ``surge_floor_tps``, a group's retry traffic at :func:`~pipelines.decide.facts.retry_may_fire`, both within
+    :data:`~pipelines.decide.facts.TOLERANCE`: only those can be candidates), whose limiter rejected
     sends, or that is under a limit (``limited``: ``"<resource_type>\\x1f<resource>"`` keys; its windows are its
     demand evidence). What the decisions read per window grows with the resources near a rule, not with the
     cluster. Markers (``resource_type`` :data:`MARKER`, other columns null): ``metrics`` for every window of the
     micro-batch, ``traffic`` for every window with any resource traffic (the decisions' observation grid)."""
     rows = per_broker_traffic(metrics)
     key = [*WINDOW_KEYS, "resource_type", "resource"]
-    floor = (pl.when(pl.col("resource_type") == "topic").then(pl.lit(float(detection.surge_floor_tps)))
-             .otherwise(pl.lit(float(detection.retry_floor_tps))))
+    total = pl.col("total")
+    at_its_floor = (pl.when(pl.col("resource_type") == "topic").then(at_floor(total, detection.surge_floor_tps))
+                    .otherwise(retry_may_fire(total, detection)))
     totals = rows.group_by(key).agg(pl.col("tps").sum().alias("total"), pl.col("rejected").sum().alias("refused"))
-    keep = at_floor(pl.col("total"), floor) | (pl.col("refused") > 0)
+    keep = at_its_floor | (pl.col("refused") > 0)
     if limited:
         keep = keep | pl.concat_str([pl.col("resource_type"), pl.col("resource")], separator="\x1f").is_in(
             list(limited))

@@ -136,3 +136,10 @@ def test_split_adds_up_to_the_limit_and_names_the_smallest_share_for_any_other_b
     got = facts.split(limit, shares)
     assert got == pytest.approx(expected)
     assert math.isclose(sum(v for b, v in got.items() if b != "*"), limit if shares else 0.0)
+
+
+@pytest.mark.parametrize("retry, expected", [(50.0, True), (49.99999999995, True), (49.9, False), (785.3, True)])
+def test_retry_may_fire_is_the_retry_floor_within_the_tolerance(retry, expected):
+    assert facts.retry_may_fire(retry, D) is expected
+    assert column(facts.retry_may_fire(pl.col("r"), D), r=[retry]) == [expected]
+    assert not (facts.retry_fires(retry, 0.0, D) and not expected)  # a necessary condition of the rule
