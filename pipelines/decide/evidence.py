@@ -2,7 +2,8 @@
 limiter rejected, and whether the brokers carrying it were healthy, per window.
 
 A limit changes the traffic the governor reads next (closed loop): under a limit the stats show the cap, not the
-demand, so a limited resource is judged by its rule on this evidence (:meth:`pipelines.decide.policy.LimitPolicy.judge`).
+demand, so a limited resource is judged by its rule on this evidence
+(:meth:`pipelines.decide.policy.LimitPolicy.judge`).
 Per rule (the resource a rule limits and the traffic its limiter counts; the per-broker rows are reduced by Spark,
 :func:`pipelines.decide.windows.resource_traffic`):
 

@@ -371,8 +371,9 @@ class LimitPolicy:
                 veto = self.veto(s, lift_at, batch)
                 if veto is not None:
                     return Step(s, evidence=(veto,))
-                return self.lift(s, horizon, f" (the open window ending {done[-1].window_end:%H:%M}, complete by "
-                                             f"census, under the probe: {judged[-1][2]})", proven_to=done[-1].window_end)
+                newest = done[-1].window_end
+                return self.lift(s, horizon, f" (the open window ending {newest:%H:%M}, complete by census, under "
+                                             f"the probe: {judged[-1][2]})", proven_to=newest)
             return Step(s)
         newest, status, detail = judged[-1]
         if status == Status.CAPPED and self.probe_on_open:

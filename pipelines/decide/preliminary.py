@@ -34,7 +34,7 @@ from pipelines.decide.facts import (
     busy_fires, per_second, rate, retry_may_fire, retry_ratio, retry_traffic, spike_fires,
 )
 from pipelines.decide.rules import (
-    BROKER_SURGE, BUSY, RETRY, SPIKE, TOPIC_SURGE, WINDOW_KEYS, anomalies_frame, broker_busy,
+    WINDOW_KEYS, Rule, anomalies_frame, broker_busy,
     broker_writes, consume_basis, failure_spike, group_retry, runaway_retry, traffic_surge,
     unlimited, with_retry_traffic,
 )
@@ -85,12 +85,13 @@ def _failures_by_class() -> pl.Expr:
 
 def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_history: pl.DataFrame,
                         complete: list, windows: WindowsConfig, cfg: DetectionConfig, cache: dict | None = None,
-                        until: dt.datetime | None = None) -> frozenset[str]:
+                        until: dt.datetime | None = None) -> frozenset[Rule]:
     """The rules that can fire on open-window rows (dicts): a necessary condition of each, checked before the rules
     themselves (most micro-batches prove nothing, and each rule costs several polars operations). ``BROKER_BUSY``
     needs the busy floor; ``RUNAWAY_RETRY`` its floor (retries only grow); ``FAILURE_SPIKE`` its floor in a window
     complete by census;
-    ``TRAFFIC_SURGE`` of a topic (:data:`TOPIC_SURGE`) or a broker (:data:`BROKER_SURGE`) needs a window at its
+    ``TRAFFIC_SURGE`` of a topic (:attr:`~pipelines.decide.rules.Rule.TOPIC_SURGE`) or a broker
+    (:attr:`~pipelines.decide.rules.Rule.BROKER_SURGE`) needs a window at its
     floor (:func:`pipelines.decide.baselines.surge_may_fire`, ``cache`` its memo) in the history up to the window
     starting at ``until`` (default all of it), a topic's without its limited windows. A rule left out would return
     nothing. Rates are per ``windows.length_seconds``."""
@@ -100,13 +101,13 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
         kind = r["resource_type"]
         if kind == "broker":
             if busy_fires(r["busy_failures"] or 0, cfg):
-                out.add(BUSY)
+                out.add(Rule.BUSY)
             writes = rate(r["broker_puts"] if r["broker_puts"] is not None else r["puts"], length)
             brokers.setdefault(r["resource"], []).append((r["window_start"], writes))
         elif kind == "topic":
             topics.setdefault(r["resource"], []).append((r["window_start"], rate(r["puts"], length)))
             if r["window_start"] in complete and spike_fires(1.0, r["failures"] or 0, cfg):  # the count decides
-                out.add(SPIKE)
+                out.add(Rule.SPIKE)
             if r["resource"].startswith(rmq.RETRY_TOPIC_PREFIX):
                 key = (r["window_start"], r["resource"][len(rmq.RETRY_TOPIC_PREFIX):])
                 retries[key] = retries.get(key, 0) + (r["puts"] or 0)  # the fallback sends (open_retry_traffic)
@@ -114,20 +115,20 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
             retries[r["window_start"], r["resource"]] = retries.get((r["window_start"], r["resource"]), 0) + (
                 r["retried"] or 0)
     if any(retry_may_fire(rate(x, length), cfg) for x in retries.values()):
-        out.add(RETRY)  # send-backs plus fallback sends bound the larger of the two per broker
+        out.add(Rule.RETRY)  # send-backs plus fallback sends bound the larger of the two per broker
     up_to = None if until is None else when("window_start") <= micros(until)
     unlimited_rows = pl.col("limit_qps").is_null() if "limit_qps" in topic_history.columns else None
     topic_rows = up_to if unlimited_rows is None else unlimited_rows if up_to is None else up_to & unlimited_rows
     if surge_may_fire(topics, topic_history, "topic", pl.col("put_tps"), cfg, cache, topic_rows):
-        out.add(TOPIC_SURGE)
+        out.add(Rule.TOPIC_SURGE)
     if surge_may_fire(brokers, broker_history, "broker", broker_writes(), cfg, cache, up_to):
-        out.add(BROKER_SURGE)
+        out.add(Rule.BROKER_SURGE)
     return frozenset(out)
 
 
 def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_history: pl.DataFrame,
                           expected: list[str], windows: WindowsConfig, cfg: DetectionConfig,
-                          first_open: dt.datetime | None = None, rules: frozenset[str] | None = None,
+                          first_open: dt.datetime | None = None, rules: frozenset[Rule] | None = None,
                           group_history=None) -> pl.DataFrame:
     """Running sums of open windows → ``gold/anomalies``-shaped rows that the partial evidence already proves, the
     ``detail`` ending with the census of the window. ``rules``: those that may fire (:func:`rules_that_may_fire`
@@ -147,12 +148,12 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
         first_open = open_rows["window_start"].min()
     done = [micros(x) for x in complete]
     rows: list[dict] = []
-    if rules & {BUSY, BROKER_SURGE}:
+    if rules & {Rule.BUSY, Rule.BROKER_SURGE}:
         brokers = of("broker").select(
             *WINDOW_KEYS, pl.col("resource").alias("broker"), per_second(pl.col("puts")).alias("put_tps"),
             per_second(pl.col("broker_puts")).alias("broker_put_tps"), "failures", "busy_failures",
             _failures_by_class())
-    if rules & {TOPIC_SURGE, SPIKE}:
+    if rules & {Rule.TOPIC_SURGE, Rule.SPIKE}:
         topics = of("topic").select(
             *WINDOW_KEYS, pl.col("resource").alias("topic"), per_second(pl.col("puts")).alias("put_tps"), "failures",
             "busy_failures", pl.lit(0, pl.Int64).alias("rate_limited"),  # the open failures leave the limiter's out
@@ -160,24 +161,24 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
             pl.when(pl.col("puts") + pl.col("failures") > 0)
             .then(pl.col("failures") / (pl.col("puts") + pl.col("failures"))).otherwise(0.0).alias("failure_rate"),
         )
-    if rules & {TOPIC_SURGE, BROKER_SURGE}:
+    if rules & {Rule.TOPIC_SURGE, Rule.BROKER_SURGE}:
         ends = open_rows.select(*WINDOW_KEYS).unique()
     # MONOTONE rules (pipelines/decide/catalogue.py)
-    if BUSY in rules:
+    if Rule.BUSY in rules:
         rows += broker_busy(brokers, windows, cfg)
-    if TOPIC_SURGE in rules:
+    if Rule.TOPIC_SURGE in rules:
         topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
         topic_base = baselines(topic_values, "topic", first_open, windows, cfg, cfg.surge_floor_tps).join(
             topics.select("window_start", "topic", "put_tps"), on=["window_start", "topic"], how="inner").join(
             ends, on="window_start", how="inner")
         rows += traffic_surge(topic_base, "topic", "topic", cfg)
-    if BROKER_SURGE in rules:
+    if Rule.BROKER_SURGE in rules:
         broker_values = surge_values(broker_history, brokers, "broker", broker_writes())
         broker_base = baselines(broker_values, "broker", first_open, windows, cfg, cfg.surge_floor_tps).join(
             brokers.select("window_start", "broker", broker_writes().alias("put_tps")), on=["window_start", "broker"],
             how="inner").join(ends, on="window_start", how="inner")
         rows += traffic_surge(broker_base, "broker", "broker", cfg)
-    if RETRY in rules:  # a RATIO rule: on windows complete by census, or where the evidence already supports it
+    if Rule.RETRY in rules:  # a RATIO rule: on windows complete by census, or where the evidence already supports it
         groups, bounded = open_group_ratios(of("group"), done, group_history, first_open, windows, cfg)
         starts = [micros(x) for x in groups["window_start"].unique().to_list()]
         retries = with_retry_traffic(groups, open_retry_traffic(open_rows, starts, windows.length_seconds))
@@ -188,7 +189,7 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
                 row["detail"] += (f"; consume taken as at least its last final window's {last:.1f} msg/s (brokers "
                                   "still to report can only add to it)")
             rows.append(row)
-    if SPIKE in rules:
+    if Rule.SPIKE in rules:
         rows += failure_spike(topics.filter(when("window_start").is_in(done)), windows, cfg)
     for row in rows:
         seen = counts.get(row["window_start"])

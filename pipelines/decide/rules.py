@@ -37,15 +37,25 @@ from pipelines.decide.facts import (
     TOLERANCE, busy_fires, rate, retry_fires, retry_may_fire, retry_ratio, severity, spike_fires, surge_fires,
 )
 from pipelines.decide.text import fixed, number
-from pipelines.decide.words import Anomaly
+from pipelines.decide.words import Anomaly, Word
 
 WINDOW_KEYS = ("window_start", "window_end")
 ANOMALY_COLUMNS = [name for name, _ in columns.GOLD_ANOMALIES]
-#: The rules a gate names (:func:`rules_to_run`, :func:`pipelines.decide.preliminary.rules_that_may_fire`): a rule,
-#: and a surge per resource type.
-BUSY, RETRY, SPIKE = Anomaly.BROKER_BUSY.value, Anomaly.RUNAWAY_RETRY.value, Anomaly.FAILURE_SPIKE.value
-TOPIC_SURGE, BROKER_SURGE = f"{Anomaly.TRAFFIC_SURGE.value}:topic", f"{Anomaly.TRAFFIC_SURGE.value}:broker"
-ALL_RULES = frozenset({BUSY, RETRY, SPIKE, TOPIC_SURGE, BROKER_SURGE})
+
+
+class Rule(Word):
+    """A rule as the gates name it (:func:`rules_to_run`, :func:`pipelines.decide.preliminary.rules_that_may_fire`):
+    an anomaly kind's rule, ``TRAFFIC_SURGE`` once per resource type it flags."""
+
+    RETRY = Anomaly.RUNAWAY_RETRY.value
+    TOPIC_SURGE = f"{Anomaly.TRAFFIC_SURGE.value}:topic"
+    BROKER_SURGE = f"{Anomaly.TRAFFIC_SURGE.value}:broker"
+    BUSY = Anomaly.BROKER_BUSY.value
+    SPIKE = Anomaly.FAILURE_SPIKE.value
+
+
+#: Every rule (:func:`detect` runs them all with it).
+ALL_RULES = frozenset(Rule)
 _ANOMALIES = to_polars(None, columns.GOLD_ANOMALIES)
 
 
@@ -237,7 +247,7 @@ def unlimited(topic_history: pl.DataFrame) -> pl.DataFrame:
 
 def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, topic_history: pl.DataFrame,
                  broker_history: pl.DataFrame, cfg: DetectionConfig,
-                 retry_traffic: dict[tuple, float] | None = None) -> frozenset[str]:
+                 retry_traffic: dict[tuple, float] | None = None) -> frozenset[Rule]:
     """The rules that can fire on a micro-batch of finalized windows (the arguments of :func:`detect`): a necessary
     condition of each, from the rows as dicts (a few polars operations instead of a few dozen; most micro-batches
     prove nothing). ``RUNAWAY_RETRY`` needs a group's retries summed over its topics (or its ``retry_traffic``,
@@ -251,32 +261,32 @@ def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFra
     for k, x in (retry_traffic or {}).items():
         retries[k] = facts.retry_traffic(retries.get(k, 0.0), x)
     if any(retry_may_fire(x, cfg) for x in retries.values()):
-        out.add(RETRY)
+        out.add(Rule.RETRY)
     topic_values: dict = {}
     for start, topic, put, failures, limited in topics.select(
             "window_start", "topic", "put_tps", "failures", "rate_limited").iter_rows():
         if spike_fires(1.0, (failures or 0) - (limited or 0), cfg):  # at the largest rate there is: the count
-            out.add(SPIKE)
+            out.add(Rule.SPIKE)
         if put is not None:
             topic_values.setdefault(topic, []).append((start, put))
     broker_values: dict = {}
     for start, broker, put, broker_put, busy in brokers.select(
             "window_start", "broker", "put_tps", "broker_put_tps", "busy_failures").iter_rows():
         if busy_fires(busy or 0, cfg):
-            out.add(BUSY)
+            out.add(Rule.BUSY)
         writes = broker_put if broker_put is not None else put
         if writes is not None:
             broker_values.setdefault(broker, []).append((start, writes))
     if surge_may_fire(topic_values, unlimited(topic_history), "topic", pl.col("put_tps"), cfg):
-        out.add(TOPIC_SURGE)
+        out.add(Rule.TOPIC_SURGE)
     if surge_may_fire(broker_values, broker_history, "broker", broker_writes(), cfg):
-        out.add(BROKER_SURGE)
+        out.add(Rule.BROKER_SURGE)
     return frozenset(out)
 
 
 def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, topic_history: pl.DataFrame,
            broker_history: pl.DataFrame, windows: WindowsConfig, cfg: DetectionConfig,
-           first_window: dt.datetime | None = None, rules: frozenset[str] | None = None,
+           first_window: dt.datetime | None = None, rules: frozenset[Rule] | None = None,
            retry_traffic: dict[tuple, float] | None = None, group_history=None) -> pl.DataFrame:
     """All rules over one micro-batch of finalized windows → ``gold/anomalies`` rows.
 
@@ -297,23 +307,23 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
     if rules is None:
         rules = rules_to_run(topics, groups, brokers, topic_history, broker_history, cfg, retry_traffic)
     rows = []
-    if RETRY in rules:
+    if Rule.RETRY in rules:
         retries = with_retry_traffic(group_retry(groups), retry_traffic)
         basis = consume_basis(retries, group_history, first_window, windows, cfg)
         rows = runaway_retry(retries, cfg, basis)
-    if TOPIC_SURGE in rules:
+    if Rule.TOPIC_SURGE in rules:
         topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
         topic_base = baselines(topic_values, "topic", first_window, windows, cfg, cfg.surge_floor_tps).join(
             topics.select(*WINDOW_KEYS, "topic", "put_tps"), on=["window_start", "topic"], how="inner")
         rows += traffic_surge(topic_base, "topic", "topic", cfg)
-    if BROKER_SURGE in rules:
+    if Rule.BROKER_SURGE in rules:
         broker_values = surge_values(broker_history, brokers, "broker", broker_writes())
         broker_base = baselines(broker_values, "broker", first_window, windows, cfg, cfg.surge_floor_tps).join(
             brokers.select(*WINDOW_KEYS, "broker", broker_writes().alias("put_tps")), on=["window_start", "broker"],
             how="inner")
         rows += traffic_surge(broker_base, "broker", "broker", cfg)
-    if BUSY in rules:
+    if Rule.BUSY in rules:
         rows += broker_busy(brokers, windows, cfg)
-    if SPIKE in rules:
+    if Rule.SPIKE in rules:
         rows += failure_spike(topics, windows, cfg)
     return anomalies_frame(rows)
