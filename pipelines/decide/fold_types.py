@@ -125,6 +125,12 @@ class Observation:
 
 @dataclass(frozen=True)
 class Decision:
+    """One decision on a resource's cluster-wide limit, as a decision of the window ending ``window_end`` (UTC):
+    ``limit_qps`` (msg/s; for a ``lift`` the limit lifted), ``previous_qps`` the limit before it (None: none),
+    ``action``, ``reason``, ``version`` (the state's next), ``mode``, ``broker_limits`` each broker's figure (msg/s,
+    :func:`pipelines.decide.facts.split`; empty for a lift). :func:`pipelines.decide.limits.finish` makes the
+    ``gold/limits`` row."""
+
     resource_type: str
     resource: str
     window_end: dt.datetime

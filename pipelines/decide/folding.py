@@ -83,6 +83,7 @@ class Folded:
     states: list[ResourceState] = field(default_factory=list)
 
     def vetoes(self) -> list[tuple[Key, Evidence]]:
+        """The ``veto`` evidence rows: open or later windows that kept a lift from being decided."""
         return [(k, e) for k, e in self.evidence if e.status == Status.VETO]
 
 

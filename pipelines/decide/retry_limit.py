@@ -59,6 +59,9 @@ class RetryStormLimit(LimitPolicy):
                         f"{refused:.0%} of the send-backs refused, a demand of {hidden:.1f} msg/s")
 
     def fires(self, demand: float, obs: Observation, state: ResourceState) -> tuple[bool, str]:
+        """:func:`~pipelines.decide.facts.retry_fires` of the visible demand against the window's consume rate
+        (msg/s), its ratio alone (``floor=False``); an open window before its census against the larger of its
+        partial consume rate and the one frozen with the limit."""
         det = self.params.detection
         consume = obs.consume_tps or 0.0
         if not obs.complete:  # an open window before its census: the consume rate is partial; judged against the
@@ -90,6 +93,8 @@ class RetryStormLimit(LimitPolicy):
 
     def on_open(self, state: ResourceState, obs: Observation, status: Status, detail: str,
                 batch: Batch) -> Step | None:
+        """A complete open window at the cap with its demand hidden starts a probe now; one wholly under a probe that
+        the admitted rate follows (``capped`` or ``bound``) undoes it; as decisions of the horizon's window."""
         if status == Status.CAPPED or (status == Status.BOUND and self.under_raise(state, obs)):
             return self._probe_or_undo(state, obs, f"the open window ending {obs.window_end:%H:%M}, complete by "
                                                    f"census: {detail}", batch.horizon_end, batch)

@@ -43,6 +43,8 @@ class SurgeLimit(LimitPolicy):
     kind = Anomaly.TRAFFIC_SURGE
 
     def fires(self, demand: float, obs: Observation, state: ResourceState) -> tuple[bool, str]:
+        """:func:`~pipelines.decide.facts.surge_fires` of the visible demand against the baseline frozen with the
+        limit (msg/s; a limit saved without one: its target ÷ ``surge_headroom``)."""
         det = self.params.detection
         baseline = state.baseline_tps
         if baseline is None:  # a limit saved before the baseline was frozen: its target is headroom x baseline
@@ -72,6 +74,7 @@ class SurgeLimit(LimitPolicy):
         return self._kept(state, obs, status, detail, batch)
 
     def capped(self, state: ResourceState, obs: Observation, detail: str, batch: Batch) -> Step:
+        """As :meth:`hold`: at the cap, ``capped`` or ``bound`` alike, a surge limit is probed, stepped back or cut."""
         return self.hold(state, obs, Status.CAPPED, detail, batch)
 
     def _kept(self, state: ResourceState, obs: Observation, status: Status, detail: str, batch: Batch) -> Step:
