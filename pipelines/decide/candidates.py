@@ -3,8 +3,7 @@ which brokers carry which topic → :class:`~pipelines.decide.fold_types.Candida
 
 * ``RUNAWAY_RETRY`` → the group's retry traffic: target = ``allowed_retry_share`` × the consume rate the anomaly
   is based on (its ``baseline_tps``: the window's, or the group's normal rate when larger); lifted only after
-  clear windows (:mod:`pipelines.decide.retry_limit`). Its ``lift_at_qps`` (the consume rate) is kept in
-  ``state/policy`` and read by no policy.
+  clear windows (:mod:`pipelines.decide.retry_limit`), never by a probe reaching a rate: no ``lift_at_qps``.
 * ``TRAFFIC_SURGE`` of a topic with a ``BROKER_BUSY`` broker carrying it in the same window → enforce:
   target = ``surge_headroom`` × the topic's baseline; ``lift_at_qps`` = the observed rate × ``surge_headroom``: a
   probe whose step reaches it lifts the limit (:mod:`pipelines.decide.surge_limit`), else clear windows do.
@@ -77,7 +76,7 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
         if r["anomaly"] == Anomaly.RUNAWAY_RETRY.value:
             consume = r["baseline_tps"] or 0.0
             add("group", r["resource"], r, target_qps=bounded(consume * cfg.allowed_retry_share, cfg),
-                floor_qps=cfg.min_limit_qps, lift_at_qps=bounded(consume, cfg), observed_tps=r["observed_tps"],
+                floor_qps=cfg.min_limit_qps, observed_tps=r["observed_tps"],
                 critical=critical, mode=mode(r["resource"], cfg),
                 reason=(f"RUNAWAY_RETRY: {r['detail']}; retry traffic limited to "
                         f"{fixed(cfg.allowed_retry_share * 100, 0)}% of the group's consume rate"),

@@ -33,7 +33,8 @@ def test_runaway_retry_limits_group_retry_traffic_to_share_of_consume():
     got = candidate_limits(anomalies([(1, "group", "get-pugc-to-ai-consumer", "RUNAWAY_RETRY", 785.32, 790.0)]), {}, L)
     assert [(k.resource_type, k.resource) for k in got] == [("group", "get-pugc-to-ai-consumer")]
     c = got[0].candidate
-    assert c.lift_at_qps == 790.0 and c.critical and c.mode == "enforce" and c.baseline_tps == 790.0
+    assert c.critical and c.mode == "enforce" and c.baseline_tps == 790.0
+    assert c.lift_at_qps is None  # a retry limit is lifted by clear windows only, never by a probe reaching a rate
     assert c.target_qps == pytest.approx(79.0)
     assert c.reason == ("RUNAWAY_RETRY: RUNAWAY_RETRY on get-pugc-to-ai-consumer; retry traffic limited to 10% of the "
                         "group's consume rate")

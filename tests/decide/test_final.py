@@ -73,3 +73,5 @@ def test_a_storm_whose_send_backs_fell_back_to_plain_sends_is_limited():
     assert (fired["resource"], fired["anomaly"], fired["observed_tps"]) == ("g", "RUNAWAY_RETRY", 122.5)
     limit, = out.limits.to_pylist()
     assert (limit["resource_type"], limit["resource"], limit["action"]) == ("group", "g", "set")
+    # a retry limit has no lift_at_qps (only a surge limit's probe lifts at a rate)
+    assert out.state.column("lift_at_qps").to_pylist() == [None]
