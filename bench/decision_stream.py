@@ -26,7 +26,8 @@ code changed.
 ``--record DIR`` writes one gzipped JSON file per run (``DIR/scenario-<name>.json.gz``, ``DIR/case-<seed>.json.gz``)
 and ``DIR/index.json`` (the commit and the command); ``--compare DIR`` runs the same and compares each with its file:
 strings, counts, booleans and times exactly, floats to a relative 1e-9 (:data:`REL`). It prints one line per run that
-differs with its first differences (at most :data:`SHOWN`) and a summary; exit status 1 when any run differs or is
+differs with its first differences (at most :data:`SHOWN`) and a summary (``--patterns``: every differing field
+once, with the number of runs it differs in); exit status 1 when any run differs or is
 missing from the recording, 2 for a bad flag. Cases run over ``--workers`` spawned processes (default: the CPUs this
 process may use), one polars thread each, as the sweep's :func:`~pipelines.sim.sweep.judge_many` runs them; a run's
 stream does not depend on the worker. ``--tree DIR``: import ``pipelines`` from another checkout (e.g. ``git archive COMMIT`` unpacked, with
@@ -36,11 +37,13 @@ stream does not depend on the worker. ``--tree DIR``: import ``pipelines`` from 
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime as dt
 import gzip
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -240,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first", type=int, default=0, help="first sweep case (default 0)")
     p.add_argument("--workers", type=int, default=0, help="processes (default: the CPUs this process may use)")
     p.add_argument("--tree", help="import pipelines from this checkout (read before the imports)")
+    p.add_argument("--patterns", action="store_true",
+                   help="with --compare: also print every differing field once, its run and row indices left out")
     p.add_argument("--label", default="", help="what the tree is, for the recording's index (default: its commit)")
     args = p.parse_args(argv)
     from pipelines.sim.settings import SCENARIO_SIZES
@@ -264,9 +269,10 @@ def main(argv: list[str] | None = None) -> int:
                             else "not a checkout (--label names it)")
     print(f"decision stream: {'recording into' if recording else 'comparing with'} {folder}; tree {TREE} ({commit}); "
           f"{len(names)} scenario(s), cases {args.first}..{args.first + args.cases - 1}", flush=True)
-    started, differ, cpu = time.monotonic(), [], 0.0
+    started, differ, cpu, patterns = time.monotonic(), [], 0.0, collections.Counter()
     for name, diffs, seconds in run_all(items, args.workers or len(os.sched_getaffinity(0))):
         cpu += seconds
+        patterns.update({re.sub(r"\[\d+\]", "[]", d.split(": ", 1)[0].split(".", 1)[-1]) for d in diffs})
         if diffs:
             differ.append(name)
             print(f"{name}: DIFFERS ({len(diffs)})", flush=True)
@@ -278,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         index = {"commit": commit, "tree": str(TREE), "scenarios": names, "first": args.first, "cases": args.cases,
                  "recorded_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
         (folder / "index.json").write_text(json.dumps(index, indent=1) + "\n")
+    if args.patterns and patterns:
+        print("differing fields (in how many runs):")
+        for pattern, runs in sorted(patterns.items()):
+            print(f"    {pattern}: {runs}")
     wall = time.monotonic() - started
     print(f"{len(items) - len(differ)} of {len(items)} runs {'recorded' if recording else 'the same'}"
           f"{'' if recording else f', {len(differ)} differ'}; {wall:.0f} s wall, {cpu:.0f} s CPU", flush=True)
