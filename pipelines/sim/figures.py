@@ -62,15 +62,60 @@ class Figures:
         return self.values.get(name, (float("nan"), "", ""))[0]
 
 
-def truth(result) -> tuple[set[tuple[str, str]], list[tuple[pd.Timestamp, pd.Timestamp]]]:
-    """(culprit resources a correct governor limits, the spans when their cause is active)."""
+def causes(result) -> list:
+    """The incident's causes (:class:`pipelines.sim.spec.Cause`): its own list, or else the one culprit of a
+    single-cause scenario (a retry storm's group, a surge's topic); none for a flash sale or a normal day."""
+    from pipelines.sim.spec import Cause
+
     inc, c = result.cluster.incident, result.cluster
     if inc is None or inc.kind == "flash_sale":
-        return set(), []
-    spans = [(pd.Timestamp(a), pd.Timestamp(b)) for a, b in inc.active] or [(pd.Timestamp(inc.onset), c.end)]
+        return []
+    if inc.causes:
+        return list(inc.causes)
+    spans = tuple((pd.Timestamp(a), pd.Timestamp(b)) for a, b in inc.active) or ((pd.Timestamp(inc.onset), c.end),)
     if inc.kind in STORMS:
-        return {("group", inc.culprit_group)}, spans
-    return {("topic", inc.culprit_topic)}, spans
+        return [Cause("group", inc.culprit_group, "storm", spans)]
+    return [Cause("topic", inc.culprit_topic, "surge", spans)]
+
+
+def truth(result) -> tuple[set[tuple[str, str]], list[tuple[pd.Timestamp, pd.Timestamp]]]:
+    """(culprit resources a correct governor may limit: every cause's, the spans when a cause is active: the union
+    of the causes' spans, merged)."""
+    found = causes(result)
+    spans = sorted((pd.Timestamp(a), pd.Timestamp(b)) for cause in found for a, b in cause.active)
+    merged: list = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return {(cause.resource_type, cause.resource) for cause in found}, merged
+
+
+def value_events(result, resource: tuple[str, str]) -> list[tuple[pd.Timestamp, float]]:
+    """Every change of ``resource``'s value in force, from the brokers' timeline (``result.in_force``), whatever
+    its duration: (time, cluster-wide ``limit_qps`` of the newest record in force at any broker, NaN: none at any
+    broker). Consecutive equal values (within :data:`SAME_VALUE_REL`) are one."""
+    out: list = []
+    for t, snap in result.in_force:
+        recs = [rec for (_b, rt, r), (_qps, rec) in snap.items() if (rt, r) == resource]
+        value = float(max(recs, key=lambda rec: rec.get("version") or 0)["limit_qps"]) if recs else float("nan")
+        if out:
+            last = out[-1][1]
+            if (np.isnan(last) and np.isnan(value)) or (
+                    not np.isnan(last) and not np.isnan(value) and abs(value - last) <= SAME_VALUE_REL * abs(last)):
+                continue
+        out.append((pd.Timestamp(t), value))
+    return out
+
+
+def restart_times(result) -> list[tuple[str, pd.Timestamp]]:
+    """The brokers' restarts of the run's irregular world (``result.irregular``; none for the Spark backtest)."""
+    irr = getattr(result, "irregular", None)
+    if irr is None:
+        return []
+    c = result.cluster
+    return [(b, c.start + pd.Timedelta(seconds=float(s))) for b, s in irr.broker_restarts]
 
 
 def _seconds(result, spans) -> np.ndarray:
@@ -115,6 +160,124 @@ def _value_changes(values: np.ndarray) -> int:
     return count
 
 
+def _value_at(events: list, t: pd.Timestamp) -> float:
+    """The value in force at ``t`` from :func:`value_events` (NaN: none)."""
+    value = float("nan")
+    for at, v in events:
+        if at > t:
+            break
+        value = v
+    return value
+
+
+def _changes(events: list, t0: pd.Timestamp, t1: pd.Timestamp, restarts: list) -> tuple[int, int, list[str]]:
+    """(value changes in (t0, t1), of which lifts (the value gone at every broker), the changes left out with their
+    reason): every change counts whatever its duration, except a value gone at the instant a broker restarted
+    (its limiter's memory, not a decision) and its return at the same value."""
+    count = lifts = 0
+    excluded: list[str] = []
+    restart_at = {t: b for b, t in restarts}
+    last = _value_at(events, t0)
+    skip_return = None
+    for t, v in events:
+        if not t0 < t < t1:
+            continue
+        if np.isnan(v) and t in restart_at:
+            excluded.append(f"{t:%H:%M:%S} gone at {restart_at[t]}'s restart (its limiter forgot, no decision)")
+            skip_return = last
+            last = v
+            continue
+        if skip_return is not None and not np.isnan(v) and abs(v - skip_return) <= SAME_VALUE_REL * abs(skip_return):
+            excluded.append(f"{t:%H:%M:%S} back at {v:.1f} msg/s after the restart")
+            skip_return, last = None, v
+            continue
+        skip_return = None
+        count += 1
+        lifts += int(np.isnan(v))
+        last = v
+    return count, lifts, excluded
+
+
+def _judge_causes(result, found: list, values: dict, details: dict) -> dict:
+    """Each cause judged against the ground truth: its value changes and lifts while it is active (every change,
+    :func:`_changes`), the brokers' admitted traffic ÷ its limit in every minute it is limited at each of its
+    brokers while it is active and its demand reaches the limit, and each fix → lift where the quiet after the fix
+    lasts :data:`FIX_TO_LIFT_MAX_MIN` or more (a shorter quiet spell may hold the limit). Adds its figures to
+    ``values`` and ``details``; returns what :func:`_checks` needs."""
+    c = result.cluster
+    n, nan = c.T * 60, float("nan")
+    restarts = restart_times(result)
+    key = list(zip(c.pairs["resource_type"], c.pairs["resource"]))
+    out = {"changes": [], "lifts": [], "minutes": [], "fix_to_lift": [], "excluded": []}
+    run_end = c.start + pd.Timedelta(seconds=n)
+    for cz in found:
+        res = (cz.resource_type, cz.resource)
+        name = f"{cz.resource_type} {cz.resource}"
+        events = value_events(result, res)
+        spans = [(pd.Timestamp(a), pd.Timestamp(b)) for a, b in cz.active]
+        most = 0
+        for k, (a, b) in enumerate(spans):
+            t0 = next((t for t, v in events if a <= t < b and not np.isnan(v)), None)
+            if not np.isnan(_value_at(events, a)):
+                t0 = a
+            if t0 is not None:
+                changes, lifts, excluded = _changes(events, t0, b, restarts)
+                most = max(most, changes)
+                out["excluded"] += [f"{name}: {x}" for x in excluded]
+                if lifts:
+                    out["lifts"].append(f"{name} lifted {lifts}x while active ({a:%H:%M:%S}-{b:%H:%M:%S})")
+            if b < run_end:
+                quiet_end = spans[k + 1][0] if k + 1 < len(spans) else run_end
+                gone = next((t for t, v in events if t >= b and np.isnan(v)), None)
+                if np.isnan(_value_at(events, b)):
+                    gone = b
+                minutes = (gone - b).total_seconds() / 60.0 if gone is not None and gone < quiet_end else nan
+                judged = (quiet_end - b).total_seconds() >= FIX_TO_LIFT_MAX_MIN * 60.0
+                out["fix_to_lift"].append((name, f"{b:%H:%M:%S}", minutes, judged))
+        out["changes"].append((cz, most))
+        # admitted ÷ limit per limited minute
+        pairs = np.array([k_ == res for k_ in key], dtype=bool)
+        if not pairs.any():
+            continue
+        brokers_of = set(c.pairs.loc[pairs, "broker"])
+        everywhere = np.zeros(n, dtype=bool)
+        target = np.full(n, nan)
+        times = [t for t, _ in result.in_force] + [run_end]
+        for (t, snap), t_next in zip(result.in_force, times[1:]):
+            lo = max(0, int(np.ceil((t - c.start).total_seconds())))
+            hi = min(n, int(np.ceil((t_next - c.start).total_seconds())))
+            recs = {b_: rec for (b_, rt, r), (_q, rec) in snap.items() if (rt, r) == res}
+            if hi > lo and set(recs) >= brokers_of:
+                everywhere[lo:hi] = True
+                target[lo:hi] = float(max(recs.values(), key=lambda rec: rec.get("version") or 0)["limit_qps"])
+        act = _seconds(result, cz.active)
+        admitted = c.second_admitted[:, pairs].sum(axis=1)
+        demand = c.demand[pairs].sum(axis=0)
+        for m in range(c.T):
+            sl = slice(m * 60, (m + 1) * 60)
+            if act[sl].all() and everywhere[sl].all() and demand[m] >= np.mean(target[sl]):
+                out["minutes"].append((name, m, float(admitted[sl].sum() / target[sl].sum())))
+    ratios = [r for _, _, r in out["minutes"]]
+    values["admitted_over_limit_minute_min"] = (min(ratios) if ratios else nan, "ratio", "incident")
+    values["admitted_over_limit_minute_max"] = (max(ratios) if ratios else nan, "ratio", "incident")
+    values["limited_minutes_judged"] = (float(len(ratios)), "count", "incident")
+    lo_, hi_ = TARGET_RATIO
+    worst = [f"{nm} minute {m}: {r:.2f}x" for nm, m, r in out["minutes"] if not lo_ <= r <= hi_]
+    details["admitted_over_limit_minute_min"] = "; ".join(worst[:6]) or "every judged minute within bounds"
+    values["lifts_while_cause_active"] = (float(len(out["lifts"])), "count", "incident")
+    details["lifts_while_cause_active"] = "; ".join(out["lifts"]) or "none"
+    judged_lifts = [x for x in out["fix_to_lift"] if x[3]]
+    values["fix_to_lift_minutes_worst"] = (max((x[2] for x in judged_lifts), default=nan)
+                                           if not any(np.isnan(x[2]) for x in judged_lifts) else float("inf"),
+                                           "min", "incident")
+    details["fix_to_lift_minutes_worst"] = "; ".join(
+        f"{nm} fixed {at}: " + ("not lifted" if np.isnan(m) else f"{m:.1f} min") + ("" if j else " (quiet < 8 min)")
+        for nm, at, m, j in out["fix_to_lift"]) or "no fix"
+    values["limit_value_changes_excluded"] = (float(len(out["excluded"])), "count", "incident")
+    details["limit_value_changes_excluded"] = "; ".join(out["excluded"]) or "none"
+    return out
+
+
 def compute(result, baseline=None) -> Figures:
     """The figures and checks of one closed-loop run (:class:`pipelines.backtest.loop.LoopResult`). ``baseline``:
     the same scenario's cluster run to its end without any limit (:class:`~pipelines.sim.cluster.ClosedLoopCluster`),
@@ -134,12 +297,22 @@ def compute(result, baseline=None) -> Figures:
     sec = np.arange(n)
     onset = spans[0][0] if spans else None
     contain = None
-    if limited.any() and onset is not None:
-        contain_t = min(t for t, snap in result.in_force if any((rt, r) in culprits for _, rt, r in snap))
-        values["onset_to_limit_in_force"] = ((contain_t - onset).total_seconds(), "s", "incident")
-        contain = int(np.ceil((contain_t - c.start).total_seconds()))
-    elif onset is not None:
-        values["onset_to_limit_in_force"] = (nan, "s", "incident")
+    found = causes(result)
+    required = [cz for cz in found if cz.required]
+    first_in: dict = {}
+    for cz in found:
+        res = (cz.resource_type, cz.resource)
+        times = [t for t, snap in result.in_force if any((rt, r) == res for _, rt, r in snap)]
+        first_in[cz] = min(times) if times else None
+    if required:
+        delays = [(first_in[cz] - (pd.Timestamp(cz.active[0][0]) + pd.Timedelta(seconds=cz.ramp_seconds))
+                   ).total_seconds() if first_in[cz] is not None else nan for cz in required]
+        values["onset_to_limit_in_force"] = (max(delays), "s", "incident")
+        if len(required) > 1:
+            details["onset_to_limit_in_force"] = "; ".join(
+                f"{cz.resource_type} {cz.resource}: {d:.0f} s" for cz, d in zip(required, delays))
+        if all(first_in[cz] is not None for cz in required):
+            contain = int(np.ceil((max(first_in[cz] for cz in required) - c.start).total_seconds()))
     if culprits:
         after = active & limited & (sec >= (contain if contain is not None else n))
         admitted = c.second_admitted[:, is_culprit].sum(axis=1)
@@ -152,7 +325,9 @@ def compute(result, baseline=None) -> Figures:
                                                        f"{np.nanmin(target[after]):.1f}-{np.nanmax(target[after]):.1f}"
                                                        " msg/s")
         hosts = set(c.pairs.loc[is_culprit, "broker"])
-        bystander = (~is_culprit) & c.pairs["broker"].isin(hosts).to_numpy() & (c.pairs["kind"] != "background").to_numpy()
+        others = (~is_culprit) & (c.pairs["kind"] != "background").to_numpy()
+        bystander = others  # every other resource on every broker (before issue 49: on the culprits' brokers only)
+        on_hosts = others & c.pairs["broker"].isin(hosts).to_numpy()
         rejected = c.second_rejected[:, bystander].sum(axis=1)
 
         def per_minute(mask: np.ndarray) -> float:
@@ -162,6 +337,11 @@ def compute(result, baseline=None) -> Figures:
         before = active & (sec >= start_s) & (sec < (contain if contain is not None else n))
         after_b = active & (sec >= (contain if contain is not None else n))
         rb, ra = per_minute(before), per_minute(after_b)
+        old_rejected = c.second_rejected[:, on_hosts].sum(axis=1)
+        ob = old_rejected[before].sum() / (before.sum() / 60.0) if before.any() else nan
+        oa = old_rejected[after_b].sum() / (after_b.sum() / 60.0) if after_b.any() else nan
+        values["bystander_after_pct_of_before_culprit_brokers"] = (100.0 * oa / ob if ob > 0 else nan, "pct",
+                                                                    "bystander")
         values["bystander_rejected_per_minute_before"] = (rb, "msgs/min", "bystander")
         values["bystander_rejected_per_minute_after"] = (ra, "msgs/min", "bystander")
         values["bystander_after_pct_of_before"] = (100.0 * ra / rb if rb > 0 else nan, "pct", "bystander")
@@ -184,7 +364,9 @@ def compute(result, baseline=None) -> Figures:
                 mask = np.zeros(n, dtype=bool)
                 mask[at:hi] = True
                 ep["pct"] = 100.0 * per_minute(mask) / rb if rb > 0 else nan
-                counts = [_value_changes(arr[at:hi]) for arr in per.values() if (~np.isnan(arr[at:hi])).any()]
+                t_at, t_hi = c.start + pd.Timedelta(seconds=at), c.start + pd.Timedelta(seconds=hi)
+                counts = [_changes(value_events(result, res), t_at, t_hi, restart_times(result))[0]
+                          for res, arr in per.items() if (~np.isnan(arr[at:hi])).any()]
                 ep["changes"] = max(counts) if counts else 0
                 if not ep["in_force_at_start"] and k > 1 and np.isfinite(before_value):
                     ep["remembered"] = bool(abs(target[at] - before_value) <= SAME_VALUE_REL * abs(before_value))
@@ -218,11 +400,15 @@ def compute(result, baseline=None) -> Figures:
                                                        for x in lifts)
     healthy = ~is_culprit & c.pairs["resource_type"].isin(["topic", "group"]).to_numpy()
     below = (c.limited_seconds > 0) & (c.limit_min < c.demand.T) & healthy[None, :]
-    false = sorted({f"{t}:{r}" for t, r in np.asarray(key, dtype=object)[below.any(axis=0)]}) if below.any() else []
-    values["false_limits"] = (float(len(false)), "count", "other")
-    details["false_limits"] = ", ".join(false) or "none"
+    old = sorted({f"{t}:{r}" for t, r in np.asarray(key, dtype=object)[below.any(axis=0)]}) if below.any() else []
+    values["false_limits_below_demand"] = (float(len(old)), "count", "other")  # the definition before issue 49
+    details["false_limits_below_demand"] = ", ".join(old) or "none"
     enforced = {(rt, r) for _, snap in result.in_force for (_b, rt, r) in snap}
     values["enforced_limit_resources"] = (float(len(enforced)), "count", "all")
+    false = sorted(f"{t}:{r}" for t, r in enforced - culprits)
+    values["false_limits"] = (float(len(false)), "count", "other")
+    details["false_limits"] = ", ".join(false) or "none"
+    judged = _judge_causes(result, found, values, details)
     lim = result.limits
     for action in ("set", "relax", "lift"):
         count = float((lim["action"] == action).sum()) if len(lim) else 0.0
@@ -241,28 +427,44 @@ def compute(result, baseline=None) -> Figures:
     values["trigger_seconds"] = (float(result.trigger_seconds), "s", "config")
     values["watermark_seconds"] = (float(result.watermark_seconds), "s", "config")
     kind = next(iter(culprits))[0] if culprits else None
-    return Figures(values, details, _checks(values, kind, episodes, len(spans)))
+    return Figures(values, details, _checks(values, kind if required else None, episodes, len(spans), judged))
 
 
-def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int) -> list[tuple[str, bool, str]]:
+def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
+            judged: dict | None = None) -> list[tuple[str, bool, str]]:
     """The targets for this scenario: (check, passed, measured). ``kind``: the culprit's resource type (None: no
-    culprit, e.g. a flash sale or a normal day)."""
+    cause a limit is required for, e.g. a flash sale or a normal day); ``judged``: :func:`_judge_causes`."""
     def get(name: str) -> float:
         return v.get(name, (float("nan"), "", ""))[0]
 
+    judged = judged or {"changes": [], "lifts": [], "minutes": [], "fix_to_lift": []}
     out: list[tuple[str, bool, str]] = []
     if kind is not None:
         x = get("onset_to_limit_in_force")
         out.append((f"onset -> limit in force <= {ONSET_TO_LIMIT_MAX_S:.0f} s", bool(x <= ONSET_TO_LIMIT_MAX_S),
                     f"{x:.0f} s"))
-        most = CHANGES_MAX[kind]
-        x = get("limit_changes_while_cause_persists")
-        out.append((f"<= {most} change{'s' if most > 1 else ''} of the limit's value while the cause persists",
-                    bool(x <= most), f"{x:.0f} (most in one episode; {get('limit_changes_all_episodes'):.0f} in all)"))
+        if judged["changes"]:
+            ok = all(most <= CHANGES_MAX.get(cz.resource_type, 1) for cz, most in judged["changes"])
+            measured = ", ".join(f"{cz.resource_type} {cz.resource}: {most}" for cz, most in judged["changes"])
+            excluded = get("limit_value_changes_excluded")
+            out.append(("<= 1 change of a storm's limit value, <= 3 of a surge's, while the cause persists (every "
+                        "change, whatever its duration)", ok,
+                        measured + (f" ({excluded:.0f} left out, named in the details)" if excluded else "")))
+        else:
+            most = CHANGES_MAX[kind]
+            x = get("limit_changes_while_cause_persists")
+            out.append((f"<= {most} change{'s' if most > 1 else ''} of the limit's value while the cause persists",
+                        bool(x <= most), f"{x:.0f} (most in one episode; {get('limit_changes_all_episodes'):.0f} in all)"))
         x = get("culprit_admitted_over_target")
         lo, hi = TARGET_RATIO
         out.append((f"cluster-wide admitted within {lo}x-{hi}x the decided target", bool(lo <= x <= hi),
                     f"{x:.2f}x"))
+        if judged["minutes"]:
+            bad = [(nm, m, r) for nm, m, r in judged["minutes"] if not lo <= r <= hi]
+            out.append((f"admitted within {lo}x-{hi}x the limit in every limited minute", not bad,
+                        f"{get('admitted_over_limit_minute_min'):.2f}x-{get('admitted_over_limit_minute_max'):.2f}x "
+                        f"over {len(judged['minutes'])} minutes" + (
+                            "; " + ", ".join(f"{nm} minute {m}: {r:.2f}x" for nm, m, r in bad[:4]) if bad else "")))
         held = [ep for ep in episodes if ep["k"] == 1 or ep["in_force_at_start"]]
         ok = all(ep["pct"] <= BYSTANDER_AFTER_MAX_PCT for ep in held)
         measured = "; ".join(f"episode {ep['k']}: " + ("n/a" if not np.isfinite(ep["pct"]) else f"{ep['pct']:.2f} %")
@@ -270,6 +472,9 @@ def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int) -> li
         out.append((f"bystander rejected sends per storm minute after containment <= {BYSTANDER_AFTER_MAX_PCT:.0f} % "
                     "of before, in every episode that starts with the limit in force", ok,
                     f"{measured} (all episodes: {get('bystander_after_pct_of_before'):.2f} %)"))
+        if judged["changes"]:
+            out.append(("no lift while a cause is active", not judged["lifts"],
+                        "; ".join(judged["lifts"]) or "none"))
         again = [ep for ep in episodes if ep["k"] > 1 and not ep["in_force_at_start"]]
         if again:
             ok = all(ep["contained"] is not None and ep["contained"] <= ONSET_TO_LIMIT_MAX_S and ep["remembered"]
@@ -278,12 +483,19 @@ def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int) -> li
                         "remembered target", ok,
                         "; ".join(f"episode {ep['k']}: {ep['contained']} s, "
                                   f"{'remembered' if ep['remembered'] else 'another'} target" for ep in again)))
-        if "fix_to_lift_minutes" in v:
+        lifts = [x for x in judged["fix_to_lift"] if x[3]]
+        if lifts:
+            ok = all(m <= FIX_TO_LIFT_MAX_MIN for _, _, m, _ in lifts)  # NaN (not lifted) fails
+            out.append((f"each lift <= {FIX_TO_LIFT_MAX_MIN:.0f} event minutes after its fix (a fix followed by "
+                        f"{FIX_TO_LIFT_MAX_MIN:.0f} quiet minutes or more)", ok,
+                        "; ".join(f"{nm} fixed {at}: " + ("not lifted" if np.isnan(m) else f"{m:.1f} min")
+                                  for nm, at, m, _ in lifts)))
+        elif "fix_to_lift_minutes" in v and not judged["changes"]:
             recurrent = n_spans > 1
             most = FIX_TO_LIFT_RECURRENT_MAX_MIN if recurrent else FIX_TO_LIFT_MAX_MIN
             x = get("fix_to_lift_minutes_last")
             out.append((f"lifted <= {most:.0f} event minutes after the {'last ' if recurrent else ''}fix",
                         bool(x <= most), "not lifted" if np.isnan(x) else f"{x:.1f} min"))
     x = get("false_limits")
-    out.append(("0 enforced limits below a healthy resource's demand", x == 0, f"{x:.0f}"))
+    out.append(("0 enforced limits on a resource without a cause", x == 0, f"{x:.0f}"))
     return out

@@ -124,6 +124,7 @@ class SimResult:
     wall_seconds: float = 0.0
     failure_lines: int = 0
     bcfg: object = None
+    irregular: object = None  # the world's irregularities (pipelines.sim.irregular.Irregularity)
 
 
 class Broker:
@@ -345,7 +346,8 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     brokers.run_until(cluster.end)
     limits = pd.DataFrame(decided, columns=[n for n, _ in columns.GOLD_LIMITS])
     return SimResult(spec, cluster, prop, w.trigger_seconds, w.watermark_seconds, brokers.timeline, limits,
-                     wall_seconds=_time.monotonic() - started, failure_lines=failure_lines, bcfg=bcfg)
+                     wall_seconds=_time.monotonic() - started, failure_lines=failure_lines, bcfg=bcfg,
+                     irregular=irregular)
 
 
 class _FailureText:
