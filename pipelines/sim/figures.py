@@ -92,6 +92,15 @@ def truth(result) -> tuple[set[tuple[str, str]], list[tuple[pd.Timestamp, pd.Tim
     return {(cause.resource_type, cause.resource) for cause in found}, merged
 
 
+def onset_clock(result, cause) -> pd.Timestamp:
+    """Where a cause's onset → limit in force is measured from: the first whole stats minute at its full level
+    (its start + its ramp, up to the next whole minute of the run). The governor reads minute lines: a cause that
+    starts mid-minute, or ramps, shows in that minute's line only in part (a start on a whole minute: the start)."""
+    c = result.cluster
+    full = (pd.Timestamp(cause.active[0][0]) + pd.Timedelta(seconds=cause.ramp_seconds) - c.start).total_seconds()
+    return c.start + pd.Timedelta(minutes=int(np.ceil(full / 60.0 - 1e-9)))
+
+
 def value_events(result, resource: tuple[str, str]) -> list[tuple[pd.Timestamp, float]]:
     """Every change of ``resource``'s value in force, from the brokers' timeline (``result.in_force``), whatever
     its duration: (time, cluster-wide ``limit_qps`` of the newest record in force at any broker, NaN: none at any
@@ -305,8 +314,8 @@ def compute(result, baseline=None) -> Figures:
         times = [t for t, snap in result.in_force if any((rt, r) == res for _, rt, r in snap)]
         first_in[cz] = min(times) if times else None
     if required:
-        delays = [(first_in[cz] - (pd.Timestamp(cz.active[0][0]) + pd.Timedelta(seconds=cz.ramp_seconds))
-                   ).total_seconds() if first_in[cz] is not None else nan for cz in required]
+        delays = [(first_in[cz] - onset_clock(result, cz)).total_seconds() if first_in[cz] is not None else nan
+                  for cz in required]
         values["onset_to_limit_in_force"] = (max(delays), "s", "incident")
         if len(required) > 1:
             details["onset_to_limit_in_force"] = "; ".join(
@@ -336,6 +345,19 @@ def compute(result, baseline=None) -> Figures:
         start_s = int((onset - c.start).total_seconds()) if onset is not None else 0
         before = active & (sec >= start_s) & (sec < (contain if contain is not None else n))
         after_b = active & (sec >= (contain if contain is not None else n))
+        gap_mask = np.zeros(n, dtype=bool)
+        gaps = []  # a broker restart's gap: its limiter forgot until the next publication reached it (the world's)
+        for b_, t_ in restart_times(result):
+            back = next((t for t, snap in result.in_force if t > t_ and any(
+                (bb, rt, r) in snap for bb, rt, r in snap if bb == b_ and (rt, r) in culprits)), c.end)
+            lo_g, hi_g = int((t_ - c.start).total_seconds()), int(np.ceil((back - c.start).total_seconds()))
+            if hi_g > lo_g and after_b[lo_g:hi_g].any():
+                after_b[lo_g:hi_g] = False
+                gap_mask[lo_g:hi_g] = True
+                gaps.append(f"{b_} {t_:%H:%M:%S}-{back:%H:%M:%S}")
+        details["bystander_seconds_left_out"] = ("; ".join(f"{g} (a broker restart: its limiter forgot the limit "
+                                                           "until the next publication reached it)" for g in gaps)
+                                                 or "none")
         rb, ra = per_minute(before), per_minute(after_b)
         old_rejected = c.second_rejected[:, on_hosts].sum(axis=1)
         ob = old_rejected[before].sum() / (before.sum() / 60.0) if before.any() else nan
@@ -360,9 +382,12 @@ def compute(result, baseline=None) -> Figures:
             before_value = last_value
             if have.size:
                 at = lo + int(have[0])
-                ep["contained"] = at - lo
+                ramp = max((cz.ramp_seconds for cz in found), default=0.0)
+                clock = int(np.ceil((lo + ramp) / 60.0 - 1e-9)) * 60  # as onset_clock: first whole minute at full
+                ep["contained"] = at - clock
                 mask = np.zeros(n, dtype=bool)
                 mask[at:hi] = True
+                mask &= ~gap_mask
                 ep["pct"] = 100.0 * per_minute(mask) / rb if rb > 0 else nan
                 t_at, t_hi = c.start + pd.Timedelta(seconds=at), c.start + pd.Timedelta(seconds=hi)
                 counts = [_changes(value_events(result, res), t_at, t_hi, restart_times(result))[0]

@@ -218,7 +218,7 @@ def _shape_broken_consumer(spec: ScenarioSpec, world: World, rng: np.random.Gene
     )
 
 
-def _shape_compound(spec: ScenarioSpec, world: World, rng: np.random.Generator) -> Incident:
+def _shape_compound(spec: ScenarioSpec, world: World, rng: np.random.Generator) -> Incident | None:
     """Several causes at once (``spec.causes``, each ramped and rolled out as :func:`strength` says): storms of
     consumer groups of the catalog (each send-back level spread over the group's subscriptions by what it consumes,
     each send-back costing ``storm_write_amplification`` unattributed writes on its broker) and surges of topics
@@ -226,6 +226,8 @@ def _shape_compound(spec: ScenarioSpec, world: World, rng: np.random.Generator) 
     ``culprit_topic_brokers`` brokers: the one to spread a surge over several. The ground truth lists every cause
     (:class:`Cause`); the incident's culprit fields name the first."""
     causes = []
+    if not spec.causes:  # the cluster as it is (the sweep sizes its causes on it)
+        return None
     for kind, index, a, b, amount, required in spec.causes:
         spans = [(float(a), None if b < 0 else float(b))]
         level = strength(spec, spans)

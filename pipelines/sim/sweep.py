@@ -31,38 +31,59 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
 
 from pipelines.cli import OneLineParser
 
 PROG = "python -m pipelines.sim.sweep"
 #: A fixed start (UTC): a case's rows do not depend on the day it runs.
 START = dt.datetime(2026, 1, 5, 6, 0, tzinfo=dt.timezone.utc)
-#: Kinds and how often they are drawn.
-KINDS: dict[str, float] = {"persisting_storm": 0.16, "storm_fixed": 0.14, "storm_fixed_legit_retry": 0.14,
-                           "intermittent_storm": 0.08, "spread_storm": 0.08, "noisy_neighbour": 0.18,
-                           "flash_sale": 0.12, "normal_day": 0.10}
+#: Kinds and how often they are drawn. The first eight are single causes; the rest compound or stress the
+#: governor itself (issue 49).
+KINDS: dict[str, float] = {"persisting_storm": 0.08, "storm_fixed": 0.07, "storm_fixed_legit_retry": 0.07,
+                           "intermittent_storm": 0.08, "spread_storm": 0.05, "noisy_neighbour": 0.09,
+                           "flash_sale": 0.06, "normal_day": 0.05,
+                           "two_surges": 0.05, "storm_and_surge": 0.06, "shared_library": 0.06,
+                           "spread_surge": 0.05, "flash_overload": 0.04, "near_capacity": 0.04,
+                           "cold_start": 0.05, "governor_restart": 0.05}
+#: Kinds run as the scenario "compound" (several causes: :func:`pipelines.sim.scenarios._shape_compound`).
+COMPOUND = ("two_surges", "storm_and_surge", "shared_library", "spread_surge", "flash_overload", "near_capacity")
+#: Kinds run as another scenario.
+SCENARIO_OF = {**{k: "compound" for k in COMPOUND}, "cold_start": "persisting_storm"}
+#: The storm kinds (a broken consumer group of the catalog's culprit).
+STORM_KINDS = ("persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "spread_storm")
 
 
 @dataclass(frozen=True)
 class Case:
-    """One drawn closed loop: ``kind`` (a scenario of :mod:`pipelines.sim.scenarios`), the spec's fields
-    (``spec``), the propagation delay (s) and the clients' settings that differ from ``conf/backtest.toml``."""
+    """One drawn closed loop: ``kind`` (:data:`KINDS`), the spec's fields (``spec``, of the scenario
+    :data:`SCENARIO_OF` names, else of ``kind``), the propagation delay (s), the clients' and the brokers' settings
+    that differ from ``conf/backtest.toml`` and the world's irregularities
+    (:class:`pipelines.sim.irregular.Irregularity` fields); ``hosts``: the brokers of its causes (drawn world)."""
 
     seed: int
     kind: str
     spec: dict[str, Any]
     propagation_seconds: float
     clients: dict[str, Any] = field(default_factory=dict)
+    broker: dict[str, Any] = field(default_factory=dict)
+    irregular: dict[str, Any] = field(default_factory=dict)
+    hosts: tuple[str, ...] = ()
+
+    @property
+    def scenario(self) -> str:
+        return SCENARIO_OF.get(self.kind, self.kind)
 
     def describe(self) -> str:
         items = ", ".join(f"{k}={v}" for k, v in sorted(self.spec.items()))
-        extra = ", ".join(f"{k}={v}" for k, v in sorted(self.clients.items()))
+        extra = ", ".join(f"{k}={v}" for k, v in sorted({**self.clients, **self.broker}.items()))
+        world = ", ".join(f"{k}={v}" for k, v in sorted(self.irregular.items()) if k != "seed")
         return (f"case {self.seed}: {self.kind} ({items}); propagation {self.propagation_seconds:g} s"
-                + (f"; clients {extra}" if extra else ""))
+                + (f"; clients/brokers {extra}" if extra else "") + (f"; world {world}" if world else ""))
 
     def replay(self) -> str:
         return f"{PROG} --case {self.seed}"
@@ -70,67 +91,218 @@ class Case:
 
 def draw(seed: int, bcfg=None, clusters: dict | None = None) -> Case:
     """Case ``seed``: its kind and parameters from ``numpy.random.default_rng(seed)`` (module docstring), drawn
-    again (from the same generator) until its scenario holds the premise of its kind (:func:`premise`).
-    ``clusters``: where to keep the cluster the premise was judged on (by seed; not run yet), for :func:`run`."""
+    again (from the same generator) until its scenario holds the premise of its kind (:func:`premise`), then its
+    world's irregularities (:func:`_draw_world`, which needs the causes' brokers). ``clusters``: where to keep the
+    cluster the premise was judged on (by seed; not run yet), for :func:`run`."""
     rng = np.random.default_rng(seed)
     kind = str(rng.choice(list(KINDS), p=np.array(list(KINDS.values())) / sum(KINDS.values())))
     for _ in range(50):
-        case = _draw(seed, kind, rng)
-        cluster = _cluster(case, bcfg) if case.kind in PREMISED else None
+        case = _draw(seed, kind, rng, bcfg)
+        cluster = _cluster(case, bcfg)
         if premise(case, bcfg, cluster) is None:
-            if clusters is not None and cluster is not None:
+            hosts = tuple(sorted({b for c in (cluster.incident.causes if cluster.incident else ()) for b in c.brokers}))
+            case = replace(case, hosts=hosts, irregular=_draw_world(case, rng, cluster))
+            if clusters is not None:
                 clusters[seed] = cluster
             return case
     raise RuntimeError(f"case {seed}: no {kind} holding its premise in 50 draws")
 
 
-def _draw(seed: int, kind: str, rng: np.random.Generator) -> Case:
+def _draw_world(case: Case, rng: np.random.Generator, cluster) -> dict[str, Any]:
+    """The world's irregularities (:class:`pipelines.sim.irregular.Irregularity`): every broker's shipping delay
+    2-15 s with 0-5 s of jitter; with some chance one broker slow (15-60 s), one whose minutes land minutes late
+    (120-240 s: behind the watermark, dropped), a dropped minute, a minute shipped twice (30-300 s later), a
+    broker whose stats stop, per-broker apply delays (0-20 s), a broker restart during the incident. A late or
+    stopped broker carries no cause (it would hide the cause itself, not test the policy); a dropped minute is
+    never a cause's broker's in the cause's first three minutes."""
+    brokers, T = list(cluster.brokers), cluster.T
+    integer = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
+    hosts = set(case.hosts) if case.hosts else {b for c in (cluster.incident.causes if cluster.incident else ())
+                                                 for b in c.brokers}
+    free = [b for b in brokers if b not in hosts]
+    onset = int((pd.Timestamp(cluster.incident.onset) - cluster.start) // pd.Timedelta(minutes=1)) \
+        if cluster.incident is not None else T // 2
+    out: dict[str, Any] = {"seed": integer(0, 10_000),
+                           "stats_delay_seconds": {b: round(float(rng.uniform(2, 15)), 1) for b in brokers},
+                           "stats_jitter_seconds": round(float(rng.uniform(0, 5)), 1)}
+    if rng.random() < 0.3:
+        out["stats_delay_seconds"][str(rng.choice(brokers))] = round(float(rng.uniform(15, 60)), 1)
+    if free and rng.random() < 0.25:
+        out["stats_delay_seconds"][str(rng.choice(free))] = round(float(rng.uniform(120, 240)), 1)
+    if rng.random() < 0.2:
+        b = str(rng.choice(brokers))
+        m = integer(1, T - 1)
+        if not (b in hosts and onset <= m <= onset + 2):
+            out["dropped_minutes"] = [(b, m)]
+    if rng.random() < 0.2:
+        out["duplicated_minutes"] = [(str(rng.choice(brokers)), integer(1, T - 1), round(float(rng.uniform(30, 300)), 1))]
+    if free and rng.random() < 0.1:
+        out["stats_stop_minute"] = {str(rng.choice(free)): integer(2, T - 1)}
+    if rng.random() < 0.5:
+        out["apply_delay_seconds"] = {b: round(float(rng.uniform(0, 20)), 1) for b in brokers}
+    if hosts and rng.random() < 0.15:
+        out["broker_restarts"] = [(str(rng.choice(sorted(hosts))), round(float(rng.uniform(onset + 2, T)) * 60, 1))]
+    if case.kind == "governor_restart":
+        out["governor_restart_second"] = round(float(rng.uniform(onset + 1.5, min(T, onset + 6))) * 60, 1)
+    return out
+
+
+def _cause_timing(spec: dict, rng: np.random.Generator, fixable: bool) -> None:
+    """A cause's start at any second, a ramp of 1-5 minutes for some, a fix at any second rolled out over 1-4
+    minutes for some."""
+    spec["onset_second"] = int(rng.integers(0, 60))
+    if rng.random() < 0.3:
+        spec["ramp_minutes"] = round(float(rng.uniform(1, 5)), 2)
+    if fixable:
+        spec["fix_second"] = int(rng.integers(0, 60))
+        if rng.random() < 0.3:
+            spec["rollout_minutes"] = round(float(rng.uniform(1, 4)), 2)
+
+
+def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
     integer = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731 (inclusive bounds)
     uniform = lambda lo, hi: round(float(rng.uniform(lo, hi)), 3)  # noqa: E731
     brokers = integer(5, 6) if kind == "spread_storm" else integer(3, 5)
     spec: dict[str, Any] = {"seed": integer(1, 10_000), "brokers": brokers, "topics": integer(6, 12),
-                            "groups": integer(4, 8)}
-    clients: dict[str, Any] = {}
-    if kind in ("persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm",
-                "spread_storm"):
-        onset = integer(3, 7)
+                            "groups": integer(10, 14) if kind == "shared_library" else integer(4, 8)}
+    clients: dict[str, Any] = {"rejection_log_share": float(rng.choice([1.0, 0.1, 0.0])),
+                               "log_lines_per_minute": int(rng.choice([0, 200]))}
+    broker: dict[str, Any] = {"capacity_factor": uniform(1.5, 3.0) if kind in ("flash_sale", "normal_day")
+                              else uniform(1.1, 3.0)}
+    if kind in STORM_KINDS or kind in ("cold_start", "governor_restart"):
+        if kind == "governor_restart":
+            spec["name"] = "storm_fixed"
+        onset = integer(1, 2) if kind == "cold_start" else integer(5, 8)
         consume = uniform(100.0, 700.0)
         spec.update(onset_minute=onset, storm_consume_tps=consume,
                     storm_sendback_tps=round(consume * uniform(1.0, 2.5), 1),
                     storm_write_amplification=uniform(1.0, 4.0),
-                    culprit_topic_brokers=integer(3, brokers - 1) if kind == "spread_storm" else integer(1, 2))
+                    culprit_topic_brokers=integer(3, brokers) if kind == "spread_storm" else integer(1, 2))
         clients["consume_drop_when_rejected"] = uniform(0.0, 1.0)
-        if kind in ("persisting_storm", "spread_storm"):
-            spec["minutes"] = onset + integer(6, 12)
+        _cause_timing(spec, rng, kind not in ("persisting_storm", "spread_storm", "cold_start"))
+        if kind in ("persisting_storm", "spread_storm", "cold_start"):
+            spec["minutes"] = onset + integer(6, 12) + int(np.ceil(spec.get("ramp_minutes", 0)))
         elif kind == "intermittent_storm":
-            on, off = integer(2, 5), integer(1, 5)
-            spec.update(storm_on_minutes=on, storm_off_minutes=off, storm_episodes=2,
-                        minutes=onset + 2 * (on + off) - off + 21)
+            on, off, episodes = integer(2, 5), integer(7, 12), integer(3, 4)
+            spec.update(storm_on_minutes=on + int(np.ceil(spec.get("ramp_minutes", 0))), storm_off_minutes=off,
+                        storm_episodes=episodes, minutes=onset + episodes * (on + off) - off + 10)
+            spec.pop("rollout_minutes", None)  # each quiet spell starts at a whole fix
         else:
-            fix = onset + integer(4, 9)
-            spec.update(storm_fix_minute=fix, minutes=fix + 9)
+            fix = onset + integer(4, 9) + int(np.ceil(spec.get("ramp_minutes", 0)))
+            spec.update(storm_fix_minute=fix, minutes=fix + 10 + int(np.ceil(spec.get("rollout_minutes", 0))))
             if kind == "storm_fixed_legit_retry":
-                spec["fixed_retry_share"] = uniform(0.01, 0.08)
+                spec["fixed_retry_share"] = uniform(0.01, 0.099)
     elif kind == "noisy_neighbour":
         onset = integer(8, 12)
         normal = integer(9_000, 24_000)
         topic = round(normal / 60.0 * uniform(0.2, 0.5), 1)
+        factor = broker["capacity_factor"]
         spec.update(onset_minute=onset, culprit_broker_normal_put_per_min=normal, culprit_topic_tps=topic,
-                    noisy_base_tps=uniform(10.0, 40.0), noisy_put_tps=round(normal / 60.0 * uniform(2.6, 6.0), 1))
+                    noisy_base_tps=uniform(10.0, 40.0),
+                    noisy_put_tps=round(normal / 60.0 * factor * uniform(1.3, 2.5), 1))
+        _cause_timing(spec, rng, True)
+        ramp = int(np.ceil(spec.get("ramp_minutes", 0)))
         if rng.random() < 0.5:  # the surge ends: the limit is lifted after it
-            duration = integer(4, 10)
-            spec.update(noisy_minutes=duration, minutes=onset + duration + 9)
+            duration = integer(4, 10) + ramp
+            spec.update(noisy_minutes=duration,
+                        minutes=onset + duration + 10 + int(np.ceil(spec.get("rollout_minutes", 0))))
         else:
-            spec["minutes"] = onset + integer(6, 10)
+            spec["minutes"] = onset + integer(6, 10) + ramp
+            spec.pop("rollout_minutes", None)
     elif kind == "flash_sale":
         onset = integer(7, 11)
         ramp = integer(2, 10)
         spec.update(onset_minute=onset, flash_base_tps=uniform(20.0, 150.0), flash_factor=uniform(2.0, 8.0),
                     flash_ramp_minutes=ramp, minutes=onset + ramp + integer(2, 5))
-    else:  # normal_day
+    elif kind == "normal_day":
         minutes = integer(10, 20)
         spec.update(minutes=minutes, diurnal_amplitude=uniform(0.1, 0.5), restart_minute=integer(2, minutes - 1))
-    return Case(seed, kind, spec, float(integer(0, 30)), clients)
+    else:
+        _draw_compound(kind, spec, rng, broker, bcfg)
+    spec.setdefault("name", SCENARIO_OF.get(kind, kind))
+    name = spec.pop("name")
+    case = Case(seed, kind, spec, float(integer(0, 30)), clients, broker)
+    return case if name == case.scenario else replace(case, spec={**spec, "_scenario": name})
+
+
+def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict, bcfg) -> None:
+    """Several causes at once, sized on the case's cluster without them (its brokers' capacity and load): two
+    topics surging on one broker; a storm (the culprit group, on broker-a) and a surge on another broker; 3-10
+    groups storming at once (a shared library's bug); a surge of topic 0 spread over 2+ brokers; a flash sale of
+    topic 0 over every broker past its capacity (ramped); a topic at 0.9-1.1x its broker's capacity (a limit
+    allowed, not required). A surge takes its broker(s) to the drawn share of capacity; a storm sends back 1-2.5x
+    what its group consumes and at least 80 msg/s (a runaway by the rule)."""
+    integer = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
+    B = spec["brokers"]
+    if kind in ("spread_surge", "flash_overload"):
+        spec["culprit_topic_brokers"] = B if kind == "flash_overload" else integer(2, B)
+    onset = integer(9, 12)  # after the surge baseline's finalized windows
+    spec["onset_minute"] = onset
+    length = integer(5, 9)
+    ended = rng.random() < 0.5
+    spec["minutes"] = onset + length + (10 if ended else 0)
+    _cause_timing(spec, rng, ended)
+    if kind == "flash_overload":
+        spec["ramp_minutes"] = round(float(rng.uniform(1, 5)), 2)
+    ramp = int(np.ceil(spec.get("ramp_minutes", 0)))
+    spec["minutes"] += ramp + int(np.ceil(spec.get("rollout_minutes", 0)))
+    a = onset * 60 + spec["onset_second"]
+    b = (onset + length + ramp) * 60 + spec.get("fix_second", 0) if ended else -1
+    probe = _cluster(Case(0, kind, {**spec, "causes": ()}, 0.0, {}, broker), bcfg)
+    cap = probe.capacity.to_numpy(dtype=float)
+    load = np.zeros((len(probe.brokers), probe.T))
+    np.add.at(load, probe.pair_broker, probe.demand * probe.work)
+    load = load[:, :onset].mean(axis=1)
+    pairs = probe.pairs
+    topic_rate = {}  # (broker index, topic) → msgs/s before the onset
+    for i, (bname, rt, r) in enumerate(zip(pairs["broker"], pairs["resource_type"], pairs["resource"])):
+        if rt == "topic":
+            topic_rate[(probe.brokers.index(bname), r)] = float(probe.demand[i, :onset].mean())
+    from pipelines.sim.world import build_world
+    from pipelines.sim.spec import ScenarioSpec
+
+    world = build_world(ScenarioSpec(name="compound", start=START, **{**spec, "causes": ()}))
+    topics = [str(t) for t in world.topic]
+
+    def surge(t: int, share: float, required: int = 1, split: float = 1.0) -> tuple:
+        """Topic ``t`` at a level that takes each of its brokers to ``share`` of its capacity (``split`` of the
+        extra load)."""
+        level = 0.0
+        for p in np.flatnonzero(world.pl_topic == t).tolist():
+            bi, sh = int(world.pl_broker[p]), float(world.pl_share[p])
+            now = topic_rate.get((bi, topics[t]), 0.0)
+            level = max(level, (now + split * max(share * cap[bi] - load[bi], 0.0)) / sh)
+        return ("surge", t, a, b, round(float(max(level, 60.0)), 1), required)
+
+    def storm(g: int) -> tuple:
+        consumed = float(world.put_rate[world.sp_place[world.sp_group == g]].mean(axis=1).sum())
+        level = max(consumed * float(rng.uniform(1.0, 2.5)), float(rng.uniform(80, 200)))
+        return ("storm", g, a, b, round(level, 1), 1)
+
+    def single_broker_topics(bi: int) -> list[int]:
+        counts = np.bincount(world.pl_topic, minlength=len(topics))
+        return [int(t) for t in world.pl_topic[world.pl_broker == bi] if counts[t] == 1 and t != 0]
+
+    spec["storm_write_amplification"] = round(float(rng.uniform(1.0, 4.0)), 3)
+    if kind == "two_surges":
+        bi = integer(0, B - 1)
+        ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
+        picks = [int(x) for x in rng.choice(ts, size=min(2, len(ts)), replace=False)]
+        share, split = float(rng.uniform(1.3, 3.0)), float(rng.uniform(0.3, 0.7))
+        causes = [surge(picks[0], share, 1, split)] + ([surge(picks[1], share, 1, 1 - split)] if len(picks) > 1 else [])
+    elif kind == "storm_and_surge":
+        others = [t for bi in range(1, B) for t in single_broker_topics(bi)]
+        causes = [storm(0)] + ([surge(int(rng.choice(others)), float(rng.uniform(1.3, 3.0)))] if others else [])
+    elif kind == "shared_library":
+        k = integer(3, min(10, spec["groups"] - 1))
+        causes = [storm(int(g)) for g in sorted(rng.choice(np.arange(1, spec["groups"]), size=k, replace=False))]
+    elif kind in ("spread_surge", "flash_overload"):
+        causes = [surge(0, float(rng.uniform(1.3, 3.0) if kind == "spread_surge" else rng.uniform(1.2, 2.0)))]
+    else:  # near_capacity
+        bi = integer(0, B - 1)
+        ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
+        causes = [surge(int(rng.choice(ts)), float(rng.uniform(0.92, 1.08)), 0)]
+    spec["causes"] = tuple(causes)
 
 
 #: A storm starts at this minute of the run or later. The fast path judges a ratio rule (RUNAWAY_RETRY) on an open
@@ -139,41 +311,57 @@ def _draw(seed: int, kind: str, rng: np.random.Generator) -> Case:
 #: preliminary.census`). With the shipped settings (watermark 120 s) the fast path reads it 3.5-5.2 minutes into a
 #: run (earlier when failure lines move the watermark): a storm from minute 3 or 4 was contained from the final
 #: window or the next open one, 132-154 s after its onset (cases 185, 454). A storm in the governor's first
-#: minutes is a cold start, not what the 100 s target is about; from minute 5 its onset minute is judged at 6:12.5.
+#: minutes is a cold start (kind ``cold_start``, judged by :func:`cold_start_target`), not what the 100 s target is
+#: about; from minute 5 its onset minute is judged at 6:12.5.
 FIRST_STORM_MINUTE = 5
 #: The kinds whose premise reads their cluster's demand (:func:`premise`).
-PREMISED = ("flash_sale", "normal_day", "noisy_neighbour")
+PREMISED = ("flash_sale", "normal_day", "noisy_neighbour") + COMPOUND
 #: A broker whose demand stays under this share of its capacity is never busy (no send queue builds up).
 HEALTHY_SHARE = 0.9
 #: A noisy neighbour's surge takes its broker at least this far over its capacity (its send queue overflows).
 SATURATED_SHARE = 1.1
+#: A demand "at capacity" (kind near_capacity): its broker's demand within this band of its capacity.
+CAPACITY_BAND = (0.9, 1.1)
 
 
 def _with_clients(case: Case, bcfg):
     from pipelines.sim.settings import load_backtest_config
 
     bcfg = bcfg or load_backtest_config("conf/backtest.toml")
+    update = {}
     if case.clients:
-        bcfg = bcfg.model_copy(update={"clients": bcfg.clients.model_copy(update=case.clients)})
-    return bcfg
+        update["clients"] = bcfg.clients.model_copy(update=case.clients)
+    if case.broker:
+        update["broker"] = bcfg.broker.model_copy(update=case.broker)
+    return bcfg.model_copy(update=update) if update else bcfg
+
+
+def _spec(case: Case):
+    from pipelines.sim.spec import ScenarioSpec
+
+    fields = {k: v for k, v in case.spec.items() if k != "_scenario"}
+    return ScenarioSpec(name=case.spec.get("_scenario", case.scenario), start=START, **fields)
 
 
 def _cluster(case: Case, bcfg):
     from pipelines.sim.loop import closed_cluster
-    from pipelines.sim.spec import ScenarioSpec
 
-    return closed_cluster(ScenarioSpec(name=case.kind, start=START, **case.spec), _with_clients(case, bcfg))
+    return closed_cluster(_spec(case), _with_clients(case, bcfg))
 
 
 def premise(case: Case, bcfg=None, cluster=None) -> str | None:
     """Why ``case``'s scenario is not what its kind stands for (None: it is), from the demand of its cluster
     (:func:`pipelines.sim.loop.closed_cluster`: write units per second per broker and minute against the broker's
     capacity): a flash sale and a normal day keep every broker under :data:`HEALTHY_SHARE` of its capacity (the
-    right answer is no limit: a flash sale that overloads a broker is a noisy neighbour); a noisy neighbour's surge
-    takes its broker over :data:`SATURATED_SHARE` (else no broker is busy, and the surge is only advised). A storm
-    starts at :data:`FIRST_STORM_MINUTE` or later (after the governor's first final window); it needs nothing else:
-    its consumer is broken whatever the load."""
+    right answer is no limit: a flash sale that overloads a broker is a noisy neighbour); a surge that must be
+    limited (a noisy neighbour, a required surge of a compound case) takes one of its brokers over
+    :data:`SATURATED_SHARE` in each of its full-level minutes (else no broker is busy, and the surge is only
+    advised); a surge at capacity (not required) keeps its broker within :data:`CAPACITY_BAND`. A storm starts at
+    :data:`FIRST_STORM_MINUTE` or later (after the governor's first final window) but for a cold start; it needs
+    nothing else: its consumer is broken whatever the load."""
     if case.kind not in PREMISED:
+        if case.kind == "cold_start":
+            return None
         onset = case.spec.get("onset_minute", FIRST_STORM_MINUTE)
         return None if onset >= FIRST_STORM_MINUTE else (
             f"the storm starts at minute {onset}, before the governor's first final window (a cold start)")
@@ -181,13 +369,29 @@ def premise(case: Case, bcfg=None, cluster=None) -> str | None:
     load = np.zeros((len(c.brokers), c.T))
     np.add.at(load, c.pair_broker, c.demand * c.work)
     share = load / c.capacity.to_numpy(dtype=float)[:, None]
-    if case.kind != "noisy_neighbour":
+    if case.kind in ("flash_sale", "normal_day"):
         worst = float(share.max())
         return None if worst < HEALTHY_SHARE else f"a broker's demand reaches {worst:.2f}x its capacity"
-    b = c.brokers.index(c.incident.culprit_broker)
-    onset = case.spec["onset_minute"]
-    peak = float(share[b, onset:onset + case.spec.get("noisy_minutes", c.T)].min())
-    return None if peak > SATURATED_SHARE else f"the surge takes its broker to {peak:.2f}x its capacity only"
+    causes = c.incident.causes if c.incident is not None else ()
+    if not causes:
+        return "no cause"
+    for cause in causes:
+        if cause.kind != "surge":
+            continue
+        lo = int(np.ceil((pd.Timestamp(cause.active[0][0]) + pd.Timedelta(seconds=cause.ramp_seconds) - c.start)
+                         .total_seconds() / 60.0))
+        hi = int((pd.Timestamp(cause.active[0][1]) - c.start).total_seconds() // 60)
+        if case.spec.get("rollout_minutes"):
+            hi -= int(np.ceil(case.spec["rollout_minutes"]))
+        if hi <= lo:
+            return f"{cause.resource} has no minute at its full level"
+        rows = [c.brokers.index(b) for b in cause.brokers]
+        peak = share[rows, lo:hi].max(axis=0)
+        if cause.required and float(peak.min()) <= SATURATED_SHARE:
+            return f"the surge of {cause.resource} takes its broker to {float(peak.min()):.2f}x its capacity only"
+        if not cause.required and not CAPACITY_BAND[0] <= float(peak.mean()) <= CAPACITY_BAND[1]:
+            return f"{cause.resource} at {float(peak.mean()):.2f}x its broker's capacity, outside {CAPACITY_BAND}"
+    return None
 
 
 def run(case: Case, cfg=None, bcfg=None, cluster=None):
@@ -195,23 +399,25 @@ def run(case: Case, cfg=None, bcfg=None, cluster=None):
     read it). ``cfg``/``bcfg``: the governor's config and the backtest's world (default as shipped); ``cluster``:
     the case's cluster as :func:`draw` built it for its premise (not run yet; default built here)."""
     from pipelines.sim.figures import compute
+    from pipelines.sim.irregular import Irregularity
     from pipelines.sim.settings import governor_config, load_backtest_config
     from pipelines.sim.loop import simulate
-    from pipelines.sim.spec import ScenarioSpec
 
     bcfg = bcfg or load_backtest_config("conf/backtest.toml")
     cfg = cfg or governor_config(bcfg, None, None)
     bcfg = _with_clients(case, bcfg)
-    spec = ScenarioSpec(name=case.kind, start=START, **case.spec)
-    return compute(simulate(spec, cfg, bcfg, propagation_seconds=case.propagation_seconds, cluster=cluster))
+    return compute(simulate(_spec(case), cfg, bcfg, propagation_seconds=case.propagation_seconds, cluster=cluster,
+                            irregular=Irregularity(**case.irregular)))
 
 
 def fastest_in_force(case: Case, cfg=None, bcfg=None, timing=None) -> float:
     """The earliest a limit can be in force after a cause that shows first in a minute's stats lines (s from the
-    cause's first second): the minute's lines land ``shipping.stats_seconds`` after its end, the next ingest
-    trigger (``windows.trigger_seconds``) writes them ``Timing.ingest_seconds`` later, the next fast trigger
+    cause's first whole minute): the minute's lines land the slowest of its brokers' shipping delays after its end
+    (``shipping.stats_seconds``, or the case's world: delay + jitter), the next ingest trigger
+    (``windows.trigger_seconds``) writes them ``Timing.ingest_seconds`` later, the next fast trigger
     (``windows.fast_trigger_seconds``) decides, published ``Timing.fast_seconds`` later, in force after the
-    propagation delay. 72.5 s + propagation with the shipped settings."""
+    propagation delay and the slowest of its brokers' apply delays. 72.5 s + propagation with the shipped
+    settings."""
     from pipelines.sim.settings import governor_config, load_backtest_config
     from pipelines.sim.loop import Timing
 
@@ -219,29 +425,62 @@ def fastest_in_force(case: Case, cfg=None, bcfg=None, timing=None) -> float:
     cfg = cfg or governor_config(bcfg, None, None)
     timing = timing or Timing()
     w = cfg.windows
-    ingest = -(-(60 + bcfg.shipping.stats_seconds) // w.trigger_seconds) * w.trigger_seconds + timing.ingest_seconds
+    irr = case.irregular
+    delays = irr.get("stats_delay_seconds", {})
+    ship = max([bcfg.shipping.stats_seconds] + [delays.get(b, bcfg.shipping.stats_seconds) for b in case.hosts]) \
+        + irr.get("stats_jitter_seconds", 0.0)
+    apply = max([0.0] + [irr.get("apply_delay_seconds", {}).get(b, 0.0) for b in case.hosts])
+    ingest = -(-(60 + ship) // w.trigger_seconds) * w.trigger_seconds + timing.ingest_seconds
     fast = -(-ingest // w.fast_trigger_seconds) * w.fast_trigger_seconds
-    return fast + timing.fast_seconds + case.propagation_seconds
+    return fast + timing.fast_seconds + case.propagation_seconds + apply
+
+
+def cold_start_target(case: Case, cfg=None, bcfg=None) -> float:
+    """A storm under way when the governor starts on a new lake (kind ``cold_start``): the limit is in force at
+    most this many seconds after the governor's start (the run's first second). Why this target: the fast path
+    judges a ratio rule on an open window only once it is complete by census against the brokers of the newest
+    finalized window, and a new lake has none; the first window (minute 0) is final once the watermark
+    (``windows.watermark_seconds``) has passed its end and the next gold trigger ran: 60 s + the watermark + one
+    trigger. From there the usual 100 s, and the propagation delay."""
+    from pipelines.sim.settings import governor_config, load_backtest_config
+
+    bcfg = bcfg or load_backtest_config("conf/backtest.toml")
+    cfg = cfg or governor_config(bcfg, None, None)
+    w = cfg.windows
+    return 60.0 + w.watermark_seconds + w.trigger_seconds + 100.0 + case.propagation_seconds
 
 
 def verdict(case: Case, figures, cfg=None, bcfg=None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(failed checks, checks the run cannot be judged by): every check of ``figures`` as
-    :func:`pipelines.sim.figures.compute` made it, but for two cases it cannot decide, reported apart (see
+    :func:`pipelines.sim.figures.compute` made it, but for the cases it cannot decide, reported apart (see
     docs of issue 40's sweep):
 
     * ``onset -> limit in force <= 100 s`` (and an episode limited again within 100 s after a lift) when the
       limit came as fast as the pipeline allows (:func:`fastest_in_force`, +1 s) and that is above 100 s: with a
       propagation delay above 27 s no governor meets it;
     * the bystanders' check when no bystander was rejected before containment (0 of 0: the ratio is undefined)
-      and none after either; one rejected after still fails."""
+      and none after either; one rejected after still fails.
+
+    A cold start's onset check is judged against :func:`cold_start_target` (from the governor's start) instead:
+    failed above it, passed (reported n/a with the figure) within it."""
     v = figures.values
     value = lambda name: v.get(name, (float("nan"),))[0]  # noqa: E731
     fastest = fastest_in_force(case, cfg, bcfg) + 1.0
     failed, excused = [], []
     for name, ok, measured in figures.checks:
+        onset = value("onset_to_limit_in_force")
+        if case.kind == "cold_start" and name.startswith("onset -> limit in force"):
+            since_start = case.spec["onset_minute"] * 60.0 + onset
+            target = cold_start_target(case, cfg, bcfg)
+            if since_start <= target:
+                excused.append((name, f"{measured}; a cold start: in force {since_start:.0f} s after the governor's "
+                                      f"start, target {target:.0f} s"))
+            else:
+                failed.append((name, f"{measured}; a cold start: in force {since_start:.0f} s after the governor's "
+                                     f"start, above its target {target:.0f} s"))
+            continue
         if ok:
             continue
-        onset = value("onset_to_limit_in_force")
         if name.startswith("onset -> limit in force") and fastest > 100.0 and onset <= fastest:
             excused.append((name, f"{measured}: the fastest possible is {fastest - 1.0:.1f} s"))
         elif name.startswith("an episode that starts after a lift") and fastest > 100.0 and all(
