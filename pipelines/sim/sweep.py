@@ -575,6 +575,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     which.add_argument("--case", type=int, help="run case SEED and print its parameters and checks")
     which.add_argument("--cases", type=int, help="run this many cases from --first")
     p.add_argument("--first", type=int, default=0, help="first case of --cases (default 0)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes for --cases (default 1: in this process, one line per case as it ends)")
+    p.add_argument("--json", metavar="FILE", help="with --cases: write {case: [failed checks]} of every case to FILE")
     args = p.parse_args(argv)
     if args.case is not None:
         case = draw(args.case)
@@ -583,22 +586,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if failed(figures, case) else 0
     if args.cases < 1:
         p.error(f"--cases must be >= 1, got {args.cases}")
-    from pipelines.sim.settings import governor_config, load_backtest_config
+    if args.workers < 1:
+        p.error(f"--workers must be >= 1, got {args.workers}")
+    seeds = range(args.first, args.first + args.cases)
+    verdicts: dict[int, list[str]] = {}
+    bad = []
+    if args.workers > 1:
+        for seed, judged in sorted(judge_many(seeds, args.workers).items()):
+            verdicts[seed] = [n for n, _ in judged.failed]
+            state = "FAIL " + "; ".join(verdicts[seed]) if judged.failed else "ok"
+            print(f"case {seed} {judged.kind}: {state}")
+            if judged.failed:
+                bad.append(f"failed: case {seed} {judged.kind}\n  replay: {judged.replay}")
+    else:
+        from pipelines.sim.settings import governor_config, load_backtest_config
 
-    bcfg = load_backtest_config("conf/backtest.toml")
-    cfg = governor_config(bcfg, None, None)
-    bad, clusters = [], {}
-    for seed in range(args.first, args.first + args.cases):
-        case = draw(seed, bcfg, clusters)
-        figures = run(case, cfg, bcfg, clusters.pop(seed, None))
-        problems, excused = verdict(case, figures, cfg, bcfg)
-        state = "FAIL " + "; ".join(n for n, _ in problems) if problems else "ok" + (
-            " (n/a: " + "; ".join(w for _, w in excused) + ")" if excused else "")
-        print(f"case {seed} {case.kind}: {state}", flush=True)
-        if problems:
-            bad.append(case)
-    for case in bad:
-        print(f"failed: {case.describe()}\n  replay: {case.replay()}")
+        bcfg = load_backtest_config("conf/backtest.toml")
+        cfg = governor_config(bcfg, None, None)
+        clusters: dict = {}
+        for seed in seeds:
+            case = draw(seed, bcfg, clusters)
+            figures = run(case, cfg, bcfg, clusters.pop(seed, None))
+            problems, excused = verdict(case, figures, cfg, bcfg)
+            verdicts[seed] = [n for n, _ in problems]
+            state = "FAIL " + "; ".join(n for n, _ in problems) if problems else "ok" + (
+                " (n/a: " + "; ".join(w for _, w in excused) + ")" if excused else "")
+            print(f"case {seed} {case.kind}: {state}", flush=True)
+            if problems:
+                bad.append(f"failed: {case.describe()}\n  replay: {case.replay()}")
+    for line in bad:
+        print(line)
+    if args.json:
+        import json
+
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump({str(k): v for k, v in verdicts.items()}, out, indent=0)
     print(f"{args.cases - len(bad)} of {args.cases} cases passed")
     return 1 if bad else 0
 
