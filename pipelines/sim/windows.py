@@ -169,8 +169,8 @@ class OpenWindows:
             if not metric.startswith(FAILURE):
                 seen = self._lines[start]
                 line = (at, broker, topic, group, metric, amount)
-                if line in seen:
-                    continue
+                if line in seen:  # counted once; its rows are still output (update mode: the keys it touched)
+                    amount = 0
                 seen.add(line)
             if metric.startswith(FAILURE):
                 klass = metric[len(FAILURE):]
