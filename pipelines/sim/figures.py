@@ -343,8 +343,30 @@ def compute(result, baseline=None) -> Figures:
             return rejected[mask].sum() / (mask.sum() / 60.0) if mask.any() else nan
 
         start_s = int((onset - c.start).total_seconds()) if onset is not None else 0
-        before = active & (sec >= start_s) & (sec < (contain if contain is not None else n))
-        after_b = active & (sec >= (contain if contain is not None else n))
+        # bystanders are judged from complete containment: every carrier of every required cause applies its limit
+        # (a broker applying later, or its send queue's backlog, is not the limit's work yet)
+        complete = np.zeros(n, dtype=bool) if required else limited.copy()
+        if required:
+            complete[:] = True
+            need = {(cz.resource_type, cz.resource): set(c.pairs.loc[np.array([k_ == (cz.resource_type, cz.resource)
+                                                                                for k_ in key]), "broker"])
+                    for cz in required}
+            have = np.zeros(n, dtype=bool)
+            times = [t for t, _ in result.in_force] + [c.end]
+            for res, carriers in need.items():
+                have[:] = False
+                for (t, snap), t_next in zip(result.in_force, times[1:]):
+                    lo_, hi_ = max(0, int(np.ceil((t - c.start).total_seconds()))), min(
+                        n, int(np.ceil((t_next - c.start).total_seconds())))
+                    if hi_ > lo_ and carriers <= {b_ for b_, rt, r in snap if (rt, r) == res}:
+                        have[lo_:hi_] = True
+                complete &= have
+        whole = np.flatnonzero(complete & (sec >= (contain if contain is not None else n)))
+        contain_all = int(whole[0]) if whole.size else contain
+        values["containment_complete_after_first_s"] = (
+            float(contain_all - contain) if contain is not None and contain_all is not None else nan, "s", "incident")
+        before = active & (sec >= start_s) & (sec < (contain_all if contain_all is not None else n))
+        after_b = active & (sec >= (contain_all if contain_all is not None else n))
         gap_mask = np.zeros(n, dtype=bool)
         gaps = []  # a broker restart's gap: its limiter forgot until the next publication reached it (the world's)
         for b_, t_ in restart_times(result):
@@ -386,7 +408,8 @@ def compute(result, baseline=None) -> Figures:
                 clock = int(np.ceil((lo + ramp) / 60.0 - 1e-9)) * 60  # as onset_clock: first whole minute at full
                 ep["contained"] = at - clock
                 mask = np.zeros(n, dtype=bool)
-                mask[at:hi] = True
+                whole_ep = np.flatnonzero(complete[at:hi])
+                mask[at + (int(whole_ep[0]) if whole_ep.size else 0):hi] = True
                 mask &= ~gap_mask
                 ep["pct"] = 100.0 * per_minute(mask) / rb if rb > 0 else nan
                 t_at, t_hi = c.start + pd.Timedelta(seconds=at), c.start + pd.Timedelta(seconds=hi)

@@ -416,7 +416,7 @@ def fastest_in_force(case: Case, cfg=None, bcfg=None, timing=None) -> float:
     (``shipping.stats_seconds``, or the case's world: delay + jitter), the next ingest trigger
     (``windows.trigger_seconds``) writes them ``Timing.ingest_seconds`` later, the next fast trigger
     (``windows.fast_trigger_seconds``) decides, published ``Timing.fast_seconds`` later, in force after the
-    propagation delay and the slowest of its brokers' apply delays. 72.5 s + propagation with the shipped
+    propagation delay and the first of its brokers to apply it. 72.5 s + propagation with the shipped
     settings."""
     from pipelines.sim.settings import governor_config, load_backtest_config
     from pipelines.sim.loop import Timing
@@ -429,7 +429,7 @@ def fastest_in_force(case: Case, cfg=None, bcfg=None, timing=None) -> float:
     delays = irr.get("stats_delay_seconds", {})
     ship = max([bcfg.shipping.stats_seconds] + [delays.get(b, bcfg.shipping.stats_seconds) for b in case.hosts]) \
         + irr.get("stats_jitter_seconds", 0.0)
-    apply = max([0.0] + [irr.get("apply_delay_seconds", {}).get(b, 0.0) for b in case.hosts])
+    apply = min([irr.get("apply_delay_seconds", {}).get(b, 0.0) for b in case.hosts] or [0.0])
     ingest = -(-(60 + ship) // w.trigger_seconds) * w.trigger_seconds + timing.ingest_seconds
     fast = -(-ingest // w.fast_trigger_seconds) * w.fast_trigger_seconds
     return fast + timing.fast_seconds + case.propagation_seconds + apply
