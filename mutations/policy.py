@@ -139,10 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         caught = {k: sorted(v - base.get(k, set())) for k, v in result.items() if v - base.get(k, set())}
         if not caught:
             missed += 1
-        cases_text = ", ".join(f"{k} ({'; '.join(c[:48] for c in v)})" for k, v in sorted(caught.items())[:8])
-        more = f" and {len(caught) - 8} more" if len(caught) > 8 else ""
+        checks: dict[str, int] = {}
+        for v in caught.values():
+            for check in v:
+                checks[check[:40]] = checks.get(check[:40], 0) + 1
+        listed = ", ".join(str(k) for k in sorted(caught)[:20]) + (f" … (+{len(caught) - 20})" if len(caught) > 20 else "")
+        why = "; ".join(f"{c}… ({n})" for c, n in sorted(checks.items(), key=lambda kv: -kv[1]))
         print(f"{entry['name']:<{width}}  {'caught' if caught else 'missed':<7}  {seconds:5.0f} s  "
-              f"{len(caught)} cases: {cases_text}{more}", flush=True)
+              f"{len(caught)} cases" + (f": {listed}; failing checks: {why}" if caught else ""), flush=True)
     print(f"{len(entries)} policy mutations: {len(entries) - missed} caught, {missed} missed or in error; "
           f"{time.monotonic() - total:.0f} s", flush=True)
     return 0 if missed == 0 else 1

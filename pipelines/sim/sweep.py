@@ -180,8 +180,8 @@ def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
                     culprit_topic_brokers=integer(3, brokers) if kind == "spread_storm" else integer(1, 2))
         clients["consume_drop_when_rejected"] = uniform(0.0, 1.0)
         _cause_timing(spec, rng, kind not in ("persisting_storm", "spread_storm", "cold_start"))
-        if kind in ("persisting_storm", "spread_storm", "cold_start"):
-            spec["minutes"] = onset + integer(6, 12) + int(np.ceil(spec.get("ramp_minutes", 0)))
+        if kind in ("persisting_storm", "spread_storm", "cold_start"):  # some outlast a limit's ttl (600 s)
+            spec["minutes"] = onset + integer(6, 20) + int(np.ceil(spec.get("ramp_minutes", 0)))
         elif kind == "intermittent_storm":
             on, off, episodes = integer(2, 5), integer(7, 12), integer(3, 4)
             spec.update(storm_on_minutes=on + int(np.ceil(spec.get("ramp_minutes", 0))), storm_off_minutes=off,
