@@ -45,13 +45,11 @@ from pipelines.decide.fast import decide_prepared as decide_preliminary
 from pipelines.decide.fast import prepare_preliminary
 from pipelines.decide.final import FinalInputs, decide_prepared, prepare_final
 from pipelines.decide.reconcile import latest_per_resource
-from pipelines.writeback.records import current_rows, records_from_rows
-from pipelines.sim.admitted import stats_events, trickle
-from pipelines.sim import failures as fl
+from pipelines.sim.admitted import FailureText, stats_events, trickle
+from pipelines.sim.brokers import Broker
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.irregular import Irregularity, stats_landings
 from pipelines.sim.windows import FAILURE, FinalWindows, OpenWindows, gold_tables
-from pipelines.sim.world import broker_address
 
 UTC = dt.timezone.utc
 
@@ -127,76 +125,6 @@ class SimResult:
     irregular: object = None  # the world's irregularities (pipelines.sim.irregular.Irregularity)
 
 
-class Broker:
-    """The brokers' limits over time: a publication is in force at broker ``b`` ``propagation`` +
-    ``apply_delay[b]`` seconds after it was published; at each ``(b, time)`` of ``restarts`` broker ``b``'s
-    limiter forgets every limit until the next publication reaches it (:mod:`pipelines.sim.irregular`)."""
-
-    def __init__(self, cluster: ClosedLoopCluster, cfg: GovernorConfig, propagation: float,
-                 apply_delay: dict | None = None, restarts: list | None = None) -> None:
-        self.cluster, self.cfg, self.propagation = cluster, cfg, propagation
-        delays = {b: float((apply_delay or {}).get(b, 0.0)) for b in cluster.brokers}
-        self._by_delay = sorted((d, frozenset(b for b in cluster.brokers if delays[b] == d))
-                                for d in set(delays.values()))
-        # (when, brokers, records or None: the brokers forget every limit), in the order they were scheduled
-        self.pending: list[tuple[pd.Timestamp, frozenset, list[dict] | None]] = [
-            (cluster.start + pd.Timedelta(seconds=float(s)), frozenset([b]), None) for b, s in (restarts or [])]
-        self.records: dict[str, list[dict]] = {b: [] for b in cluster.brokers}
-        self.timeline: list[tuple[pd.Timestamp, dict]] = []
-        self._expiries: list[pd.Timestamp] = []  # each record's expires_at
-        self.index = {(b, t, r): i for i, (b, t, r) in enumerate(zip(
-            cluster.pairs["broker"], cluster.pairs["resource_type"], cluster.pairs["resource"]))}
-
-    def publish(self, at: pd.Timestamp, latest: dict) -> None:
-        rows = current_rows(list(latest.values()), at.to_pydatetime())
-        records = records_from_rows(rows, self.cfg.limits, None)
-        for delay, brokers in self._by_delay:
-            self.pending.append((at + pd.Timedelta(seconds=self.propagation + delay), brokers, records))
-
-    def next_change(self, after: pd.Timestamp) -> pd.Timestamp | None:
-        times = [t for t, _, _ in self.pending] + [t for t in self._expiries if t > after]
-        return min(times) if times else None
-
-    def run_until(self, when: pd.Timestamp) -> None:
-        c = self.cluster
-        while True:
-            change = self.next_change(c.now)
-            if change is None or change > when:
-                break
-            c.advance_to(change)
-            self._apply(change)
-        c.advance_to(when)
-
-    def _apply(self, at: pd.Timestamp) -> None:
-        due = sorted((p for p in self.pending if p[0] <= at), key=lambda p: p[0])  # stable: in publication order
-        if due:
-            for _, brokers, records in due:
-                for b in brokers:
-                    self.records[b] = records if records is not None else []
-            self.pending = [p for p in self.pending if p[0] > at]
-            self._expiries = sorted({pd.Timestamp(r["expires_at"]) for recs in self.records.values()
-                                     for r in recs})
-        c = self.cluster
-        n = len(c.pairs)
-        limit, burst, open_ms = np.full(n, np.nan), np.ones(n), np.full(n, float(c.cfg.breaker_open_ms))
-        snapshot = {}
-        for b in c.brokers:
-            for rec in self.records[b]:
-                if rec["mode"] != "enforce" or pd.Timestamp(rec["expires_at"]) <= at:
-                    continue
-                i = self.index.get((b, rec["resource_type"], rec["resource"]))
-                if i is None:
-                    continue
-                brokers = rec.get("brokers") or {}
-                share = brokers.get(b) or brokers.get("*")
-                qps, bu = (share["limit_qps"], share["burst"]) if share else (rec["limit_qps"], rec["burst"])
-                limit[i], burst[i], open_ms[i] = qps, bu, rec["breaker_open_ms"]
-                snapshot[(b, rec["resource_type"], rec["resource"])] = (qps, rec)
-        c.set_limits(limit, burst, open_ms)
-        if not self.timeline or self.timeline[-1][1] != snapshot:
-            self.timeline.append((at, snapshot))
-
-
 def closed_cluster(spec, bcfg, timing: Timing | None = None) -> ClosedLoopCluster:
     """The cluster :func:`simulate` runs ``spec`` on (the backtest's brokers at the simulation's tick)."""
     timing = timing or Timing()
@@ -232,7 +160,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     store, memory = Store(), OpenRows()
     restart = irregular.governor_restart_second
     minute_events: dict[int, list] = {}  # minute → its stats events (every broker), while a landing needs them
-    classify = _FailureText(cluster)
+    classify = FailureText(cluster)
     final, opened = FinalWindows(length, w.watermark_seconds), OpenWindows(length, w.watermark_seconds)
     background = trickle(cluster, np.random.default_rng(spec.seed + 1))
     bg = sorted(zip((pd.Timestamp(t) for t in background["event_time"]), background["broker"],
@@ -348,37 +276,6 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     return SimResult(spec, cluster, prop, w.trigger_seconds, w.watermark_seconds, brokers.timeline, limits,
                      wall_seconds=_time.monotonic() - started, failure_lines=failure_lines, bcfg=bcfg,
                      irregular=irregular)
-
-
-class _FailureText:
-    """The send-failure line a client writes for a rejected attempt, classified as the data plane classifies it
-    (:func:`pipelines.rocketmq.classify_failure_text`, the table of
-    :func:`pipelines.dataplane.transforms.parse_failures.classify_failure`): the broker's remark
-    (``[TIMEOUT_CLEAN_QUEUE]broker busy, …`` of its send queue, ``[RateLimit] for <resource> need wait:…`` of the
-    limiter) in the Java client's text or the Go client's (:func:`pipelines.sim.failures.client_messages`), the code
-    inside the message or in the record. One line rendered per (tick, pair, kind) of :meth:`rejection`'s callers:
-    the lines of one tick, pair and kind differ only in their numbers."""
-
-    def __init__(self, cluster: ClosedLoopCluster) -> None:
-        self.cluster, self.rng = cluster, np.random.default_rng(cluster.spec.seed + 2)
-        kind = cluster.pairs["kind"].to_numpy()
-        self.topic = [rmq.RETRY_TOPIC_PREFIX + r if k == "group" else r
-                      for k, r in zip(kind, cluster.pairs["resource"])]
-        self.addr = [broker_address(cluster.spec, int(b)) for b in cluster.pair_broker]
-
-    def text(self, pair: int, busy: bool) -> tuple[str, int | None]:
-        """(the client's message, the record's code or None: only inside the message)."""
-        spec, r = self.cluster.spec, self.rng
-        remark = (fl.busy_remark(int(self.cluster.cfg.wait_time_ms_in_send_queue + r.integers(0, 100)),
-                                 int(r.integers(1, 3000))) if busy else
-                  fl.rate_limit_remark(self.topic[pair], int(r.integers(1, 1_000_000))))
-        go = np.array([bool(r.random() < spec.go_client_share)])
-        message = fl.client_messages(spec, fl.SYSTEM_BUSY, [remark], [self.addr[pair]], go)[0]
-        return message, None if r.random() < spec.null_code_share else fl.SYSTEM_BUSY
-
-    def rejection(self, pair: int, busy: bool) -> str:
-        """The failure class of a rejected attempt's line, read from its text."""
-        return rmq.classify_failure_text(*self.text(pair, busy))
 
 
 class History:

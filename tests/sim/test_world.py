@@ -68,12 +68,13 @@ def test_a_minute_behind_the_watermark_is_dropped_as_spark_drops_late_rows():
 
 
 def test_failure_lines_are_classified_by_the_data_planes_pattern_table():
-    from pipelines.sim.loop import _FailureText, closed_cluster
+    from pipelines.sim.admitted import FailureText
+    from pipelines.sim.loop import closed_cluster
     from pipelines.sim.settings import load_backtest_config
     from pipelines.sim.spec import ScenarioSpec
 
     spec = ScenarioSpec(name="persisting_storm", start=T0, minutes=8, onset_minute=5, brokers=3, topics=6, groups=4)
-    text = _FailureText(closed_cluster(spec, load_backtest_config("conf/backtest.toml")))
+    text = FailureText(closed_cluster(spec, load_backtest_config("conf/backtest.toml")))
     seen = {}
     for pair in range(len(text.topic)):
         for busy in (True, False):
