@@ -100,6 +100,7 @@ def compute(result, baseline=None) -> Figures:
     contain = None
     found = causes(result)
     required = [cz for cz in found if cz.required]
+    gaps: list[str] = []
     first_in: dict = {}
     for cz in found:
         res = (cz.resource_type, cz.resource)
@@ -161,7 +162,7 @@ def compute(result, baseline=None) -> Figures:
         before = active & (sec >= start_s) & (sec < (contain_all if contain_all is not None else n))
         after_b = active & (sec >= (contain_all if contain_all is not None else n))
         gap_mask = np.zeros(n, dtype=bool)
-        gaps = []  # a broker restart's gap: its limiter forgot until the next publication reached it (the world's)
+        gaps.clear()  # a broker restart's gap: its limiter forgot until the next publication reached it (the world's)
         for b_, t_ in restart_times(result):
             back = next((t for t, snap in result.in_force if t > t_ and any(
                 (bb, rt, r) in snap for bb, rt, r in snap if bb == b_ and (rt, r) in culprits)), c.end)
@@ -250,6 +251,7 @@ def compute(result, baseline=None) -> Figures:
     values["false_limits"] = (float(len(false)), "count", "other")
     details["false_limits"] = ", ".join(false) or "none"
     judged = judge_causes(result, found, values, details)
+    judged["bystander_gaps"] = gaps
     lim = result.limits
     for action in ("set", "relax", "lift"):
         count = float((lim["action"] == action).sum()) if len(lim) else 0.0
@@ -290,7 +292,7 @@ def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
             excluded = get("limit_value_changes_excluded")
             out.append(("<= 1 change of a storm's limit value, <= 3 of a surge's, while the cause persists (every "
                         "change, whatever its duration)", ok,
-                        measured + (f" ({excluded:.0f} left out, named in the details)" if excluded else "")))
+                        measured + (f"; left out: {'; '.join(judged['excluded'])}" if excluded else "")))
         else:
             most = CHANGES_MAX[kind]
             x = get("limit_changes_while_cause_persists")
@@ -312,7 +314,9 @@ def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
                              for ep in held)
         out.append((f"bystander rejected sends per storm minute after containment <= {BYSTANDER_AFTER_MAX_PCT:.0f} % "
                     "of before, in every episode that starts with the limit in force", ok,
-                    f"{measured} (all episodes: {get('bystander_after_pct_of_before'):.2f} %)"))
+                    f"{measured} (all episodes: {get('bystander_after_pct_of_before'):.2f} %)" + (
+                        "; left out: " + "; ".join(f"{g} (a broker restart's gap)" for g in judged["bystander_gaps"])
+                        if judged.get("bystander_gaps") else "")))
         if judged["changes"]:
             out.append(("no lift while a cause is active", not judged["lifts"],
                         "; ".join(judged["lifts"]) or "none"))

@@ -174,3 +174,22 @@ def test_any_enforced_limit_on_a_resource_without_a_cause_is_a_false_limit(storm
     fake = SimpleNamespace(**{**regular.__dict__, "in_force": [(t, snap)] + list(regular.in_force)})
     f = compute(fake)
     assert f.value("false_limits") == 1 and f.details["false_limits"] == "topic:bystander"
+
+
+def test_a_restarts_gap_is_left_out_of_the_changes_and_the_bystanders_and_named():
+    """The storm's only carrier restarts mid-storm: its limit is gone for 41 s until the next publication. Not a
+    decision: left out of the value changes and of the bystanders' seconds, each named with its reason."""
+    from pipelines.sim.figures import compute
+    from pipelines.sim.loop import simulate
+    from pipelines.sim.settings import governor_config, load_backtest_config
+    from pipelines.sim.spec import ScenarioSpec
+
+    bcfg = load_backtest_config("conf/backtest.toml")
+    spec = ScenarioSpec(name="persisting_storm", start=T0, minutes=14, onset_minute=6, brokers=3, topics=6, groups=4)
+    f = compute(simulate(spec, governor_config(bcfg, None, None), bcfg,
+                         irregular=Irregularity(broker_restarts=[("broker-a", 600.0)])))
+    changes = next(m for n, ok, m in f.checks if n.startswith("<= 1 change"))
+    assert "gone at broker-a's restart" in changes and "back at" in changes and changes.startswith(
+        "group get-pugc-to-ai-consumer: 0;")
+    assert f.value("limit_value_changes_excluded") == 2
+    assert f.details["bystander_seconds_left_out"].startswith("broker-a 06:10:00-06:10:4")
