@@ -195,7 +195,8 @@ def compute(result, baseline=None) -> Figures:
             have = np.flatnonzero(limited[lo:hi])
             ep = {"k": k, "in_force_at_start": bool(limited[lo]), "contained": None, "changes": None,
                   "pct": nan, "remembered": None, "fix_to_lift": nan}
-            before_value = last_value
+            seen = np.flatnonzero(limited[:lo])  # the last value in force before this episode (the lifted one)
+            before_value = target[seen[-1]] if seen.size else last_value
             if have.size:
                 at = lo + int(have[0])
                 ramp = max((cz.ramp_seconds for cz in found), default=0.0)
@@ -212,6 +213,8 @@ def compute(result, baseline=None) -> Figures:
                 ep["changes"] = max(counts) if counts else 0
                 if not ep["in_force_at_start"] and k > 1 and np.isfinite(before_value):
                     ep["remembered"] = bool(abs(target[at] - before_value) <= SAME_VALUE_REL * abs(before_value))
+                if not ep["in_force_at_start"] and k > 1 and np.isfinite(last_value):  # the figure before issue 49
+                    ep["remembered_old"] = bool(abs(target[at] - last_value) <= SAME_VALUE_REL * abs(last_value))
             if hi < n:
                 free = np.flatnonzero(~limited[hi:])
                 ep["fix_to_lift"] = free[0] / 60.0 if free.size else nan
@@ -226,6 +229,9 @@ def compute(result, baseline=None) -> Figures:
                     float(ep["contained"]) if ep["contained"] is not None else nan, "s", "incident")
                 values[f"remembered_target_episode_{k}"] = (
                     float(ep["remembered"]) if ep["remembered"] is not None else nan, "bool", "incident")
+                if "remembered_old" in ep:  # against the value at the previous episode's end (before issue 49)
+                    values[f"remembered_target_at_previous_episode_end_{k}"] = (
+                        float(ep["remembered_old"]), "bool", "incident")
         changes = [ep["changes"] for ep in episodes if ep["changes"] is not None]
         values["limit_changes_while_cause_persists"] = (float(max(changes)) if changes else nan, "count", "incident")
         values["limit_changes_all_episodes"] = (float(sum(changes)) if changes else nan, "count", "incident")
