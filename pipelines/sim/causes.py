@@ -23,13 +23,15 @@ def second_spans(spec: ScenarioSpec, on: np.ndarray, fixed_once: bool = False) -
             for a, b in zip(edges[0::2].tolist(), edges[1::2].tolist())]
 
 
-def strength(spec: ScenarioSpec, spans: list[tuple[float, float | None]]) -> np.ndarray:
+def strength(spec: ScenarioSpec, spans: list[tuple[float, float | None]], ramp_minutes: float | None = None,
+             rollout_minutes: float | None = None) -> np.ndarray:
     """Per minute: the mean level of a cause over the minute, 0-1, second by second: 0 before a span, rising
     linearly over ``ramp_minutes`` from its start, 1, falling linearly over ``rollout_minutes`` from its end (the
     fix rolled out). Whole minutes without ramp or roll-out give exactly 0 or 1."""
     T = spec.minutes
     t = np.arange(T * 60) + 0.5
-    ramp, roll = spec.ramp_minutes * 60.0, spec.rollout_minutes * 60.0
+    ramp = (spec.ramp_minutes if ramp_minutes is None else ramp_minutes) * 60.0
+    roll = (spec.rollout_minutes if rollout_minutes is None else rollout_minutes) * 60.0
     level = np.zeros(T * 60)
     for a, b in spans:
         up = np.clip((t - a) / ramp, 0.0, 1.0) if ramp > 0 else (t >= a).astype(float)
@@ -55,7 +57,9 @@ def shape_compound(spec: ScenarioSpec, world: World, rng: np.random.Generator) -
     """Several causes at once (``spec.causes``, each ramped and rolled out as :func:`strength` says): storms of
     consumer groups of the catalog (each send-back level spread over the group's subscriptions by what it consumes,
     each send-back costing ``storm_write_amplification`` unattributed writes on its broker) and surges of topics
-    (the level spread over the topic's brokers by their shares). Topic 0 (``culprit_topic``) is on
+    (the level spread over the topic's brokers by their shares), and flash sales (a topic's legitimate demand, ramped
+    over its own minutes: no cause). A resource with several spans is one cause that comes back. Topic 0
+    (``culprit_topic``) is on
     ``culprit_topic_brokers`` brokers: the one to spread a surge over several. The ground truth lists every cause
     (:class:`Cause`); the incident's culprit fields name the first."""
     causes = []
@@ -63,7 +67,8 @@ def shape_compound(spec: ScenarioSpec, world: World, rng: np.random.Generator) -
         return None
     for kind, index, a, b, amount, required in spec.causes:
         spans = [(float(a), None if b < 0 else float(b))]
-        level = strength(spec, spans)
+        # a flash sale is no cause: its demand ramps over its own minutes (the last field) and it is never limited
+        level = strength(spec, spans, float(required), 0.0) if kind == "flash" else strength(spec, spans)
         on = level > 0
         n = int(on.sum())
         noise = 1.0 + rng.uniform(-spec.storm_noise, spec.storm_noise, n)
@@ -88,8 +93,17 @@ def shape_compound(spec: ScenarioSpec, world: World, rng: np.random.Generator) -
                 world.put_rate[p, on] = _mix(np.maximum(full, base), base, level[on])
             hosts = tuple(sorted(world.brokers[int(x)] for x in world.pl_broker[places]))
             resource = ("topic", str(world.topic[index]))
+        if kind == "flash":
+            continue
         causes.append(Cause(*resource, kind, truth_spans(spec, spans), spec.ramp_minutes * 60.0, bool(required),
                             hosts))
+    merged: dict = {}  # a cause that comes back (several spans of one resource) is one cause
+    for c in causes:
+        key = (c.resource_type, c.resource)
+        merged[key] = c if key not in merged else Cause(
+            c.resource_type, c.resource, c.kind, tuple(sorted(merged[key].active + c.active)), c.ramp_seconds,
+            merged[key].required and c.required, tuple(sorted(set(merged[key].brokers) | set(c.brokers))))
+    causes = list(merged.values())
     first = causes[0]
     onset = min(c.active[0][0] for c in causes)
     return Incident(

@@ -22,9 +22,11 @@ KINDS: dict[str, float] = {"persisting_storm": 0.08, "storm_fixed": 0.07, "storm
                            "flash_sale": 0.06, "normal_day": 0.05,
                            "two_surges": 0.05, "storm_and_surge": 0.06, "shared_library": 0.06,
                            "spread_surge": 0.05, "flash_overload": 0.04, "near_capacity": 0.04,
-                           "cold_start": 0.05, "governor_restart": 0.05}
+                           "cold_start": 0.05, "governor_restart": 0.05, "surge_and_flash": 0.04,
+                           "recurring_surge": 0.05}
 #: Kinds run as the scenario "compound" (several causes: :func:`pipelines.sim.causes.shape_compound`).
-COMPOUND = ("two_surges", "storm_and_surge", "shared_library", "spread_surge", "flash_overload", "near_capacity")
+COMPOUND = ("two_surges", "storm_and_surge", "shared_library", "spread_surge", "flash_overload", "near_capacity",
+            "surge_and_flash", "recurring_surge")
 #: Kinds run as another scenario.
 SCENARIO_OF = {**{k: "compound" for k in COMPOUND}, "cold_start": "persisting_storm"}
 #: The storm kinds (a broken consumer group of the catalog's culprit).
@@ -179,8 +181,8 @@ def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
             duration = integer(4, 10) + ramp
             spec.update(noisy_minutes=duration,
                         minutes=onset + duration + 10 + int(np.ceil(spec.get("rollout_minutes", 0))))
-        else:
-            spec["minutes"] = onset + integer(6, 10) + ramp
+        else:  # some last long enough for a limit at its cap to be probed upward
+            spec["minutes"] = onset + integer(6, 20) + ramp
             spec.pop("rollout_minutes", None)
     elif kind == "flash_sale":
         onset = integer(7, 11)
@@ -192,6 +194,8 @@ def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
         spec.update(minutes=minutes, diurnal_amplitude=uniform(0.1, 0.5), restart_minute=integer(2, minutes - 1))
     else:
         _draw_compound(kind, spec, rng, broker, bcfg)
+        if kind == "surge_and_flash":  # the noisy neighbour's limiter rejections all reach the governor
+            clients.update(rejection_log_share=1.0, log_lines_per_minute=0)
     spec.setdefault("name", SCENARIO_OF.get(kind, kind))
     name = spec.pop("name")
     case = Case(seed, kind, spec, float(integer(0, 30)), clients, broker)
@@ -211,8 +215,8 @@ def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict
         spec["culprit_topic_brokers"] = B if kind == "flash_overload" else integer(2, B)
     onset = integer(9, 12)  # after the surge baseline's finalized windows
     spec["onset_minute"] = onset
-    length = integer(5, 9)
-    ended = rng.random() < 0.5
+    length = integer(5, 14)
+    ended = rng.random() < 0.5 or kind == "recurring_surge"
     spec["minutes"] = onset + length + (10 if ended else 0)
     _cause_timing(spec, rng, ended)
     if kind == "flash_overload":
@@ -237,14 +241,17 @@ def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict
     world = build_world(ScenarioSpec(name="compound", start=START, **{**spec, "causes": ()}))
     topics = [str(t) for t in world.topic]
 
-    def surge(t: int, share: float, required: int = 1, split: float = 1.0) -> tuple:
+    def surge(t: int, share: float, required: int = 1, split: float = 1.0, a: float = a, b: float = b) -> tuple:
         """Topic ``t`` at a level that takes each of its brokers to ``share`` of its capacity (``split`` of the
         extra load)."""
-        level = 0.0
+        level = total = 0.0
         for p in np.flatnonzero(world.pl_topic == t).tolist():
             bi, sh = int(world.pl_broker[p]), float(world.pl_share[p])
             now = topic_rate.get((bi, topics[t]), 0.0)
+            total += now
             level = max(level, (now + split * max(share * cap[bi] - load[bi], 0.0)) / sh)
+        if required:  # a surge by the rule's measure too: 4x its baseline (a smaller rise is no TRAFFIC_SURGE)
+            level = max(level, 4.5 * total)
         return ("surge", t, a, b, round(float(max(level, 60.0)), 1), required)
 
     def storm(g: int) -> tuple:
@@ -271,6 +278,30 @@ def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict
         causes = [storm(int(g)) for g in sorted(rng.choice(np.arange(1, spec["groups"]), size=k, replace=False))]
     elif kind in ("spread_surge", "flash_overload"):
         causes = [surge(0, float(rng.uniform(1.3, 3.0) if kind == "spread_surge" else rng.uniform(1.2, 2.0)))]
+    elif kind == "recurring_surge":  # a noisy neighbour that comes back after its lift, 3 episodes
+        bi = integer(0, B - 1)
+        ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
+        t = int(rng.choice(ts))
+        t = min(ts, key=lambda x: topic_rate.get((bi, topics[x]), 0.0))  # a small topic: its surge is 4x+ admitted
+        share = float(rng.uniform(1.3, 3.0))
+        on, off = integer(4, 7), integer(8, 12)
+        causes = [surge(t, share, 1, 1.0, a + k * (on + off) * 60, a + (k * (on + off) + on) * 60)
+                  for k in range(3)]
+        spec["minutes"] = onset + 3 * (on + off) - off + 10 + int(np.ceil(spec.get("rollout_minutes", 0)))
+    elif kind == "surge_and_flash":  # a legitimate flash sale beside a limited noisy neighbour on its broker
+        bi = integer(0, B - 1)
+        ts = single_broker_topics(bi)
+        ts += [int(t) for t in world.pl_topic[world.pl_broker == bi] if int(t) not in ts and t != 0][:max(0, 2 - len(ts))]
+        ts = ts or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
+        picks = [int(x) for x in rng.choice(ts, size=min(2, len(ts)), replace=False)]
+        picks.sort(key=lambda x: -topic_rate.get((bi, topics[x]), 0.0))  # the smaller surges: 4x+ admitted
+        causes = [surge(picks[-1], float(rng.uniform(1.5, 3.0)))]
+        if len(picks) > 1:
+            now = topic_rate.get((bi, topics[picks[0]]), 1.0)
+            start = a + float(rng.uniform(3, 6)) * 60
+            causes.append(("flash", picks[0], round(start), -1, round(max(5.0 * now, now + 60.0), 1),
+                           round(float(rng.uniform(2, 4)), 2)))
+            spec["minutes"] = max(spec["minutes"], int(start // 60) + 10)
     else:  # near_capacity
         bi = integer(0, B - 1)
         ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]

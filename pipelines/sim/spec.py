@@ -115,7 +115,9 @@ class ScenarioSpec:
     #: ``index`` of the catalog sends back ``level`` msgs/s over its subscriptions, each send-back costing
     #: ``storm_write_amplification`` unattributed broker writes) or "surge" (topic ``index`` is put at ``level``
     #: msgs/s over all its brokers); seconds from the run's start, ``stop_second`` < 0: to the end;
-    #: ``required`` 0: a limit on it is allowed, not required (its broker's demand is within 0.9-1.1x capacity).
+    #: ``required`` 0: a limit on it is allowed, not required (its broker's demand is within 0.9-1.1x capacity);
+    #: "flash": topic ``index`` put at ``level`` legitimately (no cause, never to be limited), ramped over the last
+    #: field's minutes. Several entries of one resource: a cause that comes back.
     causes: tuple = ()
 
     # --- background send failures (every scenario) ---------------------------------------------------------------
@@ -184,9 +186,9 @@ class ScenarioSpec:
         if self.ramp_minutes < 0 or self.rollout_minutes < 0:
             problems.append("ramp_minutes and rollout_minutes must be >= 0")
         for cause in self.causes:
-            if len(cause) != 6 or cause[0] not in ("storm", "surge"):
-                problems.append(f"bad cause {cause!r}: (storm|surge, index, start_second, stop_second, level, "
-                                "required)")
+            if len(cause) != 6 or cause[0] not in ("storm", "surge", "flash"):
+                problems.append(f"bad cause {cause!r}: (storm|surge|flash, index, start_second, stop_second, level, "
+                                "required or, for a flash sale, its ramp in minutes)")
                 continue
             limit = self.groups if cause[0] == "storm" else self.topics
             if not 0 <= cause[1] < limit or not 0 <= cause[2] < self.minutes * 60 or cause[4] <= 0 or (

@@ -46,11 +46,12 @@ def test_sweep_case(seed, judged, record_property):
 
 
 def test_a_case_is_judged_the_same_in_a_worker_and_in_this_process():
-    """The pool changes where a case runs, not its verdict: case 1 (a flash sale whose third broker ships its minutes
-    197 s late) and case 6 (a normal day) in two spawned workers and here."""
-    here = {seed: sweep.judge(seed) for seed in (1, 6)}
-    assert sweep.judge_many([1, 6], workers=2) == here
-    assert not here[1].failed and not here[6].failed
+    """The pool changes where a case runs, not its verdict: case 18 (a noisy neighbour whose third broker ships its
+    minutes 195 s late) and case 5 (demand at capacity, its first broker's minutes 159 s late) in two spawned workers
+    and here."""
+    here = {seed: sweep.judge(seed) for seed in (5, 18)}
+    assert sweep.judge_many([5, 18], workers=2) == here
+    assert not here[5].failed and not here[18].failed
 
 
 def test_a_case_draws_the_same_world_every_time():
