@@ -1,7 +1,6 @@
-"""Drawing a sweep case (issue 40, widened by issue 49): its kind, its scenario's parameters, its clients, brokers
-and irregular world, from ``numpy.random.default_rng(seed)``, until the scenario holds the premise of its kind
-(:func:`premise`). :mod:`pipelines.sim.sweep` runs and judges what is drawn here; its docstring says what varies.
-"""
+"""Drawing a sweep case (issues 40, 49): its kind, its scenario's parameters, clients, brokers and irregular world,
+from ``numpy.random.default_rng(seed)``, until the scenario holds the premise of its kind (:func:`premise`).
+:mod:`pipelines.sim.sweep` runs and judges what is drawn here; its docstring says what varies."""
 
 from __future__ import annotations
 
@@ -24,10 +23,9 @@ KINDS: dict[str, float] = {"persisting_storm": 0.08, "storm_fixed": 0.07, "storm
                            "spread_surge": 0.05, "flash_overload": 0.04, "near_capacity": 0.04,
                            "cold_start": 0.05, "governor_restart": 0.05, "surge_and_flash": 0.04,
                            "recurring_surge": 0.05}
-#: Kinds run as the scenario "compound" (several causes: :func:`pipelines.sim.causes.shape_compound`).
+#: Kinds run as the scenario "compound" (:func:`pipelines.sim.causes.shape_compound`); SCENARIO_OF: run as another.
 COMPOUND = ("two_surges", "storm_and_surge", "shared_library", "spread_surge", "flash_overload", "near_capacity",
             "surge_and_flash", "recurring_surge")
-#: Kinds run as another scenario.
 SCENARIO_OF = {**{k: "compound" for k in COMPOUND}, "cold_start": "persisting_storm"}
 #: The storm kinds (a broken consumer group of the catalog's culprit).
 STORM_KINDS = ("persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "spread_storm")
@@ -123,8 +121,7 @@ def _draw_world(case: Case, rng: np.random.Generator, cluster) -> dict[str, Any]
 
 
 def _cause_timing(spec: dict, rng: np.random.Generator, fixable: bool) -> None:
-    """A cause's start at any second, a ramp of 1-5 minutes for some, a fix at any second rolled out over 1-4
-    minutes for some."""
+    """A cause's start at any second, a 1-5 min ramp for some, a fix at any second rolled out over 1-4 min for some."""
     spec["onset_second"] = int(rng.integers(0, 60))
     if rng.random() < 0.3:
         spec["ramp_minutes"] = round(float(rng.uniform(1, 5)), 2)
@@ -259,13 +256,16 @@ def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict
         level = max(consumed * float(rng.uniform(1.0, 2.5)), float(rng.uniform(80, 200)))
         return ("storm", g, a, b, round(level, 1), 1)
 
+    def hosting(bi: int) -> int:  # bi, or the next broker that hosts a topic (a broker may host none)
+        return next((x % B for x in range(bi, bi + B) if (world.pl_broker == x % B).any()), bi)
+
     def single_broker_topics(bi: int) -> list[int]:
         counts = np.bincount(world.pl_topic, minlength=len(topics))
         return [int(t) for t in world.pl_topic[world.pl_broker == bi] if counts[t] == 1 and t != 0]
 
     spec["storm_write_amplification"] = round(float(rng.uniform(1.0, 4.0)), 3)
     if kind == "two_surges":
-        bi = integer(0, B - 1)
+        bi = hosting(integer(0, B - 1))
         ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
         picks = [int(x) for x in rng.choice(ts, size=min(2, len(ts)), replace=False)]
         share, split = float(rng.uniform(1.3, 3.0)), float(rng.uniform(0.3, 0.7))
@@ -279,7 +279,7 @@ def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict
     elif kind in ("spread_surge", "flash_overload"):
         causes = [surge(0, float(rng.uniform(1.3, 3.0) if kind == "spread_surge" else rng.uniform(1.2, 2.0)))]
     elif kind == "recurring_surge":  # a noisy neighbour that comes back after its lift, 3 episodes
-        bi = integer(0, B - 1)
+        bi = hosting(integer(0, B - 1))
         ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
         t = int(rng.choice(ts))
         t = min(ts, key=lambda x: topic_rate.get((bi, topics[x]), 0.0))  # a small topic: its surge is 4x+ admitted
@@ -289,7 +289,7 @@ def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict
                   for k in range(3)]
         spec["minutes"] = onset + 3 * (on + off) - off + 10 + int(np.ceil(spec.get("rollout_minutes", 0)))
     elif kind == "surge_and_flash":  # a legitimate flash sale beside a limited noisy neighbour on its broker
-        bi = integer(0, B - 1)
+        bi = hosting(integer(0, B - 1))
         ts = single_broker_topics(bi)
         ts += [int(t) for t in world.pl_topic[world.pl_broker == bi] if int(t) not in ts and t != 0][:max(0, 2 - len(ts))]
         ts = ts or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
@@ -303,7 +303,7 @@ def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict
                            round(float(rng.uniform(2, 4)), 2)))
             spec["minutes"] = max(spec["minutes"], int(start // 60) + 10)
     else:  # near_capacity
-        bi = integer(0, B - 1)
+        bi = hosting(integer(0, B - 1))
         ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
         causes = [surge(int(rng.choice(ts)), float(rng.uniform(0.92, 1.08)), 0)]
     spec["causes"] = tuple(causes)
