@@ -153,7 +153,8 @@ def test_a_compound_incidents_ground_truth_lists_every_cause():
     c = ClosedLoopCluster(spec)
     storm, surge = c.incident.causes
     assert (storm.resource_type, storm.kind, surge.resource_type, surge.kind) == ("group", "storm", "topic", "surge")
-    assert storm.active == ((pd.Timestamp(T0) + pd.Timedelta(seconds=630), pd.Timestamp(T0) + pd.Timedelta(seconds=900)),)
+    at = lambda s: pd.Timestamp(T0) + pd.Timedelta(seconds=s)  # noqa: E731
+    assert storm.active == ((at(630), at(900)),)
     assert surge.active[0][1] == c.end and not surge.required and storm.ramp_seconds == 120.0
     assert c.broken(storm.resource)[10:15].all() and not c.broken(storm.resource)[:10].any()
     # the demand follows the ramp: minute 10 (the start, 30 s in) is below minute 13 (full level)
