@@ -286,7 +286,7 @@ def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
     def get(name: str) -> float:
         return v.get(name, (float("nan"), "", ""))[0]
 
-    judged = judged or {"changes": [], "lifts": [], "minutes": [], "fix_to_lift": []}
+    judged = judged or {"changes": [], "lifts": [], "minutes": [], "fix_to_lift": [], "relimits": []}
     out: list[tuple[str, bool, str]] = []
     if kind is not None:
         x = get("onset_to_limit_in_force")
@@ -347,6 +347,9 @@ def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
             x = get("fix_to_lift_minutes_last")
             out.append((f"lifted <= {most:.0f} event minutes after the {'last ' if recurrent else ''}fix",
                         bool(x <= most), "not lifted" if np.isnan(x) else f"{x:.1f} min"))
+        if judged["fix_to_lift"]:
+            out.append(("no limit set again while a fixed cause is quiet (after its lift, before it comes back)",
+                        not judged["relimits"], "; ".join(judged["relimits"]) or "none"))
     x = get("false_limits")
     out.append(("0 enforced limits on a resource without a cause", x == 0, f"{x:.0f}"))
     return out

@@ -1,7 +1,8 @@
 """The ground truth of a closed loop and the judgement of each cause against it (issue 49), for
 :mod:`pipelines.sim.figures`: the incident's causes (:func:`causes`, :func:`truth`), where a cause's onset clock
 starts (:func:`onset_clock`), every change of a limit's value from the brokers' timeline (:func:`value_events`,
-:func:`_changes`), and per cause its changes, lifts, limited minutes and fixes (:func:`judge_causes`).
+:func:`_changes`), and per cause its changes, lifts, limited minutes, fixes and limits set again while it is quiet
+(:func:`judge_causes`).
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     n, nan = c.T * 60, float("nan")
     restarts = restart_times(result)
     key = list(zip(c.pairs["resource_type"], c.pairs["resource"]))
-    out = {"changes": [], "lifts": [], "minutes": [], "fix_to_lift": [], "excluded": []}
+    out = {"changes": [], "lifts": [], "minutes": [], "fix_to_lift": [], "excluded": [], "relimits": []}
     run_end = c.start + pd.Timedelta(seconds=n)
     for cz in found:
         res = (cz.resource_type, cz.resource)
@@ -169,6 +170,11 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
                 minutes = (gone - b).total_seconds() / 60.0 if gone is not None and gone < quiet_end else nan
                 judged = (quiet_end - b).total_seconds() >= FIX_TO_LIFT_MAX_MIN * 60.0
                 out["fix_to_lift"].append((name, f"{b:%H:%M:%S}", minutes, judged))
+                if gone is not None and gone < quiet_end:  # set again while the fixed cause is quiet
+                    again = [t for t, v in events if gone < t < quiet_end and not np.isnan(v)]
+                    if again:
+                        out["relimits"].append(f"{name} fixed {b:%H:%M:%S}, lifted {gone:%H:%M:%S}, limited again "
+                                               f"{again[0]:%H:%M:%S} while quiet")
         out["changes"].append((cz, most))
         # admitted ÷ limit per limited minute
         pairs = np.array([k_ == res for k_ in key], dtype=bool)
@@ -208,6 +214,8 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     details["fix_to_lift_minutes_worst"] = "; ".join(
         f"{nm} fixed {at}: " + ("not lifted" if np.isnan(m) else f"{m:.1f} min") + ("" if j else " (quiet < 8 min)")
         for nm, at, m, j in out["fix_to_lift"]) or "no fix"
+    values["limits_again_while_quiet"] = (float(len(out["relimits"])), "count", "incident")
+    details["limits_again_while_quiet"] = "; ".join(out["relimits"]) or "none"
     values["limit_value_changes_excluded"] = (float(len(out["excluded"])), "count", "incident")
     details["limit_value_changes_excluded"] = "; ".join(out["excluded"]) or "none"
     return out

@@ -280,3 +280,19 @@ def test_an_intermittent_storm_is_judged_per_episode_and_over_all_of_them(tmp_pa
     checks = {name.split(",")[0]: (ok, measured) for name, ok, measured in lifted.checks}
     assert checks["an episode that starts after a lift is limited within 100 s at the remembered target"] == (
         False, "episode 2: 160 s, another target")
+
+
+def test_a_limit_set_again_while_a_fixed_cause_is_quiet_fails(tmp_path):
+    """Issue 49: a governor that re-limits a fixed group from stale windows (a lagging shipper's minutes) after its
+    lift has limited a cause that is gone: 'no limit set again while a fixed cause is quiet' fails and names it."""
+    far = pd.Timestamp(START) + pd.Timedelta(hours=1)
+    limit = [_record(GROUP, 40.0, 1, far, brokers={"broker-a": 20.0, "broker-b": 20.0})]
+    lifted = [(255, limit), (7 * 60 + 150, [])]   # fixed at minute 7, lifted at 9:40 (10 s of propagation)
+    check = "no limit set again while a fixed cause is quiet (after its lift, before it comes back)"
+    clean = {n: (ok, m) for n, ok, m in compute(_run(tmp_path / "a", "storm_fixed", lifted, storm_fix_minute=7,
+                                                      minutes=16)).checks}
+    assert clean[check] == (True, "none")
+    again = lifted + [(11 * 60, [_record(GROUP, 40.0, 3, far, brokers={"broker-a": 20.0, "broker-b": 20.0})])]
+    stale = {n: (ok, m) for n, ok, m in compute(_run(tmp_path / "b", "storm_fixed", again, storm_fix_minute=7,
+                                                      minutes=16)).checks}
+    assert stale[check][0] is False and "limited again" in stale[check][1] and "11:10" in stale[check][1]
