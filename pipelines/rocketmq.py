@@ -130,5 +130,26 @@ BUSY_FAILURE_CLASSES: tuple[str, ...] = (
     "PC_SYNCHRONIZED",
 )
 
+_COMPILED_PATTERNS: tuple | None = None
+
+
+def classify_failure_text(message: str | None, code: int | None = None) -> str:
+    """``failure_class`` of a failed send, in plain Python: the first pattern of :data:`FAILURE_PATTERNS` found in
+    ``message`` (``re.search``: the patterns are written in the part of Java's regex syntax that Python reads the
+    same), else ``SERVICE_NOT_AVAILABLE`` for ``code`` 14, else ``OTHER``. The same table and order as the data
+    plane's Spark expression (:func:`pipelines.dataplane.transforms.parse_failures.classify_failure`); the
+    Spark-free simulator classifies its clients' lines with it (:mod:`pipelines.sim.loop`)."""
+    global _COMPILED_PATTERNS
+    if _COMPILED_PATTERNS is None:
+        import re
+
+        _COMPILED_PATTERNS = tuple((name, re.compile(pattern)) for name, pattern in FAILURE_PATTERNS)
+    text = message or ""
+    for name, pattern in _COMPILED_PATTERNS:
+        if pattern.search(text):
+            return name
+    return "SERVICE_NOT_AVAILABLE" if code == SERVICE_NOT_AVAILABLE_CODE else OTHER_FAILURE
+
+
 #: The response code inside a client message: Java ``CODE: 2  DESC:`` (two spaces), Go ``CODE: 2, DESC:``.
 CODE_IN_MESSAGE = r"CODE:\s*(-?\d+)"

@@ -14,6 +14,8 @@ Modules, in the order the data flows:
   (ground truth of what a scenario did), broker names, the per-stage random streams.
 * :mod:`~pipelines.sim.world` — the scenario-independent catalog (brokers, topics and their placement, consumer
   groups and subscriptions) and the steady per-minute rate arrays (:class:`World`).
+* :mod:`~pipelines.sim.causes` — causes at any second, ramped and rolled out, and the ``compound`` shape (several
+  causes at once, each in the incident's ground truth).
 * :mod:`~pipelines.sim.scenarios` — the scenario shapes (``retry_storm``, ``steady``, ``flash_sale``,
   ``noisy_neighbour``, ``normal_day``, ``large_mix``) that edit a World, and the :data:`SCENARIOS` registry.
 * :mod:`~pipelines.sim.traffic` — World → the model frame of every stats line (:func:`build_traffic`), plus the
@@ -29,8 +31,13 @@ Modules, in the order the data flows:
   limits the governor publishes, the producers' retries and the consumers' fallbacks, tick by tick.
 * :mod:`~pipelines.sim.admitted` — what that cluster prints (stats rows of what was admitted) and what its
   clients log (send failures of rejected attempts).
+* :mod:`~pipelines.sim.irregular`, :mod:`~pipelines.sim.brokers` — the world's irregularities (shippers that lag,
+  skip, repeat or stop; brokers that apply late or forget; a governor restart) and the brokers applying the
+  governor's publications.
 * :mod:`~pipelines.sim.loop`, :mod:`~pipelines.sim.windows` — the Spark-free closed loop: that cluster against the
   decision plane (:mod:`pipelines.decide`), Spark's windowed sums modelled, the two speeds' timing.
+* :mod:`~pipelines.sim.truth` — the ground truth (an incident's causes) and each cause judged against it.
+* :mod:`~pipelines.sim.draws`, :mod:`~pipelines.sim.sweep` — randomized closed loops: drawn, run, judged.
 * :mod:`~pipelines.sim.settings`, :mod:`~pipelines.sim.figures`, :mod:`~pipelines.sim.report` — a closed loop's
   world (``conf/backtest.toml``), its figures and checks, its report and picture: shared by this loop and the
   Spark backtest (:mod:`pipelines.backtest`), which hand over the same result shape.

@@ -260,3 +260,34 @@ def trickle(cluster: ClosedLoopCluster, rng: np.random.Generator) -> pd.DataFram
     queue causes them."""
     out = fl.trickle_failures(cluster.spec, fl.business_topic_rates(cluster.traffic), rng)
     return fl.finish_failures(cluster.spec, out, rng) if len(out) else fl.empty_failures()
+
+
+class FailureText:
+    """The send-failure line a client writes for a rejected attempt, classified as the data plane classifies it
+    (:func:`pipelines.rocketmq.classify_failure_text`, the table of
+    :func:`pipelines.dataplane.transforms.parse_failures.classify_failure`): the broker's remark
+    (``[TIMEOUT_CLEAN_QUEUE]broker busy, …`` of its send queue, ``[RateLimit] for <resource> need wait:…`` of the
+    limiter) in the Java client's text or the Go client's (:func:`pipelines.sim.failures.client_messages`), the code
+    inside the message or in the record. One line rendered per (tick, pair, kind) of :meth:`rejection`'s callers:
+    the lines of one tick, pair and kind differ only in their numbers."""
+
+    def __init__(self, cluster: ClosedLoopCluster) -> None:
+        self.cluster, self.rng = cluster, np.random.default_rng(cluster.spec.seed + 2)
+        kind = cluster.pairs["kind"].to_numpy()
+        self.topic = [rmq.RETRY_TOPIC_PREFIX + r if k == "group" else r
+                      for k, r in zip(kind, cluster.pairs["resource"])]
+        self.addr = [broker_address(cluster.spec, int(b)) for b in cluster.pair_broker]
+
+    def text(self, pair: int, busy: bool) -> tuple[str, int | None]:
+        """(the client's message, the record's code or None: only inside the message)."""
+        spec, r = self.cluster.spec, self.rng
+        remark = (fl.busy_remark(int(self.cluster.cfg.wait_time_ms_in_send_queue + r.integers(0, 100)),
+                                 int(r.integers(1, 3000))) if busy else
+                  fl.rate_limit_remark(self.topic[pair], int(r.integers(1, 1_000_000))))
+        go = np.array([bool(r.random() < spec.go_client_share)])
+        message = fl.client_messages(spec, fl.SYSTEM_BUSY, [remark], [self.addr[pair]], go)[0]
+        return message, None if r.random() < spec.null_code_share else fl.SYSTEM_BUSY
+
+    def rejection(self, pair: int, busy: bool) -> str:
+        """The failure class of a rejected attempt's line, read from its text."""
+        return rmq.classify_failure_text(*self.text(pair, busy))

@@ -156,13 +156,17 @@ class ClosedLoopCluster:
 
     # --- set-up ------------------------------------------------------------------------------------------------------
     def broken(self, group: str) -> np.ndarray:
-        """Per minute: whether ``group`` is a broken consumer (its messages fail on every consumption): the
-        incident's culprit group while its cause is active (:attr:`Incident.active`; none: from the onset on)."""
+        """Per minute: whether ``group`` is a broken consumer (its messages fail on every consumption): a storm
+        cause of the incident (:attr:`Incident.causes`) while it is active, or else the incident's culprit group
+        while its cause is active (:attr:`Incident.active`; none: from the onset on)."""
         on = np.zeros(self.T, dtype=bool)
         inc = self.incident
-        if inc is None or inc.culprit_group != group:
+        if inc is not None and inc.causes:
+            spans = [s for c in inc.causes if c.resource_type == "group" and c.resource == group for s in c.active]
+        elif inc is None or inc.culprit_group != group:
             return on
-        spans = inc.active or ((inc.onset, self.end),)
+        else:
+            spans = inc.active or ((inc.onset, self.end),)
         for a, b in spans:
             lo = int((pd.Timestamp(a) - self.start) // pd.Timedelta(minutes=1))
             hi = int(-(-(pd.Timestamp(b) - self.start) // pd.Timedelta(minutes=1)))

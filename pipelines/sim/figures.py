@@ -33,20 +33,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-#: Scenarios whose culprit is a consumer group's retry traffic.
-STORMS = {"persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "intermittent_short",
-          "spread_storm", "retry_storm", "large_mix"}
+from pipelines.sim.truth import (  # noqa: F401 (the ground truth, importable from here as before)
+    FIX_TO_LIFT_MAX_MIN, SAME_VALUE_REL, STORMS, TARGET_RATIO, _changes, _seconds, causes, judge_causes, onset_clock,
+    restart_times, truth, value_events,
+)
+
 #: The targets (docs and checks use these numbers): onset → limit in force; value changes while the cause persists
 #: (a retry storm's limit, a surge's); cluster-wide admitted ÷ decided target; bystanders' rejected sends after
 #: containment, % of before; fix → lift (a cause that never came back; one that came back, after two recurrences).
 ONSET_TO_LIMIT_MAX_S = 100.0
 CHANGES_MAX = {"group": 1, "topic": 3}
-TARGET_RATIO = (0.75, 1.25)
 BYSTANDER_AFTER_MAX_PCT = 1.0
-FIX_TO_LIFT_MAX_MIN = 8.0
 FIX_TO_LIFT_RECURRENT_MAX_MIN = 20.0
-#: Two values in force within this relative distance are the same value (floating-point noise).
-SAME_VALUE_REL = 1e-9
 
 
 @dataclass
@@ -60,28 +58,6 @@ class Figures:
 
     def value(self, name: str) -> float:
         return self.values.get(name, (float("nan"), "", ""))[0]
-
-
-def truth(result) -> tuple[set[tuple[str, str]], list[tuple[pd.Timestamp, pd.Timestamp]]]:
-    """(culprit resources a correct governor limits, the spans when their cause is active)."""
-    inc, c = result.cluster.incident, result.cluster
-    if inc is None or inc.kind == "flash_sale":
-        return set(), []
-    spans = [(pd.Timestamp(a), pd.Timestamp(b)) for a, b in inc.active] or [(pd.Timestamp(inc.onset), c.end)]
-    if inc.kind in STORMS:
-        return {("group", inc.culprit_group)}, spans
-    return {("topic", inc.culprit_topic)}, spans
-
-
-def _seconds(result, spans) -> np.ndarray:
-    """Per second of the run: inside one of ``spans``."""
-    c = result.cluster
-    mask = np.zeros(c.T * 60, dtype=bool)
-    for a, b in spans:
-        lo = max(0, int((a - c.start).total_seconds()))
-        hi = min(c.T * 60, int(np.ceil((b - c.start).total_seconds())))
-        mask[lo:hi] = True
-    return mask
 
 
 def targets_in_force(result, culprits) -> tuple[np.ndarray, dict]:
@@ -103,18 +79,6 @@ def targets_in_force(result, culprits) -> tuple[np.ndarray, dict]:
     return total, per
 
 
-def _value_changes(values: np.ndarray) -> int:
-    """Changes in a per-second series of the value in force (NaN: none): to or from none, or any other value
-    (beyond :data:`SAME_VALUE_REL`)."""
-    count, last = 0, values[0]
-    for v in values[1:]:
-        if np.isnan(v) != np.isnan(last):
-            count, last = count + 1, v
-        elif not np.isnan(v) and abs(v - last) > SAME_VALUE_REL * abs(last):
-            count, last = count + 1, v
-    return count
-
-
 def compute(result, baseline=None) -> Figures:
     """The figures and checks of one closed-loop run (:class:`pipelines.backtest.loop.LoopResult`). ``baseline``:
     the same scenario's cluster run to its end without any limit (:class:`~pipelines.sim.cluster.ClosedLoopCluster`),
@@ -134,12 +98,24 @@ def compute(result, baseline=None) -> Figures:
     sec = np.arange(n)
     onset = spans[0][0] if spans else None
     contain = None
-    if limited.any() and onset is not None:
-        contain_t = min(t for t, snap in result.in_force if any((rt, r) in culprits for _, rt, r in snap))
-        values["onset_to_limit_in_force"] = ((contain_t - onset).total_seconds(), "s", "incident")
-        contain = int(np.ceil((contain_t - c.start).total_seconds()))
-    elif onset is not None:
-        values["onset_to_limit_in_force"] = (nan, "s", "incident")
+    found = causes(result)
+    required = [cz for cz in found if cz.required]
+    gaps: list[str] = []
+    first_in: dict = {}
+    for cz in found:
+        res = (cz.resource_type, cz.resource)
+        times = [t for t, snap in result.in_force if any((rt, r) == res for _, rt, r in snap)]
+        first_in[cz] = min(times) if times else None
+    if required:
+        delays = [(first_in[cz] - onset_clock(result, cz)).total_seconds() if first_in[cz] is not None else nan
+                  for cz in required]
+        values["onset_to_limit_in_force"] = (nan if any(np.isnan(delays)) else max(delays), "s", "incident")
+        if len(required) > 1:
+            details["onset_to_limit_in_force"] = "; ".join(
+                f"{cz.resource_type} {cz.resource}: " + ("never limited" if np.isnan(d) else f"{d:.0f} s")
+                for cz, d in zip(required, delays))
+        if all(first_in[cz] is not None for cz in required):
+            contain = int(np.ceil((max(first_in[cz] for cz in required) - c.start).total_seconds()))
     if culprits:
         after = active & limited & (sec >= (contain if contain is not None else n))
         admitted = c.second_admitted[:, is_culprit].sum(axis=1)
@@ -152,16 +128,58 @@ def compute(result, baseline=None) -> Figures:
                                                        f"{np.nanmin(target[after]):.1f}-{np.nanmax(target[after]):.1f}"
                                                        " msg/s")
         hosts = set(c.pairs.loc[is_culprit, "broker"])
-        bystander = (~is_culprit) & c.pairs["broker"].isin(hosts).to_numpy() & (c.pairs["kind"] != "background").to_numpy()
+        others = (~is_culprit) & (c.pairs["kind"] != "background").to_numpy()
+        bystander = others  # every other resource on every broker (before issue 49: on the culprits' brokers only)
+        on_hosts = others & c.pairs["broker"].isin(hosts).to_numpy()
         rejected = c.second_rejected[:, bystander].sum(axis=1)
 
         def per_minute(mask: np.ndarray) -> float:
             return rejected[mask].sum() / (mask.sum() / 60.0) if mask.any() else nan
 
         start_s = int((onset - c.start).total_seconds()) if onset is not None else 0
-        before = active & (sec >= start_s) & (sec < (contain if contain is not None else n))
-        after_b = active & (sec >= (contain if contain is not None else n))
+        # bystanders are judged from complete containment: every carrier of every required cause applies its limit
+        # (a broker applying later, or its send queue's backlog, is not the limit's work yet)
+        complete = np.zeros(n, dtype=bool) if required else limited.copy()
+        if required:
+            complete[:] = True
+            need = {(cz.resource_type, cz.resource): set(c.pairs.loc[np.array([k_ == (cz.resource_type, cz.resource)
+                                                                                for k_ in key]), "broker"])
+                    for cz in required}
+            have = np.zeros(n, dtype=bool)
+            times = [t for t, _ in result.in_force] + [c.end]
+            for res, carriers in need.items():
+                have[:] = False
+                for (t, snap), t_next in zip(result.in_force, times[1:]):
+                    lo_, hi_ = max(0, int(np.ceil((t - c.start).total_seconds()))), min(
+                        n, int(np.ceil((t_next - c.start).total_seconds())))
+                    if hi_ > lo_ and carriers <= {b_ for b_, rt, r in snap if (rt, r) == res}:
+                        have[lo_:hi_] = True
+                complete &= have
+        whole = np.flatnonzero(complete & (sec >= (contain if contain is not None else n)))
+        contain_all = int(whole[0]) if whole.size else contain
+        values["containment_complete_after_first_s"] = (
+            float(contain_all - contain) if contain is not None and contain_all is not None else nan, "s", "incident")
+        before = active & (sec >= start_s) & (sec < (contain_all if contain_all is not None else n))
+        after_b = active & (sec >= (contain_all if contain_all is not None else n))
+        gap_mask = np.zeros(n, dtype=bool)
+        gaps.clear()  # a broker restart's gap: its limiter forgot until the next publication reached it (the world's)
+        for b_, t_ in restart_times(result):
+            back = next((t for t, snap in result.in_force if t > t_ and any(
+                (bb, rt, r) in snap for bb, rt, r in snap if bb == b_ and (rt, r) in culprits)), c.end)
+            lo_g, hi_g = int((t_ - c.start).total_seconds()), int(np.ceil((back - c.start).total_seconds()))
+            if hi_g > lo_g and after_b[lo_g:hi_g].any():
+                after_b[lo_g:hi_g] = False
+                gap_mask[lo_g:hi_g] = True
+                gaps.append(f"{b_} {t_:%H:%M:%S}-{back:%H:%M:%S}")
+        details["bystander_seconds_left_out"] = ("; ".join(f"{g} (a broker restart: its limiter forgot the limit "
+                                                           "until the next publication reached it)" for g in gaps)
+                                                 or "none")
         rb, ra = per_minute(before), per_minute(after_b)
+        old_rejected = c.second_rejected[:, on_hosts].sum(axis=1)
+        ob = old_rejected[before].sum() / (before.sum() / 60.0) if before.any() else nan
+        oa = old_rejected[after_b].sum() / (after_b.sum() / 60.0) if after_b.any() else nan
+        values["bystander_after_pct_of_before_culprit_brokers"] = (100.0 * oa / ob if ob > 0 else nan, "pct",
+                                                                    "bystander")
         values["bystander_rejected_per_minute_before"] = (rb, "msgs/min", "bystander")
         values["bystander_rejected_per_minute_after"] = (ra, "msgs/min", "bystander")
         values["bystander_after_pct_of_before"] = (100.0 * ra / rb if rb > 0 else nan, "pct", "bystander")
@@ -177,17 +195,26 @@ def compute(result, baseline=None) -> Figures:
             have = np.flatnonzero(limited[lo:hi])
             ep = {"k": k, "in_force_at_start": bool(limited[lo]), "contained": None, "changes": None,
                   "pct": nan, "remembered": None, "fix_to_lift": nan}
-            before_value = last_value
+            seen = np.flatnonzero(limited[:lo])  # the last value in force before this episode (the lifted one)
+            before_value = target[seen[-1]] if seen.size else last_value
             if have.size:
                 at = lo + int(have[0])
-                ep["contained"] = at - lo
+                ramp = max((cz.ramp_seconds for cz in found), default=0.0)
+                clock = int(np.ceil((lo + ramp) / 60.0 - 1e-9)) * 60  # as onset_clock: first whole minute at full
+                ep["contained"] = at - clock
                 mask = np.zeros(n, dtype=bool)
-                mask[at:hi] = True
+                whole_ep = np.flatnonzero(complete[at:hi])
+                mask[at + (int(whole_ep[0]) if whole_ep.size else 0):hi] = True
+                mask &= ~gap_mask
                 ep["pct"] = 100.0 * per_minute(mask) / rb if rb > 0 else nan
-                counts = [_value_changes(arr[at:hi]) for arr in per.values() if (~np.isnan(arr[at:hi])).any()]
+                t_at, t_hi = c.start + pd.Timedelta(seconds=at), c.start + pd.Timedelta(seconds=hi)
+                counts = [_changes(value_events(result, res), t_at, t_hi, restart_times(result))[0]
+                          for res, arr in per.items() if (~np.isnan(arr[at:hi])).any()]
                 ep["changes"] = max(counts) if counts else 0
                 if not ep["in_force_at_start"] and k > 1 and np.isfinite(before_value):
                     ep["remembered"] = bool(abs(target[at] - before_value) <= SAME_VALUE_REL * abs(before_value))
+                if not ep["in_force_at_start"] and k > 1 and np.isfinite(last_value):  # the figure before issue 49
+                    ep["remembered_old"] = bool(abs(target[at] - last_value) <= SAME_VALUE_REL * abs(last_value))
             if hi < n:
                 free = np.flatnonzero(~limited[hi:])
                 ep["fix_to_lift"] = free[0] / 60.0 if free.size else nan
@@ -202,6 +229,9 @@ def compute(result, baseline=None) -> Figures:
                     float(ep["contained"]) if ep["contained"] is not None else nan, "s", "incident")
                 values[f"remembered_target_episode_{k}"] = (
                     float(ep["remembered"]) if ep["remembered"] is not None else nan, "bool", "incident")
+                if "remembered_old" in ep:  # against the value at the previous episode's end (before issue 49)
+                    values[f"remembered_target_at_previous_episode_end_{k}"] = (
+                        float(ep["remembered_old"]), "bool", "incident")
         changes = [ep["changes"] for ep in episodes if ep["changes"] is not None]
         values["limit_changes_while_cause_persists"] = (float(max(changes)) if changes else nan, "count", "incident")
         values["limit_changes_all_episodes"] = (float(sum(changes)) if changes else nan, "count", "incident")
@@ -218,11 +248,16 @@ def compute(result, baseline=None) -> Figures:
                                                        for x in lifts)
     healthy = ~is_culprit & c.pairs["resource_type"].isin(["topic", "group"]).to_numpy()
     below = (c.limited_seconds > 0) & (c.limit_min < c.demand.T) & healthy[None, :]
-    false = sorted({f"{t}:{r}" for t, r in np.asarray(key, dtype=object)[below.any(axis=0)]}) if below.any() else []
-    values["false_limits"] = (float(len(false)), "count", "other")
-    details["false_limits"] = ", ".join(false) or "none"
+    old = sorted({f"{t}:{r}" for t, r in np.asarray(key, dtype=object)[below.any(axis=0)]}) if below.any() else []
+    values["false_limits_below_demand"] = (float(len(old)), "count", "other")  # the definition before issue 49
+    details["false_limits_below_demand"] = ", ".join(old) or "none"
     enforced = {(rt, r) for _, snap in result.in_force for (_b, rt, r) in snap}
     values["enforced_limit_resources"] = (float(len(enforced)), "count", "all")
+    false = sorted(f"{t}:{r}" for t, r in enforced - culprits)
+    values["false_limits"] = (float(len(false)), "count", "other")
+    details["false_limits"] = ", ".join(false) or "none"
+    judged = judge_causes(result, found, values, details)
+    judged["bystander_gaps"] = gaps
     lim = result.limits
     for action in ("set", "relax", "lift"):
         count = float((lim["action"] == action).sum()) if len(lim) else 0.0
@@ -241,35 +276,56 @@ def compute(result, baseline=None) -> Figures:
     values["trigger_seconds"] = (float(result.trigger_seconds), "s", "config")
     values["watermark_seconds"] = (float(result.watermark_seconds), "s", "config")
     kind = next(iter(culprits))[0] if culprits else None
-    return Figures(values, details, _checks(values, kind, episodes, len(spans)))
+    return Figures(values, details, _checks(values, kind if required else None, episodes, len(spans), judged))
 
 
-def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int) -> list[tuple[str, bool, str]]:
+def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
+            judged: dict | None = None) -> list[tuple[str, bool, str]]:
     """The targets for this scenario: (check, passed, measured). ``kind``: the culprit's resource type (None: no
-    culprit, e.g. a flash sale or a normal day)."""
+    cause a limit is required for, e.g. a flash sale or a normal day); ``judged``: :func:`pipelines.sim.truth.judge_causes`."""
     def get(name: str) -> float:
         return v.get(name, (float("nan"), "", ""))[0]
 
+    judged = judged or {"changes": [], "lifts": [], "minutes": [], "fix_to_lift": [], "relimits": []}
     out: list[tuple[str, bool, str]] = []
     if kind is not None:
         x = get("onset_to_limit_in_force")
         out.append((f"onset -> limit in force <= {ONSET_TO_LIMIT_MAX_S:.0f} s", bool(x <= ONSET_TO_LIMIT_MAX_S),
-                    f"{x:.0f} s"))
-        most = CHANGES_MAX[kind]
-        x = get("limit_changes_while_cause_persists")
-        out.append((f"<= {most} change{'s' if most > 1 else ''} of the limit's value while the cause persists",
-                    bool(x <= most), f"{x:.0f} (most in one episode; {get('limit_changes_all_episodes'):.0f} in all)"))
+                    "a required cause never limited" if np.isnan(x) else f"{x:.0f} s"))
+        if judged["changes"]:
+            ok = all(most <= CHANGES_MAX.get(cz.resource_type, 1) for cz, most in judged["changes"])
+            measured = ", ".join(f"{cz.resource_type} {cz.resource}: {most}" for cz, most in judged["changes"])
+            excluded = get("limit_value_changes_excluded")
+            out.append(("<= 1 change of a storm's limit value, <= 3 of a surge's, while the cause persists (every "
+                        "change, whatever its duration)", ok,
+                        measured + (f"; left out: {'; '.join(judged['excluded'])}" if excluded else "")))
+        else:
+            most = CHANGES_MAX[kind]
+            x = get("limit_changes_while_cause_persists")
+            out.append((f"<= {most} change{'s' if most > 1 else ''} of the limit's value while the cause persists",
+                        bool(x <= most), f"{x:.0f} (most in one episode; {get('limit_changes_all_episodes'):.0f} in all)"))
         x = get("culprit_admitted_over_target")
         lo, hi = TARGET_RATIO
         out.append((f"cluster-wide admitted within {lo}x-{hi}x the decided target", bool(lo <= x <= hi),
                     f"{x:.2f}x"))
+        if judged["minutes"]:
+            bad = [(nm, m, r) for nm, m, r in judged["minutes"] if not lo <= r <= hi]
+            out.append((f"admitted within {lo}x-{hi}x the limit in every limited minute", not bad,
+                        f"{get('admitted_over_limit_minute_min'):.2f}x-{get('admitted_over_limit_minute_max'):.2f}x "
+                        f"over {len(judged['minutes'])} minutes" + (
+                            "; " + ", ".join(f"{nm} minute {m}: {r:.2f}x" for nm, m, r in bad[:4]) if bad else "")))
         held = [ep for ep in episodes if ep["k"] == 1 or ep["in_force_at_start"]]
         ok = all(ep["pct"] <= BYSTANDER_AFTER_MAX_PCT for ep in held)
         measured = "; ".join(f"episode {ep['k']}: " + ("n/a" if not np.isfinite(ep["pct"]) else f"{ep['pct']:.2f} %")
                              for ep in held)
         out.append((f"bystander rejected sends per storm minute after containment <= {BYSTANDER_AFTER_MAX_PCT:.0f} % "
                     "of before, in every episode that starts with the limit in force", ok,
-                    f"{measured} (all episodes: {get('bystander_after_pct_of_before'):.2f} %)"))
+                    f"{measured} (all episodes: {get('bystander_after_pct_of_before'):.2f} %)" + (
+                        "; left out: " + "; ".join(f"{g} (a broker restart's gap)" for g in judged["bystander_gaps"])
+                        if judged.get("bystander_gaps") else "")))
+        if judged["changes"]:
+            out.append(("no lift while a cause is active", not judged["lifts"],
+                        "; ".join(judged["lifts"]) or "none"))
         again = [ep for ep in episodes if ep["k"] > 1 and not ep["in_force_at_start"]]
         if again:
             ok = all(ep["contained"] is not None and ep["contained"] <= ONSET_TO_LIMIT_MAX_S and ep["remembered"]
@@ -278,12 +334,22 @@ def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int) -> li
                         "remembered target", ok,
                         "; ".join(f"episode {ep['k']}: {ep['contained']} s, "
                                   f"{'remembered' if ep['remembered'] else 'another'} target" for ep in again)))
-        if "fix_to_lift_minutes" in v:
+        lifts = [x for x in judged["fix_to_lift"] if x[3]]
+        if lifts:
+            ok = all(m <= FIX_TO_LIFT_MAX_MIN for _, _, m, _ in lifts)  # NaN (not lifted) fails
+            out.append((f"each lift <= {FIX_TO_LIFT_MAX_MIN:.0f} event minutes after its fix (a fix followed by "
+                        f"{FIX_TO_LIFT_MAX_MIN:.0f} quiet minutes or more)", ok,
+                        "; ".join(f"{nm} fixed {at}: " + ("not lifted" if np.isnan(m) else f"{m:.1f} min")
+                                  for nm, at, m, _ in lifts)))
+        elif "fix_to_lift_minutes" in v and not judged["changes"]:
             recurrent = n_spans > 1
             most = FIX_TO_LIFT_RECURRENT_MAX_MIN if recurrent else FIX_TO_LIFT_MAX_MIN
             x = get("fix_to_lift_minutes_last")
             out.append((f"lifted <= {most:.0f} event minutes after the {'last ' if recurrent else ''}fix",
                         bool(x <= most), "not lifted" if np.isnan(x) else f"{x:.1f} min"))
+        if judged["fix_to_lift"]:
+            out.append(("no limit set again while a fixed cause is quiet (after its lift, before it comes back)",
+                        not judged["relimits"], "; ".join(judged["relimits"]) or "none"))
     x = get("false_limits")
-    out.append(("0 enforced limits below a healthy resource's demand", x == 0, f"{x:.0f}"))
+    out.append(("0 enforced limits on a resource without a cause", x == 0, f"{x:.0f}"))
     return out

@@ -44,13 +44,13 @@ from pipelines.decide.fast import OpenRows, decide_fast, prepare_fast
 from pipelines.decide.final import decide_final, prepare_final
 from pipelines.decide.inputs import FastInputs, FinalInputs, LockedInputs
 from pipelines.decide.reconcile import latest_per_resource
-from pipelines.writeback.records import current_rows, records_from_rows
-from pipelines.sim.admitted import stats_events, trickle
+from pipelines.sim.admitted import FailureText, stats_events, trickle
+from pipelines.sim.brokers import Broker
 from pipelines.sim.cluster import ClosedLoopCluster
-from pipelines.sim.windows import FinalWindows, OpenWindows, gold_tables
+from pipelines.sim.irregular import Irregularity, stats_landings
+from pipelines.sim.windows import FAILURE, FinalWindows, OpenWindows, gold_tables
 
 UTC = dt.timezone.utc
-BUSY, LIMITED = "failure:TIMEOUT_CLEAN_QUEUE", f"failure:{rmq.RATE_LIMITED}"  # the metrics of rejected sends
 
 
 class Timing(ConfigSection):
@@ -83,6 +83,17 @@ class Store:
     def limited_keys(self) -> tuple[str, ...]:
         return tuple(sorted(f"{t}\x1f{r}" for (t, r), row in self.state.items() if row.get("limit_qps") is not None))
 
+    @classmethod
+    def read_back(cls, store: "Store") -> "Store":
+        """A restarted governor's memory: ``store``'s ``state/policy`` and ``gold/limits`` rows written as Arrow
+        tables of their lake schemas (:data:`pipelines.columns.POLICY_STATE`, :data:`~pipelines.columns.GOLD_LIMITS`)
+        and read back, nothing else (no cache, no object shared with ``store``)."""
+        state = pa.Table.from_pylist(store.state_table().to_pylist(), schema=store.state_table().schema)
+        limits = pa.Table.from_pylist(store.limits_table().to_pylist(), schema=store.limits_table().schema)
+        fresh = cls()
+        fresh.add(limits, state)
+        return fresh
+
     def add(self, limits: pa.Table, state: pa.Table | None = None) -> None:
         self._tables.clear()
         for r in (state.to_pylist() if state is not None else []):
@@ -110,64 +121,7 @@ class SimResult:
     wall_seconds: float = 0.0
     failure_lines: int = 0
     bcfg: object = None
-
-
-class Broker:
-    """The brokers' limits over time: publications in force ``propagation`` seconds after they were published."""
-
-    def __init__(self, cluster: ClosedLoopCluster, cfg: GovernorConfig, propagation: float) -> None:
-        self.cluster, self.cfg, self.propagation = cluster, cfg, propagation
-        self.pending: list[tuple[pd.Timestamp, list[dict]]] = []
-        self.records: list[dict] = []
-        self.timeline: list[tuple[pd.Timestamp, dict]] = []
-        self._expiries: list[pd.Timestamp] = []  # each record's expires_at
-        self.index = {(b, t, r): i for i, (b, t, r) in enumerate(zip(
-            cluster.pairs["broker"], cluster.pairs["resource_type"], cluster.pairs["resource"]))}
-
-    def publish(self, at: pd.Timestamp, latest: dict) -> None:
-        rows = current_rows(list(latest.values()), at.to_pydatetime())
-        self.pending.append((at + pd.Timedelta(seconds=self.propagation), records_from_rows(rows, self.cfg.limits,
-                                                                                                 None)))
-
-    def next_change(self, after: pd.Timestamp) -> pd.Timestamp | None:
-        times = [t for t, _ in self.pending] + [t for t in self._expiries if t > after]
-        return min(times) if times else None
-
-    def run_until(self, when: pd.Timestamp) -> None:
-        c = self.cluster
-        while True:
-            change = self.next_change(c.now)
-            if change is None or change > when:
-                break
-            c.advance_to(change)
-            self._apply(change)
-        c.advance_to(when)
-
-    def _apply(self, at: pd.Timestamp) -> None:
-        due = [p for p in self.pending if p[0] <= at]
-        if due:
-            self.records = due[-1][1]
-            self.pending = [p for p in self.pending if p[0] > at]
-            self._expiries = [pd.Timestamp(r["expires_at"]) for r in self.records]
-        c = self.cluster
-        n = len(c.pairs)
-        limit, burst, open_ms = np.full(n, np.nan), np.ones(n), np.full(n, float(c.cfg.breaker_open_ms))
-        snapshot = {}
-        for rec in self.records:
-            if rec["mode"] != "enforce" or pd.Timestamp(rec["expires_at"]) <= at:
-                continue
-            brokers = rec.get("brokers") or {}
-            for b in c.brokers:
-                i = self.index.get((b, rec["resource_type"], rec["resource"]))
-                if i is None:
-                    continue
-                share = brokers.get(b) or brokers.get("*")
-                qps, bu = (share["limit_qps"], share["burst"]) if share else (rec["limit_qps"], rec["burst"])
-                limit[i], burst[i], open_ms[i] = qps, bu, rec["breaker_open_ms"]
-                snapshot[(b, rec["resource_type"], rec["resource"])] = (qps, rec)
-        c.set_limits(limit, burst, open_ms)
-        if not self.timeline or self.timeline[-1][1] != snapshot:
-            self.timeline.append((at, snapshot))
+    irregular: object = None  # the world's irregularities (pipelines.sim.irregular.Irregularity)
 
 
 def closed_cluster(spec, bcfg, timing: Timing | None = None) -> ClosedLoopCluster:
@@ -179,13 +133,16 @@ def closed_cluster(spec, bcfg, timing: Timing | None = None) -> ClosedLoopCluste
 
 def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
              propagation_seconds: float | None = None, record=None,
-             cluster: ClosedLoopCluster | None = None) -> SimResult:
+             cluster: ClosedLoopCluster | None = None, *, irregular: Irregularity | None = None) -> SimResult:
     """Run ``spec`` in closed loop against the decision plane (module docstring). ``cfg``: the governor's config
     (shipped ``conf/local.toml``); ``bcfg``: the backtest's world (:class:`pipelines.sim.settings.BacktestConfig`:
     shipping, brokers, clients, propagation). ``record(kind, inputs, outputs)``: called with each fast micro-batch's
     decision inputs and its preliminary ``gold/limits`` rows (``bench/same_decisions.py`` replays them through
     another commit's fast path). ``cluster``: :func:`closed_cluster` of the same arguments, not run yet (a caller
-    that built it to look at the scenario first)."""
+    that built it to look at the scenario first). ``irregular``: the world's irregularities
+    (:class:`pipelines.sim.irregular.Irregularity`: shippers that lag, skip, repeat or stop, brokers that apply
+    late or forget, a governor restart; default none). Raises ``ValueError`` for a cluster that has run already
+    or an irregularity naming an unknown broker."""
     import time as _time
 
     started = _time.monotonic()
@@ -196,22 +153,29 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     prop = bcfg.propagation_seconds if propagation_seconds is None else float(propagation_seconds)
     w, ship = cfg.windows, bcfg.shipping
     length = w.length_seconds
-    brokers = Broker(cluster, cfg, prop)
+    irregular = irregular or Irregularity()
+    landings = stats_landings(irregular, cluster.brokers, cluster.T, ship.stats_seconds)
+    brokers = Broker(cluster, cfg, prop, irregular.apply_delay_seconds, irregular.broker_restarts)
     store, memory = Store(), OpenRows()
+    restart = irregular.governor_restart_second
+    minute_events: dict[int, list] = {}  # minute → its stats events (every broker), while a landing needs them
+    classify = FailureText(cluster)
     final, opened = FinalWindows(length, w.watermark_seconds), OpenWindows(length, w.watermark_seconds)
     background = trickle(cluster, np.random.default_rng(spec.seed + 1))
     bg = sorted(zip((pd.Timestamp(t) for t in background["event_time"]), background["broker"],
-                    background["topic"], background["expected_class"]))
+                    background["topic"], [rmq.classify_failure_text(m, None if pd.isna(c) else int(c))
+                                          for m, c in zip(background["message"], background["code"])]))
     landed: list[tuple] = []  # events, in the order they are written for the deciding queries
     written_at: list[float] = []  # when each was written (seconds from the start)
     history = History(cfg)
     decided: list[dict] = []
-    seen_rejections = stats_done = bg_done = 0
+    seen_rejections = landed_done = bg_done = 0
     fast_seen = gold_seen = 0
     step = w.fast_trigger_seconds if w.fast_path != "never" else w.trigger_seconds
     grid = np.gcd(int(step), int(w.trigger_seconds))
     second = int(grid)
-    end = cluster.T * 60 + ship.stats_seconds + 6 * w.trigger_seconds + w.watermark_seconds + 60
+    last_landing = max([ship.stats_seconds + cluster.T * 60] + [x[0] for x in landings[-1:]])
+    end = int(last_landing) + 6 * w.trigger_seconds + w.watermark_seconds + 60
     failure_lines = 0
     pair_broker = [cluster.brokers[i] for i in cluster.pair_broker]
     pair_topic = [rmq.RETRY_TOPIC_PREFIX + r if k == "group" else r
@@ -219,11 +183,21 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     while second <= end:
         t = cluster.start + pd.Timedelta(seconds=second)
         brokers.run_until(min(t, cluster.end))
+        if restart is not None and second >= restart:  # the governor restarts: its memory read back from the lake
+            store, memory, restart = Store.read_back(store), OpenRows(), None
         if second % w.trigger_seconds == 0:  # ingest: what landed by now
             batch = []
-            while stats_done < cluster.minutes_done() and (stats_done + 1) * 60 + ship.stats_seconds <= second:
-                batch += stats_events(cluster, stats_done)
-                stats_done += 1
+            arrived: dict[int, set] = {}  # minute → the brokers whose file of it landed by now
+            while landed_done < len(landings) and landings[landed_done][0] <= second:
+                _, m, b = landings[landed_done]
+                arrived.setdefault(m, set()).add(b)
+                landed_done += 1
+            for m in sorted(arrived):
+                if m not in minute_events:
+                    minute_events[m] = stats_events(cluster, m)
+                bs = arrived[m]
+                batch += minute_events[m] if len(bs) == len(cluster.brokers) else [
+                    e for e in minute_events[m] if e[1] in bs]
             cutoff = t - pd.Timedelta(seconds=ship.failures_seconds)
             rj = cluster.rejections
             last_tick = (second - ship.failures_seconds) / cluster.dt - 0.5
@@ -236,12 +210,13 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
             for (tick, pair, busy), count in lines.items():
                 if tick not in times:
                     times[tick] = start + dt.timedelta(seconds=(tick + 0.5) * cluster.dt)
-                batch.append((times[tick], pair_broker[pair], pair_topic[pair], None, BUSY if busy else LIMITED, count))
+                batch.append((times[tick], pair_broker[pair], pair_topic[pair], None,
+                              FAILURE + classify.rejection(pair, busy), count))
                 failure_lines += count
             seen_rejections = upto
             while bg_done < len(bg) and bg[bg_done][0] <= cutoff:
                 at, b, topic, klass = bg[bg_done]
-                batch.append((at.to_pydatetime(), b, topic, None, f"failure:{klass}", 1))
+                batch.append((at.to_pydatetime(), b, topic, None, FAILURE + klass, 1))
                 bg_done += 1
             landed += batch
             written_at += [second + timing.ingest_seconds] * len(batch)
@@ -302,7 +277,8 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     brokers.run_until(cluster.end)
     limits = pd.DataFrame(decided, columns=[n for n, _ in columns.GOLD_LIMITS])
     return SimResult(spec, cluster, prop, w.trigger_seconds, w.watermark_seconds, brokers.timeline, limits,
-                     wall_seconds=_time.monotonic() - started, failure_lines=failure_lines, bcfg=bcfg)
+                     wall_seconds=_time.monotonic() - started, failure_lines=failure_lines, bcfg=bcfg,
+                     irregular=irregular)
 
 
 class History:

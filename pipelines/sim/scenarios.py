@@ -37,7 +37,8 @@ import pandas as pd
 
 from pipelines import rocketmq as rmq
 from pipelines.sim.failures import busy_broker_failures
-from pipelines.sim.spec import Incident, ScenarioSpec
+from pipelines.sim.causes import _mix, second_spans, shape_compound, strength, truth_spans
+from pipelines.sim.spec import Cause, Incident, ScenarioSpec
 from pipelines.sim.world import World
 
 
@@ -141,14 +142,18 @@ def _spans(spec: ScenarioSpec, on: np.ndarray) -> tuple:
 
 def _shape_broken_consumer(spec: ScenarioSpec, world: World, rng: np.random.Generator) -> Incident:
     """The culprit group consumes ``culprit_topic`` (``storm_consume_tps``, on ``culprit_topic_brokers`` brokers)
-    and, while broken (:func:`broken_minutes`), sends back ``storm_sendback_tps`` (1.5x what it consumes) to the
-    broker each message came from; every send-back costs ``storm_write_amplification`` further broker writes
-    (unattributed, as in article 001). This is the *demand*: what the brokers admit of it is the closed-loop
-    cluster's business (:mod:`pipelines.sim.cluster`); a broken consumer keeps sending back whatever the limit
-    (its rejected send-backs are re-consumed locally and sent back again)."""
+    and, while broken (:func:`broken_minutes`, each span from ``onset_second`` into its minute, ramped over
+    ``ramp_minutes``, its fix at ``fix_second`` rolled out over ``rollout_minutes``: :func:`strength`), sends back
+    ``storm_sendback_tps`` (1.5x what it consumes) to the broker each message came from; every send-back costs
+    ``storm_write_amplification`` further broker writes (unattributed, as in article 001). This is the *demand*:
+    what the brokers admit of it is the closed-loop cluster's business (:mod:`pipelines.sim.cluster`); a broken
+    consumer keeps sending back whatever the limit (its rejected send-backs are re-consumed locally and sent back
+    again)."""
     if spec.name == "spread_storm" and spec.culprit_topic_brokers < 3:
         raise ValueError(f"spread_storm needs culprit_topic_brokers >= 3, got {spec.culprit_topic_brokers}")
-    on = broken_minutes(spec)
+    spans = second_spans(spec, broken_minutes(spec), spec.name in FIXED_ONCE)
+    level = strength(spec, spans)
+    on = level > 0
     places = np.flatnonzero(world.pl_topic == 0)
     world.put_rate[places] *= spec.storm_consume_tps / world.put_rate[places].sum(axis=0).mean()
     n = int(on.sum())
@@ -158,16 +163,19 @@ def _shape_broken_consumer(spec: ScenarioSpec, world: World, rng: np.random.Gene
         b = int(world.pl_broker[p])
         sendback = spec.storm_sendback_tps * world.pl_share[p] * (1.0 + rng.uniform(-spec.storm_noise,
                                                                                   spec.storm_noise, n))
-        world.sp_sendback_rate[world.subscription(0, p), on] = sendback
-        world.broker_unattributed_put_rate[b, on] += spec.storm_write_amplification * sendback
+        legit = spec.fixed_retry_share * world.put_rate[p, on]
+        world.sp_sendback_rate[world.subscription(0, p), on] = _mix(sendback, legit, level[on])
+        world.broker_unattributed_put_rate[b, on] += spec.storm_write_amplification * _mix(
+            sendback, np.zeros(n), level[on])
         if spec.fixed_retry_share > 0:  # fixed, it still retries a legitimate few percent of what it consumes
             world.sp_sendback_rate[world.subscription(0, p), fine] = spec.fixed_retry_share * world.put_rate[p, fine]
     hosts = sorted(world.brokers[int(b)] for b in world.pl_broker[places])
-    spans = _spans(spec, on)
-    when = ", ".join(f"{a:%H:%M}-{b:%H:%M}" for a, b in spans)
+    active = truth_spans(spec, spans)
+    when = ", ".join(f"{a:%H:%M:%S}-{b:%H:%M:%S}" for a, b in active)
+    cause = Cause("group", spec.culprit_group, "storm", active, spec.ramp_minutes * 60.0, True, tuple(hosts))
     return Incident(
         kind=spec.name, onset=spec.onset, culprit_group=spec.culprit_group, culprit_topic=spec.culprit_topic,
-        culprit_broker=world.brokers[spec.culprit_broker_index], active=spans,
+        culprit_broker=world.brokers[spec.culprit_broker_index], active=active, causes=(cause,),
         detail=(f"{spec.culprit_group} consumes {spec.storm_consume_tps:.0f} msgs/s of {spec.culprit_topic} on "
                 f"{', '.join(hosts)} and sends back {spec.storm_sendback_tps:.0f} msgs/s while broken ({when} UTC)"),
     )
@@ -225,11 +233,17 @@ def _shape_noisy_neighbour(spec: ScenarioSpec, world: World, rng: np.random.Gene
     p = world.placement(t, cb)
     world.put_rate[p] *= spec.noisy_base_tps / world.put_rate[p].mean()
     e = T if spec.noisy_minutes is None else min(T, o + spec.noisy_minutes)
-    world.put_rate[p, o:e] = spec.noisy_put_tps * (1.0 + rng.uniform(-spec.storm_noise, spec.storm_noise, e - o))
-    on = np.zeros(T, dtype=bool)
-    on[o:e] = True
+    minutes = np.zeros(T, dtype=bool)
+    minutes[o:e] = True
+    spans = second_spans(spec, minutes, fixed_once=True)
+    level = strength(spec, spans)
+    on = level > 0
+    full = spec.noisy_put_tps * (1.0 + rng.uniform(-spec.storm_noise, spec.storm_noise, int(on.sum())))
+    world.put_rate[p, on] = _mix(full, world.put_rate[p, on], level[on])
+    active = truth_spans(spec, spans)
+    cause = Cause("topic", str(world.topic[t]), "surge", active, spec.ramp_minutes * 60.0, True, (world.brokers[cb],))
     return Incident(kind="noisy_neighbour", onset=spec.onset, culprit_group=None, culprit_topic=str(world.topic[t]),
-                    culprit_broker=world.brokers[cb], active=_spans(spec, on),
+                    culprit_broker=world.brokers[cb], active=active, causes=(cause,),
                     detail=(f"{world.topic[t]} jumps {spec.noisy_base_tps:.0f} -> {spec.noisy_put_tps:.0f} msgs/s on "
                             f"{world.brokers[cb]}, which it shares with {int((world.pl_broker == cb).sum()) - 1} "
                             "other topics"))
@@ -293,6 +307,8 @@ SCENARIOS: dict[str, Scenario] = {
                                      _shape_noisy_neighbour, busy_broker_failures),
     "spread_storm": Scenario("the persisting storm on a topic spread over culprit_topic_brokers (>= 3) brokers",
                              _shape_broken_consumer, None),
+    "compound": Scenario("several causes at once (spec.causes): storms of consumer groups and surges of topics",
+                         shape_compound, None),
     "large_mix": Scenario("a large cluster (10,000 topics, 50 brokers): diurnal traffic, a retry storm and a flash "
                           "sale", _shape_large_mix, busy_broker_failures),
 }

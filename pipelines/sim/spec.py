@@ -104,6 +104,22 @@ class ScenarioSpec:
     fixed_retry_share: float = 0.0  # once fixed (between episodes too), the group still sends back this share of
     #                                 what it consumes (transient errors: a legitimate retry level of a few percent)
 
+    # --- when a cause starts and stops, at any second (the broken-consumer kinds, noisy_neighbour, compound) -------
+    onset_second: int = 0  # the cause starts this many seconds into its onset minute (each episode's start too)
+    ramp_minutes: float = 0.0  # ... and grows linearly to its full level over this many minutes (0: at once)
+    fix_second: int = 0  # a fix (storm_fix_minute, the end of noisy_minutes) lands this many seconds into its minute
+    rollout_minutes: float = 0.0  # ... and is rolled out linearly over this many minutes: the cause is over at its end
+
+    # --- compound: several causes at once (scenario "compound") ----------------------------------------------------
+    #: Each cause ``(kind, index, start_second, stop_second, level, required)``: ``kind`` "storm" (consumer group
+    #: ``index`` of the catalog sends back ``level`` msgs/s over its subscriptions, each send-back costing
+    #: ``storm_write_amplification`` unattributed broker writes) or "surge" (topic ``index`` is put at ``level``
+    #: msgs/s over all its brokers); seconds from the run's start, ``stop_second`` < 0: to the end;
+    #: ``required`` 0: a limit on it is allowed, not required (its broker's demand is within 0.9-1.1x capacity);
+    #: "flash": topic ``index`` put at ``level`` legitimately (no cause, never to be limited), ramped over the last
+    #: field's minutes. Several entries of one resource: a cause that comes back.
+    causes: tuple = ()
+
     # --- background send failures (every scenario) ---------------------------------------------------------------
     trickle_timeouts_per_broker_min: float = 0.3  # RemotingTimeoutException / Go "request timeout", code null
     trickle_topic_not_exist_per_broker_min: float = 0.05  # code 17 TOPIC_NOT_EXIST
@@ -165,6 +181,19 @@ class ScenarioSpec:
             problems.append(f"noisy minutes must be >= 1, got {self.noisy_minutes}")
         if self.culprit_topic_tps * 60 >= self.culprit_broker_normal_put_per_min:
             problems.append("culprit_topic_tps must be below the culprit broker's normal put rate")
+        if not 0 <= self.onset_second < 60 or not 0 <= self.fix_second < 60:
+            problems.append("onset_second and fix_second must be within 0..59")
+        if self.ramp_minutes < 0 or self.rollout_minutes < 0:
+            problems.append("ramp_minutes and rollout_minutes must be >= 0")
+        for cause in self.causes:
+            if len(cause) != 6 or cause[0] not in ("storm", "surge", "flash"):
+                problems.append(f"bad cause {cause!r}: (storm|surge|flash, index, start_second, stop_second, level, "
+                                "required or, for a flash sale, its ramp in minutes)")
+                continue
+            limit = self.groups if cause[0] == "storm" else self.topics
+            if not 0 <= cause[1] < limit or not 0 <= cause[2] < self.minutes * 60 or cause[4] <= 0 or (
+                    0 <= cause[3] <= cause[2]):
+                problems.append(f"bad cause {cause!r}")
         if self.cluster == "" or "@" in self.cluster:
             problems.append(f"bad cluster name {self.cluster!r}")
         if problems:
@@ -217,6 +246,25 @@ class Incident:
     #: UTC [start, end) spans while the cause is active (a broken consumer before its fix); empty = from the onset
     #: to the end of the run.
     active: tuple[tuple[datetime, datetime], ...] = ()
+    #: The ground truth, one entry per cause (a compound incident has several); empty: the one culprit above.
+    causes: tuple["Cause", ...] = ()
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One cause of an incident, as a correct governor would limit it: the resource (``group``: a consumer group's
+    retry traffic; ``topic``: a surging topic), ``kind`` (``storm`` or ``surge``), the UTC [start, end) spans while
+    it is active (from its first second to the end of its fix's roll-out), ``ramp_seconds`` (it reaches its full
+    level that long after each span's start: the onset clock starts there), ``required`` (False: a limit on it is
+    allowed, not required: its broker's demand sits within 0.9-1.1x its capacity) and the brokers it loads."""
+
+    resource_type: str
+    resource: str
+    kind: str
+    active: tuple[tuple[datetime, datetime], ...]
+    ramp_seconds: float = 0.0
+    required: bool = True
+    brokers: tuple[str, ...] = ()
 
 
 def broker_names(n: int) -> list[str]:

@@ -8,7 +8,12 @@ events a simulated cluster prints → the windowed sums Spark would hand the dec
 * :class:`OpenWindows`: the fast query's running sums per window × resource (update mode: the rows a micro-batch's
   input touched), as :func:`pipelines.dataplane.transforms.fast.open_window_sums` computes them.
 
-Rows at or older than the watermark are dropped by both, as Spark's stateful operators drop them. The same events give
+Rows at or older than the watermark are dropped by both, as Spark's stateful operators drop them (a broker whose
+minute lands later than the watermark allows is not counted in that window at all). A stats line shipped twice
+counts once in both, as in Spark, where a window's stats amounts are a set of lines
+(:func:`pipelines.dataplane.transforms.tps.window_metrics`, ``open_window_sums``): here a stats event equal to one
+already in a window's state (same time, broker, topic, group, metric and amount) is skipped; failure events count as
+they come. The same events give
 the same rows as Spark (``tests/sim/test_windows.py`` checks it against the Spark transforms). Events are tuples
 ``(event_time, broker, topic, consumer_group, metric, amount)``: event times UTC datetimes, a stats line's at the
 start of the minute it covers, a failure's metric ``failure:<class>``.
@@ -77,6 +82,7 @@ class FinalWindows:
         self.max_seen: dt.datetime | None = None
         self._starts: set = set()  # the window starts in ``sums`` (what is due is known without scanning it)
         self._start_of = _Starts(length)
+        self._lines: dict = defaultdict(set)  # window start → its stats events (a line shipped twice counts once)
 
     def batch(self, events: list[Event]) -> dict | None:
         """One micro-batch: add ``events`` (those not older than the watermark), emit the windows the watermark of
@@ -87,6 +93,12 @@ class FinalWindows:
             if self.watermark is not None and at <= self.watermark:  # late (Spark: event time <= watermark)
                 continue
             start = start_of[at]
+            if not metric.startswith(FAILURE):
+                seen = self._lines[start]
+                line = (at, broker, topic, group, metric, amount)
+                if line in seen:
+                    continue
+                seen.add(line)
             sums[(start, broker, topic, group, metric)] += amount
             starts.add(start)
             self.max_seen = at if self.max_seen is None or at > self.max_seen else self.max_seen
@@ -98,6 +110,8 @@ class FinalWindows:
             for k in due:
                 del sums[k]
             starts -= gone
+            for start in gone:
+                self._lines.pop(start, None)
             emitted = due or None
         if self.max_seen is not None:
             moved = self.max_seen - self.delay
@@ -127,6 +141,7 @@ class OpenWindows:
         self.watermark: dt.datetime | None = None
         self.max_seen: dt.datetime | None = None
         self._start_of = _Starts(length)
+        self._lines: dict = defaultdict(set)  # window start → its stats events (a line shipped twice counts once)
 
     def _row(self, start, rtype, name) -> dict:
         key = (start, rtype, name)
@@ -151,6 +166,12 @@ class OpenWindows:
                 continue
             start = start_of[at]
             self.max_seen = at if self.max_seen is None or at > self.max_seen else self.max_seen
+            if not metric.startswith(FAILURE):
+                seen = self._lines[start]
+                line = (at, broker, topic, group, metric, amount)
+                if line in seen:  # counted once; its rows are still output (update mode: the keys it touched)
+                    amount = 0
+                seen.add(line)
             if metric.startswith(FAILURE):
                 klass = metric[len(FAILURE):]
                 if klass == rmq.RATE_LIMITED:
@@ -203,4 +224,6 @@ class OpenWindows:
             self.watermark = moved if self.watermark is None or moved > self.watermark else self.watermark
             for key in [k for k in self.rows if k[0] + w <= self.watermark]:
                 del self.rows[key]
+            for start in [s for s in self._lines if s + w <= self.watermark]:
+                del self._lines[start]
         return from_rows(out, OPEN_COLUMNS), out

@@ -208,13 +208,16 @@ def test_fix_to_lift_and_false_limits(tmp_path):
     res = _run(tmp_path, "storm_fixed", [
         (255, [_record(GROUP, 40.0, 1, far, brokers={"broker-a": 20.0, "broker-b": 20.0}), healthy]),
         (7 * 60 + 150, [healthy]),                  # the culprit's limit gone from limits.json: lifted
-    ], storm_fix_minute=7)
+    ], storm_fix_minute=7, minutes=16)              # 9 quiet minutes after the fix: its lift is judged
     f = compute(res)
     assert f.value("fix_to_lift_minutes") == pytest.approx((150 + 10) / 60, abs=0.02)
+    # issue 49: any enforced limit on a resource without a cause is false (the count below demand kept beside)
     assert f.value("false_limits") == 1 and f.details["false_limits"] == "topic:risk-notify"
-    names = {name: ok for name, ok, _ in f.checks}
-    assert names["lifted <= 8 event minutes after the fix"] is True
-    assert names["0 enforced limits below a healthy resource's demand"] is False
+    assert f.value("false_limits_below_demand") == 1
+    names = {name: (ok, measured) for name, ok, measured in f.checks}
+    lift = names["each lift <= 8 event minutes after its fix (a fix followed by 8 quiet minutes or more)"]
+    assert lift == (True, f"group get-pugc-to-ai-consumer fixed {START + dt.timedelta(minutes=7):%H:%M:%S}: 2.7 min")
+    assert names["0 enforced limits on a resource without a cause"][0] is False
 
 
 def test_results_append_through_the_lake_once_per_run(spark, tmp_path):
@@ -277,3 +280,19 @@ def test_an_intermittent_storm_is_judged_per_episode_and_over_all_of_them(tmp_pa
     checks = {name.split(",")[0]: (ok, measured) for name, ok, measured in lifted.checks}
     assert checks["an episode that starts after a lift is limited within 100 s at the remembered target"] == (
         False, "episode 2: 160 s, another target")
+
+
+def test_a_limit_set_again_while_a_fixed_cause_is_quiet_fails(tmp_path):
+    """Issue 49: a governor that re-limits a fixed group from stale windows (a lagging shipper's minutes) after its
+    lift has limited a cause that is gone: 'no limit set again while a fixed cause is quiet' fails and names it."""
+    far = pd.Timestamp(START) + pd.Timedelta(hours=1)
+    limit = [_record(GROUP, 40.0, 1, far, brokers={"broker-a": 20.0, "broker-b": 20.0})]
+    lifted = [(255, limit), (7 * 60 + 150, [])]   # fixed at minute 7, lifted at 9:40 (10 s of propagation)
+    check = "no limit set again while a fixed cause is quiet (after its lift, before it comes back)"
+    clean = {n: (ok, m) for n, ok, m in compute(_run(tmp_path / "a", "storm_fixed", lifted, storm_fix_minute=7,
+                                                      minutes=16)).checks}
+    assert clean[check] == (True, "none")
+    again = lifted + [(11 * 60, [_record(GROUP, 40.0, 3, far, brokers={"broker-a": 20.0, "broker-b": 20.0})])]
+    stale = {n: (ok, m) for n, ok, m in compute(_run(tmp_path / "b", "storm_fixed", again, storm_fix_minute=7,
+                                                      minutes=16)).checks}
+    assert stale[check][0] is False and "limited again" in stale[check][1] and "11:10" in stale[check][1]

@@ -86,6 +86,27 @@ def test_seconds_after_jvm_pause_and_configured_zone(spark):
     assert parsed.first()["event_time"] == ts("2022-02-08 00:47:43")
 
 
+def test_the_pure_python_classifier_reads_the_table_as_spark_does(spark):
+    """``rocketmq.classify_failure_text`` (the simulator's) and the data plane's Spark expression give the same
+    class for every message of the test above and for the lines the simulator's clients write."""
+    from pipelines import rocketmq as rmq
+    from pipelines.sim import failures as fl
+
+    cases = [
+        ("CODE: 2  DESC: [TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while BROKER: 10.0.0.1:10911", None),
+        ("CODE: 2, DESC: [PCBUSY_CLEAN_QUEUE]broker busy", None), ("[OVERLOAD]system busy", 2),
+        ("CODE: 1  DESC: [PC_SYNCHRONIZED]broker busy", 1), ("CODE: 2  DESC: rateLimit", 2),
+        ("CODE: 2, DESC: " + fl.rate_limit_remark("%RETRY%g", 12), None), (fl.busy_remark(230, 12), 2),
+        ("RemotingTooMuchRequestException: sendDefaultImpl call timeout", None), ("request timeout", None),
+        (None, 14), ("CODE: 17  DESC: topic not exist", 17), ("[REJECTREQUEST]system busy", None),
+        ("the [RateLimit] for x and [TIMEOUT_CLEAN_QUEUE] both", 2), ("nothing known", None),
+    ]
+    frame = spark.createDataFrame(cases, "message string, code int")
+    got = [r["c"] for r in frame.select(parse_failures.classify_failure(frame["message"], frame["code"]).alias("c"))
+           .collect()]
+    assert got == [rmq.classify_failure_text(m, c) for m, c in cases]
+
+
 @pytest.mark.parametrize(
     "line, reason",
     [

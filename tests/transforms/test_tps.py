@@ -46,10 +46,19 @@ def test_window_metrics_sums_events_per_window(spark):
 def test_window_metrics_count_a_stats_line_shipped_twice_once_and_every_failure(spark):
     line = (ts("2022-02-08 07:39:00"), "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600)
     failure = (ts("2022-02-08 07:39:10"), "broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 1)
-    events = spark.createDataFrame(
-        [line, line, (ts("2022-02-08 07:39:00"), "broker-b", "orders", None, "TOPIC_PUT_NUMS", 600), failure, failure],
-        schemas.METRIC_EVENT)
+    rows = [line, line, (ts("2022-02-08 07:39:00"), "broker-b", "orders", None, "TOPIC_PUT_NUMS", 600), failure,
+            failure]
+    events = spark.createDataFrame(rows, schemas.METRIC_EVENT)
     got = events.transform(tps.window_metrics(W))
+    # the simulator's model of the same stateful sums (pipelines/sim/windows.py) counts them the same
+    from pipelines.sim.windows import FinalWindows
+
+    final = FinalWindows(W.length_seconds, W.watermark_seconds)
+    utc = [(t.replace(tzinfo=__import__("datetime").timezone.utc), *rest) for t, *rest in rows]
+    final.batch(utc[:3])
+    final.batch(utc[3:] + [(utc[0][0].replace(hour=9), "broker-a", "orders", None, "TOPIC_PUT_NUMS", 1)])
+    modelled = {k[1:]: v for k, v in (final.batch([]) or {}).items() if k[0] == utc[0][0]}
+    assert modelled == {(r["broker"], r["topic"], r["consumer_group"], r["metric"]): r["amount"] for r in got.collect()}
     want = spark.createDataFrame(
         [(T0, T1, "broker-a", "orders", None, "TOPIC_PUT_NUMS", 600),
          (T0, T1, "broker-b", "orders", None, "TOPIC_PUT_NUMS", 600),

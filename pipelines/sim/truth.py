@@ -1,0 +1,223 @@
+"""The ground truth of a closed loop and the judgement of each cause against it (issue 49), for
+:mod:`pipelines.sim.figures`: the incident's causes (:func:`causes`, :func:`truth`), where a cause's onset clock
+starts (:func:`onset_clock`), every change of a limit's value from the brokers' timeline (:func:`value_events`,
+:func:`_changes`), and per cause its changes, lifts, limited minutes, fixes and limits set again while it is quiet
+(:func:`judge_causes`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: Scenarios whose culprit is a consumer group's retry traffic.
+STORMS = {"persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "intermittent_short",
+          "spread_storm", "retry_storm", "large_mix"}
+#: Two values in force within this relative distance are the same value (floating-point noise).
+SAME_VALUE_REL = 1e-9
+#: Bounds of the checks that :func:`judge_causes` measures against (the figures module states them all).
+TARGET_RATIO = (0.75, 1.25)
+FIX_TO_LIFT_MAX_MIN = 8.0
+
+
+def _seconds(result, spans) -> np.ndarray:
+    """Per second of the run: inside one of ``spans``."""
+    c = result.cluster
+    mask = np.zeros(c.T * 60, dtype=bool)
+    for a, b in spans:
+        lo = max(0, int((a - c.start).total_seconds()))
+        hi = min(c.T * 60, int(np.ceil((b - c.start).total_seconds())))
+        mask[lo:hi] = True
+    return mask
+
+
+def causes(result) -> list:
+    """The incident's causes (:class:`pipelines.sim.spec.Cause`): its own list, or else the one culprit of a
+    single-cause scenario (a retry storm's group, a surge's topic); none for a flash sale or a normal day."""
+    from pipelines.sim.spec import Cause
+
+    inc, c = result.cluster.incident, result.cluster
+    if inc is None or inc.kind == "flash_sale":
+        return []
+    if inc.causes:
+        return list(inc.causes)
+    spans = tuple((pd.Timestamp(a), pd.Timestamp(b)) for a, b in inc.active) or ((pd.Timestamp(inc.onset), c.end),)
+    if inc.kind in STORMS:
+        return [Cause("group", inc.culprit_group, "storm", spans)]
+    return [Cause("topic", inc.culprit_topic, "surge", spans)]
+
+
+def truth(result) -> tuple[set[tuple[str, str]], list[tuple[pd.Timestamp, pd.Timestamp]]]:
+    """(culprit resources a correct governor may limit: every cause's, the spans when a cause is active: the union
+    of the causes' spans, merged)."""
+    found = causes(result)
+    spans = sorted((pd.Timestamp(a), pd.Timestamp(b)) for cause in found for a, b in cause.active)
+    merged: list = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return {(cause.resource_type, cause.resource) for cause in found}, merged
+
+
+def onset_clock(result, cause) -> pd.Timestamp:
+    """Where a cause's onset → limit in force is measured from: the first whole stats minute at its full level
+    (its start + its ramp, up to the next whole minute of the run). The governor reads minute lines: a cause that
+    starts mid-minute, or ramps, shows in that minute's line only in part (a start on a whole minute: the start)."""
+    c = result.cluster
+    full = (pd.Timestamp(cause.active[0][0]) + pd.Timedelta(seconds=cause.ramp_seconds) - c.start).total_seconds()
+    return c.start + pd.Timedelta(minutes=int(np.ceil(full / 60.0 - 1e-9)))
+
+
+def value_events(result, resource: tuple[str, str]) -> list[tuple[pd.Timestamp, float]]:
+    """Every change of ``resource``'s value in force, from the brokers' timeline (``result.in_force``), whatever
+    its duration: (time, cluster-wide ``limit_qps`` of the newest record in force at any broker, NaN: none at any
+    broker). Consecutive equal values (within :data:`SAME_VALUE_REL`) are one."""
+    out: list = []
+    for t, snap in result.in_force:
+        recs = [rec for (_b, rt, r), (_qps, rec) in snap.items() if (rt, r) == resource]
+        value = float(max(recs, key=lambda rec: rec.get("version") or 0)["limit_qps"]) if recs else float("nan")
+        if out:
+            last = out[-1][1]
+            if (np.isnan(last) and np.isnan(value)) or (
+                    not np.isnan(last) and not np.isnan(value) and abs(value - last) <= SAME_VALUE_REL * abs(last)):
+                continue
+        out.append((pd.Timestamp(t), value))
+    return out
+
+
+def restart_times(result) -> list[tuple[str, pd.Timestamp]]:
+    """The brokers' restarts of the run's irregular world (``result.irregular``; none for the Spark backtest)."""
+    irr = getattr(result, "irregular", None)
+    if irr is None:
+        return []
+    c = result.cluster
+    return [(b, c.start + pd.Timedelta(seconds=float(s))) for b, s in irr.broker_restarts]
+
+
+def _value_at(events: list, t: pd.Timestamp) -> float:
+    """The value in force at ``t`` from :func:`value_events` (NaN: none)."""
+    value = float("nan")
+    for at, v in events:
+        if at > t:
+            break
+        value = v
+    return value
+
+
+def _changes(events: list, t0: pd.Timestamp, t1: pd.Timestamp, restarts: list) -> tuple[int, int, list[str]]:
+    """(value changes in (t0, t1), of which lifts (the value gone at every broker), the changes left out with their
+    reason): every change counts whatever its duration, except a value gone at the instant a broker restarted
+    (its limiter's memory, not a decision) and its return at the same value."""
+    count = lifts = 0
+    excluded: list[str] = []
+    restart_at = {t: b for b, t in restarts}
+    last = _value_at(events, t0)
+    skip_return = None
+    for t, v in events:
+        if not t0 < t < t1:
+            continue
+        if np.isnan(v) and t in restart_at:
+            excluded.append(f"{t:%H:%M:%S} gone at {restart_at[t]}'s restart (its limiter forgot, no decision)")
+            skip_return = last
+            last = v
+            continue
+        if skip_return is not None and not np.isnan(v) and abs(v - skip_return) <= SAME_VALUE_REL * abs(skip_return):
+            excluded.append(f"{t:%H:%M:%S} back at {v:.1f} msg/s after the restart")
+            skip_return, last = None, v
+            continue
+        skip_return = None
+        count += 1
+        lifts += int(np.isnan(v))
+        last = v
+    return count, lifts, excluded
+
+
+def judge_causes(result, found: list, values: dict, details: dict) -> dict:
+    """Each cause judged against the ground truth: its value changes and lifts while it is active (every change,
+    :func:`_changes`), the brokers' admitted traffic ÷ its limit in every minute it is limited at each of its
+    brokers while it is active and its demand reaches the limit, and each fix → lift where the quiet after the fix
+    lasts :data:`FIX_TO_LIFT_MAX_MIN` or more (a shorter quiet spell may hold the limit). Adds its figures to
+    ``values`` and ``details``; returns what :func:`_checks` needs."""
+    c = result.cluster
+    n, nan = c.T * 60, float("nan")
+    restarts = restart_times(result)
+    key = list(zip(c.pairs["resource_type"], c.pairs["resource"]))
+    out = {"changes": [], "lifts": [], "minutes": [], "fix_to_lift": [], "excluded": [], "relimits": []}
+    run_end = c.start + pd.Timedelta(seconds=n)
+    for cz in found:
+        res = (cz.resource_type, cz.resource)
+        name = f"{cz.resource_type} {cz.resource}"
+        events = value_events(result, res)
+        spans = [(pd.Timestamp(a), pd.Timestamp(b)) for a, b in cz.active]
+        most = 0
+        for k, (a, b) in enumerate(spans):
+            t0 = next((t for t, v in events if a <= t < b and not np.isnan(v)), None)
+            if not np.isnan(_value_at(events, a)):
+                t0 = a
+            if t0 is not None:
+                changes, lifts, excluded = _changes(events, t0, b, restarts)
+                most = max(most, changes)
+                out["excluded"] += [f"{name}: {x}" for x in excluded]
+                if lifts:
+                    out["lifts"].append(f"{name} lifted {lifts}x while active ({a:%H:%M:%S}-{b:%H:%M:%S})")
+            if b < run_end:
+                quiet_end = spans[k + 1][0] if k + 1 < len(spans) else run_end
+                gone = next((t for t, v in events if t >= b and np.isnan(v)), None)
+                if np.isnan(_value_at(events, b)):
+                    gone = b
+                minutes = (gone - b).total_seconds() / 60.0 if gone is not None and gone < quiet_end else nan
+                judged = (quiet_end - b).total_seconds() >= FIX_TO_LIFT_MAX_MIN * 60.0
+                out["fix_to_lift"].append((name, f"{b:%H:%M:%S}", minutes, judged))
+                if gone is not None and gone < quiet_end:  # set again while the fixed cause is quiet
+                    again = [t for t, v in events if gone < t < quiet_end and not np.isnan(v)]
+                    if again:
+                        out["relimits"].append(f"{name} fixed {b:%H:%M:%S}, lifted {gone:%H:%M:%S}, limited again "
+                                               f"{again[0]:%H:%M:%S} while quiet")
+        out["changes"].append((cz, most))
+        # admitted ÷ limit per limited minute
+        pairs = np.array([k_ == res for k_ in key], dtype=bool)
+        if not pairs.any():
+            continue
+        brokers_of = set(c.pairs.loc[pairs, "broker"])
+        everywhere = np.zeros(n, dtype=bool)
+        target = np.full(n, nan)
+        times = [t for t, _ in result.in_force] + [run_end]
+        for (t, snap), t_next in zip(result.in_force, times[1:]):
+            lo = max(0, int(np.ceil((t - c.start).total_seconds())))
+            hi = min(n, int(np.ceil((t_next - c.start).total_seconds())))
+            recs = {b_: rec for (b_, rt, r), (_q, rec) in snap.items() if (rt, r) == res}
+            if hi > lo and set(recs) >= brokers_of:
+                everywhere[lo:hi] = True
+                target[lo:hi] = float(max(recs.values(), key=lambda rec: rec.get("version") or 0)["limit_qps"])
+        act = _seconds(result, cz.active)
+        admitted = c.second_admitted[:, pairs].sum(axis=1)
+        demand = c.demand[pairs].sum(axis=0)
+        for m in range(c.T):
+            sl = slice(m * 60, (m + 1) * 60)
+            if act[sl].all() and everywhere[sl].all() and demand[m] >= np.mean(target[sl]):
+                out["minutes"].append((name, m, float(admitted[sl].sum() / target[sl].sum())))
+    ratios = [r for _, _, r in out["minutes"]]
+    values["admitted_over_limit_minute_min"] = (min(ratios) if ratios else nan, "ratio", "incident")
+    values["admitted_over_limit_minute_max"] = (max(ratios) if ratios else nan, "ratio", "incident")
+    values["limited_minutes_judged"] = (float(len(ratios)), "count", "incident")
+    lo_, hi_ = TARGET_RATIO
+    worst = [f"{nm} minute {m}: {r:.2f}x" for nm, m, r in out["minutes"] if not lo_ <= r <= hi_]
+    details["admitted_over_limit_minute_min"] = "; ".join(worst[:6]) or "every judged minute within bounds"
+    values["lifts_while_cause_active"] = (float(len(out["lifts"])), "count", "incident")
+    details["lifts_while_cause_active"] = "; ".join(out["lifts"]) or "none"
+    judged_lifts = [x for x in out["fix_to_lift"] if x[3]]
+    values["fix_to_lift_minutes_worst"] = (max((x[2] for x in judged_lifts), default=nan)
+                                           if not any(np.isnan(x[2]) for x in judged_lifts) else float("inf"),
+                                           "min", "incident")
+    details["fix_to_lift_minutes_worst"] = "; ".join(
+        f"{nm} fixed {at}: " + ("not lifted" if np.isnan(m) else f"{m:.1f} min") + ("" if j else " (quiet < 8 min)")
+        for nm, at, m, j in out["fix_to_lift"]) or "no fix"
+    values["limits_again_while_quiet"] = (float(len(out["relimits"])), "count", "incident")
+    details["limits_again_while_quiet"] = "; ".join(out["relimits"]) or "none"
+    values["limit_value_changes_excluded"] = (float(len(out["excluded"])), "count", "incident")
+    details["limit_value_changes_excluded"] = "; ".join(out["excluded"]) or "none"
+    return out
+
+

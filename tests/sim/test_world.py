@@ -1,0 +1,196 @@
+"""The irregular world of the Spark-free closed loop (issue 49, pipelines/sim/irregular.py): shippers that lag, skip,
+repeat and stop; brokers that apply a limit each after its own delay or forget it on a restart; a governor restarted
+from the lake; failure lines classified by the data plane's pattern table; compound causes and their ground truth.
+Small inline data; the whole-loop tests run one short storm each (about a second)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipelines import rocketmq as rmq
+from pipelines.sim.irregular import Irregularity, stats_landings
+from pipelines.sim.windows import FinalWindows, OpenWindows
+
+T0 = dt.datetime(2026, 1, 5, 6, 0, tzinfo=dt.timezone.utc)
+
+
+def _at(minute: int) -> dt.datetime:
+    return T0 + dt.timedelta(minutes=minute)
+
+
+def test_a_lagging_brokers_minutes_land_late_and_a_dropped_or_stopped_one_never():
+    irr = Irregularity(stats_delay_seconds={"broker-b": 150.0}, dropped_minutes=[("broker-a", 1)],
+                       stats_stop_minute={"broker-c": 2})
+    landed = stats_landings(irr, ["broker-a", "broker-b", "broker-c"], 4, 5.0)
+    when = {(m, b): t for t, m, b in landed}
+    assert when[(0, "broker-a")] == 65.0 and when[(0, "broker-b")] == 210.0  # minute 0 ends at 60 s
+    assert (1, "broker-a") not in when and (2, "broker-a") in when  # the dropped minute only
+    assert [m for (m, b) in when if b == "broker-c"] == [0, 1]  # stopped from minute 2 on
+    assert [t for t, _, _ in landed] == sorted(t for t, _, _ in landed)
+
+
+def test_a_minute_shipped_twice_lands_twice_and_unknown_brokers_are_refused():
+    landed = stats_landings(Irregularity(duplicated_minutes=[("broker-a", 0, 90.0)]), ["broker-a"], 2, 5.0)
+    assert [(t, m) for t, m, _ in landed] == [(65.0, 0), (125.0, 1), (155.0, 0)]
+    with pytest.raises(ValueError, match="unknown brokers"):
+        stats_landings(Irregularity(stats_delay_seconds={"broker-z": 1.0}), ["broker-a"], 2, 5.0)
+
+
+def test_a_stats_line_shipped_twice_counts_once_in_both_speeds_and_failures_count_as_they_come():
+    line = (_at(0), "broker-a", "t1", None, rmq.TOPIC_PUT_NUMS, 600)
+    failure = (_at(0) + dt.timedelta(seconds=5), "broker-a", "t1", None, "failure:TIMEOUT_CLEAN_QUEUE", 1)
+    final = FinalWindows(60, 120)
+    final.batch([line, failure])
+    final.batch([line, failure])  # the same file again, and a second failure line
+    final.batch([(_at(5), "broker-a", "t1", None, rmq.TOPIC_PUT_NUMS, 1)])  # moves the watermark past minute 0
+    sums = final.batch([])
+    assert sums[(_at(0), "broker-a", "t1", None, rmq.TOPIC_PUT_NUMS)] == 600
+    assert sums[(_at(0), "broker-a", "t1", None, "failure:TIMEOUT_CLEAN_QUEUE")] == 2
+    opened = OpenWindows(60, 120)
+    opened.batch_rows([line])
+    _, rows = opened.batch_rows([line])
+    assert {(r["resource_type"], r["puts"]) for r in rows if r["resource_type"] != "cluster"} == {
+        ("topic", 600), ("broker", 600)}  # output again (update mode), not added again
+
+
+def test_a_minute_behind_the_watermark_is_dropped_as_spark_drops_late_rows():
+    final = FinalWindows(60, 120)
+    emitted = {}
+    for events in ([(_at(5), "broker-a", "t1", None, rmq.TOPIC_PUT_NUMS, 60)],  # watermark: minute 3
+                   [(_at(2), "broker-b", "t1", None, rmq.TOPIC_PUT_NUMS, 60)],  # 3 minutes late: behind it
+                   [(_at(9), "broker-a", "t1", None, rmq.TOPIC_PUT_NUMS, 60)], []):
+        emitted.update(final.batch(events) or {})
+    assert emitted == {(_at(5), "broker-a", "t1", None, rmq.TOPIC_PUT_NUMS): 60}
+
+
+def test_failure_lines_are_classified_by_the_data_planes_pattern_table():
+    from pipelines.sim.admitted import FailureText
+    from pipelines.sim.loop import closed_cluster
+    from pipelines.sim.settings import load_backtest_config
+    from pipelines.sim.spec import ScenarioSpec
+
+    spec = ScenarioSpec(name="persisting_storm", start=T0, minutes=8, onset_minute=5, brokers=3, topics=6, groups=4)
+    text = FailureText(closed_cluster(spec, load_backtest_config("conf/backtest.toml")))
+    seen = {}
+    for pair in range(len(text.topic)):
+        for busy in (True, False):
+            message, code = text.text(pair, busy)
+            seen.setdefault(busy, set()).add(rmq.classify_failure_text(message, code))
+    assert seen == {True: {"TIMEOUT_CLEAN_QUEUE"}, False: {rmq.RATE_LIMITED}}
+    assert rmq.classify_failure_text("org.apache...RemotingTimeoutException: wait response", None) == "CLIENT_TIMEOUT"
+    assert rmq.classify_failure_text("CODE: 14  DESC: nothing known", 14) == "SERVICE_NOT_AVAILABLE"
+    assert rmq.classify_failure_text("CODE: 17  DESC: topic not exist", 17) == rmq.OTHER_FAILURE
+    # the trickle's generator knows what each of its lines stands for: the table reads the same from the text
+    from pipelines.sim.admitted import trickle
+
+    bg = trickle(text.cluster, np.random.default_rng(1))
+    got = [rmq.classify_failure_text(m, None if pd.isna(c) else int(c)) for m, c in zip(bg["message"], bg["code"])]
+    assert len(bg) and got == bg["expected_class"].tolist()
+
+
+@pytest.fixture(scope="module")
+def storm_runs():
+    """One short persisting storm (one carrier, broker-a), regular and irregular: broker-b applies 15 s later,
+    broker-a restarts mid-storm, the governor restarts too."""
+    from pipelines.sim.loop import simulate
+    from pipelines.sim.settings import governor_config, load_backtest_config
+    from pipelines.sim.spec import ScenarioSpec
+
+    bcfg = load_backtest_config("conf/backtest.toml")
+    cfg = governor_config(bcfg, None, None)
+    spec = ScenarioSpec(name="persisting_storm", start=T0, minutes=14, onset_minute=6, brokers=3, topics=6, groups=4,
+                        culprit_topic_brokers=2)
+    irr = Irregularity(apply_delay_seconds={"broker-b": 15.0}, broker_restarts=[("broker-a", 600.0)],
+                       governor_restart_second=560.0)
+    return simulate(spec, cfg, bcfg), simulate(spec, cfg, bcfg, irregular=irr)
+
+
+def _first_in_force(result, broker: str) -> pd.Timestamp:
+    return min(t for t, snap in result.in_force if any(b == broker and rt == "group" for b, rt, _ in snap))
+
+
+def test_each_broker_applies_a_limit_after_its_own_delay(storm_runs):
+    regular, late = storm_runs
+    assert _first_in_force(regular, "broker-a") == _first_in_force(regular, "broker-b")
+    assert _first_in_force(late, "broker-b") - _first_in_force(late, "broker-a") == pd.Timedelta(seconds=15)
+
+
+def test_a_broker_restart_forgets_the_limit_until_the_next_publication(storm_runs):
+    _, late = storm_runs
+    restart = late.cluster.start + pd.Timedelta(seconds=600)
+    after = [(t, {b for b, rt, _ in snap if rt == "group"}) for t, snap in late.in_force if t >= restart]
+    assert after[0][0] == restart and "broker-a" not in after[0][1] and "broker-b" in after[0][1]
+    back = next(t for t, brokers in after if "broker-a" in brokers)
+    assert pd.Timedelta(0) < back - restart <= pd.Timedelta(seconds=75)  # the next gold publication + propagation
+
+
+def test_a_restarted_governor_reads_its_memory_back_from_the_lake_schemas():
+    from pipelines import columns
+    from pipelines.decide.arrow import from_rows
+    from pipelines.sim.loop import Store
+
+    store = Store()
+    state = {name: None for name, _ in columns.POLICY_STATE}
+    state.update(resource_type="group", resource="g", limit_qps=12.5)
+    limit = {name: None for name, _ in columns.GOLD_LIMITS}
+    limit.update(resource_type="group", resource="g", limit_qps=12.5, version=3)
+    store.add(from_rows([limit], columns.GOLD_LIMITS), from_rows([state], columns.POLICY_STATE))
+    back = Store.read_back(store)
+    assert back.state_table().equals(store.state_table()) and back.limits_table().equals(store.limits_table())
+    assert back.state is not store.state and back.limited_keys() == ("group\x1fg",)
+
+
+def test_a_compound_incidents_ground_truth_lists_every_cause():
+    from pipelines.sim.cluster import ClosedLoopCluster
+    from pipelines.sim.spec import ScenarioSpec
+
+    spec = ScenarioSpec(name="compound", start=T0, minutes=16, brokers=3, topics=6, groups=5, onset_second=30,
+                        ramp_minutes=2.0, causes=(("storm", 2, 630, 900, 150.0, 1), ("surge", 3, 640, -1, 900.0, 0)))
+    c = ClosedLoopCluster(spec)
+    storm, surge = c.incident.causes
+    assert (storm.resource_type, storm.kind, surge.resource_type, surge.kind) == ("group", "storm", "topic", "surge")
+    at = lambda s: pd.Timestamp(T0) + pd.Timedelta(seconds=s)  # noqa: E731
+    assert storm.active == ((at(630), at(900)),)
+    assert surge.active[0][1] == c.end and not surge.required and storm.ramp_seconds == 120.0
+    assert c.broken(storm.resource)[10:15].all() and not c.broken(storm.resource)[:10].any()
+    # the demand follows the ramp: minute 10 (the start, 30 s in) is below minute 13 (full level)
+    group_rows = (c.pairs["resource_type"] == "group").to_numpy() & (c.pairs["resource"] == storm.resource).to_numpy()
+    per_minute = c.demand[group_rows].sum(axis=0)
+    assert 0 < per_minute[10] < per_minute[13]
+
+
+def test_any_enforced_limit_on_a_resource_without_a_cause_is_a_false_limit(storm_runs):
+    from types import SimpleNamespace
+
+    from pipelines.sim.figures import compute
+
+    regular, _ = storm_runs
+    assert compute(regular).value("false_limits") == 0
+    snap = {("broker-c", "topic", "bystander"): (5.0, {"limit_qps": 5.0, "version": 1})}
+    t = regular.cluster.start + pd.Timedelta(minutes=2)
+    fake = SimpleNamespace(**{**regular.__dict__, "in_force": [(t, snap)] + list(regular.in_force)})
+    f = compute(fake)
+    assert f.value("false_limits") == 1 and f.details["false_limits"] == "topic:bystander"
+
+
+def test_a_restarts_gap_is_left_out_of_the_changes_and_the_bystanders_and_named():
+    """The storm's only carrier restarts mid-storm: its limit is gone for 41 s until the next publication. Not a
+    decision: left out of the value changes and of the bystanders' seconds, each named with its reason."""
+    from pipelines.sim.figures import compute
+    from pipelines.sim.loop import simulate
+    from pipelines.sim.settings import governor_config, load_backtest_config
+    from pipelines.sim.spec import ScenarioSpec
+
+    bcfg = load_backtest_config("conf/backtest.toml")
+    spec = ScenarioSpec(name="persisting_storm", start=T0, minutes=14, onset_minute=6, brokers=3, topics=6, groups=4)
+    f = compute(simulate(spec, governor_config(bcfg, None, None), bcfg,
+                         irregular=Irregularity(broker_restarts=[("broker-a", 600.0)])))
+    changes = next(m for n, ok, m in f.checks if n.startswith("<= 1 change"))
+    assert "gone at broker-a's restart" in changes and "back at" in changes and changes.startswith(
+        "group get-pugc-to-ai-consumer: 0;")
+    assert f.value("limit_value_changes_excluded") == 2
+    assert f.details["bystander_seconds_left_out"].startswith("broker-a 06:10:00-06:10:4")
