@@ -254,6 +254,14 @@ class LimitsConfig(_Section):
     max_held_seconds: int = Field(default=3600, gt=0, description=(
         "Seconds of event time; a limit held longer is flagged on the status page and logged once (WARNING) for "
         "a person to look at."))
+    max_recovery_windows: int = Field(default=3, ge=1, description=(
+        "Windows: the most clear windows a lift needs, however many recurrences (flap damping doubles "
+        "``recovery_windows`` per recurrence up to this; at or below ``recovery_windows``: no doubling, the "
+        "default). A lift lands about this many minutes plus one after its cause's fix, proven on the fast path's "
+        "complete open windows: issue 49's sweep holds every lift within 8 minutes of its fix and quiet spells of "
+        "7-12 minutes between a recurring storm's episodes, so the memory damps a recurrence by its remembered "
+        "target (limited again within 100 s), not by holding the limit longer. Raise it to hold a recurring cause's "
+        "limit through quiet spells shorter than that."))
     recurrence_windows: int = Field(default=30, ge=0, description=(
         "Windows: recurrence memory (flap damping, :meth:`pipelines.decide.policy.LimitPolicy.recurrence`). An anomaly within this many "
         "final windows of its resource's last lift is a recurrence: the limit goes straight to the target "

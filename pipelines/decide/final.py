@@ -44,7 +44,9 @@ from pipelines.decide.inputs import FinalInputs, LockedInputs
 from pipelines.decide.steps import Params
 from pipelines.decide.words import Basis, Severity, Status
 from pipelines.decide.limits import check, finish
-from pipelines.decide.reconcile import latest_per_resource, reconcile_preliminary, state_after
+from pipelines.decide.reconcile import (
+    latest_per_resource, pending_preliminary, reconcile_preliminary, state_after,
+)
 from pipelines.decide.rules import anomalies_frame, detect
 from pipelines.decide.windows import MARKER
 from pipelines import tables
@@ -190,13 +192,13 @@ def decide_final(prepared: FinalPrepared, locked: LockedInputs, cfg: GovernorCon
     saved = rows_by_key(locked.policy_state)
     observed = {k for k, r in saved.items() if r.get("limit_qps") is not None} | {
         (k.resource_type, k.resource) for k in candidates}
+    latest = latest_per_resource(list(rows_by_key(locked.latest_limits).values()))
     folded = fold_all(candidates, saved, prepared.horizon_end, Params.from_config(cfg),
                       observations=ev.observations(prepared.demand, observed, prepared.grid) if observed else {},
-                      open_evidence=locked.open_evidence, now=now)
+                      open_evidence=locked.open_evidence, now=now, preliminary=pending_preliminary(latest))
     accepted, refused = check(finish(folded.decisions, limits_cfg, now, Basis.FINAL), origin, now)
     after = state_after(saved, {(s.resource_type, s.resource): state_row(s) for s in folded.states})
-    reconciled = reconcile_preliminary(latest_per_resource(list(rows_by_key(locked.latest_limits).values())),
-                                       accepted, after, prepared.horizon_end, cfg, now)
+    reconciled = reconcile_preliminary(latest, accepted, after, prepared.horizon_end, cfg, now)
     bound = bound_anomalies(folded, windows.length_seconds)
     every_anomaly = pl.concat([prepared.anomalies, anomalies_frame(bound)], how="vertical_relaxed") if bound \
         else prepared.anomalies

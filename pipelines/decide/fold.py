@@ -32,6 +32,7 @@ def fold_resource(
     observations: Iterable[Observation] = (),
     open_evidence: Iterable[Observation] = (),
     now: dt.datetime | None = None,
+    preliminary: tuple[dt.datetime, float, str] | None = None,
 ) -> tuple[list[Decision], ResourceState, list[Evidence]]:
     """Walk one resource's windows (candidates and observations, any order; sorted here) up to ``horizon_end``
     (the end of the last finalized window, naive UTC) with its saved ``state`` → its decisions, its new state and
@@ -41,8 +42,10 @@ def fold_resource(
     due (the final path; the fast path folds without: absence is only known on final windows);
     ``open_evidence``: the fast path's open windows after the horizon (the veto, a probe's evidence); ``now``: when
     the decisions are made (naive UTC; a raise is in force from the first window starting after it; None: at the end
-    of the window decided). One candidate per window (the lowest target wins); a window older than the last one seen
-    may tighten the limit but does not move ``last_candidate_end`` back.
+    of the window decided); ``preliminary``: the fast path's newest ``set`` the final path has not folded yet
+    (window end, msg/s, mode: :class:`~pipelines.decide.policy.Batch`). One candidate per window (the lowest target
+    wins); a window older than the last one seen may tighten the limit but does not move ``last_candidate_end``
+    back.
 
     Raises:
         ValueError: a candidate's target is not a finite number > 0 (the candidate step guarantees it); the
@@ -54,7 +57,8 @@ def fold_resource(
         if c.window_end not in cands or c.target_qps < cands[c.window_end].target_qps:
             cands[c.window_end] = c
     seen = {o.window_end: o for o in observations}
-    batch = Batch(horizon_end, now, tuple(sorted(seen.values(), key=lambda o: o.window_end)), tuple(open_evidence))
+    batch = Batch(horizon_end, now, tuple(sorted(seen.values(), key=lambda o: o.window_end)), tuple(open_evidence),
+                  preliminary)
     step = Step(state)
     for end in sorted(set(cands) | set(seen)):
         if recover_windows:

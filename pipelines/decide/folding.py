@@ -89,7 +89,8 @@ class Folded:
 
 def fold_all(candidates: list[Keyed], saved: dict[Key, dict], horizon_end: dt.datetime, params: Params, *,
              recover: bool = True, observations: dict[Key, list[Observation]] | None = None,
-             open_evidence: dict[Key, list[Observation]] | None = None, now: dt.datetime | None = None) -> Folded:
+             open_evidence: dict[Key, list[Observation]] | None = None, now: dt.datetime | None = None,
+             preliminary: dict[Key, tuple] | None = None) -> Folded:
     """The fold of one micro-batch, both paths' one call: every resource with a candidate, or with a saved state
     whose limit is in force (a resource only observed has nothing to fold), by
     :func:`pipelines.decide.fold.fold_resource`, in (resource_type, resource) order.
@@ -102,7 +103,8 @@ def fold_all(candidates: list[Keyed], saved: dict[Key, dict], horizon_end: dt.da
         recover: lift after recovery (final path); the fast path folds without (absence is known on final windows).
         observations: the demand evidence of the micro-batch's windows per resource (final path), None on the fast
             path; open_evidence: the fast path's open windows (the lift veto, a retry-storm limit's probe); now:
-            when the decisions are made (UTC; a raise's first whole window).
+            when the decisions are made (UTC; a raise's first whole window); preliminary: per resource the fast
+            path's newest ``set`` the final path has not folded yet (window end, msg/s, mode).
     Returns:
         :class:`Folded`; each veto is logged (INFO).
 
@@ -119,7 +121,8 @@ def fold_all(candidates: list[Keyed], saved: dict[Key, dict], horizon_end: dt.da
         start = state_of(saved[key]) if key in saved else ResourceState(*key)
         decisions, state, evidence = fold_resource(
             start, by_key.get(key, []), horizon, params, recover, observations=(observations or {}).get(key, ()),
-            open_evidence=(open_evidence or {}).get(key, ()), now=naive(now) if now is not None else None)
+            open_evidence=(open_evidence or {}).get(key, ()), now=naive(now) if now is not None else None,
+            preliminary=(preliminary or {}).get(key))
         out.decisions += decisions
         out.evidence += [(key, e) for e in evidence]
         out.states.append(state)

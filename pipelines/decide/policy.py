@@ -29,11 +29,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar, NamedTuple
 
-from pipelines.decide.facts import rate, shares_of
+from pipelines.decide.facts import close, rate, shares_of
 from pipelines.decide.fold_types import FORGOTTEN, Candidate, Evidence, Observation, ResourceState, limit_in_force
 from pipelines.decide.steps import (
-    Params, Step, cooled, cut, decide, effective_end, last_kept, lower, noted_carriers, outlived, recovery_needed,
-    refresh_due, seen, tightens,
+    Params, Step, above, cooled, cut, decide, effective_end, last_kept, lower, noted_carriers, outlived,
+    recovery_needed, refresh_due, seen, tightens,
 )
 from pipelines.decide.words import Action, Anomaly, Mode, Status
 
@@ -49,6 +49,9 @@ class Batch:
     now: dt.datetime | None = None
     observations: tuple[Observation, ...] = ()
     opened: tuple[Observation, ...] = ()
+    #: the fast path's newest preliminary ``set`` of the resource the final path has not folded yet: (its window
+    #: end, its limit, msg/s cluster-wide, its mode); None without
+    preliminary: tuple[dt.datetime, float, str] | None = None
 
 
 class Judged(NamedTuple):
@@ -118,7 +121,7 @@ class LimitPolicy:
             judged = self.judge(obs, s)
             step = step.noted(Evidence(end, judged.status, s.limit_qps, obs.observed_tps, obs.rejected,
                                        judged.detail, rule_fired=cand is not None))
-        taken = self.set(step.state, cand) if cand is not None else None
+        taken = self.set(step.state, cand, batch) if cand is not None else None
         if taken is not None:
             step = step.then(taken)
             lift_at = max(x for x in (step.state.lift_at_qps, cand.lift_at_qps, 0.0) if x is not None)
@@ -132,7 +135,7 @@ class LimitPolicy:
         return step.moved(last_candidate_end=seen(step.state, end)) if step.state.limit_qps is not None else step
 
     # --- set ------------------------------------------------------------------------------------------------------
-    def set(self, state: ResourceState, cand: Candidate) -> Step | None:
+    def set(self, state: ResourceState, cand: Candidate, batch: Batch | None = None) -> Step | None:
         """A rule fired in the candidate's window: a new limit (:meth:`start`) or, under one, a refresh, a raise to
         an advisory floor, or a cut towards the (frozen) target by more than ``hysteresis_pct``, once the cool-down
         is over unless critical. An advisory candidate never replaces or loosens an enforced limit. None when the
@@ -149,7 +152,7 @@ class LimitPolicy:
         if current is None and s.last_lift_end is not None and cand.window_end <= s.last_lift_end:
             return None
         if current is None or (s.mode != Mode.ENFORCE and cand.mode == Mode.ENFORCE):
-            return self.start(s, cand)
+            return self.start(s, cand, batch.preliminary if batch is not None else None)
         if s.mode == Mode.ENFORCE and cand.mode != Mode.ENFORCE:  # never replaced by an advisory record
             return self.refresh(s, cand.window_end, f"refresh (anomaly persists: {cand.reason}; the enforced limit "
                                                     "stays, the brokers are healthy because of it)")
@@ -167,10 +170,14 @@ class LimitPolicy:
             return decide(s, cand.window_end, tighter, Action.SET, reason, cand.mode, shares=shares, target=target)
         return self.refresh(s, cand.window_end, f"refresh (anomaly persists): {cand.reason}")
 
-    def start(self, state: ResourceState, cand: Candidate) -> Step:
+    def start(self, state: ResourceState, cand: Candidate,
+              preliminary: tuple[dt.datetime, float, str] | None = None) -> Step:
         """A new limit (none in force, or an enforced one replacing an advisory record): the target, but a
         non-critical anomaly cuts at most ``max_cut_pct`` of the observed rate; a recurrence goes straight to the
-        remembered target. Target, shares and the rule's baseline are frozen here."""
+        remembered target. Target, shares and the rule's baseline are frozen here. ``preliminary``: the fast path's
+        decision on the same cause (a window at or before this one, the same mode; :class:`Batch`): within
+        ``hysteresis_pct`` of it the final path keeps its value (and target), so that the two speeds' figures of
+        one limit (their consume basis, their baselines from fewer windows) do not change the brokers' limit."""
         state, again = self.recurrence(state, cand)
         start, reason, target = cand.target_qps, cand.reason, cand.target_qps
         if again is not None:
@@ -178,6 +185,14 @@ class LimitPolicy:
             reason += again[1]
         elif not cand.critical and cand.observed_tps:
             start = cut(start, cand.observed_tps, self.params.max_cut_pct)
+        if preliminary is not None and preliminary[0] <= cand.window_end and preliminary[2] == cand.mode \
+                and not above(start, preliminary[1], self.params.hysteresis_pct) \
+                and not tightens(start, preliminary[1], self.params.hysteresis_pct):
+            reason += (f"; kept at the preliminary decision's {preliminary[1]:.1f} msg/s (within "
+                       f"{self.params.hysteresis_pct:g} % of {start:.1f})") if not close(start, preliminary[1]) else ""
+            if start == target:
+                target = preliminary[1]
+            start = preliminary[1]
         return decide(state, cand.window_end, start, Action.SET, reason, cand.mode, shares=shares_of(cand.broker_tps),
                       target=target, fresh=True, baseline=cand.baseline_tps)
 
@@ -277,7 +292,7 @@ class LimitPolicy:
     # --- lift and veto --------------------------------------------------------------------------------------------
     def recovery_needed(self, state: ResourceState) -> int:
         """Clear windows the limit needs before its lift (:func:`~pipelines.decide.steps.recovery_needed`)."""
-        return recovery_needed(state.recurrences, self.params.recovery_windows, self.params.recurrence_windows)
+        return recovery_needed(state.recurrences, self.params.recovery_windows, self.params.max_recovery_windows)
 
     def lift_point(self, state: ResourceState) -> dt.datetime:
         """The end of the window after which the limit may be lifted: :meth:`recovery_needed` windows after the last
@@ -363,17 +378,20 @@ class LimitPolicy:
         following = next(((o, st, d) for o, st, d in raised if st in (Status.BOUND, Status.CAPPED)), None)
         if following is not None:
             return self.on_open(s, *following, batch) or Step(s)
-        if raised and not kept:  # every complete window under the probe clear: the proof, when enough of them
+        if not kept:  # every complete open window clear: the proof of a lift, when enough of them
             ends = {o.window_end for o in done}
-            lift_at = self.lift_point(s)
-            needed = [lift_at - self.params.window * k for k in range(self.recovery_needed(s))]
+            # under a probe its clear windows prove the lift; otherwise one clear window more than a final lift needs
+            # (the final path, 2-3 minutes behind, lifts where a quiet spell is shorter than that)
+            lift_at = self.lift_point(s) + (self.params.window if not raised else dt.timedelta(0))
+            needed = [lift_at - self.params.window * k for k in range(self.recovery_needed(s) + (0 if raised else 1))]
             if lift_at <= done[-1].window_end and all(e in ends or e <= horizon for e in needed):
                 veto = self.veto(s, lift_at, batch)
                 if veto is not None:
                     return Step(s, evidence=(veto,))
                 newest = done[-1].window_end
-                return self.lift(s, horizon, f" (the open window ending {newest:%H:%M}, complete by census, under "
-                                             f"the probe: {judged[-1][2]})", proven_to=newest)
+                under = " under the probe" if raised else ""
+                return self.lift(s, horizon, f" (the open window ending {newest:%H:%M}, complete by census{under}: "
+                                             f"{judged[-1][2]})", proven_to=newest)
             return Step(s)
         newest, status, detail = judged[-1]
         if status == Status.CAPPED and self.probe_on_open:

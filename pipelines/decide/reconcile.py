@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 
 from pipelines.config import GovernorConfig
-from pipelines.decide.arrow import aware, figures
+from pipelines.decide.arrow import aware, figures, naive
 from pipelines.decide import facts
 from pipelines.decide.facts import ANY_BROKER, close
 from pipelines.decide.words import Action, Basis
@@ -64,6 +64,15 @@ def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict]) -> dict[K
             shares = {b: q / p_limit for b, q in split.items()} if p_limit and split else ({} if p_limit else None)
             row.update(frozen_basis(limit["window_end"], p_limit, shares))
     return out
+
+
+def pending_preliminary(latest: dict[Key, dict]) -> dict[Key, tuple[dt.datetime, float, str]]:
+    """The newest ``gold/limits`` row per resource (:func:`latest_per_resource`) → where it is a preliminary ``set``:
+    (its window end, naive UTC; its limit, msg/s cluster-wide; its mode). The final path's fold keeps that value
+    when its own start is within ``hysteresis_pct`` of it (:meth:`pipelines.decide.policy.LimitPolicy.start`)."""
+    return {key: (naive(row["window_end"]), float(row["limit_qps"]), str(row["mode"]))
+            for key, row in latest.items()
+            if row["basis"] == Basis.PRELIMINARY and row["action"] == Action.SET and row["limit_qps"] is not None}
 
 
 def _same_figures(a: dict | None, b: dict | None) -> bool:

@@ -37,6 +37,7 @@ class Params:
     cooldown_windows: int
     refresh: dt.timedelta
     recovery_windows: int
+    max_recovery_windows: int
     recurrence_windows: int
     bound_share: float
     relax_factor: float
@@ -50,7 +51,8 @@ class Params:
         return cls(window=dt.timedelta(seconds=window_seconds), detection=detection,
                    hysteresis_pct=limits.hysteresis_pct, max_cut_pct=limits.max_cut_pct,
                    cooldown_windows=limits.cooldown_windows, refresh=dt.timedelta(seconds=limits.refresh_seconds),
-                   recovery_windows=limits.recovery_windows, recurrence_windows=limits.recurrence_windows,
+                   recovery_windows=limits.recovery_windows, max_recovery_windows=limits.max_recovery_windows,
+                   recurrence_windows=limits.recurrence_windows,
                    bound_share=limits.bound_share, relax_factor=limits.relax_factor,
                    probe_headroom_share=limits.probe_headroom_share, surge_max_changes=limits.surge_max_changes,
                    surge_headroom=limits.surge_headroom)
@@ -126,10 +128,10 @@ def refresh_due(last_decision_end: dt.datetime | None, window_end: dt.datetime, 
     return last_decision_end is not None and window_end - last_decision_end >= refresh
 
 
-def recovery_needed(recurrences: int, recovery_windows: int, recurrence_windows: int) -> int:
+def recovery_needed(recurrences: int, recovery_windows: int, max_recovery_windows: int) -> int:
     """Clear windows a limit needs before its lift: ``recovery_windows`` doubled per recurrence, at most
-    ``max(recovery_windows, recurrence_windows)`` (flap damping, docs/decisions.md §4 "Recurrences")."""
-    return min(recovery_windows * 2 ** min(recurrences, MAX_DOUBLINGS), max(recovery_windows, recurrence_windows))
+    ``max(recovery_windows, max_recovery_windows)`` (flap damping, docs/decisions.md §4 "Recurrences")."""
+    return min(recovery_windows * 2 ** min(recurrences, MAX_DOUBLINGS), max(recovery_windows, max_recovery_windows))
 
 
 def backoff_hold(window: dt.timedelta, recovery_windows: int, backoff: int) -> dt.timedelta:

@@ -83,6 +83,27 @@ class Rejections:
     queue: list[float]  # the broker's send queue (write units) at the tick
 
 
+#: Minutes of traffic before an incident that show a broker's normal load (a cold start has fewer).
+NORMAL_MINUTES = 3
+
+
+def normal_capacity(offered: pd.DataFrame, incident: Incident | None, cfg: bm.BrokerModelConfig) -> pd.Series:
+    """Each broker's capacity (write units/s): :func:`~pipelines.sim.broker_model.broker_capacity` of its normal
+    load, the minutes before the incident's onset; where fewer than :data:`NORMAL_MINUTES` of them have traffic (a
+    storm under way when the governor starts, a cold start), of every minute without the incident's own
+    traffic (the pairs of its causes: a group's retry traffic, a surging topic's puts), so that a broker is sized for
+    its normal load, not for the capacity floor."""
+    if incident is None:
+        return bm.broker_capacity(offered, cfg)
+    before = offered[offered["minute_start"] < pd.Timestamp(incident.onset)]
+    minutes = before.loc[before["requests_tps"] > 0, "minute_start"].nunique()
+    if minutes >= min(NORMAL_MINUTES, cfg.capacity_baseline_minutes) or not getattr(incident, "causes", ()):
+        return bm.broker_capacity(before if len(before) else offered, cfg)
+    causes = {(c.resource_type, c.resource) for c in incident.causes}
+    own = pd.Series(list(zip(offered["resource_type"], offered["resource"])), index=offered.index).isin(causes)
+    return bm.broker_capacity(offered[~own.to_numpy()], cfg)
+
+
 class ClosedLoopCluster:
     """One scenario's cluster in closed loop. Time runs in ticks of ``broker_cfg.tick_seconds`` from the scenario's
     start; :meth:`advance_to` runs them with the limit vectors last given to :meth:`set_limits`.
@@ -122,9 +143,7 @@ class ClosedLoopCluster:
         self.work = pd.DataFrame(work).T.ffill().bfill().fillna(1.0).T.to_numpy()
         self.pair_broker = pairs["broker"].map({b: i for i, b in enumerate(self.brokers)}).to_numpy(dtype=np.int64)
         if capacity is None:
-            before = offered if self.incident is None else offered[offered["minute_start"] < pd.Timestamp(
-                self.incident.onset)]
-            capacity = bm.broker_capacity(before if len(before) else offered, self.cfg)
+            capacity = normal_capacity(offered, self.incident, self.cfg)
         self.capacity = capacity.reindex(self.brokers).fillna(self.cfg.capacity_min_tps)
         self._routes()
         S = self.streams

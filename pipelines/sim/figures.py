@@ -212,7 +212,10 @@ def compute(result, baseline=None) -> Figures:
                           for res, arr in per.items() if (~np.isnan(arr[at:hi])).any()]
                 ep["changes"] = max(counts) if counts else 0
                 if not ep["in_force_at_start"] and k > 1 and np.isfinite(before_value):
-                    ep["remembered"] = bool(abs(target[at] - before_value) <= SAME_VALUE_REL * abs(before_value))
+                    # remembered: no looser than the last value in force before it (a first cut that never reached
+                    # its target is remembered at the target, below that value); the equal value kept beside
+                    ep["remembered"] = bool(target[at] <= before_value * (1.0 + SAME_VALUE_REL))
+                    ep["remembered_equal"] = bool(abs(target[at] - before_value) <= SAME_VALUE_REL * abs(before_value))
                 if not ep["in_force_at_start"] and k > 1 and np.isfinite(last_value):  # the figure before issue 49
                     ep["remembered_old"] = bool(abs(target[at] - last_value) <= SAME_VALUE_REL * abs(last_value))
             if hi < n:
@@ -229,6 +232,9 @@ def compute(result, baseline=None) -> Figures:
                     float(ep["contained"]) if ep["contained"] is not None else nan, "s", "incident")
                 values[f"remembered_target_episode_{k}"] = (
                     float(ep["remembered"]) if ep["remembered"] is not None else nan, "bool", "incident")
+                if "remembered_equal" in ep:  # equal to the last value in force (the check at 2449589)
+                    values[f"remembered_target_equal_last_value_episode_{k}"] = (
+                        float(ep["remembered_equal"]), "bool", "incident")
                 if "remembered_old" in ep:  # against the value at the previous episode's end (before issue 49)
                     values[f"remembered_target_at_previous_episode_end_{k}"] = (
                         float(ep["remembered_old"]), "bool", "incident")

@@ -194,3 +194,20 @@ def test_a_restarts_gap_is_left_out_of_the_changes_and_the_bystanders_and_named(
         "group get-pugc-to-ai-consumer: 0;")
     assert f.value("limit_value_changes_excluded") == 2
     assert f.details["bystander_seconds_left_out"].startswith("broker-a 06:10:00-06:10:4")
+
+
+def test_a_broker_is_sized_for_its_normal_load_when_a_storm_is_under_way_from_the_start():
+    """A cold start (sweep case 14): the storm starts in minute 1, so no minute before it shows a broker's normal
+    load, and every broker fell to the capacity floor (200 units/s) while its normal traffic was 2.3x that: busy
+    whatever the governor did. Sized from every minute without the storm's own traffic (its group's retry
+    traffic), a broker gets its drawn headroom over its normal load, as when the storm starts later."""
+    from pipelines.sim.cluster import ClosedLoopCluster
+    from pipelines.sim.spec import ScenarioSpec
+
+    def capacity(onset):
+        c = ClosedLoopCluster(ScenarioSpec(name="persisting_storm", start=T0, minutes=12, onset_minute=onset,
+                                           brokers=3, topics=6, groups=4, seed=3))
+        return c.capacity["broker-a"]
+
+    late, cold = capacity(8), capacity(1)
+    assert cold > 200.0 and cold == pytest.approx(late, rel=0.1)
