@@ -34,7 +34,7 @@ def baselines(values: pl.DataFrame, key: str, first_window: dt.datetime, windows
     lazy = values.lazy().with_columns(pl.col("window_start").dt.epoch("s").alias("_s"))
     current = lazy.filter(when("window_start") >= micros(first_window))
     if at_least is not None:
-        current = current.filter(pl.col("value") >= at_least)
+        current = current.filter((pl.col("demand") if "demand" in values.columns else pl.col("value")) >= at_least)
     current = current.select("window_start", key, "_s").unique()
     frame = current.join(lazy.filter(pl.col("value").is_not_null()).select(key, pl.col("_s").alias("_h"), "value"),
                          on=key, how="inner").filter(
@@ -48,18 +48,27 @@ def baselines(values: pl.DataFrame, key: str, first_window: dt.datetime, windows
         pl.col("baseline_windows").fill_null(0).cast(pl.Int32)).drop("_s").collect()
 
 
-def surge_values(history: pl.DataFrame, current: pl.DataFrame, key: str, value: pl.Expr) -> pl.DataFrame:
-    """History and current rows → ``window_start``, ``key``, ``value`` (the surge rule's put rate)."""
-    cols = lambda f: f.select(pl.col("window_start"), pl.col(key), value.alias("value"))  # noqa: E731
-    parts = [cols(f) for f in (history, current) if f.height]
+def surge_values(history: pl.DataFrame, current: pl.DataFrame, key: str, value: pl.Expr,
+                 current_value: pl.Expr | None = None) -> pl.DataFrame:
+    """History and current rows → ``window_start``, ``key``, ``value`` (the baselines' values: the surge rule's put
+    rate; of a current row ``current_value`` when given: null where the window shows no demand, as its history row
+    will be left out) and ``demand`` (what the rule judges: the put rate, a current row's whatever it shows)."""
+    def cols(f, based):
+        return f.select(pl.col("window_start"), pl.col(key), based.alias("value"), value.alias("demand"))
+
+    parts = [cols(history, value)] if history.height else []
+    if current.height:
+        parts.append(cols(current, current_value if current_value is not None else value))
     return pl.concat(parts, how="vertical_relaxed") if parts else pl.DataFrame(
-        schema={"window_start": pl.Datetime("us", "UTC"), key: pl.String, "value": pl.Float64})
+        schema={"window_start": pl.Datetime("us", "UTC"), key: pl.String, "value": pl.Float64,
+                "demand": pl.Float64})
 
 
 def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: str, value: pl.Expr,
                    cfg: DetectionConfig, cache: dict | None = None, where: pl.Expr | None = None) -> bool:
-    """Whether ``TRAFFIC_SURGE`` can fire on a window of ``values`` (resource → (window_start, msg/s) of the windows
-    judged now): :func:`pipelines.decide.facts.surge_fires` against a lower bound of its baseline. The
+    """Whether ``TRAFFIC_SURGE`` can fire on a window of ``values`` (resource → (window_start, msg/s judged[, msg/s
+    of its baseline value]) of the windows judged now): :func:`pipelines.decide.facts.surge_fires` against a lower
+    bound of its baseline. The
     baseline (:func:`baselines`) is the value at rank ``k = ceil(q × n) − 1`` of the n ≥
     ``baseline_min_windows`` values of the windows before it: of the ``history`` (the rule's ``value`` there) and of
     the windows judged now that start before it (``o`` of them). Removing those ``o`` lowers a rank by at most ``o``,
@@ -69,7 +78,8 @@ def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: s
     without a window at the floor, none when ``cache`` (a dict the caller keeps while it passes the same
     ``history`` frame) already holds them. ``where``: the history rows to read (default all)."""
     floor = cfg.surge_floor_tps
-    hot = {k: v for k, v in values.items() if max(x for _, x in v) >= floor}
+    values = {k: [(w[0], w[1], w[-1]) for w in v] for k, v in values.items()}  # (start, judged, baseline value)
+    hot = {k: v for k, v in values.items() if max(x for _, x, _b in v) >= floor}
     if not hot:
         return False
     rank = max(math.ceil(cfg.baseline_quantile * cfg.baseline_min_windows) - 1, 0)
@@ -87,8 +97,8 @@ def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: s
             cache[(key, rank)] = (history, bounds)
     for k, windows in hot.items():
         lowest, n = bounds.get(k, ([], 0))
-        for start, x in windows:
-            before = [y for s, y in windows if s < start]
+        for start, x, _b in windows:
+            before = [y for s, _x, y in windows if s < start and y is not None]
             if n + len(before) < cfg.baseline_min_windows:
                 continue
             j = rank - len(before)

@@ -174,8 +174,12 @@ def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> F
                                           rules=rules, group_history=inputs.group_history)
     if anomalies.height == 0:
         return FastPrepared([], None)
-    candidates = candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits,
-                                  pre.open_broker_tps(open_windows, windows))
+    length = dt.timedelta(seconds=windows.length_seconds)
+    complete_ends = {aware(start) + length for start in complete}
+    shares = pre.with_earlier_carriers(pre.open_broker_tps(open_windows, windows),
+                                       pl.from_arrow(memory.rows) if memory.rows is not None else None,
+                                       complete_ends, windows)
+    candidates = candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits, shares)
     return FastPrepared(pre.cut_bounded_by_final_rates(candidates, open_windows, expected, windows),
                     max(r["window_end"] for r in current))
 

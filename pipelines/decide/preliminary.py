@@ -36,7 +36,7 @@ from pipelines.decide.facts import (
 from pipelines.decide.rules import (
     WINDOW_KEYS, Rule, anomalies_frame, broker_busy,
     broker_writes, consume_basis, failure_spike, group_retry, runaway_retry, traffic_surge,
-    unlimited, with_retry_traffic,
+    shows_demand, unlimited, with_retry_traffic,
 )
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
 
@@ -105,7 +105,8 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
             writes = rate(r["broker_puts"] if r["broker_puts"] is not None else r["puts"], length)
             brokers.setdefault(r["resource"], []).append((r["window_start"], writes))
         elif kind == "topic":
-            topics.setdefault(r["resource"], []).append((r["window_start"], rate(r["puts"], length)))
+            puts, busy = rate(r["puts"], length), r["busy_failures"] or 0
+            topics.setdefault(r["resource"], []).append((r["window_start"], puts, None if busy_fires(busy, cfg) else puts))
             if r["window_start"] in complete and spike_fires(1.0, r["failures"] or 0, cfg):  # the count decides
                 out.add(Rule.SPIKE)
             if r["resource"].startswith(rmq.RETRY_TOPIC_PREFIX):
@@ -117,8 +118,8 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
     if any(retry_may_fire(rate(x, length), cfg) for x in retries.values()):
         out.add(Rule.RETRY)  # send-backs plus fallback sends bound the larger of the two per broker
     up_to = None if until is None else when("window_start") <= micros(until)
-    unlimited_rows = pl.col("limit_qps").is_null() if "limit_qps" in topic_history.columns else None
-    topic_rows = up_to if unlimited_rows is None else unlimited_rows if up_to is None else up_to & unlimited_rows
+    demand_rows = shows_demand(topic_history, cfg)
+    topic_rows = demand_rows if up_to is None else up_to & demand_rows
     if surge_may_fire(topics, topic_history, "topic", pl.col("put_tps"), cfg, cache, topic_rows):
         out.add(Rule.TOPIC_SURGE)
     if surge_may_fire(brokers, broker_history, "broker", broker_writes(), cfg, cache, up_to):
@@ -167,7 +168,8 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
     if Rule.BUSY in rules:
         rows += broker_busy(brokers, windows, cfg)
     if Rule.TOPIC_SURGE in rules:
-        topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
+        shown = pl.when(~busy_fires(pl.col("busy_failures").fill_null(0), cfg)).then(pl.col("put_tps"))
+        topic_values = surge_values(unlimited(topic_history, cfg), topics, "topic", pl.col("put_tps"), shown)
         topic_base = baselines(topic_values, "topic", first_open, windows, cfg, cfg.surge_floor_tps).join(
             topics.select("window_start", "topic", "put_tps"), on=["window_start", "topic"], how="inner").join(
             ends, on="window_start", how="inner")
@@ -281,6 +283,39 @@ def open_broker_tps(open_rows: pl.DataFrame, windows: WindowsConfig) -> dict[tup
         amounts = r["broker_amounts"] or {}
         out[(r["window_end"], r["resource_type"], r["resource"])] = {
             b: rate(v, windows.length_seconds) for b, v in sorted(amounts.items())}
+    return out
+
+
+def with_earlier_carriers(broker_tps: dict[tuple, dict[str, float]], remembered: pl.DataFrame | None,
+                          complete: set, windows: WindowsConfig) -> dict[tuple, dict[str, float]]:
+    """:func:`open_broker_tps` of open windows → the same, where a window is not complete by census (``complete``:
+    the ends of those that are), with the brokers it has not heard from yet that carried the resource in the newest
+    earlier open window the fast path remembers (``remembered``: :attr:`pipelines.decide.fast.OpenRows.rows`), at
+    that window's rate. A preliminary limit's shares then cover the carriers still to report: listed, each gets its
+    share instead of the unlisted brokers' figure (``*``, the smallest listed share's), which for a resource seen
+    on one broker so far is the whole limit (the shares would add up to a multiple of it)."""
+    if remembered is None or remembered.height == 0:
+        return broker_tps
+    partial = {k for k in broker_tps if k[0] not in complete}
+    if not partial:
+        return broker_tps
+    names = {(k[1], k[2]) for k in partial}
+    rows = remembered.filter(pl.col("resource_type").is_in(["topic", "group"])).select(
+        "window_end", "resource_type", "resource", "broker_amounts")
+    earlier: dict[tuple, list] = {}
+    for r in rows.iter_rows(named=True):
+        if (r["resource_type"], r["resource"]) in names and r["broker_amounts"]:
+            earlier.setdefault((r["resource_type"], r["resource"]), []).append((r["window_end"], r["broker_amounts"]))
+    out = dict(broker_tps)
+    for key in partial:
+        before = sorted((e, a) for e, a in earlier.get((key[1], key[2]), ()) if e < key[0])
+        if not before:
+            continue
+        seen = dict(out[key])
+        for b, v in dict(before[-1][1]).items():
+            if b not in seen and v:
+                seen[b] = rate(v, windows.length_seconds)
+        out[key] = dict(sorted(seen.items()))
     return out
 
 

@@ -34,7 +34,7 @@ from pipelines.decide.arrow import to_polars, when
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
 from pipelines.decide import facts
 from pipelines.decide.facts import (
-    TOLERANCE, busy_fires, rate, retry_fires, retry_may_fire, retry_ratio, severity, spike_fires, surge_fires,
+    TOLERANCE, busy_fires, per_second, rate, retry_fires, retry_may_fire, retry_ratio, severity, spike_fires, surge_fires,
 )
 from pipelines.decide.text import fixed, number
 from pipelines.decide.words import Anomaly, Word
@@ -238,11 +238,27 @@ def failure_spike(topics: pl.DataFrame, windows: WindowsConfig, cfg: DetectionCo
     return out
 
 
-def unlimited(topic_history: pl.DataFrame) -> pl.DataFrame:
-    """``gold/topic_tps`` history → the windows without an enforced limit in force (``limit_qps`` null): a capped
-    window shows the limit, and a baseline fed with it would hold the limit up (closed loop)."""
-    return topic_history.filter(pl.col("limit_qps").is_null()) if "limit_qps" in topic_history.columns \
-        else topic_history
+def shows_demand(frame: pl.DataFrame, cfg: DetectionConfig) -> pl.Expr:
+    """Whether a ``gold/topic_tps`` window shows the topic's demand, for its surge baseline: no enforced limit in
+    force (``limit_qps`` null: a capped window shows the limit, and a baseline fed with it would hold the limit up)
+    and fewer than ``busy_failures_floor`` of its sends refused as busy (a busy broker writes its capacity and
+    fast-fails the rest: a baseline fed with its windows would make the topic's recovery a surge, issue 49's sweep
+    case 57)."""
+    out = pl.lit(True)
+    if "limit_qps" in frame.columns:
+        out = out & pl.col("limit_qps").is_null()
+    if "busy_failures" in frame.columns:
+        out = out & ~busy_fires(pl.col("busy_failures").fill_null(0), cfg)
+    return out
+
+
+def unlimited(topic_history: pl.DataFrame, cfg: DetectionConfig | None = None) -> pl.DataFrame:
+    """``gold/topic_tps`` history → the windows that show the topic's demand (:func:`shows_demand`; without
+    ``cfg``, those without an enforced limit only)."""
+    if cfg is None:
+        return topic_history.filter(pl.col("limit_qps").is_null()) if "limit_qps" in topic_history.columns \
+            else topic_history
+    return topic_history.filter(shows_demand(topic_history, cfg))
 
 
 def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, topic_history: pl.DataFrame,
@@ -263,12 +279,12 @@ def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFra
     if any(retry_may_fire(x, cfg) for x in retries.values()):
         out.add(Rule.RETRY)
     topic_values: dict = {}
-    for start, topic, put, failures, limited in topics.select(
-            "window_start", "topic", "put_tps", "failures", "rate_limited").iter_rows():
+    for start, topic, put, failures, limited, busy in topics.select(
+            "window_start", "topic", "put_tps", "failures", "rate_limited", "busy_failures").iter_rows():
         if spike_fires(1.0, (failures or 0) - (limited or 0), cfg):  # at the largest rate there is: the count
             out.add(Rule.SPIKE)
         if put is not None:
-            topic_values.setdefault(topic, []).append((start, put))
+            topic_values.setdefault(topic, []).append((start, put, None if busy_fires(busy or 0, cfg) else put))
     broker_values: dict = {}
     for start, broker, put, broker_put, busy in brokers.select(
             "window_start", "broker", "put_tps", "broker_put_tps", "busy_failures").iter_rows():
@@ -277,7 +293,7 @@ def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFra
         writes = broker_put if broker_put is not None else put
         if writes is not None:
             broker_values.setdefault(broker, []).append((start, writes))
-    if surge_may_fire(topic_values, unlimited(topic_history), "topic", pl.col("put_tps"), cfg):
+    if surge_may_fire(topic_values, unlimited(topic_history, cfg), "topic", pl.col("put_tps"), cfg):
         out.add(Rule.TOPIC_SURGE)
     if surge_may_fire(broker_values, broker_history, "broker", broker_writes(), cfg):
         out.add(Rule.BROKER_SURGE)
@@ -312,7 +328,8 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
         basis = consume_basis(retries, group_history, first_window, windows, cfg)
         rows = runaway_retry(retries, cfg, basis)
     if Rule.TOPIC_SURGE in rules:
-        topic_values = surge_values(unlimited(topic_history), topics, "topic", pl.col("put_tps"))
+        shown = pl.when(~busy_fires(pl.col("busy_failures").fill_null(0), cfg)).then(pl.col("put_tps"))
+        topic_values = surge_values(unlimited(topic_history, cfg), topics, "topic", pl.col("put_tps"), shown)
         topic_base = baselines(topic_values, "topic", first_window, windows, cfg, cfg.surge_floor_tps).join(
             topics.select(*WINDOW_KEYS, "topic", "put_tps"), on=["window_start", "topic"], how="inner")
         rows += traffic_surge(topic_base, "topic", "topic", cfg)

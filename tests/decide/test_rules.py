@@ -272,3 +272,19 @@ def test_a_retry_limit_is_based_on_the_group_s_normal_consume_rate_when_the_stor
                             empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS), W, D,
                             first_window=win(6)[0], group_history=lazily)
     assert detected["baseline_tps"].to_list() == [402.0] and read == [1]
+
+
+def test_windows_a_busy_broker_capped_are_kept_out_of_a_topic_s_surge_baseline():
+    """Sweep case 57: while a storm made its broker busy, a topic's puts were fast-failed down to a third; a
+    baseline fed with those windows makes the topic's recovery a surge. Windows with busy_failures_floor busy
+    failures of the topic are left out, as limited windows are: 10 normal windows at 60 msg/s and 10 busy ones at
+    20, then 200 msg/s is no surge (3.3x its baseline of 60), where the busy windows would have made it one."""
+    normal = [(i, 60.0, 0) for i in range(10)]
+    busy = [(i, 20.0, 200) for i in range(10, 20)]
+    rows = frame(columns.GOLD_TOPIC_TPS, [(*win(i), "t", put, 1, b, b, None, 0.0, 0) for i, put, b in normal + busy])
+    history = rows.with_columns(pl.lit(None, pl.Float64).alias("limit_qps"))
+    now = frame(columns.GOLD_TOPIC_TPS, [(*win(20), "t", 200.0, 1, 0, 0, None, 0.0, 0)])
+    assert rules.unlimited(history, D).height == 10 and rules.unlimited(history).height == 20
+    assert fired(surges(now, history)) == []
+    unmarked = history.with_columns(pl.lit(0).cast(pl.Int64).alias("busy_failures"))  # the same puts, not busy
+    assert fired(surges(now, unmarked)) == [("t", "TRAFFIC_SURGE", "warning")]      # baseline 20: 10x

@@ -199,3 +199,22 @@ def test_a_broker_surge_on_the_fast_path_is_measured_on_its_own_broker_put_nums(
     got = anomalies_of(_prelim(windows, ["broker-a", "broker-b"], history), "TRAFFIC_SURGE")
     surged = sorted((r["resource_type"], r["resource"], r["observed_tps"], r["baseline_tps"]) for r in got)
     assert surged == [("broker", "broker-a", 800.0, 100.0), ("broker", "broker-b", 800.0, 100.0)]
+
+
+def test_a_preliminary_limit_s_shares_cover_the_carriers_still_to_report():
+    """Sweep case 4: the surge's first open window had only broker-a's puts when the fast path limited it, so the
+    record listed broker-a alone and broker-b, a carrier still to report, applied the unlisted figure (the smallest
+    listed share: the whole limit): the brokers admitted 2x the limit until the final path split it. The carriers
+    the fast path remembers from the window before are listed too, at that window's rate."""
+    import polars as pl
+
+    t0 = ts(T0)
+    w = lambda k: (t0 + dt.timedelta(minutes=k), t0 + dt.timedelta(minutes=k + 1))  # noqa: E731
+    remembered = pl.DataFrame({
+        "window_start": [w(0)[0], w(1)[0]], "window_end": [w(0)[1], w(1)[1]], "resource_type": ["topic", "topic"],
+        "resource": ["cart", "cart"], "broker_amounts": [{"broker-a": 600, "broker-b": 1200}, {"broker-a": 9000}]})
+    now = {(w(1)[1], "topic", "cart"): {"broker-a": 150.0}}
+    got = pre.with_earlier_carriers(now, remembered, set(), W)
+    assert got == {(w(1)[1], "topic", "cart"): {"broker-a": 150.0, "broker-b": 20.0}}
+    assert pre.with_earlier_carriers(now, remembered, {w(1)[1]}, W) == now    # complete by census: as it is
+    assert pre.with_earlier_carriers(now, None, set(), W) == now
