@@ -3,7 +3,10 @@ which brokers carry which topic → :class:`~pipelines.decide.fold_types.Candida
 
 * ``RUNAWAY_RETRY`` → the group's retry traffic: target = ``allowed_retry_share`` × the consume rate the anomaly
   is based on (its ``baseline_tps``: the window's, or the group's normal rate when larger); lifted only after
-  clear windows (:mod:`pipelines.decide.retry_limit`), never by a probe reaching a rate: no ``lift_at_qps``.
+  clear windows (:mod:`pipelines.decide.retry_limit`), never by a probe reaching a rate: no ``lift_at_qps``. A
+  storm on a busy broker (``BROKER_BUSY`` on a broker carrying its retry traffic in the window) is critical: its
+  first limit goes to the target at once, not a ``max_cut_pct`` step (a broker with little headroom stays busy
+  under a first cut of half the storm: sweep case 29).
 * ``TRAFFIC_SURGE`` of a topic with a ``BROKER_BUSY`` broker carrying it in the same window → enforce:
   target = ``surge_headroom`` × the topic's baseline; ``lift_at_qps`` = the observed rate × ``surge_headroom``: a
   probe whose step reaches it lifts the limit (:mod:`pipelines.decide.surge_limit`), else clear windows do.
@@ -75,11 +78,14 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
         critical = r["severity"] == Severity.CRITICAL
         if r["anomaly"] == Anomaly.RUNAWAY_RETRY.value:
             consume = r["baseline_tps"] or 0.0
+            hot = sorted(b for b in tps.get((r["window_end"], "group", r["resource"]), {})
+                         if (r["window_start"], b) in busy)
+            busy_text = f" on a distressed broker ({', '.join(hot)} busy), at once" if hot and not critical else ""
             add("group", r["resource"], r, target_qps=bounded(consume * cfg.allowed_retry_share, cfg),
                 floor_qps=cfg.min_limit_qps, observed_tps=r["observed_tps"],
-                critical=critical, mode=mode(r["resource"], cfg),
+                critical=critical or bool(hot), mode=mode(r["resource"], cfg),
                 reason=(f"RUNAWAY_RETRY: {r['detail']}; retry traffic limited to "
-                        f"{fixed(cfg.allowed_retry_share * 100, 0)}% of the group's consume rate"),
+                        f"{fixed(cfg.allowed_retry_share * 100, 0)}% of the group's consume rate{busy_text}"),
                 baseline_tps=consume)
         elif (r["anomaly"] == Anomaly.TRAFFIC_SURGE.value and r["resource_type"] == "topic"
               and not r["resource"].startswith((rmq.RETRY_TOPIC_PREFIX, rmq.DLQ_TOPIC_PREFIX))):

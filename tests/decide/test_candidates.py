@@ -84,3 +84,18 @@ def test_a_candidate_carries_its_traffic_per_broker():
     a = anomalies([(1, "group", "g", "RUNAWAY_RETRY", 600.0, 400.0)])
     got = candidate_limits(a, {}, L, {(win(0)[1], "group", "g"): {"broker-a": 450.0, "broker-b": 150.0}})
     assert got[0].candidate.broker_tps == {"broker-a": 450.0, "broker-b": 150.0}
+
+
+def test_a_retry_storm_on_a_busy_broker_is_critical():
+    """Sweep case 29: a storm of 183 msg/s (a warning: under 4x the 50 msg/s floor) made its broker of little
+    headroom busy; a first cut of half the storm kept it busy two more minutes (bystanders 1.1 % of before after
+    containment). With a broker carrying its retry traffic busy in the window, its limit goes to the target at once;
+    without one, the warning stays a warning (a max_cut_pct step)."""
+    storm = (1, "group", "g", "RUNAWAY_RETRY", 183.4, 336.0)
+    rows = anomalies([storm, (1, "broker", "broker-a", "BROKER_BUSY", 9.0, 400.0)])
+    rows = rows.with_columns(rows["severity"].set(rows["resource_type"] == "group", "warning"))
+    traffic = {(win(0)[1], "group", "g"): {"broker-a": 183.4}}
+    busy = by_resource(candidate_limits(rows, {}, L, traffic))["g"]
+    assert busy.critical and busy.reason.endswith("consume rate on a distressed broker (broker-a busy), at once")
+    calm = by_resource(candidate_limits(rows.filter(rows["resource_type"] == "group"), {}, L, traffic))["g"]
+    assert not calm.critical and calm.reason.endswith("consume rate")
