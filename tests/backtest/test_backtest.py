@@ -274,12 +274,19 @@ def test_an_intermittent_storm_is_judged_per_episode_and_over_all_of_them(tmp_pa
     assert held.value("bystander_after_pct_of_before_episode_3") <= 1.0
     again = checks["an episode that starts after a lift is limited within 100 s at the remembered target"]
     assert again == (True, "episode 2: 85 s, remembered target")   # 75 s + 10 s propagation
-    late = first[:2] + [(9 * 60 + 150, [_record(GROUP, 30.0, 3, far, brokers=shares)])]   # 150 s, another target
+    late = first[:2] + [(9 * 60 + 150, [_record(GROUP, 30.0, 3, far, brokers=shares)])]   # 150 s, a tighter one
     lifted = compute(_run(tmp_path / "late", "intermittent_storm", late, minutes=18, storm_on_minutes=3,
                           storm_off_minutes=3))
     checks = {name.split(",")[0]: (ok, measured) for name, ok, measured in lifted.checks}
     assert checks["an episode that starts after a lift is limited within 100 s at the remembered target"] == (
-        False, "episode 2: 160 s, another target")
+        False, "episode 2: 160 s, remembered target")   # no looser than the last value in force: late only
+    looser = first[:2] + [(9 * 60 + 75, [_record(GROUP, 50.0, 3, far, brokers={"broker-a": 25.0, "broker-b": 25.0})])]
+    loose = compute(_run(tmp_path / "loose", "intermittent_storm", looser, minutes=18, storm_on_minutes=3,
+                         storm_off_minutes=3))
+    checks = {name.split(",")[0]: (ok, measured) for name, ok, measured in loose.checks}
+    assert checks["an episode that starts after a lift is limited within 100 s at the remembered target"] == (
+        False, "episode 2: 85 s, another target")      # looser than the 40 msg/s in force before the lift
+    assert loose.value("remembered_target_equal_last_value_episode_2") == 0.0
 
 
 def test_a_limit_set_again_while_a_fixed_cause_is_quiet_fails(tmp_path):
