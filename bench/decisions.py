@@ -229,7 +229,7 @@ def traffic(c: Cluster, w: Window, detection, limited: set[tuple[str, str]]) -> 
     limited_topics = {name for t, name in limited if t == "topic"}
     limited_groups = {name for t, name in limited if t == "group"}
     rows = {"resource_type": [], "resource": [], "broker": [], "tps": [], "rejected": [], "carries": [],
-            "sendback_tps": []}
+            "sendback_tps": [], "acceptance": []}
 
     def add(rtype: str, name: str, brokers: np.ndarray, puts: np.ndarray, carries: bool) -> None:
         for b, p in zip(brokers, puts):
@@ -240,6 +240,7 @@ def traffic(c: Cluster, w: Window, detection, limited: set[tuple[str, str]]) -> 
             rows["rejected"].append(0)
             rows["carries"].append(carries)
             rows["sendback_tps"].append(p / 60.0 if rtype == "group" else None)  # every retry a send-back here
+            rows["acceptance"].append(1.0)  # no broker busy in the bench's windows
 
     totals = w.puts.sum(axis=1) / 60.0
     names = {n: i for i, n in enumerate(c.topics)}
@@ -264,7 +265,8 @@ def traffic(c: Cluster, w: Window, detection, limited: set[tuple[str, str]]) -> 
             "resource": rows["resource"] + ["metrics", "traffic"],
             "broker": rows["broker"] + [None, None], "tps": rows["tps"] + [None, None],
             "rejected": rows["rejected"] + [None, None], "carries": rows["carries"] + [None, None],
-            "sendback_tps": rows["sendback_tps"] + [None, None]}
+            "sendback_tps": rows["sendback_tps"] + [None, None],
+            "acceptance": rows["acceptance"] + [None, None]}
     return table(columns.WINDOW_TRAFFIC, data, n + 2)
 
 

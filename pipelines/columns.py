@@ -110,7 +110,9 @@ METRIC_EVENT = (
 #: (:func:`pipelines.decide.windows.resource_traffic`): ``tps`` the limited traffic the broker admitted (msg/s),
 #: ``rejected`` its limiter's rejections (failed sends), ``carries`` the broker printed a put line of the topic,
 #: ``sendback_tps`` a group's admitted send-backs alone (msg/s; null for a topic: ``tps`` minus it is the consumer
-#: client's fallback plain sends, :mod:`pipelines.decide.retry_limit`); window marker rows have ``resource_type`` ``*``.
+#: client's fallback plain sends, :mod:`pipelines.decide.retry_limit`), ``acceptance`` the share of the sends the
+#: broker accepted in the window (:func:`pipelines.decide.facts.acceptance`; 1 when it refused none); window marker
+#: rows have ``resource_type`` ``*``.
 WINDOW_TRAFFIC = (
     ("window_start", "timestamp"),
     ("window_end", "timestamp"),
@@ -121,6 +123,7 @@ WINDOW_TRAFFIC = (
     ("rejected", "long"),
     ("carries", "boolean"),
     ("sendback_tps", "double"),
+    ("acceptance", "double"),
 )
 
 #: Output of the streaming aggregation: sums per window × broker × topic × group × metric.
@@ -238,6 +241,7 @@ POLICY_STATE = (
     ("cause_changes", "long"),
     ("last_capped_end", "timestamp"),
     ("probe_effective_end", "timestamp"),
+    ("change_effective_end", "timestamp"),
 )
 
 #: ``quality/validation_results``: one row per expectation per GX validation of a micro-batch

@@ -62,7 +62,8 @@ def limiter_traffic(rejections: pl.DataFrame, windows: WindowsConfig) -> pl.Data
         "broker",
     ).unique().with_columns(pl.lit(0.0).alias("tps"), pl.lit(0, pl.Int64).alias("rejected"),
                             pl.lit(None, pl.Boolean).alias("carries"),
-                            pl.lit(None, pl.Float64).alias("sendback_tps")).select(list(TRAFFIC))
+                            pl.lit(None, pl.Float64).alias("sendback_tps"),
+                            pl.lit(1.0).alias("acceptance")).select(list(TRAFFIC))
 
 
 def demand(traffic: pl.DataFrame, brokers: pl.DataFrame, cfg: DetectionConfig,
@@ -152,7 +153,8 @@ def expected_brokers(brokers: pa.Table | None) -> list[str]:
 
 
 def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int,
-                  expected: list[str] | tuple[str, ...] = ()) -> dict[tuple[str, str], list[Observation]]:
+                  expected: list[str] | tuple[str, ...] = (),
+                  detection: DetectionConfig | None = None) -> dict[tuple[str, str], list[Observation]]:
     """What the fast path's remembered open windows starting at or after ``after`` (UTC) show of every topic and
     group so far (:func:`pipelines.decide.preliminary.open_window` rows): per resource one
     :class:`~pipelines.decide.fold_types.Observation` per open window with its limited traffic (cluster-wide msg/s: a
@@ -160,13 +162,21 @@ def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int
     ``%RETRY%<group>``), its limiter's rejections (the ``RATE_LIMITED`` failures of the topic, or of
     ``%RETRY%<group>``), a group's consume rate and send-backs alone so far (msg/s) and ``complete``: every broker of ``expected`` has
     reported in the window (:func:`pipelines.decide.preliminary.census`; the consume rate is then final). Partial
-    sums: they only grow. The final path's lift veto (:func:`pipelines.decide.fold.fold_resource`)."""
+    sums: they only grow. With ``detection``, ``busy_brokers`` the carriers with ``busy_failures_floor`` busy
+    failures so far and ``healthy`` none (a squeeze's evidence, :meth:`pipelines.decide.policy.LimitPolicy.
+    squeeze`). The final path's lift veto (:func:`pipelines.decide.fold.fold_resource`)."""
     if rows is None or rows.num_rows == 0:
         return {}
     frame = pl.from_arrow(rows.select(["window_start", "window_end", "resource_type", "resource", "rate_limited",
-                                       "broker_amounts", "consumed", "brokers"]))
+                                       "broker_amounts", "consumed", "brokers", "busy_failures"]))
     frame = frame.filter(when("window_start") >= micros(after))
     done = {naive(start) for start, (_n, ok) in census(frame, list(expected)).items() if ok}
+    busy: dict = {}
+    if detection is not None:
+        for end, broker, failures in frame.filter(pl.col("resource_type") == "broker").select(
+                "window_end", "resource", "busy_failures").iter_rows():
+            if busy_fires(failures or 0, detection):
+                busy.setdefault(end, set()).add(broker)
     frame = frame.filter(pl.col("resource_type").is_in(["topic", "group"]))
     per: dict[tuple, dict] = {}
 
@@ -197,7 +207,9 @@ def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int
         if key[0] == "group":
             consume = rate(slot["consumed"] or 0, window_seconds)
             sendbacks = rate(sum(slot["sent"].values()), window_seconds)
+        hot = tuple(sorted(b for b in brokers & busy.get(end, set())
+                           if slot["sent"].get(b, 0) > 0 or slot["puts"].get(b, 0) > 0))
         out.setdefault(key, []).append(Observation(naive(end), rate(total, window_seconds), int(slot["rejected"]),
-                                                   consume_tps=consume, complete=slot["complete"],
-                                                   sendback_tps=sendbacks))
+                                                   healthy=not hot, consume_tps=consume, busy_brokers=hot,
+                                                   complete=slot["complete"], sendback_tps=sendbacks))
     return out

@@ -82,6 +82,33 @@ def retry_traffic(sent_back, plain_sends):
     return max(sent_back, plain_sends)
 
 
+#: The least share of its sends a busy broker is taken to accept: a demand read through it is at most 50x what the
+#: broker admitted (:func:`through_busy`).
+MIN_ACCEPTANCE = 0.02
+
+
+def acceptance(puts, busy):
+    """The share of the sends a broker accepted in a window (0..1): its puts ÷ (puts + its busy failures), counts
+    of the same window (``TOPIC_PUT_NUMS`` summed over its topics; the ``[TIMEOUT_CLEAN_QUEUE]``-class failures its
+    producers logged). A busy broker's send queue fast-fails every request that waits too long, a producer's put
+    and a consumer's send-back alike (apache/rocketmq ``BrokerFastFailure``), so the share its producers see is the
+    share of a consumer's send-backs it took too. At least :data:`MIN_ACCEPTANCE`; 1 without a send. Numbers or
+    expressions."""
+    if _expr(puts, busy):
+        attempts = puts + busy
+        return pl.when(attempts > 0).then(pl.max_horizontal(puts / attempts, pl.lit(MIN_ACCEPTANCE))).otherwise(1.0)
+    attempts = puts + busy
+    return max(puts / attempts, MIN_ACCEPTANCE) if attempts > 0 else 1.0
+
+
+def through_busy(admitted, accepted):
+    """What was sent to a broker, from what it ``admitted`` (msg/s, or a count) and the share it accepted
+    (:func:`acceptance`): a consumer group's retry traffic behind its busy broker, whose refused send-backs leave no
+    line anywhere (issue 49's shared-library storms: 30 msg/s admitted of 600 sent back). At most 1 ÷
+    :data:`MIN_ACCEPTANCE` times what it admitted. Numbers or expressions."""
+    return admitted / accepted
+
+
 def retry_ratio(retry, consume):
     """Retries ÷ consume (both msg/s, or both counts of one window); None (null) when nothing is consumed
     (``consume`` ≤ 0). Numbers → float or None; expressions → a Float64 expression."""

@@ -38,6 +38,7 @@ from pipelines.config import GovernorConfig
 from pipelines.decide import evidence as ev
 from pipelines.decide.arrow import aware, from_rows, micros, rows_of, to_arrow, to_polars, when
 from pipelines.decide.candidates import candidate_limits
+from pipelines.decide.facts import through_busy
 from pipelines.decide.catalogue import limited_by
 from pipelines.decide.folding import Folded, fold_all, state_row, state_table
 from pipelines.decide.inputs import FinalInputs, LockedInputs
@@ -154,11 +155,15 @@ def prepare_final(inputs: FinalInputs, cfg: GovernorConfig, first_window: dt.dat
     groups = to_polars(inputs.groups, columns.GOLD_GROUP_TPS)
     brokers = to_polars(inputs.brokers, columns.GOLD_BROKER_TPS)
     traffic = traffic.filter(pl.col("resource_type") != MARKER).select(list(ev.TRAFFIC))
-    retry_traffic = {(r[0], r[1]): r[2] for r in traffic.filter(pl.col("resource_type") == "group").group_by(
-        "window_start", "resource").agg(pl.col("tps").sum()).iter_rows()}
+    retries = traffic.filter(pl.col("resource_type") == "group").group_by("window_start", "resource").agg(
+        through_busy(pl.col("tps"), pl.col("acceptance").fill_null(1.0)).sum().alias("sent"),
+        pl.col("tps").sum().alias("admitted"))
+    retry_traffic = {(r[0], r[1]): r[2] for r in retries.iter_rows()}
+    retry_admitted = {(r[0], r[1]): r[3] for r in retries.iter_rows()}
     anomalies = detect(topics, groups, brokers, to_polars(inputs.topic_history, columns.GOLD_TOPIC_TPS),
                        to_polars(inputs.broker_history, columns.GOLD_BROKER_TPS), windows, cfg.detection,
-                       first_window=first_window, retry_traffic=retry_traffic, group_history=inputs.group_history)
+                       first_window=first_window, retry_traffic=retry_traffic, group_history=inputs.group_history,
+                       retry_admitted=retry_admitted)
     batch_windows = {start for start, _end, name in marks if name == "metrics"}
     grid = {end for _start, end, name in marks if name == "traffic"}
     if inputs.limiter_rejections is not None and inputs.limiter_rejections.num_rows:

@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from pipelines.decide.catalogue import policy_for
 from pipelines.decide.fold_types import Candidate, Decision, Evidence, Observation, ResourceState
 from pipelines.decide.policy import Batch
-from pipelines.decide.steps import Params, Step
+from pipelines.decide.steps import Params, Step, effective_end
+from pipelines.decide.words import Action
 
 
 def fold_resource(
@@ -62,9 +63,27 @@ def fold_resource(
     step = Step(state)
     for end in sorted(set(cands) | set(seen)):
         if recover_windows:
-            step = step.then(policy.lift_due(step.state, end - params.window, batch))
-        step = step.then(policy.on_window(step.state, end, cands.get(end), seen.get(end), batch))
+            step = timed(step, policy.lift_due(step.state, end - params.window, batch), batch, params.window)
+        step = timed(step, policy.on_window(step.state, end, cands.get(end), seen.get(end), batch), batch,
+                     params.window)
     if recover_windows:
-        step = step.then(policy.lift_due(step.state, horizon_end, batch))
-        step = step.then(policy.act_on_open(step.state, batch))
+        step = timed(step, policy.lift_due(step.state, horizon_end, batch), batch, params.window)
+        step = timed(step, policy.act_on_open(step.state, batch), batch, params.window)
     return list(step.decisions), step.state, list(step.evidence)
+
+
+def timed(step: Step, then: Step, batch: Batch, window: dt.timedelta) -> Step:
+    """``step`` followed by ``then``, the state's ``change_effective_end`` moved when ``then`` changed the value (a
+    set to a new value or a raise): the first window wholly after ``batch.now`` (the decision's processing time;
+    None: the end of the window it was decided on), the first window the brokers ran at the new value. A new limit
+    the final path sets at the fast path's preliminary value (``batch.preliminary``) is in force since the fast
+    path's decision: taken as made within the window after the preliminary's window."""
+    out = step.then(then)
+    changed = [d for d in then.decisions if d.action != Action.LIFT and d.limit_qps != d.previous_qps]
+    if changed and out.state.limit_qps is not None:
+        last, early = changed[-1], batch.preliminary
+        at = batch.now if batch.now is not None else last.window_end
+        if last.previous_qps is None and early is not None and early[1] == last.limit_qps:
+            at = min(at, early[0] + window)
+        out = out.moved(change_effective_end=effective_end(at, window))
+    return out

@@ -21,7 +21,7 @@ FORGOTTEN = {"last_lift_end": None, "lifted_target_qps": None, "recurrences": 0}
 UNLIMITED = {"limit_qps": None, "lift_at_qps": None, "target_qps": None, "limited_since": None, "broker_shares": {},
              "baseline_tps": None, "busy_load": {}, "probe_from_qps": None, "probe_ceiling_qps": None,
              "probe_hold_until": None, "probe_backoff": 0, "cause_changes": 0, "last_capped_end": None,
-             "probe_effective_end": None}
+             "probe_effective_end": None, "change_effective_end": None}
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,9 @@ class ResourceState:
     ``probe_from_qps``: :func:`limit_in_force`); ``probe_ceiling_qps`` a level whose probe made a carrier busy (or
     whose raise the demand followed), not reached again before ``probe_hold_until``; ``probe_backoff`` how many
     times; ``cause_changes`` the value changes since the limit was set; ``last_capped_end`` the last window at the
-    cap whose demand was hidden (``capped``: never a clear window). Recurrence memory: ``last_lift_end`` when the last
+    cap whose demand was hidden (``capped``: never a clear window); ``change_effective_end`` the end of the first
+    window wholly under the last value change (decided at processing time, :func:`pipelines.decide.steps.
+    effective_end`; the windows before it ran at an older value). Recurrence memory: ``last_lift_end`` when the last
     enforced limit was lifted, ``lifted_target_qps`` its frozen target, ``recurrences`` how many limits in a row
     were set within ``recurrence_windows`` of the previous lift (0: the first).
     """
@@ -69,6 +71,7 @@ class ResourceState:
     cause_changes: int = 0
     last_capped_end: dt.datetime | None = None
     probe_effective_end: dt.datetime | None = None
+    change_effective_end: dt.datetime | None = None
 
 
 def limit_in_force(state: ResourceState, window_end: dt.datetime) -> float | None:

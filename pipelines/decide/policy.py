@@ -121,6 +121,11 @@ class LimitPolicy:
             judged = self.judge(obs, s)
             step = step.noted(Evidence(end, judged.status, s.limit_qps, obs.observed_tps, obs.rejected,
                                        judged.detail, rule_fired=cand is not None))
+        squeezed = self.squeeze(step.state, obs, judged) if judged is not None else None
+        if squeezed is not None:
+            step = step.then(squeezed)
+            return step.moved(last_candidate_end=seen(step.state, end)) if cand is not None or \
+                judged.status == Status.BOUND else step.moved(last_capped_end=seen(step.state, end, "last_capped_end"))
         taken = self.set(step.state, cand, batch) if cand is not None else None
         if taken is not None:
             step = step.then(taken)
@@ -133,6 +138,35 @@ class LimitPolicy:
             return step.then(self.capped(step.state, obs, judged.detail, batch))
         step = step.then(self.hold(step.state, obs, judged.status, judged.detail, batch))
         return step.moved(last_candidate_end=seen(step.state, end)) if step.state.limit_qps is not None else step
+
+    # --- squeeze --------------------------------------------------------------------------------------------------
+    def squeeze(self, state: ResourceState, obs: Observation, judged: Judged,
+                at: dt.datetime | None = None) -> Step | None:
+        """A limit its brokers cannot take: a window complete and wholly under the value in force (at or after
+        ``change_effective_end``, no probe in flight, the cool-down over) where the resource ran at its cap
+        (``bound`` or ``capped``) while a broker carrying it was busy (``BROKER_BUSY`` on it: it fast-fails the
+        sends of every topic it hosts) → the limit and its frozen target cut by ``max_cut_pct``, not below
+        ``min_limit_qps``. A target sized for the resource alone (a share of its consume rate, its baseline times
+        the headroom) does not know the broker's other load: several storms on one broker, or one with little
+        headroom, keep it busy at their targets. A decision of the window ending ``at`` (default ``obs``'s: an
+        open window's is made as one of the horizon's, :meth:`act_on_open`). None when not due."""
+        p, s = self.params, state
+        if s.limit_qps is None or s.mode != Mode.ENFORCE or not obs.busy_brokers or not obs.complete \
+                or judged.status not in (Status.BOUND, Status.CAPPED) or s.probe_from_qps is not None \
+                or not cooled(s.last_change_end, obs.window_end, p.window, p.cooldown_windows):
+            return None
+        since = s.change_effective_end or (
+            s.last_change_end + 2 * p.window if s.last_change_end is not None else None)  # a state saved without it
+        if since is None or obs.window_end < since:
+            return None
+        tighter = max(lower(s.limit_qps, p.max_cut_pct), p.min_limit_qps)
+        if not tightens(tighter, s.limit_qps, p.hysteresis_pct):
+            return None
+        where = "" if at is None else f" in the open window ending {obs.window_end:%H:%M}, complete by census"
+        return decide(s, at or obs.window_end, tighter, Action.SET, (
+            f"squeeze: {', '.join(obs.busy_brokers)} busy under the limit{where} ({judged.detail}): the limit and its "
+            f"target cut by {p.max_cut_pct:g} % to {tighter:.1f} msg/s, the share of the broker its other load "
+            "leaves"), s.mode, target=tighter)
 
     # --- set ------------------------------------------------------------------------------------------------------
     def set(self, state: ResourceState, cand: Candidate, batch: Batch | None = None) -> Step | None:
@@ -378,6 +412,10 @@ class LimitPolicy:
         following = next(((o, st, d) for o, st, d in raised if st in (Status.BOUND, Status.CAPPED)), None)
         if following is not None:
             return self.on_open(s, *following, batch) or Step(s)
+        newest, status, detail = judged[-1]
+        squeezed = self.squeeze(s, newest, Judged(status, detail), at=horizon)
+        if squeezed is not None:
+            return squeezed
         if not kept:  # every complete open window clear: the proof of a lift, when enough of them
             ends = {o.window_end for o in done}
             # under a probe its clear windows prove the lift; otherwise one clear window more than a final lift needs
@@ -393,7 +431,6 @@ class LimitPolicy:
                 return self.lift(s, horizon, f" (the open window ending {newest:%H:%M}, complete by census{under}: "
                                              f"{judged[-1][2]})", proven_to=newest)
             return Step(s)
-        newest, status, detail = judged[-1]
         if status == Status.CAPPED and self.probe_on_open:
             return self.on_open(s, newest, status, detail, batch) or Step(s)
         return Step(s)

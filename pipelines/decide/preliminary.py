@@ -31,7 +31,7 @@ from pipelines.decide.arrow import naive, micros, to_polars, when
 from pipelines.decide.candidates import Keyed
 from pipelines import rocketmq as rmq
 from pipelines.decide.facts import (
-    busy_fires, per_second, rate, retry_may_fire, retry_ratio, retry_traffic, spike_fires,
+    acceptance, busy_fires, per_second, rate, retry_may_fire, retry_ratio, retry_traffic, spike_fires, through_busy,
 )
 from pipelines.decide.rules import (
     WINDOW_KEYS, Rule, anomalies_frame, broker_busy,
@@ -96,12 +96,14 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
     starting at ``until`` (default all of it), a topic's without its limited windows. A rule left out would return
     nothing. Rates are per ``windows.length_seconds``."""
     length = windows.length_seconds
-    topics, brokers, retries, out = {}, {}, {}, set()
+    topics, brokers, retries, out, accepted = {}, {}, {}, set(), {}
     for r in rows:
         kind = r["resource_type"]
         if kind == "broker":
             if busy_fires(r["busy_failures"] or 0, cfg):
                 out.add(Rule.BUSY)
+            share = acceptance(r["puts"] or 0, r["busy_failures"] or 0)
+            accepted[r["window_start"]] = min(share, accepted.get(r["window_start"], 1.0))
             writes = rate(r["broker_puts"] if r["broker_puts"] is not None else r["puts"], length)
             brokers.setdefault(r["resource"], []).append((r["window_start"], writes))
         elif kind == "topic":
@@ -115,8 +117,10 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
         elif kind == "group":
             retries[r["window_start"], r["resource"]] = retries.get((r["window_start"], r["resource"]), 0) + (
                 r["retried"] or 0)
-    if any(retry_may_fire(rate(x, length), cfg) for x in retries.values()):
-        out.add(Rule.RETRY)  # send-backs plus fallback sends bound the larger of the two per broker
+    # send-backs plus fallback sends bound the larger of the two per broker, and read through the busiest broker's
+    # acceptance they bound what open_retry_traffic reads through each broker's
+    if any(retry_may_fire(through_busy(rate(x, length), accepted.get(k[0], 1.0)), cfg) for k, x in retries.items()):
+        out.add(Rule.RETRY)
     up_to = None if until is None else when("window_start") <= micros(until)
     demand_rows = shows_demand(topic_history, cfg)
     topic_rows = demand_rows if up_to is None else up_to & demand_rows
@@ -183,7 +187,7 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
     if Rule.RETRY in rules:  # a RATIO rule: on windows complete by census, or where the evidence already supports it
         groups, bounded = open_group_ratios(of("group"), done, group_history, first_open, windows, cfg)
         starts = [micros(x) for x in groups["window_start"].unique().to_list()]
-        retries = with_retry_traffic(groups, open_retry_traffic(open_rows, starts, windows.length_seconds))
+        retries = with_retry_traffic(groups, *open_retry_traffic(open_rows, starts, windows.length_seconds))
         basis = consume_basis(retries, group_history, first_open, windows, cfg)
         for row in runaway_retry(retries, cfg, basis):
             last = bounded.get((row["window_start"], row["resource"]))
@@ -242,10 +246,17 @@ def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], seconds: int
     """Open-window rows of the windows starting at ``windows`` (microseconds) → each group's retry traffic so far
     (``(window_start, group)`` → msg/s over windows of ``seconds``): per broker the
     :func:`~pipelines.decide.facts.retry_traffic` of its send-backs and the plain sends to ``%RETRY%<group>``, summed
-    over brokers (as :func:`pipelines.decide.windows.per_broker_traffic` reads the final windows)."""
-    rows = open_rows.filter(when("window_start").is_in(windows) & (
+    over brokers (as :func:`pipelines.decide.windows.per_broker_traffic` reads the final windows), each broker's read
+    through the share of sends it accepted so far (:func:`~pipelines.decide.facts.acceptance` of its puts and busy
+    failures in the window, as :func:`pipelines.decide.windows.broker_acceptance` reads the final windows; 1 for a
+    broker without a row yet). Returns (that traffic, what the brokers admitted of it), both keyed alike."""
+    in_windows = when("window_start").is_in(windows)
+    rows = open_rows.filter(in_windows & (
         (pl.col("resource_type") == "group") | ((pl.col("resource_type") == "topic")
                                                 & pl.col("resource").str.starts_with(rmq.RETRY_TOPIC_PREFIX))))
+    accepted = {(r[0], r[1]): acceptance(r[2] or 0, r[3] or 0) for r in open_rows.filter(
+        in_windows & (pl.col("resource_type") == "broker")).select(
+        "window_start", "resource", "puts", "busy_failures").iter_rows()}
     sent: dict[tuple, dict] = {}
     for r in rows.select("window_start", "resource_type", "resource", "broker_amounts").iter_rows(named=True):
         retry_topic = r["resource_type"] == "topic"
@@ -253,7 +264,9 @@ def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], seconds: int
         per_broker = sent.setdefault((r["window_start"], group), {})
         for broker, amount in (r["broker_amounts"] or {}).items():
             per_broker[broker] = retry_traffic(per_broker.get(broker, 0), amount or 0)
-    return {key: rate(sum(amounts.values()), seconds) for key, amounts in sent.items()}
+    traffic = {key: rate(sum(through_busy(x, accepted.get((key[0], b), 1.0)) for b, x in amounts.items()), seconds)
+               for key, amounts in sent.items()}
+    return traffic, {key: rate(sum(amounts.values()), seconds) for key, amounts in sent.items()}
 
 
 def topic_carriers(open_rows: pl.DataFrame) -> dict[tuple[dt.datetime, str], list[str]]:

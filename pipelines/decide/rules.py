@@ -78,24 +78,29 @@ def group_retry(groups: pl.DataFrame) -> pl.DataFrame:
     return sums.with_columns(retry_ratio(pl.col("retry_tps"), pl.col("consume_tps")).alias("retry_ratio"))
 
 
-def with_retry_traffic(groups: pl.DataFrame, traffic: dict[tuple, float] | None) -> pl.DataFrame:
+def with_retry_traffic(groups: pl.DataFrame, traffic: dict[tuple, float] | None,
+                       admitted: dict[tuple, float] | None = None) -> pl.DataFrame:
     """:func:`group_retry` rows + the groups' retry traffic the brokers admitted per window (``(window_start,
     group)`` → msg/s summed over brokers, per broker the larger of the send-backs and the plain sends to
     ``%RETRY%<group>`` a consumer falls back to when its broker refuses a send-back: the traffic rows of
     :func:`pipelines.decide.evidence.demand`) → the same rows with ``retry_tps`` the larger of the two and the ratio
     again, ``sent_back_tps`` the send-backs alone. A broker busy with a storm's own writes fast-fails most of its
-    send-backs: counted alone they fall under ``retry_floor_tps`` while the storm goes on through the fallback."""
+    send-backs: counted alone they fall under ``retry_floor_tps`` while the storm goes on through the fallback.
+    The traffic may be read through the brokers' busy refusals (:func:`pipelines.decide.facts.through_busy`):
+    ``admitted`` (the same keys) is then what they admitted (``admitted_tps``, for the anomaly's detail)."""
     if not traffic or groups.height == 0:
         return groups
-    extra = pl.DataFrame({"window_start": [k[0] for k in traffic], "consumer_group": [k[1] for k in traffic],
-                          "_traffic": list(traffic.values())},
+    keys = list(traffic)
+    extra = pl.DataFrame({"window_start": [k[0] for k in keys], "consumer_group": [k[1] for k in keys],
+                          "_traffic": [traffic[k] for k in keys],
+                          "admitted_tps": [(admitted or traffic).get(k) for k in keys]},
                          schema={"window_start": groups.schema["window_start"], "consumer_group": pl.String,
-                                 "_traffic": pl.Float64})
+                                 "_traffic": pl.Float64, "admitted_tps": pl.Float64})
     retry = facts.retry_traffic(pl.col("retry_tps"), pl.col("_traffic").fill_null(0.0))
     return groups.join(extra, on=["window_start", "consumer_group"], how="left", maintain_order="left").select(
         *[c for c in groups.columns if c not in ("retry_tps", "retry_ratio")],
         pl.col("retry_tps").alias("sent_back_tps"), retry.alias("retry_tps"),
-        retry_ratio(retry, pl.col("consume_tps")).alias("retry_ratio"))
+        retry_ratio(retry, pl.col("consume_tps")).alias("retry_ratio"), "admitted_tps")
 
 
 def retry_storms(groups: pl.DataFrame, cfg: DetectionConfig) -> pl.DataFrame:
@@ -146,10 +151,13 @@ def runaway_retry(groups: pl.DataFrame, cfg: DetectionConfig, basis: dict[tuple,
     out = []
     for r in firing.iter_rows(named=True):
         ratio = number(r["retry_ratio"], 2) if r["retry_ratio"] is not None else "n/a (nothing consumed)"
-        sent = r.get("sent_back_tps")
+        sent, admitted = r.get("sent_back_tps"), r.get("admitted_tps")
         how = "(SNDBCK_PUT_NUMS)" if sent is None or sent >= r["retry_tps"] else (
             f"({fixed(sent, 1)} msg/s as SNDBCK_PUT_NUMS, the rest as the plain sends a consumer falls back to "
             "where its broker refused a send-back)")
+        if admitted is not None and r["retry_tps"] > max(admitted, sent or 0.0) * (1.0 + TOLERANCE):
+            how = (f"(its busy brokers admitted {fixed(admitted, 1)} msg/s, {fixed(sent or 0.0, 1)} of them as "
+                   "SNDBCK_PUT_NUMS: read through the share of sends they accepted, the rest refused)")
         detail = (f"consumer group {r['consumer_group']} sent {fixed(r['retry_tps'], 1)} msg/s back to "
                   f"{rmq.RETRY_TOPIC_PREFIX}{r['consumer_group']} {how} against "
                   f"{fixed(r['consume_tps'], 1)} msg/s consumed: retry ratio {ratio} (rule: ratio >= "
@@ -303,7 +311,8 @@ def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFra
 def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, topic_history: pl.DataFrame,
            broker_history: pl.DataFrame, windows: WindowsConfig, cfg: DetectionConfig,
            first_window: dt.datetime | None = None, rules: frozenset[Rule] | None = None,
-           retry_traffic: dict[tuple, float] | None = None, group_history=None) -> pl.DataFrame:
+           retry_traffic: dict[tuple, float] | None = None, group_history=None,
+           retry_admitted: dict[tuple, float] | None = None) -> pl.DataFrame:
     """All rules over one micro-batch of finalized windows → ``gold/anomalies`` rows.
 
     Args:
@@ -314,6 +323,8 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
         retry_traffic: the groups' retry traffic the brokers admitted (:func:`with_retry_traffic`); None: their
             send-backs alone.
         group_history: earlier ``gold/group_tps`` rows, or a function returning them (:func:`consume_basis`).
+        retry_admitted: what the brokers admitted of ``retry_traffic`` when that is read through their busy
+            refusals (:func:`with_retry_traffic`); None: the same.
     """
     if first_window is None:
         starts = [f["window_start"].min() for f in (topics, brokers) if f.height]
@@ -324,7 +335,7 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
         rules = rules_to_run(topics, groups, brokers, topic_history, broker_history, cfg, retry_traffic)
     rows = []
     if Rule.RETRY in rules:
-        retries = with_retry_traffic(group_retry(groups), retry_traffic)
+        retries = with_retry_traffic(group_retry(groups), retry_traffic, retry_admitted)
         basis = consume_basis(retries, group_history, first_window, windows, cfg)
         rows = runaway_retry(retries, cfg, basis)
     if Rule.TOPIC_SURGE in rules:

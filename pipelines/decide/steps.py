@@ -44,6 +44,7 @@ class Params:
     probe_headroom_share: float
     surge_max_changes: int
     surge_headroom: float
+    min_limit_qps: float = 1.0
 
     @classmethod
     def of(cls, limits: LimitsConfig, detection: DetectionConfig, window_seconds: int) -> Params:
@@ -55,7 +56,7 @@ class Params:
                    recurrence_windows=limits.recurrence_windows,
                    bound_share=limits.bound_share, relax_factor=limits.relax_factor,
                    probe_headroom_share=limits.probe_headroom_share, surge_max_changes=limits.surge_max_changes,
-                   surge_headroom=limits.surge_headroom)
+                   surge_headroom=limits.surge_headroom, min_limit_qps=limits.min_limit_qps)
 
     @classmethod
     def from_config(cls, cfg: GovernorConfig) -> Params:

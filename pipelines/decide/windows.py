@@ -26,7 +26,9 @@ from pipelines.columns import FAILURE_METRIC_PREFIX
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig
 from pipelines.decide.arrow import to_arrow, to_polars
-from pipelines.decide.facts import at_floor, per_second, retry_may_fire, retry_ratio, retry_traffic
+from pipelines.decide.facts import (
+    acceptance, at_floor, per_second, retry_may_fire, retry_ratio, retry_traffic, through_busy,
+)
 from pipelines.decide.rules import WINDOW_KEYS
 
 RATE_LIMITED_METRIC = FAILURE_METRIC_PREFIX + rmq.RATE_LIMITED
@@ -211,23 +213,40 @@ def per_broker_traffic(metrics: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("rejected").cast(pl.Int64))
 
 
+def broker_acceptance(metrics: pl.LazyFrame) -> pl.LazyFrame:
+    """Per window × broker: ``acceptance``, the share of the sends it accepted (:func:`pipelines.decide.facts.
+    acceptance` of its ``TOPIC_PUT_NUMS`` and its busy failures, counts of the window)."""
+    is_put = pl.col("metric") == rmq.TOPIC_PUT_NUMS
+    is_busy = pl.col("metric").is_in([FAILURE_METRIC_PREFIX + c for c in rmq.BUSY_FAILURE_CLASSES])
+    sums = (metrics.filter(pl.col("broker").is_not_null() & (is_put | is_busy))
+            .group_by([*WINDOW_KEYS, "broker"])
+            .agg(_amount_if(is_put).sum().cast(pl.Float64).alias("_puts"),
+                 _amount_if(is_busy).sum().cast(pl.Float64).alias("_busy")))
+    return sums.select(*WINDOW_KEYS, "broker", acceptance(pl.col("_puts"), pl.col("_busy")).alias("acceptance"))
+
+
 def resource_traffic(metrics: pl.LazyFrame, detection: DetectionConfig,
                      limited: tuple[str, ...] = ()) -> pl.LazyFrame:
     """:func:`per_broker_traffic` rows reduced to what the decisions need, plus window markers.
 
     Kept: the rows of a resource whose cluster-wide traffic in the window reaches its rule's floor (a topic at
-    ``surge_floor_tps``, a group's retry traffic at :func:`~pipelines.decide.facts.retry_may_fire`, both within
+    ``surge_floor_tps``, a group's retry traffic at :func:`~pipelines.decide.facts.retry_may_fire`, read through
+    its busy brokers (``acceptance``, :func:`broker_acceptance`: :func:`~pipelines.decide.facts.through_busy`), both within
     :data:`~pipelines.decide.facts.TOLERANCE`: only those can be candidates), whose limiter rejected
     sends, or that is under a limit (``limited``: ``"<resource_type>\\x1f<resource>"`` keys; its windows are its
     demand evidence). What the decisions read per window grows with the resources near a rule, not with the
     cluster. Markers (``resource_type`` :data:`MARKER`, other columns null): ``metrics`` for every window of the
     micro-batch, ``traffic`` for every window with any resource traffic (the decisions' observation grid)."""
-    rows = per_broker_traffic(metrics)
+    rows = per_broker_traffic(metrics).join(broker_acceptance(metrics), on=[*WINDOW_KEYS, "broker"], how="left")
+    rows = rows.with_columns(pl.col("acceptance").fill_null(1.0))
     key = [*WINDOW_KEYS, "resource_type", "resource"]
     total = pl.col("total")
     at_its_floor = (pl.when(pl.col("resource_type") == "topic").then(at_floor(total, detection.surge_floor_tps))
                     .otherwise(retry_may_fire(total, detection)))
-    totals = rows.group_by(key).agg(pl.col("tps").sum().alias("total"), pl.col("rejected").sum().alias("refused"))
+    # a group's floor on what it sent through its busy brokers (their refused send-backs leave no line)
+    sent = pl.when(pl.col("resource_type") == "group").then(through_busy(pl.col("tps"), pl.col("acceptance"))) \
+        .otherwise(pl.col("tps"))
+    totals = rows.group_by(key).agg(sent.sum().alias("total"), pl.col("rejected").sum().alias("refused"))
     keep = at_its_floor | (pl.col("refused") > 0)
     if limited:
         keep = keep | pl.concat_str([pl.col("resource_type"), pl.col("resource")], separator="\x1f").is_in(

@@ -28,7 +28,7 @@ Containment = the first culprit limit in force. Ground truth comes from the scen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -50,11 +50,14 @@ FIX_TO_LIFT_RECURRENT_MAX_MIN = 20.0
 @dataclass
 class Figures:
     """``values``: metric → (value, unit, resource class); ``details``: metric → text; ``checks``: (name, ok,
-    measured)."""
+    measured); ``carriers``: each required cause's resource (``(resource_type, resource)``) → the brokers carrying
+    it, where a limit on it can be in force (the ground truth of the world, for :func:`pipelines.sim.sweep.
+    fastest_in_force`)."""
 
     values: dict[str, tuple[float, str, str]]
     details: dict[str, str]
     checks: list[tuple[str, bool, str]]
+    carriers: dict = field(default_factory=dict)
 
     def value(self, name: str) -> float:
         return self.values.get(name, (float("nan"), "", ""))[0]
@@ -287,7 +290,12 @@ def compute(result, baseline=None) -> Figures:
     values["trigger_seconds"] = (float(result.trigger_seconds), "s", "config")
     values["watermark_seconds"] = (float(result.watermark_seconds), "s", "config")
     kind = next(iter(culprits))[0] if culprits else None
-    return Figures(values, details, _checks(values, kind if required else None, episodes, len(spans), judged))
+    pairs = c.pairs
+    carriers = {(cz.resource_type, cz.resource): tuple(sorted(set(pairs.loc[
+        (pairs["resource_type"] == cz.resource_type) & (pairs["resource"] == cz.resource), "broker"])))
+        for cz in required}
+    return Figures(values, details, _checks(values, kind if required else None, episodes, len(spans), judged),
+                   carriers)
 
 
 def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
@@ -324,7 +332,11 @@ def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
             out.append((f"admitted within {lo}x-{hi}x the limit in every limited minute", not bad,
                         f"{get('admitted_over_limit_minute_min'):.2f}x-{get('admitted_over_limit_minute_max'):.2f}x "
                         f"over {len(judged['minutes'])} minutes" + (
-                            "; " + ", ".join(f"{nm} minute {m}: {r:.2f}x" for nm, m, r in bad[:4]) if bad else "")))
+                            "; " + ", ".join(f"{nm} minute {m}: {r:.2f}x" for nm, m, r in bad[:4]) if bad else "")
+                        + (f"; left out: {len(judged['busy_minutes'])} minutes with a busy carrier (it refused "
+                           "sends before its limiter; with them "
+                           f"{get('admitted_over_limit_minute_min_with_busy'):.2f}x at the least)"
+                           if judged.get("busy_minutes") else "")))
         held = [ep for ep in episodes if ep["k"] == 1 or ep["in_force_at_start"]]
         ok = all(ep["pct"] <= BYSTANDER_AFTER_MAX_PCT for ep in held)
         measured = "; ".join(f"episode {ep['k']}: " + ("n/a" if not np.isfinite(ep["pct"]) else f"{ep['pct']:.2f} %")

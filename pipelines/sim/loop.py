@@ -265,7 +265,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                     if prepared.first_window is not None:
                         # the lift veto's evidence, read only for a resource folded (a candidate or a limit in force)
                         opened_now = open_evidence(memory.rows, prepared.horizon_end, length, expected_brokers(
-                            inputs.brokers)) if prepared.candidates or store.limited_keys() else None
+                            inputs.brokers), cfg.detection) if prepared.candidates or store.limited_keys() else None
                         locked = LockedInputs(policy_state=store.state_table(), latest_limits=store.limits_table(),
                                               open_evidence=opened_now)
                         out = decide_final(prepared, locked, cfg, now, batch_id=len(decided), origin="sim-gold")

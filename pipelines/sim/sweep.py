@@ -61,14 +61,16 @@ def run(case: Case, cfg=None, bcfg=None, cluster=None):
                             irregular=Irregularity(**case.irregular)))
 
 
-def fastest_in_force(case: Case, cfg=None, bcfg=None, timing=None) -> float:
+def fastest_in_force(case: Case, cfg=None, bcfg=None, timing=None, carriers=None) -> float:
     """The earliest a limit can be in force after a cause that shows first in a minute's stats lines (s from the
     cause's first whole minute): the minute's lines land the slowest of its brokers' shipping delays after its end
     (``shipping.stats_seconds``, or the case's world: delay + jitter), the next ingest trigger
     (``windows.trigger_seconds``) writes them ``Timing.ingest_seconds`` later, the next fast trigger
     (``windows.fast_trigger_seconds``) decides, published ``Timing.fast_seconds`` later, in force after the
     propagation delay and the first of its brokers to apply it. 72.5 s + propagation with the shipped
-    settings."""
+    settings. A limit is in force only at a broker carrying its resource: with ``carriers`` (each required
+    cause's brokers, :attr:`pipelines.sim.figures.Figures.carriers`), the first of each cause's carriers to apply
+    it, for the slowest cause (``onset_to_limit_in_force`` is the slowest cause's); without, the first broker."""
     from pipelines.sim.settings import governor_config, load_backtest_config
     from pipelines.sim.loop import Timing
 
@@ -80,7 +82,10 @@ def fastest_in_force(case: Case, cfg=None, bcfg=None, timing=None) -> float:
     delays = irr.get("stats_delay_seconds", {})
     ship = max([bcfg.shipping.stats_seconds] + [delays.get(b, bcfg.shipping.stats_seconds) for b in case.hosts]) \
         + irr.get("stats_jitter_seconds", 0.0)
-    apply = min([irr.get("apply_delay_seconds", {}).get(b, 0.0) for b in case.hosts] or [0.0])
+    delay = irr.get("apply_delay_seconds", {})
+    apply = min([delay.get(b, 0.0) for b in case.hosts] or [0.0])
+    if carriers:
+        apply = max(min(delay.get(b, 0.0) for b in brokers) for brokers in carriers.values() if brokers)
     ingest = -(-(60 + ship) // w.trigger_seconds) * w.trigger_seconds + timing.ingest_seconds
     fast = -(-ingest // w.fast_trigger_seconds) * w.fast_trigger_seconds
     return fast + timing.fast_seconds + case.propagation_seconds + apply
@@ -116,7 +121,7 @@ def verdict(case: Case, figures, cfg=None, bcfg=None) -> tuple[list[tuple[str, s
     failed above it, passed (reported n/a with the figure) within it."""
     v = figures.values
     value = lambda name: v.get(name, (float("nan"),))[0]  # noqa: E731
-    fastest = fastest_in_force(case, cfg, bcfg) + 1.0
+    fastest = fastest_in_force(case, cfg, bcfg, carriers=figures.carriers) + 1.0
     failed, excused = [], []
     for name, ok, measured in figures.checks:
         onset = value("onset_to_limit_in_force")

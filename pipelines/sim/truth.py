@@ -106,10 +106,18 @@ def _value_at(events: list, t: pd.Timestamp) -> float:
     return value
 
 
-def _changes(events: list, t0: pd.Timestamp, t1: pd.Timestamp, restarts: list) -> tuple[int, int, list[str]]:
+#: Minutes before a cut in which a busy carrier makes it a squeeze (:func:`_changes`): a window's stats, the final
+#: path's lateness and the propagation.
+SQUEEZE_LOOKBACK_MIN = 4
+
+
+def _changes(events: list, t0: pd.Timestamp, t1: pd.Timestamp, restarts: list,
+             busy_before=None) -> tuple[int, int, list[str]]:
     """(value changes in (t0, t1), of which lifts (the value gone at every broker), the changes left out with their
     reason): every change counts whatever its duration, except a value gone at the instant a broker restarted
-    (its limiter's memory, not a decision) and its return at the same value."""
+    (its limiter's memory, not a decision) and its return at the same value, and a cut while a broker carrying the
+    resource was busy (``busy_before(t)``: one of them fast-failed sends in the :data:`SQUEEZE_LOOKBACK_MIN` minutes
+    before ``t``; a limit its brokers could not take, not a flap)."""
     count = lifts = 0
     excluded: list[str] = []
     restart_at = {t: b for b, t in restarts}
@@ -128,6 +136,10 @@ def _changes(events: list, t0: pd.Timestamp, t1: pd.Timestamp, restarts: list) -
             skip_return, last = None, v
             continue
         skip_return = None
+        if busy_before is not None and not np.isnan(v) and not np.isnan(last) and v < last and busy_before(t):
+            excluded.append(f"{t:%H:%M:%S} cut from {last:.1f} to {v:.1f} msg/s while a carrier was busy (squeeze)")
+            last = v
+            continue
         count += 1
         lifts += int(np.isnan(v))
         last = v
@@ -137,19 +149,29 @@ def _changes(events: list, t0: pd.Timestamp, t1: pd.Timestamp, restarts: list) -
 def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     """Each cause judged against the ground truth: its value changes and lifts while it is active (every change,
     :func:`_changes`), the brokers' admitted traffic ÷ its limit in every minute it is limited at each of its
-    brokers while it is active and its demand reaches the limit, and each fix → lift where the quiet after the fix
+    brokers while it is active and its demand reaches the limit (but for a minute when one of its carriers was
+    busy: it refused sends before its limiter saw them; the figure with them kept beside), and each fix → lift where the quiet after the fix
     lasts :data:`FIX_TO_LIFT_MAX_MIN` or more (a shorter quiet spell may hold the limit). Adds its figures to
     ``values`` and ``details``; returns what :func:`_checks` needs."""
     c = result.cluster
     n, nan = c.T * 60, float("nan")
     restarts = restart_times(result)
     key = list(zip(c.pairs["resource_type"], c.pairs["resource"]))
-    out = {"changes": [], "lifts": [], "minutes": [], "fix_to_lift": [], "excluded": [], "relimits": []}
+    out = {"changes": [], "lifts": [], "minutes": [], "fix_to_lift": [], "excluded": [], "relimits": [],
+           "busy_minutes": []}
     run_end = c.start + pd.Timedelta(seconds=n)
+    busy_minutes = c.busy_rejected.sum(axis=2) > 0  # [minute, pair]
     for cz in found:
         res = (cz.resource_type, cz.resource)
         name = f"{cz.resource_type} {cz.resource}"
         events = value_events(result, res)
+        carriers = set(c.pairs.loc[[k_ == res for k_ in key], "broker"])
+        on_carriers = busy_minutes[:, c.pairs["broker"].isin(carriers).to_numpy()].any(axis=1)
+
+        def busy_before(t: pd.Timestamp, on=on_carriers) -> bool:
+            m = int((t - c.start).total_seconds() // 60)
+            return bool(on[max(0, m - SQUEEZE_LOOKBACK_MIN):m + 1].any())
+
         spans = [(pd.Timestamp(a), pd.Timestamp(b)) for a, b in cz.active]
         most = 0
         for k, (a, b) in enumerate(spans):
@@ -157,7 +179,7 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
             if not np.isnan(_value_at(events, a)):
                 t0 = a
             if t0 is not None:
-                changes, lifts, excluded = _changes(events, t0, b, restarts)
+                changes, lifts, excluded = _changes(events, t0, b, restarts, busy_before)
                 most = max(most, changes)
                 out["excluded"] += [f"{name}: {x}" for x in excluded]
                 if lifts:
@@ -197,7 +219,14 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
         for m in range(c.T):
             sl = slice(m * 60, (m + 1) * 60)
             if act[sl].all() and everywhere[sl].all() and demand[m] >= np.mean(target[sl]):
-                out["minutes"].append((name, m, float(admitted[sl].sum() / target[sl].sum())))
+                # a carrier busy in the minute refused sends before its limiter saw them: not the limiter's figure
+                into = "busy_minutes" if on_carriers[m] else "minutes"
+                out[into].append((name, m, float(admitted[sl].sum() / target[sl].sum())))
+    every = [r for _, _, r in out["minutes"] + out["busy_minutes"]]
+    values["admitted_over_limit_minute_min_with_busy"] = (min(every) if every else nan, "ratio", "incident")
+    details["admitted_over_limit_minute_min_with_busy"] = (
+        f"{len(out['busy_minutes'])} limited minutes with a busy carrier left out of the judged ones (the figure "
+        "before issue 49's squeeze: every limited minute)")
     ratios = [r for _, _, r in out["minutes"]]
     values["admitted_over_limit_minute_min"] = (min(ratios) if ratios else nan, "ratio", "incident")
     values["admitted_over_limit_minute_max"] = (max(ratios) if ratios else nan, "ratio", "incident")

@@ -72,8 +72,8 @@ def test_limiter_views_are_rejection_evidence_of_the_window_they_fall_in():
         (seen, "rocketmq", "broker-b", "orders", T1 + dt.timedelta(seconds=10), 4),
     ])
     got = sorted(ev.limiter_traffic(rejections, W).rows())
-    assert got == [(T0, T1, "group", "g", "broker-a", 0.0, 0, None, None),
-                   (T1, T1 + dt.timedelta(minutes=1), "topic", "orders", "broker-b", 0.0, 0, None, None)]
+    assert got == [(T0, T1, "group", "g", "broker-a", 0.0, 0, None, None, 1.0),
+                   (T1, T1 + dt.timedelta(minutes=1), "topic", "orders", "broker-b", 0.0, 0, None, None, 1.0)]
     carried = traffic([("group", "g", "broker-a", 10.0, 0, False)])
     none = frame(columns.GOLD_BROKER_TPS, [])
     rows = ev.demand(pl.concat([carried, ev.limiter_traffic(rejections, W)], how="vertical_relaxed"), none, D)
@@ -85,7 +85,7 @@ def test_limiter_views_are_rejection_evidence_of_the_window_they_fall_in():
 OPEN = pa.schema([("window_start", pa.timestamp("us", tz="UTC")), ("window_end", pa.timestamp("us", tz="UTC")),
                   ("resource_type", pa.string()), ("resource", pa.string()), ("rate_limited", pa.int64()),
                   ("broker_amounts", pa.map_(pa.string(), pa.int64())), ("consumed", pa.int64()),
-                  ("brokers", pa.list_(pa.string()))])
+                  ("brokers", pa.list_(pa.string())), ("busy_failures", pa.int64())])
 
 
 def open_rows(*data):
@@ -110,6 +110,27 @@ def test_open_windows_show_a_topic_s_puts_and_a_group_s_retry_traffic_with_their
     assert (group.observed_tps, group.rejected) == ((1200 + 1200) / 60, 4)   # per broker the larger of the two
     assert (group.consume_tps, group.complete, orders.consume_tps) == (40.0, False, None)  # no census row
     assert ev.open_evidence(None, T0, 60) == {}
+
+
+def test_an_open_window_names_the_busy_carriers_of_a_resource_so_far():
+    """A squeeze's evidence on the fast path's open windows (LimitPolicy.squeeze): a carrier of the group's retry
+    traffic with busy_failures_floor busy failures so far is busy; a busy broker not carrying it is not named."""
+    rows = open_rows(
+        (1, "group", "g", 0, {"broker-a": 600}, 1200),
+        (1, "topic", "orders", 0, {"broker-b": 600}),
+        (1, "broker", "broker-a", 0, {}, 0, [], DetectionConfig().busy_failures_floor),
+        (1, "broker", "broker-b", 0, {}, 0, [], 500),
+    )
+    got = ev.open_evidence(rows, win(1)[0], 60, ["broker-a", "broker-b"], DetectionConfig())
+    group, = got["group", "g"]
+    orders, = got["topic", "orders"]
+    assert (group.busy_brokers, group.healthy, orders.busy_brokers) == (("broker-a",), False, ("broker-b",))
+    quiet = open_rows((1, "group", "g", 0, {"broker-a": 600}, 1200),
+                      (1, "broker", "broker-a", 0, {}, 0, [], DetectionConfig().busy_failures_floor - 1))
+    calm, = ev.open_evidence(quiet, win(1)[0], 60, ["broker-a"], DetectionConfig())["group", "g"]
+    assert (calm.busy_brokers, calm.healthy) == ((), True)
+    untold, = ev.open_evidence(rows, win(1)[0], 60, ["broker-a", "broker-b"])["group", "g"]  # without the rule
+    assert untold.busy_brokers == ()
 
 
 def test_an_open_window_is_complete_once_every_broker_of_the_newest_final_window_reported():

@@ -609,7 +609,7 @@ def test_a_limit_held_through_clear_windows_is_refreshed_so_that_its_record_neve
 
 # --- at the cap, the demand hidden: never lifted blind (a limit at its cap shows the cap, not the demand) ----------
 
-def group_loop(minutes, demand, consume=400.0, limit=40.0, lag=3, fallback=True, cfg=L):
+def group_loop(minutes, demand, consume=400.0, limit=40.0, lag=3, fallback=True, cfg=L, busy_above=None):
     """A consumer group limited to ``limit`` msg/s of retry traffic (10 % of the ``consume`` msg/s it consumes)
     offering ``demand(w)`` msg/s of send-backs in window ``w``. Its limiter admits at most the limit in force; no
     rejection is logged (a refused send-back is answered to the consumer). A refused send-back falls back to a plain
@@ -617,7 +617,8 @@ def group_loop(minutes, demand, consume=400.0, limit=40.0, lag=3, fallback=True,
     the refused share (none refused, none). The final path folds window ``w - lag`` at the end of window ``w``, the
     windows after it being the fast path's open windows (complete by census); a decision made then applies from
     window ``w + 2`` (window ``w + 1`` runs at the level before, as a propagation delay leaves it). Returns
-    (decisions, per window the limit in force or None)."""
+    (decisions, per window the limit in force or None). ``busy_above``: the carrier ``b`` is busy (``BROKER_BUSY``)
+    in a window where the group's admitted traffic is above it (msg/s: what its other load leaves)."""
     state = ResourceState("group", "g", limit_qps=limit, target_qps=limit, limited_since=end(0),
                              last_change_end=end(0), last_decision_end=end(0), last_candidate_end=end(0),
                              baseline_tps=consume, broker_shares={"b": 1.0})
@@ -628,7 +629,8 @@ def group_loop(minutes, demand, consume=400.0, limit=40.0, lag=3, fallback=True,
         admitted = offered if cap is None else min(offered, cap)
         refused = 1.0 - admitted / offered if offered > 0 else 0.0
         sent = admitted / (1.0 + 1.6 * refused) if fallback else admitted
-        windows[w] = Observation(end(w), admitted, 0, True, consume, {"b": 500.0}, sendback_tps=sent)
+        hot = ("b",) if busy_above is not None and admitted > busy_above else ()
+        windows[w] = Observation(end(w), admitted, 0, not hot, consume, {"b": 500.0}, hot, sendback_tps=sent)
         trace.append(cap)
         if w - lag >= 1 and state.limit_qps is not None:
             made, state, _ = fold_resource(state, [], end(w - lag), P(cfg), observations=[windows[w - lag]],
@@ -675,6 +677,26 @@ def test_a_storm_whose_client_does_not_fall_back_is_probed_and_never_lifted_whil
     assert "no probe reaches 60.0 msg/s for 6 min" in undone[0].reason
     lift, = [d for d in decisions if d.action == "lift"]
     assert lift.window_end > end(30)
+
+
+def test_a_storm_limit_its_broker_cannot_take_is_squeezed_once_and_held():
+    """Issue 49's sweep case 126: a storm limited to 10 % of a 590 msg/s consume rate on a broker with a quarter of
+    headroom; at its target the storm's writes keep the broker busy and the bystanders lose 3.6 % of what they lost
+    before the limit. Here the broker can take 25 msg/s of the group's retries: the newest complete open window
+    wholly under the 40 msg/s limit, at the cap with the carrier busy, squeezes it (limit and target) by ``max_cut_pct`` to
+    20 msg/s; the broker is then healthy and the limit holds, unchanged, until the fix lifts it. A broker never busy
+    is never squeezed."""
+    decisions, trace = group_loop(24, lambda w: 600.0 if w <= 14 else 2.0, busy_above=25.0)
+    squeeze, = [d for d in decisions if d.reason.startswith("squeeze")]
+    assert (squeeze.limit_qps, squeeze.previous_qps) == (20.0, 40.0)
+    assert "b busy under the limit in the open window ending 07:04, complete by census (limit-bound" in squeeze.reason
+    assert trace[:6] == [40.0] * 5 + [20.0]             # decided at the end of window 4, in force from window 6
+    held = [d for d in decisions if d.window_end > squeeze.window_end and d.window_end <= end(14)]
+    assert all(d.limit_qps == 20.0 and d.reason.startswith("refresh") for d in held)
+    assert all(cap == 20.0 for cap in trace[5:15])
+    assert [d.action for d in decisions if d.action == "lift"] == ["lift"] and trace[-1] is None
+    calm, calm_trace = group_loop(24, lambda w: 600.0 if w <= 14 else 2.0)
+    assert not any(d.reason.startswith("squeeze") for d in calm) and all(c == 40.0 for c in calm_trace[:15])
 
 
 def test_a_fixed_consumer_at_9_percent_of_its_consume_rate_is_lifted_within_8_minutes_of_the_fix():

@@ -99,10 +99,11 @@ def test_retry_traffic_is_the_larger_of_send_backs_and_fallback_sends_into_the_s
         ("broker-a", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 5),  # the broker's fault, not the limiter's
     ])["traffic"]
     rows = [r for r in sorted_rows(got, "resource_type", "resource", "broker") if r["resource"] in ("g", "orders")]
-    want = [(T0, T1, "group", "g", "broker-a", 40.0, 0, False, 20.0),
-            (T0, T1, "group", "g", "broker-b", 30.0, 7, False, 30.0),
-            (T0, T1, "topic", "orders", "broker-a", 10.0, 3, True, None),
-            (T0, T1, "topic", "orders", "broker-c", 0.0, 2, False, None)]
+    busy_a = 3000 / 3005  # broker-a took 3,000 puts and refused 5 as busy: the share of its sends it accepted
+    want = [(T0, T1, "group", "g", "broker-a", 40.0, 0, False, 20.0, busy_a),
+            (T0, T1, "group", "g", "broker-b", 30.0, 7, False, 30.0, 1.0),
+            (T0, T1, "topic", "orders", "broker-a", 10.0, 3, True, None, busy_a),
+            (T0, T1, "topic", "orders", "broker-c", 0.0, 2, False, None, 1.0)]
     assert rows == table(columns.WINDOW_TRAFFIC, want).to_pylist()
 
 

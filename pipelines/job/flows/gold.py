@@ -115,7 +115,7 @@ class GoldFlow(DecisionFlow):
             locked = time.monotonic()
             now = self.clock()
             opened = (open_evidence(self.open_rows.rows, horizon_end, self.cfg.windows.length_seconds,
-                                    expected_brokers(inputs.brokers)) if self.open_rows is not None else None)
+                                    expected_brokers(inputs.brokers), self.cfg.detection) if self.open_rows is not None else None)
             memory = LockedInputs(policy_state=self.store.state_before(batch_id),
                                   latest_limits=self.store.latest_limits(), open_evidence=opened)
             out = decide_final(prepared, memory, self.cfg, now, batch_id=batch_id, origin=f"{GOLD_APP_ID}:{batch_id}")
