@@ -29,6 +29,7 @@ from pipelines.decide.candidates import candidate_limits
 from pipelines.decide.fold_types import ACTION_SET, BASIS_PRELIMINARY
 from pipelines.decide.folding import fold_all
 from pipelines.decide.limits import check, finish
+from pipelines.decide.overrides import Applied
 from pipelines.decide.reconcile import latest_per_resource, preliminary_state
 from pipelines.decide.final import rows_by_key
 
@@ -146,6 +147,7 @@ class FastInputs:
     latest_limits: pa.Table
     known: Callable[[str], bool] | None = None
     open_dicts: list[dict] | None = None
+    overrides: tuple = ()
 
 
 @dataclass
@@ -211,18 +213,22 @@ def _decided(history: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def decide_prepared(prepared: Prepared, policy_state: pa.Table, latest_limits: pa.Table, cfg: GovernorConfig,
-                    now: dt.datetime, *, origin: str) -> tuple[pa.Table, pa.Table]:
+                    now: dt.datetime, *, origin: str, overrides: tuple = ()) -> tuple[pa.Table, pa.Table]:
     """The candidates folded from the saved state with the newer preliminary limits in force → (accepted preliminary
     ``gold/limits`` rows: the ``set`` decisions, refused ``quarantine`` rows); the part run under the decision lock.
+    ``overrides``: the operators' overrides (:mod:`pipelines.decide.overrides`; their own rows come first).
     """
     if not prepared.candidates:
         return from_rows([], columns.GOLD_LIMITS), from_rows([], columns.QUARANTINE)
     saved = rows_by_key(policy_state)
     latest = latest_per_resource(list(rows_by_key(latest_limits).values()))
-    folded = fold_all(prepared.candidates, preliminary_state(saved, latest), prepared.horizon_end, cfg.limits,
-                      cfg.windows.length_seconds, recover=False)
+    view = Applied(overrides, now, saved, latest, cfg)  # the operators' overrides
+    standing = view.standing(prepared.horizon_end) if view else []
+    folded = view.fold_out(fold_all(view.candidates(prepared.candidates),
+                                    preliminary_state(view.saved(saved), view.latest), prepared.horizon_end,
+                                    cfg.limits, cfg.windows.length_seconds, recover=False))
     sets = [d for d in folded.decisions if d.action == ACTION_SET]
-    accepted, refused = check(finish(sets, cfg.limits, now, BASIS_PRELIMINARY), origin, now)
+    accepted, refused = check(standing + view.shape(finish(sets, cfg.limits, now, BASIS_PRELIMINARY)), origin, now)
     return from_rows(accepted, columns.GOLD_LIMITS), from_rows(refused, columns.QUARANTINE)
 
 
@@ -232,4 +238,5 @@ def decide_preliminary(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig
     both empty when the partial evidence proves no anomaly: :func:`prepare_preliminary`, then
     :func:`decide_prepared`. Moves ``memory`` (:class:`OpenRows`) forward."""
     prepared = prepare_preliminary(inputs, memory, cfg)
-    return decide_prepared(prepared, inputs.policy_state, inputs.latest_limits, cfg, now, origin=origin)
+    return decide_prepared(prepared, inputs.policy_state, inputs.latest_limits, cfg, now, origin=origin,
+                           overrides=inputs.overrides)

@@ -38,6 +38,7 @@ from pipelines.decide.fold_types import BASIS_FINAL
 from pipelines.decide.folding import Folded, fold_all, state_row, state_table
 from pipelines.decide.limit_policy import BOUND, HOLD, VETO
 from pipelines.decide.limits import check, finish
+from pipelines.decide.overrides import Applied
 from pipelines.decide.reconcile import latest_per_resource, reconcile_preliminary, state_after
 from pipelines.decide.rules import anomalies_frame, detect
 from pipelines.decide.windows import MARKER
@@ -58,6 +59,7 @@ class FinalInputs:
         latest_limits: the newest ``gold/limits`` row per resource.
         limiter_rejections: ``control/limiter_rejections`` rows of the batch's windows; None when there are none.
         open_evidence: the fast path's open windows after the batch per resource (the lift veto); None without.
+        overrides: the operators' overrides (:func:`pipelines.decide.overrides.parse`); () without.
     """
 
     topics: pa.Table
@@ -70,6 +72,7 @@ class FinalInputs:
     latest_limits: pa.Table
     limiter_rejections: pa.Table | None = None
     open_evidence: dict | None = None
+    overrides: tuple = ()
 
 
 @dataclass
@@ -203,15 +206,19 @@ def decide_prepared(prepared: Prepared, inputs: FinalInputs, cfg: GovernorConfig
     windows, limits_cfg = cfg.windows, cfg.limits
     candidates = prepared.candidates
     saved = rows_by_key(inputs.policy_state)
+    view = Applied(inputs.overrides, now, saved, rows_by_key(inputs.latest_limits), cfg)  # the operators' overrides
+    standing = view.standing(prepared.horizon_end, lambda: ev.broker_tps_of(prepared.demand)) if view else []
     observed = {k for k, r in saved.items() if r.get("limit_qps") is not None} | {
         (k.resource_type, k.resource) for k in candidates}
-    folded = fold_all(candidates, saved, prepared.horizon_end, limits_cfg, windows.length_seconds,
-                      observations=ev.observations(prepared.demand, observed, prepared.grid) if observed else {},
-                      detection=cfg.detection, open_evidence=inputs.open_evidence)
-    accepted, refused = check(finish(folded.decisions, limits_cfg, now, BASIS_FINAL), origin, now)
+    folded = view.fold_out(fold_all(
+        view.candidates(candidates), view.saved(saved), prepared.horizon_end, limits_cfg, windows.length_seconds,
+        observations=ev.observations(prepared.demand, observed, prepared.grid) if observed else {},
+        detection=cfg.detection, open_evidence=inputs.open_evidence))
+    accepted, refused = check(standing + view.shape(finish(folded.decisions, limits_cfg, now, BASIS_FINAL)), origin,
+                              now)
     after = state_after(saved, {(s.resource_type, s.resource): state_row(s) for s in folded.states})
-    reconciled = reconcile_preliminary(latest_per_resource(list(rows_by_key(inputs.latest_limits).values())),
-                                       accepted, after, prepared.horizon_end, cfg, now)
+    reconciled = view.shape(reconcile_preliminary(latest_per_resource(list(view.newest.values())), accepted, after,
+                                                  prepared.horizon_end, cfg, now))
     bound = bound_anomalies(folded, windows.length_seconds)
     every_anomaly = pl.concat([prepared.anomalies, anomalies_frame(bound)], how="vertical_relaxed") if bound \
         else prepared.anomalies
@@ -221,7 +228,7 @@ def decide_prepared(prepared: Prepared, inputs: FinalInputs, cfg: GovernorConfig
         anomalies=to_arrow(every_anomaly, columns.GOLD_ANOMALIES),
         limits=from_rows(accepted + reconciled, columns.GOLD_LIMITS),
         refused=from_rows(refused, columns.QUARANTINE),
-        state=state_table(folded.states, batch_id), folded=folded)
+        state=view.mark(state_table(folded.states, batch_id)), folded=folded)
 
 
 def decide_final(inputs: FinalInputs, cfg: GovernorConfig, now: dt.datetime, *, batch_id: int, origin: str,
