@@ -64,6 +64,8 @@ class FastFlow(DecisionFlow):
         self.open_rows = OpenRows()
         #: The known brokers now (:meth:`pipelines.dataplane.known_brokers.KnownBrokerSource.current`; None: all trusted).
         self.known: Callable[[], KnownBrokers | None] = lambda: None
+        #: The operators' overrides now (:meth:`pipelines.job.overrides.OverrideSource.current`; () without).
+        self.overrides: Callable[[], tuple] = tuple
 
     def handle(self, open_windows: DataFrame, batch_id: int) -> None:
         """One micro-batch of updated open windows → preliminary decisions, published when there are any."""
@@ -80,11 +82,12 @@ class FastFlow(DecisionFlow):
         if not prepared.candidates:
             self.reports.append(BatchReport(QUERY, batch_id))
             return
+        overrides = self.overrides()
         with self.decision_lock:
             locked = time.monotonic()
             now = self.clock()
             accepted, refused = decide_prepared(prepared, self.store.state_before(), self.store.latest_limits(),
-                                                self.cfg, now, origin=f"{FAST_APP_ID}:{batch_id}")
+                                                self.cfg, now, origin=f"{FAST_APP_ID}:{batch_id}", overrides=overrides)
             self.store.add_limits(accepted)
             self.locked_seconds.append(time.monotonic() - locked)
         report = write_arrow(self.lake, QUERY, FAST_APP_ID, batch_id,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -62,6 +63,8 @@ class GoldFlow(DecisionFlow):
         super().__init__(*args, **kwargs)
         self._held_warned: set[tuple] = set()  # (resource_type, resource, limited_since) already logged
         self.open_rows = open_rows
+        #: The operators' overrides now (:meth:`pipelines.job.overrides.OverrideSource.current`; () without).
+        self.overrides: Callable[[], tuple] = tuple
 
     def warn_held_too_long(self, out: FinalOutputs, horizon_end: dt.datetime) -> None:
         """Log a WARNING, once per limit, for each limit in force since longer than ``limits.max_held_seconds`` of
@@ -110,6 +113,7 @@ class GoldFlow(DecisionFlow):
         inputs = FinalInputs(partial.topics, partial.groups, partial.brokers, partial.traffic, topic_history,
                              broker_history, None, None, rejections)
         prepared = prepare_final(inputs, self.cfg, first_window, horizon_end)
+        overrides = self.overrides()
         with self.decision_lock:
             locked = time.monotonic()
             now = self.clock()
@@ -117,7 +121,7 @@ class GoldFlow(DecisionFlow):
                                     expected_brokers(partial.brokers)) if self.open_rows is not None else None)
             inputs = FinalInputs(inputs.topics, inputs.groups, inputs.brokers, inputs.traffic, topic_history,
                                  broker_history, self.store.state_before(batch_id), self.store.latest_limits(),
-                                 rejections, opened)
+                                 rejections, opened, overrides)
             out = decide_prepared(prepared, inputs, self.cfg, now, batch_id=batch_id,
                                   origin=f"{GOLD_APP_ID}:{batch_id}")
             self.store.add_state(out.state)
