@@ -1,7 +1,6 @@
-"""Operators' overrides of the running governor (``control/overrides``, docs/operators.md §9), as pure functions: an
-on-call engineer pins a resource at a fixed limit or exempts it from enforced limits for a while, and may release
-either early. Every override semantics of the decision plane lives here; the paths call it around the fold
-(:func:`pipelines.decide.folding.fold_all`) and the I/O edges read the table and write the rows.
+"""Operators' overrides of the running governor (``control/overrides``, docs/operators.md §9), as pure functions:
+every override semantics of the decision plane; the paths call it around the fold (:func:`pipelines.decide.folding.
+fold_all`), the I/O edges read the table and write the rows.
 
 * **pin**: the resource is held at ``limit_qps`` (cluster-wide msg/s; each broker its share as usual: the shares of
   the limit it replaces, else of its traffic once a final window shows it), enforced, refreshed every
@@ -18,9 +17,8 @@ state saved under another regime than the one in force is never folded. A limit 
 left behind is lifted (an exempted storm still raging is limited again by the same micro-batch's fold).
 
 Rows an override causes have basis ``override``, a reason naming it (``override ovr-… (pin at 800.0 msg/s by
-alice until …: …)``) and a version one above the resource's newest row (so they are in force at once); the
-decisions the rules make under an exemption, or first after an override, name it in their reason too. Times are
-processing time (UTC): an override is in force from ``starts_at`` to ``ends_at`` (or its release).
+alice until …: …)``) and a version above the resource's newest row (in force at once); the rules' decisions under
+an exemption, or first after an override, name it too. Times: processing time, UTC.
 """
 
 from __future__ import annotations
@@ -43,11 +41,8 @@ from pipelines.decide.folding import Folded, state_row
 from pipelines.decide.limits import burst_for, decision_version
 from pipelines.decide.text import fixed, stamp
 
-PIN, EXEMPT = "pin", "exempt"
-KINDS = (PIN, EXEMPT)
-CREATE, RELEASE = "create", "release"
-EVENTS = (CREATE, RELEASE)
-RESOURCE_TYPES = ("topic", "group")
+PIN, EXEMPT, KINDS = "pin", "exempt", ("pin", "exempt")
+CREATE, RELEASE, RESOURCE_TYPES = "create", "release", ("topic", "group")
 #: ``gold/limits.basis`` of a row an override caused (decided by a person, not on evidence).
 BASIS_OVERRIDE = "override"
 #: Last digit of an override row's event-time ``version`` (above the final path's 5 and 6).
@@ -187,6 +182,13 @@ def tag(reason: str | None) -> str | None:
     return found.group(1) if found else None
 
 
+def frontier(latest: Mapping[Key, Mapping]) -> dt.datetime | None:
+    """The newest ``window_end`` among the newest ``gold/limits`` rows (the event time an override row between
+    micro-batches takes, :meth:`Applied.standing`), None without."""
+    ends = [aware(r["window_end"]) for r in latest.values() if r.get("window_end") is not None]
+    return max(ends) if ends else None
+
+
 def live(row: Mapping | None, now: dt.datetime) -> bool:
     """A ``gold/limits`` row in force at ``now``: not a lift, not expired."""
     return row is not None and row.get("action") != ACTION_LIFT and row.get("expires_at") is not None \
@@ -225,8 +227,7 @@ class Applied:
         return bool(self.active or self.changed)
 
     def pinned(self, key: Key) -> Override | None:
-        o = self.active.get(key)
-        return o if o is not None and o.kind == PIN else None
+        return o if (o := self.active.get(key)) is not None and o.kind == PIN else None
 
     # --- the override rows ----------------------------------------------------------------------------------------
     def standing(self, frontier: dt.datetime | None = None,
@@ -277,10 +278,8 @@ class Applied:
         return live(row, self.now) or (gone is not None and aware(row["expires_at"]) >= gone.until)
 
     def _newest(self, traffic, key: Key) -> dict[str, float]:
-        if traffic is None:
-            return {}
-        seen = sorted((end, tps) for (end, rtype, resource), tps in traffic().items() if (rtype, resource) == key
-                      and shares_of(tps))
+        seen = sorted((end, tps) for (end, rtype, resource), tps in (traffic() if traffic else {}).items()
+                      if (rtype, resource) == key and shares_of(tps))
         return dict(seen[-1][1]) if seen else {}
 
     def _split(self, o: Override, row: Mapping | None, traffic: Callable[[], dict]) -> dict[str, float]:

@@ -13,17 +13,16 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 
 from pipelines import columns, tables
 from pipelines.config import GovernorConfig
 from pipelines.dataplane.lake import Lake
-from pipelines.decide.arrow import aware, from_rows, rows_of
+from pipelines.decide.arrow import from_rows, rows_of
 from pipelines.decide.final import rows_by_key
 from pipelines.decide.limits import check
-from pipelines.decide.overrides import Applied, Override, parse
+from pipelines.decide.overrides import Applied, Override, frontier, parse
 from pipelines.job.flows.base import Clock, utc_now, write_arrow
 from pipelines.job.flows.store import DecisionStore
 from pipelines.job.lease import LakeHeldError
@@ -72,12 +71,6 @@ class OverrideSource:
         if message not in self._logged:
             self._logged.add(message)
             log.warning(message)
-
-
-def frontier(latest: dict) -> dt.datetime | None:
-    """The newest ``window_end`` among the limits' newest rows (an override row's event time), None without."""
-    ends = [aware(r["window_end"]) for r in latest.values() if r.get("window_end") is not None]
-    return max(ends) if ends else None
 
 
 class OverrideTick:

@@ -48,6 +48,7 @@ from pipelines.decide.reconcile import latest_per_resource
 from pipelines.writeback.records import current_rows, records_from_rows
 from pipelines.sim.admitted import stats_events, trickle
 from pipelines.sim.cluster import ClosedLoopCluster
+from pipelines.sim.overrides import tick as override_tick
 from pipelines.sim.windows import FinalWindows, OpenWindows, gold_tables
 
 UTC = dt.timezone.utc
@@ -180,13 +181,14 @@ def closed_cluster(spec, bcfg, timing: Timing | None = None) -> ClosedLoopCluste
 
 def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
              propagation_seconds: float | None = None, record=None,
-             cluster: ClosedLoopCluster | None = None) -> SimResult:
+             cluster: ClosedLoopCluster | None = None, overrides: tuple = ()) -> SimResult:
     """Run ``spec`` in closed loop against the decision plane (module docstring). ``cfg``: the governor's config
     (shipped ``conf/local.toml``); ``bcfg``: the backtest's world (:class:`pipelines.sim.settings.BacktestConfig`:
     shipping, brokers, clients, propagation). ``record(kind, inputs, outputs)``: called with each fast micro-batch's
     decision inputs and its preliminary ``gold/limits`` rows (``bench/same_decisions.py`` replays them through
     another commit's fast path). ``cluster``: :func:`closed_cluster` of the same arguments, not run yet (a caller
-    that built it to look at the scenario first)."""
+    that built it to look at the scenario first). ``overrides``: operators' overrides (parsed, times in the run's
+    UTC), applied by both paths and by the override tick at every fast trigger (:mod:`pipelines.sim.overrides`)."""
     import time as _time
 
     started = _time.monotonic()
@@ -246,6 +248,10 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                 bg_done += 1
             landed += batch
             written_at += [second + timing.ingest_seconds] * len(batch)
+        if overrides and second % w.fast_trigger_seconds == 0 and (ticked := override_tick(
+                overrides, store, t.to_pydatetime(), cfg)):  # the override tick: pin, exempt, end, input or not
+            decided += ticked
+            brokers.publish(t, store.limits)
         if w.fast_path != "never" and second % w.fast_trigger_seconds == 0:
             new = bisect.bisect_right(written_at, second, lo=fast_seen)
             events = landed[fast_seen:new]
@@ -259,7 +265,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                     remembered = memory.rows if record is not None else None
                     prepared = prepare_preliminary(inputs, memory, cfg)
                     accepted, _ = decide_preliminary(prepared, store.state_table(), store.limits_table(), cfg, now,
-                                                     origin="sim-fast")
+                                                     origin="sim-fast", overrides=overrides)
                     if record is not None:
                         record("fast", {"rows": rows, "remembered": remembered,
                                         "topic_history": inputs.topic_history.to_arrow(),
@@ -288,7 +294,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                         opened_now = open_evidence(memory.rows, prepared.horizon_end, length, expected_brokers(
                             partial.brokers)) if prepared.candidates or store.limited_keys() else None
                         inputs = FinalInputs(partial.topics, partial.groups, partial.brokers, partial.traffic, th, bh,
-                                             store.state_table(), store.limits_table(), None, opened_now)
+                                             store.state_table(), store.limits_table(), None, opened_now, overrides)
                         out = decide_prepared(prepared, inputs, cfg, now, batch_id=len(decided),
                                               origin="sim-gold")
                         store.add(out.limits, out.state)

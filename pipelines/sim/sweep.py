@@ -37,6 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pipelines.cli import OneLineParser
+from pipelines.sim.overrides import for_cluster, judged, overridden
 
 PROG = "python -m pipelines.sim.sweep"
 #: A fixed start (UTC): a case's rows do not depend on the day it runs.
@@ -44,7 +45,7 @@ START = dt.datetime(2026, 1, 5, 6, 0, tzinfo=dt.timezone.utc)
 #: Kinds and how often they are drawn.
 KINDS: dict[str, float] = {"persisting_storm": 0.16, "storm_fixed": 0.14, "storm_fixed_legit_retry": 0.14,
                            "intermittent_storm": 0.08, "spread_storm": 0.08, "noisy_neighbour": 0.18,
-                           "flash_sale": 0.12, "normal_day": 0.10}
+                           "flash_sale": 0.12, "normal_day": 0.05, "overridden_storm": 0.05}
 
 
 @dataclass(frozen=True)
@@ -57,12 +58,20 @@ class Case:
     spec: dict[str, Any]
     propagation_seconds: float
     clients: dict[str, Any] = field(default_factory=dict)
+    overrides: tuple[dict, ...] = ()  # control/overrides rows (pipelines.sim.overrides.overridden)
 
     def describe(self) -> str:
         items = ", ".join(f"{k}={v}" for k, v in sorted(self.spec.items()))
         extra = ", ".join(f"{k}={v}" for k, v in sorted(self.clients.items()))
         return (f"case {self.seed}: {self.kind} ({items}); propagation {self.propagation_seconds:g} s"
-                + (f"; clients {extra}" if extra else ""))
+                + (f"; clients {extra}" if extra else "") + "".join(
+                    f"; {o['kind']} {o['limit_qps'] or ''} {o['starts_at']:%H:%M:%S}-{o['ends_at']:%H:%M:%S}"
+                    for o in self.overrides))
+
+    @property
+    def scenario(self) -> str:
+        """The scenario of :mod:`pipelines.sim.scenarios` it runs (an ``overridden_storm`` is a persisting storm)."""
+        return "persisting_storm" if self.kind == "overridden_storm" else self.kind
 
     def replay(self) -> str:
         return f"{PROG} --case {self.seed}"
@@ -92,7 +101,7 @@ def _draw(seed: int, kind: str, rng: np.random.Generator) -> Case:
                             "groups": integer(4, 8)}
     clients: dict[str, Any] = {}
     if kind in ("persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm",
-                "spread_storm"):
+                "spread_storm", "overridden_storm"):
         onset = integer(3, 7)
         consume = uniform(100.0, 700.0)
         spec.update(onset_minute=onset, storm_consume_tps=consume,
@@ -100,7 +109,7 @@ def _draw(seed: int, kind: str, rng: np.random.Generator) -> Case:
                     storm_write_amplification=uniform(1.0, 4.0),
                     culprit_topic_brokers=integer(3, brokers - 1) if kind == "spread_storm" else integer(1, 2))
         clients["consume_drop_when_rejected"] = uniform(0.0, 1.0)
-        if kind in ("persisting_storm", "spread_storm"):
+        if kind in ("persisting_storm", "spread_storm", "overridden_storm"):
             spec["minutes"] = onset + integer(6, 12)
         elif kind == "intermittent_storm":
             on, off = integer(2, 5), integer(1, 5)
@@ -130,7 +139,8 @@ def _draw(seed: int, kind: str, rng: np.random.Generator) -> Case:
     else:  # normal_day
         minutes = integer(10, 20)
         spec.update(minutes=minutes, diurnal_amplitude=uniform(0.1, 0.5), restart_minute=integer(2, minutes - 1))
-    return Case(seed, kind, spec, float(integer(0, 30)), clients)
+    case = Case(seed, kind, spec, float(integer(0, 30)), clients)
+    return overridden(case, rng, START) if kind == "overridden_storm" else case
 
 
 #: A storm starts at this minute of the run or later. The fast path judges a ratio rule (RUNAWAY_RETRY) on an open
@@ -162,7 +172,7 @@ def _cluster(case: Case, bcfg):
     from pipelines.sim.loop import closed_cluster
     from pipelines.sim.spec import ScenarioSpec
 
-    return closed_cluster(ScenarioSpec(name=case.kind, start=START, **case.spec), _with_clients(case, bcfg))
+    return closed_cluster(ScenarioSpec(name=case.scenario, start=START, **case.spec), _with_clients(case, bcfg))
 
 
 def premise(case: Case, bcfg=None, cluster=None) -> str | None:
@@ -202,7 +212,13 @@ def run(case: Case, cfg=None, bcfg=None, cluster=None):
     bcfg = bcfg or load_backtest_config("conf/backtest.toml")
     cfg = cfg or governor_config(bcfg, None, None)
     bcfg = _with_clients(case, bcfg)
-    spec = ScenarioSpec(name=case.kind, start=START, **case.spec)
+    spec = ScenarioSpec(name=case.scenario, start=START, **case.spec)
+    if case.overrides:  # overridden_storm: judged by the overrides' own checks (pipelines.sim.overrides.judged)
+        cluster = cluster if cluster is not None else _cluster(case, bcfg)
+        overrides = tuple(for_cluster(case.overrides, cluster, cfg))
+        result = simulate(spec, cfg, bcfg, propagation_seconds=case.propagation_seconds, cluster=cluster,
+                          overrides=overrides)
+        return judged(compute(result), result, overrides, cfg)
     return compute(simulate(spec, cfg, bcfg, propagation_seconds=case.propagation_seconds, cluster=cluster))
 
 

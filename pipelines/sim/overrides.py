@@ -1,0 +1,124 @@
+"""Operators' overrides in the Spark-free closed loop (:func:`pipelines.sim.loop.simulate` ``overrides=``): the
+override tick of the continuous job (:class:`pipelines.job.overrides.OverrideTick`) modelled at every fast trigger
+(:func:`tick`), the checks a closed loop with overrides is judged by (:func:`checks`), and the sweep's kind that
+draws them (:func:`overridden`, ``overridden_storm`` in :data:`pipelines.sim.sweep.KINDS`).
+
+What the checks hold to (docs/operators.md §9), for each override of the culprit, from one fast trigger plus the
+propagation delay after its start to its end: a pin is the only limit in force, at its figure; an exemption leaves
+no enforced limit in force. After its end, a cause still active is limited by the rules within the onset target
+(:data:`pipelines.sim.figures.ONSET_TO_LIMIT_MAX_S`): they take over from the current evidence, at once after an
+exemption (the cause was in plain sight); after a pin, from the first stats minute after its end (the minute it
+ended in shows the pin's traffic, not the cause's).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipelines import columns
+from pipelines.config import GovernorConfig
+from pipelines.decide.arrow import from_rows
+from pipelines.decide.overrides import CREATE, EXEMPT, PIN, Applied, Override, frontier, parse
+from pipelines.sim.figures import ONSET_TO_LIMIT_MAX_S, truth
+
+
+def tick(overrides: Sequence[Override], store, now: dt.datetime, cfg: GovernorConfig) -> list[dict]:
+    """The override rows due at ``now`` (simulated UTC) from the limits in force of ``store``
+    (:class:`pipelines.sim.loop.Store`), added to it; [] when none."""
+    rows = Applied(overrides, now, {}, store.limits, cfg).standing(frontier(store.limits))
+    if rows:
+        store.add(from_rows(rows, columns.GOLD_LIMITS))
+    return rows
+
+
+def in_force(result) -> tuple[np.ndarray, np.ndarray]:
+    """Per second of the run, the culprit's enforced cluster-wide limit in force at some broker: (set by the rules,
+    set by an override); NaN where none."""
+    c = result.cluster
+    culprits, _ = truth(result)
+    n = c.T * 60
+    rules, overridden = np.full(n, np.nan), np.full(n, np.nan)
+    times = [t for t, _ in result.in_force] + [c.end]
+    for (t, snap), t_next in zip(result.in_force, times[1:]):
+        lo = max(0, int(np.ceil((t - c.start).total_seconds())))
+        hi = min(n, int(np.ceil((t_next - c.start).total_seconds())))
+        for (_b, rtype, resource), (_qps, rec) in snap.items():
+            if (rtype, resource) in culprits and hi > lo:
+                target = overridden if rec["reason"].startswith("[override]") else rules
+                target[lo:hi] = float(rec["limit_qps"])
+    return rules, overridden
+
+
+def checks(result, overrides: Sequence[Override], cfg: GovernorConfig) -> list[tuple[str, bool, str]]:
+    """(check, passed, measured) for each override of the culprit (module docstring)."""
+    c = result.cluster
+    culprits, spans = truth(result)
+    rules, overridden = in_force(result)
+    lag = cfg.windows.fast_trigger_seconds + result.propagation_seconds + 1.0
+    seconds = lambda t: (pd.Timestamp(t) - c.start).total_seconds()  # noqa: E731
+    out = []
+    for o in (o for o in overrides if o.key in culprits):
+        b = min(int(np.floor(seconds(o.until))), len(rules))  # the whole seconds before its end
+        a = min(int(np.ceil(seconds(o.starts_at) + lag)), b)
+        if o.kind == PIN:
+            held = int(np.sum(np.isclose(overridden[a:b], o.limit_qps) & np.isnan(rules[a:b])))
+            out.append((f"pin {o.override_id}: the only limit in force, at {o.limit_qps:g} msg/s, from one trigger "
+                        "after its start to its end", held == b - a, f"{held} of {b - a} s"))
+        else:
+            free = int(np.sum(np.isnan(overridden[a:b]) & np.isnan(rules[a:b])))
+            out.append((f"exempt {o.override_id}: no enforced limit from one trigger after its start to its end",
+                        free == b - a, f"{free} of {b - a} s"))
+        # from its end; after a pin, from the next stats minute: the minute it ended in shows the pin's traffic
+        since = b if o.kind == EXEMPT else min(int(np.ceil(seconds(o.until) / 60.0) * 60), len(rules))
+        raging = any(pd.Timestamp(s) <= pd.Timestamp(o.until) < pd.Timestamp(e) for s, e in spans)
+        if raging and since + ONSET_TO_LIMIT_MAX_S < len(rules):
+            after = np.flatnonzero(~np.isnan(rules[since:]))
+            took = float(after[0]) if after.size else float("nan")
+            out.append((f"{o.kind} {o.override_id}: the cause still active at its end is limited by the rules within "
+                        f"{ONSET_TO_LIMIT_MAX_S:.0f} s" + ("" if o.kind == EXEMPT else " of the next stats minute"),
+                        bool(took <= ONSET_TO_LIMIT_MAX_S), "not limited" if np.isnan(took) else f"{took:.0f} s"))
+    return out
+
+
+def overridden(case, rng: np.random.Generator, start: dt.datetime):
+    """The sweep's ``overridden_storm`` (:func:`pipelines.sim.sweep.draw`): ``case``, a persisting storm, with one
+    override of its culprit group drawn from ``rng``: a pin (at 2-80 msg/s) or an exemption, starting from a minute
+    before the storm's onset to 4 minutes after it, lasting 1.5-4 minutes; the run goes on at least 4 minutes after
+    it ends. ``start``: the run's first instant (UTC). Returns the case with ``overrides`` (``control/overrides``
+    rows) and its ``minutes``."""
+    from dataclasses import replace
+
+    spec = dict(case.spec)
+    kind = PIN if rng.random() < 0.5 else EXEMPT
+    begin = start + dt.timedelta(minutes=spec["onset_minute"] + float(rng.uniform(-1.0, 4.0)))
+    end = begin + dt.timedelta(minutes=float(rng.uniform(1.5, 4.0)))
+    spec["minutes"] = max(spec["minutes"], int(np.ceil((end - start).total_seconds() / 60)) + 4)
+    row: dict[str, Any] = {"recorded_at": begin, "event": CREATE, "override_id": f"ovr-{case.seed:08x}", "kind": kind,
+                           "resource_type": "group", "resource": None, "starts_at": begin, "ends_at": end,
+                           "limit_qps": round(float(rng.uniform(2.0, 80.0)), 1) if kind == PIN else None,
+                           "author": "sweep", "reason": f"drawn by case {case.seed}"}
+    return replace(case, spec=spec, overrides=(row,))
+
+
+def for_cluster(rows: Sequence[dict], cluster, cfg: GovernorConfig) -> list[Override]:
+    """A case's override rows on its cluster: the culprit group named (a drawn row names none), parsed."""
+    group = cluster.incident.culprit_group if cluster.incident is not None else None
+    overrides, refused = parse([{**r, "resource": r["resource"] or group} for r in rows], cfg)
+    if refused:
+        raise ValueError(f"the drawn overrides are refused: {refused}")
+    return overrides
+
+
+def judged(figures, result, overrides: Sequence[Override], cfg: GovernorConfig):
+    """A closed loop with overrides judged by :func:`checks` and the backtest's check of false limits; its other
+    checks (onset, value changes, admitted share, bystanders) hold for the rules alone, not for an operator who
+    pins a storm or lets it rage on purpose."""
+    from dataclasses import replace
+
+    kept = [c for c in figures.checks if c[0].startswith("0 enforced limits below")]
+    return replace(figures, checks=checks(result, overrides, cfg) + kept)
