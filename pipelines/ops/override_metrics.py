@@ -43,11 +43,11 @@ class _Collector:
         yield ends
 
 
-def observe(overrides: Iterable[Override], now: dt.datetime) -> None:
-    """The overrides read at ``now`` (UTC): those in force (the newest per resource) become the gauges of the
-    process's current metrics (:func:`pipelines.ops.metrics.current`). Never raises."""
+def observe(overrides: Iterable[Override], now: dt.datetime, into: metrics.GovernorMetrics | None = None) -> None:
+    """The overrides read at ``now`` (UTC): those in force (the newest per resource) become the gauges of ``into``
+    (default the process's current metrics, :func:`pipelines.ops.metrics.current`). Never raises."""
     try:
-        current = metrics.current()
+        current = into or metrics.current()
         with _guard:
             collector = _collectors.get(current)
             if collector is None:
