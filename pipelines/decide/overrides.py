@@ -214,7 +214,7 @@ class Applied:
         self.overrides = list(overrides)
         self.active = in_force(self.overrides, self.now)
         self.by_id = {o.override_id: o for o in self.overrides}
-        self.latest = {k: dict(r) for k, r in latest.items()}
+        self.latest = dict(latest)  # rows are never changed here, only replaced
         regimes = {k: r.get(OVERRIDE_ID) for k, r in saved.items() if r.get(OVERRIDE_ID)}
         #: resources whose saved state is of another regime than now's (started, ended or replaced override)
         self.changed = {k for k in set(regimes) | set(self.active)
