@@ -141,8 +141,8 @@ def parse(rows: Iterable[Mapping], cfg: GovernorConfig) -> tuple[list[Override],
     ``release`` of an unknown id, an unknown event). A later release of a released override changes nothing."""
     created: dict[str, Override] = {}
     refused: list[tuple[Mapping, str]] = []
-    ordered = sorted(rows, key=lambda r: (aware(r.get("recorded_at")) or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
-                                          r.get("event") != CREATE))
+    never = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+    ordered = sorted(rows, key=lambda r: (aware(r.get("recorded_at")) or never, r.get("event") != CREATE))
     for row in ordered:
         event, oid = row.get("event"), row.get("override_id")
         if event == CREATE:
@@ -178,7 +178,7 @@ def in_force(overrides: Iterable[Override], at: dt.datetime) -> dict[Key, Overri
 
 def tag(reason: str | None) -> str | None:
     """The id of the override a ``gold/limits`` reason was decided under (:data:`TAG`), None for the rules alone."""
-    found = TAG.search(reason or "")
+    found = TAG.search(reason) if reason and "override ovr-" in reason else None
     return found.group(1) if found else None
 
 
@@ -234,11 +234,11 @@ class Applied:
                  traffic: Callable[[], Mapping[tuple, Mapping[str, float]]] | None = None) -> list[dict]:
         """The ``gold/limits`` rows (basis ``override``) that make each resource's newest decision agree with the
         overrides in force: a pin's ``set`` where its row is not in force at its figure, is due for a refresh
-        (``limits.refresh_seconds``) or can now be split by the traffic per broker (``traffic``: msg/s per broker by
-        key, of the newest window that has it: a callable returning msg/s per broker by (window_end, resource_type,
-        resource), :func:`pipelines.decide.evidence.broker_tps_of`, called only for a pin without a split); a ``lift`` of an enforced limit in force on an exempted resource; a
-        ``lift`` of a limit in force left by an override no longer in force. ``frontier``: the newest window end
-        the step knows (UTC; the rows' ``window_end`` and version, with the resource's newest row's)."""
+        (``limits.refresh_seconds``) or can now be split by its traffic per broker (``traffic``: a callable giving
+        msg/s per broker by (window_end, resource_type, resource), :func:`pipelines.decide.evidence.broker_tps_of`;
+        the newest window's, called only for a pin without a split); a ``lift`` of an enforced limit in force on an
+        exempted resource; a ``lift`` of a limit left by an override no longer in force. ``frontier``: the newest
+        window end the step knows (UTC; the rows' ``window_end`` and version, with the resource's newest row's)."""
         out = []
         keys = set(self.active) | {k for k, r in self.latest.items() if self._left(r)}
         for key in sorted(keys):
@@ -248,7 +248,8 @@ class Applied:
                 split = self._split(o, row, lambda: self._newest(traffic, key))
                 mine = on and tag(row.get("reason")) == o.override_id and row.get("action") == ACTION_SET \
                     and abs(row["limit_qps"] - o.limit_qps) <= 1e-9 * o.limit_qps
-                due = mine and self.now - aware(row["decided_at"]) >= dt.timedelta(seconds=self.cfg.limits.refresh_seconds)
+                refresh = dt.timedelta(seconds=self.cfg.limits.refresh_seconds)
+                due = mine and self.now - aware(row["decided_at"]) >= refresh
                 if not mine or due or (split and not figures(row.get("broker_limits"))):
                     why = "refresh" if mine else "held"
                     out.append(self._row(key, ACTION_SET, o.limit_qps, split, frontier, f"{o.label()}: {why} at "
@@ -320,7 +321,7 @@ class Applied:
         one from its pin (the rules judge its windows in shadow, :meth:`fold_out`)."""
         if not self:
             return saved
-        out = {k: dict(r) for k, r in saved.items() if k not in self.changed}
+        out = {k: r for k, r in saved.items() if k not in self.changed}
         for key, o in self.active.items():
             if o.kind == PIN and (key in self.changed or key not in out):
                 out[key] = self._pin_state(o)

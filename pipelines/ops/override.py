@@ -203,7 +203,8 @@ def _print_list(overrides: list[Override], ignored: list[tuple[dict, str]], now:
     for r in ([dict(zip(heads, [h.upper() for h in heads]))] + rows) if rows else []:
         print("  ".join(r[h].ljust(widths[h]) for h in heads[:-1]) + "  " + r["reason"])
     for row, why in ignored:
-        print(f"ignored by the governor: {row.get('event')} {row.get('override_id')} of {row.get('recorded_at')}: {why}")
+        print(f"ignored by the governor: {row.get('event')} {row.get('override_id')} of {row.get('recorded_at')}: "
+              f"{why}")
 
 
 def main(argv: Sequence[str] | None = None, now: dt.datetime | None = None) -> int:
@@ -221,7 +222,8 @@ def main(argv: Sequence[str] | None = None, now: dt.datetime | None = None) -> i
         else:
             made, others = create(lake, cfg, args.verb, args.resource_type, args.resource, duration(args.duration),
                                   args.reason, args.author, getattr(args, "qps", None), now)
-            what = f"pinned at {fixed(made.limit_qps, 1)} msg/s" if made.kind == PIN else "exempted from enforced limits"
+            what = (f"pinned at {fixed(made.limit_qps, 1)} msg/s" if made.kind == PIN
+                    else "exempted from enforced limits")
             print(f"{made.override_id}: {made.resource_type} {made.resource} {what} until {stamp(made.until)} "
                   f"(by {made.author}); the governor applies it within {cfg.windows.fast_trigger_seconds} s"
                   + "".join(f"; newer than {o.override_id}, which it replaces" for o in others)

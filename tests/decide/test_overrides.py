@@ -246,8 +246,8 @@ def test_the_fast_path_decides_nothing_for_a_pinned_resource_and_only_advisory_r
 
 def test_the_rules_judge_a_pinned_resource_in_shadow_but_never_lift_it():
     """Pinned at 25 msg/s: in window 1 the group's retry traffic is at the pin and its limiter rejects 12,000 sends
-    (a storm held by it: a limit-bound anomaly, as under a rule's limit), then it falls to 1 msg/s for four windows: the rules would lift a limit of
-    theirs after three clear windows; the pin stays, nothing is decided."""
+    (a storm held by it: a limit-bound anomaly, as under a rule's limit), then it falls to 1 msg/s for four
+    windows: the rules would lift a limit of theirs after three clear windows; the pin stays, nothing is decided."""
     pin_rows = parsed(create())
     under = final(storm_inputs(overrides=pin_rows))
     pin, = rows_of(under)
