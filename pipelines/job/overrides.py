@@ -20,7 +20,6 @@ from pipelines import columns, tables
 from pipelines.config import GovernorConfig
 from pipelines.dataplane.lake import Lake
 from pipelines.decide.arrow import from_rows, rows_of
-from pipelines.decide.final import rows_by_key
 from pipelines.decide.limits import check
 from pipelines.decide.overrides import Applied, Override, frontier, parse
 from pipelines.job.flows.base import Clock, utc_now, write_arrow
@@ -95,7 +94,7 @@ class OverrideTick:
         overrides = self.source.current()
         with self.lock:
             now = self.clock()
-            latest = rows_by_key(self.store.latest_limits())
+            latest = self.store.latest_by_key()
             rows = Applied(overrides, now, {}, latest, self.cfg).standing(frontier(latest))
             version = self._version = max(self._version + 1, int(now.timestamp() * 1000))
             accepted, refused = check(rows, f"{OVERRIDES_APP_ID}:{version}", now) if rows else ([], [])
