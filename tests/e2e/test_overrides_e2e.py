@@ -126,6 +126,8 @@ def run(spark, tmp_path_factory):
         until(lambda: published(lake).get("storm", {}).get("limit_qps") == 25.0, 30, "the storm pinned")
         gov.land(landing, [minute(9, retry=100.0)])
         seen["pinned_storm"] = published(lake)["storm"]
+        seen["pinned_state"] = max((r for r in rows(lake, "state/policy") if r["resource"] == "storm"),
+                                   key=lambda r: r["batch_id"])
         assert gov.running()
     seen["rows_before_restart"] = len(rows(lake, "gold/limits"))
     with ContinuousGovernor(spark, cfg) as gov:
@@ -187,8 +189,14 @@ def test_a_pin_holds_the_storm_survives_a_restart_and_its_release_hands_back_to_
     pin = run["ids"]["pin"]
     storm = [r for r in run["limits"] if r["resource"] == "storm"]
     assert {r["basis"] for r in storm if tag(r["reason"]) == pin and r["action"] == "set"} == {"override"}
-    after = [r for r in storm if f"after override {pin} released by " in r["reason"]]  # the rules, afresh
-    assert after and all(r["mode"] == "enforce" and r["basis"] in ("preliminary", "final") for r in after)
+    # the final path saved the storm's state under the pin (a state of another regime is never folded again)
+    assert (run["pinned_state"]["override_id"], run["pinned_state"]["limit_qps"]) == (pin, 25.0)
+    released = max((r for r in storm if r["basis"] == "override" and r["action"] == "lift" and tag(r["reason"]) == pin),
+                   key=lambda r: r["version"])
+    assert "released by" in released["reason"]
+    after = [r for r in storm if r["version"] > released["version"]]  # the rules, from a fresh state
+    assert after and all(r["basis"] in ("preliminary", "final") for r in after)
+    assert any(r["mode"] == "enforce" and r["action"] == "set" for r in after)
     assert run["pin_release_latency"] <= TRIGGER + SLACK, run["pin_release_latency"]
     assert run["after_pin"]["mode"] == "enforce" and run["after_pin"]["limit_qps"] <= 50.0  # the rules' own
 
