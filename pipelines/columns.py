@@ -242,7 +242,12 @@ POLICY_STATE = (
     ("last_capped_end", "timestamp"),
     ("probe_effective_end", "timestamp"),
     ("change_effective_end", "timestamp"),
+    ("override_id", "string"),
 )
+
+#: The column of ``state/policy`` naming the operator's override (``control/overrides``) the state was saved under
+#: (null: the rules alone); not a field of the policy's state (:mod:`pipelines.decide.overrides` owns it).
+OVERRIDE_ID = "override_id"
 
 #: ``quality/validation_results``: one row per expectation per GX validation of a micro-batch
 #: (:mod:`pipelines.dataplane.quality`); ``suite`` is the validated table, ``observed_value`` JSON text when GX reports one.
@@ -359,4 +364,24 @@ LIMITER_REJECTIONS = (
     ("resource", "string"),
     ("last_rejected_at", "timestamp"),
     ("batch_id", "long"),
+)
+
+#: ``control/overrides`` (:mod:`pipelines.decide.overrides`): operators' overrides, append-only. A ``create`` row
+#: starts one: ``override_id`` (``ovr-`` and hex), ``kind`` (``pin``: held at ``limit_qps``, cluster-wide msg/s;
+#: ``exempt``: no enforced limit, ``limit_qps`` null), ``resource_type`` (``topic`` or ``group``), ``resource``,
+#: ``starts_at`` and ``ends_at`` (UTC), ``author``, ``reason``. A ``release`` row ends the override of its
+#: ``override_id`` at its ``recorded_at``; ``author`` who released it, ``reason`` why (the other columns copied from
+#: the override, ``limit_qps`` null). ``recorded_at``: when the row was written (UTC).
+OVERRIDES = (
+    ("recorded_at", "timestamp"),
+    ("event", "string"),
+    ("override_id", "string"),
+    ("kind", "string"),
+    ("resource_type", "string"),
+    ("resource", "string"),
+    ("limit_qps", "double"),
+    ("starts_at", "timestamp"),
+    ("ends_at", "timestamp"),
+    ("author", "string"),
+    ("reason", "string"),
 )

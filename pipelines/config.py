@@ -21,7 +21,7 @@ from pydantic import Field, field_validator, model_validator
 
 from pipelines.config_base import ConfigError, ConfigSection, read_toml, validate_model
 from pipelines.config_base import ConfigSection as _Section
-from pipelines.config_ops import MetricsConfig
+from pipelines.config_ops import MetricsConfig, OverridesConfig
 from pipelines.config_sinks import CURRENT_FORK_DEFAULT_QPS, KafkaSinkConfig, RocketMQSinkConfig, SinkConfig
 from pipelines.config_spark import DECISION_QUERY_CONF, SparkConfig
 
@@ -29,7 +29,7 @@ __all__ = [
     "ConfigError", "ConfigSection", "read_toml", "validate_model", "CURRENT_FORK_DEFAULT_QPS", "KafkaSinkConfig",
     "RocketMQSinkConfig", "SinkConfig", "KafkaSourceConfig", "SourceConfig", "LakeConfig", "StatsConfig",
     "BrokersConfig", "WindowsConfig", "DetectionConfig", "LimitsConfig", "SparkConfig", "DEFAULT_PANDAS_MAX_ROWS",
-    "QualityConfig", "MetricsConfig", "GovernorConfig", "DECISION_QUERY_CONF", "parse_config", "load_config",
+    "QualityConfig", "MetricsConfig", "OverridesConfig", "GovernorConfig", "DECISION_QUERY_CONF", "parse_config", "load_config",
     "throwaway_signing_key",
 ]
 
@@ -319,6 +319,7 @@ class GovernorConfig(_Section):
     spark: SparkConfig = Field(SparkConfig(), description="``[spark]``: the Spark session.")
     quality: QualityConfig = Field(QualityConfig(), description="``[quality]``: data quality.")
     metrics: MetricsConfig = Field(MetricsConfig(), description="``[metrics]``: the Prometheus endpoint.")
+    overrides: OverridesConfig = Field(OverridesConfig(), description="``[overrides]``: operators' overrides.")
 
     def with_paths(self, landing: str | None = None, lake: str | None = None) -> "GovernorConfig":
         """Return a copy with the landing directory and/or lake root replaced (CLI overrides)."""

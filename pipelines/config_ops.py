@@ -1,5 +1,6 @@
-"""Settings of what operators watch (``[metrics]``, :mod:`pipelines.ops.metrics`); part of
-:class:`pipelines.config.GovernorConfig`, importable from :mod:`pipelines.config` too."""
+"""Settings of what operators watch and say to a running governor (``[metrics]``, :mod:`pipelines.ops.metrics`;
+``[overrides]``, :mod:`pipelines.decide.overrides`); part of :class:`pipelines.config.GovernorConfig`, importable
+from :mod:`pipelines.config` too."""
 
 from __future__ import annotations
 
@@ -17,3 +18,14 @@ class MetricsConfig(_Section):
     address: str = Field("0.0.0.0", description=(
         "Address the endpoint listens on: ``0.0.0.0`` (every interface, for a Prometheus on another host), "
         "``127.0.0.1`` for this host only."))
+
+
+class OverridesConfig(_Section):
+    """Operators' overrides of a running governor (pin, exempt, release: :mod:`pipelines.decide.overrides`,
+    docs/operators.md §9)."""
+
+    max_duration_seconds: int = Field(default=86_400, gt=0, description=(
+        "Seconds: the longest an override may last, from its start to its end; none lasts forever. A longer one is "
+        "refused by the command and ignored (logged) by the governor. One day by default: a sale or a business day "
+        "(this project's choice; Alertmanager silences and MQCloud's manual limits have no maximum, and are "
+        "forgotten)."))

@@ -34,6 +34,7 @@ from pipelines.decide.folding import fold_all
 from pipelines.decide.inputs import FastInputs, LockedInputs
 from pipelines.decide.steps import Params
 from pipelines.decide.limits import check, finish
+from pipelines.decide.overrides import Applied
 from pipelines.decide.reconcile import latest_per_resource, preliminary_state
 from pipelines.decide.final import rows_by_key
 
@@ -206,10 +207,13 @@ def decide_fast(prepared: FastPrepared, locked: LockedInputs, cfg: GovernorConfi
         return from_rows([], columns.GOLD_LIMITS), from_rows([], columns.QUARANTINE)
     saved = rows_by_key(locked.policy_state)
     latest = latest_per_resource(list(rows_by_key(locked.latest_limits).values()))
-    folded = fold_all(prepared.candidates, preliminary_state(saved, latest), prepared.horizon_end,
-                      Params.from_config(cfg), recover=False)
+    view = Applied(locked.overrides, now, saved, latest, cfg)  # the operators' overrides (their rows come first)
+    standing = view.standing(prepared.horizon_end) if view else []
+    folded = view.fold_out(fold_all(view.candidates(prepared.candidates),
+                                    preliminary_state(view.saved(saved), view.latest), prepared.horizon_end,
+                                    Params.from_config(cfg), recover=False))
     sets = [d for d in folded.decisions if d.action == Action.SET]
-    accepted, refused = check(finish(sets, cfg.limits, now, Basis.PRELIMINARY), origin, now)
+    accepted, refused = check(standing + view.shape(finish(sets, cfg.limits, now, Basis.PRELIMINARY)), origin, now)
     return from_rows(accepted, columns.GOLD_LIMITS), from_rows(refused, columns.QUARANTINE)
 
 

@@ -45,6 +45,7 @@ from pipelines.decide.inputs import FinalInputs, LockedInputs
 from pipelines.decide.steps import Params
 from pipelines.decide.words import Basis, Severity, Status
 from pipelines.decide.limits import check, finish
+from pipelines.decide.overrides import Applied
 from pipelines.decide.reconcile import (
     latest_per_resource, pending_preliminary, reconcile_preliminary, state_after,
 )
@@ -195,15 +196,20 @@ def decide_final(prepared: FinalPrepared, locked: LockedInputs, cfg: GovernorCon
     windows, limits_cfg = cfg.windows, cfg.limits
     candidates = prepared.candidates
     saved = rows_by_key(locked.policy_state)
+    latest = latest_per_resource(list(rows_by_key(locked.latest_limits).values()))
+    view = Applied(locked.overrides, now, saved, latest, cfg)  # the operators' overrides
+    standing = view.standing(prepared.horizon_end, lambda: ev.broker_tps_of(prepared.demand)) if view else []
     observed = {k for k, r in saved.items() if r.get("limit_qps") is not None} | {
         (k.resource_type, k.resource) for k in candidates}
-    latest = latest_per_resource(list(rows_by_key(locked.latest_limits).values()))
-    folded = fold_all(candidates, saved, prepared.horizon_end, Params.from_config(cfg),
-                      observations=ev.observations(prepared.demand, observed, prepared.grid) if observed else {},
-                      open_evidence=locked.open_evidence, now=now, preliminary=pending_preliminary(latest))
-    accepted, refused = check(finish(folded.decisions, limits_cfg, now, Basis.FINAL), origin, now)
+    folded = view.fold_out(fold_all(
+        view.candidates(candidates), view.saved(saved), prepared.horizon_end, Params.from_config(cfg),
+        observations=ev.observations(prepared.demand, observed, prepared.grid) if observed else {},
+        open_evidence=locked.open_evidence, now=now, preliminary=pending_preliminary(view.latest)))
+    accepted, refused = check(standing + view.shape(finish(folded.decisions, limits_cfg, now, Basis.FINAL)), origin,
+                              now)
     after = state_after(saved, {(s.resource_type, s.resource): state_row(s) for s in folded.states})
-    reconciled = reconcile_preliminary(latest, accepted, after, prepared.horizon_end, cfg, now)
+    reconciled = view.shape(reconcile_preliminary(latest_per_resource(list(view.newest.values())), accepted, after,
+                                                  prepared.horizon_end, cfg, now))
     bound = bound_anomalies(folded, windows.length_seconds)
     every_anomaly = pl.concat([prepared.anomalies, anomalies_frame(bound)], how="vertical_relaxed") if bound \
         else prepared.anomalies
@@ -213,7 +219,7 @@ def decide_final(prepared: FinalPrepared, locked: LockedInputs, cfg: GovernorCon
         anomalies=to_arrow(every_anomaly, columns.GOLD_ANOMALIES),
         limits=from_rows(accepted + reconciled, columns.GOLD_LIMITS),
         refused=from_rows(refused, columns.QUARANTINE),
-        state=state_table(folded.states, batch_id), folded=folded)
+        state=view.mark(state_table(folded.states, batch_id)), folded=folded)
 
 
 def run_final(inputs: FinalInputs, locked: LockedInputs, cfg: GovernorConfig, now: dt.datetime, *, batch_id: int,

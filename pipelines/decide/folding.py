@@ -26,7 +26,8 @@ from pipelines.decide.words import Mode, Status
 log = logging.getLogger("rate_governor")
 
 #: The state columns of ``state/policy`` besides the resource keys and ``batch_id``, each a ResourceState field.
-STATE_COLUMNS = tuple(name for name, _ in columns.POLICY_STATE if name not in ("resource_type", "resource", "batch_id"))
+STATE_COLUMNS = tuple(name for name, _ in columns.POLICY_STATE
+                      if name not in ("resource_type", "resource", "batch_id", columns.OVERRIDE_ID))
 _TIMES = {name for name, kind in columns.POLICY_STATE if kind == "timestamp"}
 _MAPS = {name for name, kind in columns.POLICY_STATE if kind.startswith("map<")}
 _INTS = {"version", "recurrences", "probe_backoff", "cause_changes"}

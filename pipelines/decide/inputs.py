@@ -79,8 +79,11 @@ class LockedInputs:
         open_evidence: the final path's view of the fast path's open windows after its batch, per resource
             (:func:`pipelines.decide.evidence.open_evidence`: the lift veto, a probe's evidence); None without (and
             always on the fast path).
+        overrides: the operators' overrides (:func:`pipelines.decide.overrides.parse`; :mod:`pipelines.decide.
+            overrides` applies them around the fold); () without.
     """
 
     policy_state: pa.Table
     latest_limits: pa.Table
     open_evidence: dict | None = None
+    overrides: tuple = ()

@@ -47,6 +47,8 @@ def run(
         lease.start_renewing(on_lost=lambda: _stop_all(governor.queries))
         try:
             governor.known.start()  # the known brokers, read now (the trust line logged once) and kept fresh
+            if not once:
+                governor.overrides.start()  # operators' overrides applied within a fast trigger, input or not
             start_queries(spark, governor, once)
             if not once:
                 spark.streams.awaitAnyTermination()
@@ -56,6 +58,7 @@ def run(
         finally:
             progress.detach(spark, listener)
             governor.known.stop()
+            governor.overrides.stop()
         if lease.lost:
             _stop_all(governor.queries)
             raise LakeHeldError(f"lake {cfg.lake.path}: the lease was taken over by another governor; stopped")

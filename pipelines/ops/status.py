@@ -11,6 +11,8 @@ the file can be mailed or attached to a ticket as it is:
 * the TPS of every limited or flagged resource and of the brokers that carry it, around its anomalies and
   decisions (``gold/topic_tps.put_tps``; ``gold/group_tps`` consume and retry TPS summed over the group's topics;
   ``gold/broker_tps.put_tps``), with the anomaly windows shaded and the limit drawn;
+* operators' overrides (``control/overrides``) in force and ended in the last 24 hours: who pinned or exempted
+  what, why, until when, and which wins where two name one resource (:mod:`pipelines.ops.override`);
 * the quarantine by reason and input;
 * a link to the Data Docs (``<lake>/quality/data_docs/index.html``) or the command that builds them.
 
@@ -31,7 +33,8 @@ import pandas as pd
 
 from pipelines.ops import query
 from pipelines.cli import OneLineParser, fail
-from pipelines.config import LimitsConfig
+from pipelines.config import GovernorConfig, LimitsConfig
+from pipelines.ops import override
 from pipelines.writeback import publish
 from pipelines import tables
 from pipelines.tables import sql_name
@@ -86,6 +89,8 @@ class Status:
     #: The same scenario in closed loop (``./run.sh``: the Spark-free simulator, brokers applying the published
     #: limits), drawn below the replay's figures when set.
     closed_loop: Figure | None = None
+    #: Operators' overrides in force and recent (:func:`pipelines.ops.override.describe`).
+    overrides: list[dict] = field(default_factory=list)
 
     def held_since(self, resource_type: str, resource: str) -> pd.Timestamp | None:
         """The window end of the decision that started the resource's current limit: the first decision after its
@@ -145,6 +150,10 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
         ["decided_at", "window_end", "resource_type", "resource", "limit_qps", "action", "mode", "version", "reason"],
     )
     latest = _frame(lake, f"SELECT max(window_end) AS t FROM {sql_name(tables.GOLD_TOPIC_TPS)}", ["t"])
+    try:
+        overrides = query.run_sql(lake, f"SELECT * FROM {sql_name(tables.CONTROL_OVERRIDES)}").to_pylist()
+    except ValueError:  # no override ever
+        overrides = []
     return Status(
         lake=lake,
         now=now,
@@ -158,6 +167,7 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
         ),
         input_rows=_count(lake, tables.BRONZE_BROKER_STATS) + _count(lake, tables.BRONZE_SEND_FAILURES),
         latest_window=latest["t"].iloc[0] if len(latest) and pd.notna(latest["t"].iloc[0]) else None,
+        overrides=override.describe(override.parse(overrides, GovernorConfig())[0], now),
     )
 
 
@@ -270,6 +280,15 @@ def _limits_table(status: Status) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
+def _overrides_table(status: Status) -> str:
+    if not status.overrides:
+        return ("<p>None in force or ended in the last 24 hours (<code>python -m pipelines.ops.override list</code>, "
+                "docs/operators.md §9).</p>")
+    heads = list(status.overrides[0])
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(r[h])}</td>" for h in heads) + "</tr>" for r in status.overrides)
+    return f"<table><tr>{''.join(f'<th>{h}</th>' for h in heads)}</tr>{rows}</table>"
+
+
 def _data_docs(lake: str) -> str:
     index = Path(lake, DOCS_SUBDIR, "index.html")
     if index.is_file():
@@ -295,6 +314,8 @@ def render(status: Status) -> str:
         f"<p class='note'><b>Input.</b> {html.escape(status.input_note)}</p>" if status.input_note else "",
         "<h2>Limits in force</h2>",
         _limits_table(status),
+        "<h2>Operators' overrides</h2>",
+        _overrides_table(status),
         "<h2>Anomalies and decisions over time</h2>",
         _img(by_title["Timeline"]) if "Timeline" in by_title else "<p>No anomaly and no decision so far.</p>",
         "<h2>TPS of limited and flagged resources</h2>",

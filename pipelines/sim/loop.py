@@ -48,6 +48,7 @@ from pipelines.sim.admitted import FailureText, stats_events, trickle
 from pipelines.sim.brokers import Broker
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.irregular import Irregularity, stats_landings
+from pipelines.sim.overrides import tick as override_tick
 from pipelines.sim.windows import FAILURE, FinalWindows, OpenWindows, gold_tables
 
 UTC = dt.timezone.utc
@@ -133,7 +134,8 @@ def closed_cluster(spec, bcfg, timing: Timing | None = None) -> ClosedLoopCluste
 
 def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
              propagation_seconds: float | None = None, record=None,
-             cluster: ClosedLoopCluster | None = None, *, irregular: Irregularity | None = None) -> SimResult:
+             cluster: ClosedLoopCluster | None = None, *, irregular: Irregularity | None = None,
+             overrides: tuple = ()) -> SimResult:
     """Run ``spec`` in closed loop against the decision plane (module docstring). ``cfg``: the governor's config
     (shipped ``conf/local.toml``); ``bcfg``: the backtest's world (:class:`pipelines.sim.settings.BacktestConfig`:
     shipping, brokers, clients, propagation). ``record(kind, inputs, outputs)``: called with each fast micro-batch's
@@ -141,8 +143,10 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     another commit's fast path). ``cluster``: :func:`closed_cluster` of the same arguments, not run yet (a caller
     that built it to look at the scenario first). ``irregular``: the world's irregularities
     (:class:`pipelines.sim.irregular.Irregularity`: shippers that lag, skip, repeat or stop, brokers that apply
-    late or forget, a governor restart; default none). Raises ``ValueError`` for a cluster that has run already
-    or an irregularity naming an unknown broker."""
+    late or forget, a governor restart; default none). ``overrides``: operators' overrides (parsed, times in the
+    run's UTC), applied by both paths and by the override tick at every fast trigger
+    (:mod:`pipelines.sim.overrides`). Raises ``ValueError`` for a cluster that has run already or an irregularity
+    naming an unknown broker."""
     import time as _time
 
     started = _time.monotonic()
@@ -220,6 +224,10 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                 bg_done += 1
             landed += batch
             written_at += [second + timing.ingest_seconds] * len(batch)
+        if overrides and second % w.fast_trigger_seconds == 0 and (ticked := override_tick(
+                overrides, store, t.to_pydatetime(), cfg)):  # the override tick: pin, exempt, end, input or not
+            decided += ticked
+            brokers.publish(t, store.limits)
         if w.fast_path != "never" and second % w.fast_trigger_seconds == 0:
             new = bisect.bisect_right(written_at, second, lo=fast_seen)
             events = landed[fast_seen:new]
@@ -235,7 +243,8 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                     remembered = memory.rows if record is not None else None
                     prepared = prepare_fast(inputs, memory, cfg)
                     accepted, _ = decide_fast(prepared, LockedInputs(policy_state=store.state_table(),
-                                                                     latest_limits=store.limits_table()),
+                                                                     latest_limits=store.limits_table(),
+                                                                     overrides=overrides),
                                               cfg, now, origin="sim-fast")
                     if record is not None:
                         record("fast", {"rows": rows, "remembered": remembered,
@@ -267,7 +276,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                         opened_now = open_evidence(memory.rows, prepared.horizon_end, length, expected_brokers(
                             inputs.brokers), cfg.detection) if prepared.candidates or store.limited_keys() else None
                         locked = LockedInputs(policy_state=store.state_table(), latest_limits=store.limits_table(),
-                                              open_evidence=opened_now)
+                                              open_evidence=opened_now, overrides=overrides)
                         out = decide_final(prepared, locked, cfg, now, batch_id=len(decided), origin="sim-gold")
                         store.add(out.limits, out.state)
                         decided += out.limits.to_pylist()

@@ -4,6 +4,7 @@ Spark-free simulator (:func:`pipelines.sim.loop.simulate`) and judged by the clo
 
     python -m pipelines.sim.sweep --case SEED            # one case: its parameters and its check table
     python -m pipelines.sim.sweep --cases 200 [--first 0] [--workers 2] [--json FILE]  # a range: one line per case
+    python -m pipelines.sim.sweep --kind overridden_storm --cases 6  # the overridden storms' own cases
 
 Exit status 1 when a case fails a check, 2 for a bad flag.
 
@@ -27,6 +28,10 @@ What varies (:func:`pipelines.sim.draws.draw`; issue 49 made the world irregular
   shipping delays and jitter, a slow broker, one whose minutes land behind the watermark, a dropped minute, a file
   shipped twice, a broker whose stats stop, per-broker apply delays, a broker restart.
 
+Operators' overrides (issue 51) have their own cases, apart from these (``--kind overridden_storm``,
+:func:`pipelines.sim.overrides.draw_overridden`: a persisting storm with a drawn pin or exemption of its culprit,
+judged by the overrides' checks); case ``k`` above is drawn as before they existed.
+
 Every run is long enough for the checks it is judged by: a run goes on 10 minutes after the last fix (each lift
 within 8 minutes of a fix followed by 8 quiet minutes). Cases are 10-60 simulated minutes.
 """
@@ -43,6 +48,7 @@ from pipelines.sim.draws import (  # noqa: F401 (the drawing of a case, importab
     CAPACITY_BAND, COMPOUND, FIRST_STORM_MINUTE, HEALTHY_SHARE, KINDS, PREMISED, PROG, SATURATED_SHARE, SCENARIO_OF,
     START, STORM_KINDS, Case, _cluster, _spec, _with_clients, draw, premise,
 )
+from pipelines.sim.overrides import KIND as OVERRIDDEN, draw_overridden, for_cluster, judged as judge_overridden
 
 
 def run(case: Case, cfg=None, bcfg=None, cluster=None):
@@ -57,8 +63,11 @@ def run(case: Case, cfg=None, bcfg=None, cluster=None):
     bcfg = bcfg or load_backtest_config("conf/backtest.toml")
     cfg = cfg or governor_config(bcfg, None, None)
     bcfg = _with_clients(case, bcfg)
-    return compute(simulate(_spec(case), cfg, bcfg, propagation_seconds=case.propagation_seconds, cluster=cluster,
-                            irregular=Irregularity(**case.irregular)))
+    overrides = tuple(for_cluster(case.overrides, cluster, cfg)) if getattr(case, "overrides", ()) else ()
+    result = simulate(_spec(case), cfg, bcfg, propagation_seconds=case.propagation_seconds, cluster=cluster,
+                      irregular=Irregularity(**case.irregular), overrides=overrides)
+    # overridden_storm: judged by the overrides' own checks (pipelines.sim.overrides.judged)
+    return judge_overridden(compute(result), result, overrides, cfg, case) if overrides else compute(result)
 
 
 def fastest_in_force(case: Case, cfg=None, bcfg=None, timing=None, carriers=None) -> float:
@@ -187,37 +196,45 @@ class Judged:
 _WORLD: dict = {}
 
 
-def judge(seed: int) -> Judged:
-    """Draw, run and judge case ``seed`` with the shipped config and world (loaded once per process)."""
+def draw_case(seed: int, bcfg=None, clusters: dict | None = None, kind: str | None = None) -> Case:
+    """Case ``seed`` of the sweep (:func:`draw`), or of ``kind`` ``overridden_storm``'s own cases."""
+    return draw_overridden(seed, bcfg, clusters) if kind == OVERRIDDEN else draw(seed, bcfg, clusters)
+
+
+def judge(seed: int, kind: str | None = None) -> Judged:
+    """Draw (:func:`draw_case`), run and judge case ``seed`` with the shipped config and world (loaded once per
+    process)."""
     from pipelines.sim.settings import governor_config, load_backtest_config
 
     if not _WORLD:
         bcfg = load_backtest_config("conf/backtest.toml")
         _WORLD.update(cfg=governor_config(bcfg, None, None), bcfg=bcfg, clusters={})
     cfg, bcfg, clusters = _WORLD["cfg"], _WORLD["bcfg"], _WORLD["clusters"]
-    case = draw(seed, bcfg, clusters)
+    case = draw_case(seed, bcfg, clusters, kind)
     figures = run(case, cfg, bcfg, clusters.pop(seed, None))
     bad, excused = verdict(case, figures, cfg, bcfg)
     return Judged(seed, case.kind, tuple(bad), tuple(excused), case.replay(), report(case, figures) if bad else "")
 
 
-def judge_many(seeds: Sequence[int], workers: int | None = None) -> dict[int, Judged]:
-    """:func:`judge` of every seed, over ``workers`` processes (default: the CPUs this process may use). The
+def judge_many(seeds: Sequence[int], workers: int | None = None, kind: str | None = None) -> dict[int, Judged]:
+    """:func:`judge` of every seed (of ``kind``), over ``workers`` processes (default: the CPUs this process may
+    use). The
     workers are spawned (polars' thread pools do not survive a fork) with one polars thread each, so that the
     processes, not the threads, share the cores; a case's result does not depend on which worker ran it."""
     import os
     from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
     from multiprocessing import get_context
 
     seeds = list(seeds)
     workers = workers or len(os.sched_getaffinity(0))
     if workers <= 1 or len(seeds) < 2:
-        return {seed: judge(seed) for seed in seeds}
+        return {seed: judge(seed, kind) for seed in seeds}
     previous = os.environ.get("POLARS_MAX_THREADS")
     os.environ["POLARS_MAX_THREADS"] = "1"  # inherited by the spawned workers only when they start
     try:
         with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            return dict(zip(seeds, pool.map(judge, seeds, chunksize=4)))
+            return dict(zip(seeds, pool.map(partial(judge, kind=kind), seeds, chunksize=4)))
     finally:
         if previous is None:
             os.environ.pop("POLARS_MAX_THREADS", None)
@@ -234,9 +251,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=1,
                    help="processes for --cases (default 1: in this process, one line per case as it ends)")
     p.add_argument("--json", metavar="FILE", help="with --cases: write {case: [failed checks]} of every case to FILE")
+    p.add_argument("--kind", choices=[OVERRIDDEN],
+                   help="the cases of this kind, apart from the sweep's (their own seeds): operators' overrides")
     args = p.parse_args(argv)
     if args.case is not None:
-        case = draw(args.case)
+        case = draw_case(args.case, kind=args.kind)
         figures = run(case)
         print(report(case, figures))
         return 1 if failed(figures, case) else 0
@@ -248,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdicts: dict[int, list[str]] = {}
     bad = []
     if args.workers > 1:
-        for seed, judged in sorted(judge_many(seeds, args.workers).items()):
+        for seed, judged in sorted(judge_many(seeds, args.workers, args.kind).items()):
             verdicts[seed] = [n for n, _ in judged.failed]
             state = "FAIL " + "; ".join(verdicts[seed]) if judged.failed else "ok"
             print(f"case {seed} {judged.kind}: {state}")
@@ -261,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = governor_config(bcfg, None, None)
         clusters: dict = {}
         for seed in seeds:
-            case = draw(seed, bcfg, clusters)
+            case = draw_case(seed, bcfg, clusters, args.kind)
             figures = run(case, cfg, bcfg, clusters.pop(seed, None))
             problems, excused = verdict(case, figures, cfg, bcfg)
             verdicts[seed] = [n for n, _ in problems]

@@ -8,6 +8,7 @@ share (``brokers``); it is signed (HMAC-SHA256, :mod:`control.record`) when a si
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,9 @@ class Publisher:
         self.lake = lake
         self.key = signing_key(cfg)
         self.sinks = SinkSet.from_config(cfg, lake)
+        #: One publish at a time: the fast and gold flows and the override tick publish from their own threads, and
+        #: each publish replaces limits.json (clearing a crashed write's temporary files) and moves the sinks.
+        self._one_at_a_time = threading.Lock()
         metrics.declare_sinks([FILE_SINK, *(sink.name for sink in self.sinks.sinks)])
 
     def records(self, now: dt.datetime) -> list[dict[str, Any]]:
@@ -127,6 +131,10 @@ class Publisher:
         Raises:
             pipelines.job.lease.LakeHeldError: this governor lost the lake's lease (the lake's fence): nothing is
                 published."""
+        with self._one_at_a_time:
+            return self._publish(now, batch_id, query)
+
+    def _publish(self, now: dt.datetime, batch_id: int, query: str) -> Path:
         self.lake.check_fence()
         records = self.records(now)
         self.sinks.publish_all(records, batch_id=batch_id, now=now, query=query)

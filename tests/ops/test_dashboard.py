@@ -9,9 +9,10 @@ import re
 
 import pyarrow as pa
 
-from pipelines.config import load_config
+from pipelines.config import GovernorConfig, load_config
+from pipelines.decide.overrides import parse
 from pipelines import tables
-from pipelines.ops import dashboard
+from pipelines.ops import dashboard, override_metrics
 from pipelines.ops.metrics import GovernorMetrics
 from tests.ops.test_alert_rules import RULES
 
@@ -40,6 +41,10 @@ def exposed() -> set[str]:
     })
     m.observe_publish("file", True)
     m.observe_lease(True)
+    pin, = parse([{"recorded_at": now, "event": "create", "override_id": "ovr-0000000a", "kind": "pin",
+                   "resource_type": "group", "resource": "g", "limit_qps": 5.0, "starts_at": now,
+                   "ends_at": now + dt.timedelta(hours=1), "author": "a", "reason": "r"}], GovernorConfig())[0]
+    override_metrics.observe([pin], now, m)
     return {s.name for family in m.registry.collect() for s in family.samples}
 
 

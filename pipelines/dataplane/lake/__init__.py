@@ -71,6 +71,10 @@ class Lake(Protocol):
         """An empty DataFrame of ``table``'s schema that runs no task."""
         ...
 
+    def version(self, table: str) -> int | None:
+        """The table's current Delta version, None when it does not exist (no Spark job)."""
+        ...
+
     def append(self, df: DataFrame, table: str, *, app_id: str, version: int, rows: int | None = None) -> int:
         """Append ``df`` (conformed to the table's schema) as one commit tagged ``(app_id, version)``.
 

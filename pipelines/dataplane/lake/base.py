@@ -104,6 +104,16 @@ class LakeBase:
         latest = self.latest(table, keys, order, lambda df: newest_per_key(df, keys, order), below)
         return arrow_rows(latest.toArrow(), spec)
 
+    def version(self, table: str) -> int | None:
+        """The table's current Delta version (its newest commit), None when it does not exist: a cheap test of
+        whether anything was written since a read (delta-rs lists the log; no Spark job, whichever writer wrote it)."""
+        from deltalake import DeltaTable
+
+        path = self.path(table)
+        if not DeltaTable.is_deltatable(path):
+            return None
+        return DeltaTable(path).version()
+
     # implemented by the writers
     def exists(self, table: str) -> bool:
         raise NotImplementedError

@@ -54,6 +54,7 @@ TABLES: dict[str, TableSpec] = {
         TableSpec(tables.QUALITY_RECONCILIATION, schemas.QUALITY_RECONCILIATION, "recorded_at"),
         TableSpec(tables.CONTROL_SINK_STATUS, schemas.SINK_STATUS, "at"),
         TableSpec(tables.CONTROL_LIMITER_REJECTIONS, schemas.LIMITER_REJECTIONS, "last_rejected_at"),
+        TableSpec(tables.CONTROL_OVERRIDES, schemas.OVERRIDES, "recorded_at"),
     )
 }
 

@@ -89,7 +89,8 @@ GOLD_LIMITS_EXPECTATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("expect_column_values_to_be_in_set", {"column": "resource_type", "value_set": ["topic", "group"]}),
     ("expect_column_values_to_be_in_set", {"column": "mode", "value_set": ["enforce", "advisory"]}),
     ("expect_column_values_to_be_in_set", {"column": "action", "value_set": ["set", "relax", "lift"]}),
-    ("expect_column_values_to_be_in_set", {"column": "basis", "value_set": ["preliminary", "final"]}),
+    # override: a row an operator's override caused (pipelines/decide/overrides.py)
+    ("expect_column_values_to_be_in_set", {"column": "basis", "value_set": ["preliminary", "final", "override"]}),
     ("expect_column_values_to_not_be_null", {"column": "resource"}),
 )
 

@@ -1,5 +1,6 @@
 """The flows of one governor, wired to one lake: one quality gate, one publisher, one decision lock and one
-decisions' memory shared by the final and fast paths (one policy state, one version order)."""
+decisions' memory shared by the final and fast paths (one policy state, one version order), and the operators'
+overrides read once for both and applied between micro-batches by the override tick."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pipelines.job.flows.base import Clock, utc_now
 from pipelines.job.flows.gold import GoldFlow
 from pipelines.job.flows.ingest import IngestFlow
 from pipelines.job.flows.store import DecisionStore
+from pipelines.job.overrides import OverrideSource, OverrideTick
 from pipelines.dataplane.known_brokers import KnownBrokerSource
 from pipelines.dataplane.lake import Lake, open_lake
 from pipelines.writeback.publish import Publisher
@@ -32,6 +34,7 @@ class Governor:
     gold: GoldFlow
     fast: FastFlow
     known: KnownBrokerSource
+    overrides: OverrideTick
     queries: list[StreamingQuery] = field(default_factory=list)
 
     @property
@@ -50,7 +53,10 @@ def build_governor(spark: SparkSession, cfg: GovernorConfig, clock: Clock = utc_
     store = DecisionStore(lake)
     fast = FastFlow(cfg, lake, publisher, clock, decisions, store)
     fast.known = known.current
+    gold = GoldFlow(cfg, lake, publisher, clock, decisions, store, open_rows=fast.open_rows)
+    source = OverrideSource(lake, cfg)  # operators' overrides: read by both deciding flows and the tick
+    fast.overrides = gold.overrides = source.current
     return Governor(
-        cfg, lake, IngestFlow(cfg, lake, gate, known, fast_events=cfg.windows.fast_path != "never"),
-        GoldFlow(cfg, lake, publisher, clock, decisions, store, open_rows=fast.open_rows), fast, known,
+        cfg, lake, IngestFlow(cfg, lake, gate, known, fast_events=cfg.windows.fast_path != "never"), gold, fast, known,
+        OverrideTick(cfg, lake, source, store, publisher, decisions, clock),
     )

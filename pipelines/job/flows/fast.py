@@ -65,6 +65,8 @@ class FastFlow(DecisionFlow):
         self.open_rows = OpenRows()
         #: The known brokers now (:meth:`pipelines.dataplane.known_brokers.KnownBrokerSource.current`; None: all trusted).
         self.known: Callable[[], KnownBrokers | None] = lambda: None
+        #: The operators' overrides now (:meth:`pipelines.job.overrides.OverrideSource.current`; () without).
+        self.overrides: Callable[[], tuple] = tuple
 
     def handle(self, open_windows: DataFrame, batch_id: int) -> None:
         """One micro-batch of updated open windows → preliminary decisions, published when there are any."""
@@ -81,10 +83,12 @@ class FastFlow(DecisionFlow):
         if not prepared.candidates:
             self.reports.append(BatchReport(QUERY, batch_id))
             return
+        overrides = self.overrides()
         with self.decision_lock:
             locked = time.monotonic()
             now = self.clock()
-            memory = LockedInputs(policy_state=self.store.state_before(), latest_limits=self.store.latest_limits())
+            memory = LockedInputs(policy_state=self.store.state_before(), latest_limits=self.store.latest_limits(),
+                                  overrides=overrides)
             accepted, refused = decide_fast(prepared, memory, self.cfg, now, origin=f"{FAST_APP_ID}:{batch_id}")
             self.store.add_limits(accepted)
             self.locked_seconds.append(time.monotonic() - locked)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -63,6 +64,8 @@ class GoldFlow(DecisionFlow):
         super().__init__(*args, **kwargs)
         self._held_warned: set[tuple] = set()  # (resource_type, resource, limited_since) already logged
         self.open_rows = open_rows
+        #: The operators' overrides now (:meth:`pipelines.job.overrides.OverrideSource.current`; () without).
+        self.overrides: Callable[[], tuple] = tuple
 
     def warn_held_too_long(self, out: FinalOutputs, horizon_end: dt.datetime) -> None:
         """Log a WARNING, once per limit, for each limit in force since longer than ``limits.max_held_seconds`` of
@@ -111,13 +114,15 @@ class GoldFlow(DecisionFlow):
                              topic_history=topic_history, broker_history=broker_history, limiter_rejections=rejections,
                              group_history=self.group_history(first_window, before=first_window))
         prepared = prepare_final(inputs, self.cfg, first_window, horizon_end)
+        overrides = self.overrides()
         with self.decision_lock:
             locked = time.monotonic()
             now = self.clock()
             opened = (open_evidence(self.open_rows.rows, horizon_end, self.cfg.windows.length_seconds,
                                     expected_brokers(inputs.brokers), self.cfg.detection) if self.open_rows is not None else None)
             memory = LockedInputs(policy_state=self.store.state_before(batch_id),
-                                  latest_limits=self.store.latest_limits(), open_evidence=opened)
+                                  latest_limits=self.store.latest_limits(), open_evidence=opened,
+                                  overrides=overrides)
             out = decide_final(prepared, memory, self.cfg, now, batch_id=batch_id, origin=f"{GOLD_APP_ID}:{batch_id}")
             self.store.add_state(out.state)
             self.store.add_limits(out.limits)

@@ -49,10 +49,15 @@ class DecisionStore:
 
     def latest_limits(self) -> pa.Table:
         """The newest ``gold/limits`` row per resource."""
+        return from_rows(list(self.latest_by_key().values()), columns.GOLD_LIMITS)
+
+    def latest_by_key(self) -> dict[Key, dict]:
+        """The newest ``gold/limits`` row per resource as dicts by key (the rows themselves: read them, never change
+        them), without building a table (the override tick reads them every fast trigger)."""
         if self._limits is None:
             self._limits = {(r["resource_type"], r["resource"]): r
                             for r in self.lake.latest_rows(tables.GOLD_LIMITS, list(RESOURCE_KEYS), "version")}
-        return from_rows(list(self._limits.values()), columns.GOLD_LIMITS)
+        return dict(self._limits)
 
     def limited_keys(self) -> tuple[str, ...]:
         """``"<resource_type>\\x1f<resource>"`` of every resource with a limit in the saved state (whose traffic the
