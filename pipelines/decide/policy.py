@@ -137,7 +137,7 @@ class LimitPolicy(OpenWindows):
             s.last_change_end + 2 * p.window if s.last_change_end is not None else None)  # a state saved without it
         if since is None or obs.window_end < since:
             return None
-        tighter = max(lower(s.limit_qps, p.max_cut_pct), p.min_limit_qps)
+        tighter = max(lower(s.limit_qps, p.max_cut_pct), self.squeeze_floor(s))
         if not tightens(tighter, s.limit_qps, p.hysteresis_pct):
             return None
         where = "" if at is None else f" in the open window ending {obs.window_end:%H:%M}, complete by census"
@@ -145,6 +145,10 @@ class LimitPolicy(OpenWindows):
             f"squeeze: {', '.join(obs.busy_brokers)} busy under the limit{where} ({judged.detail}): the limit and its "
             f"target cut by {p.max_cut_pct:g} % to {tighter:.1f} msg/s, the share of the broker its other load "
             "leaves"), s.mode, target=tighter)
+
+    def squeeze_floor(self, state: ResourceState) -> float:
+        """The lowest value a squeeze cuts to (msg/s cluster-wide): ``min_limit_qps``."""
+        return self.params.min_limit_qps
 
     # --- set ------------------------------------------------------------------------------------------------------
     def set(self, state: ResourceState, cand: Candidate, batch: Batch | None = None) -> Step | None:
