@@ -40,9 +40,12 @@ from typing import Sequence
 from pipelines.cli import OneLineParser
 
 from pipelines.sim.draws import (  # noqa: F401 (the drawing of a case, importable from here)
-    CAPACITY_BAND, COMPOUND, FIRST_STORM_MINUTE, HEALTHY_SHARE, KINDS, PREMISED, PROG, SATURATED_SHARE, SCENARIO_OF,
-    START, STORM_KINDS, Case, _cluster, _spec, _with_clients, draw, premise,
+    COMPOUND, KINDS, PROG, SCENARIO_OF, START, STORM_KINDS, Case, draw,
 )
+from pipelines.sim.premise import (  # noqa: F401
+    CAPACITY_BAND, FIRST_STORM_MINUTE, HEALTHY_SHARE, PREMISED, SATURATED_SHARE, _spec, _with_clients, premise,
+)
+from pipelines.sim.premise import cluster_of as _cluster
 
 
 def run(case: Case, cfg=None, bcfg=None, cluster=None):

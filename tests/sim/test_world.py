@@ -219,11 +219,12 @@ def test_a_flash_sale_that_overloads_its_broker_by_itself_is_not_drawn_as_a_legi
     a noisy neighbour itself (limiting it was a false limit, leaving it alone left the bystanders rejected). Such a
     draw is refused and drawn again; the case drawn holds the premise."""
     from pipelines.sim import draws
+    from pipelines.sim.premise import premise
 
     rng = np.random.default_rng(66)
     kind = str(rng.choice(list(draws.KINDS), p=np.array(list(draws.KINDS.values())) / sum(draws.KINDS.values())))
     first = draws._draw(66, kind, rng, None)
     assert kind == "surge_and_flash" and any(c[0] == "flash" for c in first.spec["causes"])
-    assert draws.premise(first) == ("with the surge contained a broker's demand reaches 1.58x its capacity (the flash "
+    assert premise(first) == ("with the surge contained a broker's demand reaches 1.58x its capacity (the flash "
                                     "sale overloads it)")
-    assert draws.premise(draws.draw(66)) is None
+    assert premise(draws.draw(66)) is None
