@@ -20,6 +20,10 @@ Times are event time: a minute index ``m`` is the minute ``[start + m min, start
   (``state/policy`` and ``gold/limits`` rows through their Arrow schemas) and the fast path's open-row memory
   (driver memory, :class:`pipelines.decide.fast.OpenRows`) is lost; Spark's streaming state (the windows) is
   restored from the checkpoint, so the windowed sums go on.
+* **What the governor observes** (issue 48): ``limiter_view`` False is the file write-back alone, where a limiter's
+  rejections show only as the producers' logged failures; True puts the RocketMQ admin sink on, which reads every
+  broker's limiters at each publish (:mod:`pipelines.sim.limiter_view`) and gives the final path their moves as
+  ``control/limiter_rejections`` rows.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class Irregularity(ConfigSection):
     broker_restarts: list[tuple[str, float]] = Field(default_factory=list)  # (broker, s): its limiter forgets
     governor_restart_second: float | None = Field(default=None, ge=0)  # the governor restarts at this second
     seed: int = 0  # the jitter's generator
+    limiter_view: bool = False  # the observation mode: the admin sink's view of the limiters (module docstring)
 
     @property
     def regular(self) -> bool:
@@ -77,3 +82,4 @@ def stats_landings(irr: Irregularity, brokers: list[str], minutes: int, default_
             out += [(first + later, m, b) for later in again.get((b, m), ())]
     out.sort()
     return out
+
