@@ -28,6 +28,8 @@ Times are event time: a minute index ``m`` is the minute ``[start + m min, start
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 from pydantic import Field
 
@@ -83,3 +85,20 @@ def stats_landings(irr: Irregularity, brokers: list[str], minutes: int, default_
     out.sort()
     return out
 
+
+#: The sweep's share of cases observed through the limiter's own view (:attr:`Irregularity.limiter_view`), drawn
+#: from a stream of its own: ``default_rng([seed, LIMITER_VIEW_STREAM])``, so a case's other draws do not move.
+LIMITER_VIEW_SHARE = 1 / 3
+LIMITER_VIEW_STREAM = zlib.crc32(b"limiter_view")
+
+
+def observation(seed: int) -> dict[str, bool]:
+    """Sweep case ``seed``'s observation mode as :class:`Irregularity` fields: ``{"limiter_view": True}`` for about
+    :data:`LIMITER_VIEW_SHARE` of the cases, else ``{}`` (the file write-back alone, the default)."""
+    view = np.random.default_rng([seed, LIMITER_VIEW_STREAM]).random() < LIMITER_VIEW_SHARE
+    return {"limiter_view": True} if view else {}
+
+
+def world_order(item: tuple[str, object]) -> tuple[bool, str]:
+    """The order a case prints its world's fields in: the observation mode first, then by name."""
+    return item[0] != "limiter_view", item[0]
