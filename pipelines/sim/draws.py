@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipelines.sim.irregular import observation, world_order
+
 PROG = "python -m pipelines.sim.sweep"
 #: A fixed start (UTC): a case's rows do not depend on the day it runs.
 START = dt.datetime(2026, 1, 5, 6, 0, tzinfo=dt.timezone.utc)
@@ -55,7 +57,7 @@ class Case:
     def describe(self) -> str:
         items = ", ".join(f"{k}={v}" for k, v in sorted(self.spec.items()))
         extra = ", ".join(f"{k}={v}" for k, v in sorted({**self.clients, **self.broker}.items()))
-        world = ", ".join(f"{k}={v}" for k, v in sorted(self.irregular.items()) if k != "seed")
+        world = ", ".join(f"{k}={v}" for k, v in sorted(self.irregular.items(), key=world_order) if k != "seed")
         return (f"case {self.seed}: {self.kind} ({items}); propagation {self.propagation_seconds:g} s"
                 + (f"; clients/brokers {extra}" if extra else "") + (f"; world {world}" if world else ""))
 
@@ -86,12 +88,12 @@ def draw(seed: int, bcfg=None, clusters: dict | None = None) -> Case:
 
 
 def _draw_world(case: Case, rng: np.random.Generator, cluster) -> dict[str, Any]:
-    """The world's irregularities (:class:`pipelines.sim.irregular.Irregularity`): every broker's shipping delay
-    2-15 s with 0-5 s of jitter; with some chance one broker slow (15-60 s), one whose minutes land minutes late
-    (120-240 s: behind the watermark, dropped), a dropped minute, a minute shipped twice (30-300 s later), a
-    broker whose stats stop, per-broker apply delays (0-20 s), a broker restart during the incident. A late or
-    stopped broker carries no cause (it would hide the cause itself, not test the policy); a dropped minute is
-    never a cause's broker's in the cause's first three minutes."""
+    """The world (:class:`pipelines.sim.irregular.Irregularity`): every broker's shipping delay 2-15 s with 0-5 s of
+    jitter; with some chance one broker slow (15-60 s), one whose minutes land minutes late (120-240 s: behind the
+    watermark, dropped), a dropped minute, a minute shipped twice (30-300 s later), a broker whose stats stop,
+    per-broker apply delays (0-20 s), a broker restart during the incident; the limiter's own view for a third
+    (:func:`~pipelines.sim.irregular.observation`, its own stream). A late or stopped broker carries no cause (it
+    would hide the cause, not test the policy); a dropped minute is never a cause's in its first three minutes."""
     brokers, T = list(cluster.brokers), cluster.T
     integer = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
     hosts = set(case.hosts) if case.hosts else {b for c in (cluster.incident.causes if cluster.incident else ())
@@ -121,7 +123,7 @@ def _draw_world(case: Case, rng: np.random.Generator, cluster) -> dict[str, Any]
         out["broker_restarts"] = [(str(rng.choice(sorted(hosts))), round(float(rng.uniform(onset + 2, T)) * 60, 1))]
     if case.kind == "governor_restart":
         out["governor_restart_second"] = round(float(rng.uniform(onset + 1.5, min(T, onset + 6))) * 60, 1)
-    return out
+    return {**out, **observation(case.seed)}
 
 
 def _cause_timing(spec: dict, rng: np.random.Generator, fixable: bool) -> None:
@@ -245,8 +247,7 @@ def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict
     topics = [str(t) for t in world.topic]
 
     def surge(t: int, share: float, required: int = 1, split: float = 1.0, a: float = a, b: float = b) -> tuple:
-        """Topic ``t`` at a level that takes each of its brokers to ``share`` of its capacity (``split`` of the
-        extra load)."""
+        """Topic ``t`` at a level taking each of its brokers to ``share`` of its capacity (``split`` of the load)."""
         level = total = 0.0
         for p in np.flatnonzero(world.pl_topic == t).tolist():
             bi, sh = int(world.pl_broker[p]), float(world.pl_share[p])

@@ -25,7 +25,10 @@ What varies (:func:`pipelines.sim.draws.draw`; issue 49 made the world irregular
   limiter's rejections (all, 10 % or none; a 200-line throttle or none);
 * the world (:func:`pipelines.sim.draws._draw_world`, :class:`pipelines.sim.irregular.Irregularity`): per-broker
   shipping delays and jitter, a slow broker, one whose minutes land behind the watermark, a dropped minute, a file
-  shipped twice, a broker whose stats stop, per-broker apply delays, a broker restart.
+  shipped twice, a broker whose stats stop, per-broker apply delays, a broker restart;
+* what the governor observes (issue 48, :func:`pipelines.sim.irregular.observation`, from a generator of its own so
+  that a case's other draws stay as they were): the limiter's own view through the RocketMQ admin sink for about a
+  third of the cases (printed ``world limiter_view=True``), the file write-back alone for the rest.
 
 Every run is long enough for the checks it is judged by: a run goes on 10 minutes after the last fix (each lift
 within 8 minutes of a fix followed by 8 quiet minutes). Cases are 10-60 simulated minutes.
