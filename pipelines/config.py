@@ -171,6 +171,11 @@ class DetectionConfig(_Section):
     surge_factor: float = Field(default=4.0, gt=1, description=(
         "TRAFFIC_SURGE: put TPS at least this many times (factor) the resource's own baseline; article 001's "
         "broker rose 8x."))
+    busy_surge_factor: float = Field(default=2.5, gt=1, description=(
+        "TRAFFIC_SURGE of a topic whose own sends were refused as busy in the window (at ``busy_failures_floor``): "
+        "this factor instead of ``surge_factor``. A busy broker writes its capacity and fast-fails the rest, so "
+        "the surge it hides shows capped (issue 49's sweep case 6: 4.0x demanded, 3.3x admitted, a tenth of the "
+        "refusals logged)."))
     surge_floor_tps: float = Field(default=50.0, ge=0, description=(
         "TRAFFIC_SURGE: and at least this many messages per second (msg/s), so tiny topics going 0 → 5 msg/s "
         "do not fire."))

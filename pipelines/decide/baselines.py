@@ -97,12 +97,12 @@ def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: s
             cache[(key, rank)] = (history, bounds)
     for k, windows in hot.items():
         lowest, n = bounds.get(k, ([], 0))
-        for start, x, _b in windows:
+        for start, x, b in windows:
             before = [y for s, _x, y in windows if s < start and y is not None]
             if n + len(before) < cfg.baseline_min_windows:
                 continue
             j = rank - len(before)
             bound = lowest[j] if 0 <= j < len(lowest) else min(lowest[:1] + before)
-            if surge_fires(x, bound, cfg):
+            if surge_fires(x, bound, cfg, busy=b is None):  # a topic's window refused as busy has no baseline value
                 return True
     return False

@@ -138,10 +138,17 @@ def retry_may_fire(retry, cfg: DetectionConfig):
     return at_floor(retry, cfg.retry_floor_tps)
 
 
-def surge_fires(put, baseline, cfg: DetectionConfig):
+def surge_fires(put, baseline, cfg: DetectionConfig, busy=False):
     """``TRAFFIC_SURGE`` on a resource's put rate against its baseline (msg/s): at ``surge_floor_tps`` and at
-    ``surge_factor`` × the baseline. Numbers → bool; expressions → a boolean expression (a null baseline: null)."""
-    return (put >= cfg.surge_floor_tps) & (put >= cfg.surge_factor * baseline)
+    ``surge_factor`` × the baseline, or ``busy_surge_factor`` × it where ``busy`` (a topic whose own sends were
+    refused as busy in the window: its busy broker admitted only part of its demand). Numbers → bool; expressions
+    (``busy`` a bool or a boolean expression) → a boolean expression (a null baseline: null)."""
+    if isinstance(busy, pl.Expr):
+        factor = pl.when(busy.fill_null(False)).then(pl.lit(cfg.busy_surge_factor)).otherwise(
+            pl.lit(cfg.surge_factor))
+    else:
+        factor = cfg.busy_surge_factor if busy else cfg.surge_factor
+    return (put >= cfg.surge_floor_tps) & (put >= factor * baseline)
 
 
 def busy_fires(busy_failures, cfg: DetectionConfig):

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass, replace
-from typing import ClassVar, NamedTuple
+from dataclasses import replace
+from typing import ClassVar
 
 from pipelines.decide.facts import close, rate, shares_of
 from pipelines.decide.fold_types import FORGOTTEN, Candidate, Evidence, Observation, ResourceState, limit_in_force
+from pipelines.decide.policy_open import Batch, Judged, OpenWindows
 from pipelines.decide.steps import (
     Params, Step, above, cooled, cut, decide, effective_end, last_kept, lower, noted_carriers, outlived,
     recovery_needed, refresh_due, seen, tightens,
@@ -38,30 +39,7 @@ from pipelines.decide.steps import (
 from pipelines.decide.words import Action, Anomaly, Mode, Status
 
 
-@dataclass(frozen=True)
-class Batch:
-    """What the micro-batch tells each resource's walk: ``horizon_end`` the end of its last window (finalized, or
-    open on the fast path), ``now`` when its decisions are made (processing time; None: at the end of the window
-    decided), ``observations`` the resource's windows of the batch (by window end) and ``opened`` the fast path's
-    open windows after it (the veto's evidence; complete ones may start, undo or prove a probe)."""
-
-    horizon_end: dt.datetime | None
-    now: dt.datetime | None = None
-    observations: tuple[Observation, ...] = ()
-    opened: tuple[Observation, ...] = ()
-    #: the fast path's newest preliminary ``set`` of the resource the final path has not folded yet: (its window
-    #: end, its limit, msg/s cluster-wide, its mode); None without
-    preliminary: tuple[dt.datetime, float, str] | None = None
-
-
-class Judged(NamedTuple):
-    """A window under the enforced limit judged: its :class:`~pipelines.decide.words.Status` and why."""
-
-    status: Status
-    detail: str
-
-
-class LimitPolicy:
+class LimitPolicy(OpenWindows):
     """One rule's limit (module docstring). Subclasses give :attr:`kind` and :meth:`fires`, and add their own steps
     to :meth:`visible`, :meth:`hold`, :meth:`capped` and :meth:`on_open`."""
 
@@ -159,7 +137,7 @@ class LimitPolicy:
             s.last_change_end + 2 * p.window if s.last_change_end is not None else None)  # a state saved without it
         if since is None or obs.window_end < since:
             return None
-        tighter = max(lower(s.limit_qps, p.max_cut_pct), p.min_limit_qps)
+        tighter = max(lower(s.limit_qps, p.max_cut_pct), self.squeeze_floor(s))
         if not tightens(tighter, s.limit_qps, p.hysteresis_pct):
             return None
         where = "" if at is None else f" in the open window ending {obs.window_end:%H:%M}, complete by census"
@@ -167,6 +145,10 @@ class LimitPolicy:
             f"squeeze: {', '.join(obs.busy_brokers)} busy under the limit{where} ({judged.detail}): the limit and its "
             f"target cut by {p.max_cut_pct:g} % to {tighter:.1f} msg/s, the share of the broker its other load "
             "leaves"), s.mode, target=tighter)
+
+    def squeeze_floor(self, state: ResourceState) -> float:
+        """The lowest value a squeeze cuts to (msg/s cluster-wide): ``min_limit_qps``."""
+        return self.params.min_limit_qps
 
     # --- set ------------------------------------------------------------------------------------------------------
     def set(self, state: ResourceState, cand: Candidate, batch: Batch | None = None) -> Step | None:
@@ -391,47 +373,3 @@ class LimitPolicy:
         if proven_to is not None and step.state.last_lift_end is not None:
             step = step.moved(last_lift_end=max(step.state.last_lift_end, proven_to))
         return step
-
-    def act_on_open(self, state: ResourceState, batch: Batch) -> Step:
-        """What the fast path's open windows after the horizon, complete by census (their stats final, their sums
-        only growing), let the final path decide now, as a decision of the horizon's window: a probe whose whole
-        window shows the demand following it is undone; a probe whose whole windows are clear for
-        :meth:`recovery_needed` windows since the last window that kept the limit proves the lift; the newest window
-        at the cap with its demand hidden starts a probe (:attr:`probe_on_open`). Nothing when a decision of that
-        window was made already. In a backlog run the same windows come final and lead to the same decisions
-        later."""
-        s, horizon = state, batch.horizon_end
-        if s.limit_qps is None or s.mode != Mode.ENFORCE or horizon is None or s.last_decision_end == horizon:
-            return Step(s)
-        done = sorted((o for o in batch.opened if o.window_end > horizon and o.complete), key=lambda o: o.window_end)
-        if not done:
-            return Step(s)
-        judged = [(o, *self.judge(o, s)) for o in done]
-        kept = [o.window_end for o, status, _ in judged if status != Status.CLEAR]
-        raised = [(o, status, detail) for o, status, detail in judged if self.under_raise(s, o)]
-        following = next(((o, st, d) for o, st, d in raised if st in (Status.BOUND, Status.CAPPED)), None)
-        if following is not None:
-            return self.on_open(s, *following, batch) or Step(s)
-        newest, status, detail = judged[-1]
-        squeezed = self.squeeze(s, newest, Judged(status, detail), at=horizon)
-        if squeezed is not None:
-            return squeezed
-        if not kept:  # every complete open window clear: the proof of a lift, when enough of them
-            ends = {o.window_end for o in done}
-            # under a probe its clear windows prove the lift; otherwise one clear window more than a final lift needs
-            # (the final path, 2-3 minutes behind, lifts where a quiet spell is shorter than that)
-            lift_at = self.lift_point(s) + (self.params.window if not raised else dt.timedelta(0))
-            needed = [lift_at - self.params.window * k for k in range(self.recovery_needed(s) + (0 if raised else 1))]
-            if lift_at <= done[-1].window_end and all(e in ends or e <= horizon for e in needed):
-                veto = self.veto(s, lift_at, batch)
-                if veto is not None:
-                    return Step(s, evidence=(veto,))
-                newest = done[-1].window_end
-                under = " under the probe" if raised else ""
-                return self.lift(s, horizon, f" (the open window ending {newest:%H:%M}, complete by census{under}: "
-                                             f"{judged[-1][2]})", proven_to=newest)
-            return Step(s)
-        if status == Status.CAPPED and self.probe_on_open:
-            return self.on_open(s, newest, status, detail, batch) or Step(s)
-        return Step(s)
-

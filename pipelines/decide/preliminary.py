@@ -175,7 +175,8 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
         shown = pl.when(~busy_fires(pl.col("busy_failures").fill_null(0), cfg)).then(pl.col("put_tps"))
         topic_values = surge_values(unlimited(topic_history, cfg), topics, "topic", pl.col("put_tps"), shown)
         topic_base = baselines(topic_values, "topic", first_open, windows, cfg, cfg.surge_floor_tps).join(
-            topics.select("window_start", "topic", "put_tps"), on=["window_start", "topic"], how="inner").join(
+            topics.select("window_start", "topic", "put_tps", "busy_failures"), on=["window_start", "topic"],
+            how="inner").join(
             ends, on="window_start", how="inner")
         rows += traffic_surge(topic_base, "topic", "topic", cfg)
     if Rule.BROKER_SURGE in rules:

@@ -190,18 +190,24 @@ def broker_writes() -> pl.Expr:
 
 
 def traffic_surge(rows: pl.DataFrame, resource_type: str, key: str, cfg: DetectionConfig) -> list[dict]:
-    """Rows with ``window_start``, ``window_end``, ``key``, ``put_tps``, ``baseline_tps``, ``baseline_windows`` →
-    TRAFFIC_SURGE anomalies."""
-    firing = rows.filter((pl.col("baseline_windows") >= cfg.baseline_min_windows)
-                         & surge_fires(pl.col("put_tps"), pl.col("baseline_tps"), cfg))
+    """Rows with ``window_start``, ``window_end``, ``key``, ``put_tps``, ``baseline_tps``, ``baseline_windows``
+    (and ``busy_failures``, a topic's sends refused as busy: ``busy_surge_factor`` where they reach
+    ``busy_failures_floor``) → TRAFFIC_SURGE anomalies."""
+    busy = busy_fires(pl.col("busy_failures").fill_null(0), cfg) if "busy_failures" in rows.columns else pl.lit(False)
+    firing = rows.with_columns(busy.alias("_busy")).filter(
+        (pl.col("baseline_windows") >= cfg.baseline_min_windows)
+        & surge_fires(pl.col("put_tps"), pl.col("baseline_tps"), cfg, pl.col("_busy")))
     out = []
     for r in firing.iter_rows(named=True):
         put, base = r["put_tps"], r["baseline_tps"]
         factor = number(put / base, 1) if base > 0 else "inf"
-        detail = (f"{resource_type} {r[key]} put {fixed(put, 1)} msg/s, {factor}x its baseline of {fixed(base, 1)} "
-                  f"msg/s (p{int(round(cfg.baseline_quantile * 100))} of the previous {r['baseline_windows']} "
-                  f"windows; rule: >= {fixed(cfg.surge_factor, 1)}x and >= {fixed(cfg.surge_floor_tps, 1)} msg/s)")
-        level = severity(put / max(base, TOLERANCE), cfg.surge_factor, cfg)  # a zero baseline: TOLERANCE msg/s
+        rule = cfg.busy_surge_factor if r["_busy"] else cfg.surge_factor
+        where = f" (its sends refused as busy: {r['busy_failures']} in the window)" if r["_busy"] else ""
+        detail = (f"{resource_type} {r[key]} put {fixed(put, 1)} msg/s{where}, {factor}x its baseline of "
+                  f"{fixed(base, 1)} msg/s (p{int(round(cfg.baseline_quantile * 100))} of the previous "
+                  f"{r['baseline_windows']} windows; rule: >= {fixed(rule, 1)}x"
+                  f"{' on a busy broker' if r['_busy'] else ''} and >= {fixed(cfg.surge_floor_tps, 1)} msg/s)")
+        level = severity(put / max(base, TOLERANCE), rule, cfg)  # a zero baseline: TOLERANCE msg/s
         out.append(_row(r, resource_type, r[key], Anomaly.TRAFFIC_SURGE, put, base, level, detail))
     return out
 
@@ -342,7 +348,7 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
         shown = pl.when(~busy_fires(pl.col("busy_failures").fill_null(0), cfg)).then(pl.col("put_tps"))
         topic_values = surge_values(unlimited(topic_history, cfg), topics, "topic", pl.col("put_tps"), shown)
         topic_base = baselines(topic_values, "topic", first_window, windows, cfg, cfg.surge_floor_tps).join(
-            topics.select(*WINDOW_KEYS, "topic", "put_tps"), on=["window_start", "topic"], how="inner")
+            topics.select(*WINDOW_KEYS, "topic", "put_tps", "busy_failures"), on=["window_start", "topic"], how="inner")
         rows += traffic_surge(topic_base, "topic", "topic", cfg)
     if Rule.BROKER_SURGE in rules:
         broker_values = surge_values(broker_history, brokers, "broker", broker_writes())

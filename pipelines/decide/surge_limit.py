@@ -54,6 +54,12 @@ class SurgeLimit(LimitPolicy):
             f"visible demand {demand:.1f} msg/s, {factor:.1f}x the baseline of {baseline:.1f} msg/s frozen with the "
             f"limit (rule: >= {det.surge_factor:.1f}x and >= {det.surge_floor_tps:.1f} msg/s)")
 
+    def squeeze_floor(self, state: ResourceState) -> float:
+        """Its target (headroom × the baseline frozen with it): the topic's normal traffic ran on its carriers before
+        the surge, so a carrier busy under the target is another cause's to answer; a squeeze below it (sweep cases
+        19 and 141: to 1.0x the baseline) holds the topic's normal traffic at the cap after its fix."""
+        return max(self.params.min_limit_qps, state.target_qps or 0.0)
+
     def hold(self, state: ResourceState, obs: Observation, status: Status, detail: str, batch: Batch) -> Step:
         """At the cap (``bound`` or ``capped``): a carrier busy under a raise steps the probe back; healthy for
         ``recovery_windows`` windows, a probe; a carrier busy under a loose first cut, down to the target."""

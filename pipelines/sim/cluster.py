@@ -110,7 +110,9 @@ class ClosedLoopCluster:
 
     Attributes after construction: ``pairs`` (frame: broker, resource_type, resource, kind), ``incident``,
     ``traffic`` (the demand's stats rows, :data:`pipelines.sim.traffic.TRAFFIC_COLUMNS`), ``capacity`` (units/s per
-    broker: :func:`~pipelines.sim.broker_model.broker_capacity` of the minutes before the onset).
+    broker: :func:`~pipelines.sim.broker_model.broker_capacity` of the minutes before the onset); while it runs,
+    ``limiter_count`` and ``limiter_last_tick`` per pair: the sends its limiter rejected and the tick of the last
+    (what the RocketMQ admin sink's view reads, :mod:`pipelines.sim.limiter_view`; never a busy broker's refusals).
     """
 
     def __init__(self, spec: ScenarioSpec, broker_cfg: bm.BrokerModelConfig | None = None,
@@ -172,6 +174,9 @@ class ClosedLoopCluster:
         self._debt = np.zeros((2, L, S))
         self._log_minute, self._log_used = -1, np.zeros(L)  # lines logged per pair in the current minute (throttle)
         self.rejections = Rejections([], [], [], [], [], [], [])
+        # per pair: the sends its limiter rejected (RATE_LIMITED, whole sends) and the tick of the last (-1: none)
+        self.limiter_count, self.limiter_last_tick = np.zeros(L, dtype=np.int64), np.full(L, -1, dtype=np.int64)
+        self._limiter_sum = np.zeros(L)
 
     # --- set-up ------------------------------------------------------------------------------------------------------
     def broken(self, group: str) -> np.ndarray:
@@ -329,6 +334,11 @@ class ClosedLoopCluster:
             r_busy = None
         self.admitted[m] += x - rejected
         self.limiter_rejected[m] += r_lim
+        if self._limited:  # the limiter's own count (a whole send once its fractions add up to one)
+            self._limiter_sum += r_lim.sum(axis=1)
+            whole = np.floor(self._limiter_sum + 1e-9).astype(np.int64)
+            self.limiter_last_tick[whole > self.limiter_count] = k
+            self.limiter_count = whole
         out = rejected.sum(axis=1)
         self.second_admitted[sec] += total - out
         self.second_rejected[sec] += out

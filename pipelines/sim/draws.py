@@ -1,5 +1,6 @@
 """Drawing a sweep case (issues 40, 49): its kind, its scenario's parameters, clients, brokers and irregular world,
-from ``numpy.random.default_rng(seed)``, until the scenario holds the premise of its kind (:func:`premise`).
+from ``numpy.random.default_rng(seed)``, until the scenario holds the premise of its kind
+(:func:`pipelines.sim.premise.premise`).
 :mod:`pipelines.sim.sweep` runs and judges what is drawn here; its docstring says what varies."""
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from pipelines.sim.irregular import observation, world_order
 
 PROG = "python -m pipelines.sim.sweep"
 #: A fixed start (UTC): a case's rows do not depend on the day it runs.
@@ -54,7 +57,7 @@ class Case:
     def describe(self) -> str:
         items = ", ".join(f"{k}={v}" for k, v in sorted(self.spec.items()))
         extra = ", ".join(f"{k}={v}" for k, v in sorted({**self.clients, **self.broker}.items()))
-        world = ", ".join(f"{k}={v}" for k, v in sorted(self.irregular.items()) if k != "seed")
+        world = ", ".join(f"{k}={v}" for k, v in sorted(self.irregular.items(), key=world_order) if k != "seed")
         return (f"case {self.seed}: {self.kind} ({items}); propagation {self.propagation_seconds:g} s"
                 + (f"; clients/brokers {extra}" if extra else "") + (f"; world {world}" if world else ""))
 
@@ -64,14 +67,17 @@ class Case:
 
 def draw(seed: int, bcfg=None, clusters: dict | None = None) -> Case:
     """Case ``seed``: its kind and parameters from ``numpy.random.default_rng(seed)`` (module docstring), drawn
-    again (from the same generator) until its scenario holds the premise of its kind (:func:`premise`), then its
+    again (from the same generator) until its scenario holds the premise of its kind
+    (:func:`pipelines.sim.premise.premise`), then its
     world's irregularities (:func:`_draw_world`, which needs the causes' brokers). ``clusters``: where to keep the
     cluster the premise was judged on (by seed; not run yet), for :func:`run`."""
+    from pipelines.sim.premise import cluster_of, premise  # it reads the cases drawn here
+
     rng = np.random.default_rng(seed)
     kind = str(rng.choice(list(KINDS), p=np.array(list(KINDS.values())) / sum(KINDS.values())))
     for _ in range(50):
         case = _draw(seed, kind, rng, bcfg)
-        cluster = _cluster(case, bcfg)
+        cluster = cluster_of(case, bcfg)
         if premise(case, bcfg, cluster) is None:
             hosts = tuple(sorted({b for c in (cluster.incident.causes if cluster.incident else ()) for b in c.brokers}))
             case = replace(case, hosts=hosts, irregular=_draw_world(case, rng, cluster))
@@ -82,12 +88,12 @@ def draw(seed: int, bcfg=None, clusters: dict | None = None) -> Case:
 
 
 def _draw_world(case: Case, rng: np.random.Generator, cluster) -> dict[str, Any]:
-    """The world's irregularities (:class:`pipelines.sim.irregular.Irregularity`): every broker's shipping delay
-    2-15 s with 0-5 s of jitter; with some chance one broker slow (15-60 s), one whose minutes land minutes late
-    (120-240 s: behind the watermark, dropped), a dropped minute, a minute shipped twice (30-300 s later), a
-    broker whose stats stop, per-broker apply delays (0-20 s), a broker restart during the incident. A late or
-    stopped broker carries no cause (it would hide the cause itself, not test the policy); a dropped minute is
-    never a cause's broker's in the cause's first three minutes."""
+    """The world (:class:`pipelines.sim.irregular.Irregularity`): every broker's shipping delay 2-15 s with 0-5 s of
+    jitter; with some chance one broker slow (15-60 s), one whose minutes land minutes late (120-240 s: behind the
+    watermark, dropped), a dropped minute, a minute shipped twice (30-300 s later), a broker whose stats stop,
+    per-broker apply delays (0-20 s), a broker restart during the incident; the limiter's own view for a third
+    (:func:`~pipelines.sim.irregular.observation`, its own stream). A late or stopped broker carries no cause (it
+    would hide the cause, not test the policy); a dropped minute is never a cause's in its first three minutes."""
     brokers, T = list(cluster.brokers), cluster.T
     integer = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
     hosts = set(case.hosts) if case.hosts else {b for c in (cluster.incident.causes if cluster.incident else ())
@@ -117,7 +123,7 @@ def _draw_world(case: Case, rng: np.random.Generator, cluster) -> dict[str, Any]
         out["broker_restarts"] = [(str(rng.choice(sorted(hosts))), round(float(rng.uniform(onset + 2, T)) * 60, 1))]
     if case.kind == "governor_restart":
         out["governor_restart_second"] = round(float(rng.uniform(onset + 1.5, min(T, onset + 6))) * 60, 1)
-    return out
+    return {**out, **observation(case.seed)}
 
 
 def _cause_timing(spec: dict, rng: np.random.Generator, fixable: bool) -> None:
@@ -222,7 +228,9 @@ def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict
     spec["minutes"] += ramp + int(np.ceil(spec.get("rollout_minutes", 0)))
     a = onset * 60 + spec["onset_second"]
     b = (onset + length + ramp) * 60 + spec.get("fix_second", 0) if ended else -1
-    probe = _cluster(Case(0, kind, {**spec, "causes": ()}, 0.0, {}, broker), bcfg)
+    from pipelines.sim.premise import cluster_of
+
+    probe = cluster_of(Case(0, kind, {**spec, "causes": ()}, 0.0, {}, broker), bcfg)
     cap = probe.capacity.to_numpy(dtype=float)
     load = np.zeros((len(probe.brokers), probe.T))
     np.add.at(load, probe.pair_broker, probe.demand * probe.work)
@@ -239,8 +247,7 @@ def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict
     topics = [str(t) for t in world.topic]
 
     def surge(t: int, share: float, required: int = 1, split: float = 1.0, a: float = a, b: float = b) -> tuple:
-        """Topic ``t`` at a level that takes each of its brokers to ``share`` of its capacity (``split`` of the
-        extra load)."""
+        """Topic ``t`` at a level taking each of its brokers to ``share`` of its capacity (``split`` of the load)."""
         level = total = 0.0
         for p in np.flatnonzero(world.pl_topic == t).tolist():
             bi, sh = int(world.pl_broker[p]), float(world.pl_share[p])
@@ -307,94 +314,3 @@ def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict
         ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
         causes = [surge(int(rng.choice(ts)), float(rng.uniform(0.92, 1.08)), 0)]
     spec["causes"] = tuple(causes)
-
-
-#: A storm starts at this minute of the run or later. The fast path judges a ratio rule (RUNAWAY_RETRY) on an open
-#: window only once it is complete by census, against the brokers of the newest finalized window; a new lake has
-#: none, so no open window is complete until the governor's first final window (:func:`pipelines.decide.
-#: preliminary.census`). With the shipped settings (watermark 120 s) the fast path reads it 3.5-5.2 minutes into a
-#: run (earlier when failure lines move the watermark): a storm from minute 3 or 4 was contained from the final
-#: window or the next open one, 132-154 s after its onset (cases 185, 454). A storm in the governor's first
-#: minutes is a cold start (kind ``cold_start``, judged by :func:`cold_start_target`), not what the 100 s target is
-#: about; from minute 5 its onset minute is judged at 6:12.5.
-FIRST_STORM_MINUTE = 5
-#: The kinds whose premise reads their cluster's demand (:func:`premise`).
-PREMISED = ("flash_sale", "normal_day", "noisy_neighbour") + COMPOUND
-#: A broker whose demand stays under this share of its capacity is never busy (no send queue builds up).
-HEALTHY_SHARE = 0.9
-#: A noisy neighbour's surge takes its broker at least this far over its capacity (its send queue overflows).
-SATURATED_SHARE = 1.1
-#: A demand "at capacity" (kind near_capacity): its broker's demand within this band of its capacity.
-CAPACITY_BAND = (0.9, 1.1)
-
-
-def _with_clients(case: Case, bcfg):
-    from pipelines.sim.settings import load_backtest_config
-
-    bcfg = bcfg or load_backtest_config("conf/backtest.toml")
-    update = {}
-    if case.clients:
-        update["clients"] = bcfg.clients.model_copy(update=case.clients)
-    if case.broker:
-        update["broker"] = bcfg.broker.model_copy(update=case.broker)
-    return bcfg.model_copy(update=update) if update else bcfg
-
-
-def _spec(case: Case):
-    from pipelines.sim.spec import ScenarioSpec
-
-    fields = {k: v for k, v in case.spec.items() if k != "_scenario"}
-    return ScenarioSpec(name=case.spec.get("_scenario", case.scenario), start=START, **fields)
-
-
-def _cluster(case: Case, bcfg):
-    from pipelines.sim.loop import closed_cluster
-
-    return closed_cluster(_spec(case), _with_clients(case, bcfg))
-
-
-def premise(case: Case, bcfg=None, cluster=None) -> str | None:
-    """Why ``case``'s scenario is not what its kind stands for (None: it is), from the demand of its cluster
-    (:func:`pipelines.sim.loop.closed_cluster`: write units per second per broker and minute against the broker's
-    capacity): a flash sale and a normal day keep every broker under :data:`HEALTHY_SHARE` of its capacity (the
-    right answer is no limit: a flash sale that overloads a broker is a noisy neighbour); a surge that must be
-    limited (a noisy neighbour, a required surge of a compound case) takes one of its brokers over
-    :data:`SATURATED_SHARE` in each of its full-level minutes (else no broker is busy, and the surge is only
-    advised); a surge at capacity (not required) keeps its broker within :data:`CAPACITY_BAND`. A storm starts at
-    :data:`FIRST_STORM_MINUTE` or later (after the governor's first final window) but for a cold start; it needs
-    nothing else: its consumer is broken whatever the load."""
-    if case.kind not in PREMISED:
-        if case.kind == "cold_start":
-            return None
-        onset = case.spec.get("onset_minute", FIRST_STORM_MINUTE)
-        return None if onset >= FIRST_STORM_MINUTE else (
-            f"the storm starts at minute {onset}, before the governor's first final window (a cold start)")
-    c = cluster if cluster is not None else _cluster(case, bcfg)
-    load = np.zeros((len(c.brokers), c.T))
-    np.add.at(load, c.pair_broker, c.demand * c.work)
-    share = load / c.capacity.to_numpy(dtype=float)[:, None]
-    if case.kind in ("flash_sale", "normal_day"):
-        worst = float(share.max())
-        return None if worst < HEALTHY_SHARE else f"a broker's demand reaches {worst:.2f}x its capacity"
-    causes = c.incident.causes if c.incident is not None else ()
-    if not causes:
-        return "no cause"
-    for cause in causes:
-        if cause.kind != "surge":
-            continue
-        lo = int(np.ceil((pd.Timestamp(cause.active[0][0]) + pd.Timedelta(seconds=cause.ramp_seconds) - c.start)
-                         .total_seconds() / 60.0))
-        hi = int((pd.Timestamp(cause.active[0][1]) - c.start).total_seconds() // 60)
-        if case.spec.get("rollout_minutes"):
-            hi -= int(np.ceil(case.spec["rollout_minutes"]))
-        if hi <= lo:
-            return f"{cause.resource} has no minute at its full level"
-        rows = [c.brokers.index(b) for b in cause.brokers]
-        peak = share[rows, lo:hi].max(axis=0)
-        if cause.required and float(peak.min()) <= SATURATED_SHARE:
-            return f"the surge of {cause.resource} takes its broker to {float(peak.min()):.2f}x its capacity only"
-        if not cause.required and not CAPACITY_BAND[0] <= float(peak.mean()) <= CAPACITY_BAND[1]:
-            return f"{cause.resource} at {float(peak.mean()):.2f}x its broker's capacity, outside {CAPACITY_BAND}"
-    return None
-
-

@@ -20,9 +20,15 @@ Times are event time: a minute index ``m`` is the minute ``[start + m min, start
   (``state/policy`` and ``gold/limits`` rows through their Arrow schemas) and the fast path's open-row memory
   (driver memory, :class:`pipelines.decide.fast.OpenRows`) is lost; Spark's streaming state (the windows) is
   restored from the checkpoint, so the windowed sums go on.
+* **What the governor observes** (issue 48): ``limiter_view`` False is the file write-back alone, where a limiter's
+  rejections show only as the producers' logged failures; True puts the RocketMQ admin sink on, which reads every
+  broker's limiters at each publish (:mod:`pipelines.sim.limiter_view`) and gives the final path their moves as
+  ``control/limiter_rejections`` rows.
 """
 
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 from pydantic import Field
@@ -42,6 +48,7 @@ class Irregularity(ConfigSection):
     broker_restarts: list[tuple[str, float]] = Field(default_factory=list)  # (broker, s): its limiter forgets
     governor_restart_second: float | None = Field(default=None, ge=0)  # the governor restarts at this second
     seed: int = 0  # the jitter's generator
+    limiter_view: bool = False  # the observation mode: the admin sink's view of the limiters (module docstring)
 
     @property
     def regular(self) -> bool:
@@ -77,3 +84,21 @@ def stats_landings(irr: Irregularity, brokers: list[str], minutes: int, default_
             out += [(first + later, m, b) for later in again.get((b, m), ())]
     out.sort()
     return out
+
+
+#: The sweep's share of cases observed through the limiter's own view (:attr:`Irregularity.limiter_view`), drawn
+#: from a stream of its own: ``default_rng([seed, LIMITER_VIEW_STREAM])``, so a case's other draws do not move.
+LIMITER_VIEW_SHARE = 1 / 3
+LIMITER_VIEW_STREAM = zlib.crc32(b"limiter_view")
+
+
+def observation(seed: int) -> dict[str, bool]:
+    """Sweep case ``seed``'s observation mode as :class:`Irregularity` fields: ``{"limiter_view": True}`` for about
+    :data:`LIMITER_VIEW_SHARE` of the cases, else ``{}`` (the file write-back alone, the default)."""
+    view = np.random.default_rng([seed, LIMITER_VIEW_STREAM]).random() < LIMITER_VIEW_SHARE
+    return {"limiter_view": True} if view else {}
+
+
+def world_order(item: tuple[str, object]) -> tuple[bool, str]:
+    """The order a case prints its world's fields in: the observation mode first, then by name."""
+    return item[0] != "limiter_view", item[0]

@@ -16,7 +16,11 @@ Timing, as the product runs (shipped ``conf/local.toml``):
   micro-batch after the one whose input moved the watermark past them; its decisions are published
   :attr:`Timing.gold_seconds` after its trigger;
 * a publication is in force at every broker ``propagation_seconds`` later (the record's own figure per broker),
-  until it is replaced, lifted or expires.
+  until it is replaced, lifted or expires;
+* in the observation mode ``limiter_view`` (:class:`pipelines.sim.irregular.Irregularity`) each publication also
+  reads every broker's limiters, as the RocketMQ admin sink does (:mod:`pipelines.sim.limiter_view`): their
+  ``control/limiter_rejections`` rows reach the next gold micro-batches (``FinalInputs.limiter_rejections``; the
+  fast path does not read them). Without it, a limiter's rejections show only as the producers' logged failures.
 
 Processing times are the model's (:class:`Timing`), not measured: the Spark backtest (:mod:`pipelines.backtest.loop`)
 measures them.
@@ -41,13 +45,14 @@ from pipelines.config import ConfigSection, GovernorConfig
 from pipelines.decide.arrow import from_rows, micros, to_polars, when
 from pipelines.decide.evidence import expected_brokers, open_evidence
 from pipelines.decide.fast import OpenRows, decide_fast, prepare_fast
-from pipelines.decide.final import decide_final, prepare_final
+from pipelines.decide.final import decide_final, prepare_final, window_bounds
 from pipelines.decide.inputs import FastInputs, FinalInputs, LockedInputs
 from pipelines.decide.reconcile import latest_per_resource
 from pipelines.sim.admitted import FailureText, stats_events, trickle
 from pipelines.sim.brokers import Broker
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.irregular import Irregularity, stats_landings
+from pipelines.sim.limiter_view import AdminSinkView
 from pipelines.sim.overrides import tick as override_tick
 from pipelines.sim.windows import FAILURE, FinalWindows, OpenWindows, gold_tables
 
@@ -160,6 +165,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     irregular = irregular or Irregularity()
     landings = stats_landings(irregular, cluster.brokers, cluster.T, ship.stats_seconds)
     brokers = Broker(cluster, cfg, prop, irregular.apply_delay_seconds, irregular.broker_restarts)
+    view = AdminSinkView(cluster) if irregular.limiter_view else None  # polled at each publish, as the sink reads
     store, memory = Store(), OpenRows()
     restart = irregular.governor_restart_second
     minute_events: dict[int, list] = {}  # minute → its stats events (every broker), while a landing needs them
@@ -255,6 +261,8 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                         store.add(accepted)
                         decided += accepted.to_pylist()
                         brokers.publish(pd.Timestamp(now), store.limits)
+                        if view is not None:
+                            view.poll(now, len(decided))
         if second % w.trigger_seconds == 0:  # gold: the windows the watermark passed
             new = bisect.bisect_right(written_at, second, lo=gold_seen)
             events = landed[gold_seen:new]
@@ -267,9 +275,11 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                     first = pc.min(reduced["traffic"].column("window_start")).as_py()
                     th, bh = history.view(first, first)
                     gh = history.groups(first, first)
+                    bounds = window_bounds(reduced["traffic"]) if view is not None else (None, None)
                     inputs = FinalInputs(topics=reduced["gold/topic_tps"], groups=reduced["gold/group_tps"],
                                          brokers=reduced["gold/broker_tps"], traffic=reduced["traffic"],
-                                         topic_history=th, broker_history=bh, group_history=gh)
+                                         topic_history=th, broker_history=bh, group_history=gh,
+                                         limiter_rejections=view.table(*bounds) if bounds[0] else None)
                     prepared = prepare_final(inputs, cfg)
                     if prepared.first_window is not None:
                         # the lift veto's evidence, read only for a resource folded (a candidate or a limit in force)
@@ -282,6 +292,8 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                         decided += out.limits.to_pylist()
                         history.add(out.tables(), first)
                         brokers.publish(pd.Timestamp(now), store.limits)
+                        if view is not None:
+                            view.poll(now, len(decided))
         second += int(grid)
     brokers.run_until(cluster.end)
     limits = pd.DataFrame(decided, columns=[n for n, _ in columns.GOLD_LIMITS])

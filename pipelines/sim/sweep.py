@@ -26,7 +26,10 @@ What varies (:func:`pipelines.sim.draws.draw`; issue 49 made the world irregular
   limiter's rejections (all, 10 % or none; a 200-line throttle or none);
 * the world (:func:`pipelines.sim.draws._draw_world`, :class:`pipelines.sim.irregular.Irregularity`): per-broker
   shipping delays and jitter, a slow broker, one whose minutes land behind the watermark, a dropped minute, a file
-  shipped twice, a broker whose stats stop, per-broker apply delays, a broker restart.
+  shipped twice, a broker whose stats stop, per-broker apply delays, a broker restart;
+* what the governor observes (issue 48, :func:`pipelines.sim.irregular.observation`, from a generator of its own so
+  that a case's other draws stay as they were): the limiter's own view through the RocketMQ admin sink for about a
+  third of the cases (printed ``world limiter_view=True``), the file write-back alone for the rest.
 
 Operators' overrides (issue 51) have their own cases, apart from these (``--kind overridden_storm``,
 :func:`pipelines.sim.overrides.draw_overridden`: a persisting storm with a drawn pin or exemption of its culprit,
@@ -45,9 +48,12 @@ from typing import Sequence
 from pipelines.cli import OneLineParser
 
 from pipelines.sim.draws import (  # noqa: F401 (the drawing of a case, importable from here)
-    CAPACITY_BAND, COMPOUND, FIRST_STORM_MINUTE, HEALTHY_SHARE, KINDS, PREMISED, PROG, SATURATED_SHARE, SCENARIO_OF,
-    START, STORM_KINDS, Case, _cluster, _spec, _with_clients, draw, premise,
+    COMPOUND, KINDS, PROG, SCENARIO_OF, START, STORM_KINDS, Case, draw,
 )
+from pipelines.sim.premise import (  # noqa: F401
+    CAPACITY_BAND, FIRST_STORM_MINUTE, HEALTHY_SHARE, PREMISED, SATURATED_SHARE, _spec, _with_clients, premise,
+)
+from pipelines.sim.premise import cluster_of as _cluster
 from pipelines.sim.overrides import KIND as OVERRIDDEN, draw_overridden, for_cluster, judged as judge_overridden
 
 

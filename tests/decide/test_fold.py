@@ -817,3 +817,25 @@ def test_the_final_path_keeps_a_preliminary_limit_within_hysteresis_of_its_own()
     decisions, _, _ = fold_resource(ResourceState("group", "g"), [storm], end(7), P(L),
                                     preliminary=(end(7), 35.99, "advisory"))
     assert decisions[0].limit_qps == 36.88       # another mode is another decision
+
+
+def test_a_surge_limit_is_never_squeezed_below_its_target():
+    """Sweep cases 19 and 141: a surge limit at its target (2x the frozen baseline) on a carrier still busy was
+    squeezed to 1.0x the baseline, so after the fix the topic's normal traffic sat at the cap, its demand hidden,
+    and the lift came late. The topic's normal traffic ran on its carriers before: a surge's squeeze stops at its
+    target (a looser first cut is still cut down to it); a retry storm's goes on to ``min_limit_qps``."""
+    from pipelines.decide.policy import Judged
+
+    at_cap = Judged(Status.BOUND, "limit-bound")
+    busy = Observation(end(8), 48.4, 500, False, busy_brokers=("b",))
+
+    def state(kind, limit, target):
+        return ResourceState(kind, "r", limit_qps=limit, target_qps=target, baseline_tps=24.2, limited_since=end(0),
+                             last_change_end=end(0), last_decision_end=end(7), change_effective_end=end(2))
+
+    surge, storm = policy_for("topic", P()), policy_for("group", P())
+    assert surge.squeeze(state("topic", 48.4, 48.4), busy, at_cap) is None
+    looser = surge.squeeze(state("topic", 100.0, 48.4), busy, at_cap)
+    assert looser.decisions[0].limit_qps == 50.0                            # max_cut_pct 50 %: above the target
+    assert surge.squeeze(state("topic", 60.0, 48.4), busy, at_cap).decisions[0].limit_qps == 48.4
+    assert storm.squeeze(state("group", 48.4, 48.4), busy, at_cap).decisions[0].limit_qps == 24.2

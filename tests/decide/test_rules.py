@@ -288,3 +288,25 @@ def test_windows_a_busy_broker_capped_are_kept_out_of_a_topic_s_surge_baseline()
     assert fired(surges(now, history)) == []
     unmarked = history.with_columns(pl.lit(0).cast(pl.Int64).alias("busy_failures"))  # the same puts, not busy
     assert fired(surges(now, unmarked)) == [("t", "TRAFFIC_SURGE", "warning")]      # baseline 20: 10x
+
+
+def test_a_topic_refused_as_busy_surges_at_the_busy_factor():
+    """Sweep case 6: a topic surged 4.0x on a busy broker, which admitted 3.3x its baseline and fast-failed the rest
+    with a tenth of its refusals logged, so 4x never fired. Where the topic's own sends were refused as busy (at
+    ``busy_failures_floor``), TRAFFIC_SURGE fires at ``busy_surge_factor`` (2.5x); the same puts without busy
+    refusals need ``surge_factor`` (4x); 2.4x refused as busy does not fire. The gate (``rules_to_run``) agrees."""
+    history = topic_series("t", [60.0] * 10)
+
+    def now(put, busy):
+        return frame(columns.GOLD_TOPIC_TPS, [(*win(10), "t", put, 1, busy, busy, None, 0.0, 0)])
+
+    assert D.busy_surge_factor == 2.5 < D.surge_factor
+    got = surges(now(200.0, 300), history)
+    assert fired(got) == [("t", "TRAFFIC_SURGE", "warning")]
+    assert "(its sends refused as busy: 300 in the window), 3.3x its baseline" in got["detail"][0]
+    assert "rule: >= 2.5x on a busy broker" in got["detail"][0]
+    assert fired(surges(now(200.0, 0), history)) == []                      # 3.3x, not busy: under 4x
+    assert fired(surges(now(144.0, 300), history)) == []                    # 2.4x, busy: under 2.5x
+    gate = [rules.rules_to_run(now(put, busy), empty(columns.GOLD_GROUP_TPS), empty(columns.GOLD_BROKER_TPS),
+                               history, empty(columns.GOLD_BROKER_TPS), D) for put, busy in ((200.0, 300), (200.0, 0))]
+    assert rules.Rule.TOPIC_SURGE in gate[0] and rules.Rule.TOPIC_SURGE not in gate[1]

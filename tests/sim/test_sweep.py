@@ -4,12 +4,19 @@ command (``python -m pipelines.sim.sweep --case N``); the checks no governor can
 propagation delay that puts the fastest limit past 100 s, bystanders never rejected) are reported apart as n/a in
 the terminal summary, not counted as passed checks.
 
+A case listed in ``tests/sim/sweep_open.toml`` (:data:`OPEN`: a case that still fails, with the checks it fails and
+its diagnosis) is an expected failure while it fails exactly those checks; fixed, or failing another check, it
+fails the suite.
+
 N is :data:`DEFAULT_CASES` (over both cores of this 2-core machine: see the constant), or ``--sweep-cases N`` /
 ``SWEEP_CASES=N`` for a longer run (``--sweep-first`` / ``SWEEP_FIRST`` to start elsewhere), e.g.
 ``pytest -q tests/sim/test_sweep.py --sweep-cases 2000``.
 """
 
 from __future__ import annotations
+
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +29,24 @@ from pipelines.sim import sweep
 #: machine's 2x swing leaves them within issue 40's 5 minutes. ``--sweep-cases N`` (or ``SWEEP_CASES``) for a
 #: longer run.
 DEFAULT_CASES = 200
+
+#: Cases that still fail, each with the checks it fails and its diagnosis (issue 49's target not met for them).
+OPEN = {entry["case"]: entry for entry in
+        tomllib.loads((Path(__file__).with_name("sweep_open.toml")).read_text(encoding="utf-8"))["case"]}
+
+
+def open_verdict(seed: int, failed: list[tuple[str, str]]) -> str | None:
+    """What a listed case's run says against its entry in :data:`OPEN`: None when it fails exactly its listed
+    checks (an expected failure), else why the suite must fail (fixed: take it off the list; a check not listed
+    failing: a regression the list would hide)."""
+    listed = OPEN[seed]["checks"]
+    names = {next((c for c in listed if name.startswith(c)), name) for name, _ in failed}
+    if not failed:
+        return f"case {seed} passes now: take it off tests/sim/sweep_open.toml"
+    if names != set(listed):
+        return (f"case {seed} fails {sorted(names)}, listed as failing {sorted(listed)} in "
+                "tests/sim/sweep_open.toml")
+    return None
 
 
 #: The ``overridden_storm`` cases of a default run (issue 51: a persisting storm with a drawn pin or exemption of its
@@ -49,6 +74,11 @@ def test_sweep_case(seed, judged, record_property):
     result = judged[seed]
     for name, why in result.excused:
         record_property("sweep_na", f"case {seed} {result.kind}: n/a {name}: {why}")
+    if seed in OPEN:
+        wrong = open_verdict(seed, list(result.failed))
+        if wrong is not None:
+            pytest.fail(f"replay: {result.replay}\n{wrong}\n{result.report}", pytrace=False)
+        pytest.xfail(f"open: {OPEN[seed]['why']}")
     if result.failed:  # the replay command first: the one line pytest's short summary keeps
         pytest.fail(f"replay: {result.replay}\n{result.report}", pytrace=False)
 
@@ -64,6 +94,16 @@ def test_overridden_storm_case(overridden_seed, overridden_judged):
     assert result.kind == sweep.OVERRIDDEN
     if result.failed:
         pytest.fail(f"replay: {result.replay}\n{result.report}", pytrace=False)
+
+
+def test_an_open_case_passes_the_suite_only_while_it_fails_exactly_its_listed_checks():
+    """The ratchet: a listed case fixed, or failing a check it is not listed for, fails the suite."""
+    seed = next(iter(OPEN))
+    listed = [(check + " (measured)", "x") for check in OPEN[seed]["checks"]]
+    assert open_verdict(seed, listed) is None
+    assert "passes now" in open_verdict(seed, [])
+    assert "listed as failing" in open_verdict(seed, [*listed, ("0 enforced limits on a resource", "1")])
+    assert all(entry["why"] and entry["checks"] for entry in OPEN.values())
 
 
 def test_a_case_is_judged_the_same_in_a_worker_and_in_this_process():

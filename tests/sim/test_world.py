@@ -211,3 +211,20 @@ def test_a_broker_is_sized_for_its_normal_load_when_a_storm_is_under_way_from_th
 
     late, cold = capacity(8), capacity(1)
     assert cold > 200.0 and cold == pytest.approx(late, rel=0.1)
+
+
+def test_a_flash_sale_that_overloads_its_broker_by_itself_is_not_drawn_as_a_legitimate_one():
+    """Kind ``surge_and_flash`` stands for a legitimate flash sale beside a noisy neighbour. Sweep case 66's first
+    draw had a flash sale that took its broker to 1.58x its capacity with the surge held at twice its rate before:
+    a noisy neighbour itself (limiting it was a false limit, leaving it alone left the bystanders rejected). Such a
+    draw is refused and drawn again; the case drawn holds the premise."""
+    from pipelines.sim import draws
+    from pipelines.sim.premise import premise
+
+    rng = np.random.default_rng(66)
+    kind = str(rng.choice(list(draws.KINDS), p=np.array(list(draws.KINDS.values())) / sum(draws.KINDS.values())))
+    first = draws._draw(66, kind, rng, None)
+    assert kind == "surge_and_flash" and any(c[0] == "flash" for c in first.spec["causes"])
+    assert premise(first) == ("with the surge contained a broker's demand reaches 1.58x its capacity (the flash "
+                                    "sale overloads it)")
+    assert premise(draws.draw(66)) is None

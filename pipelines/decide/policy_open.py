@@ -1,0 +1,87 @@
+"""What the fast path's open windows let a limit's policy decide before they are final
+(:meth:`OpenWindows.act_on_open`, a mixin of :class:`pipelines.decide.policy.LimitPolicy`), and the two records its
+steps pass around: :class:`Batch` (what a micro-batch tells each resource's walk) and :class:`Judged` (a window under
+the enforced limit judged). Rates are cluster-wide msg/s, times naive UTC window ends; docs/decisions.md §4.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from pipelines.decide.fold_types import Observation, ResourceState
+from pipelines.decide.steps import Step
+from pipelines.decide.words import Mode, Status
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What the micro-batch tells each resource's walk: ``horizon_end`` the end of its last window (finalized, or
+    open on the fast path), ``now`` when its decisions are made (processing time; None: at the end of the window
+    decided), ``observations`` the resource's windows of the batch (by window end) and ``opened`` the fast path's
+    open windows after it (the veto's evidence; complete ones may start, undo or prove a probe)."""
+
+    horizon_end: dt.datetime | None
+    now: dt.datetime | None = None
+    observations: tuple[Observation, ...] = ()
+    opened: tuple[Observation, ...] = ()
+    #: the fast path's newest preliminary ``set`` of the resource the final path has not folded yet: (its window
+    #: end, its limit, msg/s cluster-wide, its mode); None without
+    preliminary: tuple[dt.datetime, float, str] | None = None
+
+
+class Judged(NamedTuple):
+    """A window under the enforced limit judged: its :class:`~pipelines.decide.words.Status` and why."""
+
+    status: Status
+    detail: str
+
+
+class OpenWindows:
+    """The open-window steps of :class:`pipelines.decide.policy.LimitPolicy` (its ``judge``, ``under_raise``,
+    ``on_open``, ``squeeze``, ``lift_point``, ``recovery_needed``, ``veto`` and ``lift``)."""
+
+    def act_on_open(self, state: ResourceState, batch: Batch) -> Step:
+        """What the fast path's open windows after the horizon, complete by census (their stats final, their sums
+        only growing), let the final path decide now, as a decision of the horizon's window: a probe whose whole
+        window shows the demand following it is undone; a probe whose whole windows are clear for
+        :meth:`recovery_needed` windows since the last window that kept the limit proves the lift; the newest window
+        at the cap with its demand hidden starts a probe (:attr:`probe_on_open`). Nothing when a decision of that
+        window was made already. In a backlog run the same windows come final and lead to the same decisions
+        later."""
+        s, horizon = state, batch.horizon_end
+        if s.limit_qps is None or s.mode != Mode.ENFORCE or horizon is None or s.last_decision_end == horizon:
+            return Step(s)
+        done = sorted((o for o in batch.opened if o.window_end > horizon and o.complete), key=lambda o: o.window_end)
+        if not done:
+            return Step(s)
+        judged = [(o, *self.judge(o, s)) for o in done]
+        kept = [o.window_end for o, status, _ in judged if status != Status.CLEAR]
+        raised = [(o, status, detail) for o, status, detail in judged if self.under_raise(s, o)]
+        following = next(((o, st, d) for o, st, d in raised if st in (Status.BOUND, Status.CAPPED)), None)
+        if following is not None:
+            return self.on_open(s, *following, batch) or Step(s)
+        newest, status, detail = judged[-1]
+        squeezed = self.squeeze(s, newest, Judged(status, detail), at=horizon)
+        if squeezed is not None:
+            return squeezed
+        if not kept:  # every complete open window clear: the proof of a lift, when enough of them
+            ends = {o.window_end for o in done}
+            # under a probe its clear windows prove the lift; otherwise one clear window more than a final lift needs
+            # (the final path, 2-3 minutes behind, lifts where a quiet spell is shorter than that)
+            lift_at = self.lift_point(s) + (self.params.window if not raised else dt.timedelta(0))
+            needed = [lift_at - self.params.window * k for k in range(self.recovery_needed(s) + (0 if raised else 1))]
+            if lift_at <= done[-1].window_end and all(e in ends or e <= horizon for e in needed):
+                veto = self.veto(s, lift_at, batch)
+                if veto is not None:
+                    return Step(s, evidence=(veto,))
+                newest = done[-1].window_end
+                under = " under the probe" if raised else ""
+                return self.lift(s, horizon, f" (the open window ending {newest:%H:%M}, complete by census{under}: "
+                                             f"{judged[-1][2]})", proven_to=newest)
+            return Step(s)
+        if status == Status.CAPPED and self.probe_on_open:
+            return self.on_open(s, newest, status, detail, batch) or Step(s)
+        return Step(s)
+
