@@ -27,7 +27,8 @@ from pipelines import columns
 from pipelines.config import GovernorConfig
 from pipelines.decide.arrow import from_rows
 from pipelines.decide.overrides import CREATE, EXEMPT, PIN, Applied, Override, frontier, parse
-from pipelines.sim.draws import PROG, START, Case, _cluster, _draw, _draw_world, premise
+from pipelines.sim.draws import PROG, START, Case, _draw, _draw_world
+from pipelines.sim.premise import cluster_of as _cluster, premise
 from pipelines.sim.figures import ONSET_TO_LIMIT_MAX_S, truth
 
 #: The sweep's kind of a persisting storm with a drawn override of its culprit group. Its cases are its own
