@@ -111,6 +111,23 @@ def _value_at(events: list, t: pd.Timestamp) -> float:
 SQUEEZE_LOOKBACK_MIN = 4
 
 
+def _gone(events: list, after: pd.Timestamp, restarts: list) -> pd.Timestamp | None:
+    """When the value in force is gone (lifted) at or after ``after``: the first NaN event there, but for one at the
+    instant a broker restarted that the next event restores at the same value (its limiter forgot the limit until
+    the next publication reached it: no decision, as :func:`_changes` reads it). None: never gone."""
+    restart_at = {t for _b, t in restarts}
+    later = [(t, v) for t, v in events if t >= after]
+    for i, (t, v) in enumerate(later):
+        if not np.isnan(v):
+            continue
+        if t in restart_at and i + 1 < len(later) and not np.isnan(later[i + 1][1]):
+            before = _value_at(events, t - pd.Timedelta(microseconds=1))
+            if abs(later[i + 1][1] - before) <= SAME_VALUE_REL * abs(before):
+                continue
+        return t
+    return None
+
+
 def _changes(events: list, t0: pd.Timestamp, t1: pd.Timestamp, restarts: list,
              busy_before=None) -> tuple[int, int, list[str]]:
     """(value changes in (t0, t1), of which lifts (the value gone at every broker), the changes left out with their
@@ -158,7 +175,7 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     restarts = restart_times(result)
     key = list(zip(c.pairs["resource_type"], c.pairs["resource"]))
     out = {"changes": [], "lifts": [], "minutes": [], "fix_to_lift": [], "excluded": [], "relimits": [],
-           "busy_minutes": []}
+           "busy_minutes": [], "relimits_with_restarts": []}
     run_end = c.start + pd.Timedelta(seconds=n)
     busy_minutes = c.busy_rejected.sum(axis=2) > 0  # [minute, pair]
     for cz in found:
@@ -186,9 +203,15 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
                     out["lifts"].append(f"{name} lifted {lifts}x while active ({a:%H:%M:%S}-{b:%H:%M:%S})")
             if b < run_end:
                 quiet_end = spans[k + 1][0] if k + 1 < len(spans) else run_end
-                gone = next((t for t, v in events if t >= b and np.isnan(v)), None)
+                raw = next((t for t, v in events if t >= b and np.isnan(v)), None)  # before issue 49's last fix
+                gone = _gone(events, b, restarts)
                 if np.isnan(_value_at(events, b)):
-                    gone = b
+                    gone = raw = b
+                if raw is not None and raw < quiet_end and raw != gone:
+                    again = [t for t, v in events if raw < t < quiet_end and not np.isnan(v)]
+                    if again:
+                        out["relimits_with_restarts"].append(f"{name} fixed {b:%H:%M:%S}, gone {raw:%H:%M:%S} at a "
+                                                             f"broker restart, back {again[0]:%H:%M:%S}")
                 minutes = (gone - b).total_seconds() / 60.0 if gone is not None and gone < quiet_end else nan
                 judged = (quiet_end - b).total_seconds() >= FIX_TO_LIFT_MAX_MIN * 60.0
                 out["fix_to_lift"].append((name, f"{b:%H:%M:%S}", minutes, judged))
@@ -245,6 +268,11 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
         for nm, at, m, j in out["fix_to_lift"]) or "no fix"
     values["limits_again_while_quiet"] = (float(len(out["relimits"])), "count", "incident")
     details["limits_again_while_quiet"] = "; ".join(out["relimits"]) or "none"
+    # the count before a broker restart's gap was told from a lift: a limit its limiter forgot and the next
+    # publication restored read as lifted and set again (sweep cases 20, 168)
+    with_restarts = out["relimits"] + out["relimits_with_restarts"]
+    values["limits_again_while_quiet_with_restart_gaps"] = (float(len(with_restarts)), "count", "incident")
+    details["limits_again_while_quiet_with_restart_gaps"] = "; ".join(with_restarts) or "none"
     values["limit_value_changes_excluded"] = (float(len(out["excluded"])), "count", "incident")
     details["limit_value_changes_excluded"] = "; ".join(out["excluded"]) or "none"
     return out

@@ -228,3 +228,23 @@ def test_a_flash_sale_that_overloads_its_broker_by_itself_is_not_drawn_as_a_legi
     assert premise(first) == ("with the surge contained a broker's demand reaches 1.58x its capacity (the flash "
                                     "sale overloads it)")
     assert premise(draws.draw(66)) is None
+
+
+def test_a_limit_a_restarted_broker_forgot_and_the_next_publication_restored_is_not_a_lift():
+    """Sweep cases 20 and 168: a broker restarted during a fixed storm's quiet spell; its limiter forgot the limit
+    until the next publication restored it, 51 s later. That gap read as a lift and a limit set again while quiet,
+    and as a lift 2.7 minutes after the fix (the governor lifted it 7.4 minutes after). A value gone at a restart's
+    instant and back at the same value is no lift; gone at a restart and not restored, it is; a lift at any other
+    instant is."""
+    from pipelines.sim.truth import _gone
+
+    t = pd.Timestamp("2026-01-05 06:00:00", tz="UTC")
+    at = lambda s: t + pd.Timedelta(seconds=s)  # noqa: E731
+    restarts = [("broker-a", at(975))]
+    forgot = [(at(500), 14.7), (at(975), float("nan")), (at(1026), 14.7), (at(1200), float("nan"))]
+    assert _gone(forgot, at(813), restarts) == at(1200)
+    assert _gone(forgot, at(813), []) == at(975)                              # the old reading
+    never_restored = [(at(500), 14.7), (at(975), float("nan"))]
+    assert _gone(never_restored, at(813), restarts) == at(975)
+    other_value = [(at(500), 14.7), (at(975), float("nan")), (at(1026), 30.0)]
+    assert _gone(other_value, at(813), restarts) == at(975)
