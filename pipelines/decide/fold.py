@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pipelines.decide.catalogue import policy_for
 from pipelines.decide.fold_types import Candidate, Decision, Evidence, Observation, ResourceState
 from pipelines.decide.policy import Batch
-from pipelines.decide.steps import Params, Step, effective_end
+from pipelines.decide.steps import Params, Step, decided_at, effective_end
 from pipelines.decide.words import Action
 
 
@@ -82,7 +82,7 @@ def timed(step: Step, then: Step, batch: Batch, window: dt.timedelta) -> Step:
     changed = [d for d in then.decisions if d.action != Action.LIFT and d.limit_qps != d.previous_qps]
     if changed and out.state.limit_qps is not None:
         last, early = changed[-1], batch.preliminary
-        at = batch.now if batch.now is not None else last.window_end
+        at = decided_at(batch.now, last.window_end, window)
         if last.previous_qps is None and early is not None and early[1] == last.limit_qps:
             at = min(at, early[0] + window)
         out = out.moved(change_effective_end=effective_end(at, window))

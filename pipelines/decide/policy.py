@@ -33,7 +33,7 @@ from pipelines.decide.facts import close, rate, shares_of
 from pipelines.decide.fold_types import FORGOTTEN, Candidate, Evidence, Observation, ResourceState, limit_in_force
 from pipelines.decide.policy_open import Batch, Judged, OpenWindows
 from pipelines.decide.steps import (
-    Params, Step, above, cooled, cut, decide, effective_end, last_kept, lower, noted_carriers, outlived,
+    Params, Step, above, cooled, cut, decide, decided_at, effective_end, last_kept, lower, noted_carriers, outlived,
     recovery_needed, refresh_due, seen, tightens,
 )
 from pipelines.decide.words import Action, Anomaly, Mode, Status
@@ -255,7 +255,7 @@ class LimitPolicy(OpenWindows):
         window wholly under the raise (:func:`~pipelines.decide.steps.effective_end` of ``batch.now``, else of
         ``window_end``)."""
         before = state.limit_qps
-        at = batch.now if batch.now is not None else window_end
+        at = decided_at(batch.now, window_end, self.params.window)
         return decide(state, window_end, raised, Action.RELAX, reason, state.mode).moved(
             probe_from_qps=before, probe_effective_end=effective_end(at, self.params.window))
 

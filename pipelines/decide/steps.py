@@ -140,6 +140,23 @@ def backoff_hold(window: dt.timedelta, recovery_windows: int, backoff: int) -> d
     return window * recovery_windows * 2 ** min(backoff, MAX_DOUBLINGS)
 
 
+#: A decision's time is taken at most this many windows after the window it decides (:func:`decided_at`): the
+#: final path's lag with the shipped watermark (120 s: two one-minute windows), a trigger and a shipper late within
+#: the watermark.
+MAX_DECISION_LAG_WINDOWS = 4
+
+
+def decided_at(now: dt.datetime | None, window_end: dt.datetime, window: dt.timedelta) -> dt.datetime:
+    """When the brokers get a decision of the window ending ``window_end``, in the stream's time (naive UTC): its
+    processing time ``now`` (None: ``window_end``), but never more than :data:`MAX_DECISION_LAG_WINDOWS` windows after
+    ``window_end``. The final path decides 2-4 windows behind the brokers (watermark, trigger, a late shipper); a
+    backlog run decides windows of days ago at today's time, and its limits take effect in the stream's time (and
+    the same whatever micro-batch decided them: a restart replays the same state, tests/e2e/test_crash.py)."""
+    if now is None:
+        return window_end
+    return min(now, window_end + MAX_DECISION_LAG_WINDOWS * window)
+
+
 def effective_end(at: dt.datetime, window: dt.timedelta) -> dt.datetime:
     """The end of the first window wholly after ``at`` (naive UTC): the first window starting at or after it (an
     instant within :data:`~pipelines.decide.facts.TOLERANCE` of a window's start is that start). Brokers apply a
