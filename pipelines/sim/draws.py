@@ -161,7 +161,7 @@ def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
         if kind in ("persisting_storm", "spread_storm", "cold_start"):  # some outlast a limit's ttl (600 s)
             spec["minutes"] = onset + integer(6, 20) + int(np.ceil(spec.get("ramp_minutes", 0)))
         elif kind == "intermittent_storm":
-            on, off, episodes = integer(3, 5), integer(7, 12), integer(3, 4)  # 2 minutes: gone before any limit
+            on, off, episodes = integer(3, 5), integer(4, 12), integer(3, 4)  # 2 minutes: gone before any limit
             spec.update(storm_on_minutes=on + int(np.ceil(spec.get("ramp_minutes", 0))), storm_off_minutes=off,
                         storm_episodes=episodes, minutes=onset + episodes * (on + off) - off + 10)
             spec.pop("rollout_minutes", None)  # each quiet spell starts at a whole fix

@@ -35,7 +35,7 @@ import pandas as pd
 
 from pipelines.sim.truth import (  # noqa: F401 (the ground truth, importable from here as before)
     FIX_TO_LIFT_MAX_MIN, SAME_VALUE_REL, STORMS, TARGET_RATIO, _changes, _seconds, causes, judge_causes, onset_clock,
-    restart_times, truth, value_events,
+    restart_times, truth, unseen_lift, value_events,
 )
 
 #: The targets (docs and checks use these numbers): onset → limit in force; value changes while the cause persists
@@ -196,17 +196,25 @@ def compute(result, baseline=None) -> Figures:
             values["bystander_rejected_per_minute_no_governor"] = (
                 base[after_b].sum() / (after_b.sum() / 60.0) if after_b.any() else nan, "msgs/min", "bystander")
         last_value = nan
+        restarts = restart_times(result)
         for k, (a, b) in enumerate(spans, start=1):
             lo, hi = max(0, int((a - c.start).total_seconds())), min(n, int(np.ceil((b - c.start).total_seconds())))
             if hi <= lo:
                 continue
-            have = np.flatnonzero(limited[lo:hi])
-            ep = {"k": k, "in_force_at_start": bool(limited[lo]), "contained": None, "changes": None,
-                  "pct": nan, "remembered": None, "fix_to_lift": nan}
-            seen = np.flatnonzero(limited[:lo])  # the last value in force before this episode (the lifted one)
+            start = lo  # an episode whose limit a lift no window could veto yet lands in: from its landing
+            unseen = [u for res in ((cz.resource_type, cz.resource) for cz in found) if res in per
+                      if (u := unseen_lift(result, res, value_events(result, res), a, b, restarts)) is not None]
+            if unseen:
+                u = min(int(np.ceil((x - c.start).total_seconds())) for x, _d in unseen)
+                gap = np.flatnonzero(~limited[u:hi])
+                start = u + int(gap[0]) if gap.size else lo
+            have = np.flatnonzero(limited[start:hi])
+            ep = {"k": k, "in_force_at_start": bool(limited[lo]) and start == lo, "contained": None, "changes": None,
+                  "pct": nan, "remembered": None, "fix_to_lift": nan, "unseen_lift": start != lo}
+            seen = np.flatnonzero(limited[:start])  # the last value in force before this episode (the lifted one)
             before_value = target[seen[-1]] if seen.size else last_value
             if have.size:
-                at = lo + int(have[0])
+                at = start + int(have[0])
                 ramp = max((cz.ramp_seconds for cz in found), default=0.0)
                 clock = int(np.ceil((lo + ramp) / 60.0 - 1e-9)) * 60  # as onset_clock: first whole minute at full
                 ep["contained"] = at - clock
@@ -348,7 +356,9 @@ def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
                         if judged.get("bystander_gaps") else "")))
         if judged["changes"]:
             out.append(("no lift while a cause is active", not judged["lifts"],
-                        "; ".join(judged["lifts"]) or "none"))
+                        ("; ".join(judged["lifts"]) or "none") + (
+                            "; left out (judged as episodes after a lift): " + "; ".join(judged["lifts_unseen"])
+                            if judged.get("lifts_unseen") else "")))
         again = [ep for ep in episodes if ep["k"] > 1 and not ep["in_force_at_start"]]
         if again:
             ok = all(ep["contained"] is not None and ep["contained"] <= ONSET_TO_LIMIT_MAX_S and ep["remembered"]

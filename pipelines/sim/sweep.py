@@ -11,8 +11,8 @@ Exit status 1 when a case fails a check, 2 for a bad flag.
 What varies (:func:`pipelines.sim.draws.draw`; issue 49 made the world irregular and the incidents compound):
 
 * the kind (:data:`KINDS`): a persisting storm (6-20 minutes), a storm fixed once (with or without a legitimate
-  retry level of 1-9.9 % after the fix), an intermittent storm (3-4 episodes of 2-5 minutes, quiet spells of 7-12
-  minutes: each episode after the first starts after a lift), a storm spread over 3 to every broker, a noisy
+  retry level of 1-9.9 % after the fix), an intermittent storm (3-4 episodes of 2-5 minutes, quiet spells of 4-12
+  minutes: from 7 an episode starts after a lift, below it may come back before or as the lift lands), a storm spread over 3 to every broker, a noisy
   neighbour (1.3-2.5x its broker's capacity, lasting or ending), a flash sale on healthy brokers, a normal day;
   compound (:data:`COMPOUND`): two surges on one broker, a storm and a surge on different brokers, 3-10 groups
   storming at once, a surge spread over 2+ brokers, a flash sale past every broker's capacity, a demand at

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from pipelines.decide.words import Action
+
 #: Scenarios whose culprit is a consumer group's retry traffic.
 STORMS = {"persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "intermittent_short",
           "spread_storm", "retry_storm", "large_mix"}
@@ -106,6 +108,67 @@ def _value_at(events: list, t: pd.Timestamp) -> float:
     return value
 
 
+def first_window_end(a: pd.Timestamp) -> pd.Timestamp:
+    """The end of the first whole stats minute of an episode starting at ``a`` (UTC): the earliest instant at which
+    a broker's minute line (final or open) can show the episode for a whole window. Its line lands later still, by
+    the broker's shipping delay; the bound leaves that out, so it is the policy's best case."""
+    return a.ceil("min") + pd.Timedelta(minutes=1) if a != a.floor("min") else a + pd.Timedelta(minutes=1)
+
+
+def unseen_lift(result, resource: tuple[str, str], events: list, a: pd.Timestamp, b: pd.Timestamp,
+                restarts: list) -> tuple[pd.Timestamp, pd.Timestamp] | None:
+    """(when it lands, when it was decided) of a lift of ``resource`` that lands in the episode ``a``-``b`` (its
+    limit in force at ``a``) but was decided before :func:`first_window_end` of ``a``: no window could show the cause
+    back yet, so no policy could have vetoed it (a lift decided in a quiet spell that lands seconds into the next
+    episode). Such an episode is judged as one that starts after a lift (limited again within the onset bound at
+    the remembered target), not as a lift while active. None: the limit was not in force at ``a``, or was not
+    lifted in the episode, or its lift was decided after the episode's first whole window ended (a blind lift)."""
+    if np.isnan(_value_at(events, a)):
+        return None
+    gone = _gone(events, a, restarts)
+    if gone is None or gone >= b:
+        return None
+    decided = [t for t in _decided(result, resource, Action.LIFT) if t <= gone]
+    if not decided:
+        return None
+    last = max(decided)
+    return (gone, last) if last < first_window_end(a) else None
+
+
+def _decided(result, resource: tuple[str, str], action=None) -> list[pd.Timestamp]:
+    """When ``resource``'s decisions (of ``action``; None: every one) were taken (``result.limits.decided_at``),
+    sorted; none without them."""
+    limits = getattr(result, "limits", None)
+    if limits is None or len(limits) == 0 or "decided_at" not in limits:
+        return []
+    mine = (limits["resource_type"] == resource[0]) & (limits["resource"] == resource[1])
+    if action is not None:
+        mine &= limits["action"] == str(action)
+    return sorted(pd.Timestamp(t) for t in limits.loc[mine, "decided_at"])
+
+
+def unseen_changes(result, resource: tuple[str, str], events: list, a: pd.Timestamp, b: pd.Timestamp,
+                   ) -> list[pd.Timestamp]:
+    """The value changes of ``resource`` (``events``, :func:`value_events`) that land in the episode ``a``-``b``
+    (its limit in force at ``a``) but were decided before :func:`first_window_end` of ``a``: the newest decision of
+    the resource taken at or before the change is older than the episode's first whole window. A probe, a lift or
+    a cut decided in the quiet spell on its evidence is no answer to the episode: the change count starts after
+    them (the lift's episode is judged as one after a lift, :func:`unseen_lift`)."""
+    if np.isnan(_value_at(events, a)):
+        return []
+    times = _decided(result, resource)
+    bound = first_window_end(a)
+    out = []
+    for t, _v in events:
+        if not a < t < b:
+            continue
+        before = [d for d in times if d <= t]
+        if not before or before[-1] >= bound:
+            break
+        out.append(t)
+    return out
+
+
 #: Minutes before a cut in which a busy carrier makes it a squeeze (:func:`_changes`): a window's stats, the final
 #: path's lateness and the propagation.
 SQUEEZE_LOOKBACK_MIN = 4
@@ -175,7 +238,8 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     restarts = restart_times(result)
     key = list(zip(c.pairs["resource_type"], c.pairs["resource"]))
     out = {"changes": [], "lifts": [], "minutes": [], "fix_to_lift": [], "excluded": [], "relimits": [],
-           "busy_minutes": [], "relimits_with_restarts": []}
+           "busy_minutes": [], "relimits_with_restarts": [], "lifts_unseen": [],
+           "changes_with_unseen": []}
     run_end = c.start + pd.Timedelta(seconds=n)
     busy_minutes = c.busy_rejected.sum(axis=2) > 0  # [minute, pair]
     for cz in found:
@@ -190,11 +254,26 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
             return bool(on[max(0, m - SQUEEZE_LOOKBACK_MIN):m + 1].any())
 
         spans = [(pd.Timestamp(a), pd.Timestamp(b)) for a, b in cz.active]
-        most = 0
+        most = most_with_unseen = 0
         for k, (a, b) in enumerate(spans):
             t0 = next((t for t, v in events if a <= t < b and not np.isnan(v)), None)
             if not np.isnan(_value_at(events, a)):
                 t0 = a
+            unseen = unseen_lift(result, res, events, a, b, restarts)
+            early = unseen_changes(result, res, events, a, b)
+            if t0 is not None:  # the count before changes decided ahead of the episode were told apart
+                most_with_unseen = max(most_with_unseen, _changes(events, t0, b, restarts, busy_before)[0])
+            if t0 is not None and unseen is not None:  # as an episode after a lift: from its next limit
+                _c, lifts, _x = _changes(events, t0, b, restarts, busy_before)
+                out["lifts_unseen"].append(f"{name} lifted {lifts}x while active ({a:%H:%M:%S}-{b:%H:%M:%S}), "
+                                           f"landed {unseen[0]:%H:%M:%S}, decided {unseen[1]:%H:%M:%S} before the "
+                                           f"episode's first whole window ended ({first_window_end(a):%H:%M:%S})")
+                t0 = next((t for t, v in events if unseen[0] < t < b and not np.isnan(v)), None)
+            elif t0 is not None and early:  # a probe or a cut decided in the quiet spell: counted from after it
+                out["excluded"].append(f"{name}: {', '.join(f'{t:%H:%M:%S}' for t in early)} changed as the episode "
+                                       f"began ({a:%H:%M:%S}), decided before its first whole window ended "
+                                       f"({first_window_end(a):%H:%M:%S})")
+                t0 = early[-1]
             if t0 is not None:
                 changes, lifts, excluded = _changes(events, t0, b, restarts, busy_before)
                 most = max(most, changes)
@@ -221,6 +300,7 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
                         out["relimits"].append(f"{name} fixed {b:%H:%M:%S}, lifted {gone:%H:%M:%S}, limited again "
                                                f"{again[0]:%H:%M:%S} while quiet")
         out["changes"].append((cz, most))
+        out["changes_with_unseen"].append((cz, most_with_unseen))
         # admitted ÷ limit per limited minute
         pairs = np.array([k_ == res for k_ in key], dtype=bool)
         if not pairs.any():
@@ -259,6 +339,11 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     details["admitted_over_limit_minute_min"] = "; ".join(worst[:6]) or "every judged minute within bounds"
     values["lifts_while_cause_active"] = (float(len(out["lifts"])), "count", "incident")
     details["lifts_while_cause_active"] = "; ".join(out["lifts"]) or "none"
+    # the count before issue 49's wider quiet spells: a lift no window could have vetoed yet (:func:`unseen_lift`)
+    # counted as a lift while active
+    values["lifts_while_cause_active_with_unseen"] = (float(len(out["lifts"]) + len(out["lifts_unseen"])), "count",
+                                                      "incident")
+    details["lifts_while_cause_active_with_unseen"] = "; ".join(out["lifts"] + out["lifts_unseen"]) or "none"
     judged_lifts = [x for x in out["fix_to_lift"] if x[3]]
     values["fix_to_lift_minutes_worst"] = (max((x[2] for x in judged_lifts), default=nan)
                                            if not any(np.isnan(x[2]) for x in judged_lifts) else float("inf"),
@@ -266,6 +351,11 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     details["fix_to_lift_minutes_worst"] = "; ".join(
         f"{nm} fixed {at}: " + ("not lifted" if np.isnan(m) else f"{m:.1f} min") + ("" if j else " (quiet < 8 min)")
         for nm, at, m, j in out["fix_to_lift"]) or "no fix"
+    values["limit_changes_with_unseen_most"] = (float(max((m for _c, m in out["changes_with_unseen"]), default=0)),
+                                                "count", "incident")
+    details["limit_changes_with_unseen_most"] = (
+        "the most value changes of a cause while it persists, counting those decided before its episode's first "
+        "whole window ended (the count before issue 49's wider quiet spells)")
     values["limits_again_while_quiet"] = (float(len(out["relimits"])), "count", "incident")
     details["limits_again_while_quiet"] = "; ".join(out["relimits"]) or "none"
     # the count before a broker restart's gap was told from a lift: a limit its limiter forgot and the next

@@ -248,3 +248,56 @@ def test_a_limit_a_restarted_broker_forgot_and_the_next_publication_restored_is_
     assert _gone(never_restored, at(813), restarts) == at(975)
     other_value = [(at(500), 14.7), (at(975), float("nan")), (at(1026), 30.0)]
     assert _gone(other_value, at(813), restarts) == at(975)
+
+
+def test_a_lift_decided_before_an_episode_s_first_whole_window_ended_is_not_a_lift_while_active():
+    """Issue 49's wider quiet spells (4-12 minutes): in sweep cases 12, 30, 168 and 185 a storm's lift was decided
+    in the quiet spell, or within 40 s of the next episode's start, and landed seconds into it, before any stats
+    window could show the storm back; no policy can veto that. The episode is judged as one that starts after a
+    lift (limited again within the onset bound). A lift decided after the episode's first whole window ended
+    (sweep case 168 with mutation p02, no lift veto: decided 2 minutes into the episode) is a lift while active."""
+    from types import SimpleNamespace
+
+    from pipelines.sim.truth import first_window_end, unseen_lift
+
+    t = pd.Timestamp("2026-01-05 06:00:00", tz="UTC")
+    at = lambda s: t + pd.Timedelta(seconds=s)  # noqa: E731
+    a, b = at(21 * 60 + 19), at(24 * 60 + 19)  # an episode 06:21:19-06:24:19
+    assert first_window_end(a) == at(23 * 60) and first_window_end(at(22 * 60)) == at(23 * 60)
+    events = [(at(500), 14.0), (at(21 * 60 + 43), float("nan")), (at(23 * 60 + 30), 14.0)]
+
+    def lifted(decided_s, landed=events):
+        limits = pd.DataFrame({"resource_type": ["group", "group"], "resource": ["g", "g"], "action": ["set", "lift"],
+                               "decided_at": [at(480), at(decided_s)]})
+        return unseen_lift(SimpleNamespace(limits=limits), ("group", "g"), landed, a, b, [])
+
+    assert lifted(21 * 60 + 41) == (at(21 * 60 + 43), at(21 * 60 + 41))   # case 168: 22 s into the episode
+    assert lifted(20 * 60 + 50) == (at(21 * 60 + 43), at(20 * 60 + 50))   # decided in the quiet spell
+    late = [(at(500), 14.0), (at(23 * 60 + 5), float("nan"))]
+    assert lifted(22 * 60 + 59, late) == (at(23 * 60 + 5), at(22 * 60 + 59))
+    assert lifted(23 * 60, late) is None                                  # a whole window could show it: blind
+    assert unseen_lift(SimpleNamespace(limits=None), ("group", "g"), events, a, b, []) is None
+    not_in_force = [(at(500), float("nan")), (at(23 * 60 + 30), 14.0)]
+    assert unseen_lift(SimpleNamespace(limits=pd.DataFrame()), ("group", "g"), not_in_force, a, b, []) is None
+
+
+def test_a_probe_decided_before_an_episode_s_first_whole_window_ended_is_not_a_change_while_it_persists():
+    """Sweep case 94 (the limiter's view, quiet spells of 5 minutes): a limit at its cap with its demand hidden was
+    probed in the quiet spell (41.6 → 62.3 msg/s, decided 06:18:31) and the probe landed as the next episode began
+    (06:18:38); the episode undid it (06:21:31). Two changes while the cause persisted by the old count; the probe
+    answered the quiet spell, not the episode: one. A change decided after the first whole window ended counts."""
+    from types import SimpleNamespace
+
+    from pipelines.sim.truth import unseen_changes
+
+    t = pd.Timestamp("2026-01-05 06:00:00", tz="UTC")
+    at = lambda m, s: t + pd.Timedelta(seconds=60 * m + s)  # noqa: E731
+    events = [(at(9, 20), 41.6), (at(18, 40), 62.3), (at(21, 40), 41.6)]
+    limits = pd.DataFrame({"resource_type": ["group"] * 3, "resource": ["g"] * 3, "action": ["set", "relax", "set"],
+                           "decided_at": [at(9, 12), at(18, 31), at(21, 31)]})
+    result = SimpleNamespace(limits=limits)
+    assert unseen_changes(result, ("group", "g"), events, at(18, 38), at(23, 38)) == [at(18, 40)]
+    assert unseen_changes(result, ("group", "g"), events, at(17, 0), at(23, 38)) == []   # decided in the episode
+    late = limits.assign(decided_at=[at(9, 12), at(20, 0), at(21, 31)])
+    landed = [(at(9, 20), 41.6), (at(20, 5), 62.3), (at(21, 40), 41.6)]
+    assert unseen_changes(SimpleNamespace(limits=late), ("group", "g"), landed, at(18, 38), at(23, 38)) == []
