@@ -61,6 +61,37 @@ def census_rows(rows: Iterable[dict], expected: list[str]) -> dict[dt.datetime, 
     return out
 
 
+#: How many windows older than the newest open one a broker must be missing from for the fast path to stop waiting
+#: for it (:func:`waited_for`): a broker shipping within the watermark is in every window a minute old or more.
+SILENT_WINDOWS = 2
+
+
+def waited_for(expected: list[str], rows: Iterable[dict], length_seconds: int) -> tuple[list[str], list[str]]:
+    """(the brokers of ``expected`` a window's census waits for, those it does not). ``rows``: the fast path's open
+    rows (dicts, every window it remembers). A broker absent from the census of every open window that started
+    :data:`SILENT_WINDOWS` windows or more before the newest one, where another broker did report, is silent to the
+    fast path: its lines land behind the fast query's watermark (a broker shipping minutes late) or it stopped
+    shipping. Waited for, it would keep every open window incomplete, and the ratio rules (and the probes and lift
+    proofs that need a complete window) would wait for the final path while the other brokers' evidence already
+    supports them (issue 49: a lagging non-carrier held back a recurring storm's limit for 3 minutes, sweep case
+    54, and a fixed consumer's lift, cases 102 and 111). Its lines, when they land in time, still count in the
+    sums; the final path waits for the watermark whatever the census. None silent when no such window is
+    remembered yet, or when every broker would be."""
+    census: dict = {}
+    for r in rows:
+        if r["resource_type"] == CLUSTER and r["window_start"] is not None:
+            census.setdefault(r["window_start"], set()).update(r["brokers"] or ())
+    if not census or not expected:
+        return list(expected), []
+    newest = max(census)
+    old = [start for start in census if start <= newest - dt.timedelta(seconds=SILENT_WINDOWS * length_seconds)]
+    heard = set().union(*(census[start] for start in old)) if old else set()
+    silent = [b for b in expected if b not in heard]
+    if not old or not heard or len(silent) == len(expected):
+        return list(expected), []
+    return [b for b in expected if b in heard], silent
+
+
 def completed_rows(current: list[dict], remembered: Iterable[dict], expected: list[str]) -> list[dict]:
     """This micro-batch's open-window rows (dicts) → the ``remembered`` rows of earlier micro-batches (in their
     order) of each window whose census is complete in ``current``, where ``current`` has no newer row of the same

@@ -310,3 +310,40 @@ def test_a_topic_refused_as_busy_surges_at_the_busy_factor():
     gate = [rules.rules_to_run(now(put, busy), empty(columns.GOLD_GROUP_TPS), empty(columns.GOLD_BROKER_TPS),
                                history, empty(columns.GOLD_BROKER_TPS), D) for put, busy in ((200.0, 300), (200.0, 0))]
     assert rules.Rule.TOPIC_SURGE in gate[0] and rules.Rule.TOPIC_SURGE not in gate[1]
+
+
+def test_a_broker_silent_in_every_open_window_is_not_waited_for_by_the_census():
+    """Issue 49's sweep case 54: broker-c ships each minute 123 s late, behind the fast query's watermark, and
+    carries none of the storm; the storm comes back after its lift and its consumer stalls (36 msg/s consumed,
+    against 559 msg/s in the newest final window, a quiet minute). Waited for, broker-c kept every open window
+    incomplete and the consume bound was the quiet minute's: ratio 0.12, no limit for 3 minutes. Not heard from in
+    any open window two or more minutes old, it is not waited for: the window is complete by census and the storm
+    is proven on its open window (ratio 1.9)."""
+    from pipelines.decide import preliminary as pre
+    from pipelines.sim.windows import OpenWindows
+
+    windows = OpenWindows(60, 120)
+    rows = []
+    for k in range(3):
+        start = win(k)[0]
+        consumed, sent = (2162, 4097) if k == 2 else (33_500, 200)
+        rows += windows.batch_rows([(start, "broker-a", "orders", "g", "GROUP_GET_NUMS", consumed),
+                                    (start, "broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", sent),
+                                    (start, "broker-b", "news", None, "TOPIC_PUT_NUMS", 600)])[1]
+    expected = ["broker-a", "broker-b", "broker-c"]
+    assert pre.waited_for(expected, rows, 60) == (["broker-a", "broker-b"], ["broker-c"])
+    heard = rows + [{"resource_type": "cluster", "window_start": win(0)[0], "brokers": ["broker-c"]}]
+    assert pre.waited_for(expected, heard, 60) == (expected, [])  # heard from two minutes ago: waited for
+    assert pre.waited_for(expected, [r for r in rows if r["window_start"] > win(0)[0]], 60) == (expected, [])
+    assert pre.waited_for(expected, [r for r in rows if r["resource_type"] != "cluster"], 60) == (expected, [])
+    storm = pl.from_arrow(OpenWindows(60, 120).batch([
+        (win(2)[0], "broker-a", "orders", "g", "GROUP_GET_NUMS", 2162),
+        (win(2)[0], "broker-a", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 4097),
+        (win(2)[0], "broker-b", "news", None, "TOPIC_PUT_NUMS", 600)]))
+    quiet = frame(columns.GOLD_GROUP_TPS, [(*win(1), "g", "orders", 558.75, 3.3, 0.006)])
+    none = empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS)
+    waited = pre.preliminary_anomalies(storm, *none, expected, W, D, group_history=quiet)
+    assert waited.filter(pl.col("anomaly") == "RUNAWAY_RETRY").height == 0
+    now = pre.preliminary_anomalies(storm, *none, ["broker-a", "broker-b"], W, D, group_history=quiet)
+    retry, = now.filter(pl.col("anomaly") == "RUNAWAY_RETRY").to_dicts()
+    assert retry["resource"] == "g" and retry["detail"].endswith("2 of 2 expected brokers reported]")
