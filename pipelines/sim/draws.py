@@ -6,6 +6,7 @@ from ``numpy.random.default_rng(seed)``, until the scenario holds the premise of
 from __future__ import annotations
 
 import datetime as dt
+import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,6 +33,16 @@ COMPOUND = ("two_surges", "storm_and_surge", "shared_library", "spread_surge", "
 SCENARIO_OF = {**{k: "compound" for k in COMPOUND}, "cold_start": "persisting_storm"}
 #: The storm kinds (a broken consumer group of the catalog's culprit).
 STORM_KINDS = ("persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "spread_storm")
+#: A recurring surge of a mid-size topic (its surge this many times its rate before it) has a first episode of
+#: :data:`LONG_FIRST_MINUTES`, drawn from a stream of its own, ``default_rng([seed, LONG_FIRST_STREAM])``, so a
+#: case's other draws do not move (issue 49, mutation p12: limited for 16+ of the topic's 30 surge-baseline windows,
+#: then back near the rule's factor; a baseline fed with the limited windows holds the capped level, 2x the rate
+#: before or what a probe raised it to, and hides the comeback on its busy broker, 2.5x that). Under 7x a surge limited at 2x with its
+#: rejections unlogged can read as gone while it lasts (the lift rule's 4x on what shows); past 12x the comeback
+#: fires over any baseline. The small topics' surges are 40-1000x their rate: 3 short episodes, as before.
+MID_SURGE_RATIO = (7.0, 12.0)
+LONG_FIRST_MINUTES = (18, 24)
+LONG_FIRST_STREAM = zlib.crc32(b"recurring_surge_long_first")
 
 
 @dataclass(frozen=True)
@@ -196,7 +207,7 @@ def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
         minutes = integer(10, 20)
         spec.update(minutes=minutes, diurnal_amplitude=uniform(0.1, 0.5), restart_minute=integer(2, minutes - 1))
     else:
-        _draw_compound(kind, spec, rng, broker, bcfg)
+        _draw_compound(seed, kind, spec, rng, broker, bcfg)
         if kind == "surge_and_flash":  # the noisy neighbour's limiter rejections all reach the governor
             clients.update(rejection_log_share=1.0, log_lines_per_minute=0)
     spec.setdefault("name", SCENARIO_OF.get(kind, kind))
@@ -205,13 +216,17 @@ def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
     return case if name == case.scenario else replace(case, spec={**spec, "_scenario": name})
 
 
-def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict, bcfg) -> None:
+def _draw_compound(seed: int, kind: str, spec: dict, rng: np.random.Generator, broker: dict, bcfg) -> None:
     """Several causes at once, sized on the case's cluster without them (its brokers' capacity and load): two
     topics surging on one broker; a storm (the culprit group, on broker-a) and a surge on another broker; 3-10
     groups storming at once (a shared library's bug); a surge of topic 0 spread over 2+ brokers; a flash sale of
     topic 0 over every broker past its capacity (ramped); a topic at 0.9-1.1x its broker's capacity (a limit
-    allowed, not required). A surge takes its broker(s) to the drawn share of capacity; a storm sends back 1-2.5x
-    what its group consumes and at least 80 msg/s (a runaway by the rule)."""
+    allowed, not required); a topic surging three times on one broker (4-7 minutes each, quiet 8-12 minutes
+    between): the smallest of the broker's topics, or a mid-size one whose surge is 7-12x its rate
+    (:data:`MID_SURGE_RATIO`) with a first episode of 18-24 minutes (its length from a stream of its own: limited for
+    about 16-22 of the 30 windows of its surge baseline when it comes back, issue 49's mutation p12). A surge takes
+    its broker(s) to the drawn share of capacity; a storm sends back 1-2.5x what its group consumes and at least
+    80 msg/s (a runaway by the rule)."""
     integer = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
     B = spec["brokers"]
     if kind in ("spread_surge", "flash_overload"):
@@ -289,12 +304,21 @@ def _draw_compound(kind: str, spec: dict, rng: np.random.Generator, broker: dict
         bi = hosting(integer(0, B - 1))
         ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
         t = int(rng.choice(ts))
-        t = min(ts, key=lambda x: topic_rate.get((bi, topics[x]), 0.0))  # a small topic: its surge is 4x+ admitted
+        rate = lambda x: topic_rate.get((bi, topics[x]), 0.0)  # noqa: E731
+        t = min(ts, key=rate)  # a small topic: its surge is 4x+ admitted
         share = float(rng.uniform(1.3, 3.0))
         on, off = integer(4, 7), integer(8, 12)
-        causes = [surge(t, share, 1, 1.0, a + k * (on + off) * 60, a + (k * (on + off) + on) * 60)
-                  for k in range(3)]
-        spec["minutes"] = onset + 3 * (on + off) - off + 10 + int(np.ceil(spec.get("rollout_minutes", 0)))
+        mid = [x for x in ts if rate(x) > 0 and MID_SURGE_RATIO[0] <= surge(x, share)[4] / rate(x)
+               <= MID_SURGE_RATIO[1]]
+        first = on
+        if mid:  # a mid-size topic, limited long first (the other draws stay as they were: a stream of its own)
+            t = max(mid, key=rate)
+            first = int(np.random.default_rng([seed, LONG_FIRST_STREAM]).integers(LONG_FIRST_MINUTES[0],
+                                                                                  LONG_FIRST_MINUTES[1] + 1))
+        starts = [0] + [first + off + k * (on + off) for k in range(2)]  # minutes after the first onset
+        causes = [surge(t, share, 1, 1.0, a + m * 60, a + (m + (first if k == 0 else on)) * 60)
+                  for k, m in enumerate(starts)]
+        spec["minutes"] = onset + starts[-1] + on + 10 + int(np.ceil(spec.get("rollout_minutes", 0)))
     elif kind == "surge_and_flash":  # a legitimate flash sale beside a limited noisy neighbour on its broker
         bi = hosting(integer(0, B - 1))
         ts = single_broker_topics(bi)

@@ -16,7 +16,8 @@ What varies (:func:`pipelines.sim.draws.draw`; issue 49 made the world irregular
   neighbour (1.3-2.5x its broker's capacity, lasting or ending), a flash sale on healthy brokers, a normal day;
   compound (:data:`COMPOUND`): two surges on one broker, a storm and a surge on different brokers, 3-10 groups
   storming at once, a surge spread over 2+ brokers, a flash sale past every broker's capacity, a demand at
-  0.9-1.1x capacity; a storm under way when the governor starts on a new lake (``cold_start``, judged by
+  0.9-1.1x capacity, a surge back twice after its lift (a mid-size topic's limited 18-24 minutes first: issue 49's
+  mutation p12); a storm under way when the governor starts on a new lake (``cold_start``, judged by
   :func:`cold_start_target`) and a governor restarted mid-incident;
 * when a cause starts (at any second; a storm from minute :data:`FIRST_STORM_MINUTE` but for a cold start), ramps
   (1-5 minutes) and is fixed (at any second, rolled out over 1-4 minutes);

@@ -301,3 +301,22 @@ def test_a_probe_decided_before_an_episode_s_first_whole_window_ended_is_not_a_c
     late = limits.assign(decided_at=[at(9, 12), at(20, 0), at(21, 31)])
     landed = [(at(9, 20), 41.6), (at(20, 5), 62.3), (at(21, 40), 41.6)]
     assert unseen_changes(SimpleNamespace(limits=late), ("group", "g"), landed, at(18, 38), at(23, 38)) == []
+
+
+def test_a_recurring_surge_of_a_mid_size_topic_is_limited_long_before_it_comes_back():
+    """Issue 49's mutation p12 (a topic's surge baseline fed with its limited windows) shows only for a surge limited
+    for 16+ of the 30 windows of its baseline that comes back near the rule's factor: the baseline then holds the
+    capped level (2x the rate before, more where a probe raised it) and the comeback is under 2.5x that on its busy
+    broker. Sweep cases 10 and 41 draw a mid-size topic surging 7.8x and 11.9x its rate (57.4 and 64.8 msg/s),
+    limited first for 23 and 22 minutes (a length from a stream of its own), and the run lasts 10 minutes after the
+    third episode; a small topic's surge (case 82: 160x) keeps three short episodes of the same length, as before."""
+    from pipelines.sim import draws
+
+    for seed, topic, first in ((10, 6, 23), (41, 3, 22)):
+        case = draws.draw(seed)
+        causes = case.spec["causes"]
+        assert case.kind == "recurring_surge" and [c[1] for c in causes] == [topic] * 3
+        assert causes[0][3] - causes[0][2] == first * 60 and causes[1][3] - causes[1][2] < 8 * 60
+        assert case.spec["minutes"] == causes[2][3] // 60 + 10 + int(np.ceil(case.spec.get("rollout_minutes", 0)))
+    short = draws.draw(82).spec["causes"]
+    assert short[0][2:4] == (722, 962) and len({c[3] - c[2] for c in short}) == 1
