@@ -35,7 +35,7 @@ from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import naive, to_polars, micros, when
 from pipelines.decide.facts import busy_fires, rate, retry_traffic
 from pipelines.decide.fold_types import Observation
-from pipelines.decide.preliminary import census, newest_final_window
+from pipelines.decide.preliminary import census, newest_final_window, waited_for
 from pipelines.decide.rules import broker_writes, group_retry
 
 #: The per-broker traffic rows Spark reduces (:data:`pipelines.columns.WINDOW_TRAFFIC`) as a polars schema.
@@ -161,7 +161,9 @@ def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int
     topic's puts; a group's retry traffic, per broker the larger of its send-backs and the puts to
     ``%RETRY%<group>``), its limiter's rejections (the ``RATE_LIMITED`` failures of the topic, or of
     ``%RETRY%<group>``), a group's consume rate and send-backs alone so far (msg/s) and ``complete``: every broker of ``expected`` has
-    reported in the window (:func:`pipelines.decide.preliminary.census`; the consume rate is then final). Partial
+    reported in the window (:func:`pipelines.decide.preliminary.census`; the consume rate is then final; a broker
+    silent in every open window two minutes old or more is not waited for, :func:`pipelines.decide.preliminary.
+    waited_for`, as the fast path's anomalies do not wait for it). Partial
     sums: they only grow. With ``detection``, ``busy_brokers`` the carriers with ``busy_failures_floor`` busy
     failures so far and ``healthy`` none (a squeeze's evidence, :meth:`pipelines.decide.policy.LimitPolicy.
     squeeze`). The final path's lift veto (:func:`pipelines.decide.fold.fold_resource`)."""
@@ -169,6 +171,8 @@ def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int
         return {}
     frame = pl.from_arrow(rows.select(["window_start", "window_end", "resource_type", "resource", "rate_limited",
                                        "broker_amounts", "consumed", "brokers", "busy_failures"]))
+    expected, _silent = waited_for(list(expected), frame.filter(pl.col("resource_type") == "cluster").select(
+        "window_start", "resource_type", "brokers").iter_rows(named=True), window_seconds)
     frame = frame.filter(when("window_start") >= micros(after))
     done = {naive(start) for start, (_n, ok) in census(frame, list(expected)).items() if ok}
     busy: dict = {}

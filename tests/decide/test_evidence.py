@@ -142,3 +142,20 @@ def test_an_open_window_is_complete_once_every_broker_of_the_newest_final_window
     gold = frame(columns.GOLD_BROKER_TPS, [(*win(m), b, 0.0, None, 1, 0, 0, None) for m, b in
                                            ((0, "broker-a"), (1, "broker-a"), (1, "broker-b"))]).to_arrow()
     assert ev.expected_brokers(gold) == ["broker-a", "broker-b"] and ev.expected_brokers(None) == []
+
+
+def test_an_open_window_is_complete_without_a_broker_silent_in_every_open_window_two_minutes_old():
+    """The fast path's census (:func:`pipelines.decide.preliminary.waited_for`) in the open evidence the final path
+    acts on (a probe, a lift's proof, the veto): broker-c ships behind the watermark and is in no open window; the
+    newest window, heard from by broker-a and broker-b, is complete. Heard from two minutes ago, it is waited for."""
+    census = lambda m, brokers: (m, "cluster", "*", 0, {}, 0, brokers)  # noqa: E731
+    group = lambda m: (m, "group", "g", 0, {"broker-a": 120}, 2400)  # noqa: E731
+    silent = open_rows(census(0, ["broker-a", "broker-b"]), census(1, ["broker-a", "broker-b"]),
+                       census(2, ["broker-a", "broker-b"]), group(2))
+    expected = ["broker-a", "broker-b", "broker-c"]
+    g, = ev.open_evidence(silent, win(2)[0], 60, expected)["group", "g"]
+    assert g.complete
+    heard = open_rows(census(0, expected), census(1, ["broker-a", "broker-b"]), census(2, ["broker-a", "broker-b"]),
+                      group(2))
+    g, = ev.open_evidence(heard, win(2)[0], 60, expected)["group", "g"]
+    assert not g.complete
