@@ -63,16 +63,15 @@ def fold_resource(
     step = Step(state)
     for end in sorted(set(cands) | set(seen)):
         if recover_windows:
-            step = timed(step, policy.lift_due(step.state, end - params.window, batch), batch, params.window)
-        step = timed(step, policy.on_window(step.state, end, cands.get(end), seen.get(end), batch), batch,
-                     params.window)
+            step = timed(step, policy.lift_due(step.state, end - params.window, batch), batch, params)
+        step = timed(step, policy.on_window(step.state, end, cands.get(end), seen.get(end), batch), batch, params)
     if recover_windows:
-        step = timed(step, policy.lift_due(step.state, horizon_end, batch), batch, params.window)
-        step = timed(step, policy.act_on_open(step.state, batch), batch, params.window)
+        step = timed(step, policy.lift_due(step.state, horizon_end, batch), batch, params)
+        step = timed(step, policy.act_on_open(step.state, batch), batch, params)
     return list(step.decisions), step.state, list(step.evidence)
 
 
-def timed(step: Step, then: Step, batch: Batch, window: dt.timedelta) -> Step:
+def timed(step: Step, then: Step, batch: Batch, params: Params) -> Step:
     """``step`` followed by ``then``, the state's ``change_effective_end`` moved when ``then`` changed the value (a
     set to a new value or a raise): the first window wholly after ``batch.now`` (the decision's processing time;
     None: the end of the window it was decided on), the first window the brokers ran at the new value. A new limit
@@ -82,7 +81,8 @@ def timed(step: Step, then: Step, batch: Batch, window: dt.timedelta) -> Step:
     changed = [d for d in then.decisions if d.action != Action.LIFT and d.limit_qps != d.previous_qps]
     if changed and out.state.limit_qps is not None:
         last, early = changed[-1], batch.preliminary
-        at = decided_at(batch.now, last.window_end, window)
+        window = params.window
+        at = decided_at(batch.now, last.window_end, params.max_decision_lag)
         if last.previous_qps is None and early is not None and early[1] == last.limit_qps:
             at = min(at, early[0] + window)
         out = out.moved(change_effective_end=effective_end(at, window))

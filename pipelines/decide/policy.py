@@ -255,7 +255,7 @@ class LimitPolicy(OpenWindows):
         window wholly under the raise (:func:`~pipelines.decide.steps.effective_end` of ``batch.now``, else of
         ``window_end``)."""
         before = state.limit_qps
-        at = decided_at(batch.now, window_end, self.params.window)
+        at = decided_at(batch.now, window_end, self.params.max_decision_lag)
         return decide(state, window_end, raised, Action.RELAX, reason, state.mode).moved(
             probe_from_qps=before, probe_effective_end=effective_end(at, self.params.window))
 

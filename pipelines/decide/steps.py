@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from pipelines.config import DetectionConfig, GovernorConfig, LimitsConfig
+from pipelines.config import DetectionConfig, GovernorConfig, LimitsConfig, WindowsConfig
 from pipelines.decide.facts import TOLERANCE, split
 from pipelines.decide.fold_types import FORGOTTEN, UNLIMITED, Decision, Evidence, Observation, ResourceState
 from pipelines.decide.words import Action, Mode
@@ -28,7 +28,9 @@ class Params:
     """The settings a limit policy reads, frozen, from ``[limits]``, ``[detection]`` and ``windows.length_seconds``
     (:class:`pipelines.config.LimitsConfig` documents each; :meth:`of` builds one). ``window``: one window's length;
     ``refresh``: ``refresh_seconds``; ``detection``: the rules' thresholds, for the rule judged on a window's visible
-    demand (:mod:`pipelines.decide.facts`)."""
+    demand (:mod:`pipelines.decide.facts`); ``max_decision_lag``: how long after the window it decides a decision
+    is taken at the latest (:func:`decided_at`): the watermark, one window for the trigger and one for a shipper late
+    within the watermark (4 one-minute windows with the shipped 120 s watermark)."""
 
     window: dt.timedelta
     detection: DetectionConfig
@@ -45,11 +47,15 @@ class Params:
     surge_max_changes: int
     surge_headroom: float
     min_limit_qps: float = 1.0
+    max_decision_lag: dt.timedelta = dt.timedelta(minutes=4)
 
     @classmethod
-    def of(cls, limits: LimitsConfig, detection: DetectionConfig, window_seconds: int) -> Params:
-        """The parameters of ``limits`` and ``detection`` for windows of ``window_seconds``."""
+    def of(cls, limits: LimitsConfig, detection: DetectionConfig, window_seconds: int,
+           watermark_seconds: int = WindowsConfig().watermark_seconds) -> Params:
+        """The parameters of ``limits`` and ``detection`` for windows of ``window_seconds`` behind a watermark of
+        ``watermark_seconds`` (default: :class:`pipelines.config.WindowsConfig`'s)."""
         return cls(window=dt.timedelta(seconds=window_seconds), detection=detection,
+                   max_decision_lag=dt.timedelta(seconds=watermark_seconds + 2 * window_seconds),
                    hysteresis_pct=limits.hysteresis_pct, max_cut_pct=limits.max_cut_pct,
                    cooldown_windows=limits.cooldown_windows, refresh=dt.timedelta(seconds=limits.refresh_seconds),
                    recovery_windows=limits.recovery_windows, max_recovery_windows=limits.max_recovery_windows,
@@ -61,7 +67,7 @@ class Params:
     @classmethod
     def from_config(cls, cfg: GovernorConfig) -> Params:
         """The parameters of a governor's config."""
-        return cls.of(cfg.limits, cfg.detection, cfg.windows.length_seconds)
+        return cls.of(cfg.limits, cfg.detection, cfg.windows.length_seconds, cfg.windows.watermark_seconds)
 
 
 @dataclass(frozen=True)
@@ -140,21 +146,16 @@ def backoff_hold(window: dt.timedelta, recovery_windows: int, backoff: int) -> d
     return window * recovery_windows * 2 ** min(backoff, MAX_DOUBLINGS)
 
 
-#: A decision's time is taken at most this many windows after the window it decides (:func:`decided_at`): the
-#: final path's lag with the shipped watermark (120 s: two one-minute windows), a trigger and a shipper late within
-#: the watermark.
-MAX_DECISION_LAG_WINDOWS = 4
-
-
-def decided_at(now: dt.datetime | None, window_end: dt.datetime, window: dt.timedelta) -> dt.datetime:
+def decided_at(now: dt.datetime | None, window_end: dt.datetime, max_lag: dt.timedelta) -> dt.datetime:
     """When the brokers get a decision of the window ending ``window_end``, in the stream's time (naive UTC): its
-    processing time ``now`` (None: ``window_end``), but never more than :data:`MAX_DECISION_LAG_WINDOWS` windows after
-    ``window_end``. The final path decides 2-4 windows behind the brokers (watermark, trigger, a late shipper); a
+    processing time ``now`` (None: ``window_end``), but never more than ``max_lag`` after ``window_end``
+    (:attr:`Params.max_decision_lag`). The final path decides 2-4 windows behind the brokers (watermark, trigger, a
+    late shipper); a
     backlog run decides windows of days ago at today's time, and its limits take effect in the stream's time (and
     the same whatever micro-batch decided them: a restart replays the same state, tests/e2e/test_crash.py)."""
     if now is None:
         return window_end
-    return min(now, window_end + MAX_DECISION_LAG_WINDOWS * window)
+    return min(now, window_end + max_lag)
 
 
 def effective_end(at: dt.datetime, window: dt.timedelta) -> dt.datetime:

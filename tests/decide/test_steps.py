@@ -117,15 +117,19 @@ def test_the_catalogue_maps_each_limited_resource_type_to_its_rule_s_policy():
 
 def test_a_decision_is_timed_in_the_stream_s_time_not_a_backlog_s_wall_clock():
     """A live decision of the window ending 08:11 made at 08:13:10 is judged from the window ending 08:15 (the first
-    wholly after it). A backlog run deciding that window a week later takes it at most MAX_DECISION_LAG_WINDOWS windows
-    after the window (tests/e2e/test_crash.py: a restart decided it a minute later on the wall clock, and the state
+    wholly after it). A backlog run deciding that window a week later takes it at most ``Params.max_decision_lag``
+    after the window (the watermark and two windows: 4 minutes with the shipped 120 s; 7 with a 300 s one) (tests/e2e/test_crash.py: a restart decided it a minute later on the wall clock, and the state
     differed by that minute; tests/e2e/test_two_speeds.py: a backlog's limits never reached their first window
     wholly under them, so it never squeezed where the incremental run did)."""
-    from pipelines.decide.steps import MAX_DECISION_LAG_WINDOWS, decided_at, effective_end
+    from pipelines.config import DetectionConfig, LimitsConfig, load_config
+    from pipelines.decide.steps import Params, decided_at, effective_end
 
+    lag = Params.from_config(load_config("conf/local.toml")).max_decision_lag
+    assert lag == dt.timedelta(minutes=4) == Params.of(LimitsConfig(), DetectionConfig(), 60).max_decision_lag
+    assert Params.of(LimitsConfig(), DetectionConfig(), 60, 300).max_decision_lag == dt.timedelta(minutes=7)
     w, minute = dt.datetime(2026, 11, 22, 8, 11), dt.timedelta(minutes=1)
-    assert decided_at(None, w, minute) == w
+    assert decided_at(None, w, lag) == w
     live = w + dt.timedelta(seconds=130)
-    assert decided_at(live, w, minute) == live and effective_end(live, minute) == dt.datetime(2026, 11, 22, 8, 15)
+    assert decided_at(live, w, lag) == live and effective_end(live, minute) == dt.datetime(2026, 11, 22, 8, 15)
     for later in (dt.timedelta(days=7), dt.timedelta(days=7, minutes=1)):
-        assert decided_at(w + later, w, minute) == w + MAX_DECISION_LAG_WINDOWS * minute
+        assert decided_at(w + later, w, lag) == w + 4 * minute

@@ -30,7 +30,7 @@ SPEC = ScenarioSpec(
     groups=4, onset_minute=ONSET,
 )
 #: Minutes fed: past the window a backlog's squeeze is judged on (its limit of 08:13 timed at most
-#: steps.MAX_DECISION_LAG_WINDOWS windows later, the first window wholly under it judged).
+#: steps.Params.max_decision_lag later, the first window wholly under it judged).
 FEED_MINUTES = 20
 
 
