@@ -12,13 +12,40 @@ import threading
 import time
 from pathlib import Path
 
+from deltalake import DeltaTable
+
 from pipelines import governor
+from pipelines.config import GovernorConfig, load_config
 from pipelines.sim.minutes import land
-from tests.helpers import stats_line
+from tests.helpers import stats_line, write_config
 
 #: First minute of the hand-made scenarios (UTC); RocketMQ stamps its lines in GMT+8.
 T0 = dt.datetime(2026, 11, 22, 8, 0)
 GMT8 = dt.timedelta(hours=8)
+
+
+def setup(tmp_path_factory, name: str, **settings) -> tuple[Path, Path, Path, GovernorConfig]:
+    """A fresh landing zone and lake under a temporary directory ``name``, and the continuous governor's config as
+    these tests run it (no data-quality validation, a 2 s trigger, a 60 s watermark, then ``settings``, dotted keys):
+    (landing, lake, the config file, the config with those paths)."""
+    tmp = tmp_path_factory.mktemp(name)
+    landing, lake = tmp / "landing", tmp / "lake"
+    (landing / "send_failures").mkdir(parents=True)
+    conf = write_config(tmp / f"{name}.toml", **{"quality.validate_every_n_batches": 0, "windows.trigger_seconds": 2,
+                                                 "windows.watermark_seconds": 60, **settings})
+    return landing, lake, conf, load_config(conf).with_paths(str(landing), str(lake))
+
+
+def published(lake: Path) -> dict[str, dict]:
+    """``control/limits.json``'s records by resource (empty before the first publish)."""
+    path = lake / "control" / "limits.json"
+    return {r["resource"]: r for r in json.loads(path.read_text())["records"]} if path.exists() else {}
+
+
+def rows(lake: Path, table: str) -> list[dict]:
+    """A Delta table of the lake as rows (empty before its first commit)."""
+    path = lake / table
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist() if (path / "_delta_log").is_dir() else []
 
 
 def stats_minute(broker: str, minute: int, puts: dict[str, float] | None = None,

@@ -17,14 +17,10 @@ one at a time, three incidents on a small cluster:
 from __future__ import annotations
 
 import datetime as dt
-import json
 
 import pytest
-from deltalake import DeltaTable
 
-from pipelines.config import load_config
-from tests.e2e.continuous import T0, ContinuousGovernor, busy_failures, stats_minute
-from tests.helpers import write_config
+from tests.e2e.continuous import T0, ContinuousGovernor, busy_failures, published, rows, setup, stats_minute
 
 pytestmark = pytest.mark.slow
 
@@ -47,16 +43,6 @@ def split_storm_a(m: int) -> tuple[str, str]:
                         {("orders", "storm"): (100.0, 1.0), ("orders", "split"): (100.0, 100.0)})
 
 
-def rows(lake, table: str) -> list[dict]:
-    path = lake / table
-    return DeltaTable(str(path)).to_pyarrow_table().to_pylist() if (path / "_delta_log").is_dir() else []
-
-
-def published(lake) -> dict[str, dict]:
-    path = lake / "control" / "limits.json"
-    return {r["resource"]: r for r in json.loads(path.read_text())["records"]} if path.exists() else {}
-
-
 def window_end(m: int) -> dt.datetime:
     """End of the one-minute window of ``minute`` ``m``, as the tables hold it (UTC)."""
     return (T0 + dt.timedelta(minutes=m + 1)).replace(tzinfo=dt.timezone.utc)
@@ -65,12 +51,7 @@ def window_end(m: int) -> dt.datetime:
 @pytest.fixture(scope="module")
 def run(spark, tmp_path_factory):
     """The run, with what was seen at the moments that matter."""
-    tmp = tmp_path_factory.mktemp("continuous")
-    landing, lake = tmp / "landing", tmp / "lake"
-    (landing / "send_failures").mkdir(parents=True)
-    conf = write_config(tmp / "continuous.toml", **{"quality.validate_every_n_batches": 0,
-                                                     "windows.trigger_seconds": 2, "windows.watermark_seconds": 60})
-    cfg = load_config(conf).with_paths(str(landing), str(lake))
+    landing, lake, _conf, cfg = setup(tmp_path_factory, "continuous")
     seen: dict = {}
     with ContinuousGovernor(spark, cfg) as gov:
         gov.land(landing, [broker_a(m) for m in range(SURGE_MINUTE)])

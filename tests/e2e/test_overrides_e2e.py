@@ -16,7 +16,6 @@ on one broker, minute files landed one at a time:
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import subprocess
 import sys
@@ -26,10 +25,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.config import load_config
 from pipelines.decide.overrides import tag
-from tests.e2e.continuous import ContinuousGovernor, stats_minute
-from tests.helpers import write_config
+from tests.e2e.continuous import ContinuousGovernor, published, rows, setup, stats_minute
 
 pytestmark = pytest.mark.slow
 
@@ -43,16 +40,6 @@ SLACK = 2.0
 
 def minute(m: int, retry: float = 1.0) -> tuple[str, str]:
     return stats_minute("broker-a", m, {"orders": 100.0}, {("orders", "storm"): (100.0, retry)})
-
-
-def published(lake: Path) -> dict[str, dict]:
-    path = lake / "control" / "limits.json"
-    return {r["resource"]: r for r in json.loads(path.read_text())["records"]} if path.exists() else {}
-
-
-def rows(lake: Path, table: str) -> list[dict]:
-    path = lake / table
-    return DeltaTable(str(path)).to_pyarrow_table().to_pylist() if (path / "_delta_log").is_dir() else []
 
 
 def command(conf: Path, lake: Path, *argv: str) -> subprocess.CompletedProcess:
@@ -74,13 +61,7 @@ def until(predicate, timeout: float, what: str, since: dt.datetime | None = None
 
 @pytest.fixture(scope="module")
 def run(spark, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("overrides")
-    landing, lake = tmp / "landing", tmp / "lake"
-    (landing / "send_failures").mkdir(parents=True)
-    conf = write_config(tmp / "overrides.toml", **{"quality.validate_every_n_batches": 0,
-                                                   "windows.trigger_seconds": 2, "windows.watermark_seconds": 60,
-                                                   "overrides.max_duration_seconds": 3600})
-    cfg = load_config(conf).with_paths(str(landing), str(lake))
+    landing, lake, conf, cfg = setup(tmp_path_factory, "overrides", **{"overrides.max_duration_seconds": 3600})
     seen: dict = {}
 
     def new(*argv: str) -> str:
