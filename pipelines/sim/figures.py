@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 from pipelines.sim.truth import (  # noqa: F401 (the ground truth, importable from here as before)
-    FIX_TO_LIFT_MAX_MIN, SAME_VALUE_REL, STORMS, TARGET_RATIO, _changes, _seconds, causes, judge_causes, onset_clock,
-    restart_times, truth, unseen_lift, value_events,
+    FIX_TO_LIFT_MAX_MIN, SAME_VALUE_REL, STORMS, TARGET_RATIO, _changes, _seconds, causes, in_force_spans, judge_causes,
+    onset_clock, restart_times, truth, unseen_lift, value_events,
 )
 
 #: The targets (docs and checks use these numbers): onset → limit in force; value changes while the cause persists
@@ -69,12 +69,9 @@ def targets_in_force(result, culprits) -> tuple[np.ndarray, dict]:
     c = result.cluster
     n = c.T * 60
     per: dict = {r: np.full(n, np.nan) for r in culprits}
-    times = [t for t, _ in result.in_force] + [c.end]
-    for (t, snap), t_next in zip(result.in_force, times[1:]):
-        lo = max(0, int(np.ceil((t - c.start).total_seconds())))
-        hi = min(n, int(np.ceil((t_next - c.start).total_seconds())))
+    for lo, hi, snap in in_force_spans(result):
         for (b, rt, r), (_qps, rec) in snap.items():
-            if (rt, r) in per and hi > lo:
+            if (rt, r) in per:
                 per[(rt, r)][lo:hi] = float(rec["limit_qps"])
     total = np.full(n, np.nan)
     for arr in per.values():
@@ -140,13 +137,10 @@ def compute(result, baseline=None) -> Figures:
                                                                                 for k_ in key]), "broker"])
                     for cz in required}
             have = np.zeros(n, dtype=bool)
-            times = [t for t, _ in result.in_force] + [c.end]
             for res, carriers in need.items():
                 have[:] = False
-                for (t, snap), t_next in zip(result.in_force, times[1:]):
-                    lo_, hi_ = max(0, int(np.ceil((t - c.start).total_seconds()))), min(
-                        n, int(np.ceil((t_next - c.start).total_seconds())))
-                    if hi_ > lo_ and carriers <= {b_ for b_, rt, r in snap if (rt, r) == res}:
+                for lo_, hi_, snap in in_force_spans(result):
+                    if carriers <= {b_ for b_, rt, r in snap if (rt, r) == res}:
                         have[lo_:hi_] = True
                 complete &= have
         whole = np.flatnonzero(complete & (sec >= (contain if contain is not None else n)))

@@ -29,7 +29,7 @@ from pipelines.decide.arrow import from_rows
 from pipelines.decide.overrides import CREATE, EXEMPT, PIN, Applied, Override, frontier, parse
 from pipelines.sim.draws import PROG, START, Case, _draw, _draw_world
 from pipelines.sim.premise import cluster_of as _cluster, premise
-from pipelines.sim.figures import ONSET_TO_LIMIT_MAX_S, truth
+from pipelines.sim.figures import ONSET_TO_LIMIT_MAX_S, in_force_spans, truth
 
 #: The sweep's kind of a persisting storm with a drawn override of its culprit group. Its cases are its own
 #: (:func:`draw_overridden`, from a generator of their own), not among :data:`pipelines.sim.draws.KINDS`: the
@@ -53,12 +53,9 @@ def in_force(result) -> tuple[np.ndarray, np.ndarray]:
     culprits, _ = truth(result)
     n = c.T * 60
     rules, overridden = np.full(n, np.nan), np.full(n, np.nan)
-    times = [t for t, _ in result.in_force] + [c.end]
-    for (t, snap), t_next in zip(result.in_force, times[1:]):
-        lo = max(0, int(np.ceil((t - c.start).total_seconds())))
-        hi = min(n, int(np.ceil((t_next - c.start).total_seconds())))
+    for lo, hi, snap in in_force_spans(result):
         for (_b, rtype, resource), (_qps, rec) in snap.items():
-            if (rtype, resource) in culprits and hi > lo:
+            if (rtype, resource) in culprits:
                 target = overridden if rec["reason"].startswith("[override]") else rules
                 target[lo:hi] = float(rec["limit_qps"])
     return rules, overridden

@@ -2,10 +2,12 @@
 :mod:`pipelines.sim.figures`: the incident's causes (:func:`causes`, :func:`truth`), where a cause's onset clock
 starts (:func:`onset_clock`), every change of a limit's value from the brokers' timeline (:func:`value_events`,
 :func:`_changes`), and per cause its changes, lifts, limited minutes, fixes and limits set again while it is quiet
-(:func:`judge_causes`).
+(:func:`judge_causes`); the seconds each snapshot of the limits in force lasts (:func:`in_force_spans`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -31,6 +33,21 @@ def _seconds(result, spans) -> np.ndarray:
         hi = min(c.T * 60, int(np.ceil((b - c.start).total_seconds())))
         mask[lo:hi] = True
     return mask
+
+
+def in_force_spans(result) -> Iterator[tuple[int, int, dict]]:
+    """Each snapshot of the brokers' limits in force (``result.in_force``: at each change, {(broker, resource_type,
+    resource): (qps at that broker, record)}) with the seconds of the run it lasts: (first second, second after its
+    last, snapshot), seconds from the cluster's start, to the next snapshot (the last: to the run's end, ``T``
+    minutes); a snapshot taken mid-second holds from the next whole second. Spans of no second are left out."""
+    c = result.cluster
+    n = c.T * 60
+    times = [t for t, _ in result.in_force] + [c.end]
+    for (t, snap), t_next in zip(result.in_force, times[1:]):
+        lo = max(0, int(np.ceil((t - c.start).total_seconds())))
+        hi = min(n, int(np.ceil((t_next - c.start).total_seconds())))
+        if hi > lo:
+            yield lo, hi, snap
 
 
 def causes(result) -> list:
@@ -308,12 +325,9 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
         brokers_of = set(c.pairs.loc[pairs, "broker"])
         everywhere = np.zeros(n, dtype=bool)
         target = np.full(n, nan)
-        times = [t for t, _ in result.in_force] + [run_end]
-        for (t, snap), t_next in zip(result.in_force, times[1:]):
-            lo = max(0, int(np.ceil((t - c.start).total_seconds())))
-            hi = min(n, int(np.ceil((t_next - c.start).total_seconds())))
+        for lo, hi, snap in in_force_spans(result):
             recs = {b_: rec for (b_, rt, r), (_q, rec) in snap.items() if (rt, r) == res}
-            if hi > lo and set(recs) >= brokers_of:
+            if set(recs) >= brokers_of:
                 everywhere[lo:hi] = True
                 target[lo:hi] = float(max(recs.values(), key=lambda rec: rec.get("version") or 0)["limit_qps"])
         act = _seconds(result, cz.active)
