@@ -68,7 +68,7 @@ def targets_in_force(result, culprits) -> tuple[np.ndarray, dict]:
     resource its per-second target."""
     c = result.cluster
     n = c.T * 60
-    per: dict = {r: np.full(n, np.nan) for r in culprits}
+    per: dict = {r: np.full(n, np.nan) for r in sorted(culprits)}  # sorted: the sum's order, whatever the hash seed
     for lo, hi, snap in in_force_spans(result):
         for (b, rt, r), (_qps, rec) in snap.items():
             if (rt, r) in per:
