@@ -153,12 +153,13 @@ def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> F
     remembered = list(memory.by_key.values())
     fresh = OpenRows.light(inputs.open_rows) if inputs.open_dicts is None else inputs.open_dicts
     memory.remember(inputs.open_rows, newest_final, fresh)
-    expected, _silent = pre.waited_for(expected, (r for _n, _i, r in memory.by_key.values()), windows.length_seconds)
     bound = aware(newest_final) if newest_final is not None else None
     current = fresh if bound is None else [r for r in fresh if r["window_start"] is not None
                                            and r["window_start"] > bound]
     if not current:
         return FastPrepared([], None)
+    expected, _silent = pre.waited_for(expected, (r for (_s, kind, _r), (_n, _i, r) in memory.by_key.items()
+                                                  if kind == pre.CLUSTER), windows.length_seconds)
     older = pre.completed_rows(current, [r for _n, _i, r in remembered], expected)
     complete = [start for start, (_n, ok) in pre.census_rows(current + older, expected).items() if ok]
     rules = pre.rules_that_may_fire(current + older, *history["all"], complete, windows, cfg.detection, history["memo"],

@@ -33,6 +33,7 @@ class Params:
     within the watermark (4 one-minute windows with the shipped 120 s watermark)."""
 
     window: dt.timedelta
+    max_decision_lag: dt.timedelta
     detection: DetectionConfig
     hysteresis_pct: float
     max_cut_pct: float
@@ -47,7 +48,6 @@ class Params:
     surge_max_changes: int
     surge_headroom: float
     min_limit_qps: float = 1.0
-    max_decision_lag: dt.timedelta = dt.timedelta(minutes=4)
 
     @classmethod
     def of(cls, limits: LimitsConfig, detection: DetectionConfig, window_seconds: int,

@@ -191,20 +191,21 @@ def compute(result, baseline=None) -> Figures:
                 base[after_b].sum() / (after_b.sum() / 60.0) if after_b.any() else nan, "msgs/min", "bystander")
         last_value = nan
         restarts = restart_times(result)
+        events_of = {res: value_events(result, res) for res in per}  # each culprit's value changes, once
         for k, (a, b) in enumerate(spans, start=1):
             lo, hi = max(0, int((a - c.start).total_seconds())), min(n, int(np.ceil((b - c.start).total_seconds())))
             if hi <= lo:
                 continue
             start = lo  # an episode whose limit a lift no window could veto yet lands in: from its landing
             unseen = [u for res in ((cz.resource_type, cz.resource) for cz in found) if res in per
-                      if (u := unseen_lift(result, res, value_events(result, res), a, b, restarts)) is not None]
+                      if (u := unseen_lift(result, res, events_of[res], a, b, restarts)) is not None]
             if unseen:
                 u = min(int(np.ceil((x - c.start).total_seconds())) for x, _d in unseen)
                 gap = np.flatnonzero(~limited[u:hi])
                 start = u + int(gap[0]) if gap.size else lo
             have = np.flatnonzero(limited[start:hi])
             ep = {"k": k, "in_force_at_start": bool(limited[lo]) and start == lo, "contained": None, "changes": None,
-                  "pct": nan, "remembered": None, "fix_to_lift": nan, "unseen_lift": start != lo}
+                  "pct": nan, "remembered": None, "fix_to_lift": nan}
             seen = np.flatnonzero(limited[:start])  # the last value in force before this episode (the lifted one)
             before_value = target[seen[-1]] if seen.size else last_value
             if have.size:
@@ -218,7 +219,7 @@ def compute(result, baseline=None) -> Figures:
                 mask &= ~gap_mask
                 ep["pct"] = 100.0 * per_minute(mask) / rb if rb > 0 else nan
                 t_at, t_hi = c.start + pd.Timedelta(seconds=at), c.start + pd.Timedelta(seconds=hi)
-                counts = [_changes(value_events(result, res), t_at, t_hi, restart_times(result))[0]
+                counts = [_changes(events_of[res], t_at, t_hi, restarts)[0]
                           for res, arr in per.items() if (~np.isnan(arr[at:hi])).any()]
                 ep["changes"] = max(counts) if counts else 0
                 if not ep["in_force_at_start"] and k > 1 and np.isfinite(before_value):

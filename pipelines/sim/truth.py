@@ -7,6 +7,7 @@ starts (:func:`onset_clock`), every change of a limit's value from the brokers' 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterator
 
 import numpy as np
@@ -179,8 +180,8 @@ def unseen_changes(result, resource: tuple[str, str], events: list, a: pd.Timest
     for t, _v in events:
         if not a < t < b:
             continue
-        before = [d for d in times if d <= t]
-        if not before or before[-1] >= bound:
+        i = bisect_right(times, t)  # the newest decision at or before the change
+        if i == 0 or times[i - 1] >= bound:
             break
         out.append(t)
     return out
@@ -278,21 +279,23 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
                 t0 = a
             unseen = unseen_lift(result, res, events, a, b, restarts)
             early = unseen_changes(result, res, events, a, b)
-            if t0 is not None:  # the count before changes decided ahead of the episode were told apart
-                most_with_unseen = max(most_with_unseen, _changes(events, t0, b, restarts, busy_before)[0])
-            if t0 is not None and unseen is not None:  # as an episode after a lift: from its next limit
-                _c, lifts, _x = _changes(events, t0, b, restarts, busy_before)
-                out["lifts_unseen"].append(f"{name} lifted {lifts}x while active ({a:%H:%M:%S}-{b:%H:%M:%S}), "
+            # the count before changes decided ahead of the episode were told apart
+            whole = _changes(events, t0, b, restarts, busy_before) if t0 is not None else None
+            if whole is not None:
+                most_with_unseen = max(most_with_unseen, whole[0])
+            start = t0
+            if whole is not None and unseen is not None:  # as an episode after a lift: from its next limit
+                out["lifts_unseen"].append(f"{name} lifted {whole[1]}x while active ({a:%H:%M:%S}-{b:%H:%M:%S}), "
                                            f"landed {unseen[0]:%H:%M:%S}, decided {unseen[1]:%H:%M:%S} before the "
                                            f"episode's first whole window ended ({first_window_end(a):%H:%M:%S})")
                 t0 = next((t for t, v in events if unseen[0] < t < b and not np.isnan(v)), None)
-            elif t0 is not None and early:  # a probe or a cut decided in the quiet spell: counted from after it
+            elif whole is not None and early:  # a probe or a cut decided in the quiet spell: counted from after it
                 out["excluded"].append(f"{name}: {', '.join(f'{t:%H:%M:%S}' for t in early)} changed as the episode "
                                        f"began ({a:%H:%M:%S}), decided before its first whole window ended "
                                        f"({first_window_end(a):%H:%M:%S})")
                 t0 = early[-1]
             if t0 is not None:
-                changes, lifts, excluded = _changes(events, t0, b, restarts, busy_before)
+                changes, lifts, excluded = whole if t0 == start else _changes(events, t0, b, restarts, busy_before)
                 most = max(most, changes)
                 out["excluded"] += [f"{name}: {x}" for x in excluded]
                 if lifts:
