@@ -166,16 +166,7 @@ def compute(result, baseline=None) -> Figures:
         # carrier applies its share; before issue 49's apply delays, from the first limit in force, kept beside),
         # without a broker restart's gap (its limiter forgot: not a decision)
         first = active & limited & (sec >= (contain if contain is not None else n))
-        after = first & (sec >= (contain_all if contain_all is not None else n)) & ~gap_mask
-        for name, mask in (("culprit_admitted_over_target", after),
-                           ("culprit_admitted_over_target_from_first_limit", first)):
-            values[name] = (admitted[mask].sum() / target[mask].sum() if mask.any() else nan, "ratio", "incident")
-        if after.any():
-            minute = sec[after] // 60
-            per_min = pd.Series(admitted[after]).groupby(minute).sum() / pd.Series(target[after]).groupby(minute).sum()
-            details["culprit_admitted_over_target"] = (f"minutes {per_min.min():.2f}-{per_min.max():.2f}; target "
-                                                       f"{np.nanmin(target[after]):.1f}-{np.nanmax(target[after]):.1f}"
-                                                       " msg/s")
+        episode_complete = np.zeros(n, dtype=bool)  # each episode from its own complete containment (the loop below)
         rb, ra = per_minute(before), per_minute(after_b)
         old_rejected = c.second_rejected[:, on_hosts].sum(axis=1)
         ob = old_rejected[before].sum() / (before.sum() / 60.0) if before.any() else nan
@@ -217,6 +208,8 @@ def compute(result, baseline=None) -> Figures:
                 whole_ep = np.flatnonzero(complete[at:hi])
                 mask[at + (int(whole_ep[0]) if whole_ep.size else 0):hi] = True
                 mask &= ~gap_mask
+                if whole_ep.size:
+                    episode_complete |= mask
                 ep["pct"] = 100.0 * per_minute(mask) / rb if rb > 0 else nan
                 t_at, t_hi = c.start + pd.Timedelta(seconds=at), c.start + pd.Timedelta(seconds=hi)
                 counts = [_changes(events_of[res], t_at, t_hi, restarts)[0]
@@ -235,6 +228,24 @@ def compute(result, baseline=None) -> Figures:
             seen = np.flatnonzero(limited[:hi])
             last_value = target[seen[-1]] if seen.size else last_value
             episodes.append(ep)
+        # the culprits' admitted rate against the decided (cluster-wide) target, over the limited seconds of each
+        # episode from its own complete containment (every carrier applies its share: a broker applying later is
+        # the world's apply delay, not a decision), without a broker restart's gap (its limiter forgot: not a
+        # decision). Kept beside: from the first episode's complete containment on (the figure before this
+        # definition, which counted a later episode's seconds before its last carrier applied its share), and from
+        # the first limit in force (before issue 49's apply delays)
+        after = first & episode_complete
+        after_first_episode = first & (sec >= (contain_all if contain_all is not None else n)) & ~gap_mask
+        for name, mask in (("culprit_admitted_over_target", after),
+                           ("culprit_admitted_over_target_from_first_complete_containment", after_first_episode),
+                           ("culprit_admitted_over_target_from_first_limit", first)):
+            values[name] = (admitted[mask].sum() / target[mask].sum() if mask.any() else nan, "ratio", "incident")
+        if after.any():
+            minute = sec[after] // 60
+            per_min = pd.Series(admitted[after]).groupby(minute).sum() / pd.Series(target[after]).groupby(minute).sum()
+            details["culprit_admitted_over_target"] = (f"minutes {per_min.min():.2f}-{per_min.max():.2f}; target "
+                                                       f"{np.nanmin(target[after]):.1f}-{np.nanmax(target[after]):.1f}"
+                                                       " msg/s")
         for ep in episodes:
             k = ep["k"]
             values[f"bystander_after_pct_of_before_episode_{k}"] = (ep["pct"], "pct", "bystander")
