@@ -45,7 +45,9 @@ class OpenWindows:
     def act_on_open(self, state: ResourceState, batch: Batch) -> Step:
         """What the fast path's open windows after the horizon, complete by census (their stats final, their sums
         only growing), let the final path decide now, as a decision of the horizon's window: a probe whose whole
-        window shows the demand following it is undone; a probe whose whole windows are clear for
+        window shows the demand following it is undone; the first of them (in window order, as the final path folds
+        them) whose carrier was busy at the cap squeezes the limit (:meth:`squeeze`: the clients' busy failures ship
+        on their own clocks, the newest window may not show them yet); a probe whose whole windows are clear for
         :meth:`recovery_needed` windows since the last window that kept the limit proves the lift; the newest window
         at the cap with its demand hidden starts a probe (:attr:`probe_on_open`). Nothing when a decision of that
         window was made already. In a backlog run the same windows come final and lead to the same decisions
@@ -62,10 +64,11 @@ class OpenWindows:
         following = next(((o, st, d) for o, st, d in raised if st in (Status.BOUND, Status.CAPPED)), None)
         if following is not None:
             return self.on_open(s, *following, batch) or Step(s)
+        for o, status, detail in judged:  # in window order, as the final path will fold them
+            squeezed = self.squeeze(s, o, Judged(status, detail), at=horizon)
+            if squeezed is not None:
+                return squeezed
         newest, status, detail = judged[-1]
-        squeezed = self.squeeze(s, newest, Judged(status, detail), at=horizon)
-        if squeezed is not None:
-            return squeezed
         if not kept:  # every complete open window clear: the proof of a lift, when enough of them
             ends = {o.window_end for o in done}
             # under a probe its clear windows prove the lift; otherwise one clear window more than a final lift needs

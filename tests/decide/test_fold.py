@@ -839,3 +839,22 @@ def test_a_surge_limit_is_never_squeezed_below_its_target():
     assert looser.decisions[0].limit_qps == 50.0                            # max_cut_pct 50 %: above the target
     assert surge.squeeze(state("topic", 60.0, 48.4), busy, at_cap).decisions[0].limit_qps == 48.4
     assert storm.squeeze(state("group", 48.4, 48.4), busy, at_cap).decisions[0].limit_qps == 24.2
+
+
+def test_a_squeeze_is_decided_on_the_first_complete_open_window_that_shows_its_broker_busy():
+    """Sweep case 3: a storm limited to 38.9 msg/s on a broker with 1.28x headroom. The open windows after the
+    horizon ending 07:04 and 07:05 are both complete by census and at the cap; the carrier's busy failures of the
+    first had landed, the newest's not yet (the clients' failure lines ship on their own clocks). Only the newest
+    was judged, so the squeeze waited a minute for the final window 07:04 (the bystanders lost 1.33 % of what they
+    lost before the limit; 0.73 % with the squeeze a minute sooner). Every complete open window is judged, in the
+    order the final path folds them."""
+    state = ResourceState("group", "g", limit_qps=40.0, target_qps=40.0, limited_since=end(1), last_change_end=end(1),
+                          last_decision_end=end(1), change_effective_end=end(3), mode="enforce")
+    busy = Observation(end(4), 40.0, 0, False, 400.0, busy_brokers=("b",), sendback_tps=15.0)
+    quiet = Observation(end(5), 40.0, 0, True, 400.0, sendback_tps=15.0)
+    decisions, after, _ = fold_resource(state, [], end(3), P(L), open_evidence=[busy, quiet])
+    squeeze, = decisions
+    assert squeeze.reason.startswith("squeeze: b busy under the limit in the open window ending 07:04, complete by")
+    assert (squeeze.limit_qps, squeeze.window_end, after.target_qps) == (20.0, end(3), 20.0)
+    decisions, _, _ = fold_resource(state, [], end(3), P(L), open_evidence=[quiet])
+    assert not any(d.reason.startswith("squeeze") for d in decisions)
