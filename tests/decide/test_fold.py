@@ -682,14 +682,15 @@ def test_a_storm_whose_client_does_not_fall_back_is_probed_and_never_lifted_whil
 def test_a_storm_limit_its_broker_cannot_take_is_squeezed_once_and_held():
     """Issue 49's sweep case 126: a storm limited to 10 % of a 590 msg/s consume rate on a broker with a quarter of
     headroom; at its target the storm's writes keep the broker busy and the bystanders lose 3.6 % of what they lost
-    before the limit. Here the broker can take 25 msg/s of the group's retries: the newest complete open window
+    before the limit. Here the broker can take 25 msg/s of the group's retries: a complete open window
     wholly under the 40 msg/s limit, at the cap with the carrier busy, squeezes it (limit and target) by ``max_cut_pct`` to
     20 msg/s; the broker is then healthy and the limit holds, unchanged, until the fix lifts it. A broker never busy
     is never squeezed."""
     decisions, trace = group_loop(24, lambda w: 600.0 if w <= 14 else 2.0, busy_above=25.0)
     squeeze, = [d for d in decisions if d.reason.startswith("squeeze")]
     assert (squeeze.limit_qps, squeeze.previous_qps) == (20.0, 40.0)
-    assert "b busy under the limit in the open window ending 07:04, complete by census (limit-bound" in squeeze.reason
+    # the first complete open window that qualifies, in window order (07:02, the first wholly under the limit)
+    assert "b busy under the limit in the open window ending 07:02, complete by census (limit-bound" in squeeze.reason
     assert trace[:6] == [40.0] * 5 + [20.0]             # decided at the end of window 4, in force from window 6
     held = [d for d in decisions if d.window_end > squeeze.window_end and d.window_end <= end(14)]
     assert all(d.limit_qps == 20.0 and d.reason.startswith("refresh") for d in held)
