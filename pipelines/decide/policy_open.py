@@ -49,16 +49,23 @@ class OpenWindows:
         them) whose carrier was busy at the cap squeezes the limit (:meth:`squeeze`: the clients' busy failures ship
         on their own clocks, the newest window may not show them yet); a probe whose whole windows are clear for
         :meth:`recovery_needed` windows since the last window that kept the limit proves the lift; the newest window
-        at the cap with its demand hidden starts a probe (:attr:`probe_on_open`). Nothing when a decision of that
-        window was made already. In a backlog run the same windows come final and lead to the same decisions
+        at the cap with its demand hidden starts a probe (:attr:`probe_on_open`). When a decision of that window was
+        made already (the final path confirming the fast path's limit, say), only a squeeze: the broker forces it,
+        and waiting for the next batch leaves the bystanders a minute more of its busy refusals. In a backlog run the same windows come final and lead to the same decisions
         later."""
         s, horizon = state, batch.horizon_end
-        if s.limit_qps is None or s.mode != Mode.ENFORCE or horizon is None or s.last_decision_end == horizon:
+        if s.limit_qps is None or s.mode != Mode.ENFORCE or horizon is None:
             return Step(s)
         done = sorted((o for o in batch.opened if o.window_end > horizon and o.complete), key=lambda o: o.window_end)
         if not done:
             return Step(s)
         judged = [(o, *self.judge(o, s)) for o in done]
+        if s.last_decision_end == horizon:  # decided on the horizon already: only a squeeze the broker forces
+            for o, status, detail in judged:
+                squeezed = self.squeeze(s, o, Judged(status, detail), at=horizon)
+                if squeezed is not None:
+                    return squeezed
+            return Step(s)
         kept = [o.window_end for o, status, _ in judged if status != Status.CLEAR]
         raised = [(o, status, detail) for o, status, detail in judged if self.under_raise(s, o)]
         following = next(((o, st, d) for o, st, d in raised if st in (Status.BOUND, Status.CAPPED)), None)
