@@ -17,7 +17,11 @@ the retries below ``retry_floor_tps``).
 
 **Set** once at its frozen target (10 % of the group's normal consume rate); a first cut bounded by
 ``max_cut_pct`` goes down to the target in one step once the cool-down is over. **Probe**: a broken consumer at its
-cap is ``bound`` by its fallback sends and never probed (at most one change); a fixed one whose legitimate retries
+cap is ``bound`` by its fallback sends and never probed (at most one change), nor is one whose fallback sends read
+every send-back refused (:data:`REFUSED_SHARE_MAX`) under a limit so far below its consume rate that the ratio of
+that reading (20× the cap) stays under the rule's: the demand is at least 20× the cap, and a probe lifts only on a
+window under its raise below the raised cap (issue 49's sweep case 125: a cold start's limit, 10 % of the storm's
+depressed consume rate, 2.3 % of the rate under the limit); a fixed one whose legitimate retries
 sit just under the cap is ``capped``, probed at once ×``relax_factor`` on the first such window (final, or open
 and complete by census), back at once when the admitted rate follows the raise, lifted after clear windows under
 it. A client without the fallback shows no refused demand: its storm at the cap is ``capped`` too, and each probe
@@ -47,16 +51,25 @@ class RetryStormLimit(LimitPolicy):
     def visible(self, obs: Observation) -> tuple[float, str]:
         """Admitted + logged rejections, or what the fallback sends reveal when that is more (msg/s)."""
         demand, _ = super().visible(obs)
-        sent = obs.sendback_tps
-        fallback = obs.observed_tps - sent if sent is not None else 0.0
-        if sent is None or fallback <= TOLERANCE * max(obs.observed_tps, 1.0):
+        refused = self.refused_share(obs)
+        if refused is None:
             return demand, ""
-        refused = min(fallback / sent, REFUSED_SHARE_MAX) if sent > 0 else REFUSED_SHARE_MAX
+        fallback = obs.observed_tps - obs.sendback_tps
+        sent = obs.sendback_tps
         hidden = obs.observed_tps / (1.0 - refused)
         if hidden <= demand:
             return demand, ""
         return hidden, (f"fallback sends {fallback:.1f} msg/s beside {sent:.1f} msg/s of send-backs: about "
                         f"{refused:.0%} of the send-backs refused, a demand of {hidden:.1f} msg/s")
+
+    @staticmethod
+    def refused_share(obs: Observation) -> float | None:
+        """The refused share of the group's send-backs its fallback sends reveal (``fallback ÷ send-backs``, at most
+        :data:`REFUSED_SHARE_MAX`; module docstring); None when the window shows no fallback sends."""
+        sent = obs.sendback_tps
+        if sent is None or obs.observed_tps - sent <= TOLERANCE * max(obs.observed_tps, 1.0):
+            return None
+        return min((obs.observed_tps - sent) / sent, REFUSED_SHARE_MAX) if sent > 0 else REFUSED_SHARE_MAX
 
     def fires(self, demand: float, obs: Observation, state: ResourceState) -> tuple[bool, str]:
         """:func:`~pipelines.decide.facts.retry_fires` of the visible demand against the window's consume rate
@@ -103,7 +116,8 @@ class RetryStormLimit(LimitPolicy):
     def _probe_or_undo(self, state: ResourceState, obs: Observation, detail: str, at: dt.datetime,
                        batch: Batch) -> Step | None:
         """Undo a probe whose window the admitted rate followed, or start one, as a decision of the window ending
-        ``at``; None when neither is due."""
+        ``at``; None when neither is due (a window whose fallback sends read every send-back refused starts none:
+        module docstring)."""
         p = self.params
         if state.probe_from_qps is not None:
             if self.under_raise(state, obs):
@@ -111,6 +125,8 @@ class RetryStormLimit(LimitPolicy):
             return None  # the raise is not in force in this window yet
         if state.probe_hold_until is not None and obs.window_end < state.probe_hold_until:
             return None
+        if self.refused_share(obs) == REFUSED_SHARE_MAX:
+            return None  # a demand of 20x the cap or more: no window under a raise would be clear
         current = state.limit_qps
         raised, bounds = self.raise_bounds(state, obs, current, current * p.relax_factor)
         if too_small(raised, current, p.hysteresis_pct):

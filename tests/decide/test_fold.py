@@ -679,6 +679,22 @@ def test_a_storm_whose_client_does_not_fall_back_is_probed_and_never_lifted_whil
     assert lift.window_end > end(30)
 
 
+def test_a_storm_limit_far_under_its_consume_rate_bound_by_fallback_sends_is_not_probed_sweep_case_125():
+    """Issue 49's sweep case 125 (cold start: the storm under way when the governor starts on a new lake): the limit
+    is 10 % of the consume rate the storm's own windows showed (118.7 msg/s: 11.9), and under it the group consumes
+    513 msg/s again. At the cap its fallback sends read every send-back refused (``REFUSED_SHARE_MAX``): a demand of
+    at least 20x the cap, 238 msg/s, ratio 0.46, under the rule only because the reading stops at 20x. At e7062aa
+    the window was ``capped`` and probed x1.5 (17.8 msg/s), then the probe undone: two more changes of a storm's
+    limit (the sweep's check allows one). A probe cannot show a demand below its raise there, so none starts: the
+    limit holds unchanged while the storm lasts, and the fix lifts it."""
+    decisions, trace = group_loop(24, lambda w: 1300.0 if w <= 14 else 2.0, consume=513.0, limit=11.9)
+    assert not any(d.action == "relax" for d in decisions)
+    assert all(d.limit_qps == 11.9 for d in decisions if d.action != "lift")
+    assert all(cap == 11.9 for cap in trace[:16])
+    lift, = [d for d in decisions if d.action == "lift"]
+    assert lift.window_end > end(14)
+
+
 def test_a_storm_limit_its_broker_cannot_take_is_squeezed_once_and_held():
     """Issue 49's sweep case 126: a storm limited to 10 % of a 590 msg/s consume rate on a broker with a quarter of
     headroom; at its target the storm's writes keep the broker busy and the bystanders lose 3.6 % of what they lost
