@@ -56,6 +56,11 @@ class LimitPolicy(OpenWindows):
         refused demand it adds ("" when none)."""
         return obs.observed_tps + rate(obs.rejected, self.params.window.total_seconds()), ""
 
+    def view_hides_demand(self, obs: Observation) -> bool:
+        """Whether the limiter's own view (``obs.viewed``: it rejected something in the window, no count) hides
+        demand :meth:`visible` does not count: always, unless a rule counts the refusals another way."""
+        return obs.viewed
+
     def fires(self, demand: float, obs: Observation, state: ResourceState) -> tuple[bool, str]:
         """Whether the rule fires on the visible ``demand`` (msg/s) of ``obs``, and why."""
         raise NotImplementedError
@@ -82,7 +87,7 @@ class LimitPolicy(OpenWindows):
         if at_cap:
             return Judged(Status.CAPPED, f"at the cap, the demand hidden: {numbers}{how}, at least "
                                          f"{p.bound_share:.0%} of the cap; {why} on what shows")
-        if obs.viewed:
+        if self.view_hides_demand(obs):
             return Judged(Status.CAPPED, f"the demand hidden: {numbers}{how}; {why} on what shows")
         return Judged(Status.CLEAR, f"the cause is gone: {numbers}{how}; {why}")
 

@@ -62,6 +62,15 @@ class RetryStormLimit(LimitPolicy):
         return hidden, (f"fallback sends {fallback:.1f} msg/s beside {sent:.1f} msg/s of send-backs: about "
                         f"{refused:.0%} of the send-backs refused, a demand of {hidden:.1f} msg/s")
 
+    def view_hides_demand(self, obs: Observation) -> bool:
+        """The limiter's view hides no demand where the fallback sends count the refused send-backs (a refused share
+        under :data:`REFUSED_SHARE_MAX`): the view tells only that the limiter refused some, and :meth:`visible`
+        counts them already. Issue 49's sweep case 187: a fixed consumer's legitimate retries at 5 % of the cap,
+        refused in bursts (21 % of them, the fallback sends tell), read as hidden demand, so each lift waited for a
+        probe (8.1 minutes after a fix)."""
+        refused = self.refused_share(obs)
+        return obs.viewed and (refused is None or refused >= REFUSED_SHARE_MAX)
+
     @staticmethod
     def refused_share(obs: Observation) -> float | None:
         """The refused share of the group's send-backs its fallback sends reveal (``fallback ÷ send-backs``, at most

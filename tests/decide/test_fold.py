@@ -891,3 +891,23 @@ def test_a_squeeze_on_a_complete_open_window_is_not_held_back_by_a_decision_on_t
     assert (squeeze.limit_qps, squeeze.window_end) == (20.0, end(3))
     clear = [Observation(end(i), 2.0, 0, True, 400.0, sendback_tps=2.0) for i in range(4, 9)]
     assert fold_resource(state, [], end(3), P(L), open_evidence=clear)[0] == []
+
+
+def test_the_limiters_view_hides_no_retry_demand_the_fallback_sends_count_sweep_case_187():
+    """Sweep case 187 (the limiter's view on): after each fix the consumer's legitimate retries ran at 2.6 msg/s
+    under its 50.9 msg/s limit, refused in bursts: the view reported rejections and the fallback sends (0.5 beside
+    2.2 msg/s of send-backs) counted about a fifth refused, a demand of 3.3 msg/s. Read as hidden demand, each lift
+    waited for a probe (8.1 minutes after one fix). Where the fallback sends count the refusals the window is clear;
+    where nothing counts them (no fallback, or every send-back refused) the view still hides the demand."""
+    storm = policy_for("group", P())
+    state = ResourceState("group", "g", limit_qps=50.9, target_qps=50.9, limited_since=end(0), mode="enforce")
+
+    def judged(observed, sent):
+        return storm.judge(Observation(end(5), observed, 0, True, 510.0, viewed=True, sendback_tps=sent), state).status
+
+    assert judged(2.6, 2.2) == Status.CLEAR
+    assert judged(2.6, 2.6) == Status.CAPPED          # no fallback sends: nothing counts the refusals
+    assert judged(2.6, 1.3) == Status.CAPPED          # every send-back refused (REFUSED_SHARE_MAX): hidden
+    assert policy_for("topic", P()).judge(Observation(end(5), 2.6, 0, True, viewed=True),
+                                          ResourceState("topic", "t", limit_qps=50.9, mode="enforce")).status \
+        == Status.CAPPED                              # a topic's limiter view: hidden, as before
