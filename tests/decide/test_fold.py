@@ -911,3 +911,28 @@ def test_the_limiters_view_hides_no_retry_demand_the_fallback_sends_count_sweep_
     assert policy_for("topic", P()).judge(Observation(end(5), 2.6, 0, True, viewed=True),
                                           ResourceState("topic", "t", limit_qps=50.9, mode="enforce")).status \
         == Status.CAPPED                              # a topic's limiter view: hidden, as before
+
+
+def test_a_window_that_ran_above_its_limit_is_not_a_squeeze():
+    """Issue 49's sweep cases 111 and 75: broker-a restarts and its limiter forgets the 56.6 msg/s retry limit for
+    11 s; the storm floods it and the window (06:13 in case 111) shows 139.7 msg/s admitted, 2.5x the limit, with
+    the carrier busy. The limit did not hold in that window, so the busy carrier says nothing of what the broker
+    takes at the limit: no squeeze (at e7062aa it cut the limit and its target to 28.3 msg/s, below the fixed
+    consumer's legitimate retries of 54 msg/s, which then read as a persisting storm and were never lifted). The same
+    window at the limit (56.6 admitted) with the carrier busy squeezes it, as before."""
+    state = ResourceState("group", "g", limit_qps=56.6, target_qps=56.6, limited_since=end(0),
+                          last_change_end=end(0), last_decision_end=end(0), last_candidate_end=end(0),
+                          baseline_tps=566.0, broker_shares={"b": 1.0})
+    final = Observation(end(4), 56.6, 0, True, 540.0, {"b": 500.0}, sendback_tps=19.3)
+    flooded = Observation(end(5), 139.7, 0, False, 385.4, {"b": 900.0}, ("b",), sendback_tps=52.2)
+    held = Observation(end(5), 56.6, 0, False, 385.4, {"b": 900.0}, ("b",), sendback_tps=19.3)
+
+    def squeezes(window):
+        made, _, _ = fold_resource(state, [], end(4), P(L), observations=[final], open_evidence=[window],
+                                   now=end(5) + dt.timedelta(seconds=30))
+        return [d for d in made if d.reason.startswith("squeeze")]
+
+    assert squeezes(flooded) == []
+    squeeze, = squeezes(held)
+    assert (squeeze.limit_qps, squeeze.previous_qps) == (pytest.approx(28.3), 56.6)
+
