@@ -310,6 +310,13 @@ class LimitPolicy(OpenWindows):
         return (state.probe_from_qps is not None and state.probe_effective_end is not None
                 and obs.window_end < state.probe_effective_end)
 
+    def applying_raise(self, state: ResourceState, obs: Observation) -> bool:
+        """A probe is in flight and ``obs`` is the window it was decided in, the last before the raise (ending one
+        window before ``probe_effective_end``): it ran at the level before, after the evidence that started the
+        probe."""
+        return (state.probe_from_qps is not None and state.probe_effective_end is not None
+                and obs.window_end == state.probe_effective_end - self.params.window)
+
     def on_open(self, state: ResourceState, obs: Observation, status: Status, detail: str,
                 batch: Batch) -> Step | None:
         """An open window after the horizon, complete by census, judged ``status`` (not clear): a decision now when

@@ -40,7 +40,7 @@ class Judged(NamedTuple):
 
 class OpenWindows:
     """The open-window steps of :class:`pipelines.decide.policy.LimitPolicy` (its ``judge``, ``under_raise``,
-    ``on_open``, ``squeeze``, ``lift_point``, ``recovery_needed``, ``veto`` and ``lift``)."""
+    ``applying_raise``, ``on_open``, ``squeeze``, ``lift_point``, ``recovery_needed``, ``veto`` and ``lift``)."""
 
     def act_on_open(self, state: ResourceState, batch: Batch) -> Step:
         """What the fast path's open windows after the horizon, complete by census (their stats final, their sums
@@ -49,10 +49,17 @@ class OpenWindows:
         them) whose carrier was busy at the cap squeezes the limit (:meth:`squeeze`: the clients' busy failures ship
         on their own clocks, the newest window may not show them yet); a probe whose whole windows are clear for
         :meth:`recovery_needed` windows since the last window that kept the limit proves the lift; the newest window
-        at the cap with its demand hidden starts a probe (:attr:`probe_on_open`). When a decision of that window was
-        made already (the final path confirming the fast path's limit, say), only a squeeze: the broker forces it,
-        and waiting for the next batch leaves the bystanders a minute more of its busy refusals. In a backlog run the same windows come final and lead to the same decisions
-        later."""
+        at the cap with its demand hidden starts a probe (:attr:`probe_on_open`). Once every complete window wholly
+        under a probe is clear, the open window the probe was decided in (:meth:`applying_raise`: after the evidence
+        that started it, it ran at the level before while the raise was published) does not keep the limit if it
+        is at the cap: it asks what the windows under the raise answered, the demand below the raised cap (sweep
+        case 102: a fixed consumer's 60.8 of 61.2 msg/s in the minute its 91.8 msg/s probe was decided, 55.7 of
+        91.8 under it, lifted 6.2 minutes after the fix instead of 8.7). The window that started the probe and any
+        ``bound`` or ``hold`` window still keep it. When a decision of the horizon's window was made already (the
+        final path confirming the fast path's limit, say), only a squeeze: the broker forces it, and waiting for
+        the next batch leaves the bystanders a minute more of its busy refusals. In a backlog run the same windows
+        come final and lead to the same decisions later (a lift later still: the final path, which cannot see the
+        windows under the raise yet, counts that window at the cap as keeping the limit)."""
         s, horizon = state, batch.horizon_end
         if s.limit_qps is None or s.mode != Mode.ENFORCE or horizon is None:
             return Step(s)
@@ -60,21 +67,19 @@ class OpenWindows:
         if not done:
             return Step(s)
         judged = [(o, *self.judge(o, s)) for o in done]
+        squeezed = next((q for o, status, detail in judged  # in window order, as the final path will fold them
+                         if (q := self.squeeze(s, o, Judged(status, detail), at=horizon)) is not None), None)
         if s.last_decision_end == horizon:  # decided on the horizon already: only a squeeze the broker forces
-            for o, status, detail in judged:
-                squeezed = self.squeeze(s, o, Judged(status, detail), at=horizon)
-                if squeezed is not None:
-                    return squeezed
-            return Step(s)
-        kept = [o.window_end for o, status, _ in judged if status != Status.CLEAR]
+            return squeezed or Step(s)
         raised = [(o, status, detail) for o, status, detail in judged if self.under_raise(s, o)]
         following = next(((o, st, d) for o, st, d in raised if st in (Status.BOUND, Status.CAPPED)), None)
         if following is not None:
             return self.on_open(s, *following, batch) or Step(s)
-        for o, status, detail in judged:  # in window order, as the final path will fold them
-            squeezed = self.squeeze(s, o, Judged(status, detail), at=horizon)
-            if squeezed is not None:
-                return squeezed
+        if squeezed is not None:
+            return squeezed
+        answered = bool(raised) and all(status == Status.CLEAR for _, status, _ in raised)
+        kept = [o.window_end for o, status, _ in judged if status != Status.CLEAR and not (
+            answered and status == Status.CAPPED and self.applying_raise(s, o))]
         newest, status, detail = judged[-1]
         if not kept:  # every complete open window clear: the proof of a lift, when enough of them
             ends = {o.window_end for o in done}

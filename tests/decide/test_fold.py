@@ -719,8 +719,9 @@ def test_a_storm_limit_its_broker_cannot_take_is_squeezed_once_and_held():
 def test_a_fixed_consumer_at_9_percent_of_its_consume_rate_is_lifted_within_8_minutes_of_the_fix():
     """Fixed after window 8, it keeps retrying 9 % of the 400 msg/s it consumes: 36 msg/s against a 40 msg/s limit
     (90 % of the cap, nothing refused): ``capped``, its demand hidden. The first complete open window at the cap
-    starts a probe (x1.5 to 60 msg/s); the windows under it are clear (36 of 60), and three of them after the last
-    capped window lift it: decided at the end of window 13, in force 5-6 minutes after the fix."""
+    starts a probe (x1.5 to 60 msg/s); the windows under it are clear (36 of 60), and three windows after the last
+    capped window lift it, the one the probe was decided in (still at 40) not counted as keeping it once those under
+    the raise are clear (sweep case 102): decided at the end of window 12, in force 4-5 minutes after the fix."""
     decisions, trace = group_loop(24, lambda w: 600.0 if w <= 8 else 36.0)
     probe, = [d for d in decisions if d.action == "relax"]
     assert probe.limit_qps == 60.0 and "the open window ending 07:09, complete by census: at the cap, the demand " \
@@ -807,17 +808,20 @@ def test_a_window_the_lift_already_judged_does_not_limit_again_once_it_is_final(
 
 def test_an_open_window_proof_remembers_the_lift_where_the_proof_ends():
     """The fixed consumer of issue 48, lifted on the open windows under its probe: the lift is a decision of the
-    horizon's window, remembered at the end of the last window that proved it."""
+    horizon's window, remembered at the end of the last window that proved it. The window the probe was decided in
+    (ending 07:10, at the old cap: 36 of 40) does not keep the limit once the windows under the raise are clear
+    (sweep case 102); the window that started the probe (07:09, final here) does."""
     decisions, _ = group_loop(24, lambda w: 600.0 if w <= 8 else 36.0)
     lift, = [d for d in decisions if d.action == "lift"]
     state = ResourceState("group", "g", limit_qps=60.0, target_qps=40.0, limited_since=end(0),
                              last_change_end=end(6), last_decision_end=end(6), last_candidate_end=end(8),
-                             last_capped_end=end(10), probe_from_qps=40.0, probe_effective_end=end(11),
+                             last_capped_end=end(9), probe_from_qps=40.0, probe_effective_end=end(11),
                              baseline_tps=400.0)
-    clear = [Observation(end(i), 36.0, 0, True, 400.0, sendback_tps=36.0) for i in range(11, 14)]
-    decisions, after, _ = fold_resource(state, [], end(10), P(L), open_evidence=clear)
-    assert [(d.action, d.window_end) for d in decisions] == [("lift", end(10))] == [("lift", lift.window_end)]
-    assert after.last_lift_end == end(13)
+    applying = Observation(end(10), 36.0, 0, True, 400.0, sendback_tps=36.0)     # at 40 msg/s: capped
+    clear = [Observation(end(i), 36.0, 0, True, 400.0, sendback_tps=36.0) for i in range(11, 13)]
+    decisions, after, _ = fold_resource(state, [], end(9), P(L), open_evidence=[applying] + clear)
+    assert [(d.action, d.window_end) for d in decisions] == [("lift", end(9))] == [("lift", lift.window_end)]
+    assert after.last_lift_end == end(12)
 
 
 def test_the_final_path_keeps_a_preliminary_limit_within_hysteresis_of_its_own():
@@ -936,3 +940,35 @@ def test_a_window_that_ran_above_its_limit_is_not_a_squeeze():
     squeeze, = squeezes(held)
     assert (squeeze.limit_qps, squeeze.previous_qps) == (pytest.approx(28.3), 56.6)
 
+
+def test_a_capped_window_before_the_raise_does_not_keep_a_limit_the_probe_shows_clear():
+    """Issue 49's sweep case 102: a consumer fixed at 06:16:06 retries 58 msg/s under its 61.2 msg/s limit. The
+    window ending 06:18 (here 2) at the cap starts a probe to 91.8 msg/s, in force from the window ending 06:21
+    (here 5); the window ending 06:20 (here 4) still ran at 61.2 and is at the cap (60.8), the one ending 06:21 is
+    clear under the raise (55.7 of 91.8). The capped window before the raise asks what the probe answers: it does
+    not keep the limit, and the lift is proven at the end of 06:21's window, 6.2 minutes after the fix (at e7062aa
+    it counted, the lift waited for three clear windows after it: 8.7 minutes). A window under the raise at the cap
+    (the admitted rate following it) still undoes the probe, and nothing is lifted."""
+    state = ResourceState("group", "g", limit_qps=91.8, target_qps=61.2, limited_since=end(-8),
+                          last_change_end=end(1), last_decision_end=end(1), last_candidate_end=end(1),
+                          last_capped_end=end(2), baseline_tps=631.0, broker_shares={"b": 1.0},
+                          probe_from_qps=61.2, probe_effective_end=end(5))
+    final = Observation(end(3), 54.5, 0, True, 650.0, sendback_tps=54.5)
+    before_raise = Observation(end(4), 60.8, 0, True, 650.0, sendback_tps=60.8)
+    partial = Observation(end(6), 57.5, 0, True, 400.0, sendback_tps=57.5, complete=False)
+
+    def fold_with(under_raise):
+        made, after, _ = fold_resource(state, [], end(3), P(L), observations=[final],
+                                       open_evidence=[before_raise, under_raise, partial],
+                                       now=end(5) + dt.timedelta(seconds=60))
+        return made, after
+
+    policy = policy_for("group", P(L))
+    assert policy.judge(before_raise, state)[0] == Status.CAPPED
+    made, after = fold_with(Observation(end(5), 55.7, 0, True, 660.0, sendback_tps=55.7))
+    lift, = made
+    assert lift.action == "lift" and lift.window_end == end(3) and after.limit_qps is None
+    assert "raised from 61.2 msg/s to see it" in lift.reason and "under the probe" in lift.reason
+    made, after = fold_with(Observation(end(5), 91.0, 0, True, 660.0, sendback_tps=91.0))
+    assert [d.action for d in made] == ["set"] and made[0].reason.startswith("probe undone")
+    assert after.limit_qps == 61.2
