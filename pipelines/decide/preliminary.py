@@ -321,13 +321,20 @@ def cut_bounded_by_final_rates(candidates: list[Keyed], open_rows: pl.DataFrame,
 
 def open_broker_tps(open_rows: pl.DataFrame, windows: WindowsConfig) -> dict[tuple, dict[str, float]]:
     """Open windows → ``(window_end, resource_type, resource)`` → msg/s per broker of the resource's limited traffic
-    so far (a topic's puts, a group's send-backs): the shares of a preliminary limit."""
+    so far, as the final path measures it (:func:`pipelines.decide.windows.per_broker_traffic`): a topic's puts, a
+    group's retry traffic (per broker :func:`~pipelines.decide.facts.retry_traffic` of its send-backs and the plain
+    sends to ``%RETRY%<group>``): the shares of a preliminary limit."""
     rows = open_rows.filter(pl.col("resource_type").is_in(["topic", "group"]))
-    out = {}
+    out, fallback = {}, {}
     for r in rows.select("window_end", "resource_type", "resource", "broker_amounts").iter_rows(named=True):
-        amounts = r["broker_amounts"] or {}
-        out[(r["window_end"], r["resource_type"], r["resource"])] = {
-            b: rate(v, windows.length_seconds) for b, v in sorted(amounts.items())}
+        per_broker = {b: rate(v, windows.length_seconds) for b, v in sorted((r["broker_amounts"] or {}).items())
+                      if v is not None}
+        out[(r["window_end"], r["resource_type"], r["resource"])] = per_broker
+        if r["resource_type"] == "topic" and r["resource"].startswith(rmq.RETRY_TOPIC_PREFIX):
+            fallback[(r["window_end"], "group", r["resource"][len(rmq.RETRY_TOPIC_PREFIX):])] = per_broker
+    for key, plain in fallback.items():
+        sent = out.get(key, {})
+        out[key] = {b: retry_traffic(sent.get(b, 0.0), plain.get(b, 0.0)) for b in sorted(set(sent) | set(plain))}
     return out
 
 

@@ -218,3 +218,19 @@ def test_a_preliminary_limit_s_shares_cover_the_carriers_still_to_report():
     assert got == {(w(1)[1], "topic", "cart"): {"broker-a": 150.0, "broker-b": 20.0}}
     assert pre.with_earlier_carriers(now, remembered, {w(1)[1]}, W) == now    # complete by census: as it is
     assert pre.with_earlier_carriers(now, None, set(), W) == now
+
+
+def test_a_group_s_preliminary_shares_are_its_retry_traffic_per_broker_as_the_final_path_measures_it():
+    """Sweep case 199: a busy broker refuses most send-backs and the consumer falls back to plain sends to
+    ``%RETRY%<group>``; the final path splits a group's limit by the larger of the two per broker
+    (windows.per_broker_traffic), the fast path by the send-backs alone gave broker-d an eighth of its share."""
+    t0 = ts(T0)
+    start, end = t0, t0 + dt.timedelta(minutes=1)
+    rows = pl.DataFrame({
+        "window_start": [start] * 3, "window_end": [end] * 3, "resource_type": ["group", "topic", "topic"],
+        "resource": ["g", "%RETRY%g", "orders"],
+        "broker_amounts": [{"broker-b": 600, "broker-d": 60}, {"broker-b": 300, "broker-d": 480},
+                           {"broker-b": 60}]})
+    got = pre.open_broker_tps(rows, W)
+    assert got[end, "group", "g"] == {"broker-b": 10.0, "broker-d": 8.0}
+    assert got[end, "topic", "orders"] == {"broker-b": 1.0}
