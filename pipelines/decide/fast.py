@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from pipelines import columns
 from pipelines.config import GovernorConfig
 from pipelines.decide import preliminary as pre
-from pipelines.decide.arrow import aware, from_rows, micros, rows_of, to_polars, when
+from pipelines.decide.arrow import aware, from_rows, micros, naive, rows_of, to_polars, when
 from pipelines.decide.candidates import candidate_limits
 from pipelines.decide.words import Action, Basis
 from pipelines.decide.folding import fold_all
@@ -35,6 +35,9 @@ from pipelines.decide.inputs import FastInputs, LockedInputs
 from pipelines.decide.steps import Params
 from pipelines.decide.limits import check, finish
 from pipelines.decide.overrides import Applied
+from pipelines.decide.open_split import (
+    complete_split, complete_traffic, held_for_brokers_to_report, still_to_report,
+)
 from pipelines.decide.reconcile import latest_per_resource, preliminary_state
 from pipelines.decide.final import rows_by_key
 
@@ -132,11 +135,13 @@ class OpenRows:
 @dataclass(frozen=True)
 class FastPrepared:
     """What the fast path derives from a micro-batch before it needs the decisions' memory (outside the decision
-    lock, :func:`prepare_fast`): the candidates it may act on (:class:`pipelines.decide.candidates.Keyed`) and the
-    end of its newest open window (UTC; None: nothing to decide)."""
+    lock, :func:`prepare_fast`): the candidates it may act on (:class:`pipelines.decide.candidates.Keyed`), the
+    end of its newest open window (UTC; None: nothing to decide) and the ends of the windows complete by census
+    (naive UTC, as the candidates' ``window_end``)."""
 
     candidates: list
     horizon_end: dt.datetime | None
+    complete_ends: frozenset = frozenset()  # the ends of the open windows complete by census (naive UTC)
 
 
 def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> FastPrepared:
@@ -182,9 +187,12 @@ def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> F
     shares = pre.with_earlier_carriers(pre.open_broker_tps(open_windows, windows),
                                        pl.from_arrow(memory.rows) if memory.rows is not None else None,
                                        complete_ends, windows)
-    candidates = candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits, shares)
+    to_report = still_to_report((r for (_s, kind, _r), (_n, _i, r) in memory.by_key.items() if kind == pre.CLUSTER),
+                                expected, windows.length_seconds)
+    candidates = held_for_brokers_to_report(
+        candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits, shares), to_report)
     return FastPrepared(pre.cut_bounded_by_final_rates(candidates, open_windows, expected, windows),
-                    max(r["window_end"] for r in current))
+                        max(r["window_end"] for r in current), frozenset(naive(e) for e in complete_ends))
 
 
 def _decided(history: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -211,11 +219,16 @@ def decide_fast(prepared: FastPrepared, locked: LockedInputs, cfg: GovernorConfi
     latest = latest_per_resource(list(rows_by_key(locked.latest_limits).values()))
     view = Applied(locked.overrides, now, saved, latest, cfg)  # the operators' overrides (their rows come first)
     standing = view.standing(prepared.horizon_end) if view else []
+    complete = complete_traffic(prepared.candidates, prepared.complete_ends)
     folded = view.fold_out(fold_all(view.candidates(prepared.candidates),
-                                    preliminary_state(view.saved(saved), view.latest), prepared.horizon_end,
+                                    preliminary_state(view.saved(saved), view.latest, complete), prepared.horizon_end,
                                     Params.from_config(cfg), recover=False))
     sets = [d for d in folded.decisions if d.action == Action.SET]
-    accepted, refused = check(standing + view.shape(finish(sets, cfg.limits, now, Basis.PRELIMINARY)), origin, now)
+    decided = {(r["resource_type"], r["resource"]) for r in standing} | {(d.resource_type, d.resource) for d in sets}
+    resplit = complete_split({k: r for k, r in view.latest.items() if k not in view.active}, complete, decided,
+                             cfg, now)
+    rows = finish(sets, cfg.limits, now, Basis.PRELIMINARY) + resplit
+    accepted, refused = check(standing + view.shape(rows), origin, now)
     return from_rows(accepted, columns.GOLD_LIMITS), from_rows(refused, columns.QUARANTINE)
 
 

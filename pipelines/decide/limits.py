@@ -5,7 +5,8 @@
 Versions: ``unix seconds of window_end × 10 + rank``, so versions grow per resource across restarts and across
 lakes (brokers refusing stale versions, ``control/applier.py``, keep accepting a new governor's records), and a
 window's final decision (rank 5) and the final path's answer to a preliminary decision (rank 6) outrank the
-preliminary decision of the same window (rank 1).
+preliminary decision of the same window (rank 1) and the fast path's split of it once the window is complete by
+census (rank 2).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from pipelines.decide.words import Basis
 VERSION_RANK = {Basis.PRELIMINARY: 1, Basis.FINAL: 5}
 #: Rank of the final path's confirmation or reversal of a preliminary decision.
 RECONCILE_RANK = 6
+#: Rank of the fast path's split of its own preliminary decision by the window's complete traffic
+#: (:func:`pipelines.decide.open_split.complete_split`).
+RESPLIT_RANK = 2
 #: The ``source`` of a refused decision's ``quarantine`` row.
 LIMITS_SOURCE = "gold/limits"
 

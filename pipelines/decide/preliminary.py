@@ -345,7 +345,8 @@ def with_earlier_carriers(broker_tps: dict[tuple, dict[str, float]], remembered:
     earlier open window the fast path remembers (``remembered``: :attr:`pipelines.decide.fast.OpenRows.rows`), at
     that window's rate. A preliminary limit's shares then cover the carriers still to report: listed, each gets its
     share instead of the unlisted brokers' figure (``*``, the smallest listed share's), which for a resource seen
-    on one broker so far is the whole limit (the shares would add up to a multiple of it)."""
+    on one broker so far is the whole limit (the shares would add up to a multiple of it). The brokers still to
+    report that no earlier window names: :func:`pipelines.decide.open_split.held_for_brokers_to_report`."""
     if remembered is None or remembered.height == 0:
         return broker_tps
     partial = {k for k in broker_tps if k[0] not in complete}

@@ -23,7 +23,7 @@ import datetime as dt
 from pipelines.config import GovernorConfig
 from pipelines.decide.arrow import aware, figures, naive
 from pipelines.decide import facts
-from pipelines.decide.facts import ANY_BROKER, close
+from pipelines.decide.facts import ANY_BROKER, close, shares_of
 from pipelines.decide.words import Action, Basis
 from pipelines.decide.limits import RECONCILE_RANK, burst_for, decision_version
 from pipelines.decide.steps import frozen_basis
@@ -42,12 +42,15 @@ def latest_per_resource(rows: list[dict]) -> dict[Key, dict]:
     return out
 
 
-def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict]) -> dict[Key, dict]:
+def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict],
+                      complete: dict[tuple, dict[str, float]] | None = None) -> dict[Key, dict]:
     """The state the fast path folds from: the final path's saved state (``state/policy`` rows by key), with the
     limit of a newer preliminary decision in force (so a preliminary limit is not decided again every micro-batch;
     hysteresis, cool-down and the maximum cut apply from it). A preliminary limit the final path has not folded yet
-    also freezes its target and its per-broker shares (from its ``broker_limits``), as the final path will
-    (:func:`pipelines.decide.steps.frozen_basis`)."""
+    also freezes its target and its per-broker shares, as the final path will
+    (:func:`pipelines.decide.steps.frozen_basis`): by its window's complete traffic where the window is complete by
+    census now (``complete``: :func:`pipelines.decide.open_split.complete_traffic`), else from its
+    ``broker_limits``."""
     out = {key: dict(row) for key, row in saved.items()}
     for key, limit in latest.items():
         if limit["basis"] != Basis.PRELIMINARY:
@@ -62,7 +65,8 @@ def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict]) -> dict[K
         if first:
             split = {b: q for b, q in figures(limit.get("broker_limits")).items() if b != ANY_BROKER}
             shares = {b: q / p_limit for b, q in split.items()} if p_limit and split else ({} if p_limit else None)
-            row.update(frozen_basis(limit["window_end"], p_limit, shares))
+            whole = shares_of((complete or {}).get((*key, naive(limit["window_end"])), {}))
+            row.update(frozen_basis(limit["window_end"], p_limit, whole if p_limit and whole else shares))
     return out
 
 
@@ -75,7 +79,9 @@ def pending_preliminary(latest: dict[Key, dict]) -> dict[Key, tuple[dt.datetime,
             if row["basis"] == Basis.PRELIMINARY and row["action"] == Action.SET and row["limit_qps"] is not None}
 
 
-def _same_figures(a: dict | None, b: dict | None) -> bool:
+def same_figures(a: dict | None, b: dict | None) -> bool:
+    """Two per-broker figure maps (``broker_limits``; None: none) list the same brokers at the same figures
+    (:func:`~pipelines.decide.facts.close`)."""
     if a is None and b is None:
         return True
     if a is None or b is None or sorted(a) != sorted(b):
@@ -112,7 +118,7 @@ def reconcile_preliminary(latest: dict[Key, dict], final_limits: list[dict], fin
         final_qps = state.get("limit_qps")
         final_split = None if final_qps is None else facts.split(final_qps, figures(state.get("broker_shares"))) or None
         p_split = figures(p.get("broker_limits")) or None
-        split_differs = not _same_figures(p_split, final_split)
+        split_differs = not same_figures(p_split, final_split)
         same_value = final_qps is not None and close(p["limit_qps"], final_qps)
         if final_qps is not None and same_value and not split_differs:
             continue
