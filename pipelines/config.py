@@ -219,6 +219,9 @@ class LimitsConfig(_Section):
     surge_headroom: float = Field(default=2.0, ge=1, description=(
         "A surging topic on a busy broker is limited to its baseline times this factor; an advisory surge record "
         "is never below its observed rate times it."))
+    surge_squeeze_headroom: float = Field(default=1.5, ge=1, description=(
+        "A surge limit squeezed while a carrier stays busy at its cap is cut no lower than its frozen baseline "
+        "times this factor (≤ ``surge_headroom``): above the topic's normal traffic, which its fix returns to."))
     ttl_seconds: int = Field(default=600, gt=0, description=(
         "Seconds after its decision that a limit expires unless refreshed (fail open when the governor stops): "
         "two refresh periods."))

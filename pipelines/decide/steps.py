@@ -47,6 +47,7 @@ class Params:
     probe_headroom_share: float
     surge_max_changes: int
     surge_headroom: float
+    surge_squeeze_headroom: float
     min_limit_qps: float = 1.0
 
     @classmethod
@@ -62,7 +63,8 @@ class Params:
                    recurrence_windows=limits.recurrence_windows,
                    bound_share=limits.bound_share, relax_factor=limits.relax_factor,
                    probe_headroom_share=limits.probe_headroom_share, surge_max_changes=limits.surge_max_changes,
-                   surge_headroom=limits.surge_headroom, min_limit_qps=limits.min_limit_qps)
+                   surge_headroom=limits.surge_headroom,
+                   surge_squeeze_headroom=limits.surge_squeeze_headroom, min_limit_qps=limits.min_limit_qps)
 
     @classmethod
     def from_config(cls, cfg: GovernorConfig) -> Params:

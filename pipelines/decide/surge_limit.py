@@ -55,10 +55,18 @@ class SurgeLimit(LimitPolicy):
             f"limit (rule: >= {det.surge_factor:.1f}x and >= {det.surge_floor_tps:.1f} msg/s)")
 
     def squeeze_floor(self, state: ResourceState) -> float:
-        """Its target (headroom × the baseline frozen with it): the topic's normal traffic ran on its carriers before
-        the surge, so a carrier busy under the target is another cause's to answer; a squeeze below it (sweep cases
-        19 and 141: to 1.0x the baseline) holds the topic's normal traffic at the cap after its fix."""
-        return max(self.params.min_limit_qps, state.target_qps or 0.0)
+        """``surge_squeeze_headroom`` × the baseline frozen with the limit (msg/s; its target when none was frozen,
+        or when the target is lower already). A carrier can stay busy at the target though its average writes sit
+        well under its capacity: a limiter rejecting most of the demand opens its breaker, and each time it closes
+        the bucket's second of tokens (``burst_seconds``) reaches the send queue at the demand's rate, more than the
+        200 ms queue absorbs (article 001's breaker; sweep cases 42 and 45: a 2.0x share on a broker writing 77 % of
+        its capacity fast-failed its bystanders' sends every second). The floor stays above the topic's normal
+        traffic (1.0x), which its fix returns to: a squeeze to 1.0x held it at the cap after its fix (sweep cases 19
+        and 141)."""
+        floor = state.target_qps or 0.0
+        if state.baseline_tps is not None:
+            floor = min(floor, state.baseline_tps * self.params.surge_squeeze_headroom)
+        return max(self.params.min_limit_qps, floor)
 
     def hold(self, state: ResourceState, obs: Observation, status: Status, detail: str, batch: Batch) -> Step:
         """At the cap (``bound`` or ``capped``): a carrier busy under a raise steps the probe back; healthy for

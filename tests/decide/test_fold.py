@@ -840,11 +840,9 @@ def test_the_final_path_keeps_a_preliminary_limit_within_hysteresis_of_its_own()
     assert decisions[0].limit_qps == 36.88       # another mode is another decision
 
 
-def test_a_surge_limit_is_never_squeezed_below_its_target():
-    """Sweep cases 19 and 141: a surge limit at its target (2x the frozen baseline) on a carrier still busy was
-    squeezed to 1.0x the baseline, so after the fix the topic's normal traffic sat at the cap, its demand hidden,
-    and the lift came late. The topic's normal traffic ran on its carriers before: a surge's squeeze stops at its
-    target (a looser first cut is still cut down to it); a retry storm's goes on to ``min_limit_qps``."""
+def _surge_squeeze_cases():
+    """(a surge and a storm policy, a window at the cap with its carrier busy, a state builder): baseline 24.2
+    msg/s, so the target is 48.4 (2.0x) and ``surge_squeeze_headroom`` 1.5x is 36.3."""
     from pipelines.decide.policy import Judged
 
     at_cap = Judged(Status.BOUND, "limit-bound")
@@ -854,12 +852,33 @@ def test_a_surge_limit_is_never_squeezed_below_its_target():
         return ResourceState(kind, "r", limit_qps=limit, target_qps=target, baseline_tps=24.2, limited_since=end(0),
                              last_change_end=end(0), last_decision_end=end(7), change_effective_end=end(2))
 
-    surge, storm = policy_for("topic", P()), policy_for("group", P())
-    assert surge.squeeze(state("topic", 48.4, 48.4), busy, at_cap) is None
+    return policy_for("topic", P()), policy_for("group", P()), at_cap, busy, state
+
+
+def test_a_surge_limit_is_never_squeezed_to_its_normal_traffic():
+    """Sweep cases 19 and 141: a surge limit at its target (2x the frozen baseline) on a carrier still busy was
+    squeezed to 1.0x the baseline, so after the fix the topic's normal traffic sat at the cap, its demand hidden,
+    and the lift came late. A surge's squeeze stops at ``surge_squeeze_headroom`` (1.5x) the baseline, above its
+    normal traffic (a looser first cut is cut by ``max_cut_pct`` at most); a retry storm's goes on to
+    ``min_limit_qps``."""
+    surge, storm, at_cap, busy, state = _surge_squeeze_cases()
+    assert surge.squeeze(state("topic", 36.3, 36.3), busy, at_cap) is None   # at 1.5x: no further
     looser = surge.squeeze(state("topic", 100.0, 48.4), busy, at_cap)
-    assert looser.decisions[0].limit_qps == 50.0                            # max_cut_pct 50 %: above the target
-    assert surge.squeeze(state("topic", 60.0, 48.4), busy, at_cap).decisions[0].limit_qps == 48.4
+    assert looser.decisions[0].limit_qps == 50.0                            # max_cut_pct 50 %: above the floor
     assert storm.squeeze(state("group", 48.4, 48.4), busy, at_cap).decisions[0].limit_qps == 24.2
+
+
+def test_a_surge_limit_its_busy_carrier_cannot_take_at_the_target_is_squeezed_to_the_squeeze_headroom():
+    """Sweep cases 42 and 45: a surge limited at its target (2.0x the baseline) kept a carrier busy while its
+    average writes sat under its capacity (case 45: broker-e wrote 157 msg/s of 203; the limiter rejecting 2.5x
+    the share opens its breaker, and each time it closes a second of tokens reaches the 200 ms send queue at once),
+    so the bystanders on it lost 1.14 % of their sends before the limit (case 42, 1.28x headroom brokers at
+    capacity: 5.58 %). The squeeze cuts it, and its target, to 1.5x the baseline (36.3 msg/s here), once."""
+    surge, _, at_cap, busy, state = _surge_squeeze_cases()
+    squeezed = surge.squeeze(state("topic", 48.4, 48.4), busy, at_cap)
+    assert [round(d.limit_qps, 1) for d in squeezed.decisions] == [36.3]
+    assert round(squeezed.state.target_qps, 1) == 36.3
+    assert round(surge.squeeze(state("topic", 60.0, 48.4), busy, at_cap).decisions[0].limit_qps, 1) == 36.3
 
 
 def test_a_squeeze_is_decided_on_the_first_complete_open_window_that_shows_its_broker_busy():
