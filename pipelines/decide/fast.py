@@ -163,8 +163,8 @@ def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> F
                                            and r["window_start"] > bound]
     if not current:
         return FastPrepared([], None)
-    expected, _silent = pre.waited_for(expected, (r for (_s, kind, _r), (_n, _i, r) in memory.by_key.items()
-                                                  if kind == pre.CLUSTER), windows.length_seconds)
+    census = [r for (_s, kind, _r), (_n, _i, r) in memory.by_key.items() if kind == pre.CLUSTER]
+    expected, _silent = pre.waited_for(expected, census, windows.length_seconds)
     older = pre.completed_rows(current, [r for _n, _i, r in remembered], expected)
     complete = [start for start, (_n, ok) in pre.census_rows(current + older, expected).items() if ok]
     rules = pre.rules_that_may_fire(current + older, *history["all"], complete, windows, cfg.detection, history["memo"],
@@ -187,8 +187,7 @@ def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> F
     shares = pre.with_earlier_carriers(pre.open_broker_tps(open_windows, windows),
                                        pl.from_arrow(memory.rows) if memory.rows is not None else None,
                                        complete_ends, windows)
-    to_report = still_to_report((r for (_s, kind, _r), (_n, _i, r) in memory.by_key.items() if kind == pre.CLUSTER),
-                                expected, windows.length_seconds)
+    to_report = still_to_report(census, expected, windows.length_seconds)
     candidates = held_for_brokers_to_report(
         candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits, shares), to_report)
     return FastPrepared(pre.cut_bounded_by_final_rates(candidates, open_windows, expected, windows),
