@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+import numpy as np
 import polars as pl
 
 from pipelines.config import DetectionConfig
@@ -99,6 +100,59 @@ def acceptance(puts, busy):
         return pl.when(attempts > 0).then(pl.max_horizontal(puts / attempts, pl.lit(MIN_ACCEPTANCE))).otherwise(1.0)
     attempts = puts + busy
     return max(puts / attempts, MIN_ACCEPTANCE) if attempts > 0 else 1.0
+
+
+#: The largest refused share of a group's send-backs the detection reads from its fallback sends
+#: (:func:`sendback_acceptance`): a demand read through it is at most 20× what the brokers admitted (as
+#: :data:`MIN_ACCEPTANCE` bounds the producers' reading, and ``REFUSED_SHARE_MAX`` the policy's under a limit).
+FALLBACK_REFUSED_MAX = 0.95
+#: Attempts of a consumer client's fallback plain send (1 + ``DefaultMQProducer.retryTimesWhenSendFailed``, 2 by
+#: default), each refused one retried on another broker at most.
+FALLBACK_ATTEMPTS = 3
+
+
+def _fallback_refused(fallback: np.ndarray, sent_back: np.ndarray) -> np.ndarray:
+    """The least refused share u of a group's send-backs its fallback sends ``fallback`` beside its send-backs
+    ``sent_back`` (arrays, same unit) can mean: each refused send-back is sent again as a plain send, and each
+    refused attempt of it again, up to :data:`FALLBACK_ATTEMPTS` attempts, all refused at the same share u, so
+    fallback ÷ send-backs = u + u² (+ u³ …) at most: the root u of that sum at the ratio, at most
+    :data:`FALLBACK_REFUSED_MAX`. NaN where the ratio is beyond the sum at u = 1 (the fallbacks were admitted by
+    brokers that refused fewer than the send-backs': no share of the send-backs follows) or nothing shows."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(sent_back > 0, fallback / np.where(sent_back > 0, sent_back, 1.0), np.inf)
+    lo, hi = np.zeros_like(ratio), np.ones_like(ratio)
+    total = lambda u: sum(u ** k for k in range(1, FALLBACK_ATTEMPTS + 1))  # noqa: E731
+    for _ in range(50):  # bisection: the sum rises with u
+        mid = (lo + hi) / 2.0
+        below = total(mid) < ratio
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return np.where((fallback > 0) & (ratio <= FALLBACK_ATTEMPTS), np.minimum(hi, FALLBACK_REFUSED_MAX), np.nan)
+
+
+def sendback_acceptance(accepted, admitted, sent_back):
+    """The share of a consumer group's send-backs its brokers accepted in a window: the share of sends a broker
+    accepted (:func:`acceptance` of its producers' logged busy failures) or, when smaller, 1 − the refused share its
+    **fallback sends** reveal. A consumer client whose send-back a broker refuses sends the message to
+    ``%RETRY%<group>`` as a plain send through its own producer (apache/rocketmq
+    ``DefaultMQPushConsumerImpl.sendMessageBack`` → ``sendMessageBackAsNormalMessage``), retried like any send;
+    the brokers print those as the retry topic's puts beyond the send-backs, ``admitted − sent_back`` (its
+    :func:`retry_traffic` and send-backs summed over the group's brokers, msg/s or counts alike: the client's
+    producer sends the fallback to any broker of ``%RETRY%<group>``, not to the one that refused the send-back).
+    Read as the least refused share they can mean (:func:`_fallback_refused`: every refused attempt retried), so the
+    demand read through it is a floor, never a healthy group's inflated retries. The producers' lines under-count a
+    busy broker's refusals as far as they are sampled or throttled (issue 49's sweep case 43: 200 lines per topic,
+    broker and minute read brokers accepting 92 % and 88 % of their sends while they accepted 30 % and 16 %; the
+    storm's fallback sends, 1.26x its send-backs, read at least 62 % refused); the fallback sends need no log.
+    (Under a limit the policy reads them as fallback ÷ send-backs, the most they can mean:
+    :meth:`pipelines.decide.retry_limit.RetryStormLimit.refused_share`.) Numbers or expressions."""
+    if _expr(accepted, admitted, sent_back):
+        refused = pl.struct(fallback=admitted - sent_back, sent_back=sent_back).map_batches(
+            lambda s: pl.Series(_fallback_refused(s.struct.field("fallback").to_numpy().astype(float),
+                                                  s.struct.field("sent_back").to_numpy().astype(float))),
+            return_dtype=pl.Float64)
+        return pl.min_horizontal(accepted, 1.0 - refused.fill_nan(0.0).fill_null(0.0))
+    refused = float(_fallback_refused(np.array([float(admitted - sent_back)]), np.array([float(sent_back)]))[0])
+    return min(accepted, 1.0 - (0.0 if math.isnan(refused) else refused))
 
 
 def through_busy(admitted, accepted):

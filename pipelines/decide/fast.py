@@ -168,7 +168,7 @@ def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> F
     older = pre.completed_rows(current, [r for _n, _i, r in remembered], expected)
     complete = [start for start, (_n, ok) in pre.census_rows(current + older, expected).items() if ok]
     rules = pre.rules_that_may_fire(current + older, *history["all"], complete, windows, cfg.detection, history["memo"],
-                                    until=newest_final)
+                                    until=newest_final, limited=inputs.limited)
     if not rules:
         return FastPrepared([], None)
     topic_history, broker_history = _decided(history)
@@ -179,7 +179,7 @@ def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> F
     open_windows = pl.from_arrow(opened)
     anomalies = pre.preliminary_anomalies(open_windows, topic_history, broker_history, expected, windows,
                                           cfg.detection, first_open=min(r["window_start"] for r in current),
-                                          rules=rules, group_history=inputs.group_history)
+                                          rules=rules, group_history=inputs.group_history, limited=inputs.limited)
     if anomalies.height == 0:
         return FastPrepared([], None)
     length = dt.timedelta(seconds=windows.length_seconds)

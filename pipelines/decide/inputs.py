@@ -59,6 +59,10 @@ class FastInputs:
             columns, timestamps UTC-aware), when the caller built them in Python (the simulator); None: read from
             ``open_rows``.
         group_history: finalized ``gold/group_tps`` rows (:data:`GroupHistory`); None: none.
+        limited: ``"<resource_type>\\x1f<resource>"`` keys of the resources with a limit in the saved
+            ``state/policy`` (as the final path's :func:`pipelines.decide.windows.reduce_windows` reads them): a
+            group among them is not read through its fallback sends on the fast path
+            (:func:`pipelines.decide.preliminary.open_retry_traffic`).
     """
 
     open_rows: pa.Table
@@ -67,6 +71,7 @@ class FastInputs:
     known: Callable[[str], bool] | None = None
     open_dicts: list[dict] | None = None
     group_history: GroupHistory | None = None
+    limited: tuple[str, ...] | frozenset[str] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,7 +21,7 @@ A preliminary decision that the final window does not confirm is reversed by the
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 import polars as pl
 
@@ -31,7 +31,8 @@ from pipelines.decide.arrow import naive, micros, to_polars, when
 from pipelines.decide.candidates import Keyed
 from pipelines import rocketmq as rmq
 from pipelines.decide.facts import (
-    acceptance, busy_fires, per_second, rate, retry_may_fire, retry_ratio, retry_traffic, spike_fires, through_busy,
+    FALLBACK_ATTEMPTS, acceptance, busy_fires, per_second, rate, retry_may_fire, retry_ratio, retry_traffic, sendback_acceptance, spike_fires,
+    through_busy,
 )
 from pipelines.decide.rules import (
     WINDOW_KEYS, Rule, anomalies_frame, broker_busy,
@@ -114,9 +115,15 @@ def _failures_by_class() -> pl.Expr:
 
 
 
+def limited_groups(limited: Collection[str]) -> frozenset[str]:
+    """``"<resource_type>\\x1f<resource>"`` keys of the resources under a limit (the final path's ``limited``,
+    :func:`pipelines.decide.windows.resource_traffic`) → the consumer groups among them."""
+    return frozenset(name for kind, _sep, name in (key.partition("\x1f") for key in limited) if kind == "group")
+
+
 def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_history: pl.DataFrame,
                         complete: list, windows: WindowsConfig, cfg: DetectionConfig, cache: dict | None = None,
-                        until: dt.datetime | None = None) -> frozenset[Rule]:
+                        until: dt.datetime | None = None, limited: Collection[str] = ()) -> frozenset[Rule]:
     """The rules that can fire on open-window rows (dicts): a necessary condition of each, checked before the rules
     themselves (most micro-batches prove nothing, and each rule costs several polars operations). ``BROKER_BUSY``
     needs the busy floor; ``RUNAWAY_RETRY`` its floor (retries only grow); ``FAILURE_SPIKE`` its floor in a window
@@ -125,9 +132,9 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
     (:attr:`~pipelines.decide.rules.Rule.BROKER_SURGE`) needs a window at its
     floor (:func:`pipelines.decide.baselines.surge_may_fire`, ``cache`` its memo) in the history up to the window
     starting at ``until`` (default all of it), a topic's without its limited windows. A rule left out would return
-    nothing. Rates are per ``windows.length_seconds``."""
+    nothing. Rates are per ``windows.length_seconds``; ``limited``: as :func:`preliminary_anomalies`'."""
     length = windows.length_seconds
-    topics, brokers, retries, out, accepted = {}, {}, {}, set(), {}
+    topics, brokers, retries, out, accepted, sent_back, retry_puts = {}, {}, {}, set(), {}, {}, {}
     for r in rows:
         kind = r["resource_type"]
         if kind == "broker":
@@ -145,12 +152,21 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
             if r["resource"].startswith(rmq.RETRY_TOPIC_PREFIX):
                 key = (r["window_start"], r["resource"][len(rmq.RETRY_TOPIC_PREFIX):])
                 retries[key] = retries.get(key, 0) + (r["puts"] or 0)  # the fallback sends (open_retry_traffic)
+                retry_puts[key] = retry_puts.get(key, 0) + (r["puts"] or 0)
         elif kind == "group":
-            retries[r["window_start"], r["resource"]] = retries.get((r["window_start"], r["resource"]), 0) + (
-                r["retried"] or 0)
+            key = (r["window_start"], r["resource"])
+            retries[key] = retries.get(key, 0) + (r["retried"] or 0)
+            sent_back[key] = sent_back.get(key, 0) + (r["retried"] or 0)
     # send-backs plus fallback sends bound the larger of the two per broker, and read through the busiest broker's
-    # acceptance they bound what open_retry_traffic reads through each broker's
-    if any(retry_may_fire(through_busy(rate(x, length), accepted.get(k[0], 1.0)), cfg) for k, x in retries.items()):
+    # acceptance, or the least the fallback sends can reveal (open_retry_traffic's fallback sends are at most the
+    # retry topic's puts; the refused share they read rises with them, up to FALLBACK_ATTEMPTS x the send-backs),
+    # they bound what open_retry_traffic reads through each broker's
+    # (a group under a limit through its brokers' acceptance alone: open_retry_traffic)
+    unread = limited_groups(limited)
+    if any(retry_may_fire(through_busy(rate(x, length), accepted.get(k[0], 1.0) if k[1] in unread else
+                                       sendback_acceptance(accepted.get(k[0], 1.0), sent_back.get(k, 0) + min(
+                                           retry_puts.get(k, 0), FALLBACK_ATTEMPTS * sent_back.get(k, 0)),
+                                           sent_back.get(k, 0))), cfg) for k, x in retries.items()):
         out.add(Rule.RETRY)
     up_to = None if until is None else when("window_start") <= micros(until)
     demand_rows = shows_demand(topic_history, cfg)
@@ -165,18 +181,21 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
 def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_history: pl.DataFrame,
                           expected: list[str], windows: WindowsConfig, cfg: DetectionConfig,
                           first_open: dt.datetime | None = None, rules: frozenset[Rule] | None = None,
-                          group_history=None) -> pl.DataFrame:
+                          group_history=None, limited: Collection[str] = ()) -> pl.DataFrame:
     """Running sums of open windows → ``gold/anomalies``-shaped rows that the partial evidence already proves, the
     ``detail`` ending with the census of the window. ``rules``: those that may fire (:func:`rules_that_may_fire`
     of the same rows; computed here when None); the others are not run. ``group_history``: finalized
     ``gold/group_tps`` rows, or a function returning them (a retry limit's consume basis,
-    :func:`pipelines.decide.rules.consume_basis`)."""
+    :func:`pipelines.decide.rules.consume_basis`). ``limited``: ``"<resource_type>\\x1f<resource>"`` keys of the
+    resources with a limit in the saved state (:attr:`pipelines.decide.inputs.FastInputs.limited`): a group among
+    them is read through its brokers' logged acceptance alone (:func:`open_retry_traffic`)."""
     if open_rows.height == 0:
         return anomalies_frame([])
     counts = census(open_rows, expected)
     complete = [start for start, (_n, ok) in counts.items() if ok]
     if rules is None:
-        rules = rules_that_may_fire(open_rows.to_dicts(), topic_history, broker_history, complete, windows, cfg)
+        rules = rules_that_may_fire(open_rows.to_dicts(), topic_history, broker_history, complete, windows, cfg,
+                                    limited=limited)
     if not rules:
         return anomalies_frame([])
     of = lambda kind: open_rows.filter(pl.col("resource_type") == kind)  # noqa: E731
@@ -219,7 +238,9 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
     if Rule.RETRY in rules:  # a RATIO rule: on windows complete by census, or where the evidence already supports it
         groups, bounded = open_group_ratios(of("group"), done, group_history, first_open, windows, cfg)
         starts = [micros(x) for x in groups["window_start"].unique().to_list()]
-        retries = with_retry_traffic(groups, *open_retry_traffic(open_rows, starts, windows.length_seconds))
+        under_limit = limited_groups(limited)
+        retries = with_retry_traffic(groups, *open_retry_traffic(open_rows, starts, windows.length_seconds,
+                                                                 set(complete), under_limit))
         basis = consume_basis(retries, group_history, first_open, windows, cfg)
         for row in runaway_retry(retries, cfg, basis):
             last = bounded.get((row["window_start"], row["resource"]))
@@ -274,14 +295,23 @@ def open_group_ratios(groups: pl.DataFrame, done: list[int], group_history, firs
     return out, bounded
 
 
-def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], seconds: int) -> dict[tuple, float]:
+def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], seconds: int,
+                       complete: set | frozenset = frozenset(),
+                       limited: set | frozenset = frozenset()) -> dict[tuple, float]:
     """Open-window rows of the windows starting at ``windows`` (microseconds) → each group's retry traffic so far
     (``(window_start, group)`` → msg/s over windows of ``seconds``): per broker the
     :func:`~pipelines.decide.facts.retry_traffic` of its send-backs and the plain sends to ``%RETRY%<group>``, summed
     over brokers (as :func:`pipelines.decide.windows.per_broker_traffic` reads the final windows), each broker's read
     through the share of sends it accepted so far (:func:`~pipelines.decide.facts.acceptance` of its puts and busy
     failures in the window, as :func:`pipelines.decide.windows.broker_acceptance` reads the final windows; 1 for a
-    broker without a row yet). Returns (that traffic, what the brokers admitted of it), both keyed alike."""
+    broker without a row yet), or in a window complete by census (``complete``: its starts, as the rows have them)
+    through the share its fallback sends reveal when smaller (:func:`~pipelines.decide.facts.sendback_acceptance`:
+    a figure of all the group's brokers, whose fallback sends go to any of them; read on some of them, a single
+    broker's early line decides a limit whose unheard carriers get its whole figure, ``*``: sweep cases 44, 75,
+    105, 132), except a group under a limit (``limited``: group names; its fallback sends count the limiter's
+    refusals, and a preliminary decision on its newer open window would outrank the final path's on an older one,
+    a squeeze say, by version: sweep case 13, held back 2 minutes). Returns (that traffic, what the brokers admitted
+    of it), both keyed alike."""
     in_windows = when("window_start").is_in(windows)
     rows = open_rows.filter(in_windows & (
         (pl.col("resource_type") == "group") | ((pl.col("resource_type") == "topic")
@@ -290,13 +320,22 @@ def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], seconds: int
         in_windows & (pl.col("resource_type") == "broker")).select(
         "window_start", "resource", "puts", "busy_failures").iter_rows()}
     sent: dict[tuple, dict] = {}
+    sent_back: dict[tuple, float] = {}
     for r in rows.select("window_start", "resource_type", "resource", "broker_amounts").iter_rows(named=True):
         retry_topic = r["resource_type"] == "topic"
         group = r["resource"][len(rmq.RETRY_TOPIC_PREFIX):] if retry_topic else r["resource"]
         per_broker = sent.setdefault((r["window_start"], group), {})
         for broker, amount in (r["broker_amounts"] or {}).items():
             per_broker[broker] = retry_traffic(per_broker.get(broker, 0), amount or 0)
-    traffic = {key: rate(sum(through_busy(x, accepted.get((key[0], b), 1.0)) for b, x in amounts.items()), seconds)
+            if not retry_topic:
+                sent_back[r["window_start"], group] = sent_back.get((r["window_start"], group), 0) + (amount or 0)
+    def share(key, broker):
+        accepted_there = accepted.get((key[0], broker), 1.0)
+        if key[0] not in complete or key[1] in limited:
+            return accepted_there
+        return sendback_acceptance(accepted_there, sum(sent[key].values()), sent_back.get(key, 0))
+
+    traffic = {key: rate(sum(through_busy(x, share(key, b)) for b, x in amounts.items()), seconds)
                for key, amounts in sent.items()}
     return traffic, {key: rate(sum(amounts.values()), seconds) for key, amounts in sent.items()}
 

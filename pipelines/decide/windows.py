@@ -27,7 +27,7 @@ from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig
 from pipelines.decide.arrow import to_arrow, to_polars
 from pipelines.decide.facts import (
-    acceptance, at_floor, per_second, retry_may_fire, retry_ratio, retry_traffic, through_busy,
+    acceptance, at_floor, per_second, retry_may_fire, retry_ratio, retry_traffic, sendback_acceptance, through_busy,
 )
 from pipelines.decide.rules import WINDOW_KEYS
 
@@ -231,15 +231,25 @@ def resource_traffic(metrics: pl.LazyFrame, detection: DetectionConfig,
 
     Kept: the rows of a resource whose cluster-wide traffic in the window reaches its rule's floor (a topic at
     ``surge_floor_tps``, a group's retry traffic at :func:`~pipelines.decide.facts.retry_may_fire`, read through
-    its busy brokers (``acceptance``, :func:`broker_acceptance`: :func:`~pipelines.decide.facts.through_busy`), both within
+    its busy brokers (``acceptance``, :func:`broker_acceptance`, or what its fallback sends reveal when smaller,
+    except under a limit: :func:`~pipelines.decide.facts.sendback_acceptance`,
+    :func:`~pipelines.decide.facts.through_busy`), both within
     :data:`~pipelines.decide.facts.TOLERANCE`: only those can be candidates), whose limiter rejected
     sends, or that is under a limit (``limited``: ``"<resource_type>\\x1f<resource>"`` keys; its windows are its
     demand evidence). What the decisions read per window grows with the resources near a rule, not with the
     cluster. Markers (``resource_type`` :data:`MARKER`, other columns null): ``metrics`` for every window of the
     micro-batch, ``traffic`` for every window with any resource traffic (the decisions' observation grid)."""
     rows = per_broker_traffic(metrics).join(broker_acceptance(metrics), on=[*WINDOW_KEYS, "broker"], how="left")
-    rows = rows.with_columns(pl.col("acceptance").fill_null(1.0))
     key = [*WINDOW_KEYS, "resource_type", "resource"]
+    # a group's send-backs through the smaller of its broker's acceptance and what its fallback sends reveal; a
+    # group under a limit through its broker's acceptance alone (its fallback sends count the limiter's refusals:
+    # the policy reads them, RetryStormLimit.refused_share), as the fast path reads it (preliminary.open_retry_traffic)
+    over_brokers = lambda c: pl.col(c).fill_null(0.0).sum().over(key)  # noqa: E731
+    under_limit = (pl.concat_str([pl.col("resource_type"), pl.col("resource")], separator="\x1f").is_in(
+        list(limited)) if limited else pl.lit(False))
+    rows = rows.with_columns(pl.when((pl.col("resource_type") == "group") & ~under_limit).then(sendback_acceptance(
+        pl.col("acceptance").fill_null(1.0), over_brokers("tps"), over_brokers("sendback_tps")))
+        .otherwise(pl.col("acceptance").fill_null(1.0)).alias("acceptance"))
     total = pl.col("total")
     at_its_floor = (pl.when(pl.col("resource_type") == "topic").then(at_floor(total, detection.surge_floor_tps))
                     .otherwise(retry_may_fire(total, detection)))

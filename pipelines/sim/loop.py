@@ -245,7 +245,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                     first = pc.min(rows.column("window_start")).as_py()
                     th, bh = history.view(first, None)
                     inputs = FastInputs(open_rows=rows, topic_history=th, broker_history=bh, open_dicts=dicts,
-                                        group_history=history.groups(first, None))
+                                        group_history=history.groups(first, None), limited=store.limited_keys())
                     remembered = memory.rows if record is not None else None
                     prepared = prepare_fast(inputs, memory, cfg)
                     accepted, _ = decide_fast(prepared, LockedInputs(policy_state=store.state_table(),

@@ -143,3 +143,21 @@ def test_retry_may_fire_is_the_retry_floor_within_the_tolerance(retry, expected)
     assert facts.retry_may_fire(retry, D) is expected
     assert column(facts.retry_may_fire(pl.col("r"), D), r=[retry]) == [expected]
     assert not (facts.retry_fires(retry, 0.0, D) and not expected)  # a necessary condition of the rule
+
+
+def test_sendback_acceptance_reads_the_least_refused_share_the_fallback_sends_can_mean():
+    """Sweep case 43 (window 06:13): 41.6 msg/s admitted, 18.4 as send-backs, its brokers' throttled busy lines read
+    92 % accepted: the fallback sends (1.26x the send-backs) read at least 63 % refused (u + u² + u³ = 1.26).
+    Sweep case 71's healthy audit-inventory-consumer (3.3 msg/s admitted, 0.4 as send-backs: 7.25x, more than three
+    refused attempts of each can make) reads its brokers' acceptance alone: its fallbacks were admitted elsewhere.
+    No fallback, no change; numbers and expressions agree."""
+    from pipelines.decide.facts import FALLBACK_REFUSED_MAX, sendback_acceptance
+    storm = sendback_acceptance(0.92, 41.6, 18.4)
+    assert storm == pytest.approx(1 - 0.6255, abs=1e-3)
+    assert 41.6 / storm >= 50.0
+    assert sendback_acceptance(0.92, 3.3, 0.4) == 0.92
+    assert sendback_acceptance(0.8, 20.0, 20.0) == 0.8
+    assert sendback_acceptance(1.0, 76.0, 20.0) == pytest.approx(1 - FALLBACK_REFUSED_MAX)  # 2.8x: u ≈ 0.97, capped
+    frame = pl.DataFrame({"a": [0.92, 0.92, 0.8], "adm": [41.6, 3.3, 20.0], "sb": [18.4, 0.4, 20.0]})
+    got = frame.select(sendback_acceptance(pl.col("a"), pl.col("adm"), pl.col("sb")).alias("x"))["x"].to_list()
+    assert got == pytest.approx([storm, 0.92, 0.8])

@@ -211,7 +211,9 @@ def test_runaway_retry_counts_the_plain_sends_a_busy_broker_turned_its_send_back
 
 def test_the_fast_path_counts_the_plain_sends_too():
     """The same storm on an open window complete by census (the open rows as the simulator models Spark's running
-    sums, pipelines/sim/windows.py)."""
+    sums, pipelines/sim/windows.py). Its fallback sends, 75.1 msg/s beside 47.4 of send-backs (1.58x), read at least
+    71 % of the send-backs refused (:func:`pipelines.decide.facts.sendback_acceptance`): 122.5 msg/s admitted read
+    as 427.0 sent."""
     from pipelines.decide import preliminary as pre
     from pipelines.sim.windows import OpenWindows
 
@@ -222,8 +224,59 @@ def test_the_fast_path_counts_the_plain_sends_too():
     rows = pl.from_arrow(OpenWindows(60, 120).batch(events))
     history = empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS)
     got = pre.preliminary_anomalies(rows, *history, ["broker-a"], W, D)
-    assert [(r["resource"], round(r["observed_tps"], 1)) for r in got.to_dicts()] == [("g", 122.5)]
+    assert [(r["resource"], round(r["observed_tps"], 1)) for r in got.to_dicts()] == [("g", 427.0)]
     assert pre.preliminary_anomalies(rows, *history, ["broker-a", "broker-b"], W, D).height == 0  # census
+
+
+def test_the_fast_path_reads_the_fallback_sends_only_on_a_window_complete_by_census_sweep_case_44():
+    """Sweep case 44: a storm's first open window heard from one of its two brokers so far. Its fallback sends land
+    on any broker of %RETRY%g, so their ratio to the send-backs is a figure of all of them: read on broker-a's line
+    alone (135.5 msg/s, not the 99.4 both brokers read 10 s later) it decided a limit whose unheard carrier got the
+    whole figure (``*``), 1.4x the target for three minutes. Before the census the open window reads its brokers'
+    logged acceptance alone (nothing logged: what was admitted); complete, the fallback sends too."""
+    from pipelines.decide import preliminary as pre
+    from pipelines.sim.windows import OpenWindows
+
+    start = win(0)[0]
+    events = [(start, "broker-a", "orders", "g", "SNDBCK_PUT_NUMS", int(47.4 * 60)),
+              (start, "broker-a", "%RETRY%g", None, "TOPIC_PUT_NUMS", int(122.5 * 60))]
+    rows = pl.from_arrow(OpenWindows(60, 120).batch(events))
+    window = rows["window_start"][0]
+    key = (window, "g")
+    from pipelines.decide.arrow import micros
+    partial, admitted = pre.open_retry_traffic(rows, [micros(window)], 60)
+    assert round(partial[key], 1) == round(admitted[key], 1) == 122.5
+    complete, _ = pre.open_retry_traffic(rows, [micros(window)], 60, {window})
+    assert round(complete[key], 1) == 427.0
+
+
+def test_the_fast_path_does_not_read_a_limited_group_through_its_fallback_sends_sweep_case_13():
+    """Sweep case 13 (cold start): a storm limited to 23.8 msg/s, its open window 06:07 complete by census: 13.8
+    msg/s admitted, 4.8 as send-backs (the rest the client's fallback sends, 1.9x: at least 78 % refused). Read
+    through them the window fired again (63.5 msg/s sent) and the fast path refreshed the limit on that window; the
+    final path's squeeze decided a batch later on the older window 06:05 ranked below that refresh by version, and
+    was held back two minutes (bystanders 1.21 % of before, 0.45 % without). Under a limit in the saved state
+    (``limited``, the final path's keys) a group's fallback sends count the limiter's refusals too: the fast path
+    reads it through its brokers' logged acceptance alone (nothing logged: what was admitted), under the floor."""
+    from pipelines.decide import preliminary as pre
+    from pipelines.sim.windows import OpenWindows
+
+    start = win(0)[0]
+    events = [(start, "broker-a", "orders", "g", "GROUP_GET_NUMS", int(20.4 * 60)),
+              (start, "broker-a", "orders", "g", "SNDBCK_PUT_NUMS", int(4.8 * 60)),
+              (start, "broker-a", "%RETRY%g", None, "TOPIC_PUT_NUMS", int(13.8 * 60))]
+    rows = pl.from_arrow(OpenWindows(60, 120).batch(events))
+    history = empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS)
+    got = pre.preliminary_anomalies(rows, *history, ["broker-a"], W, D)
+    assert [(r["resource"], round(r["observed_tps"], 1)) for r in got.to_dicts()] == [("g", 63.5)]
+    limited = ("group\x1fg", "topic\x1forders")
+    assert pre.preliminary_anomalies(rows, *history, ["broker-a"], W, D, limited=limited).height == 0
+    assert pre.preliminary_anomalies(rows, *history, ["broker-a"], W, D, limited=("topic\x1fg",)).height == 1
+    assert pre.limited_groups(limited) == {"g"}
+    from pipelines.decide.arrow import micros
+    window = rows["window_start"][0]
+    read, _ = pre.open_retry_traffic(rows, [micros(window)], 60, {window}, pre.limited_groups(limited))
+    assert round(read[window, "g"], 1) == 13.8  # the gate (rules_that_may_fire) and the reading agree
 
 
 def test_the_fast_path_s_rates_are_the_true_quotient_as_the_final_path_s():

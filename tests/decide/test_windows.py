@@ -9,6 +9,7 @@ import pytest
 
 from pipelines import columns
 from pipelines.config import DetectionConfig
+from pipelines.decide.facts import sendback_acceptance
 from pipelines.decide.windows import reduce_windows
 from tests.decide.rows import table, win
 
@@ -100,11 +101,62 @@ def test_retry_traffic_is_the_larger_of_send_backs_and_fallback_sends_into_the_s
     ])["traffic"]
     rows = [r for r in sorted_rows(got, "resource_type", "resource", "broker") if r["resource"] in ("g", "orders")]
     busy_a = 3000 / 3005  # broker-a took 3,000 puts and refused 5 as busy: the share of its sends it accepted
-    want = [(T0, T1, "group", "g", "broker-a", 40.0, 0, False, 20.0, busy_a),
-            (T0, T1, "group", "g", "broker-b", 30.0, 7, False, 30.0, 1.0),
+    # the group's fallback sends, 20 msg/s beside 50 of send-backs over its brokers, read at least 29 % of them
+    # refused (u + u² + u³ = 0.4): a group's rows read through that, smaller than broker-a's own acceptance
+    sent = sendback_acceptance(1.0, 70.0, 50.0)
+    assert sent == pytest.approx(0.709, abs=1e-3)
+    want = [(T0, T1, "group", "g", "broker-a", 40.0, 0, False, 20.0, sent),
+            (T0, T1, "group", "g", "broker-b", 30.0, 7, False, 30.0, sent),
             (T0, T1, "topic", "orders", "broker-a", 10.0, 3, True, None, busy_a),
             (T0, T1, "topic", "orders", "broker-c", 0.0, 2, False, None, 1.0)]
     assert rows == table(columns.WINDOW_TRAFFIC, want).to_pylist()
+
+
+def test_a_storm_behind_throttled_busy_lines_is_read_through_its_fallback_sends_sweep_case_43():
+    """Sweep case 43 (``python -m pipelines.sim.sweep --case 43``), window 06:13: a shared library's storm sends
+    78 msg/s back through brokers b and d, busy with the other storms (they accepted 30 % and 16 % of their sends).
+    Their producers' busy lines are throttled (200 per topic, broker and minute), so the brokers read as accepting
+    97 % of their sends, and the 41.7 msg/s admitted (18.4 as send-backs, the rest the consumer client's fallback
+    plain sends to %RETRY%g) read 43 msg/s sent: under the 50 msg/s floor, dropped, the storm limited a window late
+    (157 s after its onset). The fallback sends, 1.27x the send-backs, read at least 63 % of them refused (each
+    refused attempt retried: u + u² + u³ = 1.27): the group's rows are kept, read through 37 % accepted, 112 msg/s."""
+    got = reduced([
+        ("broker-b", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 702),    # 11.7 msg/s sent back ...
+        ("broker-b", "%RETRY%g", None, "TOPIC_PUT_NUMS", 1620),   # ... 27.0 msg/s into the retry topic
+        ("broker-d", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 402),    # 6.7 msg/s
+        ("broker-d", "%RETRY%g", None, "TOPIC_PUT_NUMS", 882),    # 14.7 msg/s
+        ("broker-b", "orders", None, "TOPIC_PUT_NUMS", 6000),
+        ("broker-b", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 200),  # throttled: 14,000 refused
+        ("broker-d", "orders", None, "TOPIC_PUT_NUMS", 6000),
+        ("broker-d", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 200),
+    ])["traffic"]
+    rows = [r for r in got.to_pylist() if r["resource"] == "g"]
+    assert sorted((r["broker"], r["tps"], r["sendback_tps"]) for r in rows) == [
+        ("broker-b", 27.0, 11.7), ("broker-d", 14.7, 6.7)]
+    assert [r["acceptance"] for r in rows] == pytest.approx([0.373, 0.373], abs=1e-3)
+    assert sum(r["tps"] / r["acceptance"] for r in rows) >= DetectionConfig().retry_floor_tps
+
+
+def test_a_group_under_a_limit_is_read_through_its_brokers_acceptance_alone_sweep_case_13():
+    """The rows of case 43's storm, the group under a limit: its fallback sends count its limiter's refusals too
+    (the policy reads those, ``RetryStormLimit.refused_share``), so its rows read through the brokers' logged
+    acceptance alone (broker-b: 7,620 puts, 200 busy lines: 0.974; broker-d 0.972), as the fast path reads a limited group
+    (``preliminary.open_retry_traffic``, sweep case 13: a preliminary refresh there held a squeeze back)."""
+    events = [
+        ("broker-b", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 702),
+        ("broker-b", "%RETRY%g", None, "TOPIC_PUT_NUMS", 1620),
+        ("broker-d", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 402),
+        ("broker-d", "%RETRY%g", None, "TOPIC_PUT_NUMS", 882),
+        ("broker-b", "orders", None, "TOPIC_PUT_NUMS", 6000),
+        ("broker-b", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 200),
+        ("broker-d", "orders", None, "TOPIC_PUT_NUMS", 6000),
+        ("broker-d", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 200),
+    ]
+    rows = [r for r in reduced(events, limited=("group\x1fg",))["traffic"].to_pylist() if r["resource"] == "g"]
+    assert [r["acceptance"] for r in sorted(rows, key=lambda r: r["broker"])] == pytest.approx(
+        [7620 / 7820, 6882 / 7082])
+    kept = [r for r in reduced(events, limited=("topic\x1fg",))["traffic"].to_pylist() if r["resource"] == "g"]
+    assert [r["acceptance"] for r in kept] == pytest.approx([0.373, 0.373], abs=1e-3)  # a topic's key: not g's
 
 
 def test_the_driver_keeps_the_traffic_of_the_resources_a_decision_can_need():

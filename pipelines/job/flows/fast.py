@@ -78,7 +78,8 @@ class FastFlow(DecisionFlow):
         topic_history, broker_history = self.history(first)
         known = self.known()
         inputs = FastInputs(open_rows=rows, topic_history=topic_history, broker_history=broker_history,
-                            known=known.admits if known is not None else None, group_history=self.group_history(first))
+                            known=known.admits if known is not None else None, group_history=self.group_history(first),
+                            limited=self.store.limited_keys())
         prepared = prepare_fast(inputs, self.open_rows, self.cfg)
         if not prepared.candidates:
             self.reports.append(BatchReport(QUERY, batch_id))
