@@ -18,6 +18,7 @@ What it owns, one module per concern:
 * :mod:`~pipelines.decide.rules`, :mod:`~pipelines.decide.baselines`: the rules over windows (final detection) and
   their baselines;
 * :mod:`~pipelines.decide.preliminary`: the same rules on open windows, with the broker census (fast path);
+  :mod:`~pipelines.decide.open_retry`: a consumer group's retry traffic on open windows;
 * :mod:`~pipelines.decide.evidence`: demand evidence of limited resources, observations, the lift veto's evidence;
 * :mod:`~pipelines.decide.candidates`: limit candidates per rule;
 * :mod:`~pipelines.decide.policy`, :mod:`~pipelines.decide.retry_limit`, :mod:`~pipelines.decide.surge_limit`: a

@@ -179,7 +179,8 @@ def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> F
     open_windows = pl.from_arrow(opened)
     anomalies = pre.preliminary_anomalies(open_windows, topic_history, broker_history, expected, windows,
                                           cfg.detection, first_open=min(r["window_start"] for r in current),
-                                          rules=rules, group_history=inputs.group_history, limited=inputs.limited)
+                                          rules=rules, group_history=inputs.group_history, limited=inputs.limited,
+                                          earlier=lambda: memory.rows)
     if anomalies.height == 0:
         return FastPrepared([], None)
     length = dt.timedelta(seconds=windows.length_seconds)

@@ -62,7 +62,7 @@ class FastInputs:
         limited: ``"<resource_type>\\x1f<resource>"`` keys of the resources with a limit in the saved
             ``state/policy`` (as the final path's :func:`pipelines.decide.windows.reduce_windows` reads them): a
             group among them is not read through its fallback sends on the fast path
-            (:func:`pipelines.decide.preliminary.open_retry_traffic`).
+            (:func:`pipelines.decide.open_retry.open_retry_traffic`).
     """
 
     open_rows: pa.Table

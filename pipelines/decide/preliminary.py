@@ -31,8 +31,8 @@ from pipelines.decide.arrow import naive, micros, to_polars, when
 from pipelines.decide.candidates import Keyed
 from pipelines import rocketmq as rmq
 from pipelines.decide.facts import (
-    FALLBACK_ATTEMPTS, acceptance, busy_fires, per_second, rate, retry_may_fire, retry_ratio, retry_traffic, sendback_acceptance, spike_fires,
-    through_busy,
+    FALLBACK_ATTEMPTS, acceptance, busy_fires, per_second, rate, retry_may_fire, retry_ratio, retry_traffic,
+    sendback_acceptance, spike_fires, through_busy,
 )
 from pipelines.decide.rules import (
     WINDOW_KEYS, Rule, anomalies_frame, broker_busy,
@@ -40,6 +40,7 @@ from pipelines.decide.rules import (
     shows_demand, unlimited, with_retry_traffic,
 )
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
+from pipelines.decide.open_retry import groups_heard, limited_groups, open_retry_traffic
 
 #: ``resource_type`` of the census row of a window (:func:`pipelines.dataplane.transforms.fast.open_window_sums`).
 CLUSTER = "cluster"
@@ -115,12 +116,6 @@ def _failures_by_class() -> pl.Expr:
 
 
 
-def limited_groups(limited: Collection[str]) -> frozenset[str]:
-    """``"<resource_type>\\x1f<resource>"`` keys of the resources under a limit (the final path's ``limited``,
-    :func:`pipelines.decide.windows.resource_traffic`) → the consumer groups among them."""
-    return frozenset(name for kind, _sep, name in (key.partition("\x1f") for key in limited) if kind == "group")
-
-
 def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_history: pl.DataFrame,
                         complete: list, windows: WindowsConfig, cfg: DetectionConfig, cache: dict | None = None,
                         until: dt.datetime | None = None, limited: Collection[str] = ()) -> frozenset[Rule]:
@@ -181,14 +176,16 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
 def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_history: pl.DataFrame,
                           expected: list[str], windows: WindowsConfig, cfg: DetectionConfig,
                           first_open: dt.datetime | None = None, rules: frozenset[Rule] | None = None,
-                          group_history=None, limited: Collection[str] = ()) -> pl.DataFrame:
+                          group_history=None, limited: Collection[str] = (), earlier=None) -> pl.DataFrame:
     """Running sums of open windows → ``gold/anomalies``-shaped rows that the partial evidence already proves, the
     ``detail`` ending with the census of the window. ``rules``: those that may fire (:func:`rules_that_may_fire`
     of the same rows; computed here when None); the others are not run. ``group_history``: finalized
     ``gold/group_tps`` rows, or a function returning them (a retry limit's consume basis,
     :func:`pipelines.decide.rules.consume_basis`). ``limited``: ``"<resource_type>\\x1f<resource>"`` keys of the
     resources with a limit in the saved state (:attr:`pipelines.decide.inputs.FastInputs.limited`): a group among
-    them is read through its brokers' logged acceptance alone (:func:`open_retry_traffic`)."""
+    them is read through its brokers' logged acceptance alone (:func:`open_retry_traffic`). ``earlier``: a function
+    returning the open-window rows the fast path remembers (:attr:`pipelines.decide.fast.OpenRows.rows`, Arrow or
+    None), read only for a retry storm's window not complete by census (:func:`groups_heard`)."""
     if open_rows.height == 0:
         return anomalies_frame([])
     counts = census(open_rows, expected)
@@ -239,8 +236,11 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
         groups, bounded = open_group_ratios(of("group"), done, group_history, first_open, windows, cfg)
         starts = [micros(x) for x in groups["window_start"].unique().to_list()]
         under_limit = limited_groups(limited)
+        reported = {r["window_start"]: r["brokers"] or () for r in of(CLUSTER).select("window_start", "brokers")
+                    .iter_rows(named=True) if r["window_start"] not in set(complete)}
+        heard = groups_heard(open_rows, earlier() if earlier is not None and reported else None, reported)
         retries = with_retry_traffic(groups, *open_retry_traffic(open_rows, starts, windows.length_seconds,
-                                                                 set(complete), under_limit))
+                                                                 set(complete), under_limit, heard))
         basis = consume_basis(retries, group_history, first_open, windows, cfg)
         for row in runaway_retry(retries, cfg, basis):
             last = bounded.get((row["window_start"], row["resource"]))
@@ -293,51 +293,6 @@ def open_group_ratios(groups: pl.DataFrame, done: list[int], group_history, firs
     out = pl.concat([rates.filter(complete), partial], how="vertical_relaxed").with_columns(
         retry_ratio(pl.col("retry_tps"), pl.col("consume_tps")).alias("retry_ratio"))
     return out, bounded
-
-
-def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], seconds: int,
-                       complete: set | frozenset = frozenset(),
-                       limited: set | frozenset = frozenset()) -> dict[tuple, float]:
-    """Open-window rows of the windows starting at ``windows`` (microseconds) → each group's retry traffic so far
-    (``(window_start, group)`` → msg/s over windows of ``seconds``): per broker the
-    :func:`~pipelines.decide.facts.retry_traffic` of its send-backs and the plain sends to ``%RETRY%<group>``, summed
-    over brokers (as :func:`pipelines.decide.windows.per_broker_traffic` reads the final windows), each broker's read
-    through the share of sends it accepted so far (:func:`~pipelines.decide.facts.acceptance` of its puts and busy
-    failures in the window, as :func:`pipelines.decide.windows.broker_acceptance` reads the final windows; 1 for a
-    broker without a row yet), or in a window complete by census (``complete``: its starts, as the rows have them)
-    through the share its fallback sends reveal when smaller (:func:`~pipelines.decide.facts.sendback_acceptance`:
-    a figure of all the group's brokers, whose fallback sends go to any of them; read on some of them, a single
-    broker's early line decides a limit whose unheard carriers get its whole figure, ``*``: sweep cases 44, 75,
-    105, 132), except a group under a limit (``limited``: group names; its fallback sends count the limiter's
-    refusals, and a preliminary decision on its newer open window would outrank the final path's on an older one,
-    a squeeze say, by version: sweep case 13, held back 2 minutes). Returns (that traffic, what the brokers admitted
-    of it), both keyed alike."""
-    in_windows = when("window_start").is_in(windows)
-    rows = open_rows.filter(in_windows & (
-        (pl.col("resource_type") == "group") | ((pl.col("resource_type") == "topic")
-                                                & pl.col("resource").str.starts_with(rmq.RETRY_TOPIC_PREFIX))))
-    accepted = {(r[0], r[1]): acceptance(r[2] or 0, r[3] or 0) for r in open_rows.filter(
-        in_windows & (pl.col("resource_type") == "broker")).select(
-        "window_start", "resource", "puts", "busy_failures").iter_rows()}
-    sent: dict[tuple, dict] = {}
-    sent_back: dict[tuple, float] = {}
-    for r in rows.select("window_start", "resource_type", "resource", "broker_amounts").iter_rows(named=True):
-        retry_topic = r["resource_type"] == "topic"
-        group = r["resource"][len(rmq.RETRY_TOPIC_PREFIX):] if retry_topic else r["resource"]
-        per_broker = sent.setdefault((r["window_start"], group), {})
-        for broker, amount in (r["broker_amounts"] or {}).items():
-            per_broker[broker] = retry_traffic(per_broker.get(broker, 0), amount or 0)
-            if not retry_topic:
-                sent_back[r["window_start"], group] = sent_back.get((r["window_start"], group), 0) + (amount or 0)
-    def share(key, broker):
-        accepted_there = accepted.get((key[0], broker), 1.0)
-        if key[0] not in complete or key[1] in limited:
-            return accepted_there
-        return sendback_acceptance(accepted_there, sum(sent[key].values()), sent_back.get(key, 0))
-
-    traffic = {key: rate(sum(through_busy(x, share(key, b)) for b, x in amounts.items()), seconds)
-               for key, amounts in sent.items()}
-    return traffic, {key: rate(sum(amounts.values()), seconds) for key, amounts in sent.items()}
 
 
 def topic_carriers(open_rows: pl.DataFrame) -> dict[tuple[dt.datetime, str], list[str]]:

@@ -243,7 +243,7 @@ def resource_traffic(metrics: pl.LazyFrame, detection: DetectionConfig,
     key = [*WINDOW_KEYS, "resource_type", "resource"]
     # a group's send-backs through the smaller of its broker's acceptance and what its fallback sends reveal; a
     # group under a limit through its broker's acceptance alone (its fallback sends count the limiter's refusals:
-    # the policy reads them, RetryStormLimit.refused_share), as the fast path reads it (preliminary.open_retry_traffic)
+    # the policy reads them, RetryStormLimit.refused_share), as the fast path reads it (open_retry.open_retry_traffic)
     over_brokers = lambda c: pl.col(c).fill_null(0.0).sum().over(key)  # noqa: E731
     under_limit = (pl.concat_str([pl.col("resource_type"), pl.col("resource")], separator="\x1f").is_in(
         list(limited)) if limited else pl.lit(False))

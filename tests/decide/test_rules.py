@@ -279,6 +279,40 @@ def test_the_fast_path_does_not_read_a_limited_group_through_its_fallback_sends_
     assert round(read[window, "g"], 1) == 13.8  # the gate (rules_that_may_fire) and the reading agree
 
 
+def test_the_fast_path_reads_the_fallback_sends_before_the_census_once_the_group_s_carriers_reported_sweep_case_148():
+    """Sweep case 148: two storms on broker-a alone (cache-comment-consumer, cache-video-consumer) fire on their
+    fallback sends in the window ending 06:13, but the census waited for broker-d's stats, 27 s late, which carries
+    neither: limited at 06:13:32, 102 s after onset. A window not complete by census reads a group's fallback sends
+    once every broker that carried it in the earlier open window has reported (``groups_heard``); a group whose
+    earlier carriers have not all reported (case 44: the second broker unheard) still waits for the census."""
+    from pipelines.decide import preliminary as pre
+    from pipelines.decide.arrow import micros
+    from pipelines.sim.windows import OpenWindows
+
+    first, second = win(0)[0], win(1)[0]
+
+    def storm(start, broker, share=1.0):
+        return [(start, broker, "orders", "g", "SNDBCK_PUT_NUMS", int(47.4 * 60 * share)),
+                (start, broker, "%RETRY%g", None, "TOPIC_PUT_NUMS", int(122.5 * 60 * share))]
+
+    def read(earlier_brokers):
+        opened = OpenWindows(60, 120)
+        earlier = pl.from_arrow(opened.batch([e for b in earlier_brokers for e in storm(first, b, 0.5)]))
+        rows = pl.from_arrow(opened.batch(storm(second, "broker-a")))
+        window = rows.filter(pl.col("resource_type") == "group")["window_start"][0]
+        census = {r["window_start"]: r["brokers"] for r in rows.filter(pl.col("resource_type") == "cluster")
+                  .iter_rows(named=True)}
+        heard = pre.groups_heard(rows, earlier, census)
+        traffic, _ = pre.open_retry_traffic(rows, [micros(window)], 60, set(), frozenset(), heard)
+        return heard, round(traffic[window, "g"], 1)
+
+    heard, got = read(["broker-a"])
+    assert list(heard.values()) == [frozenset({"g"})] and got == 427.0
+    assert read(["broker-a", "broker-b"]) == ({}, 122.5)   # broker-b carried it and has not reported
+    assert pre.groups_heard(pl.from_arrow(OpenWindows(60, 120).batch(storm(second, "broker-a"))), None,
+                            {second: ["broker-a"]}) == {}   # nothing earlier: the census decides
+
+
 def test_the_fast_path_s_rates_are_the_true_quotient_as_the_final_path_s():
     """An open window's rate is its amount divided by the window's length as Spark and the final path divide
     (rules.per_second): a busy broker that put 47119 messages in 60 s wrote 785.3166666666667 msg/s, where polars'

@@ -141,7 +141,7 @@ def test_a_group_under_a_limit_is_read_through_its_brokers_acceptance_alone_swee
     """The rows of case 43's storm, the group under a limit: its fallback sends count its limiter's refusals too
     (the policy reads those, ``RetryStormLimit.refused_share``), so its rows read through the brokers' logged
     acceptance alone (broker-b: 7,620 puts, 200 busy lines: 0.974; broker-d 0.972), as the fast path reads a limited group
-    (``preliminary.open_retry_traffic``, sweep case 13: a preliminary refresh there held a squeeze back)."""
+    (``open_retry.open_retry_traffic``, sweep case 13: a preliminary refresh there held a squeeze back)."""
     events = [
         ("broker-b", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 702),
         ("broker-b", "%RETRY%g", None, "TOPIC_PUT_NUMS", 1620),
