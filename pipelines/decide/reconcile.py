@@ -42,6 +42,27 @@ def latest_per_resource(rows: list[dict]) -> dict[Key, dict]:
     return out
 
 
+def lift_reach_seconds(windows) -> int:
+    """How long after a lift the windows still to be finalized may have run under its limit (seconds): the
+    watermark, a window's length and a trigger (``windows``: :class:`pipelines.config.WindowsConfig`)."""
+    return windows.watermark_seconds + windows.length_seconds + windows.trigger_seconds
+
+
+def read_as_limited(limited: tuple[str, ...], lifted: dict[Key, dt.datetime], now: dt.datetime,
+                    seconds: float) -> tuple[str, ...]:
+    """``"<resource_type>\\x1f<resource>"`` keys of the resources with a limit in the saved state (``limited``) and
+    of those whose limit was lifted less than ``seconds`` before ``now`` (``lifted``: when each resource's newest
+    ``lift`` was decided; UTC): the windows still to be finalized may have run under that limit (``seconds``:
+    :func:`lift_reach_seconds`). A group among them is not read through its fallback sends, which count its
+    limiter's refusals too (:func:`pipelines.decide.windows.resource_traffic`,
+    :func:`pipelines.decide.open_retry.open_retry_traffic`): an operator's pin lifted with the storm still on read
+    its windows under the pin at 190.9 msg/s, and the rules' first cut was 95.4 msg/s, 2.4x the pin
+    (tests/sim/test_overrides_loop.py)."""
+    since = aware(now) - dt.timedelta(seconds=seconds)
+    recent = {f"{t}\x1f{r}" for (t, r), at in lifted.items() if at is not None and aware(at) > since}
+    return tuple(sorted(set(limited) | recent))
+
+
 def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict],
                       complete: dict[tuple, dict[str, float]] | None = None) -> dict[Key, dict]:
     """The state the fast path folds from: the final path's saved state (``state/policy`` rows by key), with the

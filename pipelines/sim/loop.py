@@ -47,7 +47,7 @@ from pipelines.decide.evidence import expected_brokers, open_evidence
 from pipelines.decide.fast import OpenRows, decide_fast, prepare_fast
 from pipelines.decide.final import decide_final, prepare_final, window_bounds
 from pipelines.decide.inputs import FastInputs, FinalInputs, LockedInputs
-from pipelines.decide.reconcile import latest_per_resource
+from pipelines.decide.reconcile import latest_per_resource, lift_reach_seconds, read_as_limited
 from pipelines.sim.admitted import FailureText, stats_events, trickle
 from pipelines.sim.brokers import Broker
 from pipelines.sim.cluster import ClosedLoopCluster
@@ -74,6 +74,7 @@ class Store:
 
     state: dict = field(default_factory=dict)
     limits: dict = field(default_factory=dict)
+    lifted: dict = field(default_factory=dict)  # key → when its newest lift was decided (reconcile.read_as_limited)
     _tables: dict = field(default_factory=dict)
 
     def state_table(self) -> pa.Table:
@@ -106,6 +107,8 @@ class Store:
             self.state[(r["resource_type"], r["resource"])] = r
         for r in limits.to_pylist():
             key = (r["resource_type"], r["resource"])
+            if r["action"] == "lift" and (key not in self.lifted or r["decided_at"] > self.lifted[key]):
+                self.lifted[key] = r["decided_at"]
             if key not in self.limits or r["version"] >= self.limits[key]["version"]:
                 self.limits[key] = r
 
@@ -162,6 +165,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     prop = bcfg.propagation_seconds if propagation_seconds is None else float(propagation_seconds)
     w, ship = cfg.windows, bcfg.shipping
     length = w.length_seconds
+    under = lift_reach_seconds(w)  # a lift's windows still to be finalized
     irregular = irregular or Irregularity()
     landings = stats_landings(irregular, cluster.brokers, cluster.T, ship.stats_seconds)
     brokers = Broker(cluster, cfg, prop, irregular.apply_delay_seconds, irregular.broker_restarts)
@@ -245,7 +249,9 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                     first = pc.min(rows.column("window_start")).as_py()
                     th, bh = history.view(first, None)
                     inputs = FastInputs(open_rows=rows, topic_history=th, broker_history=bh, open_dicts=dicts,
-                                        group_history=history.groups(first, None), limited=store.limited_keys())
+                                        group_history=history.groups(first, None),
+                                        limited=read_as_limited(store.limited_keys(), store.lifted,
+                                                                t.to_pydatetime(), under))
                     remembered = memory.rows if record is not None else None
                     prepared = prepare_fast(inputs, memory, cfg)
                     accepted, _ = decide_fast(prepared, LockedInputs(policy_state=store.state_table(),
@@ -271,7 +277,9 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                 sums = final.batch(events)
                 if sums:
                     now = (t + pd.Timedelta(seconds=timing.gold_seconds)).to_pydatetime()
-                    reduced = gold_tables(sums, length, cfg.detection, store.limited_keys())
+                    reduced = gold_tables(sums, length, cfg.detection,
+                                          read_as_limited(store.limited_keys(), store.lifted, t.to_pydatetime(),
+                                                          under))
                     first = pc.min(reduced["traffic"].column("window_start")).as_py()
                     th, bh = history.view(first, first)
                     gh = history.groups(first, first)

@@ -94,3 +94,22 @@ def test_the_newest_row_per_resource_is_the_one_in_force():
             limit("h", W2, 9.0, "final", version=25)]
     got = reconcile.latest_per_resource(rows)
     assert {k: r["version"] for k, r in got.items()} == {("group", "g"): 15, ("group", "h"): 25}
+
+
+def test_a_group_lifted_within_a_watermark_and_a_window_is_read_as_limited():
+    """tests/sim/test_overrides_loop.py::test_a_pinned_storm_is_held_at_the_pin_and_the_rules_take_over_after_it: an
+    operator's pin at 40 msg/s lifted at 11:42 with the storm still on; the final window 11:41, finalized 91 s
+    later, ran under the pin, its fallback sends counting the limiter's refusals: read through them (190.9 msg/s)
+    the rules cut to 95.4 msg/s, 2.4x the pin. A resource lifted less than the watermark, a window and a trigger ago
+    is read as limited (its brokers' acceptance alone); one lifted longer ago, or never, is not."""
+    import datetime as dt
+
+    from pipelines.config import WindowsConfig
+    from pipelines.decide.reconcile import lift_reach_seconds, read_as_limited
+
+    now = dt.datetime(2026, 1, 5, 11, 43, 31, tzinfo=dt.timezone.utc)
+    reach = lift_reach_seconds(WindowsConfig())
+    assert reach == 120 + 60 + 10
+    lifted = {("group", "g"): now - dt.timedelta(seconds=91), ("group", "old"): now - dt.timedelta(seconds=reach + 1)}
+    assert read_as_limited(("topic\x1ft",), lifted, now, reach) == ("group\x1fg", "topic\x1ft")
+    assert read_as_limited((), {}, now, reach) == ()

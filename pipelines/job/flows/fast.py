@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame
 from pipelines.config import GovernorConfig
 from pipelines.decide.fast import OpenRows, decide_fast, prepare_fast
 from pipelines.decide.inputs import FastInputs, LockedInputs
+from pipelines.decide.reconcile import lift_reach_seconds, read_as_limited
 from pipelines.job.flows.base import BatchReport, DecisionFlow, write_arrow
 from pipelines import tables
 from pipelines.dataplane.known_brokers import KnownBrokers
@@ -79,7 +80,8 @@ class FastFlow(DecisionFlow):
         known = self.known()
         inputs = FastInputs(open_rows=rows, topic_history=topic_history, broker_history=broker_history,
                             known=known.admits if known is not None else None, group_history=self.group_history(first),
-                            limited=self.store.limited_keys())
+                            limited=read_as_limited(self.store.limited_keys(), self.store.lifted_at(), self.clock(),
+                                                    lift_reach_seconds(self.cfg.windows)))
         prepared = prepare_fast(inputs, self.open_rows, self.cfg)
         if not prepared.candidates:
             self.reports.append(BatchReport(QUERY, batch_id))

@@ -21,6 +21,7 @@ from pipelines.decide.evidence import expected_brokers, open_evidence
 from pipelines.decide.fast import OpenRows
 from pipelines.decide.final import FinalOutputs, decide_final, prepare_final, window_bounds
 from pipelines.decide.inputs import FinalInputs, LockedInputs
+from pipelines.decide.reconcile import lift_reach_seconds, read_as_limited
 from pipelines.decide.windows import TRAFFIC, reduce_windows
 from pipelines.job.flows.base import BatchReport, DecisionFlow, write_arrow
 from pipelines.dataplane import events
@@ -86,8 +87,8 @@ class GoldFlow(DecisionFlow):
     def reduce(self, metrics: DataFrame) -> dict:
         """The micro-batch's finalized windowed sums (:data:`~pipelines.schemas.WINDOW_METRIC`), collected as Arrow by
         one Spark job → the gold TPS tables and the decisions' traffic rows (:func:`reduce_windows`, on the driver)."""
-        return reduce_windows(metrics.toArrow(), self.cfg.detection,
-                              self.store.limited_keys())
+        return reduce_windows(metrics.toArrow(), self.cfg.detection, read_as_limited(
+            self.store.limited_keys(), self.store.lifted_at(), self.clock(), lift_reach_seconds(self.cfg.windows)))
 
     def handle(self, metrics: DataFrame, batch_id: int) -> None:
         """One micro-batch of finalized windows → gold tables, anomalies, limit decisions, published limits."""

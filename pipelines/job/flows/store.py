@@ -9,10 +9,12 @@ path runs again (a replay after a crash) reads the state of the batches before i
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pyarrow as pa
 
 from pipelines import columns
-from pipelines.decide.arrow import from_rows
+from pipelines.decide.arrow import aware, from_rows
 from pipelines import tables
 from pipelines.dataplane.lake import Lake
 from pipelines.schemas import RESOURCE_KEYS
@@ -34,6 +36,7 @@ class DecisionStore:
         self.lake = lake
         self._state: dict[Key, dict] | None = None
         self._limits: dict[Key, dict] | None = None
+        self._lifted: dict[Key, dt.datetime] = {}  # key → when a lift this store added was decided (UTC)
 
     def _load_state(self, below: int | None = None) -> dict[Key, dict]:
         rows = self.lake.latest_rows(tables.STATE_POLICY, list(RESOURCE_KEYS), "batch_id", below=below)
@@ -59,6 +62,15 @@ class DecisionStore:
                             for r in self.lake.latest_rows(tables.GOLD_LIMITS, list(RESOURCE_KEYS), "version")}
         return dict(self._limits)
 
+    def lifted_at(self) -> dict[Key, dt.datetime]:
+        """When each resource's newest ``lift`` was decided (UTC): the newest ``gold/limits`` rows that are lifts and
+        the lifts added since (:func:`pipelines.decide.reconcile.read_as_limited`)."""
+        out = {k: aware(r["decided_at"]) for k, r in self.latest_by_key().items() if r.get("action") == "lift"}
+        for key, at in self._lifted.items():
+            if key not in out or at > out[key]:
+                out[key] = at
+        return out
+
     def limited_keys(self) -> tuple[str, ...]:
         """``"<resource_type>\\x1f<resource>"`` of every resource with a limit in the saved state (whose traffic the
         final path keeps, :func:`pipelines.decide.windows.resource_traffic`)."""
@@ -79,5 +91,7 @@ class DecisionStore:
         self.latest_limits()
         for r in rows.to_pylist():
             key = (r["resource_type"], r["resource"])
+            if r["action"] == "lift" and (key not in self._lifted or aware(r["decided_at"]) > self._lifted[key]):
+                self._lifted[key] = aware(r["decided_at"])
             if key not in self._limits or r["version"] >= self._limits[key]["version"]:
                 self._limits[key] = r
