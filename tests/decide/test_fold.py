@@ -612,20 +612,20 @@ def _first_surge_limit(broker_tps, busy_load, baseline, target=None):
 
 
 def test_a_surge_s_first_limit_leaves_its_busy_carrier_room_for_the_breaker_s_burst_sweep_cases_66_and_186():
-    """Sweep case 186: cart-audit limited at 2.0x its baseline, 544.9 msg/s, on broker-b that wrote 757.0 msg/s
-    busy (24.6 of them other topics'): broker-b stayed busy writing 552 msg/s of 754.5 (the breaker's burst: a
+    """Sweep case 186: cart-audit limited at 2.0x its baseline, 544.9 msg/s, on broker-b that wrote 757.7 msg/s
+    busy (25.3 of them other topics'): broker-b stayed busy writing 552 msg/s of 754.5 (the breaker's burst: a
     second of 544.9 tokens reaches the 200 ms send queue at once each time it closes), and the squeeze to 1.5x came
     only on the first window wholly under the limit: bystanders 1.20 % of before. Case 66: coupon-audit at 2.0x,
-    307.6 msg/s over broker-c and broker-d (200.7 msg/s busy each, 8.8 of broker-d's other topics'): 4.80 %. The
+    307.6 msg/s over broker-c and broker-d (200.8 msg/s busy each, 9.0 of broker-d's other topics'): 4.80 %. The
     first limit keeps each busy carrier's other writes plus its share at most ``surge_burst_share`` (0.7) of its
-    busy writes: 505.3 and 269.3 msg/s (the sweep: 269.4)."""
-    first, state = _first_surge_limit({"broker-b": 732.4}, {"broker-b": 757.0}, 272.45)
-    assert round(first.limit_qps, 1) == round(state.target_qps, 1) == 505.3   # 0.7 x 757.0 - 24.6
-    assert "bounded to 505.3 msg/s by the breaker's burst: broker-b wrote 757.0 msg/s busy" in first.reason
-    first, _ = _first_surge_limit({"broker-c": 200.66, "broker-d": 191.84}, {"broker-c": 200.7, "broker-d": 200.7},
+    busy writes: 505.1 and 269.3 msg/s."""
+    first, state = _first_surge_limit({"broker-b": 732.4}, {"broker-b": 757.7}, 272.45)
+    assert round(first.limit_qps, 1) == round(state.target_qps, 1) == 505.1   # 0.7 x 757.7 - 25.3
+    assert "bounded to 505.1 msg/s by the breaker's burst: broker-b wrote 757.7 msg/s busy" in first.reason
+    first, _ = _first_surge_limit({"broker-c": 200.66, "broker-d": 191.84}, {"broker-c": 200.8, "broker-d": 200.8},
                                   153.8)
-    assert round(first.limit_qps, 1) == 269.3   # broker-d: (0.7 x 200.7 - 8.86) / its share 0.4888
-    assert "broker-d wrote 200.7 msg/s busy, 8.9 of them other topics'" in first.reason
+    assert round(first.limit_qps, 1) == 269.3   # broker-d: (0.7 x 200.8 - 8.96) / its share 0.4888
+    assert "broker-d wrote 200.8 msg/s busy, 9.0 of them other topics'" in first.reason
 
 
 def test_a_surge_s_burst_bound_stops_at_the_squeeze_headroom_and_needs_a_busy_carrier():
