@@ -222,6 +222,13 @@ class LimitsConfig(_Section):
     surge_squeeze_headroom: float = Field(default=1.5, ge=1, description=(
         "A surge limit squeezed while a carrier stays busy at its cap is cut no lower than its frozen baseline "
         "times this factor (≤ ``surge_headroom``): above the topic's normal traffic, which its fix returns to."))
+    surge_burst_share: float = Field(default=0.7, gt=0, le=1, description=(
+        "A surge limit's per-broker share on a carrier that was busy keeps the carrier's writes (its other writes "
+        "plus the share) at most this share (ratio) of what it wrote busy: the first limit and every probe "
+        "(:class:`pipelines.decide.surge_limit.SurgeLimit`). A limiter rejecting most of the demand opens its "
+        "breaker, and each time it closes a second of tokens (``burst_seconds``) reaches the broker's 200 ms send "
+        "queue at once: issue 49's sweep cases 6, 66, 135 and 186 went busy at 0.79-0.90 of their busy writes and "
+        "stayed healthy at 0.58-0.66."))
     ttl_seconds: int = Field(default=600, gt=0, description=(
         "Seconds after its decision that a limit expires unless refreshed (fail open when the governor stops): "
         "two refresh periods."))
@@ -257,8 +264,9 @@ class LimitsConfig(_Section):
         "A surge limit's value changes at most this many times while its cause lasts (a first cut down to its "
         "target, probes and their step-backs): a probe is taken only when its possible step-back still fits."))
     probe_headroom_share: float = Field(default=0.9, gt=0, le=1, description=(
-        "A surge probe never raises a carrier's predicted writes above this share (ratio) of what that broker "
-        "wrote in the last window it was busy (a busy broker writes about its capacity and fast-fails the rest)."))
+        "A probe never raises a carrier's predicted writes above this share (ratio) of what that broker wrote in "
+        "the last window it was busy (a busy broker writes about its capacity and fast-fails the rest); a surge's "
+        "probe at most ``surge_burst_share`` of it."))
     max_held_seconds: int = Field(default=3600, gt=0, description=(
         "Seconds of event time; a limit held longer is flagged on the status page and logged once (WARNING) for "
         "a person to look at."))

@@ -8,8 +8,10 @@ which brokers carry which topic → :class:`~pipelines.decide.fold_types.Candida
   first limit goes to the target at once, not a ``max_cut_pct`` step (a broker with little headroom stays busy
   under a first cut of half the storm: sweep case 29).
 * ``TRAFFIC_SURGE`` of a topic with a ``BROKER_BUSY`` broker carrying it in the same window → enforce:
-  target = ``surge_headroom`` × the topic's baseline; ``lift_at_qps`` = the observed rate × ``surge_headroom``: a
-  probe whose step reaches it lifts the limit (:mod:`pipelines.decide.surge_limit`), else clear windows do.
+  target = ``surge_headroom`` × the topic's baseline (the first limit bounded by its busy carriers' writes,
+  ``busy_load``: :meth:`pipelines.decide.surge_limit.SurgeLimit.start`); ``lift_at_qps`` = the observed rate ×
+  ``surge_headroom``: a probe whose step reaches it lifts the limit (:mod:`pipelines.decide.surge_limit`), else
+  clear windows do.
 * ``TRAFFIC_SURGE`` of a topic on healthy brokers → an advisory record only, never below the observed rate ×
   ``surge_headroom`` (``floor_qps``), so a legitimate surge is never cut.
 
@@ -61,7 +63,8 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
     the candidates (module docstring), with each candidate's traffic per broker from ``broker_tps``
     (``(window_end, resource_type, resource)`` → msg/s per broker, :func:`pipelines.decide.evidence.broker_tps_of`)."""
     rows = list(anomalies.iter_rows(named=True)) if anomalies.height else []
-    busy = {(r["window_start"], r["resource"]) for r in rows if r["anomaly"] == Anomaly.BROKER_BUSY.value}
+    busy = {(r["window_start"], r["resource"]): r["baseline_tps"] for r in rows
+            if r["anomaly"] == Anomaly.BROKER_BUSY.value}  # -> the busy broker's writes (msg/s)
     out: dict[tuple, Keyed] = {}
     tps = broker_tps or {}
 
@@ -103,5 +106,6 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
                 target = peak
             add("topic", r["resource"], r, target_qps=target, floor_qps=cfg.min_limit_qps if distressed else peak,
                 lift_at_qps=peak, observed_tps=r["observed_tps"], critical=critical,
-                mode=mode(r["resource"], cfg, advisory=not distressed), reason=reason, baseline_tps=r["baseline_tps"])
+                mode=mode(r["resource"], cfg, advisory=not distressed), reason=reason, baseline_tps=r["baseline_tps"],
+                busy_load={b: busy[(r["window_start"], b)] for b in hot if busy[(r["window_start"], b)] is not None})
     return [out[k] for k in sorted(out)]

@@ -89,7 +89,9 @@ class Candidate:
     """A rule fired for the resource in the window ending ``window_end`` (UTC): limit it to ``target_qps``
     (cluster-wide msg/s). ``baseline_tps``: the rule's baseline in that window (msg/s: a surge's baseline put rate,
     a storm's consume rate); ``broker_tps``: the resource's traffic per broker in that window (msg/s; the shares of
-    a new limit)."""
+    a new limit); ``busy_load``: the writes of each carrier busy in that window (msg/s, its ``BROKER_BUSY`` row's
+    baseline, :func:`pipelines.decide.rules.broker_writes`; a surge's first limit's burst bound,
+    :meth:`pipelines.decide.surge_limit.SurgeLimit.start`)."""
 
     window_end: dt.datetime
     target_qps: float
@@ -101,6 +103,7 @@ class Candidate:
     mode: Mode = Mode.ENFORCE
     broker_tps: Mapping[str, float] = field(default_factory=dict)
     baseline_tps: float | None = None
+    busy_load: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

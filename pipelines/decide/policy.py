@@ -271,12 +271,13 @@ class LimitPolicy(OpenWindows):
             probe_from_qps=before, probe_effective_end=effective_end(at, self.params.window))
 
     def raise_bounds(self, state: ResourceState, obs: Observation, current: float,
-                     step: float) -> tuple[float, list[str]]:
+                     step: float, headroom: float | None = None) -> tuple[float, list[str]]:
         """How far a probe from ``current`` towards ``step`` may go: below a ceiling a probe hit before (until
         ``probe_hold_until``, less ``hysteresis_pct``), and no carrier's predicted writes (its writes now plus its
-        share of the raise) above ``probe_headroom_share`` of what it wrote when it was last busy. Returns the
-        raised level and the bounds that shaped it."""
+        share of the raise) above ``headroom`` (default ``probe_headroom_share``) of what it wrote when it was last
+        busy. Returns the raised level and the bounds that shaped it."""
         p = self.params
+        headroom = p.probe_headroom_share if headroom is None else headroom
         raised, bounds = step, []
         if state.probe_ceiling_qps is not None and state.probe_hold_until is not None \
                 and obs.window_end < state.probe_hold_until:
@@ -292,7 +293,7 @@ class LimitPolicy(OpenWindows):
             share = shares.get(broker, min(shares.values()) if shares else 1.0)
             if share <= 0:
                 continue
-            room = (p.probe_headroom_share * busy - load) / share
+            room = (headroom * busy - load) / share
             if current + room < raised:
                 raised = current + max(room, 0.0)
                 bounds = [f"{broker} writes {load:.1f} msg/s and was busy at {busy:.1f}"]

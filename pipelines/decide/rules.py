@@ -223,14 +223,16 @@ def class_counts(failures_by_class) -> str:
 
 
 def broker_busy(brokers: pl.DataFrame, windows: WindowsConfig, cfg: DetectionConfig) -> list[dict]:
-    """``gold/broker_tps`` rows → BROKER_BUSY anomalies (observed = busy failures per second, baseline = put TPS)."""
+    """``gold/broker_tps`` rows → BROKER_BUSY anomalies (observed = busy failures per second, baseline = the
+    broker's writes, :func:`broker_writes`: a surge's first limit's burst bound, ``Candidate.busy_load``)."""
     out = []
-    for r in brokers.filter(busy_fires(pl.col("busy_failures"), cfg)).iter_rows(named=True):
+    firing = brokers.filter(busy_fires(pl.col("busy_failures"), cfg))
+    for r in firing.with_columns(broker_writes().alias("_writes")).iter_rows(named=True):
         detail = (f"broker {r['broker']} rejected {r['busy_failures']} sends as busy in the window "
                   f"({class_counts(r['failures_by_class'])}) while writing {fixed(r['put_tps'], 1)} msg/s "
                   f"(rule: >= {cfg.busy_failures_floor} busy failures per window)")
         out.append(_row(r, "broker", r["broker"], Anomaly.BROKER_BUSY,
-                        rate(r["busy_failures"], windows.length_seconds), r["put_tps"],
+                        rate(r["busy_failures"], windows.length_seconds), r["_writes"],
                         severity(r["busy_failures"], cfg.busy_failures_floor, cfg), detail))
     return out
 

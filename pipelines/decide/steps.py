@@ -49,6 +49,7 @@ class Params:
     surge_headroom: float
     surge_squeeze_headroom: float
     min_limit_qps: float = 1.0
+    surge_burst_share: float = 0.7
 
     @classmethod
     def of(cls, limits: LimitsConfig, detection: DetectionConfig, window_seconds: int,
@@ -64,7 +65,8 @@ class Params:
                    bound_share=limits.bound_share, relax_factor=limits.relax_factor,
                    probe_headroom_share=limits.probe_headroom_share, surge_max_changes=limits.surge_max_changes,
                    surge_headroom=limits.surge_headroom,
-                   surge_squeeze_headroom=limits.surge_squeeze_headroom, min_limit_qps=limits.min_limit_qps)
+                   surge_squeeze_headroom=limits.surge_squeeze_headroom, min_limit_qps=limits.min_limit_qps,
+                   surge_burst_share=limits.surge_burst_share)
 
     @classmethod
     def from_config(cls, cfg: GovernorConfig) -> Params:

@@ -12,12 +12,21 @@ settles:
 
 * **Busy load.** For each carrier the writes (msg/s) of the last window it was busy are known
   (``ResourceState.busy_load``; a busy broker writes about its capacity and fast-fails the rest). A probe never
-  raises a carrier's predicted writes (its writes now plus its share of the raise) above ``probe_headroom_share``
-  of that figure (:meth:`pipelines.decide.policy.LimitPolicy.raise_bounds`).
+  raises a carrier's predicted writes (its writes now plus its share of the raise) above ``surge_burst_share``
+  of that figure (the lower of it and ``probe_headroom_share``; :meth:`pipelines.decide.policy.LimitPolicy.
+  raise_bounds`): the breaker's burst below.
 * **Ceiling.** A probe that made a carrier busy anyway is stepped back to the level before it, and that level is a
   ceiling: no probe reaches it again for ``recovery_windows`` × 2^n windows (n: how many times it was hit).
 * **Budget.** While the cause lasts the limit's value changes at most ``surge_max_changes`` times: a raise is taken
   only when its possible step-back still fits (a lift needs room for itself only).
+
+**Burst.** A limiter rejecting most of a surge's demand opens its breaker, and each time it closes a second of
+tokens (``burst_seconds`` × the carrier's share) reaches the broker's 200 ms send queue at once (article 001's
+breaker): a carrier goes busy while its average writes are only 0.79-0.90 of what it wrote busy (issue 49's sweep
+cases 6 and 135 under a probe, 66 and 186 under a first limit of 2.0x), and stays healthy at 0.58-0.66. So the
+first limit too keeps each busy carrier's writes (its other writes in the firing window plus its share of the
+limit) at most ``surge_burst_share`` of its busy writes (:meth:`SurgeLimit.start`), never below
+``surge_squeeze_headroom`` × the baseline (the squeeze's floor).
 
 **Lift**: a probe whose uncapped step would reach ``lift_at_qps`` (the observed peak × ``surge_headroom``) lifts
 the limit: the brokers took the whole demand, and such a lift is not remembered (the demand was legitimate). A
@@ -29,9 +38,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import replace
 
-from pipelines.decide.facts import surge_fires
-from pipelines.decide.fold_types import Observation, ResourceState
+from pipelines.decide.facts import shares_of, surge_fires
+from pipelines.decide.fold_types import Candidate, Observation, ResourceState
 from pipelines.decide.policy import Batch, LimitPolicy
 from pipelines.decide.steps import Step, above, backoff_hold, cooled, decide, outlived, too_small
 from pipelines.decide.words import Action, Anomaly, Status
@@ -53,6 +63,41 @@ class SurgeLimit(LimitPolicy):
         return surge_fires(demand, baseline, det), (
             f"visible demand {demand:.1f} msg/s, {factor:.1f}x the baseline of {baseline:.1f} msg/s frozen with the "
             f"limit (rule: >= {det.surge_factor:.1f}x and >= {det.surge_floor_tps:.1f} msg/s)")
+
+    def start(self, state: ResourceState, cand: Candidate,
+              preliminary: tuple[dt.datetime, float, str] | None = None) -> Step:
+        """A new limit (:meth:`LimitPolicy.start`) at most :meth:`burst_bound` of its candidate's window."""
+        bound = self.burst_bound(cand)
+        if bound is not None and bound[0] < cand.target_qps:
+            cand = replace(cand, target_qps=bound[0], reason=f"{cand.reason}; {bound[1]}")
+        return super().start(state, cand, preliminary)
+
+    def burst_bound(self, cand: Candidate) -> tuple[float, str] | None:
+        """The highest first limit (msg/s cluster-wide) that keeps every carrier busy in the candidate's window
+        (``cand.busy_load``, msg/s) at most ``surge_burst_share`` of those writes: its other writes (its busy writes
+        less the topic's, ``cand.broker_tps``) plus its share of the limit (the module's **Burst**); never below
+        ``surge_squeeze_headroom`` × the candidate's baseline (nor ``min_limit_qps``), and a text saying why. None
+        without a busy carrier the topic writes to, or without a baseline."""
+        p = self.params
+        shares = shares_of(cand.broker_tps)
+        if cand.baseline_tps is None or not shares:
+            return None
+        best, why = math.inf, ""
+        for broker, busy in sorted(cand.busy_load.items()):
+            share = shares.get(broker)
+            if share is None or busy is None or not math.isfinite(busy):
+                continue
+            other = max(busy - cand.broker_tps[broker], 0.0)
+            room = max(p.surge_burst_share * busy - other, 0.0) / share
+            if room < best:
+                best, why = room, f"{broker} wrote {busy:.1f} msg/s busy, {other:.1f} of them other topics'"
+        if not math.isfinite(best):
+            return None
+        floor = max(p.min_limit_qps, cand.baseline_tps * p.surge_squeeze_headroom)
+        bound = max(best, floor)
+        return bound, (f"bounded to {bound:.1f} msg/s by the breaker's burst: {why}; its share of the limit keeps its "
+                       f"writes at most {p.surge_burst_share:g} of that" + (
+                           f" (not below {p.surge_squeeze_headroom:g}x the baseline)" if bound > best else ""))
 
     def squeeze_floor(self, state: ResourceState) -> float:
         """``surge_squeeze_headroom`` × the baseline frozen with the limit (msg/s; its target when none was frozen,
@@ -118,11 +163,16 @@ class SurgeLimit(LimitPolicy):
 
     def _probe(self, state: ResourceState, obs: Observation, detail: str, batch: Batch) -> Step | None:
         """Probe upward when the bounds and the budget allow a step worth taking (more than ``hysteresis_pct``), or
-        lift when the step reaches ``lift_at_qps``; None when neither."""
+        lift when the step reaches ``lift_at_qps``; None when neither, or when a carrier of the limit that was busy
+        shows no writes in the window (the topic's lines there missing: sweep case 190's window of 0.0 msg/s
+        admitted, raised x1.5 unbounded, made broker-a busy)."""
         p = self.params
         end, current = obs.window_end, state.limit_qps
+        if any(b in state.broker_shares and b not in obs.carrier_load for b in state.busy_load):
+            return None  # a carrier that was busy, its writes not shown in the window: nothing bounds the raise
         step = current * p.relax_factor
-        raised, bounds = self.raise_bounds(state, obs, current, step)
+        raised, bounds = self.raise_bounds(state, obs, current, step,
+                                           min(p.probe_headroom_share, p.surge_burst_share))
         text = (f"probe: {detail} while every broker carrying it stays healthy since "
                 f"{self.healthy_since(state):%Y-%m-%dT%H:%M:%SZ}")
         lifts = state.lift_at_qps is not None and raised == step and step >= state.lift_at_qps

@@ -61,6 +61,8 @@ def test_surge_enforced_only_with_a_busy_broker_carrying_it():
                                    "limited to 2.0x baseline")
     legit = got["flash-sale"]
     assert legit.mode == "advisory" and legit.target_qps >= 900.0 and legit.floor_qps >= 900.0
+    # the busy carrier's writes (its BROKER_BUSY row's put rate): the first limit's burst bound (sweep cases 66, 186)
+    assert got["noisy"].busy_load == {"broker-a": 3750.0} and legit.busy_load == {}
 
 
 def test_protected_topic_never_gets_a_candidate():

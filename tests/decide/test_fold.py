@@ -494,10 +494,11 @@ def test_a_long_surge_from_120_to_1500_on_a_busy_broker_is_never_unlimited_while
 
 
 def test_a_probe_that_makes_a_carrier_busy_is_stepped_back_and_marks_a_ceiling():
-    """The broker loses capacity after a probe (900 → 640 msg/s from window 16): the probe's level turns it busy,
-    the limit steps back to where it was, and that level is a ceiling no probe reaches for a growing interval."""
+    """The broker loses capacity after a probe (900 → 600 msg/s from window 16): the probe's level (330 msg/s: 300
+    of others and 0.7 x 900 = 630 of writes) turns it busy, the limit steps back to where it was, and that level is
+    a ceiling no probe reaches for a growing interval."""
     decisions, trace = surge_loop(40, lambda w: 800.0 if w >= 6 else 120.0,
-                                  capacity=lambda w: 900.0 if w < 16 else 640.0)
+                                  capacity=lambda w: 900.0 if w < 16 else 600.0)
     undone = [d for d in decisions if d.reason.startswith("probe undone")]
     assert len(undone) == 1
     ceiling = undone[0].previous_qps
@@ -550,16 +551,94 @@ def _probed(**kw):
 
 
 def test_a_probe_never_raises_a_carrier_above_what_it_wrote_when_it_was_last_busy():
-    """broker b wrote 900 msg/s when it was last busy and writes 700 now: x1.5 (600) would add 200 and put it at
-    900 again; the probe stops at 0.9 x 900 = 810 msg/s of writes, i.e. 510 msg/s."""
-    capped = [Observation(end(i), 399.0, 30_000, True, None, {"b": 700.0}) for i in range(1, 4)]
+    """broker b wrote 900 msg/s when it was last busy and writes 500 now: x1.5 (600) would add 200 and put it at
+    700; the probe stops at ``surge_burst_share`` 0.7 x 900 = 630 msg/s of writes (the breaker's burst, below
+    ``probe_headroom_share`` 0.9), i.e. 530 msg/s."""
+    capped = [Observation(end(i), 399.0, 30_000, True, None, {"b": 500.0}) for i in range(1, 4)]
     decisions, state = fold([], horizon=3, state=_probed(busy_load={"b": 900.0}), obs=capped)
-    assert [(d.action, round(d.limit_qps, 1)) for d in decisions] == [("relax", 510.0)]
-    assert "raised to 510.0 msg/s (b writes 700.0 msg/s and was busy at 900.0)" in decisions[0].reason
+    assert [(d.action, round(d.limit_qps, 1)) for d in decisions] == [("relax", 530.0)]
+    assert "raised to 530.0 msg/s (b writes 500.0 msg/s and was busy at 900.0)" in decisions[0].reason
     assert state.probe_from_qps == 400.0
-    full = [Observation(end(i), 399.0, 30_000, True, None, {"b": 820.0}) for i in range(1, 4)]
+    full = [Observation(end(i), 399.0, 30_000, True, None, {"b": 640.0}) for i in range(1, 4)]
     decisions, _ = fold([], horizon=3, state=_probed(busy_load={"b": 900.0}), obs=full)
     assert [d.action for d in decisions] == []   # no room left: no probe
+
+
+def test_a_probe_leaves_its_busy_carrier_room_for_the_breaker_s_burst_sweep_cases_6_and_135():
+    """Sweep case 6: search-sync held at 133.1 msg/s on broker-b (busy at 214.4 msg/s of writes, 142.5 now) was
+    probed to 183.6 (0.9 x 214.4 of predicted writes); broker-b went busy writing 155-167 msg/s (capacity 231.6):
+    the limiter rejecting most of the demand opens its breaker, and each time it closes a second of tokens reaches
+    the 200 ms send queue at once, so the bystanders lost 5.56 % of their sends until the undo. Case 135: probes to
+    641.1 on broker-b (busy at 922.4, writing 550) made it busy at 696-710 of 946. A probe keeps the carrier's
+    writes at ``surge_burst_share`` (0.7) of its busy writes: none in case 6 (150.1 leaves 7.6 msg/s, under the
+    10 % hysteresis), 523.1 instead of 641.1 in case 135."""
+    six = ResourceState("topic", "search-sync", limit_qps=133.1, target_qps=133.1, limited_since=end(0),
+                        last_change_end=end(0), last_decision_end=end(0), last_candidate_end=end(0),
+                        baseline_tps=67.0, broker_shares={"broker-b": 1.0}, busy_load={"broker-b": 214.4})
+    capped = [Observation(end(i), 133.1, 1848, True, None, {"broker-b": 142.5}) for i in range(1, 5)]
+    decisions, _ = fold([], horizon=4, state=six, obs=capped)
+    assert [d.action for d in decisions if d.action != "set"] == []
+    one35 = ResourceState("topic", "profile-sync", limit_qps=427.4, target_qps=427.4, limited_since=end(0),
+                          last_change_end=end(0), last_decision_end=end(0), last_candidate_end=end(0),
+                          baseline_tps=213.7, broker_shares={"broker-b": 1.0}, busy_load={"broker-b": 922.4})
+    capped = [Observation(end(i), 427.4, 199, True, None, {"broker-b": 550.0}) for i in range(1, 5)]
+    decisions, _ = fold([], horizon=4, state=one35, obs=capped)
+    assert [(d.action, round(d.limit_qps, 1)) for d in decisions] == [("relax", 523.1)]   # 427.4 + 0.7 x 922.4 - 550
+
+
+def test_a_surge_is_not_probed_on_a_window_without_its_busy_carrier_s_writes_sweep_case_190():
+    """Sweep case 190: video-sync held at 252.6 msg/s on broker-a (busy at 549.4 msg/s, writing 450 since: no room
+    at 0.7 of it) was probed x1.5 to 378.9 on a window that showed none of its puts (0.0 of 252.6 admitted, the
+    limiter's view rejecting) and so no writes of broker-a to bound it: broker-a went busy, bystanders 1 %+. A
+    carrier that was busy and shows no writes in the window stops the probe."""
+    held = ResourceState("topic", "video-sync", limit_qps=252.6, target_qps=252.6, limited_since=end(0),
+                         last_change_end=end(0), last_decision_end=end(0), last_candidate_end=end(0),
+                         baseline_tps=98.0, broker_shares={"broker-a": 1.0}, busy_load={"broker-a": 549.4})
+    blind = [Observation(end(i), 0.0, 0, True, viewed=True) for i in range(1, 5)]
+    decisions, _ = fold([], horizon=4, state=held, obs=blind)
+    assert [d.action for d in decisions if d.action != "set"] == []
+    roomy = [Observation(end(i), 252.6, 199, True, None, {"broker-a": 300.0}) for i in range(1, 5)]
+    decisions, _ = fold([], horizon=4, state=held, obs=roomy)
+    assert [d.action for d in decisions][:1] == ["relax"]   # its writes shown, with room: probed
+
+
+def _first_surge_limit(broker_tps, busy_load, baseline, target=None):
+    """The first enforced limit of a surge on busy carriers (target ``surge_headroom`` x ``baseline``)."""
+    c = Candidate(end(1), target or 2.0 * baseline, "surge on a busy broker", lift_at_qps=5_000.0,
+                  observed_tps=sum(broker_tps.values()), baseline_tps=baseline, broker_tps=broker_tps,
+                  busy_load=busy_load)
+    decisions, state = fold([c], horizon=1, resource_type="topic")
+    return decisions[0], state
+
+
+def test_a_surge_s_first_limit_leaves_its_busy_carrier_room_for_the_breaker_s_burst_sweep_cases_66_and_186():
+    """Sweep case 186: cart-audit limited at 2.0x its baseline, 544.9 msg/s, on broker-b that wrote 757.7 msg/s
+    busy (25.3 of them other topics'): broker-b stayed busy writing 552 msg/s of 754.5 (the breaker's burst: a
+    second of 544.9 tokens reaches the 200 ms send queue at once each time it closes), and the squeeze to 1.5x came
+    only on the first window wholly under the limit: bystanders 1.20 % of before. Case 66: coupon-audit at 2.0x,
+    307.6 msg/s over broker-c and broker-d (200.8 msg/s busy each, 9.0 of broker-d's other topics'): 4.80 %. The
+    first limit keeps each busy carrier's other writes plus its share at most ``surge_burst_share`` (0.7) of its
+    busy writes: 505.1 and 269.3 msg/s."""
+    first, state = _first_surge_limit({"broker-b": 732.4}, {"broker-b": 757.7}, 272.45)
+    assert round(first.limit_qps, 1) == round(state.target_qps, 1) == 505.1   # 0.7 x 757.7 - 25.3
+    assert "bounded to 505.1 msg/s by the breaker's burst: broker-b wrote 757.7 msg/s busy" in first.reason
+    first, _ = _first_surge_limit({"broker-c": 200.66, "broker-d": 191.84}, {"broker-c": 200.8, "broker-d": 200.8},
+                                  153.8)
+    assert round(first.limit_qps, 1) == 269.3   # broker-d: (0.7 x 200.8 - 8.96) / its share 0.4888
+    assert "broker-d wrote 200.8 msg/s busy, 9.0 of them other topics'" in first.reason
+
+
+def test_a_surge_s_burst_bound_stops_at_the_squeeze_headroom_and_needs_a_busy_carrier():
+    """Case 135's coupon-changed (214.5 msg/s on broker-b, 734.6 of its 949.1 busy writes other topics'): no room
+    is left, the first limit is 1.5x its baseline (``surge_squeeze_headroom``, the squeeze's floor), not below.
+    Case 6's search-sync (226.8 of broker-b's 232.6): 0.7 x 232.6 leaves 157.0, more than 2.0x: the target stands;
+    so does a surge without a busy carrier's writes."""
+    first, _ = _first_surge_limit({"broker-b": 214.5}, {"broker-b": 949.1}, 10.5)
+    assert round(first.limit_qps, 2) == 15.75 and "(not below 1.5x the baseline)" in first.reason
+    first, _ = _first_surge_limit({"broker-b": 226.8}, {"broker-b": 232.6}, 66.55)
+    assert round(first.limit_qps, 1) == 133.1 and "burst" not in first.reason
+    first, _ = _first_surge_limit({"broker-b": 226.8}, {}, 66.55)
+    assert round(first.limit_qps, 1) == 133.1
 
 
 def test_a_ceiling_holds_probes_below_it_until_its_interval_is_over():

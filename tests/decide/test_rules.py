@@ -96,6 +96,17 @@ def test_broker_busy_fires_on_busy_failures_only():
     assert got[0]["detail"] == ("broker broker-a rejected 200 sends as busy in the window (CLIENT_TIMEOUT: 40, "
                                 "TIMEOUT_CLEAN_QUEUE: 200) while writing 3750.0 msg/s (rule: >= 10 busy failures per "
                                 "window)")
+    assert got[0]["baseline_tps"] == 3750.0
+
+
+def test_a_busy_broker_s_baseline_is_its_writes_as_a_surge_probe_reads_them():
+    """The ``BROKER_BUSY`` baseline is the busy broker's writes (``broker_writes``: its own BROKER_PUT_NUMS when it
+    prints one), the figure a surge's first limit is bounded by (``Candidate.busy_load``, sweep cases 66 and 186) and
+    a probe reads as the carrier's load: one definition of a carrier's writes."""
+    b = frame(columns.GOLD_BROKER_TPS, [(*win(0), "broker-a", 700.0, 757.0, 3, 200, 200, {"TIMEOUT_CLEAN_QUEUE": 200}),
+                                        (*win(0), "broker-b", 300.0, None, 3, 200, 200, {"TIMEOUT_CLEAN_QUEUE": 200})])
+    got = rules.broker_busy(b, W, D)
+    assert [(r["resource"], r["baseline_tps"]) for r in got] == [("broker-a", 757.0), ("broker-b", 300.0)]
 
 
 def test_failure_spike_needs_rate_and_count():
