@@ -36,7 +36,7 @@ from pipelines.decide.steps import Params
 from pipelines.decide.limits import check, finish
 from pipelines.decide.overrides import Applied
 from pipelines.decide.open_split import (
-    complete_split, complete_traffic, held_for_brokers_to_report, still_to_report,
+    complete_split, complete_traffic, held_for_brokers_to_report, still_to_report, topics_heard,
 )
 from pipelines.decide.reconcile import latest_per_resource, preliminary_state
 from pipelines.decide.final import rows_by_key
@@ -189,9 +189,11 @@ def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> F
                                        pl.from_arrow(memory.rows) if memory.rows is not None else None,
                                        complete_ends, windows)
     to_report = still_to_report(census, expected, windows.length_seconds)
-    candidates = held_for_brokers_to_report(
-        candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits, shares), to_report)
-    return FastPrepared(pre.cut_bounded_by_final_rates(candidates, open_windows, expected, windows),
+    candidates = candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits, shares)
+    heard = topics_heard(candidates, memory.rows, to_report)  # their brokers still to report carry none of them
+    candidates = [k if (k.resource_type, k.resource, k.candidate.window_end) in heard
+                  else held_for_brokers_to_report([k], to_report)[0] for k in candidates]
+    return FastPrepared(pre.cut_bounded_by_final_rates(candidates, open_windows, expected, windows, heard),
                         max(r["window_end"] for r in current), frozenset(naive(e) for e in complete_ends))
 
 

@@ -115,3 +115,33 @@ def complete_split(latest: dict[Key, dict], complete: dict[tuple, dict[str, floa
             "broker_limits": whole,
         })
     return out
+
+
+def topics_heard(candidates: Iterable[Keyed], remembered, to_report: dict[dt.datetime, list[str]]) -> frozenset:
+    """Topic candidates of open windows not complete by census → the ``(resource_type, resource, window_end)`` of
+    those whose carriers in the newest earlier open window the fast path remembers (``remembered``:
+    :attr:`pipelines.decide.fast.OpenRows.rows`, Arrow or polars; the brokers with puts of the topic there) have
+    all reported in the candidate's window (none of them in ``to_report``: :func:`still_to_report`). Such a
+    topic's put rate is that of every broker known to carry it, which the brokers still to report are unlikely
+    to change (as a retry storm's fallback sends, :func:`pipelines.decide.open_retry.groups_heard`): its first cut
+    (bounded by ``max_cut_pct`` of it) may act before the census completes (sweep case 186: a surge on broker-b
+    alone waited 10 s for broker-a's stats, which carry none of it). A topic seen nowhere earlier is not heard."""
+    import polars as pl
+
+    topics = {k.resource for k in candidates if k.resource_type == "topic"}
+    if remembered is None or not topics:
+        return frozenset()
+    frame = remembered if isinstance(remembered, pl.DataFrame) else pl.from_arrow(remembered)
+    carried: dict[str, list] = {}
+    for r in frame.filter((pl.col("resource_type") == "topic") & pl.col("resource").is_in(sorted(topics))).select(
+            "window_end", "resource", "broker_amounts").iter_rows(named=True):
+        brokers = {b for b, v in dict(r["broker_amounts"] or {}).items() if v}
+        if brokers:
+            carried.setdefault(r["resource"], []).append((naive(r["window_end"]), brokers))
+    out = set()
+    for k in candidates:
+        end = k.candidate.window_end
+        before = sorted(((e, b) for e, b in carried.get(k.resource, ()) if e < end), key=lambda x: x[0])
+        if k.resource_type == "topic" and before and end in to_report and not set(to_report[end]) & before[-1][1]:
+            out.add((k.resource_type, k.resource, end))
+    return frozenset(out)

@@ -303,14 +303,16 @@ def topic_carriers(open_rows: pl.DataFrame) -> dict[tuple[dt.datetime, str], lis
 
 
 def cut_bounded_by_final_rates(candidates: list[Keyed], open_rows: pl.DataFrame, expected: list[str],
-                               windows: WindowsConfig) -> list[Keyed]:
+                               windows: WindowsConfig, heard: Collection[tuple] = ()) -> list[Keyed]:
     """Candidates of open windows → those the fast path may act on: a non-critical candidate's first cut is bounded
     by ``max_cut_pct`` of the observed rate (:meth:`pipelines.decide.policy.LimitPolicy.start`), and a partial window's rate
-    is below the true one, so a non-critical candidate waits until its window is complete by census; critical ones
-    act at once."""
+    is below the true one, so a non-critical candidate waits until its window is complete by census, or until
+    every broker known to carry it has reported (``heard``: ``(resource_type, resource, window_end)``,
+    :func:`pipelines.decide.open_split.topics_heard`); critical ones act at once."""
     length = dt.timedelta(seconds=windows.length_seconds)
     complete = {naive(start + length) for start, (_n, ok) in census(open_rows, expected).items() if ok}
-    return [k for k in candidates if k.candidate.critical or k.candidate.window_end in complete]
+    return [k for k in candidates if k.candidate.critical or k.candidate.window_end in complete
+            or (k.resource_type, k.resource, k.candidate.window_end) in heard]
 
 
 def open_broker_tps(open_rows: pl.DataFrame, windows: WindowsConfig) -> dict[tuple, dict[str, float]]:

@@ -164,3 +164,65 @@ def test_sweep_case_9_a_restarted_fast_path_keeps_a_storm_s_figures_within_its_l
     again, = fast(minute("broker-b"), t0 + dt.timedelta(seconds=72))
     assert (again["basis"], again["limit_qps"], again["version"] % 10) == ("preliminary", qps, 2)
     assert figures(again["broker_limits"]) == {"broker-a": qps / 2, "broker-b": qps / 2, ANY_BROKER: qps / 2}
+
+
+def test_sweep_case_186_a_surge_whose_carriers_all_reported_is_limited_before_the_census_completes():
+    """Sweep case 186: cart-audit surges on broker-b alone (2.7x its baseline of 272.5 msg/s, 199 of its sends
+    refused as busy). broker-b's stats land first; broker-a and broker-c, which carry none of it, land 10 s later.
+    A distressed surge is not critical: its first cut is bounded by ``max_cut_pct`` of the observed rate, so it
+    waited for the census (limited 119 s after onset, the pipeline's fastest 108.9 s). Every broker that carried it
+    in the earlier open window has reported (``open_split.topics_heard``): it is limited on broker-b's stats, the
+    whole limit on broker-b (the brokers still to report hold none of it: they carry none), bounded by the
+    breaker's burst (0.7 x broker-b's busy writes less the other topics'); a topic whose earlier carrier has not
+    reported still waits."""
+    from pipelines import columns
+    from pipelines.decide.arrow import from_rows
+    from pipelines.decide.fast import OpenRows, decide_fast, prepare_fast
+    from pipelines.decide.inputs import FastInputs, LockedInputs
+    from pipelines.sim.windows import FAILURE, OpenWindows
+
+    t0 = dt.datetime(2026, 1, 5, 6, 11, tzinfo=UTC)    # the window before the surge's first whole one
+    brokers = ("broker-a", "broker-b", "broker-c")
+    minute = dt.timedelta(minutes=1)
+    finals = [t0 - minute * i for i in range(10, 0, -1)]
+    topic_history = from_rows([{"window_start": s, "window_end": s + minute, "topic": "cart-audit", "put_tps": 272.5,
+                                "brokers_reporting": 1, "failures": 0, "busy_failures": 0, "failures_by_class": None,
+                                "failure_rate": 0.0, "rate_limited": 0, "limit_qps": None} for s in finals],
+                              columns.GOLD_TOPIC_TPS)
+    broker_history = from_rows([{"window_start": s, "window_end": s + minute, "broker": b, "put_tps": 300.0,
+                                 "broker_put_tps": 300.0, "topics": 2, "failures": 0, "busy_failures": 0,
+                                 "failures_by_class": None} for s in finals for b in brokers], columns.GOLD_BROKER_TPS)
+
+    def stats(start, broker, cart):
+        at = start + dt.timedelta(seconds=59)
+        out = [(at, broker, "other", None, "TOPIC_PUT_NUMS", 60 * 25)]
+        if cart:
+            out.append((at, broker, "cart-audit", None, "TOPIC_PUT_NUMS", int(60 * cart)))
+        return out + [(at, broker, None, None, "BROKER_PUT_NUMS", int(60 * (cart + 25)))]
+
+    def run(earlier_carriers):
+        opened, memory = OpenWindows(60, 120), OpenRows()
+
+        def fast(events, now):
+            rows, dicts = opened.batch_rows(events)
+            inputs = FastInputs(open_rows=rows, topic_history=topic_history, broker_history=broker_history,
+                                open_dicts=dicts)
+            locked = LockedInputs(policy_state=from_rows([], columns.POLICY_STATE),
+                                  latest_limits=from_rows([], columns.GOLD_LIMITS))
+            accepted, refused = decide_fast(prepare_fast(inputs, memory, CFG), locked, CFG, now, origin="fast:1")
+            assert refused.num_rows == 0
+            return accepted.to_pylist()
+
+        # the window before: every broker reported, the topic on its carriers at its normal rate
+        assert fast([e for b in brokers for e in stats(t0, b, 272.5 if b in earlier_carriers else 0)],
+                    t0 + minute + dt.timedelta(seconds=20)) == []
+        t1 = t0 + minute
+        busy = [(t1 + dt.timedelta(seconds=5), "broker-b", "cart-audit", None, FAILURE + "TIMEOUT_CLEAN_QUEUE", 199),
+                (t1 + dt.timedelta(seconds=5), "broker-b", "other", None, FAILURE + "TIMEOUT_CLEAN_QUEUE", 461)]
+        return fast(busy + stats(t1, "broker-b", 732.4), t1 + minute + dt.timedelta(seconds=12))
+
+    got, = run({"broker-b"})
+    assert (got["resource"], got["basis"], got["action"]) == ("cart-audit", "preliminary", "set")
+    assert round(got["limit_qps"], 1) == 505.2 and "bounded to 505.2 msg/s by the breaker's burst" in got["reason"]
+    assert listed(figures(got["broker_limits"])) == {"broker-b": got["limit_qps"]}
+    assert run({"broker-b", "broker-c"}) == []   # broker-c carried it and has not reported: the census decides
