@@ -7,7 +7,7 @@ group is not under a limit (:func:`limited_groups`). The final windows' reading 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import polars as pl
 
@@ -20,6 +20,30 @@ def limited_groups(limited: Collection[str]) -> frozenset[str]:
     """``"<resource_type>\\x1f<resource>"`` keys of the resources under a limit (the final path's ``limited``,
     :func:`pipelines.decide.windows.resource_traffic`) → the consumer groups among them."""
     return frozenset(name for kind, _sep, name in (key.partition("\x1f") for key in limited) if kind == "group")
+
+
+def logged_puts(rows: Iterable[dict]) -> dict[tuple, float]:
+    """Open-window rows (dicts) → per ``(window_start, broker)`` the puts whose refusals the producers log: the
+    broker row's ``puts`` less the retry topics' (``%RETRY%<group>``, per broker from their ``broker_amounts``:
+    consumers' send-backs and their clients' fallback sends, whose refusals leave no line), the numerator of
+    :func:`~pipelines.decide.facts.acceptance` as :func:`pipelines.decide.windows.broker_acceptance` reads it on the
+    final windows (sweep case 131). A retry topic's row without ``broker_amounts`` (the gate's light rows,
+    :data:`pipelines.decide.fast.OpenRows.LIGHT`) counts its puts against every broker of its window: a lower bound
+    of each broker's logged puts, so the gate (:func:`pipelines.decide.preliminary.rules_that_may_fire`) reads at
+    least the retry traffic the rule reads."""
+    puts: dict[tuple, float] = {}
+    unlogged: dict[tuple, float] = {}
+    anywhere: dict = {}
+    for r in rows:
+        if r["resource_type"] == "broker":
+            puts[(r["window_start"], r["resource"])] = r["puts"] or 0
+        elif r["resource_type"] == "topic" and (r["resource"] or "").startswith(rmq.RETRY_TOPIC_PREFIX):
+            if "broker_amounts" not in r:
+                anywhere[r["window_start"]] = anywhere.get(r["window_start"], 0) + (r["puts"] or 0)
+                continue
+            for broker, amount in dict(r["broker_amounts"] or {}).items():
+                unlogged[(r["window_start"], broker)] = unlogged.get((r["window_start"], broker), 0) + (amount or 0)
+    return {k: max(v - unlogged.get(k, 0) - anywhere.get(k[0], 0), 0) for k, v in puts.items()}
 
 
 def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], seconds: int,
@@ -46,9 +70,11 @@ def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], seconds: int
     rows = open_rows.filter(in_windows & (
         (pl.col("resource_type") == "group") | ((pl.col("resource_type") == "topic")
                                                 & pl.col("resource").str.starts_with(rmq.RETRY_TOPIC_PREFIX))))
-    accepted = {(r[0], r[1]): acceptance(r[2] or 0, r[3] or 0) for r in open_rows.filter(
-        in_windows & (pl.col("resource_type") == "broker")).select(
-        "window_start", "resource", "puts", "busy_failures").iter_rows()}
+    current = open_rows.filter(in_windows & pl.col("resource_type").is_in(["broker", "topic"]))
+    logged = logged_puts(current.select("window_start", "resource_type", "resource", "puts", "broker_amounts")
+                         .iter_rows(named=True))
+    accepted = {(r[0], r[1]): acceptance(logged[(r[0], r[1])], r[2] or 0) for r in current.filter(
+        pl.col("resource_type") == "broker").select("window_start", "resource", "busy_failures").iter_rows()}
     sent: dict[tuple, dict] = {}
     sent_back: dict[tuple, float] = {}
     for r in rows.select("window_start", "resource_type", "resource", "broker_amounts").iter_rows(named=True):

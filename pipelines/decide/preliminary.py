@@ -40,7 +40,7 @@ from pipelines.decide.rules import (
     shows_demand, unlimited, with_retry_traffic,
 )
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
-from pipelines.decide.open_retry import groups_heard, limited_groups, open_retry_traffic
+from pipelines.decide.open_retry import groups_heard, limited_groups, logged_puts, open_retry_traffic
 
 #: ``resource_type`` of the census row of a window (:func:`pipelines.dataplane.transforms.fast.open_window_sums`).
 CLUSTER = "cluster"
@@ -130,12 +130,14 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
     nothing. Rates are per ``windows.length_seconds``; ``limited``: as :func:`preliminary_anomalies`'."""
     length = windows.length_seconds
     topics, brokers, retries, out, accepted, sent_back, retry_puts = {}, {}, {}, set(), {}, {}, {}
+    rows = list(rows)
+    logged = logged_puts(rows)
     for r in rows:
         kind = r["resource_type"]
         if kind == "broker":
             if busy_fires(r["busy_failures"] or 0, cfg):
                 out.add(Rule.BUSY)
-            share = acceptance(r["puts"] or 0, r["busy_failures"] or 0)
+            share = acceptance(logged[(r["window_start"], r["resource"])], r["busy_failures"] or 0)
             accepted[r["window_start"]] = min(share, accepted.get(r["window_start"], 1.0))
             writes = rate(r["broker_puts"] if r["broker_puts"] is not None else r["puts"], length)
             brokers.setdefault(r["resource"], []).append((r["window_start"], writes))

@@ -445,3 +445,32 @@ def test_a_broker_silent_in_every_open_window_is_not_waited_for_by_the_census():
     now = pre.preliminary_anomalies(storm, *none, ["broker-a", "broker-b"], W, D, group_history=quiet)
     retry, = now.filter(pl.col("anomaly") == "RUNAWAY_RETRY").to_dicts()
     assert retry["resource"] == "g" and retry["detail"].endswith("2 of 2 expected brokers reported]")
+
+
+def test_sweep_case_131_a_busy_broker_s_acceptance_leaves_out_the_retry_topics_whose_refusals_leave_no_line():
+    """Sweep case 131: seven storms on three brokers; the last, cache-user-consumer, sends back 92 msg/s on broker-c
+    alone, which accepts 2 % of every send. Its producers logged 498 busy failures a second beside 11 puts, and the
+    retry topics of the storms put 65 a second more: the consumers' send-backs and fallback sends, whose refusals
+    leave no line. Read with those puts, broker-c accepted 0.13 of its sends and the storm's 5.9 msg/s admitted
+    meant 45 msg/s, under the 50 msg/s floor: limited a window later, 162 s after onset. Its producers' own puts and
+    failures read 0.022: 273 msg/s, and the storm fires on the open window."""
+    from pipelines.decide import preliminary as pre
+    from pipelines.decide.arrow import micros
+    from pipelines.sim.windows import FAILURE, OpenWindows
+
+    start = win(1)[0]
+    per_minute = lambda tps: int(round(tps * 60))  # noqa: E731
+    events = [(start, "broker-c", "audio-audit", None, "TOPIC_PUT_NUMS", per_minute(11.0)),
+              (start, "broker-c", "audio-audit", None, FAILURE + "TIMEOUT_CLEAN_QUEUE", per_minute(498.0)),
+              (start, "broker-c", "orders", "g", "GROUP_GET_NUMS", per_minute(120.0)),
+              (start, "broker-c", "orders", "g", "SNDBCK_PUT_NUMS", per_minute(2.1)),
+              (start, "broker-c", "%RETRY%g", None, "TOPIC_PUT_NUMS", per_minute(5.9)),
+              (start, "broker-c", "%RETRY%other", None, "TOPIC_PUT_NUMS", per_minute(59.1))]
+    rows = pl.from_arrow(OpenWindows(60, 120).batch(events))
+    window = rows.filter(pl.col("resource_type") == "group")["window_start"][0]
+    traffic, admitted = pre.open_retry_traffic(rows, [micros(window)], 60)
+    assert round(admitted[window, "g"], 1) == 5.9
+    assert round(traffic[window, "g"]) == 273      # 5.9 / (11 / 509); 45 through 76 / 574 = 0.13
+    history = empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS)
+    got = pre.preliminary_anomalies(rows, *history, ["broker-c"], W, D).to_dicts()
+    assert [(r["anomaly"], r["resource"]) for r in got if r["anomaly"] == "RUNAWAY_RETRY"] == [("RUNAWAY_RETRY", "g")]
