@@ -38,6 +38,9 @@ What the clients do with a rejection (``SYSTEM_BUSY``, code 2, from the queue's 
   seconds later and succeeds, so it leaves the process queue and does not hold the pulls back (its consumption
   does not fall; its send-back demand stays the World's share of what it consumes).
 
+**Pulsed producers** (issue 49, ``pulse_period_seconds`` > 0): a surging topic's demand in pulses
+(:mod:`pipelines.sim.pulses`).
+
 Not modelled: the retry topic's delay levels (a re-put lands in the same minute, as in :mod:`pipelines.sim.traffic`),
 producers giving up under ``sendMsgTimeout``, queue capacity overflow (``[OVERLOAD]``), Sohu's default per-resource
 limits (``sendMsgRateLimitQps``; a resource without a record is unlimited here).
@@ -54,6 +57,7 @@ from pydantic import Field
 
 from pipelines.config import ConfigSection
 from pipelines.sim import broker_model as bm
+from pipelines.sim.pulses import Pulses
 from pipelines.sim.spec import Incident, ScenarioSpec
 from pipelines.sim.ticks import SendQueues, TokenBuckets
 from pipelines.sim.traffic import build_traffic
@@ -68,6 +72,8 @@ class ClientConfig(ConfigSection):
     #                                                                     lost when all of its retry traffic is lost
     rejection_log_share: float = Field(default=1.0, ge=0, le=1)  # a producer's limiter rejections that leave a line
     log_lines_per_minute: int = Field(default=0, ge=0)  # at most this many lines per topic, broker and minute (0: all)
+    pulse_period_seconds: int = Field(default=0, ge=0)  # a surging topic's producers send in pulses this often (0: no)
+    pulse_on_seconds: int = Field(default=0, ge=0)  # each pulse lasts this long (whole seconds, <= the period)
 
 
 @dataclass
@@ -177,6 +183,13 @@ class ClosedLoopCluster:
         # per pair: the sends its limiter rejected (RATE_LIMITED, whole sends) and the tick of the last (-1: none)
         self.limiter_count, self.limiter_last_tick = np.zeros(L, dtype=np.int64), np.full(L, -1, dtype=np.int64)
         self._limiter_sum = np.zeros(L)
+        self.apply_pulses()
+
+    def apply_pulses(self) -> None:
+        """The pulsed producers of the clients' ``pulse_*`` settings (:class:`pipelines.sim.pulses.Pulses`);
+        ``pulse_off``: per second of the run, a pulsed producer between its pulses."""
+        self.pulses = Pulses.of(self)
+        self.pulse_off = self.pulses.off
 
     # --- set-up ------------------------------------------------------------------------------------------------------
     def broken(self, group: str) -> np.ndarray:
@@ -274,10 +287,11 @@ class ClosedLoopCluster:
         this minute's arrivals do not fill. Then :meth:`_tick` would admit every request and leave the queue empty;
         this adds the same amounts to the same totals (the same float additions in the same order) and returns True.
         Otherwise returns False and changes nothing."""
-        if self._limited or self.pending.any() or not self.buckets.at_rest or self.queues.queue.any():
-            return False
         k, tpm = self.k, self.ticks_per_minute
         m = k // tpm
+        if self._limited or self.pending.any() or not self.buckets.at_rest or self.queues.queue.any() or \
+                self.pulses.minute[m]:
+            return False
         if self._clean is None or self._clean[0] != m:
             demand = self._demand_dt[:, m] + 0.0  # x[:, 0] of a tick with nothing pending
             x = np.zeros_like(self.pending)
@@ -300,7 +314,7 @@ class ClosedLoopCluster:
         k, dt_s, tpm = self.k, self.dt, self.ticks_per_minute
         m, sec = k // tpm, int(k * dt_s + 1e-9)
         x = self.pending
-        x[:, 0] += self._demand_dt[:, m]
+        x[:, 0] += self.pulses.demand(k, self._demand_dt[:, m])
         total = x.sum(axis=1)
         passed = self.buckets.admit(total, self.limit, self.burst, self.open_ticks, dt_s, self._prepared)
         arrivals = np.bincount(self.pair_broker, passed * self.work[:, m], minlength=len(self.brokers))

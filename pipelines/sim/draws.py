@@ -45,6 +45,16 @@ LONG_FIRST_MINUTES = (18, 24)
 LONG_FIRST_STREAM = zlib.crc32(b"recurring_surge_long_first")
 
 
+#: Pulsed producers (issue 49, :func:`_draw_pulses`): drawn for this share of the cases with a surge whose
+#: refusals reach the governor, from a stream of their own, ``default_rng([seed, PULSE_STREAM])``, so a case's other
+#: draws do not move; a pulse every :data:`PULSE_PERIODS` seconds, lasting 6 s to half the period (at 6 s or more the
+#: tokens a pulse finds saved, one second's, add at most a sixth to what its limit admits in it).
+PULSE_SHARE = 0.5
+PULSE_PERIODS = (15, 20, 30)
+PULSE_MIN_ON_SECONDS = 6
+PULSE_STREAM = zlib.crc32(b"pulsed_producers")
+
+
 @dataclass(frozen=True)
 class Case:
     """One drawn closed loop: ``kind`` (:data:`KINDS`), the spec's fields (``spec``, of the scenario
@@ -92,10 +102,32 @@ def draw(seed: int, bcfg=None, clusters: dict | None = None) -> Case:
         if premise(case, bcfg, cluster) is None:
             hosts = tuple(sorted({b for c in (cluster.incident.causes if cluster.incident else ()) for b in c.brokers}))
             case = replace(case, hosts=hosts, irregular=_draw_world(case, rng, cluster))
+            case = _draw_pulses(case, cluster)
             if clusters is not None:
                 clusters[seed] = cluster
             return case
     raise RuntimeError(f"case {seed}: no {kind} holding its premise in 50 draws")
+
+
+def _draw_pulses(case: Case, cluster) -> Case:
+    """``case`` with pulsed producers (:class:`pipelines.sim.cluster.ClientConfig` ``pulse_*``; ``cluster``'s set up
+    to match) for :data:`PULSE_SHARE` of the cases with a surge cause whose limiter refusals all reach the governor:
+    the producers log every one (share 1, no throttle). A pulsed surge at a limit between its mean and its pulses'
+    rate is refused in every pulse while its minute's admitted rate stays under the cap: only the refusals tell the
+    limit still binds (mutation p01 leaves them out). Where the refusals are sampled, throttled or unlogged, no minute
+    line tells such a surge from a fixed one (the limiter's own view is read only when a limit is published), so
+    none is drawn there (docs/backtest.md §6.4: a gap of the observation, not of the policy)."""
+    causes = cluster.incident.causes if cluster.incident is not None else ()
+    told = case.clients.get("rejection_log_share") == 1.0 and case.clients.get("log_lines_per_minute") == 0
+    rng = np.random.default_rng([case.seed, PULSE_STREAM])
+    if not any(cz.kind == "surge" for cz in causes) or not told or rng.random() >= PULSE_SHARE:
+        return case
+    period = int(rng.choice(PULSE_PERIODS))
+    pulse = {"pulse_period_seconds": period,
+             "pulse_on_seconds": int(rng.integers(PULSE_MIN_ON_SECONDS, period // 2 + 1))}
+    cluster.clients = cluster.clients.model_copy(update=pulse)
+    cluster.apply_pulses()
+    return replace(case, clients={**case.clients, **pulse})
 
 
 def _draw_world(case: Case, rng: np.random.Generator, cluster) -> dict[str, Any]:

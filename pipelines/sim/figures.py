@@ -5,7 +5,8 @@ Figures that do not depend on how long the run is (times UTC, simulated; per sec
 
 * ``onset_to_limit_in_force`` (s): first storm second → the first limit on a culprit resource in force at a broker.
 * ``culprit_admitted_over_target``: what the culprit's buckets admitted, summed over brokers, ÷ the decided target
-  (the record's cluster-wide ``limit_qps``), over the seconds after containment while the cause persists.
+  (the record's cluster-wide ``limit_qps``), over the seconds after containment while the cause persists, but for
+  the gaps between a pulsed producer's pulses (:mod:`pipelines.sim.pulses`; ``_with_pulse_gaps`` kept beside).
 * ``bystander_rejected_per_minute_before`` / ``_after`` (rejected attempts per storm minute of the other resources
   on the culprit's brokers, before and after containment, all episodes together) and
   ``bystander_after_pct_of_before``; per episode of the cause, ``bystander_after_pct_of_before_episode_<k>``
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from pipelines.sim.pulses import sending_nothing
 from pipelines.sim.truth import (  # noqa: F401 (the ground truth, importable from here as before)
     FIX_TO_LIFT_MAX_MIN, SAME_VALUE_REL, STORMS, TARGET_RATIO, _changes, _seconds, causes, in_force_spans, judge_causes,
     onset_clock, restart_times, truth, unseen_lift, value_events,
@@ -165,7 +167,8 @@ def compute(result, baseline=None) -> Figures:
         # the culprits' admitted rate against the decided (cluster-wide) target: from complete containment (every
         # carrier applies its share; before issue 49's apply delays, from the first limit in force, kept beside),
         # without a broker restart's gap (its limiter forgot: not a decision)
-        first = active & limited & (sec >= (contain if contain is not None else n))
+        gaps_s = sending_nothing(c)  # and without a pulsed producer's gaps between pulses (nothing sent to admit)
+        first = active & limited & ~gaps_s & (sec >= (contain if contain is not None else n))
         episode_complete = np.zeros(n, dtype=bool)  # each episode from its own complete containment (the loop below)
         rb, ra = per_minute(before), per_minute(after_b)
         old_rejected = c.second_rejected[:, on_hosts].sum(axis=1)
@@ -236,9 +239,11 @@ def compute(result, baseline=None) -> Figures:
         # the first limit in force (before issue 49's apply delays)
         after = first & episode_complete
         after_first_episode = first & (sec >= (contain_all if contain_all is not None else n)) & ~gap_mask
+        with_gaps = (first | (gaps_s & active & limited)) & episode_complete  # before issue 49's pulsed producers
         for name, mask in (("culprit_admitted_over_target", after),
                            ("culprit_admitted_over_target_from_first_complete_containment", after_first_episode),
-                           ("culprit_admitted_over_target_from_first_limit", first)):
+                           ("culprit_admitted_over_target_from_first_limit", first)) + (
+                ((("culprit_admitted_over_target_with_pulse_gaps", with_gaps),) if gaps_s.any() else ())):
             values[name] = (admitted[mask].sum() / target[mask].sum() if mask.any() else nan, "ratio", "incident")
         if after.any():
             minute = sec[after] // 60

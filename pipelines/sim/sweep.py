@@ -30,7 +30,11 @@ What varies (:func:`pipelines.sim.draws.draw`; issue 49 made the world irregular
   shipped twice, a broker whose stats stop, per-broker apply delays, a broker restart;
 * what the governor observes (issue 48, :func:`pipelines.sim.irregular.observation`, from a generator of its own so
   that a case's other draws stay as they were): the limiter's own view through the RocketMQ admin sink for about a
-  third of the cases (printed ``world limiter_view=True``), the file write-back alone for the rest.
+  third of the cases (printed ``world limiter_view=True``), the file write-back alone for the rest;
+* pulsed producers (:func:`pipelines.sim.draws._draw_pulses`, a generator of its own too): for half the cases with a
+  surge whose producers log every refusal, the surge's topic sends in pulses of 6 s to half the period every 15, 20
+  or 30 s while it is active (printed ``pulse_period_seconds``, ``pulse_on_seconds``), so a limit between its minute
+  rate and its pulses' refuses in each pulse while the minute admits well under the cap.
 
 Operators' overrides (issue 51) have their own cases, apart from these (``--kind overridden_storm``,
 :func:`pipelines.sim.overrides.draw_overridden`: a persisting storm with a drawn pin or exemption of its culprit,

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines.decide.words import Action
+from pipelines.sim.pulses import sending_nothing
 
 #: Scenarios whose culprit is a consumer group's retry traffic.
 STORMS = {"persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "intermittent_short",
@@ -255,7 +256,7 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     n, nan = c.T * 60, float("nan")
     restarts = restart_times(result)
     key = list(zip(c.pairs["resource_type"], c.pairs["resource"]))
-    out = {"changes": [], "lifts": [], "minutes": [], "fix_to_lift": [], "excluded": [], "relimits": [],
+    out = {"changes": [], "lifts": [], "minutes": [], "pulse_minutes": [], "fix_to_lift": [], "excluded": [], "relimits": [],
            "busy_minutes": [], "relimits_with_restarts": [], "lifts_unseen": [],
            "changes_with_unseen": []}
     run_end = c.start + pd.Timedelta(seconds=n)
@@ -334,6 +335,7 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
                 everywhere[lo:hi] = True
                 target[lo:hi] = float(max(recs.values(), key=lambda rec: rec.get("version") or 0)["limit_qps"])
         act = _seconds(result, cz.active)
+        between_pulses = sending_nothing(c)
         admitted = c.second_admitted[:, pairs].sum(axis=1)
         demand = c.demand[pairs].sum(axis=0)
         for m in range(c.T):
@@ -341,12 +343,20 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
             if act[sl].all() and everywhere[sl].all() and demand[m] >= np.mean(target[sl]):
                 # a carrier busy in the minute refused sends before its limiter saw them: not the limiter's figure
                 into = "busy_minutes" if on_carriers[m] else "minutes"
-                out[into].append((name, m, float(admitted[sl].sum() / target[sl].sum())))
+                sending = ~between_pulses[sl]  # a pulsed producer's seconds between pulses: nothing to admit
+                out[into].append((name, m, float(admitted[sl][sending].sum() / target[sl][sending].sum())))
+                if not sending.all():  # the figure with the pulses' gaps counted (before issue 49's pulses), beside
+                    out["pulse_minutes"].append(float(admitted[sl].sum() / target[sl].sum()))
     every = [r for _, _, r in out["minutes"] + out["busy_minutes"]]
     values["admitted_over_limit_minute_min_with_busy"] = (min(every) if every else nan, "ratio", "incident")
     details["admitted_over_limit_minute_min_with_busy"] = (
         f"{len(out['busy_minutes'])} limited minutes with a busy carrier left out of the judged ones (the figure "
         "before issue 49's squeeze: every limited minute)")
+    if out["pulse_minutes"]:
+        values["admitted_over_limit_minute_min_with_pulse_gaps"] = (min(out["pulse_minutes"]), "ratio", "incident")
+        details["admitted_over_limit_minute_min_with_pulse_gaps"] = (
+            f"{len(out['pulse_minutes'])} limited minutes of pulsed producers judged on the seconds they send; over "
+            "every second of those minutes (the gaps between pulses counted), the least")
     ratios = [r for _, _, r in out["minutes"]]
     values["admitted_over_limit_minute_min"] = (min(ratios) if ratios else nan, "ratio", "incident")
     values["admitted_over_limit_minute_max"] = (max(ratios) if ratios else nan, "ratio", "incident")

@@ -199,3 +199,37 @@ def test_the_cheap_clean_tick_leaves_every_total_as_the_full_tick_does(name, mon
         np.testing.assert_array_equal(getattr(cheap.rejections, field.name), getattr(full.rejections, field.name))
     assert cheap.k == full.k and sum(clean) > 100 and clean.count(False) > 100  # both paths taken
     assert (len(cheap.rejections.tick) > 0) == (name == "persisting_storm")
+
+
+def test_a_pulsed_producer_sends_each_minutes_demand_in_pulses_that_a_limit_refuses_under_its_cap():
+    """Pulsed producers (``ClientConfig.pulse_*``, issue 49, mutation p01): while the surge is active its topic's
+    demand arrives in the first 8 s of every 20 s at 2.5x the minute's rate and nothing between (``pulse_off``), the
+    minute's sum unchanged; the other pairs stay steady. A limit between the minute's rate and the pulses' refuses
+    in every pulse while the minute admits about 0.4 of the cap (only the refusals tell the limit binds); in the
+    pulses it admits the limit."""
+    roomy = pd.Series(100_000.0, index=["broker-a", "broker-b", "broker-c"])
+    pulsed = ClientConfig(pulse_period_seconds=20, pulse_on_seconds=8)
+    c = ClosedLoopCluster(spec(name="noisy_neighbour", minutes=8, onset_minute=3), clients=pulsed, capacity=roomy)
+    steady = ClosedLoopCluster(spec(name="noisy_neighbour", minutes=8, onset_minute=3), capacity=roomy)
+    (i,) = np.flatnonzero(c.pulses.pairs)
+    assert c.pairs.loc[i, "resource"] == c.incident.causes[0].resource
+    c.advance_to(c.start + pd.Timedelta(minutes=5))
+    steady.advance_to(steady.start + pd.Timedelta(minutes=5))
+    m, sec = 4, np.arange(240, 300)
+    on = sec % 20 < 8
+    np.testing.assert_array_equal(c.pulse_off[sec], ~on)
+    assert not c.pulse_off[:180].any()  # before the onset: steady
+    assert c.second_admitted[sec[~on], i].sum() == 0
+    assert c.second_admitted[sec[on], i] == pytest.approx(np.full(on.sum(), c.demand[i, m] * 20 / 8), rel=1e-9)
+    assert c.admitted[m, i].sum() == pytest.approx(steady.admitted[m, i].sum(), rel=1e-9)
+    others = np.flatnonzero(~c.pulses.pairs)
+    np.testing.assert_allclose(c.second_admitted[:300, others], steady.second_admitted[:300, others], rtol=1e-9)
+
+    cap = c.demand[i, 5] * 1.5  # over the minute's rate, under the pulses' 2.5x
+    c.set_limits(*limits(c, {i: cap}))
+    c.advance_to(c.start + pd.Timedelta(minutes=7))
+    m, sec = 6, np.arange(360, 420)
+    on = sec % 20 < 8
+    assert c.admitted[m, i].sum() / 60 < 0.6 * cap                 # under the 0.9 "at the cap" share by far
+    assert c.limiter_rejected[m, i].sum() > 0.3 * c.demand[i, m] * 60
+    assert c.second_admitted[sec[on], i].sum() / (on.sum() * cap) == pytest.approx(1.0, abs=0.2)

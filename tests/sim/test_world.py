@@ -334,3 +334,23 @@ def test_a_later_episodes_admitted_rate_is_judged_from_its_own_complete_containm
     assert f.value("culprit_admitted_over_target_from_first_complete_containment") > 1.5
     assert 0.95 <= f.value("culprit_admitted_over_target") <= 1.1
     assert next(ok for name, ok, _m in f.checks if name.startswith("cluster-wide admitted"))
+
+
+def test_a_pulsed_surge_is_drawn_where_every_refusal_is_logged_and_judged_on_the_seconds_it_sends():
+    """Pulsed producers (issue 49, mutation p01): sweep case 90's noisy neighbour sends in pulses of 7 s every 20 s
+    (a stream of its own: its other draws as without them); its producers log every refusal. Its limit, between the
+    surge's minute rate and its pulses', admits about half the cap a minute while refusing in each pulse; the
+    admitted checks judge the seconds its producers send (the limit is met there), and it passes. Case 129's noisy
+    neighbour logs none of its refusals: no minute line would tell its pulses under a limit from a fixed surge, so it
+    is drawn without pulses."""
+    from pipelines.sim import draws, sweep
+
+    case = draws.draw(90)
+    assert (case.clients["pulse_period_seconds"], case.clients["pulse_on_seconds"]) == (20, 7)
+    assert (case.clients["rejection_log_share"], case.clients["log_lines_per_minute"]) == (1.0, 0)
+    assert "pulse_period_seconds" not in draws.draw(129).clients
+    f = sweep.run(case)
+    assert 0.9 <= f.value("culprit_admitted_over_target") <= 1.25
+    assert f.value("culprit_admitted_over_target_with_pulse_gaps") < 0.5  # the gaps counted: kept beside
+    assert f.value("admitted_over_limit_minute_min") >= 0.75 > f.value("admitted_over_limit_minute_min_with_pulse_gaps")
+    assert all(ok for _name, ok, _m in f.checks), [m for _n, ok, m in f.checks if not ok]
