@@ -158,6 +158,8 @@ def test_sendback_acceptance_reads_the_least_refused_share_the_fallback_sends_ca
     assert sendback_acceptance(0.92, 3.3, 0.4) == 0.92
     assert sendback_acceptance(0.8, 20.0, 20.0) == 0.8
     assert sendback_acceptance(1.0, 76.0, 20.0) == pytest.approx(1 - FALLBACK_REFUSED_MAX)  # 2.8x: u ≈ 0.97, capped
-    frame = pl.DataFrame({"a": [0.92, 0.92, 0.8], "adm": [41.6, 3.3, 20.0], "sb": [18.4, 0.4, 20.0]})
+    few = sendback_acceptance(0.062, 25.5, 21.7)  # sweep case 118: 3.8 msg/s of fallback sends, at most 17.5 %
+    assert few == pytest.approx(1 - 3.8 / 21.7)    # refused, whatever the producers' 0.062 (pulsed, refused more)
+    frame = pl.DataFrame({"a": [0.92, 0.92, 0.8, 0.062], "adm": [41.6, 3.3, 20.0, 25.5], "sb": [18.4, 0.4, 20.0, 21.7]})
     got = frame.select(sendback_acceptance(pl.col("a"), pl.col("adm"), pl.col("sb")).alias("x"))["x"].to_list()
-    assert got == pytest.approx([storm, 0.92, 0.8])
+    assert got == pytest.approx([storm, 0.92, 0.8, few])

@@ -138,6 +138,31 @@ def test_a_storm_behind_throttled_busy_lines_is_read_through_its_fallback_sends_
     assert sum(r["tps"] / r["acceptance"] for r in rows) >= DetectionConfig().retry_floor_tps
 
 
+def test_a_groups_few_fallback_sends_bound_the_share_of_its_send_backs_refused_sweep_case_118():
+    """Sweep case 118 (``python -m pipelines.sim.sweep --case 118``), window 06:13: search-stream's producers send in
+    pulses (issue 49's pulsed producers) and broker-c refuses 94 % of their sends in each pulse (600 puts beside
+    9,030 logged busy failures: 0.062 accepted); the steady send-backs of search-payment-consumer, a consumer of it,
+    are refused only in the pulses. Its 25.5 msg/s admitted, 21.7 as send-backs, read through 0.062 were 409 msg/s
+    sent back: a runaway by the rule, limited, a false limit. Its fallback sends (3.8 msg/s, 0.175 of the
+    send-backs) say at most 17.5 % of them were refused (each refused send-back is sent again as a fallback): read
+    through at least 0.825, 31 msg/s, under the 50 msg/s floor."""
+    events = [
+        ("broker-c", "%RETRY%g", "g", "SNDBCK_PUT_NUMS", 1302),   # 21.7 msg/s sent back ...
+        ("broker-c", "%RETRY%g", None, "TOPIC_PUT_NUMS", 1530),   # ... 25.5 msg/s into the retry topic
+        ("broker-c", "orders", None, "TOPIC_PUT_NUMS", 600),
+        ("broker-c", "orders", None, "failure:TIMEOUT_CLEAN_QUEUE", 9030),
+    ]
+    assert sendback_acceptance(600 / 9630, 25.5, 21.7) == pytest.approx(1 - 3.8 / 21.7)
+    assert 25.5 / (1 - 3.8 / 21.7) < DetectionConfig().retry_floor_tps
+    # the traffic rows keep a group that may fire (its reading at the floor): this one cannot, so none is kept
+    assert [r for r in reduced(events)["traffic"].to_pylist() if r["resource"] == "g"] == []
+    # the same window with the send-backs refused as the producers' sends (fallback sends 2.1x the send-backs) is
+    # a storm behind the busy broker, read through the producers' 0.062 (the fallback sends: at most 0.17)
+    storm = [e if e[3] != "TOPIC_PUT_NUMS" or e[1] != "%RETRY%g" else (*e[:4], 1302 * 3.1) for e in events]
+    (row,) = [r for r in reduced(storm)["traffic"].to_pylist() if r["resource"] == "g"]
+    assert row["acceptance"] == pytest.approx(600 / 9630)
+
+
 def test_a_group_under_a_limit_is_read_through_its_brokers_acceptance_alone_sweep_case_13():
     """The rows of case 43's storm, the group under a limit: its fallback sends count its limiter's refusals too
     (the policy reads those, ``RetryStormLimit.refused_share``), so its rows read through the brokers' logged
