@@ -168,6 +168,16 @@ def sendback_acceptance(accepted, admitted, sent_back):
     return max(read, 1.0 - fallback / sent_back) if fallback > 0 and sent_back > 0 else read
 
 
+def newest_carriers(windows, before) -> frozenset:
+    """The brokers that carried a resource in the newest of ``windows`` (a mapping window → the brokers with its
+    traffic there) earlier than ``before`` and with a carrier; empty when none is. The fast path acts on an open
+    window not complete by census for a resource all of whose carriers there have reported: a topic's put rate
+    (:func:`pipelines.decide.open_split.topics_heard`), a consumer group's fallback sends
+    (:func:`pipelines.decide.open_retry.groups_heard`)."""
+    earlier = [w for w, brokers in windows.items() if w < before and brokers]
+    return frozenset(windows[max(earlier)]) if earlier else frozenset()
+
+
 def through_busy(admitted, accepted):
     """What was sent to a broker, from what it ``admitted`` (msg/s, or a count) and the share it accepted
     (:func:`acceptance`): a consumer group's retry traffic behind its busy broker, whose refused send-backs leave no

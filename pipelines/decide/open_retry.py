@@ -13,7 +13,9 @@ import polars as pl
 
 from pipelines import rocketmq as rmq
 from pipelines.decide.arrow import when
-from pipelines.decide.facts import acceptance, rate, retry_traffic, sendback_acceptance, through_busy
+from pipelines.decide.facts import (
+    acceptance, newest_carriers, rate, retry_traffic, sendback_acceptance, through_busy,
+)
 
 
 def limited_groups(limited: Collection[str]) -> frozenset[str]:
@@ -119,7 +121,7 @@ def groups_heard(open_rows: pl.DataFrame, earlier, reported: Mapping) -> dict:
         carried.setdefault(group, {}).setdefault(start, set()).update(brokers)
     out: dict = {}
     for start, group, _brokers in retry_rows(open_rows.filter(pl.col("window_start").is_in(partial))):
-        before = sorted((s, b) for s, b in carried.get(group, {}).items() if s < start and b)
-        if before and start in reported and before[-1][1] <= set(reported[start]):
+        last = newest_carriers(carried.get(group, {}), start)
+        if last and start in reported and last <= set(reported[start]):
             out.setdefault(start, set()).add(group)
     return {start: frozenset(groups) for start, groups in out.items()}

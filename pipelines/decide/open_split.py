@@ -132,16 +132,16 @@ def topics_heard(candidates: Iterable[Keyed], remembered, to_report: dict[dt.dat
     if remembered is None or not topics:
         return frozenset()
     frame = remembered if isinstance(remembered, pl.DataFrame) else pl.from_arrow(remembered)
-    carried: dict[str, list] = {}
+    carried: dict[str, dict] = {}  # topic → window end → its carriers there (a window's newest row)
     for r in frame.filter((pl.col("resource_type") == "topic") & pl.col("resource").is_in(sorted(topics))).select(
             "window_end", "resource", "broker_amounts").iter_rows(named=True):
         brokers = {b for b, v in dict(r["broker_amounts"] or {}).items() if v}
         if brokers:
-            carried.setdefault(r["resource"], []).append((naive(r["window_end"]), brokers))
+            carried.setdefault(r["resource"], {})[naive(r["window_end"])] = brokers
     out = set()
     for k in candidates:
         end = k.candidate.window_end
-        before = sorted(((e, b) for e, b in carried.get(k.resource, ()) if e < end), key=lambda x: x[0])
-        if k.resource_type == "topic" and before and end in to_report and not set(to_report[end]) & before[-1][1]:
+        last = facts.newest_carriers(carried.get(k.resource, {}), end)
+        if k.resource_type == "topic" and last and end in to_report and not set(to_report[end]) & last:
             out.add((k.resource_type, k.resource, end))
     return frozenset(out)

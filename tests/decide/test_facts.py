@@ -163,3 +163,16 @@ def test_sendback_acceptance_reads_the_least_refused_share_the_fallback_sends_ca
     frame = pl.DataFrame({"a": [0.92, 0.92, 0.8, 0.062], "adm": [41.6, 3.3, 20.0, 25.5], "sb": [18.4, 0.4, 20.0, 21.7]})
     got = frame.select(sendback_acceptance(pl.col("a"), pl.col("adm"), pl.col("sb")).alias("x"))["x"].to_list()
     assert got == pytest.approx([storm, 0.92, 0.8, few])
+
+
+def test_newest_carriers_are_those_of_the_newest_earlier_window_with_a_carrier():
+    """The one definition behind ``open_split.topics_heard`` and ``open_retry.groups_heard``: the brokers with the
+    resource's traffic in the newest window before the given one (a window without a carrier skipped)."""
+    from pipelines.decide.facts import newest_carriers
+
+    t = [dt.datetime(2026, 1, 5, 6, m) for m in range(4)]
+    windows = {t[0]: {"broker-a"}, t[1]: {"broker-a", "broker-b"}, t[2]: set()}
+    assert newest_carriers(windows, t[3]) == {"broker-a", "broker-b"}
+    assert newest_carriers(windows, t[1]) == {"broker-a"}
+    assert newest_carriers(windows, t[0]) == frozenset()
+    assert newest_carriers({}, t[3]) == frozenset()
