@@ -281,12 +281,12 @@ def _draw_compound(seed: int, kind: str, spec: dict, rng: np.random.Generator, b
     cap = probe.capacity.to_numpy(dtype=float)
     load = np.zeros((len(probe.brokers), probe.T))
     np.add.at(load, probe.pair_broker, probe.demand * probe.work)
-    load = load[:, :onset].mean(axis=1)
+    load = load[:, 1:onset].mean(axis=1)  # the minutes before the onset but the first: a broker's start, empty
     pairs = probe.pairs
     topic_rate = {}  # (broker index, topic) → msgs/s before the onset
     for i, (bname, rt, r) in enumerate(zip(pairs["broker"], pairs["resource_type"], pairs["resource"])):
         if rt == "topic":
-            topic_rate[(probe.brokers.index(bname), r)] = float(probe.demand[i, :onset].mean())
+            topic_rate[(probe.brokers.index(bname), r)] = float(probe.demand[i, 1:onset].mean())
     from pipelines.sim.world import build_world
     from pipelines.sim.spec import ScenarioSpec
 

@@ -225,7 +225,7 @@ def test_a_flash_sale_that_overloads_its_broker_by_itself_is_not_drawn_as_a_legi
     kind = str(rng.choice(list(draws.KINDS), p=np.array(list(draws.KINDS.values())) / sum(draws.KINDS.values())))
     first = draws._draw(66, kind, rng, None)
     assert kind == "surge_and_flash" and any(c[0] == "flash" for c in first.spec["causes"])
-    assert premise(first) == ("with the surge contained a broker's demand reaches 1.58x its capacity (the flash "
+    assert premise(first) == ("with the surge contained a broker's demand reaches 1.69x its capacity (the flash "
                                     "sale overloads it)")
     assert premise(draws.draw(66)) is None
 
@@ -307,12 +307,14 @@ def test_a_recurring_surge_of_a_mid_size_topic_is_limited_long_before_it_comes_b
     """Issue 49's mutation p12 (a topic's surge baseline fed with its limited windows) shows only for a surge limited
     for 16+ of the 30 windows of its baseline that comes back near the rule's factor: the baseline then holds the
     capped level (2x the rate before, more where a probe raised it) and the comeback is under 2.5x that on its busy
-    broker. Sweep cases 10 and 41 draw a mid-size topic surging 7.8x and 11.9x its rate (57.4 and 64.8 msg/s),
-    limited first for 23 and 22 minutes (a length from a stream of its own), and the run lasts 10 minutes after the
-    third episode; a small topic's surge (case 82: 160x) keeps three short episodes of the same length, as before."""
+    broker. Sweep cases 41 and 133 draw a mid-size topic surging 7-12x its rate, limited first for 22 minutes (a
+    length from a stream of its own), and the run lasts 10 minutes after the third episode; a small topic's surge
+    (case 82) keeps three short episodes of the same length, as before. (Case 10 was the other until the draw sized
+    surges on the minutes before the onset without the brokers' empty first one: its topics' rates rose, none
+    stays in the 7-12x band.)"""
     from pipelines.sim import draws
 
-    for seed, topic, first in ((10, 6, 23), (41, 3, 22)):
+    for seed, topic, first in ((41, 3, 22), (133, 3, 22)):
         case = draws.draw(seed)
         causes = case.spec["causes"]
         assert case.kind == "recurring_surge" and [c[1] for c in causes] == [topic] * 3
