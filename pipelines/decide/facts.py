@@ -153,17 +153,16 @@ def sendback_acceptance(accepted, admitted, sent_back):
     pulses were refused at 94 % in each pulse, the steady send-backs of a consumer group of the pulsed topic far
     less; 25.5 msg/s admitted, 3.8 of them fallback sends, read as 409 msg/s through the producers' 0.06 and limited
     as a runaway; 31 msg/s through 0.83). Numbers or expressions."""
+    fallback = admitted - sent_back
     if _expr(accepted, admitted, sent_back):
-        refused = pl.struct(fallback=admitted - sent_back, sent_back=sent_back).map_batches(
+        refused = pl.struct(fallback=fallback, sent_back=sent_back).map_batches(
             lambda s: pl.Series(_fallback_refused(s.struct.field("fallback").to_numpy().astype(float),
                                                   s.struct.field("sent_back").to_numpy().astype(float))),
             return_dtype=pl.Float64)
-        fallback = admitted - sent_back
         most = pl.when((fallback > 0) & (sent_back > 0)).then(fallback / sent_back).otherwise(None)
         read = pl.min_horizontal(accepted, 1.0 - refused.fill_nan(0.0).fill_null(0.0))
         return pl.max_horizontal(read, (1.0 - most).fill_null(0.0))
-    fallback = float(admitted - sent_back)
-    refused = float(_fallback_refused(np.array([fallback]), np.array([float(sent_back)]))[0])
+    refused = float(_fallback_refused(np.array([float(fallback)]), np.array([float(sent_back)]))[0])
     read = min(accepted, 1.0 - (0.0 if math.isnan(refused) else refused))
     return max(read, 1.0 - fallback / sent_back) if fallback > 0 and sent_back > 0 else read
 

@@ -186,10 +186,8 @@ class ClosedLoopCluster:
         self.apply_pulses()
 
     def apply_pulses(self) -> None:
-        """The pulsed producers of the clients' ``pulse_*`` settings (:class:`pipelines.sim.pulses.Pulses`);
-        ``pulse_off``: per second of the run, a pulsed producer between its pulses."""
+        """The pulsed producers of the clients' ``pulse_*`` settings (:class:`pipelines.sim.pulses.Pulses`)."""
         self.pulses = Pulses.of(self)
-        self.pulse_off = self.pulses.off
 
     # --- set-up ------------------------------------------------------------------------------------------------------
     def broken(self, group: str) -> np.ndarray:

@@ -116,7 +116,7 @@ def _draw_pulses(case: Case, cluster) -> Case:
     rate is refused in every pulse while its minute's admitted rate stays under the cap: only the refusals tell the
     limit still binds (mutation p01 leaves them out). Where the refusals are sampled, throttled or unlogged, no minute
     line tells such a surge from a fixed one (the limiter's own view is read only when a limit is published), so
-    none is drawn there (docs/backtest.md §6.4: a gap of the observation, not of the policy)."""
+    none is drawn there (docs/backtest.md §6.1: a gap of the observation, not of the policy)."""
     causes = cluster.incident.causes if cluster.incident is not None else ()
     told = case.clients.get("rejection_log_share") == 1.0 and case.clients.get("log_lines_per_minute") == 0
     rng = np.random.default_rng([case.seed, PULSE_STREAM])

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
+
+from pipelines.sim.spec import span_seconds
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,7 @@ class Pulses:
         pairs = np.array([rt == "topic" and r in spans for rt, r in key], dtype=bool)
         if not pairs.any():
             return none
-        active = np.zeros((int(pairs.sum()), n), dtype=bool)
-        for row, i in enumerate(np.flatnonzero(pairs)):
-            for a, b in spans[key[i][1]]:
-                lo = max(0, int((pd.Timestamp(a) - cluster.start).total_seconds()))
-                hi = min(n, int(np.ceil((pd.Timestamp(b) - cluster.start).total_seconds())))
-                active[row, lo:hi] = True
+        active = np.array([span_seconds(cluster.start, n, spans[key[i][1]]) for i in np.flatnonzero(pairs)])
         anywhere = active.any(axis=0)
         return cls(pairs, active, anywhere.reshape(cluster.T, 60).any(axis=1), anywhere & (np.arange(n) % period >= on),
                    cluster.dt, int(round(period / cluster.dt)), int(round(on / cluster.dt)), period / on)
@@ -74,7 +70,7 @@ class Pulses:
 
 
 def sending_nothing(cluster) -> np.ndarray:
-    """Per second of the run: a pulsed producer of a surging topic is between pulses and sends nothing (``off``; all
-    False without pulses, or for a cluster that has none: the Spark backtest's)."""
-    off = getattr(cluster, "pulse_off", None)
-    return off if off is not None else np.zeros(cluster.T * 60, dtype=bool)
+    """Per second of the run: a pulsed producer of a surging topic is between pulses and sends nothing
+    (:attr:`Pulses.off`; all False without pulses, or for a cluster that has none: the Spark backtest's)."""
+    pulses = getattr(cluster, "pulses", None)
+    return pulses.off if pulses is not None else np.zeros(cluster.T * 60, dtype=bool)

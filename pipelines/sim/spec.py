@@ -267,6 +267,18 @@ class Cause:
     brokers: tuple[str, ...] = ()
 
 
+def span_seconds(start, n: int, spans) -> np.ndarray:
+    """Per second of a run starting at ``start`` (UTC) and lasting ``n`` seconds: whether it is inside one of
+    ``spans`` (UTC ``[a, b)`` pairs; a span's first second from its start's whole second, its last up to the second
+    its end falls in)."""
+    mask = np.zeros(n, dtype=bool)
+    for a, b in spans:
+        lo = max(0, int((pd.Timestamp(a) - pd.Timestamp(start)).total_seconds()))
+        hi = min(n, int(np.ceil((pd.Timestamp(b) - pd.Timestamp(start)).total_seconds())))
+        mask[lo:hi] = True
+    return mask
+
+
 def broker_names(n: int) -> list[str]:
     """``broker-a`` … ``broker-z``, ``broker-aa`` … (spreadsheet-column letters)."""
     names: list[str] = []

@@ -15,6 +15,7 @@ import pandas as pd
 
 from pipelines.decide.words import Action
 from pipelines.sim.pulses import sending_nothing
+from pipelines.sim.spec import span_seconds
 
 #: Scenarios whose culprit is a consumer group's retry traffic.
 STORMS = {"persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "intermittent_short",
@@ -27,14 +28,8 @@ FIX_TO_LIFT_MAX_MIN = 8.0
 
 
 def _seconds(result, spans) -> np.ndarray:
-    """Per second of the run: inside one of ``spans``."""
-    c = result.cluster
-    mask = np.zeros(c.T * 60, dtype=bool)
-    for a, b in spans:
-        lo = max(0, int((a - c.start).total_seconds()))
-        hi = min(c.T * 60, int(np.ceil((b - c.start).total_seconds())))
-        mask[lo:hi] = True
-    return mask
+    """Per second of the run: inside one of ``spans`` (:func:`pipelines.sim.spec.span_seconds`)."""
+    return span_seconds(result.cluster.start, result.cluster.T * 60, spans)
 
 
 def in_force_spans(result) -> Iterator[tuple[int, int, dict]]:
@@ -256,7 +251,8 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     n, nan = c.T * 60, float("nan")
     restarts = restart_times(result)
     key = list(zip(c.pairs["resource_type"], c.pairs["resource"]))
-    out = {"changes": [], "lifts": [], "minutes": [], "pulse_minutes": [], "fix_to_lift": [], "excluded": [], "relimits": [],
+    out = {"changes": [], "lifts": [], "minutes": [], "pulse_minutes": [], "fix_to_lift": [], "excluded": [],
+           "relimits": [],
            "busy_minutes": [], "relimits_with_restarts": [], "lifts_unseen": [],
            "changes_with_unseen": []}
     run_end = c.start + pd.Timedelta(seconds=n)

@@ -203,7 +203,7 @@ def test_the_cheap_clean_tick_leaves_every_total_as_the_full_tick_does(name, mon
 
 def test_a_pulsed_producer_sends_each_minutes_demand_in_pulses_that_a_limit_refuses_under_its_cap():
     """Pulsed producers (``ClientConfig.pulse_*``, issue 49, mutation p01): while the surge is active its topic's
-    demand arrives in the first 8 s of every 20 s at 2.5x the minute's rate and nothing between (``pulse_off``), the
+    demand arrives in the first 8 s of every 20 s at 2.5x the minute's rate and nothing between (``pulses.off``), the
     minute's sum unchanged; the other pairs stay steady. A limit between the minute's rate and the pulses' refuses
     in every pulse while the minute admits about 0.4 of the cap (only the refusals tell the limit binds); in the
     pulses it admits the limit."""
@@ -217,8 +217,8 @@ def test_a_pulsed_producer_sends_each_minutes_demand_in_pulses_that_a_limit_refu
     steady.advance_to(steady.start + pd.Timedelta(minutes=5))
     m, sec = 4, np.arange(240, 300)
     on = sec % 20 < 8
-    np.testing.assert_array_equal(c.pulse_off[sec], ~on)
-    assert not c.pulse_off[:180].any()  # before the onset: steady
+    np.testing.assert_array_equal(c.pulses.off[sec], ~on)
+    assert not c.pulses.off[:180].any()  # before the onset: steady
     assert c.second_admitted[sec[~on], i].sum() == 0
     assert c.second_admitted[sec[on], i] == pytest.approx(np.full(on.sum(), c.demand[i, m] * 20 / 8), rel=1e-9)
     assert c.admitted[m, i].sum() == pytest.approx(steady.admitted[m, i].sum(), rel=1e-9)
