@@ -68,9 +68,11 @@ RULES: dict[Anomaly, RuleSpec] = {
         Anomaly.TRAFFIC_SURGE, ("topic", "broker"), EvidenceKind.MONOTONE, limited=("topic",),
         limits="a topic's puts, only while a broker carrying it is BROKER_BUSY (else an advisory record)",
         demand_evidence="the topic's cluster-wide TOPIC_PUT_NUMS against its limit; RATE_LIMITED failures of the "
-                        "topic; the carriers' health (BROKER_BUSY) for probing the limit upward",
-        config=("surge_factor", "surge_floor_tps", "baseline_windows", "baseline_min_windows", "baseline_quantile",
-                "critical_factor"),
+                        "topic; the carriers' health (BROKER_BUSY) for probing the limit upward, and a busy carrier "
+                        "hides the demand under the limit; firing, its puts on a busy broker read through the other "
+                        "writes that broker kept (crowding.crowded_demand)",
+        config=("surge_factor", "busy_surge_factor", "surge_floor_tps", "baseline_windows", "baseline_min_windows",
+                "baseline_quantile", "critical_factor"),
         source="article 001: one broker's writes rose about 8x",
         policy=SurgeLimit),
     Anomaly.BROKER_BUSY: RuleSpec(

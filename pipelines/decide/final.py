@@ -164,7 +164,9 @@ def prepare_final(inputs: FinalInputs, cfg: GovernorConfig, first_window: dt.dat
     anomalies = detect(topics, groups, brokers, to_polars(inputs.topic_history, columns.GOLD_TOPIC_TPS),
                        to_polars(inputs.broker_history, columns.GOLD_BROKER_TPS), windows, cfg.detection,
                        first_window=first_window, retry_traffic=retry_traffic, group_history=inputs.group_history,
-                       retry_admitted=retry_admitted)
+                       retry_admitted=retry_admitted, topic_brokers=traffic.filter(
+                           pl.col("resource_type") == "topic").select(
+                           "window_start", pl.col("resource").alias("topic"), "broker", "tps"))
     batch_windows = {start for start, _end, name in marks if name == "metrics"}
     grid = {end for _start, end, name in marks if name == "traffic"}
     if inputs.limiter_rejections is not None and inputs.limiter_rejections.num_rows:

@@ -40,6 +40,7 @@ from pipelines.decide.rules import (
     shows_demand, unlimited, with_retry_traffic,
 )
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
+from pipelines.decide.crowding import crowded_demand, open_topic_brokers
 from pipelines.decide.open_retry import groups_heard, limited_groups, logged_puts, open_retry_traffic
 
 #: ``resource_type`` of the census row of a window (:func:`pipelines.dataplane.transforms.fast.open_window_sums`).
@@ -168,7 +169,8 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
     up_to = None if until is None else when("window_start") <= micros(until)
     demand_rows = shows_demand(topic_history, cfg)
     topic_rows = demand_rows if up_to is None else up_to & demand_rows
-    if surge_may_fire(topics, topic_history, "topic", pl.col("put_tps"), cfg, cache, topic_rows):
+    if Rule.BUSY in out or surge_may_fire(topics, topic_history, "topic", pl.col("put_tps"), cfg,
+                                                         cache, topic_rows):  # or read through a crowded broker
         out.add(Rule.TOPIC_SURGE)
     if surge_may_fire(brokers, broker_history, "broker", broker_writes(), cfg, cache, up_to):
         out.add(Rule.BROKER_SURGE)
@@ -227,6 +229,12 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
             topics.select("window_start", "topic", "put_tps", "busy_failures"), on=["window_start", "topic"],
             how="inner").join(
             ends, on="window_start", how="inner")
+        if Rule.BUSY in rules:  # read through the brokers it crowds (each broker's minute lands whole; a carrier
+            # still to report leaves the topic's puts short, which takes a larger share of each heard broker's
+            # normal writes as its own: a smaller reading, never a larger one)
+            topic_base = topic_base.join(crowded_demand(
+                topic_base, open_topic_brokers(of("topic"), windows), brokers, broker_history, first_open,
+                windows, cfg), on=["window_start", "topic"], how="left")
         rows += traffic_surge(topic_base, "topic", "topic", cfg)
     if Rule.BROKER_SURGE in rules:
         broker_values = surge_values(broker_history, brokers, "broker", broker_writes())

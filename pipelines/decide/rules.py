@@ -32,6 +32,7 @@ from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import to_polars, when
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
+from pipelines.decide.crowding import crowded_demand
 from pipelines.decide import facts
 from pipelines.decide.facts import (
     TOLERANCE, busy_fires, per_second, rate, retry_fires, retry_may_fire, retry_ratio, severity, spike_fires, surge_fires,
@@ -192,22 +193,31 @@ def broker_writes() -> pl.Expr:
 def traffic_surge(rows: pl.DataFrame, resource_type: str, key: str, cfg: DetectionConfig) -> list[dict]:
     """Rows with ``window_start``, ``window_end``, ``key``, ``put_tps``, ``baseline_tps``, ``baseline_windows``
     (and ``busy_failures``, a topic's sends refused as busy: ``busy_surge_factor`` where they reach
-    ``busy_failures_floor``) → TRAFFIC_SURGE anomalies."""
+    ``busy_failures_floor``; and ``crowded_tps``, a topic's puts read through the brokers it crowds,
+    :func:`pipelines.decide.crowding.crowded_demand`: ``surge_factor`` on it) → TRAFFIC_SURGE anomalies."""
     busy = busy_fires(pl.col("busy_failures").fill_null(0), cfg) if "busy_failures" in rows.columns else pl.lit(False)
-    firing = rows.with_columns(busy.alias("_busy")).filter(
+    crowded = pl.col("crowded_tps") if "crowded_tps" in rows.columns else pl.lit(None, pl.Float64)
+    read = surge_fires(crowded, pl.col("baseline_tps"), cfg).fill_null(False)
+    firing = rows.with_columns(busy.alias("_busy"), crowded.alias("_crowded")).filter(
         (pl.col("baseline_windows") >= cfg.baseline_min_windows)
-        & surge_fires(pl.col("put_tps"), pl.col("baseline_tps"), cfg, pl.col("_busy")))
+        & (surge_fires(pl.col("put_tps"), pl.col("baseline_tps"), cfg, pl.col("_busy")).fill_null(False) | read))
     out = []
     for r in firing.iter_rows(named=True):
         put, base = r["put_tps"], r["baseline_tps"]
-        factor = number(put / base, 1) if base > 0 else "inf"
-        rule = cfg.busy_surge_factor if r["_busy"] else cfg.surge_factor
+        through = not surge_fires(put, base, cfg, r["_busy"])  # fired on the crowding alone
+        shown = r["_crowded"] if through else put
+        factor = number(shown / base, 1) if base > 0 else "inf"
+        rule = cfg.surge_factor if through or not r["_busy"] else cfg.busy_surge_factor
         where = f" (its sends refused as busy: {r['busy_failures']} in the window)" if r["_busy"] else ""
+        if through:
+            where = (f", {fixed(shown, 1)} msg/s read through the brokers it crowds (their other writes shrank "
+                     f"under their normal: a busy broker refuses every sender alike){where}")
         detail = (f"{resource_type} {r[key]} put {fixed(put, 1)} msg/s{where}, {factor}x its baseline of "
                   f"{fixed(base, 1)} msg/s (p{int(round(cfg.baseline_quantile * 100))} of the previous "
                   f"{r['baseline_windows']} windows; rule: >= {fixed(rule, 1)}x"
-                  f"{' on a busy broker' if r['_busy'] else ''} and >= {fixed(cfg.surge_floor_tps, 1)} msg/s)")
-        level = severity(put / max(base, TOLERANCE), rule, cfg)  # a zero baseline: TOLERANCE msg/s
+                  f"{' on a busy broker' if r['_busy'] and not through else ''} and >= "
+                  f"{fixed(cfg.surge_floor_tps, 1)} msg/s)")
+        level = severity(shown / max(base, TOLERANCE), rule, cfg)  # a zero baseline: TOLERANCE msg/s
         out.append(_row(r, resource_type, r[key], Anomaly.TRAFFIC_SURGE, put, base, level, detail))
     return out
 
@@ -279,13 +289,15 @@ def unlimited(topic_history: pl.DataFrame, cfg: DetectionConfig | None = None) -
 
 def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, topic_history: pl.DataFrame,
                  broker_history: pl.DataFrame, cfg: DetectionConfig,
-                 retry_traffic: dict[tuple, float] | None = None) -> frozenset[Rule]:
+                 retry_traffic: dict[tuple, float] | None = None,
+                 topic_brokers: pl.DataFrame | None = None) -> frozenset[Rule]:
     """The rules that can fire on a micro-batch of finalized windows (the arguments of :func:`detect`): a necessary
     condition of each, from the rows as dicts (a few polars operations instead of a few dozen; most micro-batches
     prove nothing). ``RUNAWAY_RETRY`` needs a group's retries summed over its topics (or its ``retry_traffic``,
     :func:`with_retry_traffic`) at ``retry_floor_tps``,
     ``BROKER_BUSY`` and ``FAILURE_SPIKE`` their floors, ``TRAFFIC_SURGE`` a window at its floor and factor
-    (:func:`surge_may_fire`). A rule left out would return nothing."""
+    (:func:`surge_may_fire`), or of a topic a busy broker where ``topic_brokers`` are given (a topic's puts read
+    through the brokers it crowds, :func:`~pipelines.decide.crowding.crowded_demand`). A rule left out would return nothing."""
     out = set()
     retries: dict = {}
     for r in groups.select("window_start", "consumer_group", "retry_tps").iter_rows():
@@ -309,7 +321,8 @@ def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFra
         writes = broker_put if broker_put is not None else put
         if writes is not None:
             broker_values.setdefault(broker, []).append((start, writes))
-    if surge_may_fire(topic_values, unlimited(topic_history, cfg), "topic", pl.col("put_tps"), cfg):
+    if (Rule.BUSY in out and topic_brokers is not None and topic_brokers.height) or surge_may_fire(
+            topic_values, unlimited(topic_history, cfg), "topic", pl.col("put_tps"), cfg):
         out.add(Rule.TOPIC_SURGE)
     if surge_may_fire(broker_values, broker_history, "broker", broker_writes(), cfg):
         out.add(Rule.BROKER_SURGE)
@@ -320,7 +333,8 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
            broker_history: pl.DataFrame, windows: WindowsConfig, cfg: DetectionConfig,
            first_window: dt.datetime | None = None, rules: frozenset[Rule] | None = None,
            retry_traffic: dict[tuple, float] | None = None, group_history=None,
-           retry_admitted: dict[tuple, float] | None = None) -> pl.DataFrame:
+           retry_admitted: dict[tuple, float] | None = None,
+           topic_brokers: pl.DataFrame | None = None) -> pl.DataFrame:
     """All rules over one micro-batch of finalized windows → ``gold/anomalies`` rows.
 
     Args:
@@ -333,6 +347,8 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
         group_history: earlier ``gold/group_tps`` rows, or a function returning them (:func:`consume_basis`).
         retry_admitted: what the brokers admitted of ``retry_traffic`` when that is read through their busy
             refusals (:func:`with_retry_traffic`); None: the same.
+        topic_brokers: the topics' puts per broker (``window_start``, ``topic``, ``broker``, ``tps``), for a
+            topic's demand read through the busy brokers it crowds (:func:`~pipelines.decide.crowding.crowded_demand`); None: not read.
     """
     if first_window is None:
         starts = [f["window_start"].min() for f in (topics, brokers) if f.height]
@@ -340,7 +356,8 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
             return anomalies_frame([])
         first_window = min(starts)
     if rules is None:
-        rules = rules_to_run(topics, groups, brokers, topic_history, broker_history, cfg, retry_traffic)
+        rules = rules_to_run(topics, groups, brokers, topic_history, broker_history, cfg, retry_traffic,
+                             topic_brokers)
     rows = []
     if Rule.RETRY in rules:
         retries = with_retry_traffic(group_retry(groups), retry_traffic, retry_admitted)
@@ -351,6 +368,8 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
         topic_values = surge_values(unlimited(topic_history, cfg), topics, "topic", pl.col("put_tps"), shown)
         topic_base = baselines(topic_values, "topic", first_window, windows, cfg, cfg.surge_floor_tps).join(
             topics.select(*WINDOW_KEYS, "topic", "put_tps", "busy_failures"), on=["window_start", "topic"], how="inner")
+        topic_base = topic_base.join(crowded_demand(topic_base, topic_brokers, brokers, broker_history, first_window,
+                                                    windows, cfg), on=["window_start", "topic"], how="left")
         rows += traffic_surge(topic_base, "topic", "topic", cfg)
     if Rule.BROKER_SURGE in rules:
         broker_values = surge_values(broker_history, brokers, "broker", broker_writes())

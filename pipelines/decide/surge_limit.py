@@ -64,6 +64,14 @@ class SurgeLimit(LimitPolicy):
             f"visible demand {demand:.1f} msg/s, {factor:.1f}x the baseline of {baseline:.1f} msg/s frozen with the "
             f"limit (rule: >= {det.surge_factor:.1f}x and >= {det.surge_floor_tps:.1f} msg/s)")
 
+    def view_hides_demand(self, obs: Observation) -> bool:
+        """The limiter's own view, or a carrier busy in the window (``obs.busy_brokers``): a busy broker fast-fails
+        part of what the limiter passed, and its producers' busy lines are thinned by their log throttle, so the
+        topic's admitted rate under the cap says nothing of its demand (sweep case 115: a surge of 1,033 msg/s
+        under a 335.5 msg/s limit, its carriers busy at 1.1x headroom, wrote about 0.9 of the cap, read as clear and
+        was lifted 5 minutes before its fix)."""
+        return obs.viewed or bool(obs.busy_brokers)
+
     def start(self, state: ResourceState, cand: Candidate,
               preliminary: tuple[dt.datetime, float, str] | None = None) -> Step:
         """A new limit (:meth:`LimitPolicy.start`) at most :meth:`burst_bound` of its candidate's window."""

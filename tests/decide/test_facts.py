@@ -176,3 +176,16 @@ def test_newest_carriers_are_those_of_the_newest_earlier_window_with_a_carrier()
     assert newest_carriers(windows, t[1]) == {"broker-a"}
     assert newest_carriers(windows, t[0]) == frozenset()
     assert newest_carriers({}, t[3]) == frozenset()
+
+
+def test_crowded_acceptance_is_the_share_a_busy_broker_kept_of_its_other_writes_sweep_case_115():
+    """Sweep case 115's broker-a: normal writes 250 msg/s, the surging topic's 127.9 of them; busy at 274.9 msg/s
+    with the topic at 233, its other writes 41.9 of 122.1: 0.343. A broker busy with others' load keeps them at or
+    above their normal: 1. No normal other writes: 1. Never below MIN_ACCEPTANCE. Numbers and expressions agree."""
+    assert facts.crowded_acceptance(274.9, 250.0, 233.0, 127.9) == pytest.approx(41.9 / 122.1)
+    assert facts.crowded_acceptance(600.0, 250.0, 233.0, 127.9) == 1.0
+    assert facts.crowded_acceptance(274.9, 250.0, 233.0, 250.0) == 1.0
+    assert facts.crowded_acceptance(233.0, 250.0, 233.0, 127.9) == facts.MIN_ACCEPTANCE
+    frame = pl.DataFrame({"w": [274.9, 600.0], "n": [250.0, 250.0], "p": [233.0, 233.0], "t": [127.9, 127.9]})
+    got = frame.select(facts.crowded_acceptance(pl.col("w"), pl.col("n"), pl.col("p"), pl.col("t")))
+    assert got.to_series().to_list() == pytest.approx([41.9 / 122.1, 1.0])

@@ -1015,6 +1015,24 @@ def test_the_limiters_view_hides_no_retry_demand_the_fallback_sends_count_sweep_
         == Status.CAPPED                              # a topic's limiter view: hidden, as before
 
 
+def test_a_surge_under_its_limit_on_a_busy_carrier_is_never_read_as_gone_sweep_case_115():
+    """Sweep case 115: pugc-content surging at 1,033 msg/s under a 335.5 msg/s limit on carriers with 1.1x headroom.
+    The busy brokers fast-failed part of what the limiter passed: it wrote 275-303 msg/s (0.82-0.9 of the cap),
+    and its producers' rejection lines, a tenth logged and throttled, added 5 msg/s. Read as clear, the limit was
+    lifted 5 minutes before the fix. A window under the limit whose carrier was busy hides the demand (capped); the
+    same window on healthy carriers is clear, as before."""
+    surge = policy_for("topic", P())
+    state = ResourceState("topic", "pugc-content", limit_qps=335.5, target_qps=335.5, limited_since=end(0),
+                          mode="enforce", baseline_tps=223.7)
+
+    def judged(busy):
+        return surge.judge(Observation(end(5), 275.3, 274, not busy, 335.5, busy_brokers=busy), state)
+
+    capped = judged(("broker-a", "broker-b"))
+    assert capped.status == Status.CAPPED and capped.detail.startswith("the demand hidden: 275.3 of 335.5 msg/s")
+    assert judged(()).status == Status.CLEAR
+
+
 def test_a_window_that_ran_above_its_limit_is_not_a_squeeze():
     """Issue 49's sweep cases 111 and 75: broker-a restarts and its limiter forgets the 56.6 msg/s retry limit for
     11 s; the storm floods it and the window (06:13 in case 111) shows 139.7 msg/s admitted, 2.5x the limit, with

@@ -3,6 +3,7 @@ against Spark's own ``percentile_approx``."""
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 
 import polars as pl
@@ -408,6 +409,71 @@ def test_a_topic_refused_as_busy_surges_at_the_busy_factor():
     gate = [rules.rules_to_run(now(put, busy), empty(columns.GOLD_GROUP_TPS), empty(columns.GOLD_BROKER_TPS),
                                history, empty(columns.GOLD_BROKER_TPS), D) for put, busy in ((200.0, 300), (200.0, 0))]
     assert rules.Rule.TOPIC_SURGE in gate[0] and rules.Rule.TOPIC_SURGE not in gate[1]
+
+
+def test_sweep_case_115_a_surge_its_busy_carriers_cap_is_read_through_the_writes_it_crowds_out():
+    """Sweep case 115: pugc-content (236 msg/s over broker-a and broker-b) surged 4.4x on carriers with 1.1x
+    headroom; they wrote it at 1.8x (233 + 198 msg/s), never the 2.5x busy factor, and its 398 busy lines were the
+    clients' log throttle, as every bystander's. Never limited. A busy broker refuses every sender alike, so the
+    other writes it kept (42 of 122 msg/s on broker-a, 2 of 74 on broker-b) are the share the topic kept of its
+    own: read through them it sent about 15x its baseline, and TRAFFIC_SURGE fires at ``surge_factor``. The same
+    topic at 1.8x on brokers busy with another resource's load (their other writes above their normal) reads
+    nothing through: no anomaly. The gate runs the rule on a busy broker once the per-broker puts are given."""
+    history = topic_series("pugc-content", [236.0] * 10)
+    normal = frame(columns.GOLD_BROKER_TPS, [(*win(i), b, w, None, 4, 0, 0, None)
+                                             for i in range(10) for b, w in (("broker-a", 250.0), ("broker-b", 182.0))])
+    now = frame(columns.GOLD_TOPIC_TPS, [(*win(10), "pugc-content", 431.0, 2, 398, 398, None, 0.0, 0)])
+    per_broker = pl.DataFrame({"window_start": [win(10)[0]] * 2, "topic": ["pugc-content"] * 2,
+                               "broker": ["broker-a", "broker-b"], "tps": [233.0, 198.0]},
+                              schema_overrides={"window_start": pl.Datetime("us", "UTC")})
+
+    def brokers(a, b):
+        return frame(columns.GOLD_BROKER_TPS, [(*win(10), "broker-a", a, None, 4, 600, 600, None),
+                                               (*win(10), "broker-b", b, None, 4, 600, 600, None)])
+
+    def detect(broker_rows, topic_brokers):
+        got = rules.detect(now, empty(columns.GOLD_GROUP_TPS), broker_rows, history, normal, W, D,
+                           topic_brokers=topic_brokers)
+        return got.filter(pl.col("anomaly") == "TRAFFIC_SURGE")
+
+    crowded = detect(brokers(274.9, 200.0), per_broker)
+    assert fired(crowded) == [("pugc-content", "TRAFFIC_SURGE", "critical")]
+    assert "read through the brokers it crowds" in crowded["detail"][0] and "rule: >= 4.0x" in crowded["detail"][0]
+    assert fired(detect(brokers(274.9, 200.0), None)) == []          # 1.8x on its own: under the busy 2.5x
+    assert fired(detect(brokers(600.0, 400.0), per_broker)) == []    # busy with others' load: nothing read through
+    gate = rules.rules_to_run(now, empty(columns.GOLD_GROUP_TPS), brokers(274.9, 200.0), history, normal, D,
+                              topic_brokers=per_broker)
+    assert rules.Rule.TOPIC_SURGE in gate
+
+
+def test_the_fast_path_reads_a_crowding_surge_as_the_final_path_does_sweep_case_115():
+    """Case 115's window on the fast path (the simulator's running sums): complete by census it fires as the final
+    path does, and so it does while broker-c (carrying none of it, 33 s late in the case) is still to report. With
+    broker-b's minute still to come, the topic's puts so far (233 msg/s, broker-a's) take all of broker-a's normal
+    writes but 14 msg/s as its own: nothing read through, nothing fires (1.0x)."""
+    from pipelines.decide import preliminary as pre
+    from pipelines.sim.windows import OpenWindows
+
+    start = win(10)[0]
+    events = []
+    for b, topic_tps, other_tps in (("broker-a", 233.0, 41.9), ("broker-b", 198.0, 2.0)):
+        events += [(start, b, "pugc-content", None, "TOPIC_PUT_NUMS", int(topic_tps * 60)),
+                   (start, b, "orders", None, "TOPIC_PUT_NUMS", int(other_tps * 60))]
+        events += [(start + dt.timedelta(seconds=s), b, "pugc-content", None, "failure:TIMEOUT_CLEAN_QUEUE", 1)
+                   for s in range(0, 60, 3)]
+    rows = pl.from_arrow(OpenWindows(60, 120).batch(events))
+    history = topic_series("pugc-content", [236.0] * 10)
+    normal = frame(columns.GOLD_BROKER_TPS, [(*win(i), b, w, None, 4, 0, 0, None)
+                                             for i in range(10) for b, w in (("broker-a", 250.0), ("broker-b", 182.0))])
+    got = pre.preliminary_anomalies(rows, history, normal, ["broker-a", "broker-b"], W, D)
+    surge = got.filter(pl.col("anomaly") == "TRAFFIC_SURGE")
+    assert fired(surge) == [("pugc-content", "TRAFFIC_SURGE", "critical")]
+    assert "read through the brokers it crowds" in surge["detail"][0]
+    waiting = pre.preliminary_anomalies(rows, history, normal, ["broker-a", "broker-b", "broker-c"], W, D)
+    assert fired(waiting.filter(pl.col("anomaly") == "TRAFFIC_SURGE")) == fired(surge)
+    heard_a = pl.from_arrow(OpenWindows(60, 120).batch([e for e in events if e[1] == "broker-a"]))
+    partial = pre.preliminary_anomalies(heard_a, history, normal, ["broker-a", "broker-b"], W, D)
+    assert partial.filter(pl.col("anomaly") == "TRAFFIC_SURGE").height == 0
 
 
 def test_a_broker_silent_in_every_open_window_is_not_waited_for_by_the_census():

@@ -1,0 +1,67 @@
+"""A surging topic read through the busy brokers it crowds (:func:`crowded_demand`), for ``TRAFFIC_SURGE``: a busy
+broker writes its capacity and fast-fails each request that waits too long, whoever sent it (apache/rocketmq
+``BrokerFastFailure``), so a topic whose own puts grew while the rest of its broker shrank sent about its puts ÷ the
+share the rest kept (:func:`pipelines.decide.facts.crowded_acceptance`). Its producers' busy lines cannot tell it:
+a client's log throttle keeps a few hundred a minute of each (issue 49's sweep case 115). The final path reads the
+final windows' per-broker puts (:func:`pipelines.decide.windows.per_broker_traffic`), the fast path the open
+windows' (:func:`open_topic_brokers`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+
+from pipelines.config import DetectionConfig, WindowsConfig
+from pipelines.decide.baselines import baselines, surge_values
+from pipelines.decide.facts import busy_fires, crowded_acceptance, rate
+
+
+def crowded_demand(topic_base: pl.DataFrame, topic_brokers: pl.DataFrame | None, brokers: pl.DataFrame,
+                   broker_history: pl.DataFrame, first_window: dt.datetime, windows: WindowsConfig,
+                   cfg: DetectionConfig) -> pl.DataFrame:
+    """A topic's demand read through the busy brokers it crowds: ``topic_base`` (``window_start``, ``topic``,
+    ``put_tps``, ``baseline_tps``: its cluster-wide puts and baseline, msg/s) with ``topic_brokers``
+    (``window_start``, ``topic``, ``broker``, ``tps``: its puts per broker) and the window's ``gold/broker_tps``
+    rows → ``window_start``, ``topic``, ``crowded_tps``: its puts, each busy broker's (``busy_failures_floor``)
+    divided by the :func:`~pipelines.decide.facts.crowded_acceptance` of that broker (its topics' puts,
+    ``put_tps``, against their surge baseline over its windows that were not busy; the topic's share of it taken
+    as its baseline times its share of its puts now). Empty without a busy broker, a broker baseline (fewer than
+    ``baseline_min_windows`` windows) or ``topic_brokers``."""
+    empty = pl.DataFrame(schema={"window_start": pl.Datetime("us", "UTC"), "topic": pl.String,
+                                 "crowded_tps": pl.Float64})
+    if topic_brokers is None or not topic_brokers.height or not brokers.height:
+        return empty
+    not_busy = ~busy_fires(pl.col("busy_failures").fill_null(0), cfg)
+    busy = brokers.filter(~not_busy).select("window_start", "broker", pl.col("put_tps").alias("_w"))
+    if not busy.height:
+        return empty
+    history = broker_history.filter(not_busy) if broker_history.height else broker_history
+    values = surge_values(history, brokers, "broker", pl.col("put_tps"), pl.when(not_busy).then(pl.col("put_tps")))
+    normal = baselines(values, "broker", first_window, windows, cfg).filter(
+        pl.col("baseline_windows") >= cfg.baseline_min_windows).select(
+        "window_start", "broker", pl.col("baseline_tps").alias("_n"))
+    rows = topic_brokers.join(busy, on=["window_start", "broker"], how="inner").join(
+        normal, on=["window_start", "broker"], how="inner").join(
+        topic_base.select("window_start", "topic", pl.col("put_tps").alias("_p"), pl.col("baseline_tps").alias("_b")),
+        on=["window_start", "topic"], how="inner").filter((pl.col("_p") > 0) & pl.col("_b").is_not_null())
+    if not rows.height:
+        return empty
+    share = crowded_acceptance(pl.col("_w"), pl.col("_n"), pl.col("tps"), pl.col("_b") * pl.col("tps") / pl.col("_p"))
+    return rows.group_by("window_start", "topic").agg(
+        (pl.col("_p").first() + (pl.col("tps") / share - pl.col("tps")).sum()).alias("crowded_tps"))
+
+
+def open_topic_brokers(topic_rows: pl.DataFrame, windows: WindowsConfig) -> pl.DataFrame:
+    """Open topic rows → ``window_start``, ``topic``, ``broker``, ``tps`` (its puts per broker so far, msg/s over
+    ``windows.length_seconds``) for :func:`crowded_demand`, as :func:`pipelines.decide.final.prepare_final` hands it
+    the final windows' (:func:`pipelines.decide.windows.per_broker_traffic`). Empty for the gate's light rows (no
+    ``broker_amounts``)."""
+    out = []
+    if "broker_amounts" in topic_rows.columns:
+        for r in topic_rows.select("window_start", "resource", "broker_amounts").iter_rows(named=True):
+            for b, v in sorted(dict(r["broker_amounts"] or {}).items()):
+                if v is not None:
+                    out.append((r["window_start"], r["resource"], b, rate(v, windows.length_seconds)))
+    return pl.DataFrame(out, schema={"window_start": topic_rows.schema["window_start"], "topic": pl.String,
+                                     "broker": pl.String, "tps": pl.Float64}, orient="row")
