@@ -36,7 +36,7 @@ What the clients do with a rejection (``SYSTEM_BUSY``, code 2, from the queue's 
   ``consume_drop_when_rejected`` × the share of its retry traffic lost (:mod:`pipelines.sim.admitted`). A working
   consumer's retries are transient failures: a message whose send-back is rejected is re-consumed locally five
   seconds later and succeeds, so it leaves the process queue and does not hold the pulls back (its consumption
-  does not fall; its send-back demand stays the World's share of what it consumes).
+  does not fall; it sends back the World's share of what it consumes, :mod:`pipelines.sim.consumers`).
 
 **Pulsed producers** (issue 49, ``pulse_period_seconds`` > 0): a surging topic's demand in pulses
 (:mod:`pipelines.sim.pulses`).
@@ -57,6 +57,7 @@ from pydantic import Field
 
 from pipelines.config import ConfigSection
 from pipelines.sim import broker_model as bm
+from pipelines.sim.consumers import Consumers
 from pipelines.sim.pulses import Pulses
 from pipelines.sim.spec import Incident, ScenarioSpec
 from pipelines.sim.ticks import SendQueues, TokenBuckets
@@ -184,6 +185,7 @@ class ClosedLoopCluster:
         self.limiter_count, self.limiter_last_tick = np.zeros(L, dtype=np.int64), np.full(L, -1, dtype=np.int64)
         self._limiter_sum = np.zeros(L)
         self.apply_pulses()
+        self.consumers = Consumers.of(self)
 
     def apply_pulses(self) -> None:
         """The pulsed producers of the clients' ``pulse_*`` settings (:class:`pipelines.sim.pulses.Pulses`)."""
@@ -290,6 +292,7 @@ class ClosedLoopCluster:
         if self._limited or self.pending.any() or not self.buckets.at_rest or self.queues.queue.any() or \
                 self.pulses.minute[m]:
             return False
+        self.consumers.reset()  # every request admitted: the consumers receive their whole demand
         if self._clean is None or self._clean[0] != m:
             demand = self._demand_dt[:, m] + 0.0  # x[:, 0] of a tick with nothing pending
             x = np.zeros_like(self.pending)
@@ -312,7 +315,7 @@ class ClosedLoopCluster:
         k, dt_s, tpm = self.k, self.dt, self.ticks_per_minute
         m, sec = k // tpm, int(k * dt_s + 1e-9)
         x = self.pending
-        x[:, 0] += self.pulses.demand(k, self._demand_dt[:, m])
+        x[:, 0] += self.pulses.demand(k, self.consumers.demand(self, k, self._demand_dt[:, m]))
         total = x.sum(axis=1)
         passed = self.buckets.admit(total, self.limit, self.burst, self.open_ticks, dt_s, self._prepared)
         arrivals = np.bincount(self.pair_broker, passed * self.work[:, m], minlength=len(self.brokers))

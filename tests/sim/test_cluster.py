@@ -86,6 +86,31 @@ def test_a_rejected_send_back_falls_back_to_a_plain_send_into_the_same_bucket():
     assert c.limiter_rejected[:, [ga, gb], 0].sum() > 0 and c.limiter_rejected[:, [ga, gb], 1:].sum() > 0
 
 
+def test_a_working_consumer_sends_back_a_share_of_what_it_consumes_not_of_the_demand():
+    """Issue 49's 5,000-case run, cases 2614 and 4494: a surging topic limited from 9,892 to 29.9 msg/s while its
+    consumer kept sending back 1 % of the demand (54.6 msg/s) beside 29.9 msg/s consumed, which read as a retry
+    storm and was limited. A working consumer consumes what the brokers admitted of its topics, and sends back its
+    share of that: with pugc-content limited to a quarter of its demand, the group's send-back demand falls to
+    about a quarter; the broken consumer of a storm re-consumes its failed messages and sends them back whatever
+    it receives (its demand stays the World's)."""
+    roomy = pd.Series(10_000.0, index=["broker-a", "broker-b", "broker-c"])
+
+    def sendbacks(name):
+        c = ClosedLoopCluster(spec(name=name), capacity=roomy)
+        topic = [pair(c, b, "topic", "pugc-content") for b in ("broker-a", "broker-b")]
+        m = 6
+        c.set_limits(*limits(c, {i: c.demand[i, m] / 4 for i in topic}))
+        c.advance_to(c.start + pd.Timedelta(minutes=m + 1))
+        group = np.flatnonzero((c.pairs["resource_type"] == "group") & (c.pairs["resource"] == GROUP))
+        return c.offered[m, group, 0].sum() / (c.demand[group, m].sum() * 60), \
+            c.admitted[m, topic].sum() / (c.demand[topic, m].sum() * 60)
+
+    sent, consumed = sendbacks("normal_day")
+    assert consumed == pytest.approx(0.25, rel=0.05) and sent == pytest.approx(consumed, rel=0.05)
+    sent, _ = sendbacks("persisting_storm")                                      # broken: the World's demand
+    assert sent == pytest.approx(1.0, rel=1e-6)
+
+
 @pytest.mark.parametrize("share, per_minute", [(1.0, 0), (0.1, 0), (0.0, 0), (1.0, 200)])
 def test_a_producers_limiter_rejections_leave_lines_as_far_as_it_logs_and_ships_them(share, per_minute):
     """All of them, a sampled tenth, none, or at most 200 per topic, broker and minute (a log throttle): what the
