@@ -49,16 +49,18 @@ def baselines(values: pl.DataFrame, key: str, first_window: dt.datetime, windows
 
 
 def surge_values(history: pl.DataFrame, current: pl.DataFrame, key: str, value: pl.Expr,
-                 current_value: pl.Expr | None = None) -> pl.DataFrame:
+                 current_value: pl.Expr | None = None, reach: pl.Expr | None = None) -> pl.DataFrame:
     """History and current rows → ``window_start``, ``key``, ``value`` (the baselines' values: the surge rule's put
     rate; of a current row ``current_value`` when given: null where the window shows no demand, as its history row
-    will be left out) and ``demand`` (what the rule judges: the put rate, a current row's whatever it shows)."""
-    def cols(f, based):
-        return f.select(pl.col("window_start"), pl.col(key), based.alias("value"), value.alias("demand"))
+    will be left out) and ``demand`` (what the rule judges: the put rate, a current row's whatever it shows, or
+    ``reach`` when given: the most the rule may read of it, its puts read through the brokers it crowds)."""
+    def cols(f, based, judged=value):
+        return f.select(pl.col("window_start"), pl.col(key), based.alias("value"), judged.alias("demand"))
 
     parts = [cols(history, value)] if history.height else []
     if current.height:
-        parts.append(cols(current, current_value if current_value is not None else value))
+        parts.append(cols(current, current_value if current_value is not None else value,
+                          reach if reach is not None else value))
     return pl.concat(parts, how="vertical_relaxed") if parts else pl.DataFrame(
         schema={"window_start": pl.Datetime("us", "UTC"), key: pl.String, "value": pl.Float64,
                 "demand": pl.Float64})

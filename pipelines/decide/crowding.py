@@ -14,7 +14,17 @@ import polars as pl
 
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.baselines import baselines, surge_values
-from pipelines.decide.facts import busy_fires, crowded_acceptance, rate
+from pipelines.decide.facts import MIN_ACCEPTANCE, busy_fires, crowded_acceptance, rate
+
+
+def crowded_reach(cfg: DetectionConfig) -> pl.Expr:
+    """The most :func:`crowded_demand` may read of a ``gold/topic_tps`` row (msg/s): a topic whose own sends were
+    refused as busy (``busy_failures_floor``) up to its puts ÷ :data:`~pipelines.decide.facts.MIN_ACCEPTANCE`, any
+    other its puts. The surge rule's floor (``surge_floor_tps``) is of the demand it reads, so a topic its crushed
+    broker admits under the floor is read through too (issue 49's 5,000-case run, case 2708: live-stream, 365 msg/s
+    on a broker of 200 msg/s capacity, admitted 47 msg/s, 15.7x its baseline, was never limited)."""
+    put = pl.col("put_tps")
+    return pl.when(busy_fires(pl.col("busy_failures").fill_null(0), cfg)).then(put / MIN_ACCEPTANCE).otherwise(put)
 
 
 def crowded_demand(topic_base: pl.DataFrame, topic_brokers: pl.DataFrame | None, brokers: pl.DataFrame,

@@ -40,7 +40,7 @@ from pipelines.decide.rules import (
     shows_demand, unlimited, with_retry_traffic,
 )
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
-from pipelines.decide.crowding import crowded_demand, open_topic_brokers
+from pipelines.decide.crowding import crowded_demand, crowded_reach, open_topic_brokers
 from pipelines.decide.open_retry import groups_heard, limited_groups, logged_puts, open_retry_traffic
 
 #: ``resource_type`` of the census row of a window (:func:`pipelines.dataplane.transforms.fast.open_window_sums`).
@@ -224,7 +224,9 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
         rows += broker_busy(brokers, windows, cfg)
     if Rule.TOPIC_SURGE in rules:
         shown = pl.when(~busy_fires(pl.col("busy_failures").fill_null(0), cfg)).then(pl.col("put_tps"))
-        topic_values = surge_values(unlimited(topic_history, cfg), topics, "topic", pl.col("put_tps"), shown)
+        crowding = Rule.BUSY in rules
+        topic_values = surge_values(unlimited(topic_history, cfg), topics, "topic", pl.col("put_tps"), shown,
+                                    crowded_reach(cfg) if crowding else None)
         topic_base = baselines(topic_values, "topic", first_open, windows, cfg, cfg.surge_floor_tps).join(
             topics.select("window_start", "topic", "put_tps", "busy_failures"), on=["window_start", "topic"],
             how="inner").join(

@@ -32,7 +32,7 @@ from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import to_polars, when
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
-from pipelines.decide.crowding import crowded_demand
+from pipelines.decide.crowding import crowded_demand, crowded_reach
 from pipelines.decide import facts
 from pipelines.decide.facts import (
     TOLERANCE, busy_fires, per_second, rate, retry_fires, retry_may_fire, retry_ratio, severity, spike_fires, surge_fires,
@@ -365,7 +365,10 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
         rows = runaway_retry(retries, cfg, basis)
     if Rule.TOPIC_SURGE in rules:
         shown = pl.when(~busy_fires(pl.col("busy_failures").fill_null(0), cfg)).then(pl.col("put_tps"))
-        topic_values = surge_values(unlimited(topic_history, cfg), topics, "topic", pl.col("put_tps"), shown)
+        crowding = topic_brokers is not None and topic_brokers.height and brokers.filter(
+            busy_fires(pl.col("busy_failures").fill_null(0), cfg)).height
+        topic_values = surge_values(unlimited(topic_history, cfg), topics, "topic", pl.col("put_tps"), shown,
+                                    crowded_reach(cfg) if crowding else None)
         topic_base = baselines(topic_values, "topic", first_window, windows, cfg, cfg.surge_floor_tps).join(
             topics.select(*WINDOW_KEYS, "topic", "put_tps", "busy_failures"), on=["window_start", "topic"], how="inner")
         topic_base = topic_base.join(crowded_demand(topic_base, topic_brokers, brokers, broker_history, first_window,

@@ -27,7 +27,8 @@ from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig
 from pipelines.decide.arrow import to_arrow, to_polars
 from pipelines.decide.facts import (
-    acceptance, at_floor, per_second, retry_may_fire, retry_ratio, retry_traffic, sendback_acceptance, through_busy,
+    MIN_ACCEPTANCE, acceptance, at_floor, per_second, retry_may_fire, retry_ratio, retry_traffic, sendback_acceptance,
+    through_busy,
 )
 from pipelines.decide.rules import WINDOW_KEYS
 
@@ -260,8 +261,13 @@ def resource_traffic(metrics: pl.LazyFrame, detection: DetectionConfig,
     # a group's floor on what it sent through its busy brokers (their refused send-backs leave no line)
     sent = pl.when(pl.col("resource_type") == "group").then(through_busy(pl.col("tps"), pl.col("acceptance"))) \
         .otherwise(pl.col("tps"))
-    totals = rows.group_by(key).agg(sent.sum().alias("total"), pl.col("rejected").sum().alias("refused"))
-    keep = at_its_floor | (pl.col("refused") > 0)
+    # a topic on a broker that refused sends as busy may be read through the writes it crowds out, up to its puts ÷
+    # MIN_ACCEPTANCE (pipelines.decide.crowding.crowded_reach): kept where that reaches the floor
+    crowded = (pl.col("resource_type") == "topic") & (pl.col("acceptance").fill_null(1.0) < 1.0)
+    totals = rows.group_by(key).agg(sent.sum().alias("total"), pl.col("rejected").sum().alias("refused"),
+                                    at_floor(pl.col("tps").filter(crowded).sum() / MIN_ACCEPTANCE,
+                                             detection.surge_floor_tps).alias("crowded"))
+    keep = at_its_floor | (pl.col("refused") > 0) | pl.col("crowded")
     if limited:
         keep = keep | pl.concat_str([pl.col("resource_type"), pl.col("resource")], separator="\x1f").is_in(
             list(limited))

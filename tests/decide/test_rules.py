@@ -446,6 +446,30 @@ def test_sweep_case_115_a_surge_its_busy_carriers_cap_is_read_through_the_writes
     assert rules.Rule.TOPIC_SURGE in gate
 
 
+def test_a_surge_its_crushed_broker_admits_under_the_floor_is_read_through_sweep_case_2708():
+    """Issue 49's 5,000-case run, case 2708: live-stream (3 msg/s) surged to 365 msg/s on a broker of 200 msg/s
+    capacity, which admitted 47.5 msg/s of it: 15.8x its baseline, but under the 50 msg/s floor, so the rule never
+    ran on it, and a flash sale on the same broker was limited in its place. The floor is of the demand the rule
+    reads: read through the other writes the broker kept (12.5 of 17 msg/s) it sent 64.6 msg/s and fires. Without
+    a busy broker, or without the per-broker puts, 47.5 msg/s stays under the floor."""
+    history = topic_series("live-stream", [3.0] * 10)
+    normal = frame(columns.GOLD_BROKER_TPS, [(*win(i), "broker-c", 20.0, None, 4, 0, 0, None) for i in range(10)])
+    now = frame(columns.GOLD_TOPIC_TPS, [(*win(10), "live-stream", 47.5, 1, 600, 600, None, 0.0, 0)])
+    per_broker = pl.DataFrame({"window_start": [win(10)[0]], "topic": ["live-stream"], "broker": ["broker-c"],
+                               "tps": [47.5]}, schema_overrides={"window_start": pl.Datetime("us", "UTC")})
+
+    def detect(busy, topic_brokers):
+        brokers = frame(columns.GOLD_BROKER_TPS, [(*win(10), "broker-c", 60.0, None, 4, busy, busy, None)])
+        got = rules.detect(now, empty(columns.GOLD_GROUP_TPS), brokers, history, normal, W, D,
+                           topic_brokers=topic_brokers)
+        return got.filter(pl.col("anomaly") == "TRAFFIC_SURGE")
+
+    crowded = detect(600, per_broker)
+    assert fired(crowded) == [("live-stream", "TRAFFIC_SURGE", "critical")]
+    assert "64.6 msg/s read through the brokers it crowds" in crowded["detail"][0]
+    assert fired(detect(0, per_broker)) == [] and fired(detect(600, None)) == []
+
+
 def test_the_fast_path_reads_a_crowding_surge_as_the_final_path_does_sweep_case_115():
     """Case 115's window on the fast path (the simulator's running sums): complete by census it fires as the final
     path does, and so it does while broker-c (carrying none of it, 33 s late in the case) is still to report. With

@@ -204,6 +204,21 @@ def test_the_driver_keeps_the_traffic_of_the_resources_a_decision_can_need():
         ("topic", "split", "broker-c")]
 
 
+def test_a_topic_under_the_floor_on_a_busy_broker_is_kept_for_its_crowding_reading_sweep_case_2708():
+    """Issue 49's 5,000-case run, case 2708: live-stream's 365 msg/s on a broker of 200 msg/s capacity, admitted at
+    47 msg/s, under the 50 msg/s floor. Read through the writes it crowds out it may reach up to its puts ÷
+    MIN_ACCEPTANCE (pipelines.decide.crowding.crowded_reach): its rows on a broker that refused sends as busy are
+    kept from 1 msg/s; the same puts on a healthy broker are dropped as before, and so is a topic under 1 msg/s."""
+    got = reduced([
+        ("broker-c", "live-stream", None, "TOPIC_PUT_NUMS", int(60 * 47.5)),
+        ("broker-c", "crumbs", None, "TOPIC_PUT_NUMS", 30),                   # 0.5 msg/s: dropped
+        ("broker-c", "live-stream", None, "failure:TIMEOUT_CLEAN_QUEUE", 600),
+        ("broker-a", "quiet", None, "TOPIC_PUT_NUMS", int(60 * 47.5)),        # healthy broker: dropped
+    ])["traffic"]
+    assert sorted((r["resource"], r["broker"]) for r in got.to_pylist() if r["resource_type"] == "topic") == [
+        ("live-stream", "broker-c")]
+
+
 def test_a_window_without_resource_traffic_has_only_its_metrics_marker():
     t2, t3 = win(1)
     data = table(columns.WINDOW_METRIC, [(T0, T1, "broker-a", None, None, "BROKER_PUT_NUMS", 600),
