@@ -6,7 +6,8 @@ which brokers carry which topic → :class:`~pipelines.decide.fold_types.Candida
   clear windows (:mod:`pipelines.decide.retry_limit`), never by a probe reaching a rate: no ``lift_at_qps``. A
   storm on a busy broker (``BROKER_BUSY`` on a broker carrying its retry traffic in the window) is critical: its
   first limit goes to the target at once, not a ``max_cut_pct`` step (a broker with little headroom stays busy
-  under a first cut of half the storm: sweep case 29).
+  under a first cut of half the storm: sweep case 29), and no higher than the room its busy carriers leave
+  (``busy_load``, ``busy_normal``: :meth:`pipelines.decide.retry_limit.RetryStormLimit.start`).
 * ``TRAFFIC_SURGE`` of a topic with a ``BROKER_BUSY`` broker carrying it in the same window → enforce:
   target = ``surge_headroom`` × the topic's baseline (the first limit bounded by its busy carriers' writes,
   ``busy_load``: :meth:`pipelines.decide.surge_limit.SurgeLimit.start`); ``lift_at_qps`` = the observed rate ×
@@ -58,15 +59,19 @@ def mode(resource: str, cfg: LimitsConfig, advisory: bool = False) -> Mode:
 
 
 def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, str], list[str]],
-                     cfg: LimitsConfig, broker_tps: dict[tuple, dict[str, float]] | None = None) -> list[Keyed]:
+                     cfg: LimitsConfig, broker_tps: dict[tuple, dict[str, float]] | None = None,
+                     busy_normal: dict[tuple, float] | None = None) -> list[Keyed]:
     """``gold/anomalies`` rows + which brokers carry which topic per window (``(window_start, topic)`` → brokers) →
     the candidates (module docstring), with each candidate's traffic per broker from ``broker_tps``
-    (``(window_end, resource_type, resource)`` → msg/s per broker, :func:`pipelines.decide.evidence.broker_tps_of`)."""
+    (``(window_end, resource_type, resource)`` → msg/s per broker, :func:`pipelines.decide.evidence.broker_tps_of`)
+    and a storm's busy carriers' normal writes from ``busy_normal`` (``(window_start, broker)`` → msg/s,
+    :func:`pipelines.decide.crowding.busy_normals`)."""
     rows = list(anomalies.iter_rows(named=True)) if anomalies.height else []
     busy = {(r["window_start"], r["resource"]): r["baseline_tps"] for r in rows
             if r["anomaly"] == Anomaly.BROKER_BUSY.value}  # -> the busy broker's writes (msg/s)
     out: dict[tuple, Keyed] = {}
     tps = broker_tps or {}
+    normal = busy_normal or {}
 
     def add(resource_type: str, resource: str, r: dict, **kw) -> None:
         if resource in cfg.protected:
@@ -89,7 +94,9 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
                 critical=critical or bool(hot), mode=mode(r["resource"], cfg),
                 reason=(f"RUNAWAY_RETRY: {r['detail']}; retry traffic limited to "
                         f"{fixed(cfg.allowed_retry_share * 100, 0)}% of the group's consume rate{busy_text}"),
-                baseline_tps=consume)
+                baseline_tps=consume,
+                busy_load={b: busy[(r["window_start"], b)] for b in hot if busy[(r["window_start"], b)] is not None},
+                busy_normal={b: normal[(r["window_start"], b)] for b in hot if (r["window_start"], b) in normal})
         elif (r["anomaly"] == Anomaly.TRAFFIC_SURGE.value and r["resource_type"] == "topic"
               and not r["resource"].startswith((rmq.RETRY_TOPIC_PREFIX, rmq.DLQ_TOPIC_PREFIX))):
             hot = sorted({b for b in carriers.get((r["window_start"], r["resource"]), ())

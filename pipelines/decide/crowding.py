@@ -15,6 +15,7 @@ import polars as pl
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.baselines import baselines, surge_values
 from pipelines.decide.facts import MIN_ACCEPTANCE, busy_fires, crowded_acceptance, rate
+from pipelines.decide.words import Anomaly
 
 
 def crowded_reach(cfg: DetectionConfig) -> pl.Expr:
@@ -46,11 +47,8 @@ def crowded_demand(topic_base: pl.DataFrame, topic_brokers: pl.DataFrame | None,
     busy = brokers.filter(~not_busy).select("window_start", "broker", pl.col("put_tps").alias("_w"))
     if not busy.height:
         return empty
-    history = broker_history.filter(not_busy) if broker_history.height else broker_history
-    values = surge_values(history, brokers, "broker", pl.col("put_tps"), pl.when(not_busy).then(pl.col("put_tps")))
-    normal = baselines(values, "broker", first_window, windows, cfg).filter(
-        pl.col("baseline_windows") >= cfg.baseline_min_windows).select(
-        "window_start", "broker", pl.col("baseline_tps").alias("_n"))
+    normal = normal_writes(brokers, broker_history, first_window, windows, cfg, pl.col("put_tps")).rename(
+        {"normal_tps": "_n"})
     rows = topic_brokers.join(busy, on=["window_start", "broker"], how="inner").join(
         normal, on=["window_start", "broker"], how="inner").join(
         topic_base.select("window_start", "topic", pl.col("put_tps").alias("_p"), pl.col("baseline_tps").alias("_b")),
@@ -60,6 +58,40 @@ def crowded_demand(topic_base: pl.DataFrame, topic_brokers: pl.DataFrame | None,
     share = crowded_acceptance(pl.col("_w"), pl.col("_n"), pl.col("tps"), pl.col("_b") * pl.col("tps") / pl.col("_p"))
     return rows.group_by("window_start", "topic").agg(
         (pl.col("_p").first() + (pl.col("tps") / share - pl.col("tps")).sum()).alias("crowded_tps"))
+
+
+def normal_writes(brokers: pl.DataFrame, broker_history: pl.DataFrame, first_window: dt.datetime,
+                  windows: WindowsConfig, cfg: DetectionConfig, value: pl.Expr,
+                  busy_only: bool = False) -> pl.DataFrame:
+    """A broker's normal writes: ``gold/broker_tps`` rows of the windows judged now (``window_start``, ``broker``,
+    ``busy_failures`` and the columns ``value`` reads) and its earlier windows → ``window_start``, ``broker``,
+    ``normal_tps``: the surge baseline (:func:`pipelines.decide.baselines.baselines`) of ``value`` (msg/s per
+    broker) over its previous windows that were not busy (``busy_failures_floor``), for each row judged now with at
+    least ``baseline_min_windows`` of them. A busy broker writes its capacity; what it wrote before tells what its
+    usual senders need of it (:func:`crowded_demand`; a retry storm's room, :func:`pipelines.decide.candidates.
+    start`). ``busy_only``: ``brokers`` holds only ``window_start`` and ``broker`` of busy windows."""
+    not_busy = ~busy_fires(pl.col("busy_failures").fill_null(0), cfg)
+    history = broker_history.filter(not_busy) if broker_history.height else broker_history
+    none = pl.lit(None, pl.Float64)
+    values = surge_values(history, brokers, "broker", value, none if busy_only else pl.when(not_busy).then(value),
+                          none if busy_only else None)
+    return baselines(values, "broker", first_window, windows, cfg).filter(
+        pl.col("baseline_windows") >= cfg.baseline_min_windows).select(
+        "window_start", "broker", pl.col("baseline_tps").alias("normal_tps"))
+
+
+def busy_normals(anomalies: pl.DataFrame, broker_history: pl.DataFrame, first_window: dt.datetime | None,
+                 windows: WindowsConfig, cfg: DetectionConfig, value: pl.Expr) -> dict[tuple, float]:
+    """``gold/anomalies`` rows → ``(window_start, broker)`` → the normal writes (:func:`normal_writes` of ``value``,
+    msg/s) of each broker ``BROKER_BUSY`` in a window with a ``RUNAWAY_RETRY`` (a storm's first limit,
+    :meth:`pipelines.decide.retry_limit.RetryStormLimit.start`); empty otherwise."""
+    kinds = set(anomalies["anomaly"].unique().to_list()) if anomalies.height else set()
+    if first_window is None or not {Anomaly.BROKER_BUSY.value, Anomaly.RUNAWAY_RETRY.value} <= kinds:
+        return {}
+    keys = anomalies.filter(pl.col("anomaly") == Anomaly.BROKER_BUSY.value).select(
+        "window_start", pl.col("resource").alias("broker"))
+    normal = normal_writes(keys, broker_history, first_window, windows, cfg, value, busy_only=True)
+    return {(r[0], r[1]): r[2] for r in normal.iter_rows() if r[2] is not None}
 
 
 def open_topic_brokers(topic_rows: pl.DataFrame, windows: WindowsConfig) -> pl.DataFrame:

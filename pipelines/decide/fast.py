@@ -29,6 +29,8 @@ from pipelines.config import GovernorConfig
 from pipelines.decide import preliminary as pre
 from pipelines.decide.arrow import aware, from_rows, micros, naive, rows_of, to_polars, when
 from pipelines.decide.candidates import candidate_limits
+from pipelines.decide.crowding import busy_normals
+from pipelines.decide.rules import broker_writes
 from pipelines.decide.words import Action, Basis
 from pipelines.decide.folding import fold_all
 from pipelines.decide.inputs import FastInputs, LockedInputs
@@ -189,7 +191,8 @@ def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> F
                                        pl.from_arrow(memory.rows) if memory.rows is not None else None,
                                        complete_ends, windows)
     to_report = still_to_report(census, expected, windows.length_seconds)
-    candidates = candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits, shares)
+    candidates = candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits, shares, busy_normals(
+        anomalies, broker_history, min(r["window_start"] for r in current), windows, cfg.detection, broker_writes()))
     heard = topics_heard(candidates, memory.rows, to_report)  # their brokers still to report carry none of them
     candidates = [k if (k.resource_type, k.resource, k.candidate.window_end) in heard
                   else held_for_brokers_to_report([k], to_report)[0] for k in candidates]

@@ -49,7 +49,8 @@ from pipelines.decide.overrides import Applied
 from pipelines.decide.reconcile import (
     latest_per_resource, pending_preliminary, reconcile_preliminary, state_after,
 )
-from pipelines.decide.rules import anomalies_frame, detect
+from pipelines.decide.crowding import busy_normals
+from pipelines.decide.rules import anomalies_frame, broker_writes, detect
 from pipelines.decide.windows import MARKER
 from pipelines import tables
 
@@ -161,8 +162,9 @@ def prepare_final(inputs: FinalInputs, cfg: GovernorConfig, first_window: dt.dat
         pl.col("tps").sum().alias("admitted"))
     retry_traffic = {(r[0], r[1]): r[2] for r in retries.iter_rows()}
     retry_admitted = {(r[0], r[1]): r[3] for r in retries.iter_rows()}
+    broker_history = to_polars(inputs.broker_history, columns.GOLD_BROKER_TPS)
     anomalies = detect(topics, groups, brokers, to_polars(inputs.topic_history, columns.GOLD_TOPIC_TPS),
-                       to_polars(inputs.broker_history, columns.GOLD_BROKER_TPS), windows, cfg.detection,
+                       broker_history, windows, cfg.detection,
                        first_window=first_window, retry_traffic=retry_traffic, group_history=inputs.group_history,
                        retry_admitted=retry_admitted, topic_brokers=traffic.filter(
                            pl.col("resource_type") == "topic").select(
@@ -185,7 +187,8 @@ def prepare_final(inputs: FinalInputs, cfg: GovernorConfig, first_window: dt.dat
     for r in traffic.filter((pl.col("resource_type") == "topic") & pl.col("carries")).select(
             "window_start", "resource", "broker").unique().sort("broker").iter_rows(named=True):
         carriers.setdefault((r["window_start"], r["resource"]), []).append(r["broker"])
-    candidates = candidate_limits(anomalies, carriers, limits_cfg, ev.broker_tps_of(demand_rows))
+    candidates = candidate_limits(anomalies, carriers, limits_cfg, ev.broker_tps_of(demand_rows), busy_normals(
+        anomalies, broker_history, first_window, windows, cfg.detection, broker_writes()))
     return FinalPrepared(inputs, topics, anomalies, demand_rows, candidates, sorted(grid), first_window, horizon_end)
 
 

@@ -91,7 +91,9 @@ class Candidate:
     a storm's consume rate); ``broker_tps``: the resource's traffic per broker in that window (msg/s; the shares of
     a new limit); ``busy_load``: the writes of each carrier busy in that window (msg/s, its ``BROKER_BUSY`` row's
     baseline, :func:`pipelines.decide.rules.broker_writes`; a surge's first limit's burst bound,
-    :meth:`pipelines.decide.surge_limit.SurgeLimit.start`)."""
+    :meth:`pipelines.decide.surge_limit.SurgeLimit.start`); ``busy_normal``: of a storm's busy carriers, what each
+    wrote before (msg/s, :func:`pipelines.decide.crowding.busy_normals`; its first limit's room,
+    :meth:`pipelines.decide.retry_limit.RetryStormLimit.start`)."""
 
     window_end: dt.datetime
     target_qps: float
@@ -104,6 +106,7 @@ class Candidate:
     broker_tps: Mapping[str, float] = field(default_factory=dict)
     baseline_tps: float | None = None
     busy_load: Mapping[str, float] = field(default_factory=dict)
+    busy_normal: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ send-backs admitted at a rate a ≤ 1 and the fallbacks at the same rate, fallba
 *in the same window*, its ratio alone (the cap holds the retries far under the rule's floor; with nothing consumed,
 the retries below ``retry_floor_tps``).
 
-**Set** once at its frozen target (10 % of the group's normal consume rate); a first cut bounded by
+**Set** once at its frozen target (10 % of the group's normal consume rate; a first limit no higher than the room
+its busy carriers leave beside their normal writes, :meth:`RetryStormLimit.room_bound`); a first cut bounded by
 ``max_cut_pct`` goes down to the target in one step once the cool-down is over. **Probe**: a broken consumer at its
 cap is ``bound`` by its fallback sends and never probed (at most one change), nor is one whose fallback sends read
 every send-back refused (:data:`REFUSED_SHARE_MAX`) under a limit so far below its consume rate that the ratio of
@@ -31,9 +32,11 @@ costs one window at the raised cap, then a doubling pause.
 from __future__ import annotations
 
 import datetime as dt
+import math
+from dataclasses import replace
 
 from pipelines.decide.facts import TOLERANCE, retry_fires, retry_ratio
-from pipelines.decide.fold_types import Observation, ResourceState
+from pipelines.decide.fold_types import Candidate, Observation, ResourceState
 from pipelines.decide.policy import Batch, LimitPolicy
 from pipelines.decide.steps import Step, above, backoff_hold, cooled, decide, outlived, too_small
 from pipelines.decide.words import Action, Anomaly, Status
@@ -47,6 +50,50 @@ class RetryStormLimit(LimitPolicy):
 
     kind = Anomaly.RUNAWAY_RETRY
     probe_on_open = True
+
+    def start(self, state: ResourceState, cand: Candidate,
+              preliminary: tuple[dt.datetime, float, str] | None = None) -> Step:
+        """A new limit (:meth:`LimitPolicy.start`) at most :meth:`room_bound` of its candidate's window."""
+        bound = self.room_bound(cand)
+        if bound is not None and bound[0] < cand.target_qps:
+            cand = replace(cand, target_qps=bound[0], reason=f"{cand.reason}; {bound[1]}")
+        return super().start(state, cand, preliminary)
+
+    def room_bound(self, cand: Candidate) -> tuple[float, str] | None:
+        """The highest first limit (msg/s cluster-wide) under which each busy carrier (``cand.busy_load``: its
+        writes W in the window, msg/s) takes its usual senders' normal writes (``cand.busy_normal``: N, msg/s) and the
+        storms' together, and a text saying why; not below ``min_limit_qps``. A busy broker writes its capacity and
+        takes the same share ``a`` of every sender's sends (apache/rocketmq ``BrokerFastFailure``; ``a``: the group's
+        admitted retry traffic ÷ the demand the rule read through it): its usual senders wrote ``a N``, the storms on
+        it the rest, ``W - a N`` (a send-back costs a broker more than one write: the schedule topic, the re-put; no
+        stats line names them). Every storm there must shrink to the room ``W - N`` ÷ ``W - a N`` of what it was
+        admitted, whichever share of it each takes: issue 49's sweep cases 25 and 131, storms on brokers of 1.10x and
+        1.26x headroom, whose first limits of 10 % of the consume rate kept them busy (bystanders 1.79 % and 2.33 % of
+        their rejected sends after containment; 0.07 % and 0.03 % so bounded). None without a busy carrier with a
+        normal, or when no carrier's room binds (a broker with the room of the target: most of them)."""
+        p = self.params
+        admitted = sum(cand.broker_tps.values())
+        if admitted <= 0 or not cand.busy_normal:
+            return None
+        accepted = min(admitted / cand.observed_tps, 1.0) if cand.observed_tps else 1.0
+        best, why = math.inf, ""
+        for broker, normal in sorted(cand.busy_normal.items()):
+            busy = cand.busy_load.get(broker)
+            if busy is None or broker not in cand.broker_tps:
+                continue
+            storms = busy - accepted * normal
+            if storms <= 0:
+                continue
+            room = max(busy - normal, 0.0)
+            if admitted * room / storms < best:
+                best, why = admitted * room / storms, (
+                    f"{broker} wrote {busy:.1f} msg/s busy against {normal:.1f} normal, about {storms:.1f} of them the "
+                    f"storms' at {accepted:.0%} accepted")
+        if not math.isfinite(best):
+            return None
+        bound = max(best, p.min_limit_qps)
+        return bound, (f"bounded to {bound:.1f} msg/s by the room its busy carrier leaves: {why}; the storms there "
+                       "fit in what it wrote busy beyond its normal")
 
     def visible(self, obs: Observation) -> tuple[float, str]:
         """Admitted + logged rejections, or what the fallback sends reveal when that is more (msg/s)."""

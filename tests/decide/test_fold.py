@@ -641,6 +641,43 @@ def test_a_surge_s_burst_bound_stops_at_the_squeeze_headroom_and_needs_a_busy_ca
     assert round(first.limit_qps, 1) == 133.1
 
 
+def _first_storm_limit(admitted, observed, busy_load, busy_normal, consume):
+    """The first enforced limit of a storm on busy carriers (target 10 % of ``consume``, critical: at once)."""
+    c = Candidate(end(1), 0.1 * consume, "storm on a busy broker", observed_tps=observed, baseline_tps=consume,
+                  broker_tps=admitted, busy_load=busy_load, busy_normal=busy_normal)
+    decisions, state = fold([c], horizon=1)
+    return decisions[0], state
+
+
+def test_a_storm_s_first_limit_fits_the_room_its_busy_carrier_leaves_sweep_cases_25_and_131():
+    """Sweep case 25: get-pugc-to-ai-consumer's storm (3,548.8 msg/s read through broker-a, 346.3 of it admitted)
+    on broker-a of 1.10x headroom (949.0 msg/s written busy, 843.0 normal) was limited to 10 % of its 700.5 msg/s
+    consume rate, 70.1 msg/s: broker-a stayed busy (a send-back costs it more than one write) and the bystanders
+    lost 1.79 % of their sends after containment until a squeeze. Its usual senders kept about 10 % of their 843.0
+    (the group's share accepted), so the storms wrote about 866.7; the room beyond the normal, 106.0, takes 12.2 %
+    of what it admitted: 42.4 msg/s (bystanders 0.07 %). Case 131: seven storms on three brokers of 1.26x
+    headroom; audit-coupon-consumer (18.9 of 104.0 msg/s admitted on broker-c, 307.5 written busy, 241.6 normal)
+    at 4.7 msg/s instead of 16.0 (bystanders 2.33 % → 0.03 %)."""
+    first, state = _first_storm_limit({"broker-a": 346.3}, 3548.8, {"broker-a": 949.0}, {"broker-a": 843.0}, 700.5)
+    assert round(first.limit_qps, 1) == round(state.target_qps, 1) == 42.4   # 346.3 x 106.0 / (949.0 - 0.0976 x 843)
+    assert ("bounded to 42.4 msg/s by the room its busy carrier leaves: broker-a wrote 949.0 msg/s busy against "
+            "843.0 normal, about 866.7 of them the storms' at 10% accepted") in first.reason
+    first, _ = _first_storm_limit({"broker-c": 18.9}, 104.0, {"broker-c": 307.5}, {"broker-c": 241.6}, 160.2)
+    assert round(first.limit_qps, 2) == 4.73   # 18.9 x 65.9 / (307.5 - 0.1817 x 241.6)
+
+
+def test_a_storm_s_room_binds_only_on_a_busy_carrier_without_room():
+    """A broker of 3x headroom (900 msg/s busy, 300 normal) leaves a storm admitted at 200 of 400 msg/s 160 msg/s,
+    more than its 40 msg/s target: the target stands; so does a storm without a busy carrier's normal. A busy
+    broker writing no more than its normal leaves no room: ``min_limit_qps``."""
+    first, _ = _first_storm_limit({"b": 200.0}, 400.0, {"b": 900.0}, {"b": 300.0}, 400.0)
+    assert round(first.limit_qps, 1) == 40.0 and "bounded" not in first.reason
+    first, _ = _first_storm_limit({"b": 200.0}, 400.0, {"b": 900.0}, {}, 400.0)
+    assert round(first.limit_qps, 1) == 40.0
+    first, _ = _first_storm_limit({"b": 200.0}, 400.0, {"b": 500.0}, {"b": 520.0}, 400.0)
+    assert first.limit_qps == L.min_limit_qps and "bounded to 1.0 msg/s" in first.reason
+
+
 def test_a_ceiling_holds_probes_below_it_until_its_interval_is_over():
     capped = [Observation(end(i), 399.0, 30_000, True, None, {"b": 500.0}) for i in range(1, 4)]
     held = _probed(probe_ceiling_qps=500.0, probe_hold_until=end(10), probe_backoff=1)

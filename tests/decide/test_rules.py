@@ -564,3 +564,24 @@ def test_sweep_case_131_a_busy_broker_s_acceptance_leaves_out_the_retry_topics_w
     history = empty(columns.GOLD_TOPIC_TPS), empty(columns.GOLD_BROKER_TPS)
     got = pre.preliminary_anomalies(rows, *history, ["broker-c"], W, D).to_dicts()
     assert [(r["anomaly"], r["resource"]) for r in got if r["anomaly"] == "RUNAWAY_RETRY"] == [("RUNAWAY_RETRY", "g")]
+
+
+def test_a_busy_broker_s_normal_writes_are_its_median_over_its_windows_not_busy_sweep_case_25():
+    """The normal a storm's first limit leaves room beside (:func:`pipelines.decide.crowding.busy_normals`, sweep
+    case 25: broker-a wrote 949.0 msg/s busy against 843.0 normal): the median of the broker's own
+    ``BROKER_PUT_NUMS`` over its previous windows, its busy windows left out (a busy window writes the capacity);
+    only for a broker busy in a window with a storm, and only with ``baseline_min_windows`` windows."""
+    from pipelines.decide.crowding import busy_normals
+    history = frame(columns.GOLD_BROKER_TPS, [(*win(i), "broker-a", 800.0, 843.0 + i % 3 - 1, 4, 0, 0, None)
+                                              for i in range(5)] + [
+        (*win(i), "broker-a", 900.0, 949.0, 4, 700, 700, None) for i in range(5, 10)])  # busy: left out
+    now = pl.DataFrame({"window_start": [win(10)[0]] * 3, "window_end": [win(10)[1]] * 3,
+                        "resource_type": ["group", "broker", "broker"], "resource": ["g", "broker-a", "broker-b"],
+                        "anomaly": ["RUNAWAY_RETRY", "BROKER_BUSY", "BROKER_BUSY"]},
+                       schema_overrides={"window_start": pl.Datetime("us", "UTC"),
+                                         "window_end": pl.Datetime("us", "UTC")})
+    got = busy_normals(now, history, win(10)[0], W, D, rules.broker_writes())
+    assert got == {(win(10)[0], "broker-a"): 843.0}   # broker-b: no history, no normal
+    assert busy_normals(now.filter(pl.col("anomaly") != "RUNAWAY_RETRY"), history, win(10)[0], W, D,
+                        rules.broker_writes()) == {}
+    assert busy_normals(now, history.head(4), win(10)[0], W, D, rules.broker_writes()) == {}  # 4 < 5 windows
