@@ -7,10 +7,10 @@ which brokers carry which topic → :class:`~pipelines.decide.fold_types.Candida
   storm on a busy broker (``BROKER_BUSY`` on a broker carrying its retry traffic in the window) is critical: its
   first limit goes to the target at once, not a ``max_cut_pct`` step (a broker with little headroom stays busy
   under a first cut of half the storm: sweep case 29), and no higher than the room its busy carriers leave
-  (``busy_load``, ``busy_normal``: :meth:`pipelines.decide.retry_limit.RetryStormLimit.start`).
+  (``busy_load``, ``busy_normal``: :meth:`pipelines.decide.retry_limit.RetryStormLimit.first_bound`).
 * ``TRAFFIC_SURGE`` of a topic with a ``BROKER_BUSY`` broker carrying it in the same window → enforce:
   target = ``surge_headroom`` × the topic's baseline (the first limit bounded by its busy carriers' writes,
-  ``busy_load``: :meth:`pipelines.decide.surge_limit.SurgeLimit.start`); ``lift_at_qps`` = the observed rate ×
+  ``busy_load``: :meth:`pipelines.decide.surge_limit.SurgeLimit.first_bound`); ``lift_at_qps`` = the observed rate ×
   ``surge_headroom``: a probe whose step reaches it lifts the limit (:mod:`pipelines.decide.surge_limit`), else
   clear windows do.
 * ``TRAFFIC_SURGE`` of a topic on healthy brokers → an advisory record only, never below the observed rate ×
@@ -73,6 +73,9 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
     tps = broker_tps or {}
     normal = busy_normal or {}
 
+    def loads(r: dict, hot: list[str]) -> dict[str, float]:  # each busy carrier's writes in the row's window
+        return {b: busy[(r["window_start"], b)] for b in hot if busy[(r["window_start"], b)] is not None}
+
     def add(resource_type: str, resource: str, r: dict, **kw) -> None:
         if resource in cfg.protected:
             return
@@ -95,7 +98,7 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
                 reason=(f"RUNAWAY_RETRY: {r['detail']}; retry traffic limited to "
                         f"{fixed(cfg.allowed_retry_share * 100, 0)}% of the group's consume rate{busy_text}"),
                 baseline_tps=consume,
-                busy_load={b: busy[(r["window_start"], b)] for b in hot if busy[(r["window_start"], b)] is not None},
+                busy_load=loads(r, hot),
                 busy_normal={b: normal[(r["window_start"], b)] for b in hot if (r["window_start"], b) in normal})
         elif (r["anomaly"] == Anomaly.TRAFFIC_SURGE.value and r["resource_type"] == "topic"
               and not r["resource"].startswith((rmq.RETRY_TOPIC_PREFIX, rmq.DLQ_TOPIC_PREFIX))):
@@ -114,5 +117,5 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
             add("topic", r["resource"], r, target_qps=target, floor_qps=cfg.min_limit_qps if distressed else peak,
                 lift_at_qps=peak, observed_tps=r["observed_tps"], critical=critical,
                 mode=mode(r["resource"], cfg, advisory=not distressed), reason=reason, baseline_tps=r["baseline_tps"],
-                busy_load={b: busy[(r["window_start"], b)] for b in hot if busy[(r["window_start"], b)] is not None})
+                busy_load=loads(r, hot))
     return [out[k] for k in sorted(out)]

@@ -68,8 +68,8 @@ def normal_writes(brokers: pl.DataFrame, broker_history: pl.DataFrame, first_win
     ``normal_tps``: the surge baseline (:func:`pipelines.decide.baselines.baselines`) of ``value`` (msg/s per
     broker) over its previous windows that were not busy (``busy_failures_floor``), for each row judged now with at
     least ``baseline_min_windows`` of them. A busy broker writes its capacity; what it wrote before tells what its
-    usual senders need of it (:func:`crowded_demand`; a retry storm's room, :func:`pipelines.decide.candidates.
-    start`). ``busy_only``: ``brokers`` holds only ``window_start`` and ``broker`` of busy windows."""
+    usual senders need of it (:func:`crowded_demand`; a retry storm's room, :meth:`pipelines.decide.retry_limit.
+    RetryStormLimit.first_bound`). ``busy_only``: ``brokers`` holds only ``window_start`` and ``broker`` of busy windows."""
     not_busy = ~busy_fires(pl.col("busy_failures").fill_null(0), cfg)
     history = broker_history.filter(not_busy) if broker_history.height else broker_history
     none = pl.lit(None, pl.Float64)
@@ -84,7 +84,7 @@ def busy_normals(anomalies: pl.DataFrame, broker_history: pl.DataFrame, first_wi
                  windows: WindowsConfig, cfg: DetectionConfig, value: pl.Expr) -> dict[tuple, float]:
     """``gold/anomalies`` rows → ``(window_start, broker)`` → the normal writes (:func:`normal_writes` of ``value``,
     msg/s) of each broker ``BROKER_BUSY`` in a window with a ``RUNAWAY_RETRY`` (a storm's first limit,
-    :meth:`pipelines.decide.retry_limit.RetryStormLimit.start`); empty otherwise."""
+    :meth:`pipelines.decide.retry_limit.RetryStormLimit.first_bound`); empty otherwise."""
     kinds = set(anomalies["anomaly"].unique().to_list()) if anomalies.height else set()
     if first_window is None or not {Anomaly.BROKER_BUSY.value, Anomaly.RUNAWAY_RETRY.value} <= kinds:
         return {}

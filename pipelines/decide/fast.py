@@ -179,8 +179,9 @@ def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> F
         entry = {id(r): (n, i, r) for n, i, r in remembered}
         opened = pa.concat_tables([opened, memory.take([entry[id(r)] for r in older]).cast(opened.schema)])
     open_windows = pl.from_arrow(opened)
+    first_open = min(r["window_start"] for r in current)
     anomalies = pre.preliminary_anomalies(open_windows, topic_history, broker_history, expected, windows,
-                                          cfg.detection, first_open=min(r["window_start"] for r in current),
+                                          cfg.detection, first_open=first_open,
                                           rules=rules, group_history=inputs.group_history, limited=inputs.limited,
                                           earlier=lambda: memory.rows)
     if anomalies.height == 0:
@@ -192,7 +193,7 @@ def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> F
                                        complete_ends, windows)
     to_report = still_to_report(census, expected, windows.length_seconds)
     candidates = candidate_limits(anomalies, pre.topic_carriers(open_windows), cfg.limits, shares, busy_normals(
-        anomalies, broker_history, min(r["window_start"] for r in current), windows, cfg.detection, broker_writes()))
+        anomalies, broker_history, first_open, windows, cfg.detection, broker_writes()))
     heard = topics_heard(candidates, memory.rows, to_report)  # their brokers still to report carry none of them
     candidates = [k if (k.resource_type, k.resource, k.candidate.window_end) in heard
                   else held_for_brokers_to_report([k], to_report)[0] for k in candidates]

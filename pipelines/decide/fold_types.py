@@ -91,9 +91,9 @@ class Candidate:
     a storm's consume rate); ``broker_tps``: the resource's traffic per broker in that window (msg/s; the shares of
     a new limit); ``busy_load``: the writes of each carrier busy in that window (msg/s, its ``BROKER_BUSY`` row's
     baseline, :func:`pipelines.decide.rules.broker_writes`; a surge's first limit's burst bound,
-    :meth:`pipelines.decide.surge_limit.SurgeLimit.start`); ``busy_normal``: of a storm's busy carriers, what each
+    :meth:`pipelines.decide.surge_limit.SurgeLimit.first_bound`); ``busy_normal``: of a storm's busy carriers, what each
     wrote before (msg/s, :func:`pipelines.decide.crowding.busy_normals`; its first limit's room,
-    :meth:`pipelines.decide.retry_limit.RetryStormLimit.start`)."""
+    :meth:`pipelines.decide.retry_limit.RetryStormLimit.first_bound`)."""
 
     window_end: dt.datetime
     target_qps: float

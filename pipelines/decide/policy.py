@@ -199,12 +199,14 @@ class LimitPolicy(OpenWindows):
 
     def start(self, state: ResourceState, cand: Candidate,
               preliminary: tuple[dt.datetime, float, str] | None = None) -> Step:
-        """A new limit (none in force, or an enforced one replacing an advisory record): the target, but a
-        non-critical anomaly cuts at most ``max_cut_pct`` of the observed rate; a recurrence goes straight to the
-        remembered target. Target, shares and the rule's baseline are frozen here. ``preliminary``: the fast path's
-        decision on the same cause (a window at or before this one, the same mode; :class:`Batch`): within
-        ``hysteresis_pct`` of it the final path keeps its value (and target), so that the two speeds' figures of
-        one limit (their consume basis, their baselines from fewer windows) do not change the brokers' limit."""
+        """A new limit (none in force, or an enforced one replacing an advisory record): the target (at most the
+        policy's :meth:`first_bound`), but a non-critical anomaly cuts at most ``max_cut_pct`` of the observed rate;
+        a recurrence goes straight to the remembered target. Target, shares and the rule's baseline are frozen here.
+        ``preliminary``: the fast path's decision on the same cause (a window at or before this one, the same mode;
+        :class:`Batch`): within ``hysteresis_pct`` of it the final path keeps its value (and target), so that the
+        two speeds' figures of one limit (consume basis, baselines from fewer windows) do not change its value."""
+        if (bound := self.first_bound(cand)) is not None and bound[0] < cand.target_qps:
+            cand = replace(cand, target_qps=bound[0], reason=f"{cand.reason}; {bound[1]}")
         state, again = self.recurrence(state, cand)
         start, reason, target = cand.target_qps, cand.reason, cand.target_qps
         if again is not None:
@@ -222,6 +224,10 @@ class LimitPolicy(OpenWindows):
             start = preliminary[1]
         return decide(state, cand.window_end, start, Action.SET, reason, cand.mode, shares=shares_of(cand.broker_tps),
                       target=target, fresh=True, baseline=cand.baseline_tps)
+
+    def first_bound(self, cand: Candidate) -> tuple[float, str] | None:
+        """The highest first limit its candidate's window allows (msg/s cluster-wide) and why; None: the target."""
+        return None
 
     def recurrence(self, state: ResourceState, cand: Candidate) -> tuple[ResourceState, tuple[float, str] | None]:
         """Whether a new enforced limit is a recurrence: within ``recurrence_windows`` of the last remembered lift →

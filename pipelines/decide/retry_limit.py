@@ -16,7 +16,7 @@ send-backs admitted at a rate a ≤ 1 and the fallbacks at the same rate, fallba
 the retries below ``retry_floor_tps``).
 
 **Set** once at its frozen target (10 % of the group's normal consume rate; a first limit no higher than the room
-its busy carriers leave beside their normal writes, :meth:`RetryStormLimit.room_bound`); a first cut bounded by
+its busy carriers leave beside their normal writes, :meth:`RetryStormLimit.first_bound`); a first cut bounded by
 ``max_cut_pct`` goes down to the target in one step once the cool-down is over. **Probe**: a broken consumer at its
 cap is ``bound`` by its fallback sends and never probed (at most one change), nor is one whose fallback sends read
 every send-back refused (:data:`REFUSED_SHARE_MAX`) under a limit so far below its consume rate that the ratio of
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import replace
 
 from pipelines.decide.facts import TOLERANCE, retry_fires, retry_ratio
 from pipelines.decide.fold_types import Candidate, Observation, ResourceState
@@ -51,18 +50,11 @@ class RetryStormLimit(LimitPolicy):
     kind = Anomaly.RUNAWAY_RETRY
     probe_on_open = True
 
-    def start(self, state: ResourceState, cand: Candidate,
-              preliminary: tuple[dt.datetime, float, str] | None = None) -> Step:
-        """A new limit (:meth:`LimitPolicy.start`) at most :meth:`room_bound` of its candidate's window."""
-        bound = self.room_bound(cand)
-        if bound is not None and bound[0] < cand.target_qps:
-            cand = replace(cand, target_qps=bound[0], reason=f"{cand.reason}; {bound[1]}")
-        return super().start(state, cand, preliminary)
-
-    def room_bound(self, cand: Candidate) -> tuple[float, str] | None:
-        """The highest first limit (msg/s cluster-wide) under which each busy carrier (``cand.busy_load``: its
-        writes W in the window, msg/s) takes its usual senders' normal writes (``cand.busy_normal``: N, msg/s) and the
-        storms' together, and a text saying why; not below ``min_limit_qps``. A busy broker writes its capacity and
+    def first_bound(self, cand: Candidate) -> tuple[float, str] | None:
+        """The room its busy carriers leave (:meth:`LimitPolicy.start` applies it): the highest first limit (msg/s
+        cluster-wide) under which each busy carrier (``cand.busy_load``: its writes W in the window, msg/s) takes its
+        usual senders' normal writes (``cand.busy_normal``: N, msg/s) and the storms' together, and a text saying
+        why; not below ``min_limit_qps``. A busy broker writes its capacity and
         takes the same share ``a`` of every sender's sends (apache/rocketmq ``BrokerFastFailure``; ``a``: the group's
         admitted retry traffic ÷ the demand the rule read through it): its usual senders wrote ``a N``, the storms on
         it the rest, ``W - a N`` (a send-back costs a broker more than one write: the schedule topic, the re-put; no

@@ -25,7 +25,7 @@ tokens (``burst_seconds`` × the carrier's share) reaches the broker's 200 ms se
 breaker): a carrier goes busy while its average writes are only 0.79-0.90 of what it wrote busy (issue 49's sweep
 cases 6 and 135 under a probe, 66 and 186 under a first limit of 2.0x), and stays healthy at 0.58-0.66. So the
 first limit too keeps each busy carrier's writes (its other writes in the firing window plus its share of the
-limit) at most ``surge_burst_share`` of its busy writes (:meth:`SurgeLimit.start`), never below
+limit) at most ``surge_burst_share`` of its busy writes (:meth:`SurgeLimit.first_bound`), never below
 ``surge_squeeze_headroom`` × the baseline (the squeeze's floor).
 
 **Lift**: a probe whose uncapped step would reach ``lift_at_qps`` (the observed peak × ``surge_headroom``) lifts
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import replace
 
 from pipelines.decide.facts import shares_of, surge_fires
 from pipelines.decide.fold_types import Candidate, Observation, ResourceState
@@ -72,18 +71,11 @@ class SurgeLimit(LimitPolicy):
         was lifted 5 minutes before its fix)."""
         return obs.viewed or bool(obs.busy_brokers)
 
-    def start(self, state: ResourceState, cand: Candidate,
-              preliminary: tuple[dt.datetime, float, str] | None = None) -> Step:
-        """A new limit (:meth:`LimitPolicy.start`) at most :meth:`burst_bound` of its candidate's window."""
-        bound = self.burst_bound(cand)
-        if bound is not None and bound[0] < cand.target_qps:
-            cand = replace(cand, target_qps=bound[0], reason=f"{cand.reason}; {bound[1]}")
-        return super().start(state, cand, preliminary)
-
-    def burst_bound(self, cand: Candidate) -> tuple[float, str] | None:
-        """The highest first limit (msg/s cluster-wide) that keeps every carrier busy in the candidate's window
-        (``cand.busy_load``, msg/s) at most ``surge_burst_share`` of those writes: its other writes (its busy writes
-        less the topic's, ``cand.broker_tps``) plus its share of the limit (the module's **Burst**); never below
+    def first_bound(self, cand: Candidate) -> tuple[float, str] | None:
+        """The breaker's burst (:meth:`LimitPolicy.start` applies it): the highest first limit (msg/s cluster-wide)
+        that keeps every carrier busy in the candidate's window (``cand.busy_load``, msg/s) at most
+        ``surge_burst_share`` of those writes: its other writes (its busy writes less the topic's,
+        ``cand.broker_tps``) plus its share of the limit (the module's **Burst**); never below
         ``surge_squeeze_headroom`` × the candidate's baseline (nor ``min_limit_qps``), and a text saying why. None
         without a busy carrier the topic writes to, or without a baseline."""
         p = self.params
