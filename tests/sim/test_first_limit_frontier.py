@@ -1,0 +1,49 @@
+"""bench/first_limit_frontier.py: a failing sweep case run with its first limits forced to constants, against the
+shipped policy in the same session (issue 49). Case 115 (a surge spread over two brokers of 1.10x headroom) is past
+every constant: the one that spares the bystanders is never lifted in time, the one lifted in time costs them. Case
+809 (the same kind, outside the CI range, persisting) is a sizing flaw: a constant passes every check that the
+shipped policy fails (bystanders 9.65 % of before at 1.5x the baseline). When the surge's sizing is fixed, 809
+passes as shipped and the second test needs another case the policy fails."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import first_limit_frontier as frontier  # noqa: E402
+
+BYSTANDERS = "bystander rejected sends per storm minute after containment"
+LIFT = "each lift <= 8 event minutes after its fix"
+
+
+def _lines(out: str) -> dict[str, str]:
+    """The report's run lines by label (``shipped`` or ``<value> msg/s``)."""
+    return {line.split(":")[0].strip(): line for line in out.splitlines() if ": bystanders " in line}
+
+
+def test_case_115_is_past_every_constant_first_limit(capsys):
+    code = frontier.main(["--case", "115", "--limits", "250,280", "--shares", "broker-a=0.414,broker-b=0.586"])
+    out = capsys.readouterr().out
+    runs = _lines(out)
+    assert code == 0 and "no forced first limit passes every check" in out
+    assert BYSTANDERS in runs["shipped"].split("failed:")[1] and LIFT not in runs["shipped"].split("failed:")[1]
+    # 250 msg/s spares the bystanders but holds the fixed topic at its cap; 280 is lifted in time but costs them
+    assert LIFT in runs["250 msg/s"].split("failed:")[1] and BYSTANDERS not in runs["250 msg/s"].split("failed:")[1]
+    assert "not lifted" in runs["250 msg/s"]
+    assert BYSTANDERS in runs["280 msg/s"].split("failed:")[1] and LIFT not in runs["280 msg/s"].split("failed:")[1]
+
+
+def test_a_constant_that_passes_a_case_the_policy_fails_is_reported_as_a_sizing_flaw(capsys):
+    code = frontier.main(["--case", "809", "--limits", "150"])
+    out = capsys.readouterr().out
+    assert code == 1 and "a constant beats the policy: 150 msg/s pass every check" in out
+    assert _lines(out)["150 msg/s"].endswith("failed: none")
+
+
+def test_bad_flags_print_one_line_and_exit_2(capsys):
+    assert frontier.main(["--case", "115", "--limits", "0,10"]) == 2
+    assert frontier.main(["--case", "115", "--limits", "10", "--shares", "broker-a=0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["bench/first_limit_frontier.py: --limits '0,10': want values > 0",
+                   "bench/first_limit_frontier.py: --shares 'broker-a=0.5': want positive fractions adding up to 1"]
