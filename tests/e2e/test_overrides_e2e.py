@@ -107,8 +107,14 @@ def run(spark, tmp_path_factory):
         until(lambda: published(lake).get("storm", {}).get("limit_qps") == 25.0, 30, "the storm pinned")
         gov.land(landing, [minute(9, retry=100.0)])
         seen["pinned_storm"] = published(lake)["storm"]
-        seen["pinned_state"] = max((r for r in rows(lake, "state/policy") if r["resource"] == "storm"),
-                                   key=lambda r: r["batch_id"])
+
+        def storm_state() -> dict:
+            return max((r for r in rows(lake, "state/policy") if r["resource"] == "storm"), key=lambda r: r["batch_id"])
+
+        # the final path folds the pinned window in the gold micro-batch after the one that read it (on a slow
+        # machine, after land() returns): wait for its state, and fail if it never comes under the pin
+        until(lambda: storm_state()["override_id"] is not None, 120, "the storm's state saved under the pin")
+        seen["pinned_state"] = storm_state()
         assert gov.running()
     seen["rows_before_restart"] = len(rows(lake, "gold/limits"))
     with ContinuousGovernor(spark, cfg) as gov:
