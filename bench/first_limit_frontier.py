@@ -67,21 +67,26 @@ def _shares(text: str | None) -> dict[str, float] | None:
 def run_one(seed: int, kind: str, forced: float | None, shares: dict[str, float] | None) -> dict:
     """Case ``seed`` run with every first limit of ``kind`` forced to ``forced`` msg/s (None: as shipped) → its
     figures that the report prints."""
+    from contextlib import ExitStack
+    from unittest import mock
+
     import pipelines.decide.policy as policy
     from pipelines.decide.retry_limit import RetryStormLimit
     from pipelines.decide.surge_limit import SurgeLimit
     from pipelines.sim import sweep
 
-    if forced is not None:
-        cls = SurgeLimit if kind == "surge" else RetryStormLimit
-        cls.first_bound = lambda self, cand: (forced, f"forced to {forced:g} msg/s ({PROG})")
-        if shares:
-            shipped = policy.shares_of
-            policy.shares_of = lambda tps: dict(shares) if set(k for k, v in tps.items() if v) == set(shares) \
-                else shipped(tps)
-    case = sweep.draw_case(seed)
-    figures = sweep.run(case)
-    bad, _ = sweep.verdict(case, figures)
+    shipped = policy.shares_of
+    with ExitStack() as patched:  # undone after the run: a worker process runs several values in turn
+        if forced is not None:
+            cls = SurgeLimit if kind == "surge" else RetryStormLimit
+            patched.enter_context(mock.patch.object(
+                cls, "first_bound", lambda self, cand: (forced, f"forced to {forced:g} msg/s ({PROG})")))
+            if shares:
+                patched.enter_context(mock.patch.object(policy, "shares_of", lambda tps: dict(shares) if set(
+                    k for k, v in tps.items() if v) == set(shares) else shipped(tps)))
+        case = sweep.draw_case(seed)
+        figures = sweep.run(case)
+        bad, _ = sweep.verdict(case, figures)
     v = figures.values
     return {"forced": forced, "failed": [name for name, _ in bad],
             "bystanders_pct": v.get("bystander_after_pct_of_before", (float("nan"),))[0],
