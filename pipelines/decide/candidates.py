@@ -76,6 +76,9 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
     def loads(r: dict, hot: list[str]) -> dict[str, float]:  # each busy carrier's writes in the row's window
         return {b: busy[(r["window_start"], b)] for b in hot if busy[(r["window_start"], b)] is not None}
 
+    def normals(r: dict, hot: list[str]) -> dict[str, float]:  # what each busy carrier wrote before
+        return {b: normal[(r["window_start"], b)] for b in hot if (r["window_start"], b) in normal}
+
     def add(resource_type: str, resource: str, r: dict, **kw) -> None:
         if resource in cfg.protected:
             return
@@ -98,8 +101,7 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
                 reason=(f"RUNAWAY_RETRY: {r['detail']}; retry traffic limited to "
                         f"{fixed(cfg.allowed_retry_share * 100, 0)}% of the group's consume rate{busy_text}"),
                 baseline_tps=consume,
-                busy_load=loads(r, hot),
-                busy_normal={b: normal[(r["window_start"], b)] for b in hot if (r["window_start"], b) in normal})
+                busy_load=loads(r, hot), busy_normal=normals(r, hot))
         elif (r["anomaly"] == Anomaly.TRAFFIC_SURGE.value and r["resource_type"] == "topic"
               and not r["resource"].startswith((rmq.RETRY_TOPIC_PREFIX, rmq.DLQ_TOPIC_PREFIX))):
             hot = sorted({b for b in carriers.get((r["window_start"], r["resource"]), ())
@@ -117,5 +119,5 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
             add("topic", r["resource"], r, target_qps=target, floor_qps=cfg.min_limit_qps if distressed else peak,
                 lift_at_qps=peak, observed_tps=r["observed_tps"], critical=critical,
                 mode=mode(r["resource"], cfg, advisory=not distressed), reason=reason, baseline_tps=r["baseline_tps"],
-                busy_load=loads(r, hot))
+                busy_load=loads(r, hot), busy_normal=normals(r, hot))
     return [out[k] for k in sorted(out)]

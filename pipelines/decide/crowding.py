@@ -83,10 +83,12 @@ def normal_writes(brokers: pl.DataFrame, broker_history: pl.DataFrame, first_win
 def busy_normals(anomalies: pl.DataFrame, broker_history: pl.DataFrame, first_window: dt.datetime | None,
                  windows: WindowsConfig, cfg: DetectionConfig, value: pl.Expr) -> dict[tuple, float]:
     """``gold/anomalies`` rows → ``(window_start, broker)`` → the normal writes (:func:`normal_writes` of ``value``,
-    msg/s) of each broker ``BROKER_BUSY`` in a window with a ``RUNAWAY_RETRY`` (a storm's first limit,
-    :meth:`pipelines.decide.retry_limit.RetryStormLimit.first_bound`); empty otherwise."""
+    msg/s) of each broker ``BROKER_BUSY`` in a window with a ``RUNAWAY_RETRY`` or a ``TRAFFIC_SURGE`` (their first
+    limits' room: :meth:`pipelines.decide.retry_limit.RetryStormLimit.first_bound`,
+    :meth:`pipelines.decide.surge_limit.SurgeLimit.first_bound`); empty otherwise."""
     kinds = set(anomalies["anomaly"].unique().to_list()) if anomalies.height else set()
-    if first_window is None or not {Anomaly.BROKER_BUSY.value, Anomaly.RUNAWAY_RETRY.value} <= kinds:
+    if first_window is None or Anomaly.BROKER_BUSY.value not in kinds or not (
+            {Anomaly.RUNAWAY_RETRY.value, Anomaly.TRAFFIC_SURGE.value} & kinds):
         return {}
     keys = anomalies.filter(pl.col("anomaly") == Anomaly.BROKER_BUSY.value).select(
         "window_start", pl.col("resource").alias("broker"))

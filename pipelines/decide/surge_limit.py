@@ -24,9 +24,11 @@ settles:
 tokens (``burst_seconds`` × the carrier's share) reaches the broker's 200 ms send queue at once (article 001's
 breaker): a carrier goes busy while its average writes are only 0.79-0.90 of what it wrote busy (issue 49's sweep
 cases 6 and 135 under a probe, 66 and 186 under a first limit of 2.0x), and stays healthy at 0.58-0.66. So the
-first limit too keeps each busy carrier's writes (its other writes in the firing window plus its share of the
-limit) at most ``surge_burst_share`` of its busy writes (:meth:`SurgeLimit.first_bound`), never below
-``surge_squeeze_headroom`` × the baseline (the squeeze's floor).
+first limit too keeps each busy carrier's writes (its other senders' writes, at their normal once the surge is
+limited, plus its share of the limit) at most ``surge_burst_share`` of its busy writes (:meth:`SurgeLimit.
+first_bound`), never below ``surge_squeeze_headroom`` × the baseline (the squeeze's floor) unless at that floor a
+carrier, its other senders back at their normal, would write more than ``probe_headroom_share`` of its busy writes:
+a broker with little headroom stays busy at the floor (issue 49's sweep cases 482, 809 and 833).
 
 **Lift**: a probe whose uncapped step would reach ``lift_at_qps`` (the observed peak × ``surge_headroom``) lifts
 the limit: the brokers took the whole demand, and such a lift is not remembered (the demand was legitimate). A
@@ -73,31 +75,43 @@ class SurgeLimit(LimitPolicy):
 
     def first_bound(self, cand: Candidate) -> tuple[float, str] | None:
         """The breaker's burst (:meth:`LimitPolicy.start` applies it): the highest first limit (msg/s cluster-wide)
-        that keeps every carrier busy in the candidate's window (``cand.busy_load``, msg/s) at most
-        ``surge_burst_share`` of those writes: its other writes (its busy writes less the topic's,
-        ``cand.broker_tps``) plus its share of the limit (the module's **Burst**); never below
-        ``surge_squeeze_headroom`` × the candidate's baseline (nor ``min_limit_qps``), and a text saying why. None
-        without a busy carrier the topic writes to, or without a baseline."""
+        that keeps every carrier busy in the candidate's window (``cand.busy_load``: its writes W, msg/s) at most
+        ``surge_burst_share`` of W: its other senders' writes plus its share of the limit (the module's **Burst**),
+        and a text saying why. Its other senders write what they kept of W (W less the topic's puts there,
+        ``cand.broker_tps``) while the surge crowds them, and their normal once it is limited: the carrier's normal
+        writes (``cand.busy_normal``: N, msg/s, :func:`pipelines.decide.crowding.busy_normals`) less the topic's
+        baseline share of them, when that is more. Not below ``surge_squeeze_headroom`` × the candidate's baseline
+        (the floor), unless at the floor a carrier with a known normal would write more than
+        ``probe_headroom_share`` of W, its other senders at their normal: a broker with little headroom (issue 49's
+        sweep cases 482, 809 and 833, persisting surges on brokers of 1.15-1.36x headroom, kept busy at 1.5x the
+        baseline: their bystanders lost 9.65-15.79 % of their sends); never below ``min_limit_qps``. None without a
+        busy carrier the topic writes to, or without a baseline."""
         p = self.params
         shares = shares_of(cand.broker_tps)
         if cand.baseline_tps is None or not shares:
             return None
-        best, why = math.inf, ""
+        floor = max(p.min_limit_qps, cand.baseline_tps * p.surge_squeeze_headroom)
+        best, why, crowded = math.inf, "", ""
         for broker, busy in sorted(cand.busy_load.items()):
             share = shares.get(broker)
             if share is None or busy is None or not math.isfinite(busy):
                 continue
             other = max(busy - cand.broker_tps[broker], 0.0)
-            room = max(p.surge_burst_share * busy - other, 0.0) / share
+            normal = cand.busy_normal.get(broker)
+            usual = other if normal is None else max(normal - cand.baseline_tps * share, other)
+            room = max(p.surge_burst_share * busy - usual, 0.0) / share
             if room < best:
-                best, why = room, f"{broker} wrote {busy:.1f} msg/s busy, {other:.1f} of them other topics'"
+                best, why = room, f"{broker} wrote {busy:.1f} msg/s busy, {other:.1f} of them other topics'" + (
+                    f" ({usual:.1f} at their normal)" if usual > other else "")
+            if normal is not None and usual + share * floor > p.probe_headroom_share * busy and not crowded:
+                crowded = (f"; at {floor:.1f} msg/s {broker} would write {usual + share * floor:.1f}, over "
+                           f"{p.probe_headroom_share:g} of what it wrote busy")
         if not math.isfinite(best):
             return None
-        floor = max(p.min_limit_qps, cand.baseline_tps * p.surge_squeeze_headroom)
-        bound = max(best, floor)
+        bound = max(best, p.min_limit_qps if crowded else floor)
         return bound, (f"bounded to {bound:.1f} msg/s by the breaker's burst: {why}; its share of the limit keeps its "
                        f"writes at most {p.surge_burst_share:g} of that" + (
-                           f" (not below {p.surge_squeeze_headroom:g}x the baseline)" if bound > best else ""))
+                           f" (not below {p.surge_squeeze_headroom:g}x the baseline)" if bound > best else crowded))
 
     def squeeze_floor(self, state: ResourceState) -> float:
         """``surge_squeeze_headroom`` × the baseline frozen with the limit (msg/s; its target when none was frozen,

@@ -103,12 +103,18 @@ def test_a_retry_storm_on_a_busy_broker_is_critical():
     assert not calm.critical and calm.reason.endswith("consume rate")
 
 
-def test_a_storm_on_a_busy_broker_carries_its_writes_and_its_normal():
-    """A storm's candidate carries its busy carriers' writes (the ``BROKER_BUSY`` row's baseline) and their normal
-    writes (``busy_normal``), its first limit's room (sweep cases 25 and 131); a broker not busy carries neither."""
+def test_a_storm_or_a_surge_on_a_busy_broker_carries_its_writes_and_its_normal():
+    """A storm's candidate, and a surge's, carries its busy carriers' writes (the ``BROKER_BUSY`` row's baseline)
+    and their normal writes (``busy_normal``), its first limit's room (sweep cases 25, 131 and 809); a broker not
+    busy carries neither."""
     rows = anomalies([(1, "group", "g", "RUNAWAY_RETRY", 3548.8, 700.5),
                       (1, "broker", "broker-a", "BROKER_BUSY", 9.0, 949.0)])
     traffic = {(win(0)[1], "group", "g"): {"broker-a": 346.3, "broker-b": 1.0}}
     normal = {(win(0)[0], "broker-a"): 843.0, (win(0)[0], "broker-b"): 500.0}
     c = by_resource(candidate_limits(rows, {}, L, traffic, normal))["g"]
     assert c.busy_load == {"broker-a": 949.0} and c.busy_normal == {"broker-a": 843.0}
+    surge = anomalies([(1, "topic", "t", "TRAFFIC_SURGE", 494.9, 251.1),
+                       (1, "broker", "broker-a", "BROKER_BUSY", 9.0, 319.4)])   # sweep case 809
+    c = by_resource(candidate_limits(surge, {(win(0)[0], "t"): ["broker-a", "broker-b"]}, L, {},
+                                     {(win(0)[0], "broker-a"): 269.0, (win(0)[0], "broker-b"): 220.4}))["t"]
+    assert c.busy_load == {"broker-a": 319.4} and c.busy_normal == {"broker-a": 269.0}

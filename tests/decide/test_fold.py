@@ -602,11 +602,11 @@ def test_a_surge_is_not_probed_on_a_window_without_its_busy_carrier_s_writes_swe
     assert [d.action for d in decisions][:1] == ["relax"]   # its writes shown, with room: probed
 
 
-def _first_surge_limit(broker_tps, busy_load, baseline, target=None):
+def _first_surge_limit(broker_tps, busy_load, baseline, target=None, busy_normal=None):
     """The first enforced limit of a surge on busy carriers (target ``surge_headroom`` x ``baseline``)."""
     c = Candidate(end(1), target or 2.0 * baseline, "surge on a busy broker", lift_at_qps=5_000.0,
                   observed_tps=sum(broker_tps.values()), baseline_tps=baseline, broker_tps=broker_tps,
-                  busy_load=busy_load)
+                  busy_load=busy_load, busy_normal=busy_normal or {})
     decisions, state = fold([c], horizon=1, resource_type="topic")
     return decisions[0], state
 
@@ -639,6 +639,30 @@ def test_a_surge_s_burst_bound_stops_at_the_squeeze_headroom_and_needs_a_busy_ca
     assert round(first.limit_qps, 1) == 133.1 and "burst" not in first.reason
     first, _ = _first_surge_limit({"broker-b": 226.8}, {}, 66.55)
     assert round(first.limit_qps, 1) == 133.1
+
+
+def test_a_surge_s_first_limit_counts_its_carriers_other_senders_at_their_normal_sweep_cases_809_and_98():
+    """Sweep case 809 (``python -m pipelines.sim.sweep --case 809``): news-feed surging for good over broker-a and
+    broker-b (1.15x and 1.18x headroom). The burst bound read their other topics at what they kept while crowded
+    (63.4 and 22.2 msg/s) and the squeeze floor held 1.5x the 251.1 msg/s baseline, 376.6 msg/s: at it broker-a,
+    its other topics back at their normal (269.0 msg/s written before, less the topic's 129.9), writes 333.9 msg/s,
+    over what it wrote busy (319.4), and the bystanders lost 9.65 % of their sends for good. Counted at their
+    normal, broker-a leaves 163.3 msg/s: the floor yields, bystanders 0.00 %. Case 98: search-updated, 1.35 msg/s
+    before its surge, on broker-a writing 138.6 msg/s busy against 99.5 normal (pulsed traffic): at the floor it
+    adds 0.9 msg/s to a broker far under what it wrote busy, so the floor holds (2.0 msg/s: under 1.0 msg/s, the
+    room left at 0.7 of those writes, its normal traffic of 1.7-1.8 msg/s after the fix stayed at the cap and was
+    never lifted)."""
+    first, state = _first_surge_limit({"broker-a": 256.0, "broker-b": 238.9}, {"broker-a": 319.4, "broker-b": 261.1},
+                                      251.1, busy_normal={"broker-a": 269.0, "broker-b": 220.4})
+    assert round(first.limit_qps, 1) == round(state.target_qps, 1) == 163.3   # (0.7 x 319.4 - 139.1) / 0.5173
+    assert ("broker-a wrote 319.4 msg/s busy, 63.4 of them other topics' (139.1 at their normal)" in first.reason
+            and "at 376.6 msg/s broker-a would write 333.9, over 0.9 of what it wrote busy" in first.reason)
+    first, _ = _first_surge_limit({"broker-a": 256.0, "broker-b": 238.9}, {"broker-a": 319.4, "broker-b": 261.1},
+                                  251.1)   # no normal known: the floor stands
+    assert round(first.limit_qps, 1) == 376.6 and "(not below 1.5x the baseline)" in first.reason
+    first, _ = _first_surge_limit({"broker-a": 62.8, "broker-b": 76.3}, {"broker-a": 138.6, "broker-b": 91.7}, 1.35,
+                                  busy_normal={"broker-a": 99.5, "broker-b": 22.0})
+    assert round(first.limit_qps, 3) == 2.025 and "(not below 1.5x the baseline)" in first.reason
 
 
 def _first_storm_limit(admitted, observed, busy_load, busy_normal, consume):

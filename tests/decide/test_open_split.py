@@ -173,8 +173,8 @@ def test_sweep_case_186_a_surge_whose_carriers_all_reported_is_limited_before_th
     waited for the census (limited 119 s after onset, the pipeline's fastest 108.9 s). Every broker that carried it
     in the earlier open window has reported (``open_split.topics_heard``): it is limited on broker-b's stats, the
     whole limit on broker-b (the brokers still to report hold none of it: they carry none), bounded by the
-    breaker's burst (0.7 x broker-b's busy writes less the other topics'); a topic whose earlier carrier has not
-    reported still waits."""
+    breaker's burst (0.7 x broker-b's busy writes less the other topics' at their normal: its 300 msg/s normal
+    less the topic's baseline); a topic whose earlier carrier has not reported still waits."""
     from pipelines import columns
     from pipelines.decide.arrow import from_rows
     from pipelines.decide.fast import OpenRows, decide_fast, prepare_fast
@@ -223,6 +223,7 @@ def test_sweep_case_186_a_surge_whose_carriers_all_reported_is_limited_before_th
 
     got, = run({"broker-b"})
     assert (got["resource"], got["basis"], got["action"]) == ("cart-audit", "preliminary", "set")
-    assert round(got["limit_qps"], 1) == 505.2 and "bounded to 505.2 msg/s by the breaker's burst" in got["reason"]
+    # 0.7 x broker-b's 757.5 msg/s busy less the other topics' 27.5 (its 300 normal less the topic's 272.5)
+    assert round(got["limit_qps"], 1) == 502.7 and "bounded to 502.7 msg/s by the breaker's burst" in got["reason"]
     assert listed(figures(got["broker_limits"])) == {"broker-b": got["limit_qps"]}
     assert run({"broker-b", "broker-c"}) == []   # broker-c carried it and has not reported: the census decides

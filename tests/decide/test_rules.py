@@ -570,7 +570,8 @@ def test_a_busy_broker_s_normal_writes_are_its_median_over_its_windows_not_busy_
     """The normal a storm's first limit leaves room beside (:func:`pipelines.decide.crowding.busy_normals`, sweep
     case 25: broker-a wrote 949.0 msg/s busy against 843.0 normal): the median of the broker's own
     ``BROKER_PUT_NUMS`` over its previous windows, its busy windows left out (a busy window writes the capacity);
-    only for a broker busy in a window with a storm, and only with ``baseline_min_windows`` windows."""
+    only for a broker busy in a window with a storm or a surge (sweep case 809: a surge's first limit counts its
+    carriers' other senders at their normal), and only with ``baseline_min_windows`` windows."""
     from pipelines.decide.crowding import busy_normals
     history = frame(columns.GOLD_BROKER_TPS, [(*win(i), "broker-a", 800.0, 843.0 + i % 3 - 1, 4, 0, 0, None)
                                               for i in range(5)] + [
@@ -584,4 +585,7 @@ def test_a_busy_broker_s_normal_writes_are_its_median_over_its_windows_not_busy_
     assert got == {(win(10)[0], "broker-a"): 843.0}   # broker-b: no history, no normal
     assert busy_normals(now.filter(pl.col("anomaly") != "RUNAWAY_RETRY"), history, win(10)[0], W, D,
                         rules.broker_writes()) == {}
+    surge = now.with_columns(pl.col("anomaly").replace("RUNAWAY_RETRY", "TRAFFIC_SURGE"),
+                             pl.col("resource_type").replace("group", "topic"))
+    assert busy_normals(surge, history, win(10)[0], W, D, rules.broker_writes()) == {(win(10)[0], "broker-a"): 843.0}
     assert busy_normals(now, history.head(4), win(10)[0], W, D, rules.broker_writes()) == {}  # 4 < 5 windows
