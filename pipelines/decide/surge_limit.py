@@ -109,9 +109,9 @@ class SurgeLimit(LimitPolicy):
         if not math.isfinite(best):
             return None
         bound = max(best, p.min_limit_qps if crowded else floor)
+        floored = f" (not below {p.surge_squeeze_headroom:g}x the baseline)" if bound > best else ""
         return bound, (f"bounded to {bound:.1f} msg/s by the breaker's burst: {why}; its share of the limit keeps its "
-                       f"writes at most {p.surge_burst_share:g} of that" + (
-                           f" (not below {p.surge_squeeze_headroom:g}x the baseline)" if bound > best else crowded))
+                       f"writes at most {p.surge_burst_share:g} of that" + (crowded or floored))
 
     def squeeze_floor(self, state: ResourceState) -> float:
         """``surge_squeeze_headroom`` × the baseline frozen with the limit (msg/s; its target when none was frozen,

@@ -663,6 +663,10 @@ def test_a_surge_s_first_limit_counts_its_carriers_other_senders_at_their_normal
     first, _ = _first_surge_limit({"broker-a": 62.8, "broker-b": 76.3}, {"broker-a": 138.6, "broker-b": 91.7}, 1.35,
                                   busy_normal={"broker-a": 99.5, "broker-b": 22.0})
     assert round(first.limit_qps, 3) == 2.025 and "(not below 1.5x the baseline)" in first.reason
+    # no room left where the floor yields: min_limit_qps, and the text names the yield, not the floor
+    first, _ = _first_surge_limit({"b": 200.0}, {"b": 210.0}, 100.0, busy_normal={"b": 300.0})
+    assert first.limit_qps == L.min_limit_qps and "over 0.9 of what it wrote busy" in first.reason
+    assert "not below" not in first.reason
 
 
 def _first_storm_limit(admitted, observed, busy_load, busy_normal, consume):
