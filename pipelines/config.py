@@ -229,6 +229,14 @@ class LimitsConfig(_Section):
         "breaker, and each time it closes a second of tokens (``burst_seconds``) reaches the broker's 200 ms send "
         "queue at once: issue 49's sweep cases 6, 66, 135 and 186 went busy at 0.79-0.90 of their busy writes and "
         "stayed healthy at 0.58-0.66."))
+    storm_room_share: float = Field(default=0.95, gt=0, le=1, description=(
+        "A retry storm's first limit on a busy carrier keeps the carrier's writes (its usual senders at their "
+        "normal plus the storms) at most this share (ratio) of what it wrote busy "
+        "(:meth:`pipelines.decide.retry_limit.RetryStormLimit.first_bound`): filled to the whole of it, a carrier "
+        "stays busy (a limiter rejecting most of a storm bursts as its breaker closes). Issue 49's sweep case 297 "
+        "(a broker of 1.37x headroom): 1.63 % of its bystanders' rejected sends after containment at 1.0, 0.48 % "
+        "at 0.95; case 25 (1.10x): at 0.9 the fixed group's legitimate retries (16 msg/s) stay over its 4.4 msg/s "
+        "limit and it is never lifted, at 0.95 (23 msg/s) it is lifted 5.9 min after its fix."))
     ttl_seconds: int = Field(default=600, gt=0, description=(
         "Seconds after its decision that a limit expires unless refreshed (fail open when the governor stops): "
         "two refresh periods."))

@@ -50,6 +50,7 @@ class Params:
     surge_squeeze_headroom: float
     min_limit_qps: float = 1.0
     surge_burst_share: float = 0.7
+    storm_room_share: float = 0.95
 
     @classmethod
     def of(cls, limits: LimitsConfig, detection: DetectionConfig, window_seconds: int,
@@ -66,7 +67,7 @@ class Params:
                    probe_headroom_share=limits.probe_headroom_share, surge_max_changes=limits.surge_max_changes,
                    surge_headroom=limits.surge_headroom,
                    surge_squeeze_headroom=limits.surge_squeeze_headroom, min_limit_qps=limits.min_limit_qps,
-                   surge_burst_share=limits.surge_burst_share)
+                   surge_burst_share=limits.surge_burst_share, storm_room_share=limits.storm_room_share)
 
     @classmethod
     def from_config(cls, cfg: GovernorConfig) -> Params:

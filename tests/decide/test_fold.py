@@ -682,16 +682,32 @@ def test_a_storm_s_first_limit_fits_the_room_its_busy_carrier_leaves_sweep_cases
     on broker-a of 1.10x headroom (949.0 msg/s written busy, 843.0 normal) was limited to 10 % of its 700.5 msg/s
     consume rate, 70.1 msg/s: broker-a stayed busy (a send-back costs it more than one write) and the bystanders
     lost 1.79 % of their sends after containment until a squeeze. Its usual senders kept about 10 % of their 843.0
-    (the group's share accepted), so the storms wrote about 866.7; the room beyond the normal, 106.0, takes 12.2 %
-    of what it admitted: 42.4 msg/s (bystanders 0.07 %). Case 131: seven storms on three brokers of 1.26x
-    headroom; audit-coupon-consumer (18.9 of 104.0 msg/s admitted on broker-c, 307.5 written busy, 241.6 normal)
-    at 4.7 msg/s instead of 16.0 (bystanders 2.33 % → 0.03 %)."""
+    (the group's share accepted), so the storms wrote about 866.7; the room beyond the normal up to
+    ``storm_room_share`` (0.95) of the busy writes, 58.6, takes 6.8 % of what it admitted: 23.4 msg/s (bystanders
+    0.04 %; 42.4 msg/s and 0.07 % with the whole busy writes as the room's top, until case 297; at 0.9, 4.4 msg/s,
+    the fixed group's 16 msg/s of legitimate retries stayed over it and it was never lifted). Case 131: seven storms
+    on three brokers of 1.26x headroom; audit-coupon-consumer (18.9 of 104.0 msg/s admitted on broker-c, 307.5
+    written busy, 241.6 normal) at 3.6 msg/s instead of its 16.0 target (bystanders 2.33 % → 0.00 %)."""
     first, state = _first_storm_limit({"broker-a": 346.3}, 3548.8, {"broker-a": 949.0}, {"broker-a": 843.0}, 700.5)
-    assert round(first.limit_qps, 1) == round(state.target_qps, 1) == 42.4   # 346.3 x 106.0 / (949.0 - 0.0976 x 843)
-    assert ("bounded to 42.4 msg/s by the room its busy carrier leaves: broker-a wrote 949.0 msg/s busy against "
-            "843.0 normal, about 866.7 of them the storms' at 10% accepted") in first.reason
+    assert round(first.limit_qps, 1) == round(state.target_qps, 1) == 23.4   # 346.3 x 58.55 / (949.0 - 0.0976 x 843)
+    assert ("bounded to 23.4 msg/s by the room its busy carrier leaves: broker-a wrote 949.0 msg/s busy against "
+            "843.0 normal, about 866.7 of them the storms' at 10% accepted; the storms there fit in 0.95 of what it "
+            "wrote busy beyond its normal") in first.reason
     first, _ = _first_storm_limit({"broker-c": 18.9}, 104.0, {"broker-c": 307.5}, {"broker-c": 241.6}, 160.2)
-    assert round(first.limit_qps, 2) == 4.73   # 18.9 x 65.9 / (307.5 - 0.1817 x 241.6)
+    assert round(first.limit_qps, 2) == 3.62   # 18.9 x 50.525 / (307.5 - 0.1817 x 241.6)
+
+
+def test_a_storm_s_first_limit_leaves_its_busy_carrier_a_margin_below_its_busy_writes_sweep_case_297():
+    """Sweep case 297 (``python -m pipelines.sim.sweep --case 297``): get-pugc-to-ai-consumer's persisting storm,
+    1,157.6 msg/s read through broker-a (1.37x headroom: 977.6 msg/s written busy, 706.6 normal), 176.5 admitted.
+    Sized to fill broker-a's whole busy writes beside its normal (55.0 msg/s), the storm kept it busy: a limiter
+    rejecting most of a demand bursts as its breaker closes, and its bystanders lost 1.63 % of their sends after
+    containment until a squeeze. Sized to ``storm_room_share`` (0.95) of them, 45.1 msg/s: 0.48 % (constant first
+    limits of 1-45 msg/s pass, 0.47 % at 45: ``bench/first_limit_frontier.py --case 297 --kind storm``)."""
+    first, _ = _first_storm_limit({"broker-a": 167.7, "broker-c": 8.8}, 1157.6, {"broker-a": 977.6},
+                                  {"broker-a": 706.6}, 624.05)
+    assert round(first.limit_qps, 1) == 45.1   # 176.5 x (0.95 x 977.6 - 706.6) / (977.6 - 0.1525 x 706.6)
+    assert "the storms there fit in 0.95 of what it wrote busy beyond its normal" in first.reason
 
 
 def test_a_storm_s_room_binds_only_on_a_busy_carrier_without_room():
