@@ -48,9 +48,9 @@ class Params:
     surge_max_changes: int
     surge_headroom: float
     surge_squeeze_headroom: float
-    min_limit_qps: float = 1.0
-    surge_burst_share: float = 0.7
-    storm_room_share: float = 0.95
+    min_limit_qps: float
+    surge_burst_share: float
+    storm_room_share: float
 
     @classmethod
     def of(cls, limits: LimitsConfig, detection: DetectionConfig, window_seconds: int,
