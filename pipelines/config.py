@@ -229,6 +229,14 @@ class LimitsConfig(_Section):
         "breaker, and each time it closes a second of tokens (``burst_seconds``) reaches the broker's 200 ms send "
         "queue at once: issue 49's sweep cases 6, 66, 135 and 186 went busy at 0.79-0.90 of their busy writes and "
         "stayed healthy at 0.58-0.66."))
+    surge_floor_yield_share: float = Field(default=0.79, gt=0, le=1, description=(
+        "A surge's first limit yields its floor (``surge_squeeze_headroom`` x the baseline) when at that floor a "
+        "carrier that was busy, its other senders back at their normal, would write more than this share (ratio) "
+        "of what it wrote busy and they alone would not: the lowest share at which the breaker's bursts were seen "
+        "to keep a carrier busy (0.79, the ``surge_burst_share`` measurements). Issue 49's sweep case 307 (a "
+        "surge's carrier at 0.874 of its busy writes at the floor): its bystanders lost 1.91 % of their sends after "
+        "containment at 0.9; cases 430 and 727 (other senders alone at 0.80 and 0.88 of it): a yield to 1 msg/s "
+        "held the fixed topic under its normal traffic."))
     storm_room_share: float = Field(default=0.95, gt=0, le=1, description=(
         "A retry storm's first limit on a busy carrier keeps the carrier's writes (its usual senders at their "
         "normal plus the storms) at most this share (ratio) of what it wrote busy "

@@ -50,6 +50,7 @@ class Params:
     surge_squeeze_headroom: float
     min_limit_qps: float
     surge_burst_share: float
+    surge_floor_yield_share: float
     storm_room_share: float
 
     @classmethod
@@ -67,7 +68,8 @@ class Params:
                    probe_headroom_share=limits.probe_headroom_share, surge_max_changes=limits.surge_max_changes,
                    surge_headroom=limits.surge_headroom,
                    surge_squeeze_headroom=limits.surge_squeeze_headroom, min_limit_qps=limits.min_limit_qps,
-                   surge_burst_share=limits.surge_burst_share, storm_room_share=limits.storm_room_share)
+                   surge_burst_share=limits.surge_burst_share,
+                   surge_floor_yield_share=limits.surge_floor_yield_share, storm_room_share=limits.storm_room_share)
 
     @classmethod
     def from_config(cls, cfg: GovernorConfig) -> Params:

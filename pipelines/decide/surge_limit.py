@@ -27,8 +27,9 @@ cases 6 and 135 under a probe, 66 and 186 under a first limit of 2.0x), and stay
 first limit too keeps each busy carrier's writes (its other senders' writes, at their normal once the surge is
 limited, plus its share of the limit) at most ``surge_burst_share`` of its busy writes (:meth:`SurgeLimit.
 first_bound`), never below ``surge_squeeze_headroom`` × the baseline (the squeeze's floor) unless at that floor a
-carrier, its other senders back at their normal, would write more than ``probe_headroom_share`` of its busy writes:
-a broker with little headroom stays busy at the floor (issue 49's sweep cases 482, 809 and 833).
+carrier, its other senders back at their normal, would write more than ``surge_floor_yield_share`` of its busy
+writes (0.79, the lowest share above at which a carrier was seen busy) and they alone would not: a broker with little
+headroom stays busy at the floor (issue 49's sweep cases 482, 809, 833 and 307).
 
 **Lift**: a probe whose uncapped step would reach ``lift_at_qps`` (the observed peak × ``surge_headroom``) lifts
 the limit: the brokers took the whole demand, and such a lift is not remembered (the demand was legitimate). A
@@ -82,10 +83,14 @@ class SurgeLimit(LimitPolicy):
         writes (``cand.busy_normal``: N, msg/s, :func:`pipelines.decide.crowding.busy_normals`) less the topic's
         baseline share of them, when that is more. Not below ``surge_squeeze_headroom`` × the candidate's baseline
         (the floor), unless at the floor a carrier with a known normal would write more than
-        ``probe_headroom_share`` of W, its other senders at their normal: a broker with little headroom (issue 49's
-        sweep cases 482, 809 and 833, persisting surges on brokers of 1.15-1.36x headroom, kept busy at 1.5x the
-        baseline: their bystanders lost 9.65-15.79 % of their sends); never below ``min_limit_qps``. None without a
-        busy carrier the topic writes to, or without a baseline."""
+        ``surge_floor_yield_share`` of W, its other senders at their normal (not at what they write while crowding
+        it: another surge's writes there are limited too, case 135), and those alone would not (a yield that
+        cannot bring the carrier under that share spares no one and holds the topic under its normal traffic:
+        cases 430 and 727, topics of 2.5 and 13 msg/s on brokers whose other senders write 0.80 and 0.88 of W
+        normally): a broker with little headroom (issue 49's sweep cases 482, 809 and 833, persisting surges on
+        brokers of 1.15-1.36x headroom, kept busy at 1.5x the baseline: their bystanders lost 9.65-15.79 % of their
+        sends; case 307, 0.874 of W at the floor, 1.91 %); never below ``min_limit_qps``. None without a busy
+        carrier the topic writes to, or without a baseline."""
         p = self.params
         shares = shares_of(cand.broker_tps)
         if cand.baseline_tps is None or not shares:
@@ -98,14 +103,16 @@ class SurgeLimit(LimitPolicy):
                 continue
             other = max(busy - cand.broker_tps[broker], 0.0)
             normal = cand.busy_normal.get(broker)
-            usual = other if normal is None else max(normal - cand.baseline_tps * share, other)
+            at_normal = None if normal is None else max(normal - cand.baseline_tps * share, 0.0)
+            usual = other if at_normal is None else max(at_normal, other)
             room = max(p.surge_burst_share * busy - usual, 0.0) / share
             if room < best:
                 best, why = room, f"{broker} wrote {busy:.1f} msg/s busy, {other:.1f} of them other topics'" + (
                     f" ({usual:.1f} at their normal)" if usual > other else "")
-            if normal is not None and usual + share * floor > p.probe_headroom_share * busy and not crowded:
-                crowded = (f"; at {floor:.1f} msg/s {broker} would write {usual + share * floor:.1f}, over "
-                           f"{p.probe_headroom_share:g} of what it wrote busy")
+            yield_at = p.surge_floor_yield_share * busy
+            if at_normal is not None and at_normal <= yield_at < at_normal + share * floor and not crowded:
+                crowded = (f"; at {floor:.1f} msg/s {broker} would write {at_normal + share * floor:.1f}, over "
+                           f"{p.surge_floor_yield_share:g} of what it wrote busy")
         if not math.isfinite(best):
             return None
         bound = max(best, p.min_limit_qps if crowded else floor)

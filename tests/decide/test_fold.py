@@ -656,7 +656,7 @@ def test_a_surge_s_first_limit_counts_its_carriers_other_senders_at_their_normal
                                       251.1, busy_normal={"broker-a": 269.0, "broker-b": 220.4})
     assert round(first.limit_qps, 1) == round(state.target_qps, 1) == 163.3   # (0.7 x 319.4 - 139.1) / 0.5173
     assert ("broker-a wrote 319.4 msg/s busy, 63.4 of them other topics' (139.1 at their normal)" in first.reason
-            and "at 376.6 msg/s broker-a would write 333.9, over 0.9 of what it wrote busy" in first.reason)
+            and "at 376.6 msg/s broker-a would write 333.9, over 0.79 of what it wrote busy" in first.reason)
     first, _ = _first_surge_limit({"broker-a": 256.0, "broker-b": 238.9}, {"broker-a": 319.4, "broker-b": 261.1},
                                   251.1)   # no normal known: the floor stands
     assert round(first.limit_qps, 1) == 376.6 and "(not below 1.5x the baseline)" in first.reason
@@ -664,9 +664,37 @@ def test_a_surge_s_first_limit_counts_its_carriers_other_senders_at_their_normal
                                   busy_normal={"broker-a": 99.5, "broker-b": 22.0})
     assert round(first.limit_qps, 3) == 2.025 and "(not below 1.5x the baseline)" in first.reason
     # no room left where the floor yields: min_limit_qps, and the text names the yield, not the floor
-    first, _ = _first_surge_limit({"b": 200.0}, {"b": 210.0}, 100.0, busy_normal={"b": 300.0})
-    assert first.limit_qps == L.min_limit_qps and "over 0.9 of what it wrote busy" in first.reason
+    first, _ = _first_surge_limit({"b": 200.0}, {"b": 210.0}, 100.0, busy_normal={"b": 255.0})
+    assert first.limit_qps == L.min_limit_qps and "over 0.79 of what it wrote busy" in first.reason
     assert "not below" not in first.reason
+
+
+def test_a_surge_s_floor_yields_where_its_carrier_would_write_where_bursts_kept_carriers_busy_sweep_case_307():
+    """Sweep case 307 (``python -m pipelines.sim.sweep --case 307``): a storm on broker-a and a persisting surge of
+    a topic of 154.9 msg/s written before, all on broker-d (305.9 msg/s written busy, 189.9 normal). At the 1.5x
+    floor, 232.4 msg/s, broker-d writes 267.4 msg/s with its other topics back at their normal: 0.874 of its busy
+    writes, under the 0.9 at which the floor used to yield but above the 0.79 at which the breaker's bursts were seen
+    to keep a carrier busy; the bystanders lost 1.91 % of their sends for good. The floor now yields at
+    ``surge_floor_yield_share`` (0.79): 0.7 x 305.9 - 35.0 = 179.1 msg/s, bystanders 0.00 %. Case 135: coupon-changed
+    (10.55 msg/s before) and a second surge crowd broker-b (949.9 msg/s busy, 737.6 of them other topics', 319.1
+    normal); at its 15.8 msg/s floor broker-b writes 0.34 of that with its other senders at their normal, 0.79 with
+    them at what they kept while the other surge crowded them: the yield reads them at their normal (the other
+    surge is limited too), and the floor holds (yielded to 1.0 msg/s, its normal traffic stayed at the cap after its
+    fix and was never lifted). Case 430: a topic of 2.45 msg/s on a broker whose other senders alone write 0.796 of
+    its busy writes at their normal: no limit of the topic brings that broker under 0.79, and a yield to 1.0 msg/s
+    held its normal traffic at the cap after its fix; the floor holds."""
+    first, state = _first_surge_limit({"broker-d": 291.9}, {"broker-d": 305.9}, 154.9,
+                                      busy_normal={"broker-d": 189.9})
+    assert round(first.limit_qps, 1) == round(state.target_qps, 1) == 179.1   # 0.7 x 305.9 - (189.9 - 154.9)
+    assert "at 232.4 msg/s broker-d would write 267.4, over 0.79 of what it wrote busy" in first.reason
+    first, _ = _first_surge_limit({"broker-b": 212.3}, {"broker-b": 949.9}, 10.55, busy_normal={"broker-b": 319.1})
+    assert round(first.limit_qps, 2) == 15.83 and "(not below 1.5x the baseline)" in first.reason
+    # case 430: pugc-content (2.45 msg/s before) over three brokers; broker-a's other senders alone write 248.4 msg/s
+    # at their normal, 0.796 of its busy 311.9: no limit of the topic brings it under 0.79, so the floor holds
+    first, _ = _first_surge_limit({"broker-a": 61.8, "broker-b": 59.0, "broker-c": 1.3},
+                                  {"broker-a": 311.9, "broker-b": 200.6}, 2.45,
+                                  busy_normal={"broker-a": 249.6, "broker-b": 146.2})
+    assert round(first.limit_qps, 3) == 3.675 and "(not below 1.5x the baseline)" in first.reason
 
 
 def _first_storm_limit(admitted, observed, busy_load, busy_normal, consume):
