@@ -1,11 +1,12 @@
 """bench/first_limit_frontier.py: a failing sweep case run with its first limits forced to constants, against the
 shipped policy in the same session (issue 49). Case 115 (a surge spread over two brokers of 1.10x headroom) is past
 every constant: the one that spares the bystanders is never lifted in time, the one lifted in time costs them. Case
-307 (a storm and a persisting surge, outside the CI range) is a sizing flaw: a constant first limit of 100 msg/s
-for the surge passes every check that the shipped policy fails (its 232.4 msg/s squeeze floor, 0.87 of its busy
-carrier's writes, keeps it busy: bystanders 1.91 % of before). Cases 809 (a surge, until 7383e4e) and 297 (a storm,
-until ``storm_room_share``) were the flaws this test named; when 307's is fixed it needs another case the policy
-fails."""
+960 (a persisting storm, outside the CI range) is a sizing flaw: a constant first limit of 15 msg/s passes every
+check that the shipped policy fails (the fast path's first limit is the storm's 37.2 msg/s target, since its busy
+carriers' normal writes are not known yet, then 21.8 msg/s, which keeps broker-b busy until a squeeze: bystanders
+1.61 % of before). Cases 809 (a surge, until 7383e4e), 297 (a storm, until ``storm_room_share``) and 307 (a storm
+and a surge, until ``surge_floor_yield_share``) were the flaws this test named; when 960's is fixed it needs another
+case the policy fails."""
 
 from __future__ import annotations
 
@@ -38,10 +39,10 @@ def test_case_115_is_past_every_constant_first_limit(capsys):
 
 
 def test_a_constant_that_passes_a_case_the_policy_fails_is_reported_as_a_sizing_flaw(capsys):
-    code = frontier.main(["--case", "307", "--limits", "100"])
+    code = frontier.main(["--case", "960", "--kind", "storm", "--limits", "15"])
     out = capsys.readouterr().out
-    assert code == 1 and "a constant beats the policy: 100 msg/s pass every check" in out
-    assert BYSTANDERS in _lines(out)["shipped"] and _lines(out)["100 msg/s"].endswith("failed: none")
+    assert code == 1 and "a constant beats the policy: 15 msg/s pass every check" in out
+    assert BYSTANDERS in _lines(out)["shipped"] and _lines(out)["15 msg/s"].endswith("failed: none")
 
 
 def test_bad_flags_print_one_line_and_exit_2(capsys):
