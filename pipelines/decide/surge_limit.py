@@ -28,8 +28,8 @@ first limit too keeps each busy carrier's writes (its other senders' writes, at 
 limited, plus its share of the limit) at most ``surge_burst_share`` of its busy writes (:meth:`SurgeLimit.
 first_bound`), never below ``surge_squeeze_headroom`` × the baseline (the squeeze's floor) unless at that floor a
 carrier, its other senders back at their normal, would write more than ``surge_floor_yield_share`` of its busy
-writes (0.79, the lowest share at which the carriers above were seen busy) and they alone would not: a broker with little
-headroom stays busy at the floor (issue 49's sweep cases 482, 809, 833 and 307).
+writes (0.79, the lowest share at which the carriers above were seen busy) and they alone would not: a broker with
+little headroom stays busy at the floor (issue 49's sweep cases 482, 809, 833 and 307).
 
 **Lift**: a probe whose uncapped step would reach ``lift_at_qps`` (the observed peak × ``surge_headroom``) lifts
 the limit: the brokers took the whole demand, and such a lift is not remembered (the demand was legitimate). A
