@@ -13,6 +13,9 @@ one registry of the limit policies (:func:`policy_for`).
   owns its limit's life (:mod:`pipelines.decide.policy`; none: it limits nothing itself);
 * ``demand_evidence``: under an enforced limit the cap shows, so the limited resource is judged by its rule on
   this evidence (:mod:`pipelines.decide.evidence`, the policy's ``judge``);
+* ``normal``: what the baseline frozen with its limit (``state/policy.baseline_tps``) is, when it is the limited
+  resource's own normal rate (a limit under it refuses the resource's normal traffic too:
+  ``rate_governor_limit_normal_messages_per_second``, docs/metrics.md); None when the baseline is another figure;
 * ``config``: its thresholds in ``[detection]`` (:class:`pipelines.config.DetectionConfig`); its predicate:
   :mod:`pipelines.decide.facts`;
 * ``source``: where the rule comes from.
@@ -52,6 +55,7 @@ class RuleSpec:
     config: tuple[str, ...]
     source: str
     policy: type[LimitPolicy] | None = None
+    normal: str | None = None
 
 
 RULES: dict[Anomaly, RuleSpec] = {
@@ -63,7 +67,7 @@ RULES: dict[Anomaly, RuleSpec] = {
                         "%RETRY%<group>; the limiter's own last rejection (control/limiter_rejections)",
         config=("retry_ratio_threshold", "retry_floor_tps", "critical_factor"),
         source="article 001: a consumer that never acknowledged, %RETRY%get-pugc-to-ai-consumer at 785 TPS",
-        policy=RetryStormLimit),
+        policy=RetryStormLimit),  # its frozen baseline is the group's consume rate, not its retry traffic's normal
     Anomaly.TRAFFIC_SURGE: RuleSpec(
         Anomaly.TRAFFIC_SURGE, ("topic", "broker"), EvidenceKind.MONOTONE, limited=("topic",),
         limits="a topic's puts, only while a broker carrying it is BROKER_BUSY (else an advisory record)",
@@ -74,7 +78,9 @@ RULES: dict[Anomaly, RuleSpec] = {
         config=("surge_factor", "busy_surge_factor", "surge_floor_tps", "baseline_windows", "baseline_min_windows",
                 "baseline_quantile", "critical_factor"),
         source="article 001: one broker's writes rose about 8x",
-        policy=SurgeLimit),
+        policy=SurgeLimit,
+        normal="the topic's baseline puts, msg/s cluster-wide (the baseline_quantile of its last baseline_windows "
+               "final windows, frozen when the limit was set)"),
     Anomaly.BROKER_BUSY: RuleSpec(
         Anomaly.BROKER_BUSY, ("broker",), EvidenceKind.MONOTONE, limited=(), limits=None, demand_evidence=None,
         config=("busy_failures_floor", "critical_factor"),

@@ -2,12 +2,15 @@
 
 A quarantine reason often carries the data it rejects (``unknown stat name: FOO``, ``unknown broker b-7 (not in
 [brokers] known)``); as a label each such value would be a series of its own. :func:`reason_kind` keeps the kind of
-reason and drops the data; the quarantine table keeps every whole reason.
+reason and drops the data; the quarantine table keeps every whole reason. :func:`label_counts` counts a table's
+rows per label tuple.
 """
 
 from __future__ import annotations
 
 import re
+
+import pyarrow as pa
 
 from pipelines.dataplane.quality.rules import REASON_PREFIX
 from pipelines.dataplane.transforms.known import UNKNOWN_BROKER
@@ -32,3 +35,11 @@ def reason_kind(reason: str | None) -> str:
     if not reason.startswith(REASON_PREFIX):
         reason = reason.split(": ", 1)[0]
     return _QUOTED.sub("'…'", reason)[:120]
+
+
+def label_counts(data: pa.Table, columns: tuple[str, ...]) -> dict[tuple[str, ...], int]:
+    """Rows of ``data`` per value of ``columns``, as label tuples (null as ``"null"``)."""
+    if data.num_rows == 0:
+        return {}
+    grouped = data.select(list(columns)).group_by(list(columns)).aggregate([([], "count_all")]).to_pylist()
+    return {tuple("null" if row[c] is None else str(row[c]) for c in columns): row["count_all"] for row in grouped}

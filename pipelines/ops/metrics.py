@@ -30,7 +30,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from control.record import BROKERS_FIELD, MODES, parse_expires_at
 from pipelines import tables
-from pipelines.ops.metric_labels import reason_kind
+from pipelines.ops.metric_labels import label_counts, reason_kind
 from pipelines.decide.catalogue import RULES, limited_by
 from pipelines.decide.words import Action, Basis
 
@@ -49,7 +49,7 @@ FINAL_WINDOW_TABLES = (tables.GOLD_TOPIC_TPS, tables.GOLD_GROUP_TPS, tables.GOLD
 #: Columns of each table the metrics read (:meth:`GovernorMetrics.observe_outputs`).
 COLUMNS = {tables.GOLD_LIMITS: ("action", "basis", "resource_type", "mode"),
            tables.GOLD_ANOMALIES: ("window_end", "resource_type", "resource", "anomaly"),
-           tables.STATE_POLICY: ("resource_type", "resource", "limit_qps", "limited_since"),
+           tables.STATE_POLICY: ("resource_type", "resource", "limit_qps", "limited_since", "baseline_tps"),
            tables.QUARANTINE: ("reason",), tables.SILVER_BROKER_STATS: ("broker", "event_time"),
            **{table: ("window_end",) for table in FINAL_WINDOW_TABLES[:3]}}
 
@@ -59,14 +59,6 @@ def _epoch(value: dt.datetime | None) -> float | None:
     return None if value is None else (value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)).timestamp()
 
 
-def _counts(data: pa.Table, columns: tuple[str, ...]) -> dict[tuple[str, ...], int]:
-    """Rows of ``data`` per value of ``columns`` (null as ``"null"``)."""
-    if data.num_rows == 0:
-        return {}
-    grouped = data.select(list(columns)).group_by(list(columns)).aggregate([([], "count_all")]).to_pylist()
-    return {tuple("null" if row[c] is None else str(row[c]) for c in columns): row["count_all"] for row in grouped}
-
-
 @dataclass
 class _State:
     """What the gauges show now (guarded by :attr:`GovernorMetrics.lock`)."""
@@ -74,6 +66,7 @@ class _State:
     limits: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     anomalies: set[tuple[str, str, str]] = field(default_factory=set)
     held_since: dict[tuple[str, str], float] = field(default_factory=dict)
+    normal: dict[tuple[str, str], float] = field(default_factory=dict)
     horizon: float | None = None
     broker_last: dict[str, float] = field(default_factory=dict)
     watermarks: dict[str, float] = field(default_factory=dict)
@@ -152,14 +145,15 @@ class GovernorMetrics:
 
         Tables of the final path (:data:`FINAL_WINDOW_TABLES`) also set the newest final window: the anomalies
         active are those of that window (none when it has none), and ``state/policy`` rows say how long each limit
-        has been held, from its ``limited_since`` to that window's end (event time)."""
-        for (action, basis, rtype, mode), n in _counts(appended.get(tables.GOLD_LIMITS, _EMPTY),
+        has been held, from its ``limited_since`` to that window's end (event time), and its ``baseline_tps`` where
+        that is the resource's own normal rate (``RuleSpec.normal``; the column may be absent)."""
+        for (action, basis, rtype, mode), n in label_counts(appended.get(tables.GOLD_LIMITS, _EMPTY),
                                                        COLUMNS[tables.GOLD_LIMITS]).items():
             self.decisions.labels(action, basis, limited_by(rtype).value, mode).inc(n)
         found = appended.get(tables.GOLD_ANOMALIES, _EMPTY)
-        for (anomaly, rtype), n in _counts(found, ("anomaly", "resource_type")).items():
+        for (anomaly, rtype), n in label_counts(found, ("anomaly", "resource_type")).items():
             self.anomalies.labels(anomaly, rtype).inc(n)
-        for (reason,), n in _counts(appended.get(tables.QUARANTINE, _EMPTY), ("reason",)).items():
+        for (reason,), n in label_counts(appended.get(tables.QUARANTINE, _EMPTY), ("reason",)).items():
             self.quarantined.labels(self._reason_label(reason)).inc(n)
         stats = appended.get(tables.SILVER_BROKER_STATS, _EMPTY)
         newest = stats.group_by("broker").aggregate([("event_time", "max")]).to_pylist() if stats.num_rows else []
@@ -177,10 +171,12 @@ class GovernorMetrics:
                            if _epoch(r["window_end"]) == horizon}
             for r in appended.get(tables.STATE_POLICY, _EMPTY).to_pylist():
                 key = (r["resource_type"], r["resource"])
-                if r["limit_qps"] is None or r["limited_since"] is None:
-                    s.held_since.pop(key, None)
-                else:
+                s.held_since.pop(key, None)
+                s.normal.pop(key, None)
+                if r["limit_qps"] is not None and r["limited_since"] is not None:
                     s.held_since[key] = _epoch(r["limited_since"])
+                    if r.get("baseline_tps") is not None and RULES[limited_by(key[0])].normal is not None:
+                        s.normal[key] = float(r["baseline_tps"])
 
     def observe_limits(self, records: Iterable[Mapping[str, Any]]) -> None:
         """The control records just published (docs/contracts.md §3): from now on the limits in force, each until
@@ -248,6 +244,9 @@ class _Collector:
             yield _gauge("limit_held_seconds", "How long each limit has been held, seconds of event time (from the "
                          "window that set it to the newest final window).", resource,
                          {key: max(0.0, (s.horizon or since) - since) for key, since in s.held_since.items()})
+            yield _gauge("limit_normal_messages_per_second", "A limited topic's baseline puts frozen with its limit, "
+                         "msg/s cluster-wide (none for a retry storm's): a limit under it refuses normal traffic too.",
+                         resource, dict(s.normal))
             yield _gauge("limit_max_held_seconds", "limits.max_held_seconds: a limit held longer is flagged.", (),
                          {(): s.max_held_seconds} if s.max_held_seconds is not None else {})
             yield _gauge("lease_held", "1 while this process holds the lake's lease (<lake>/_governor.lease).", (),

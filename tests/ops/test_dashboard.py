@@ -34,8 +34,9 @@ def exposed() -> set[str]:
                                       "mode": ["enforce"]}),
         tables.GOLD_ANOMALIES: pa.table({"window_end": end, "resource_type": ["group"], "resource": ["g"],
                                          "anomaly": ["RUNAWAY_RETRY"]}),
-        tables.STATE_POLICY: pa.table({"resource_type": ["group"], "resource": ["g"], "limit_qps": [5.0],
-                                       "limited_since": end}),
+        tables.STATE_POLICY: pa.table({"resource_type": ["group", "topic"], "resource": ["g", "t"],
+                                       "limit_qps": [5.0, 50.0], "limited_since": pa.concat_arrays([end, end]),
+                                       "baseline_tps": [40.0, 80.0]}),
         tables.QUARANTINE: pa.table({"reason": ["empty line"]}),
         tables.SILVER_BROKER_STATS: pa.table({"broker": ["b"], "event_time": end}),
     })
