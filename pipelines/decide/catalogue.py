@@ -32,7 +32,7 @@ from pipelines.decide.steps import Params
 from pipelines.decide.surge_limit import SurgeLimit
 from pipelines.decide.words import Anomaly
 
-__all__ = ["Anomaly", "EvidenceKind", "RuleSpec", "RULES", "limited_by", "policy_for"]
+__all__ = ["Anomaly", "EvidenceKind", "RuleSpec", "RULES", "limited_by", "normal_rate", "policy_for"]
 
 
 class EvidenceKind(str, Enum):
@@ -103,6 +103,18 @@ def limited_by(resource_type: str) -> Anomaly:
         if resource_type in spec.limited:
             return spec.kind
     raise ValueError(f"no rule limits a {resource_type}")
+
+
+def normal_rate(resource_type: str, baseline_tps: float | None) -> float | None:
+    """The normal rate of a limited resource (msg/s cluster-wide): the ``baseline_tps`` frozen with its limit
+    (``state/policy``) where its rule's ``normal`` says that baseline is the resource's own (a topic's baseline
+    puts), else None (a retry storm's frozen baseline is its group's consume rate). A limit under it refuses the
+    resource's normal traffic too (``RateGovernorLimitUnderNormal``, the status page).
+
+    Raises:
+        ValueError: no rule limits that type.
+    """
+    return None if baseline_tps is None or RULES[limited_by(resource_type)].normal is None else float(baseline_tps)
 
 
 def policy_for(resource_type: str, params: Params) -> LimitPolicy:

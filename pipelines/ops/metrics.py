@@ -31,7 +31,7 @@ from prometheus_client.core import GaugeMetricFamily
 from control.record import BROKERS_FIELD, MODES, parse_expires_at
 from pipelines import tables
 from pipelines.ops.metric_labels import label_counts, reason_kind
-from pipelines.decide.catalogue import RULES, limited_by
+from pipelines.decide.catalogue import RULES, limited_by, normal_rate
 from pipelines.decide.words import Action, Basis
 
 if TYPE_CHECKING:
@@ -145,8 +145,8 @@ class GovernorMetrics:
 
         Tables of the final path (:data:`FINAL_WINDOW_TABLES`) also set the newest final window: the anomalies
         active are those of that window (none when it has none), and ``state/policy`` rows say how long each limit
-        has been held, from its ``limited_since`` to that window's end (event time), and its ``baseline_tps`` where
-        that is the resource's own normal rate (``RuleSpec.normal``; the column may be absent)."""
+        has been held, from its ``limited_since`` to that window's end (event time), and its normal rate
+        (:func:`pipelines.decide.catalogue.normal_rate` of its ``baseline_tps``; the column may be absent)."""
         for (action, basis, rtype, mode), n in label_counts(appended.get(tables.GOLD_LIMITS, _EMPTY),
                                                        COLUMNS[tables.GOLD_LIMITS]).items():
             self.decisions.labels(action, basis, limited_by(rtype).value, mode).inc(n)
@@ -175,8 +175,8 @@ class GovernorMetrics:
                 s.normal.pop(key, None)
                 if r["limit_qps"] is not None and r["limited_since"] is not None:
                     s.held_since[key] = _epoch(r["limited_since"])
-                    if r.get("baseline_tps") is not None and RULES[limited_by(key[0])].normal is not None:
-                        s.normal[key] = float(r["baseline_tps"])
+                    if (normal := normal_rate(key[0], r.get("baseline_tps"))) is not None:
+                        s.normal[key] = normal
 
     def observe_limits(self, records: Iterable[Mapping[str, Any]]) -> None:
         """The control records just published (docs/contracts.md §3): from now on the limits in force, each until

@@ -6,7 +6,9 @@ the file can be mailed or attached to a ticket as it is:
 
 * limits in force (``limits.json``): resource, limit (cluster-wide msg/s, and each broker's share), mode, version,
   held since (the window that started it; marked when held longer than ``limits.max_held_seconds``, for a person to
-  look at), expiry (UTC, marked when past) and the reason sentence;
+  look at, and an enforced limit under the resource's normal rate, ``state/policy.baseline_tps`` where
+  :func:`pipelines.decide.catalogue.normal_rate` gives one: its normal traffic is refused too), expiry (UTC,
+  marked when past) and the reason sentence;
 * a timeline of anomalies (one bar per flagged window, colour = kind) and limit decisions (triangles);
 * the TPS of every limited or flagged resource and of the brokers that carry it, around its anomalies and
   decisions (``gold/topic_tps.put_tps``; ``gold/group_tps`` consume and retry TPS summed over the group's topics;
@@ -34,6 +36,7 @@ import pandas as pd
 from pipelines.ops import query
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import GovernorConfig, LimitsConfig
+from pipelines.decide.catalogue import normal_rate
 from pipelines.ops import override
 from pipelines.writeback import publish
 from pipelines import tables
@@ -54,7 +57,8 @@ STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-wid
 table{border-collapse:collapse;font-size:0.85em;margin:0.5em 0}td,th{border:1px solid #ccc;padding:3px 6px;
 text-align:left;vertical-align:top}th{background:#f3f3f3}.expired{color:#999}.reason{max-width:640px}
 img{max-width:100%;display:block;margin:0.4em 0 1.2em}h2{border-bottom:1px solid #ddd;padding-bottom:2px}
-.muted{color:#777}.held-long{background:#fff3cd}.note{background:#eef4fb;border-left:4px solid #5b8bd0;padding:6px 10px}"""
+.muted{color:#777}.held-long{background:#fff3cd}.under-normal{background:#fff3cd}
+.note{background:#eef4fb;border-left:4px solid #5b8bd0;padding:6px 10px}"""
 
 
 class StatusError(Exception):
@@ -91,6 +95,9 @@ class Status:
     closed_loop: Figure | None = None
     #: Operators' overrides in force and recent (:func:`pipelines.ops.override.describe`).
     overrides: list[dict] = field(default_factory=list)
+    #: (resource_type, resource) → its normal rate frozen with its limit, msg/s cluster-wide (newest
+    #: ``state/policy`` row; :func:`pipelines.decide.catalogue.normal_rate`).
+    normals: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def held_since(self, resource_type: str, resource: str) -> pd.Timestamp | None:
         """The window end of the decision that started the resource's current limit: the first decision after its
@@ -150,6 +157,9 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
         ["decided_at", "window_end", "resource_type", "resource", "limit_qps", "action", "mode", "version", "reason"],
     )
     latest = _frame(lake, f"SELECT max(window_end) AS t FROM {sql_name(tables.GOLD_TOPIC_TPS)}", ["t"])
+    state = _frame(lake, "SELECT resource_type, resource, baseline_tps, batch_id FROM "
+                   f"{sql_name(tables.STATE_POLICY)} ORDER BY batch_id", ["resource_type", "resource", "baseline_tps"])
+    newest = {(r.resource_type, r.resource): r.baseline_tps for r in state.itertuples()}  # the last row wins
     try:
         overrides = query.run_sql(lake, f"SELECT * FROM {sql_name(tables.CONTROL_OVERRIDES)}").to_pylist()
     except ValueError:  # no override ever
@@ -168,6 +178,7 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
         input_rows=_count(lake, tables.BRONZE_BROKER_STATS) + _count(lake, tables.BRONZE_SEND_FAILURES),
         latest_window=latest["t"].iloc[0] if len(latest) and pd.notna(latest["t"].iloc[0]) else None,
         overrides=override.describe(override.parse(overrides, GovernorConfig())[0], now),
+        normals={k: n for k, v in newest.items() if (n := normal_rate(k[0], None if pd.isna(v) else v)) is not None},
     )
 
 
@@ -265,13 +276,17 @@ def _limits_table(status: Status) -> str:
         held = "" if since is None else f"{since:%Y-%m-%d %H:%M}"
         if too_long:
             held += f" (held over {status.max_held_seconds // 60} min: look at it)"
+        normal = status.normals.get((rec.get("resource_type"), rec.get("resource")))
+        under = rec.get("mode") == "enforce" and normal is not None and float(rec.get("limit_qps", 0)) < normal
+        if under:
+            held += f" (under its normal {normal:.1f} msg/s: its normal traffic is refused too)"
         shares = rec.get("brokers") or {}
         split = ", ".join(f"{b} {float(v['limit_qps']):.1f}" for b, v in sorted(shares.items()) if b != "*")
         cells = [rec.get("resource_type"), rec.get("resource"), f"{float(rec.get('limit_qps', 0)):.1f}", split,
                  rec.get("burst"), rec.get("mode"), rec.get("version"), held,
                  f"{rec.get('expires_at')}{' (expired: brokers fell back to their default)' if expired else ''}"]
         tds = "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
-        css = " ".join(c for c, on in (("expired", expired), ("held-long", too_long)) if on)
+        css = " ".join(c for c, on in (("expired", expired), ("held-long", too_long), ("under-normal", under)) if on)
         rows.append(f'<tr class="{css}">{tds}'
                     f'<td class="reason">{html.escape(str(rec.get("reason", "")))}</td></tr>')
     head = "".join(f"<th>{h}</th>" for h in ("type", "resource", "limit msg/s (cluster)", "per broker msg/s",

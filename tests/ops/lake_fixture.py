@@ -24,7 +24,9 @@ def minute(i: int) -> dt.datetime:
     return T0 + dt.timedelta(minutes=i)
 
 
-def _write(lake: Path, table: str, rows: list[dict]) -> None:
+def write_rows(lake: Path, table: str, rows: list[dict]) -> None:
+    """Write ``rows`` as ``table`` (a :mod:`pipelines.tables` name, not yet under ``lake``) in its governor schema
+    (missing columns null)."""
     schema = arrow_schema(TABLES[table].schema)
     full = [{f.name: row.get(f.name) for f in schema} for row in rows]
     write_deltalake(str(lake / table), pa.Table.from_pylist(full, schema=schema))
@@ -34,24 +36,24 @@ def build_lake(lake: Path) -> Path:
     """Write the tables and ``control/limits.json`` under ``lake``; returns ``lake``."""
     windows = range(40)
     storm = range(20, 40)
-    _write(lake, "bronze/broker_stats", [{"source": "broker_stats", "raw": "x", "ingested_at": NOW}] * 7)
-    _write(lake, "gold/topic_tps", [
+    write_rows(lake, "bronze/broker_stats", [{"source": "broker_stats", "raw": "x", "ingested_at": NOW}] * 7)
+    write_rows(lake, "gold/topic_tps", [
         {"window_start": minute(i), "window_end": minute(i + 1), "topic": RETRY_TOPIC,
          "put_tps": 800.0 if i in storm else 0.0, "brokers_reporting": 1} for i in windows
     ])
-    _write(lake, "gold/group_tps", [
+    write_rows(lake, "gold/group_tps", [
         {"window_start": minute(i), "window_end": minute(i + 1), "consumer_group": GROUP, "topic": "orders",
          "consume_tps": 300.0, "retry_tps": 780.0 if i in storm else 0.0} for i in windows
     ])
-    _write(lake, "gold/broker_tps", [
+    write_rows(lake, "gold/broker_tps", [
         {"window_start": minute(i), "window_end": minute(i + 1), "broker": "broker-a",
          "put_tps": 1300.0 if i in storm else 500.0} for i in windows
     ])
-    _write(lake, "silver/broker_stats", [
+    write_rows(lake, "silver/broker_stats", [
         {"event_time": minute(21), "broker": "broker-a", "stat_name": "SNDBCK_PUT_NUMS", "topic": RETRY_TOPIC,
          "consumer_group": GROUP}
     ])
-    _write(lake, "gold/anomalies", [
+    write_rows(lake, "gold/anomalies", [
         {"window_start": minute(i), "window_end": minute(i + 1), "resource_type": "group", "resource": GROUP,
          "anomaly": "RUNAWAY_RETRY", "observed_tps": 780.0, "baseline_tps": 0.0, "severity": "critical"}
         for i in storm
@@ -61,7 +63,7 @@ def build_lake(lake: Path) -> Path:
         for i in range(20, 30)
     ])
     reason = f"RUNAWAY_RETRY: consumer group {GROUP} sent 780.0 msg/s back; retry ratio 2.60"
-    _write(lake, "gold/limits", [
+    write_rows(lake, "gold/limits", [
         {"decided_at": minute(22), "window_end": minute(21), "resource_type": "group", "resource": GROUP,
          "limit_qps": 30.0, "burst": 30, "action": "set", "mode": "enforce", "expires_at": minute(32),
          "reason": reason, "version": 1},
@@ -69,7 +71,7 @@ def build_lake(lake: Path) -> Path:
          "limit_qps": 30.0, "burst": 30, "previous_qps": 30.0, "action": "set", "mode": "enforce",
          "expires_at": minute(57), "reason": "refresh (anomaly persists): " + reason, "version": 2},
     ])
-    _write(lake, "quarantine", [
+    write_rows(lake, "quarantine", [
         {"source": "broker_stats", "raw": "garbage", "reason": "not a stats.log line", "ingested_at": NOW},
         {"source": "send_failures", "raw": "{", "reason": "not a JSON object", "ingested_at": NOW},
     ])
