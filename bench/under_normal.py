@@ -1,0 +1,131 @@
+"""Where ``RateGovernorLimitUnderNormal`` would fire in the sweep's closed loops, against their checks (issue 49).
+
+    .venv/bin/python bench/under_normal.py --first 0 --cases 200 [--workers 2]
+    .venv/bin/python bench/under_normal.py --seeds 115,204,274
+
+Each case is run as ``python -m pipelines.sim.sweep --case N`` runs it (:func:`pipelines.sim.sweep.run`, judged by
+:func:`pipelines.sim.sweep.verdict`), with the simulator's final decision call wrapped to read every
+``state/policy`` row it writes: an enforced topic limit whose value is under its normal rate
+(:func:`pipelines.decide.catalogue.normal_rate` of the baseline frozen with it, what
+``rate_governor_limit_normal_messages_per_second`` exports) is under its normal from that decision until a later
+row is not (or the run's end; simulated time). The alert fires on a spell at least its ``for`` long (read from
+``conf/prometheus/rate-governor.rules.yml``); an override in force silences it, and the sweep's overridden cases
+are left as they run (their state rows name the override).
+
+Prints the config, one line per case with a spell under normal or a failed lift check (its spells, minutes, whether
+the alert fires, the lift check's text), then the totals: lift failures the alert names, lift failures it does not
+(a limit lifted late from above its normal), and cases where it fires with every lift check passed (the surge still
+on when it fired, the limit lifted after its fix). Exit status 1 when a case fails its lift check on a topic held
+under its normal at the run's end and the alert does not fire for it (a stuck limit nobody is told of), 2 for a bad
+flag.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+os.environ.setdefault("POLARS_MAX_THREADS", "1")  # one thread per process, as the sweep's workers
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipelines.cli import OneLineParser, fail  # noqa: E402
+
+PROG = "bench/under_normal.py"
+RULES = ROOT / "conf" / "prometheus" / "rate-governor.rules.yml"
+ALERT = "RateGovernorLimitUnderNormal"
+LIFT = "each lift"
+
+
+def alert_minutes() -> float:
+    """The alert's ``for`` (minutes), from the shipped rule file (its block up to the next rule)."""
+    text = RULES.read_text(encoding="utf-8")
+    block = re.search(rf"- alert: {ALERT}\n(.*?)(?:\n\s+- alert: |\Z)", text, re.S)
+    wait = re.search(r"\n\s+for: (\d+)([sm])\n", block.group(1)) if block else None
+    if wait is None:
+        raise ValueError(f"{ALERT} with a `for` is not in {RULES}")
+    return int(wait.group(1)) / (60.0 if wait.group(2) == "s" else 1.0)
+
+
+def run_one(seed: int) -> dict:
+    """Case ``seed`` → its spells under normal per topic ((start, end or None, minutes)), its failed checks and
+    its lift check's text."""
+    from unittest import mock
+
+    from pipelines.decide.catalogue import normal_rate
+    from pipelines.sim import loop, sweep
+
+    rows, shipped = [], loop.decide_final
+
+    def reading(prepared, locked, cfg, now, **kwargs):
+        out = shipped(prepared, locked, cfg, now, **kwargs)
+        rows.extend((now, r) for r in out.state.to_pylist())
+        return out
+
+    with mock.patch.object(loop, "decide_final", reading):
+        case = sweep.draw_case(seed)
+        figures = sweep.run(case)
+        bad, _ = sweep.verdict(case, figures)
+    since, spells = {}, []
+    for now, r in sorted(rows, key=lambda x: x[0]):
+        if r["resource_type"] != "topic":
+            continue
+        normal = normal_rate("topic", r["baseline_tps"])
+        under = (r["limit_qps"] is not None and normal is not None and r["mode"] == "enforce"
+                 and r.get("override_id") is None and r["limit_qps"] < normal)
+        if under and r["resource"] not in since:
+            since[r["resource"]] = now
+        elif not under and r["resource"] in since:
+            start = since.pop(r["resource"])
+            spells.append((r["resource"], start, now, (now - start).total_seconds() / 60))
+    end = rows[-1][0] if rows else None
+    spells += [(topic, start, None, (end - start).total_seconds() / 60) for topic, start in since.items()]
+    return {"seed": seed, "kind": case.kind, "failed": [name for name, _ in bad],
+            "lift": next((m for n, m in bad if n.startswith(LIFT)), ""), "spells": spells}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--first", type=int, default=0, help="the first case (seed), default 0")
+    parser.add_argument("--cases", type=int, default=200, help="how many cases from --first (default 200: CI's)")
+    parser.add_argument("--seeds", help="x,y,z: these cases instead")
+    parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
+    args = parser.parse_args(argv)
+    try:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else list(
+            range(args.first, args.first + args.cases))
+    except ValueError:
+        return fail(PROG, f"--seeds {args.seeds!r}: want integers separated by commas")
+    if not seeds or min(seeds) < 0 or args.cases < 1 or args.workers < 1:
+        return fail(PROG, "want at least one case, seeds >= 0 and --workers >= 1")
+    wait = alert_minutes()
+    print(f"config: {len(seeds)} cases ({seeds[0]}..{seeds[-1]}), {ALERT} fires after {wait:g} min under the "
+          f"normal rate ({RULES.relative_to(ROOT)}), workers {args.workers}", flush=True)
+    covered, missed, other, noise = [], [], [], []
+    with ProcessPoolExecutor(args.workers, mp_context=get_context("spawn")) as pool:
+        for r in pool.map(run_one, seeds):
+            fires = {t for t, _, _, m in r["spells"] if m >= wait}
+            stuck = {t for t, _, stop, _ in r["spells"] if stop is None}
+            lifted_late = [t for t in {t for t, *_ in r["spells"]} | stuck if f"topic {t} " in r["lift"]]
+            if r["lift"]:
+                (covered if set(lifted_late) & fires else missed if set(lifted_late) & stuck else other).append(
+                    r["seed"])
+            elif fires:
+                noise.append(r["seed"])
+            if r["spells"] or r["lift"]:
+                spells = "; ".join(f"{t} {a:%H:%M:%S}-{'end' if b is None else format(b, '%H:%M:%S')} {m:.1f} min"
+                                   for t, a, b, m in r["spells"]) or "none under normal"
+                print(f"case {r['seed']} ({r['kind']}): {spells}; alert {'fires' if fires else 'silent'}"
+                      + (f"; lift check failed: {r['lift']}" if r["lift"] else ""), flush=True)
+    print(f"lift failures the alert names: {len(covered)} {covered}; lift failures of a topic held under its normal "
+          f"at the end that it does not: {len(missed)} {missed}; other lift failures: {len(other)} {other}; "
+          f"cases it fires in with every lift passed: {len(noise)} {noise}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
