@@ -5,20 +5,20 @@
 
 Each case is run as ``python -m pipelines.sim.sweep --case N`` runs it (:func:`pipelines.sim.sweep.run`, judged by
 :func:`pipelines.sim.sweep.verdict`), with the simulator's final decision call wrapped to read every
-``state/policy`` row it writes: an enforced topic limit whose value is under its normal rate
-(:func:`pipelines.decide.catalogue.normal_rate` of the baseline frozen with it, what
-``rate_governor_limit_normal_messages_per_second`` exports) is under its normal from that decision until a later
-row is not (or the run's end; simulated time). The alert fires on a spell at least its ``for`` long (read from
-``conf/prometheus/rate-governor.rules.yml``); an override in force silences it, and the sweep's overridden cases
-are left as they run (their state rows name the override).
+``state/policy`` row it writes: an enforced topic limit whose value is under what its normal traffic needs
+(:func:`pipelines.decide.catalogue.normal_floor`: ``limits.surge_squeeze_headroom`` × the baseline frozen with it,
+what ``rate_governor_limit_normal_floor_messages_per_second`` exports) is under its floor from that decision until a
+later row is not (or the run's end; simulated time). The alert fires on a spell at least its ``for`` long (read
+from ``conf/prometheus/rate-governor.rules.yml``); an override in force silences it, and the sweep's overridden
+cases are left as they run (their state rows name the override).
 
-Prints the config, one line per case with a spell under normal or a failed lift check (its spells, minutes, whether
-the alert fires within the run, the lift check's text), then the totals. A limit **stuck** is one the lift check
-reports "not lifted" by the run's end: named when its topic is under its normal at the end (the alert fires its
-``for`` after the spell began, within the run or after it), **not named** otherwise (held at or above its normal: no
-alert of this kind can tell it). Lift failures of a limit lifted, but late, are counted apart, and so are cases
-where the alert fires with every lift check passed (a cause still on: a flash sale past the brokers' capacity).
-Exit status 1 when a stuck limit is not named, 2 for a bad flag.
+Prints the config, one line per case with a spell under the floor or a failed lift check (its spells, minutes,
+whether the alert fires within the run, the lift check's text), then the totals. A limit **stuck** is one the lift
+check reports "not lifted" by the run's end: named when its topic is under its floor at the end (the alert fires
+its ``for`` after the spell began, within the run or after it), **not named** otherwise (held at or above its
+floor: no alert of this kind can tell it). Lift failures of a limit lifted, but late, are counted apart, and so are
+cases where the alert fires with every lift check passed (a cause still on: a flash sale past the brokers'
+capacity). Exit status 1 when a stuck limit is not named, 2 for a bad flag.
 """
 
 from __future__ import annotations
@@ -53,12 +53,13 @@ def alert_minutes() -> float:
 
 
 def run_one(seed: int) -> dict:
-    """Case ``seed`` → its spells under normal per topic ((start, end or None, minutes)), its failed checks and
-    its lift check's text."""
+    """Case ``seed`` → its spells under the normal floor per topic ((start, end or None, minutes)), its failed
+    checks and its lift check's text."""
     from unittest import mock
 
-    from pipelines.decide.catalogue import normal_rate
+    from pipelines.decide.catalogue import normal_floor
     from pipelines.sim import loop, sweep
+    from pipelines.sim.settings import governor_config, load_backtest_config
 
     rows, shipped = [], loop.decide_final
 
@@ -71,13 +72,14 @@ def run_one(seed: int) -> dict:
         case = sweep.draw_case(seed)
         figures = sweep.run(case)
         bad, _ = sweep.verdict(case, figures)
+    headroom = governor_config(load_backtest_config("conf/backtest.toml"), None, None).limits.surge_squeeze_headroom
     since, spells = {}, []
     for now, r in sorted(rows, key=lambda x: x[0]):
         if r["resource_type"] != "topic":
             continue
-        normal = normal_rate("topic", r["baseline_tps"])
-        under = (r["limit_qps"] is not None and normal is not None and r["mode"] == "enforce"
-                 and r.get("override_id") is None and r["limit_qps"] < normal)
+        floor = normal_floor("topic", r["baseline_tps"], headroom)
+        under = (r["limit_qps"] is not None and floor is not None and r["mode"] == "enforce"
+                 and r.get("override_id") is None and r["limit_qps"] < floor)
         if under and r["resource"] not in since:
             since[r["resource"]] = now
         elif not under and r["resource"] in since:
@@ -105,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail(PROG, "want at least one case, seeds >= 0 and --workers >= 1")
     wait = alert_minutes()
     print(f"config: {len(seeds)} cases ({seeds[0]}..{seeds[-1]}), {ALERT} fires after {wait:g} min under the "
-          f"normal rate ({RULES.relative_to(ROOT)}), workers {args.workers}", flush=True)
+          f"normal floor ({RULES.relative_to(ROOT)}), workers {args.workers}", flush=True)
     named, late, missed, lifted_late, noise = [], [], [], [], []
     with ProcessPoolExecutor(args.workers, mp_context=get_context("spawn")) as pool:
         for r in pool.map(run_one, seeds):
@@ -122,12 +124,12 @@ def main(argv: list[str] | None = None) -> int:
                 noise.append(r["seed"])
             if r["spells"] or r["lift"]:
                 spells = "; ".join(f"{t} {a:%H:%M:%S}-{'end' if b is None else format(b, '%H:%M:%S')} {m:.1f} min"
-                                   for t, a, b, m in r["spells"]) or "none under normal"
+                                   for t, a, b, m in r["spells"]) or "none under the floor"
                 print(f"case {r['seed']} ({r['kind']}): {spells}; alert {'fires' if fires else 'silent'} in the run"
                       + (f"; lift check failed: {r['lift']}" if r["lift"] else ""), flush=True)
     print(f"stuck limits (not lifted by the run's end) the alert names: {len(named)} {named}; named only after the "
-          f"run's end (under normal for less than {wait:g} min by then): {len(late)} {late}; not named (held at or "
-          f"above the normal): {len(missed)} {missed}. Lifted late: {len(lifted_late)} {lifted_late}. Fires with "
+          f"run's end (under its floor for less than {wait:g} min by then): {len(late)} {late}; not named (held at or "
+          f"above the floor): {len(missed)} {missed}. Lifted late: {len(lifted_late)} {lifted_late}. Fires with "
           f"every lift check passed: {len(noise)} {noise}")
     return 1 if missed else 0
 

@@ -14,8 +14,8 @@ one registry of the limit policies (:func:`policy_for`).
 * ``demand_evidence``: under an enforced limit the cap shows, so the limited resource is judged by its rule on
   this evidence (:mod:`pipelines.decide.evidence`, the policy's ``judge``);
 * ``normal``: what the baseline frozen with its limit (``state/policy.baseline_tps``) is, when it is the limited
-  resource's own normal rate (a limit under it refuses the resource's normal traffic too:
-  ``rate_governor_limit_normal_messages_per_second``, docs/metrics.md); None when the baseline is another figure;
+  resource's own normal rate (:func:`normal_floor`: the lowest limit its normal traffic passes under,
+  ``rate_governor_limit_normal_floor_messages_per_second``, docs/metrics.md); None when it is another figure;
 * ``config``: its thresholds in ``[detection]`` (:class:`pipelines.config.DetectionConfig`); its predicate:
   :mod:`pipelines.decide.facts`;
 * ``source``: where the rule comes from.
@@ -32,7 +32,7 @@ from pipelines.decide.steps import Params
 from pipelines.decide.surge_limit import SurgeLimit
 from pipelines.decide.words import Anomaly
 
-__all__ = ["Anomaly", "EvidenceKind", "RuleSpec", "RULES", "limited_by", "normal_rate", "policy_for"]
+__all__ = ["Anomaly", "EvidenceKind", "RuleSpec", "RULES", "limited_by", "normal_floor", "policy_for"]
 
 
 class EvidenceKind(str, Enum):
@@ -105,16 +105,23 @@ def limited_by(resource_type: str) -> Anomaly:
     raise ValueError(f"no rule limits a {resource_type}")
 
 
-def normal_rate(resource_type: str, baseline_tps: float | None) -> float | None:
-    """The normal rate of a limited resource (msg/s cluster-wide): the ``baseline_tps`` frozen with its limit
-    (``state/policy``) where its rule's ``normal`` says that baseline is the resource's own (a topic's baseline
-    puts), else None (a retry storm's frozen baseline is its group's consume rate). A limit under it refuses the
-    resource's normal traffic too (``RateGovernorLimitUnderNormal``, the status page).
+def normal_floor(resource_type: str, baseline_tps: float | None, headroom: float) -> float | None:
+    """The lowest limit a limited resource's normal traffic passes under (msg/s cluster-wide): ``headroom``
+    (``limits.surge_squeeze_headroom``, 1.5) × the ``baseline_tps`` frozen with its limit (``state/policy``), where
+    its rule's ``normal`` says that baseline is the resource's own (a topic's baseline puts); None otherwise (a
+    retry storm's frozen baseline is its group's consume rate). The same headroom is the surge squeeze's floor
+    (:meth:`pipelines.decide.surge_limit.SurgeLimit.squeeze_floor`): a topic's traffic back at its normal, a median,
+    reaches the cap's ``bound_share`` under less (sweep cases 19 and 141 held at the cap after their fix at 1.0x;
+    case 218 at 289.4 msg/s on a 289.3 baseline). A limit under it keeps a fixed topic at the cap, and where its
+    carriers have too little headroom for a probe it is never lifted (``RateGovernorLimitUnderNormal``, the status
+    page).
 
     Raises:
         ValueError: no rule limits that type.
     """
-    return None if baseline_tps is None or RULES[limited_by(resource_type)].normal is None else float(baseline_tps)
+    if baseline_tps is None or RULES[limited_by(resource_type)].normal is None:
+        return None
+    return headroom * float(baseline_tps)
 
 
 def policy_for(resource_type: str, params: Params) -> LimitPolicy:

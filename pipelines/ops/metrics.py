@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,12 +30,10 @@ from prometheus_client.core import GaugeMetricFamily
 
 from control.record import BROKERS_FIELD, MODES, parse_expires_at
 from pipelines import tables
+from pipelines.config import GovernorConfig, LimitsConfig, MetricsConfig
 from pipelines.ops.metric_labels import label_counts, reason_kind
-from pipelines.decide.catalogue import RULES, limited_by, normal_rate
+from pipelines.decide.catalogue import RULES, limited_by, normal_floor
 from pipelines.decide.words import Action, Basis
-
-if TYPE_CHECKING:
-    from pipelines.config import GovernorConfig, MetricsConfig
 
 log = logging.getLogger("rate_governor")
 
@@ -76,6 +74,7 @@ class _State:
     lease_held: bool = False
     triggers: dict[str, float] = field(default_factory=dict)
     max_held_seconds: float | None = None
+    normal_headroom: float = field(default_factory=lambda: LimitsConfig().surge_squeeze_headroom)
     reasons: set[str] = field(default_factory=set)
 
 
@@ -113,10 +112,11 @@ class GovernorMetrics:
         self.registry.register(_Collector(self))
 
     def configure(self, cfg: GovernorConfig) -> None:
-        """Start of a run on ``cfg``: the setting the held-limit alert compares with, and none of an earlier run's
-        gauges (counters keep counting, as Prometheus expects)."""
+        """Start of a run on ``cfg``: the settings the held-limit and normal-floor gauges read, and none of an earlier
+        run's gauges (counters keep counting, as Prometheus expects)."""
         with self.lock:
-            self.state = _State(lease_held=self.state.lease_held, max_held_seconds=float(cfg.limits.max_held_seconds))
+            self.state = _State(lease_held=self.state.lease_held, max_held_seconds=float(cfg.limits.max_held_seconds),
+                                normal_headroom=cfg.limits.surge_squeeze_headroom)
 
     def observe_trigger(self, query: str, interval: str) -> None:
         """``query`` runs on a processing-time trigger of ``interval`` (Spark's ``"10 seconds"``, ``"100 ms"``…)."""
@@ -145,10 +145,10 @@ class GovernorMetrics:
 
         Tables of the final path (:data:`FINAL_WINDOW_TABLES`) also set the newest final window: the anomalies
         active are those of that window (none when it has none), and ``state/policy`` rows say how long each limit
-        has been held, from its ``limited_since`` to that window's end (event time), and its normal rate
-        (:func:`pipelines.decide.catalogue.normal_rate` of its ``baseline_tps``; the column may be absent)."""
+        has been held, from its ``limited_since`` to that window's end (event time), and the lowest limit its normal
+        traffic passes under (:func:`pipelines.decide.catalogue.normal_floor` of ``baseline_tps``, may be absent)."""
         for (action, basis, rtype, mode), n in label_counts(appended.get(tables.GOLD_LIMITS, _EMPTY),
-                                                       COLUMNS[tables.GOLD_LIMITS]).items():
+                                                            COLUMNS[tables.GOLD_LIMITS]).items():
             self.decisions.labels(action, basis, limited_by(rtype).value, mode).inc(n)
         found = appended.get(tables.GOLD_ANOMALIES, _EMPTY)
         for (anomaly, rtype), n in label_counts(found, ("anomaly", "resource_type")).items():
@@ -175,8 +175,8 @@ class GovernorMetrics:
                 s.normal.pop(key, None)
                 if r["limit_qps"] is not None and r["limited_since"] is not None:
                     s.held_since[key] = _epoch(r["limited_since"])
-                    if (normal := normal_rate(key[0], r.get("baseline_tps"))) is not None:
-                        s.normal[key] = normal
+                    if (floor := normal_floor(key[0], r.get("baseline_tps"), s.normal_headroom)) is not None:
+                        s.normal[key] = floor
 
     def observe_limits(self, records: Iterable[Mapping[str, Any]]) -> None:
         """The control records just published (docs/contracts.md §3): from now on the limits in force, each until
@@ -244,9 +244,9 @@ class _Collector:
             yield _gauge("limit_held_seconds", "How long each limit has been held, seconds of event time (from the "
                          "window that set it to the newest final window).", resource,
                          {key: max(0.0, (s.horizon or since) - since) for key, since in s.held_since.items()})
-            yield _gauge("limit_normal_messages_per_second", "A limited topic's baseline puts frozen with its limit, "
-                         "msg/s cluster-wide (none for a retry storm's): a limit under it refuses normal traffic too.",
-                         resource, dict(s.normal))
+            yield _gauge("limit_normal_floor_messages_per_second", "The lowest limit a limited topic's normal traffic "
+                         "passes under (limits.surge_squeeze_headroom x its frozen baseline), msg/s.", resource,
+                         s.normal)
             yield _gauge("limit_max_held_seconds", "limits.max_held_seconds: a limit held longer is flagged.", (),
                          {(): s.max_held_seconds} if s.max_held_seconds is not None else {})
             yield _gauge("lease_held", "1 while this process holds the lake's lease (<lake>/_governor.lease).", (),

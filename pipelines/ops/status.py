@@ -6,9 +6,9 @@ the file can be mailed or attached to a ticket as it is:
 
 * limits in force (``limits.json``): resource, limit (cluster-wide msg/s, and each broker's share), mode, version,
   held since (the window that started it; marked when held longer than ``limits.max_held_seconds``, for a person to
-  look at, and an enforced limit under the resource's normal rate, ``state/policy.baseline_tps`` where
-  :func:`pipelines.decide.catalogue.normal_rate` gives one: its normal traffic is refused too), expiry (UTC,
-  marked when past) and the reason sentence;
+  look at, and an enforced limit under what its topic's normal traffic needs, the
+  :func:`pipelines.decide.catalogue.normal_floor` of its ``state/policy.baseline_tps``), expiry (UTC, marked when
+  past) and the reason sentence;
 * a timeline of anomalies (one bar per flagged window, colour = kind) and limit decisions (triangles);
 * the TPS of every limited or flagged resource and of the brokers that carry it, around its anomalies and
   decisions (``gold/topic_tps.put_tps``; ``gold/group_tps`` consume and retry TPS summed over the group's topics;
@@ -36,7 +36,7 @@ import pandas as pd
 from pipelines.ops import query
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import GovernorConfig, LimitsConfig
-from pipelines.decide.catalogue import normal_rate
+from pipelines.decide.catalogue import normal_floor
 from pipelines.ops import override
 from pipelines.writeback import publish
 from pipelines import tables
@@ -95,9 +95,10 @@ class Status:
     closed_loop: Figure | None = None
     #: Operators' overrides in force and recent (:func:`pipelines.ops.override.describe`).
     overrides: list[dict] = field(default_factory=list)
-    #: (resource_type, resource) → its normal rate frozen with its limit, msg/s cluster-wide (newest
-    #: ``state/policy`` row; :func:`pipelines.decide.catalogue.normal_rate`).
-    normals: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: (resource_type, resource) → the baseline frozen with its limit, msg/s (its newest ``state/policy`` row).
+    baselines: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: ``limits.surge_squeeze_headroom``: a topic's normal floor is this × its baseline (``catalogue.normal_floor``).
+    normal_headroom: float = LimitsConfig().surge_squeeze_headroom
 
     def held_since(self, resource_type: str, resource: str) -> pd.Timestamp | None:
         """The window end of the decision that started the resource's current limit: the first decision after its
@@ -178,7 +179,7 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
         input_rows=_count(lake, tables.BRONZE_BROKER_STATS) + _count(lake, tables.BRONZE_SEND_FAILURES),
         latest_window=latest["t"].iloc[0] if len(latest) and pd.notna(latest["t"].iloc[0]) else None,
         overrides=override.describe(override.parse(overrides, GovernorConfig())[0], now),
-        normals={k: n for k, v in newest.items() if (n := normal_rate(k[0], None if pd.isna(v) else v)) is not None},
+        baselines={k: float(v) for k, v in newest.items() if not pd.isna(v)},
     )
 
 
@@ -276,10 +277,12 @@ def _limits_table(status: Status) -> str:
         held = "" if since is None else f"{since:%Y-%m-%d %H:%M}"
         if too_long:
             held += f" (held over {status.max_held_seconds // 60} min: look at it)"
-        normal = status.normals.get((rec.get("resource_type"), rec.get("resource")))
-        under = rec.get("mode") == "enforce" and normal is not None and float(rec.get("limit_qps", 0)) < normal
+        floor = normal_floor(rec.get("resource_type"), status.baselines.get(
+            (rec.get("resource_type"), rec.get("resource"))), status.normal_headroom)
+        under = rec.get("mode") == "enforce" and floor is not None and float(rec.get("limit_qps", 0)) < floor
         if under:
-            held += f" (under its normal {normal:.1f} msg/s: its normal traffic is refused too)"
+            held += (f" (under the {floor:.1f} msg/s its normal traffic needs: after its fix it stays at the cap, "
+                     "no probe may raise it; lift it with an exempt override once its owner confirms the fix)")
         shares = rec.get("brokers") or {}
         split = ", ".join(f"{b} {float(v['limit_qps']):.1f}" for b, v in sorted(shares.items()) if b != "*")
         cells = [rec.get("resource_type"), rec.get("resource"), f"{float(rec.get('limit_qps', 0)):.1f}", split,
@@ -354,16 +357,16 @@ def render(status: Status) -> str:
 def write_page(lake: str, out: str | Path | None = None, *, now: dt.datetime | None = None,
                margin_minutes: int = 30, max_resources: int = 24,
                max_held_seconds: int = LimitsConfig().max_held_seconds, input_note: str = "",
-               closed_loop: Figure | None = None) -> Path:
+               closed_loop: Figure | None = None, normal_headroom: float = LimitsConfig().surge_squeeze_headroom) -> Path:
     """Read ``lake``, render the page and write ``<out>/index.html`` (default ``<lake>/status``); returns its path.
     ``input_note``: what the input was, at the top of the page; ``closed_loop``: a figure of the same input in
-    closed loop, drawn after the lake's TPS figures.
+    closed loop, drawn after the lake's TPS figures; ``normal_headroom``: ``limits.surge_squeeze_headroom``.
 
     Raises:
         StatusError: nothing to show under ``lake``.
     """
     status = read_status(lake, now)
-    status.max_held_seconds = max_held_seconds
+    status.max_held_seconds, status.normal_headroom = max_held_seconds, normal_headroom
     status.input_note, status.closed_loop = input_note, closed_loop
     status = add_figures(status, margin_minutes, max_resources)
     out_dir = Path(out) if out else Path(lake) / STATUS_SUBDIR
@@ -379,12 +382,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="output directory (default: <lake>/status)")
     parser.add_argument("--max-held-seconds", type=int, default=LimitsConfig().max_held_seconds,
                         help="flag limits held longer than this (event time; limits.max_held_seconds)")
+    parser.add_argument("--normal-headroom", type=float, default=LimitsConfig().surge_squeeze_headroom,
+                        help="flag enforced topic limits under this x their baseline (limits.surge_squeeze_headroom)")
     parser.add_argument("--margin-minutes", type=int, default=30, help="TPS plots: minutes around events (30)")
     parser.add_argument("--max-resources", type=int, default=24, help="TPS plots: at most this many (24)")
     args = parser.parse_args(argv)
     try:
         page = write_page(args.lake, args.out, margin_minutes=args.margin_minutes, max_resources=args.max_resources,
-                          max_held_seconds=args.max_held_seconds)
+                          max_held_seconds=args.max_held_seconds, normal_headroom=args.normal_headroom)
     except StatusError as exc:
         return fail("rate-governor status", exc)
     print(f"status page: {page.resolve().as_uri()}")

@@ -152,20 +152,23 @@ def test_held_seconds_run_in_event_time_and_end_with_the_limit(m):
     assert series(m, "rate_governor_limit_held_seconds") == []
 
 
-def test_a_limit_s_normal_rate_is_shown_only_where_its_rule_s_baseline_is_the_resource_s_own(m):
-    """A topic's surge limit carries the topic's baseline puts (RateGovernorLimitUnderNormal compares the limit with
-    it); a retry storm's frozen baseline is its group's consume rate, no normal of its retry traffic: no series."""
+def test_a_limit_s_normal_floor_is_shown_only_where_its_rule_s_baseline_is_the_resource_s_own(m):
+    """A topic's surge limit carries the lowest limit its normal traffic passes under, limits.surge_squeeze_headroom
+    x the topic's baseline (RateGovernorLimitUnderNormal compares the limit with it; the running config's headroom);
+    a retry storm's frozen baseline is its group's consume rate, no normal of its retry traffic: no series."""
+    cfg = load_config("conf/local.toml")
+    m.configure(cfg.model_copy(update={"limits": cfg.limits.model_copy(update={"surge_squeeze_headroom": 2.0})}))
     since = pa.array([W1 - dt.timedelta(minutes=20)] * 3, UTC_TS)
     state = pa.table({"resource_type": ["topic", "group", "topic"], "resource": ["pugc-content", "storm", "flash"],
                       "limit_qps": [211.0, 20.0, 300.0], "limited_since": since, "baseline_tps": [223.7, 200.0, None]})
     m.observe_outputs({tables.GOLD_BROKER_TPS: _windows(W1), tables.STATE_POLICY: state})
-    assert series(m, "rate_governor_limit_normal_messages_per_second") == [
+    assert series(m, "rate_governor_limit_normal_floor_messages_per_second") == [
         {"resource_type": "topic", "resource": "pugc-content"}]
-    assert value(m, "rate_governor_limit_normal_messages_per_second", resource_type="topic",
-                 resource="pugc-content") == 223.7
+    assert value(m, "rate_governor_limit_normal_floor_messages_per_second", resource_type="topic",
+                 resource="pugc-content") == 447.4
     lifted = state.set_column(2, "limit_qps", pa.array([None, 20.0, 300.0], pa.float64()))
     m.observe_outputs({tables.GOLD_BROKER_TPS: _windows(W2), tables.STATE_POLICY: lifted})
-    assert series(m, "rate_governor_limit_normal_messages_per_second") == []
+    assert series(m, "rate_governor_limit_normal_floor_messages_per_second") == []
 
 
 def test_each_brokers_newest_stats_minute_never_goes_back(m):

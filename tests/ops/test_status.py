@@ -54,26 +54,30 @@ def test_limits_held_longer_than_the_maximum_are_flagged_for_a_person(lake, tmp_
     assert re.search(r'<tr class="held-long">(?:(?!</tr>).)*held over 10 min: look at it', flagged)
 
 
-def test_an_enforced_limit_under_its_topic_s_normal_rate_is_flagged_and_a_storm_s_never(tmp_path):
-    """A topic held at 211.0 msg/s against the baseline of 223.7 frozen with its limit (issue 49's sweep case 115
-    after its fix) is flagged; the group's storm limit is not, though its frozen baseline (its consume rate, 100)
-    is over its 30.0: a retry storm's limit has no normal of its own. The newest state row wins."""
+def test_an_enforced_limit_under_what_its_topic_s_normal_traffic_needs_is_flagged_and_a_storm_s_never(tmp_path):
+    """A topic held at 289.4 msg/s on the baseline of 289.3 frozen with its limit (issue 49's sweep case 218, never
+    lifted after its fixes) is under the 434.0 msg/s its normal traffic needs (limits.surge_squeeze_headroom 1.5x);
+    at a headroom of 1.0 it is not. The group's storm limit never is, though its frozen baseline (its consume rate,
+    100) is over its 30.0: a retry storm's limit has no normal of its own. The newest state row wins."""
     lake = build_lake(tmp_path / "lake")
     write_rows(lake, "state/policy", [
-        {"resource_type": "topic", "resource": "pugc-content", "limit_qps": 211.0, "baseline_tps": 150.0,
+        {"resource_type": "topic", "resource": "payment-events", "limit_qps": 289.4, "baseline_tps": 150.0,
          "batch_id": 1},
-        {"resource_type": "topic", "resource": "pugc-content", "limit_qps": 211.0, "baseline_tps": 223.7,
+        {"resource_type": "topic", "resource": "payment-events", "limit_qps": 289.4, "baseline_tps": 289.3,
          "batch_id": 2},
         {"resource_type": "group", "resource": GROUP, "limit_qps": 30.0, "baseline_tps": 100.0, "batch_id": 2}])
     records = publish.read_published(str(lake)) + [
-        {"resource_type": "topic", "resource": "pugc-content", "limit_qps": 211.0, "burst": 211, "mode": "enforce",
-         "expires_at": "2026-11-22T11:00:00Z", "version": 5, "reason": "TRAFFIC_SURGE: pugc-content", "signature": "ef"}]
+        {"resource_type": "topic", "resource": "payment-events", "limit_qps": 289.4, "burst": 289, "mode": "enforce",
+         "expires_at": "2026-11-22T11:00:00Z", "version": 5, "reason": "TRAFFIC_SURGE: payment-events",
+         "signature": "ef"}]
     publish.write_limits_file(str(lake), records, NOW)
     page = status.write_page(str(lake), tmp_path / "out", now=NOW).read_text()
-    assert re.search(r'<tr class="under-normal">(?:(?!</tr>).)*pugc-content(?:(?!</tr>).)*under its normal 223.7 '
-                     r'msg/s: its normal traffic is refused too', page)
+    assert re.search(r'<tr class="under-normal">(?:(?!</tr>).)*payment-events(?:(?!</tr>).)*under the 434.0 msg/s its '
+                     r'normal traffic needs: after its fix it stays at the cap', page)
     row = re.search(r'<tr class="[^"]*">(?:(?!</tr>).)*get-pugc-to-ai-consumer(?:(?!</tr>).)*</tr>', page).group(0)
-    assert "under its normal" not in row and "under-normal" not in row
+    assert "its normal traffic needs" not in row and "under-normal" not in row
+    plain = status.write_page(str(lake), tmp_path / "plain", now=NOW, normal_headroom=1.0).read_text()
+    assert "class=\"under-normal\"" not in plain and "its normal traffic needs" not in plain
 
 
 def test_figures_are_limited_and_ordered(lake):
