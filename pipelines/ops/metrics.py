@@ -64,7 +64,7 @@ class _State:
     limits: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     anomalies: set[tuple[str, str, str]] = field(default_factory=set)
     held_since: dict[tuple[str, str], float] = field(default_factory=dict)
-    normal: dict[tuple[str, str], float] = field(default_factory=dict)
+    normal_floors: dict[tuple[str, str], float] = field(default_factory=dict)
     horizon: float | None = None
     broker_last: dict[str, float] = field(default_factory=dict)
     watermarks: dict[str, float] = field(default_factory=dict)
@@ -172,11 +172,11 @@ class GovernorMetrics:
             for r in appended.get(tables.STATE_POLICY, _EMPTY).to_pylist():
                 key = (r["resource_type"], r["resource"])
                 s.held_since.pop(key, None)
-                s.normal.pop(key, None)
+                s.normal_floors.pop(key, None)
                 if r["limit_qps"] is not None and r["limited_since"] is not None:
                     s.held_since[key] = _epoch(r["limited_since"])
                     if (floor := normal_floor(key[0], r.get("baseline_tps"), s.normal_headroom)) is not None:
-                        s.normal[key] = floor
+                        s.normal_floors[key] = floor
 
     def observe_limits(self, records: Iterable[Mapping[str, Any]]) -> None:
         """The control records just published (docs/contracts.md §3): from now on the limits in force, each until
@@ -246,7 +246,7 @@ class _Collector:
                          {key: max(0.0, (s.horizon or since) - since) for key, since in s.held_since.items()})
             yield _gauge("limit_normal_floor_messages_per_second", "The lowest limit a limited topic's normal traffic "
                          "passes under (limits.surge_squeeze_headroom x its frozen baseline), msg/s.", resource,
-                         s.normal)
+                         s.normal_floors)
             yield _gauge("limit_max_held_seconds", "limits.max_held_seconds: a limit held longer is flagged.", (),
                          {(): s.max_held_seconds} if s.max_held_seconds is not None else {})
             yield _gauge("lease_held", "1 while this process holds the lake's lease (<lake>/_governor.lease).", (),

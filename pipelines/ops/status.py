@@ -6,9 +6,7 @@ the file can be mailed or attached to a ticket as it is:
 
 * limits in force (``limits.json``): resource, limit (cluster-wide msg/s, and each broker's share), mode, version,
   held since (the window that started it; marked when held longer than ``limits.max_held_seconds``, for a person to
-  look at, and an enforced limit under what its topic's normal traffic needs, the
-  :func:`pipelines.decide.catalogue.normal_floor` of its ``state/policy.baseline_tps``), expiry (UTC, marked when
-  past) and the reason sentence;
+  look at, or enforced under its topic's normal floor), expiry (UTC, marked when past) and the reason sentence;
 * a timeline of anomalies (one bar per flagged window, colour = kind) and limit decisions (triangles);
 * the TPS of every limited or flagged resource and of the brokers that carry it, around its anomalies and
   decisions (``gold/topic_tps.put_tps``; ``gold/group_tps`` consume and retry TPS summed over the group's topics;
@@ -95,9 +93,9 @@ class Status:
     closed_loop: Figure | None = None
     #: Operators' overrides in force and recent (:func:`pipelines.ops.override.describe`).
     overrides: list[dict] = field(default_factory=list)
-    #: (resource_type, resource) → the baseline frozen with its limit, msg/s (its newest ``state/policy`` row).
+    #: (resource_type, resource) → the baseline frozen with its limit, msg/s (newest ``state/policy`` row, none under
+    #: an override); a topic's normal floor is it × ``limits.surge_squeeze_headroom`` (``catalogue.normal_floor``).
     baselines: dict[tuple[str, str], float] = field(default_factory=dict)
-    #: ``limits.surge_squeeze_headroom``: a topic's normal floor is this × its baseline (``catalogue.normal_floor``).
     normal_headroom: float = LimitsConfig().surge_squeeze_headroom
 
     def held_since(self, resource_type: str, resource: str) -> pd.Timestamp | None:
@@ -158,9 +156,9 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
         ["decided_at", "window_end", "resource_type", "resource", "limit_qps", "action", "mode", "version", "reason"],
     )
     latest = _frame(lake, f"SELECT max(window_end) AS t FROM {sql_name(tables.GOLD_TOPIC_TPS)}", ["t"])
-    state = _frame(lake, "SELECT resource_type, resource, baseline_tps, batch_id FROM "
-                   f"{sql_name(tables.STATE_POLICY)} ORDER BY batch_id", ["resource_type", "resource", "baseline_tps"])
-    newest = {(r.resource_type, r.resource): r.baseline_tps for r in state.itertuples()}  # the last row wins
+    state = _frame(lake, f"SELECT * FROM {sql_name(tables.STATE_POLICY)} ORDER BY batch_id",
+                   ["resource_type", "resource", "baseline_tps", "override_id"])
+    newest = {(r.resource_type, r.resource): r for r in state.itertuples()}  # the last row wins
     try:
         overrides = query.run_sql(lake, f"SELECT * FROM {sql_name(tables.CONTROL_OVERRIDES)}").to_pylist()
     except ValueError:  # no override ever
@@ -179,7 +177,8 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
         input_rows=_count(lake, tables.BRONZE_BROKER_STATS) + _count(lake, tables.BRONZE_SEND_FAILURES),
         latest_window=latest["t"].iloc[0] if len(latest) and pd.notna(latest["t"].iloc[0]) else None,
         overrides=override.describe(override.parse(overrides, GovernorConfig())[0], now),
-        baselines={k: float(v) for k, v in newest.items() if not pd.isna(v)},
+        baselines={k: float(r.baseline_tps) for k, r in newest.items()
+                   if not pd.isna(r.baseline_tps) and pd.isna(r.override_id)},  # an override is a person's decision
     )
 
 
@@ -281,8 +280,7 @@ def _limits_table(status: Status) -> str:
             (rec.get("resource_type"), rec.get("resource"))), status.normal_headroom)
         under = rec.get("mode") == "enforce" and floor is not None and float(rec.get("limit_qps", 0)) < floor
         if under:
-            held += (f" (under the {floor:.1f} msg/s its normal traffic needs: after its fix it stays at the cap, "
-                     "no probe may raise it; lift it with an exempt override once its owner confirms the fix)")
+            held += f" (under its normal floor, {floor:.1f} msg/s: no probe lifts it; exempt it once it is fixed)"
         shares = rec.get("brokers") or {}
         split = ", ".join(f"{b} {float(v['limit_qps']):.1f}" for b, v in sorted(shares.items()) if b != "*")
         cells = [rec.get("resource_type"), rec.get("resource"), f"{float(rec.get('limit_qps', 0)):.1f}", split,
@@ -387,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin-minutes", type=int, default=30, help="TPS plots: minutes around events (30)")
     parser.add_argument("--max-resources", type=int, default=24, help="TPS plots: at most this many (24)")
     args = parser.parse_args(argv)
+    if args.normal_headroom < 1:
+        return fail("rate-governor status", f"--normal-headroom {args.normal_headroom:g}: want at least 1")
     try:
         page = write_page(args.lake, args.out, margin_minutes=args.margin_minutes, max_resources=args.max_resources,
                           max_held_seconds=args.max_held_seconds, normal_headroom=args.normal_headroom)
