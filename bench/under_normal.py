@@ -74,8 +74,9 @@ def run_one(seed: int) -> dict:
         figures = sweep.run(case)
         bad, _ = sweep.verdict(case, figures)
     headroom = governor_config(load_backtest_config("conf/backtest.toml"), None, None).limits.surge_squeeze_headroom
+    rows.sort(key=lambda x: x[0])
     since, spells = {}, []
-    for now, r in sorted(rows, key=lambda x: x[0]):
+    for now, r in rows:
         if r["resource_type"] != "topic":
             continue
         floor = normal_floor("topic", r["baseline_tps"], headroom)
@@ -88,7 +89,7 @@ def run_one(seed: int) -> dict:
             spells.append((r["resource"], start, now, (now - start).total_seconds() / 60))
     end = rows[-1][0] if rows else None
     spells += [(topic, start, None, (end - start).total_seconds() / 60) for topic, start in since.items()]
-    last = {r["resource"]: r for _, r in sorted(rows, key=lambda x: x[0]) if r["resource_type"] == "topic"}
+    last = {r["resource"]: r for _, r in rows if r["resource_type"] == "topic"}
     return {"seed": seed, "kind": case.kind, "failed": [name for name, _ in bad],
             "lift": next((m for n, m in bad if n.startswith(LIFT)), ""), "spells": spells,
             "held": {t for t, r in last.items() if r["limit_qps"] is not None and r["mode"] == "enforce"}}

@@ -156,8 +156,8 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
         ["decided_at", "window_end", "resource_type", "resource", "limit_qps", "action", "mode", "version", "reason"],
     )
     latest = _frame(lake, f"SELECT max(window_end) AS t FROM {sql_name(tables.GOLD_TOPIC_TPS)}", ["t"])
-    state = _frame(lake, f"SELECT * FROM {sql_name(tables.STATE_POLICY)} ORDER BY batch_id",
-                   ["resource_type", "resource", "baseline_tps", "override_id"])
+    cols = ["resource_type", "resource", "baseline_tps", "override_id"]
+    state = _frame(lake, f"SELECT {', '.join(cols)} FROM {sql_name(tables.STATE_POLICY)} ORDER BY batch_id", cols)
     newest = {(r.resource_type, r.resource): r for r in state.itertuples()}  # the last row wins
     try:
         overrides = query.run_sql(lake, f"SELECT * FROM {sql_name(tables.CONTROL_OVERRIDES)}").to_pylist()
