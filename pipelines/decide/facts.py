@@ -121,12 +121,36 @@ def _fallback_refused(fallback: np.ndarray, sent_back: np.ndarray) -> np.ndarray
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(sent_back > 0, fallback / np.where(sent_back > 0, sent_back, 1.0), np.inf)
     lo, hi = np.zeros_like(ratio), np.ones_like(ratio)
-    total = lambda u: sum(u ** k for k in range(1, FALLBACK_ATTEMPTS + 1))  # noqa: E731
-    for _ in range(50):  # bisection: the sum rises with u
+    for _ in range(_BISECTIONS):  # bisection: the sum rises with u
         mid = (lo + hi) / 2.0
-        below = total(mid) < ratio
+        below = _attempts(mid) < ratio
         lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
     return np.where((fallback > 0) & (ratio <= FALLBACK_ATTEMPTS), np.minimum(hi, FALLBACK_REFUSED_MAX), np.nan)
+
+
+_BISECTIONS = 50
+
+
+def _attempts(u):
+    """u + u² (+ u³ …): the refused attempts per send-back at the refused share u (a float or an array). The square
+    is ``u * u``: numpy squares an array so (one rounding) where a float's ``** 2`` calls ``pow``, which rounds
+    otherwise about once in a thousand; written so, floats and arrays give the same bits."""
+    return sum(u * u if k == 2 else u ** k for k in range(1, FALLBACK_ATTEMPTS + 1))
+
+
+def _fallback_refused_one(fallback: float, sent_back: float) -> float:
+    """:func:`_fallback_refused` of one window, in plain floats: the same bisection step by step (the same IEEE
+    operations, so the same bits; ``tests/decide/test_facts.py`` compares them), without numpy's cost per call on
+    one-element arrays (the fast path asks it for every group and window of every micro-batch)."""
+    ratio = fallback / sent_back if sent_back > 0 else math.inf
+    lo, hi = 0.0, 1.0
+    for _ in range(_BISECTIONS):
+        mid = (lo + hi) / 2.0
+        if _attempts(mid) < ratio:
+            lo = mid
+        else:
+            hi = mid
+    return min(hi, FALLBACK_REFUSED_MAX) if fallback > 0 and ratio <= FALLBACK_ATTEMPTS else math.nan
 
 
 def sendback_acceptance(accepted, admitted, sent_back):
@@ -162,7 +186,7 @@ def sendback_acceptance(accepted, admitted, sent_back):
         most = pl.when((fallback > 0) & (sent_back > 0)).then(fallback / sent_back).otherwise(None)
         read = pl.min_horizontal(accepted, 1.0 - refused.fill_nan(0.0).fill_null(0.0))
         return pl.max_horizontal(read, (1.0 - most).fill_null(0.0))
-    refused = float(_fallback_refused(np.array([float(fallback)]), np.array([float(sent_back)]))[0])
+    refused = _fallback_refused_one(float(fallback), float(sent_back))
     read = min(accepted, 1.0 - (0.0 if math.isnan(refused) else refused))
     return max(read, 1.0 - fallback / sent_back) if fallback > 0 and sent_back > 0 else read
 

@@ -165,6 +165,23 @@ def test_sendback_acceptance_reads_the_least_refused_share_the_fallback_sends_ca
     assert got == pytest.approx([storm, 0.92, 0.8, few])
 
 
+def test_the_float_bisection_of_the_refused_share_gives_the_array_s_bits():
+    """``_fallback_refused_one`` (the fast path's one window, plain floats) returns exactly what ``_fallback_refused``
+    returns for the same window in an array, NaN where it is NaN: 20,000 drawn windows with the edges (no
+    send-back, no fallback, a fallback beyond three refused attempts, a capped share)."""
+    import numpy as np
+    import random
+
+    rng = random.Random(49)
+    pairs = [(20.0, 0.0), (0.0, 20.0), (-3.0, 5.0), (3.0 * 18.4 + 1e-9, 18.4), (76.0 - 20.0, 20.0), (23.2, 18.4)]
+    pairs += [(rng.uniform(-5.0, 400.0), rng.choice([0.0, rng.uniform(0.0, 300.0)])) for _ in range(10_000)]
+    pairs += [(float(rng.randint(-10, 2000)), float(rng.randint(0, 1500))) for _ in range(10_000)]
+    arrays = facts._fallback_refused(np.array([f for f, _s in pairs]), np.array([s for _f, s in pairs]))
+    floats = np.array([facts._fallback_refused_one(f, s) for f, s in pairs])
+    assert np.isnan(arrays).sum() > 1000 and (~np.isnan(arrays)).sum() > 1000
+    assert np.array_equal(arrays, floats, equal_nan=True)
+
+
 def test_newest_carriers_are_those_of_the_newest_earlier_window_with_a_carrier():
     """The one definition behind ``open_split.topics_heard`` and ``open_retry.groups_heard``: the brokers with the
     resource's traffic in the newest window before the given one (a window without a carrier skipped)."""
