@@ -31,11 +31,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipelines.ops import query
+from pipelines.ops import override, query
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import GovernorConfig, LimitsConfig
 from pipelines.decide.catalogue import normal_floor
-from pipelines.ops import override
 from pipelines.writeback import publish
 from pipelines import tables
 from pipelines.tables import sql_name
@@ -157,8 +156,9 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
     )
     latest = _frame(lake, f"SELECT max(window_end) AS t FROM {sql_name(tables.GOLD_TOPIC_TPS)}", ["t"])
     cols = ["resource_type", "resource", "baseline_tps", "override_id"]
-    state = _frame(lake, f"SELECT {', '.join(cols)} FROM {sql_name(tables.STATE_POLICY)} ORDER BY batch_id", cols)
-    newest = {(r.resource_type, r.resource): r for r in state.itertuples()}  # the last row wins
+    state = _frame(lake, f"SELECT {', '.join(cols)} FROM (SELECT *, row_number() OVER (PARTITION BY resource_type, "
+                   f"resource ORDER BY batch_id DESC) AS n FROM {sql_name(tables.STATE_POLICY)}) WHERE n = 1", cols)
+    newest = {(r.resource_type, r.resource): r for r in state.itertuples()}  # one row each: the newest
     try:
         overrides = query.run_sql(lake, f"SELECT * FROM {sql_name(tables.CONTROL_OVERRIDES)}").to_pylist()
     except ValueError:  # no override ever
