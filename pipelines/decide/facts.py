@@ -111,6 +111,17 @@ FALLBACK_REFUSED_MAX = 0.95
 FALLBACK_ATTEMPTS = 3
 
 
+#: Steps of the refused share's bisection (both versions: :func:`_fallback_refused`, :func:`_fallback_refused_one`).
+_BISECTIONS = 50
+
+
+def _attempts(u):
+    """u + u² (+ u³ …): the refused attempts per send-back at the refused share u (a float or an array). The square
+    is ``u * u``: numpy squares an array so (one rounding) where a float's ``** 2`` calls ``pow``, which rounds
+    otherwise about once in a thousand; written so, floats and arrays give the same bits."""
+    return sum(u * u if k == 2 else u ** k for k in range(1, FALLBACK_ATTEMPTS + 1))
+
+
 def _fallback_refused(fallback: np.ndarray, sent_back: np.ndarray) -> np.ndarray:
     """The least refused share u of a group's send-backs its fallback sends ``fallback`` beside its send-backs
     ``sent_back`` (arrays, same unit) can mean: each refused send-back is sent again as a plain send, and each
@@ -126,16 +137,6 @@ def _fallback_refused(fallback: np.ndarray, sent_back: np.ndarray) -> np.ndarray
         below = _attempts(mid) < ratio
         lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
     return np.where((fallback > 0) & (ratio <= FALLBACK_ATTEMPTS), np.minimum(hi, FALLBACK_REFUSED_MAX), np.nan)
-
-
-_BISECTIONS = 50
-
-
-def _attempts(u):
-    """u + u² (+ u³ …): the refused attempts per send-back at the refused share u (a float or an array). The square
-    is ``u * u``: numpy squares an array so (one rounding) where a float's ``** 2`` calls ``pow``, which rounds
-    otherwise about once in a thousand; written so, floats and arrays give the same bits."""
-    return sum(u * u if k == 2 else u ** k for k in range(1, FALLBACK_ATTEMPTS + 1))
 
 
 def _fallback_refused_one(fallback: float, sent_back: float) -> float:
