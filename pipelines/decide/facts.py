@@ -116,10 +116,15 @@ _BISECTIONS = 50
 
 
 def _attempts(u):
-    """u + u² (+ u³ …): the refused attempts per send-back at the refused share u (a float or an array). The square
-    is ``u * u``: numpy squares an array so (one rounding) where a float's ``** 2`` calls ``pow``, which rounds
-    otherwise about once in a thousand; written so, floats and arrays give the same bits."""
-    return sum(u * u if k == 2 else u ** k for k in range(1, FALLBACK_ATTEMPTS + 1))
+    """u + u² (+ u³ …): the refused attempts per send-back at the refused share u (a float or an array), written in
+    Horner form, u·(1 + u·(1 + u …)), with ``+`` and ``*`` only. IEEE 754 rounds each of those once, alike in
+    Python floats and in numpy's vector loops, so the two versions of the bisection (:func:`_fallback_refused`,
+    :func:`_fallback_refused_one`) rely on bit equality, not on a tolerance; ``**`` calls ``pow``, which numpy's SIMD
+    loops (AVX-512) round differently from the C library's."""
+    acc = 1.0
+    for _ in range(FALLBACK_ATTEMPTS - 1):
+        acc = 1.0 + u * acc
+    return u * acc
 
 
 def _fallback_refused(fallback: np.ndarray, sent_back: np.ndarray) -> np.ndarray:
