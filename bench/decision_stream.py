@@ -153,13 +153,14 @@ def _world():
 def scenario_stream(name: str) -> dict:
     """A named scenario's decision stream (and its figures against the same cluster without a governor)."""
     from pipelines.sim.figures import compute
-    from pipelines.sim.settings import build_spec
+    from pipelines.sim.settings import build_spec, scenario_world
     from pipelines.sim.loop import closed_cluster
 
     cfg, bcfg, _ = _world()
     spec = build_spec(name, {}, now=NOW)
+    bcfg, irregular = scenario_world(name, bcfg)  # its clients and irregularities
     with Capture() as capture:
-        result = capture.loop.simulate(spec, cfg, bcfg)
+        result = capture.loop.simulate(spec, cfg, bcfg, irregular=irregular)
     base = closed_cluster(spec, bcfg)
     base.advance_to(base.end)
     return {**capture.stream(), **figures_of(compute(result, base))}

@@ -47,7 +47,7 @@ TREE = ab.tree_from_argv()  # the tree measured: this checkout, or a baseline's 
 sys.path.insert(0, str(TREE))
 
 from pipelines.sim.figures import compute  # noqa: E402
-from pipelines.sim.settings import SCENARIO_SIZES, build_spec, governor_config, load_backtest_config  # noqa: E402
+from pipelines.sim.settings import SCENARIO_SIZES, build_spec, governor_config, load_backtest_config, scenario_world  # noqa: E402,E501
 from pipelines.sim.cluster import ClosedLoopCluster  # noqa: E402
 from pipelines.sim.loop import simulate  # noqa: E402
 
@@ -135,11 +135,12 @@ def run(name: str, cfg, bcfg, repeat: int) -> tuple[float, float, dict]:
     """(least CPU seconds of ``repeat`` runs, the decision plane's CPU seconds in that run, the recording of the
     last run)."""
     spec = build_spec(name, {}, now=NOW)
+    bcfg, irregular = scenario_world(name, bcfg)  # its clients and irregularities
     best, plane, result = math.inf, math.inf, None
     for _ in range(repeat):
         with DecisionPlaneClock() as clock:
             c0 = time.process_time()
-            result = simulate(spec, cfg, bcfg)
+            result = simulate(spec, cfg, bcfg, irregular=irregular)
             spent = time.process_time() - c0
         if spent < best:
             best, plane = spent, clock.seconds

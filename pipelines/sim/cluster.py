@@ -19,7 +19,8 @@ What the clients do with a rejection (``SYSTEM_BUSY``, code 2, from the queue's 
   rejection (``RATE_LIMITED``) leaves a line for ``rejection_log_share`` of the attempts (1: every one; a sampled
   log less; 0: none shipped), and no producer ships more than ``log_lines_per_minute`` lines per topic, broker and
   minute (a log throttle; 0: no throttle). The governor never sees more of a rejected demand than that.
-* **A consumer whose send-back is rejected falls back to a plain send** to ``%RETRY%<group>``
+* **A consumer whose send-back is rejected falls back to a plain send** (``fallback_send``; a C++ client,
+  ``fallback_send`` False, does not: it only re-consumes the message locally) to ``%RETRY%<group>``
   (``DefaultMQPushConsumerImpl.sendMessageBack`` → ``sendMessageBackAsNormalMessage``, through the client's own
   producer, group ``CLIENT_INNER_PRODUCER``): it is offered in the next tick to any broker of the group's retry
   topic, into the **same bucket** (Sohu's ``RateLimitHandler`` keys ``CONSUMER_SEND_MSG_BACK`` by
@@ -75,6 +76,10 @@ class ClientConfig(ConfigSection):
     log_lines_per_minute: int = Field(default=0, ge=0)  # at most this many lines per topic, broker and minute (0: all)
     pulse_period_seconds: int = Field(default=0, ge=0)  # a surging topic's producers send in pulses this often (0: no)
     pulse_on_seconds: int = Field(default=0, ge=0)  # each pulse lasts this long (whole seconds, <= the period)
+    fallback_send: bool = True  # a consumer client sends a refused send-back again as a plain send (the Java
+    #   client); False: it re-consumes it locally only (apache/rocketmq-client-cpp master,
+    #   DefaultMQPushConsumerImpl::sendMessageBack logs the MQException and returns false, and
+    #   ConsumeMessageConcurrentlyService keeps the message for a local retry; the Python client wraps it)
 
 
 @dataclass
@@ -236,8 +241,8 @@ class ClosedLoopCluster:
         for k in range(S - 1):
             if k <= A - 2:
                 self.route[k] += np.where(topic, r * other, 0.0)
-            if k == 0:
-                self.route[k] += np.where(group, any_broker, 0.0)
+            if k == 0:  # a refused send-back: sent again as a plain send to any broker of the retry topic, or not
+                self.route[k] += np.where(group, any_broker, 0.0) if self.clients.fallback_send else 0.0
             elif k <= A - 1:
                 self.route[k] += np.where(group, r * other, 0.0)
         streams = np.arange(S)[None, :]

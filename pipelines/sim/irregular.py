@@ -19,7 +19,9 @@ Times are event time: a minute index ``m`` is the minute ``[start + m min, start
 * **The governor** restarted at ``governor_restart_second``: its decisions' memory is read back from the lake
   (``state/policy`` and ``gold/limits`` rows through their Arrow schemas) and the fast path's open-row memory
   (driver memory, :class:`pipelines.decide.fast.OpenRows`) is lost; Spark's streaming state (the windows) is
-  restored from the checkpoint, so the windowed sums go on.
+  restored from the checkpoint, so the windowed sums go on. Killed ``governor_down_seconds`` before it (SIGKILL,
+  no shutdown), it runs no micro-batch in between: the brokers keep the limits last published until they expire,
+  and what landed meanwhile is its first micro-batches' backlog.
 * **What the governor observes** (issue 48): ``limiter_view`` False is the file write-back alone, where a limiter's
   rejections show only as the producers' logged failures; True puts the RocketMQ admin sink on, which reads every
   broker's limiters at each publish (:mod:`pipelines.sim.limiter_view`) and gives the final path their moves as
@@ -47,6 +49,7 @@ class Irregularity(ConfigSection):
     apply_delay_seconds: dict[str, float] = Field(default_factory=dict)  # per broker, s after the propagation
     broker_restarts: list[tuple[str, float]] = Field(default_factory=list)  # (broker, s): its limiter forgets
     governor_restart_second: float | None = Field(default=None, ge=0)  # the governor restarts at this second
+    governor_down_seconds: float = Field(default=0.0, ge=0)  # ... after being down (killed) this long before it
     seed: int = 0  # the jitter's generator
     limiter_view: bool = False  # the observation mode: the admin sink's view of the limiters (module docstring)
 

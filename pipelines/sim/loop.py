@@ -172,6 +172,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     view = AdminSinkView(cluster) if irregular.limiter_view else None  # polled at each publish, as the sink reads
     store, memory = Store(), OpenRows()
     restart = irregular.governor_restart_second
+    down_from = restart - irregular.governor_down_seconds if restart is not None else None
     minute_events: dict[int, list] = {}  # minute → its stats events (every broker), while a landing needs them
     classify = FailureText(cluster)
     final, opened = FinalWindows(length, w.watermark_seconds), OpenWindows(length, w.watermark_seconds)
@@ -199,6 +200,9 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
         brokers.run_until(min(t, cluster.end))
         if restart is not None and second >= restart:  # the governor restarts: its memory read back from the lake
             store, memory, restart = Store.read_back(store), OpenRows(), None
+        if restart is not None and second >= down_from:  # killed: no micro-batch runs until the restart
+            second += int(grid)
+            continue
         if second % w.trigger_seconds == 0:  # ingest: what landed by now
             batch = []
             arrived: dict[int, set] = {}  # minute → the brokers whose file of it landed by now
@@ -310,6 +314,16 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                      irregular=irregular)
 
 
+def simulate_named(name: str, cfg: GovernorConfig, bcfg, now: dt.datetime | None = None, **kwargs) -> SimResult:
+    """:func:`simulate` of the named scenario ``name`` (:data:`pipelines.sim.settings.SCENARIO_SIZES`) in its world
+    (:func:`pipelines.sim.settings.scenario_world`: its clients and irregularities); ``now``: as
+    :func:`pipelines.sim.settings.build_spec` reads it; ``kwargs``: :func:`simulate`'s."""
+    from pipelines.sim.settings import build_spec, scenario_world
+
+    bcfg, irregular = scenario_world(name, bcfg)
+    return simulate(build_spec(name, {}, now=now), cfg, bcfg, irregular=irregular, **kwargs)
+
+
 class History:
     """The finalized windows the gold query has written (``gold/topic_tps``, ``gold/broker_tps``, as polars frames),
     kept for the baselines, and the views the two paths read (cached until the next gold batch: most fast
@@ -362,4 +376,4 @@ class History:
         return self._views[key]
 
 
-__all__ = ["Timing", "simulate", "SimResult", "latest_per_resource"]
+__all__ = ["Timing", "simulate", "simulate_named", "SimResult", "latest_per_resource"]

@@ -108,8 +108,14 @@ def _shape_retry_storm(spec: ScenarioSpec, world: World, rng: np.random.Generato
 
 
 #: Broken-consumer scenarios fixed once (``storm_fix_minute``) and broken on and off.
-FIXED_ONCE = {"storm_fixed", "storm_fixed_legit_retry"}
-ON_AND_OFF = {"intermittent_storm", "intermittent_short"}
+FIXED_ONCE = {"storm_fixed", "storm_fixed_legit_retry", "storm_irregular_evidence"}
+ON_AND_OFF = {"intermittent_storm", "intermittent_short", "intermittent_no_fallback"}
+#: The persisting storm's shape under other names: the same storm in another world (pipelines.sim.settings
+#: SCENARIO_WORLDS: consumer clients without the fallback send, a late shipper, a governor killed and restarted).
+PERSISTING = {"persisting_storm", "spread_storm", "persisting_no_fallback", "storm_late_broker",
+              "storm_governor_killed"}
+#: Every scenario whose culprit is one broken consumer group's retry traffic (article 001's storm included).
+STORM_SCENARIOS = frozenset(FIXED_ONCE | ON_AND_OFF | PERSISTING | {"retry_storm", "large_mix"})
 
 
 def broken_minutes(spec: ScenarioSpec) -> np.ndarray:
@@ -307,6 +313,16 @@ SCENARIOS: dict[str, Scenario] = {
                                      _shape_noisy_neighbour, busy_broker_failures),
     "spread_storm": Scenario("the persisting storm on a topic spread over culprit_topic_brokers (>= 3) brokers",
                              _shape_broken_consumer, None),
+    "persisting_no_fallback": Scenario("the persisting storm of consumer clients without the fallback send",
+                                       _shape_broken_consumer, None),
+    "storm_late_broker": Scenario("the persisting storm beside a broker that carries none of it and ships late",
+                                  _shape_broken_consumer, None),
+    "storm_governor_killed": Scenario("the persisting storm, the governor killed mid-storm and restarted later",
+                                      _shape_broken_consumer, None),
+    "intermittent_no_fallback": Scenario("the storm on and off with quiet spells shorter than a lift takes, consumer "
+                                         "clients without the fallback send", _shape_broken_consumer, None),
+    "storm_irregular_evidence": Scenario("a storm fixed to a legitimate retry level, its evidence late, missing and "
+                                         "doubled on its own carriers", _shape_broken_consumer, None),
     "compound": Scenario("several causes at once (spec.causes): storms of consumer groups and surges of topics",
                          shape_compound, None),
     "large_mix": Scenario("a large cluster (10,000 topics, 50 brokers): diurnal traffic, a retry storm and a flash "

@@ -42,6 +42,31 @@ SCENARIO_SIZES: dict[str, dict[str, Any]] = {
     "noisy_neighbour_long": {**_CLUSTER, "minutes": 54, "onset_minute": 12, "noisy_put_tps": 800.0, "noisy_minutes": 32,
                              "culprit_broker_normal_put_per_min": 15_000, "culprit_topic_tps": 150.0},
     "normal_day": {**_CLUSTER, "minutes": 20},
+    # consumer clients without the fallback send (SCENARIO_WORLDS): nothing the governor reads shows the refused
+    # demand of a storm at its cap
+    "persisting_no_fallback": {**_CLUSTER, "minutes": 24, "onset_minute": 6, "culprit_topic_brokers": 2},
+    "storm_late_broker": {**_CLUSTER, "minutes": 24, "onset_minute": 6, "culprit_topic_brokers": 2},
+    "storm_governor_killed": {**_CLUSTER, "minutes": 26, "onset_minute": 6, "culprit_topic_brokers": 2},
+    "intermittent_no_fallback": {**_CLUSTER, "brokers": 5, "minutes": 46, "onset_minute": 6, "culprit_topic_brokers": 3,
+                                 "culprit_topic_shares": (0.5, 0.3, 0.2), "storm_on_minutes": 4, "storm_off_minutes": 3,
+                                 "storm_episodes": 3},
+    "storm_irregular_evidence": {**_CLUSTER, "brokers": 5, "minutes": 30, "onset_minute": 6, "onset_second": 30,
+                                 "culprit_topic_brokers": 3, "storm_fix_minute": 17, "fixed_retry_share": 0.09},
+}
+#: The world around a named scenario where it differs from ``conf/backtest.toml``'s regular one: ``clients``
+#: (:class:`pipelines.sim.cluster.ClientConfig` fields) and ``irregular`` (:class:`pipelines.sim.irregular.
+#: Irregularity` fields; brokers by name, seconds from the run's start). The Spark-free loop and the Spark backtest
+#: run each scenario in its world (:func:`scenario_world`).
+_CPP = {"fallback_send": False}
+SCENARIO_WORLDS: dict[str, dict[str, dict[str, Any]]] = {
+    "persisting_no_fallback": {"clients": _CPP},
+    "storm_late_broker": {"clients": _CPP, "irregular": {"stats_delay_seconds": {"broker-d": 185.0}}},
+    "storm_governor_killed": {"clients": _CPP, "irregular": {"governor_restart_second": (6 + 4) * 60 + 180.0,
+                                                             "governor_down_seconds": 180.0}},
+    "intermittent_no_fallback": {"clients": _CPP},
+    "storm_irregular_evidence": {"clients": _CPP, "irregular": {
+        "apply_delay_seconds": {"broker-b": 120.0}, "dropped_minutes": [("broker-a", 8)],
+        "duplicated_minutes": [("broker-c", 9, 90.0)]}},
 }
 #: What each scenario stands for in the issue's list.
 SCENARIO_ROLES: dict[str, str] = {
@@ -51,6 +76,12 @@ SCENARIO_ROLES: dict[str, str] = {
     "spread_storm": "storm on a topic spread over 3+ brokers",
     "flash_sale": "legit flash sale (healthy brokers)", "noisy_neighbour": "busy broker from a surging topic",
     "noisy_neighbour_long": "busy broker from a topic surging for half an hour", "normal_day": "normal day",
+    "persisting_no_fallback": "persisting storm, consumer clients without the fallback send",
+    "storm_late_broker": "persisting storm beside a broker shipping 3 minutes late, no fallback send",
+    "storm_governor_killed": "persisting storm, the governor killed 4 minutes in and restarted 3 minutes later",
+    "intermittent_no_fallback": "storm 4 minutes on, 3 off, on 3 of 5 brokers, no fallback send",
+    "storm_irregular_evidence": "storm from mid-minute on 3 of 5 brokers, a carrier applying 2 minutes late, a "
+                                "minute dropped and one doubled, fixed to a 9 % retry",
 }
 
 
@@ -106,6 +137,17 @@ def with_backtest_key(cfg, lake: Path):
     if key is None:
         return cfg
     return cfg.model_copy(update={"limits": cfg.limits.model_copy(update={"signing_key_file": str(key)})})
+
+
+def scenario_world(name: str, bcfg: BacktestConfig):
+    """The world named scenario ``name`` runs in (:data:`SCENARIO_WORLDS`): ``bcfg`` with its clients' settings, and
+    its :class:`pipelines.sim.irregular.Irregularity` (the regular world for a scenario without an entry)."""
+    from pipelines.sim.irregular import Irregularity
+
+    world = SCENARIO_WORLDS.get(name, {})
+    if world.get("clients"):
+        bcfg = bcfg.model_copy(update={"clients": bcfg.clients.model_copy(update=world["clients"])})
+    return bcfg, Irregularity(**world.get("irregular", {}))
 
 
 def build_spec(name: str, overrides: dict[str, Any], now: dt.datetime | None = None) -> ScenarioSpec:

@@ -93,6 +93,7 @@ class ScenarioSpec:
 
     # --- broken consumer groups (persisting_storm, storm_fixed, intermittent_storm, spread_storm) ----------------
     culprit_topic_brokers: int = 1  # brokers hosting culprit_topic (and the group's retry topic): broker-a, broker-b, …
+    culprit_topic_shares: tuple = ()  # ... and its share on each of them, in that order (fractions; () → equal)
     storm_consume_tps: float = 400.0  # culprit_topic's put rate = what the group consumes of it (all brokers), msgs/s
     storm_sendback_tps: float = 600.0  # send-backs while the group is broken (all brokers), msgs/s: 1.5x its consumption
     storm_write_amplification: float = 3.15  # extra broker writes per send-back (schedule topic …): article 001's
@@ -168,6 +169,10 @@ class ScenarioSpec:
             problems.append("need 0 < base_tps_min <= base_tps_max")
         if not 1 <= self.culprit_topic_brokers <= max(self.brokers, 1):
             problems.append(f"culprit topic brokers must be within 1..{self.brokers}, got {self.culprit_topic_brokers}")
+        if self.culprit_topic_shares and (len(self.culprit_topic_shares) != self.culprit_topic_brokers or any(
+                x <= 0 for x in self.culprit_topic_shares) or abs(sum(self.culprit_topic_shares) - 1.0) > 1e-9):
+            problems.append(f"culprit topic shares must be {self.culprit_topic_brokers} fractions > 0 summing to 1, "
+                            f"got {self.culprit_topic_shares}")
         if self.storm_fix_minute is not None and not self.onset_index < self.storm_fix_minute <= self.minutes:
             problems.append(f"storm fix minute must be within {self.onset_index + 1}..{self.minutes}, "
                             f"got {self.storm_fix_minute}")

@@ -15,11 +15,11 @@ import pandas as pd
 
 from pipelines.decide.words import Action
 from pipelines.sim.pulses import sending_nothing
+from pipelines.sim.scenarios import STORM_SCENARIOS
 from pipelines.sim.spec import span_seconds
 
 #: Scenarios whose culprit is a consumer group's retry traffic.
-STORMS = {"persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "intermittent_short",
-          "spread_storm", "retry_storm", "large_mix"}
+STORMS = STORM_SCENARIOS
 #: Two values in force within this relative distance are the same value (floating-point noise).
 SAME_VALUE_REL = 1e-9
 #: Bounds of the checks that :func:`judge_causes` measures against (the figures module states them all).

@@ -6,7 +6,7 @@ lines, is :mod:`pipelines.sim.traffic`).
    probability ``two_broker_topic_share``) with a base put rate drawn log-uniformly in
    [``base_tps_min``, ``base_tps_max``] msgs/s and an average message size; consumer groups, each subscribing one or
    two topics. Topic 0 is always ``culprit_topic`` (``pugc-content``) pinned to ``broker-a`` (and the next
-   ``culprit_topic_brokers − 1`` brokers, equal shares) and group 0 is always
+   ``culprit_topic_brokers − 1`` brokers, equal shares or ``culprit_topic_shares``) and group 0 is always
    ``culprit_group`` (``get-pugc-to-ai-consumer``) subscribing it alone (article 001).
 2. **Rates** (msgs/s per topic placement × minute): base rate × ``1 ± put_noise`` (uniform, independent per
    minute, so a steady series never moves more than (1+n)/(1-n) ≈ 1.22x minute to minute). A scenario function from
@@ -148,6 +148,8 @@ def build_world(spec: ScenarioSpec, rngs: Mapping[str, np.random.Generator] | No
         pl_topic = np.concatenate([pl_topic, np.zeros(k - 1, dtype=pl_topic.dtype)])
         pl_broker = np.concatenate([pl_broker, (cb + np.arange(1, k)) % B])
         pl_share = np.where(pl_topic == 0, 1.0 / k, np.concatenate([pl_share, np.zeros(k - 1)]))
+        if spec.culprit_topic_shares:  # the culprit broker's share first, then the next brokers' in turn
+            pl_share[pl_topic == 0] = np.asarray(spec.culprit_topic_shares, dtype=float)
     order = np.lexsort((pl_topic, pl_broker))
     pl_topic, pl_broker, pl_share = pl_topic[order], pl_broker[order], pl_share[order]
 
