@@ -38,19 +38,7 @@ sys.path.insert(0, str(ROOT))
 from pipelines.cli import OneLineParser, fail  # noqa: E402
 
 PROG = "bench/under_normal.py"
-RULES = ROOT / "conf" / "prometheus" / "rate-governor.rules.yml"
-ALERT = "RateGovernorLimitUnderNormal"
 LIFT = "each lift"
-
-
-def alert_minutes() -> float:
-    """The alert's ``for`` (minutes), from the shipped rule file (its block up to the next rule)."""
-    text = RULES.read_text(encoding="utf-8")
-    block = re.search(rf"- alert: {ALERT}\n(.*?)(?:\n\s+- alert: |\Z)", text, re.S)
-    wait = re.search(r"\n\s+for: (\d+)([sm])\n", block.group(1)) if block else None
-    if wait is None:
-        raise ValueError(f"{ALERT} with a `for` is not in {RULES}")
-    return int(wait.group(1)) / (60.0 if wait.group(2) == "s" else 1.0)
 
 
 def run_one(seed: int) -> dict:
@@ -58,8 +46,8 @@ def run_one(seed: int) -> dict:
     checks and its lift check's text."""
     from unittest import mock
 
-    from pipelines.decide.catalogue import normal_floor
     from pipelines.sim import loop, sweep
+    from pipelines.sim.alerts import under_normal_spells
     from pipelines.sim.settings import governor_config, load_backtest_config
 
     rows, shipped = [], loop.decide_final
@@ -75,20 +63,8 @@ def run_one(seed: int) -> dict:
         bad, _ = sweep.verdict(case, figures)
     headroom = governor_config(load_backtest_config("conf/backtest.toml"), None, None).limits.surge_squeeze_headroom
     rows.sort(key=lambda x: x[0])
-    since, spells = {}, []
-    for now, r in rows:
-        if r["resource_type"] != "topic":
-            continue
-        floor = normal_floor("topic", r["baseline_tps"], headroom)
-        under = (r["limit_qps"] is not None and floor is not None and r["mode"] == "enforce"
-                 and r.get("override_id") is None and r["limit_qps"] < floor)
-        if under and r["resource"] not in since:
-            since[r["resource"]] = now
-        elif not under and r["resource"] in since:
-            start = since.pop(r["resource"])
-            spells.append((r["resource"], start, now, (now - start).total_seconds() / 60))
     end = rows[-1][0] if rows else None
-    spells += [(topic, start, None, (end - start).total_seconds() / 60) for topic, start in since.items()]
+    spells = [(sp.topic, sp.start, sp.end, sp.minutes(end)) for sp in under_normal_spells(rows, headroom)]
     last = {r["resource"]: r for _, r in rows if r["resource_type"] == "topic"}
     return {"seed": seed, "kind": case.kind, "failed": [name for name, _ in bad],
             "lift": next((m for n, m in bad if n.startswith(LIFT)), ""), "spells": spells,
@@ -109,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         return fail(PROG, f"--seeds {args.seeds!r}: want integers separated by commas")
     if not seeds or min(seeds) < 0 or args.cases < 1 or args.workers < 1:
         return fail(PROG, "want at least one case, seeds >= 0 and --workers >= 1")
-    wait = alert_minutes()
+    from pipelines.sim.alerts import RULES, UNDER_NORMAL as ALERT, alert_for_minutes
+
+    wait = alert_for_minutes()
     print(f"config: {len(seeds)} cases ({seeds[0]}..{seeds[-1]}), {ALERT} fires after {wait:g} min under the "
           f"normal floor ({RULES.relative_to(ROOT)}), workers {args.workers}", flush=True)
     named, late, missed, lifted_late, noise = [], [], [], [], []

@@ -243,6 +243,10 @@ POLICY_STATE = (
     ("probe_effective_end", "timestamp"),
     ("change_effective_end", "timestamp"),
     ("override_id", "string"),
+    ("probe_decided_at", "timestamp"),
+    ("window_decisions", "long"),
+    ("probe_excess_messages", "double"),
+    ("previous_limit_qps", "double"),
 )
 
 #: The column of ``state/policy`` naming the operator's override (``control/overrides``) the state was saved under

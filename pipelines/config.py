@@ -279,6 +279,11 @@ class LimitsConfig(_Section):
     surge_max_changes: int = Field(default=3, ge=1, description=(
         "A surge limit's value changes at most this many times while its cause lasts (a first cut down to its "
         "target, probes and their step-backs): a probe is taken only when its possible step-back still fits."))
+    probe_max_windows: int = Field(default=2, ge=1, description=(
+        "Windows: the most a retry-storm limit's probe stays raised when no whole window under it has answered: "
+        "its undo is published at most this many windows after the probe was (decided at the first trigger one "
+        "``windows.trigger_seconds`` before), however late its carriers' evidence. With ``relax_factor`` it is "
+        "a probe's stated cost: at most this many windows at ``relax_factor`` times the level before."))
     probe_headroom_share: float = Field(default=0.9, gt=0, le=1, description=(
         "A probe never raises a carrier's predicted writes above this share (ratio) of what that broker wrote in "
         "the last window it was busy (a busy broker writes about its capacity and fast-fails the rest); a surge's "
@@ -286,19 +291,20 @@ class LimitsConfig(_Section):
     max_held_seconds: int = Field(default=3600, gt=0, description=(
         "Seconds of event time; a limit held longer is flagged on the status page and logged once (WARNING) for "
         "a person to look at."))
-    max_recovery_windows: int = Field(default=3, ge=1, description=(
-        "Windows: the most clear windows a lift needs, however many recurrences (flap damping doubles "
-        "``recovery_windows`` per recurrence up to this; at or below ``recovery_windows``: no doubling, the "
-        "default). A lift lands about this many minutes plus one after its cause's fix, proven on the fast path's "
-        "complete open windows: issue 49's sweep holds every lift within 8 minutes of its fix and quiet spells of "
-        "7-12 minutes between a recurring storm's episodes, so the memory damps a recurrence by its remembered "
-        "target (limited again within 100 s), not by holding the limit longer. Raise it to hold a recurring cause's "
-        "limit through quiet spells shorter than that."))
+    max_recovery_windows: int = Field(default=12, ge=1, description=(
+        "Windows: the most clear windows a lift needs, however many recurrences. Flap damping doubles "
+        "``recovery_windows`` per recurrence within ``recurrence_windows`` of the last lift (3, 6, 12 with the "
+        "shipped settings), up to max(``recovery_windows``, this) (at or below ``recovery_windows``: no "
+        "doubling): a storm that came back once keeps its limit through quiet spells of up to 6 minutes, twice "
+        "through 12. 12, not more: a cause's lift lands about its clear windows plus 3-4 minutes (the watermark, a "
+        "trigger, the publication) after its final fix, and a cause that came back twice or more must be lifted "
+        "within 20 minutes of its final fix (24 windows would not be). The choice and the range tried: "
+        "docs/decisions.md."))
     recurrence_windows: int = Field(default=30, ge=0, description=(
         "Windows: recurrence memory (flap damping, :meth:`pipelines.decide.policy.LimitPolicy.recurrence`). An anomaly within this many "
         "final windows of its resource's last lift is a recurrence: the limit goes straight to the target "
         "remembered from before, and each recurrence doubles the clear windows the next lift needs "
-        "(``recovery_windows`` × 2^n, at most max(``recovery_windows``, ``recurrence_windows``)); 0 = no memory. "
+        "(``recovery_windows`` × 2^n, at most max(``recovery_windows``, ``max_recovery_windows``)); 0 = no memory. "
         "30 one-minute windows: half an hour, as the surge baseline."))
     advisory_resources: tuple[str, ...] = Field((), description=(
         "Topics and groups that get advisory records even when ``mode = \"enforce\"`` (shadow mode per "

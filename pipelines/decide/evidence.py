@@ -132,7 +132,7 @@ def observations(demand_rows: pl.DataFrame, resources: set[tuple[str, str]],
             rows.append(Observation(naive(end), float(r["observed_tps"] or 0.0), int(r["rejected"] or 0),
                                     True if r["healthy"] is None else bool(r["healthy"]), r["consume_tps"],
                                     _pairs(r["_load"], "load"), tuple(r["busy_brokers"] or ()), bool(r["viewed"]),
-                                    sendback_tps=r["sendback_tps"]))
+                                    sendback_tps=r["sendback_tps"], broker_tps=_pairs(r["_tps"], "tps")))
         out[key] = rows
     return out
 
@@ -175,6 +175,8 @@ def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int
         "window_start", "resource_type", "brokers").iter_rows(named=True), window_seconds)
     frame = frame.filter(when("window_start") >= micros(after))
     done = {naive(start) for start, (_n, ok) in census(frame, list(expected)).items() if ok}
+    heard = {naive(r["window_end"]): frozenset(r["brokers"] or ()) for r in frame.filter(
+        pl.col("resource_type") == "cluster").select("window_end", "brokers").iter_rows(named=True)}
     busy: dict = {}
     if detection is not None:
         for end, broker, failures in frame.filter(pl.col("resource_type") == "broker").select(
@@ -213,7 +215,11 @@ def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int
             sendbacks = rate(sum(slot["sent"].values()), window_seconds)
         hot = tuple(sorted(b for b in brokers & busy.get(end, set())
                            if slot["sent"].get(b, 0) > 0 or slot["puts"].get(b, 0) > 0))
-        out.setdefault(key, []).append(Observation(naive(end), rate(total, window_seconds), int(slot["rejected"]),
-                                                   healthy=not hot, consume_tps=consume, busy_brokers=hot,
-                                                   complete=slot["complete"], sendback_tps=sendbacks))
+        per_broker = {b: rate(retry_traffic(slot["sent"].get(b, 0), slot["puts"].get(b, 0)) if key[0] == "group"
+                              else slot["puts"].get(b, 0), window_seconds) for b in sorted(brokers)}
+        out.setdefault(key, []).append(Observation(
+            naive(end), rate(total, window_seconds), int(slot["rejected"]), healthy=not hot, consume_tps=consume,
+            busy_brokers=hot, complete=slot["complete"], sendback_tps=sendbacks,
+            broker_tps={b: v for b, v in per_broker.items() if v > 0},
+            reported=None if slot["complete"] else heard.get(naive(end), frozenset(brokers))))
     return out

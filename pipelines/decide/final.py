@@ -210,8 +210,8 @@ def decide_final(prepared: FinalPrepared, locked: LockedInputs, cfg: GovernorCon
         view.candidates(candidates), view.saved(saved), prepared.horizon_end, Params.from_config(cfg),
         observations=ev.observations(prepared.demand, observed, prepared.grid) if observed else {},
         open_evidence=locked.open_evidence, now=now, preliminary=pending_preliminary(view.latest)))
-    accepted, refused = check(standing + view.shape(finish(folded.decisions, limits_cfg, now, Basis.FINAL)), origin,
-                              now)
+    accepted, refused = check(standing + view.shape(finish(folded.decisions, limits_cfg, now, Basis.FINAL,
+                                                           view.latest)), origin, now)
     after = state_after(saved, {(s.resource_type, s.resource): state_row(s) for s in folded.states})
     reconciled = view.shape(reconcile_preliminary(latest_per_resource(list(view.newest.values())), accepted, after,
                                                   prepared.horizon_end, cfg, now))
@@ -225,6 +225,36 @@ def decide_final(prepared: FinalPrepared, locked: LockedInputs, cfg: GovernorCon
         limits=from_rows(accepted + reconciled, columns.GOLD_LIMITS),
         refused=from_rows(refused, columns.QUARANTINE),
         state=view.mark(state_table(folded.states, batch_id)), folded=folded)
+
+
+def decide_open(horizon_end: dt.datetime, locked: LockedInputs, cfg: GovernorConfig, now: dt.datetime, *,
+                batch_id: int, origin: str) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """A final micro-batch that finalized no window: what the fast path's open windows now show decides for every
+    resource with a limit in force, as the end of a finalizing micro-batch would (its open-window steps,
+    :meth:`pipelines.decide.policy.LimitPolicy.act_on_open`, and the lift due at the horizon): a probe undone by the
+    first line of a carrier that took it, or at its deadline; a lift the open windows prove, unless one vetoes it;
+    a probe or a squeeze. Each decision is one of the window ending ``horizon_end`` (UTC: the newest window
+    finalized before), ranked after the decisions already taken on it. → (accepted ``gold/limits`` rows, refused
+    ``quarantine`` rows, ``state/policy`` rows of the resources folded); all empty without a limit in force, or
+    without open evidence and a probe in flight (its deadline: every trigger of the tick that runs it, input or
+    not). Runs under the decision lock, like :func:`decide_final`."""
+    empty = (from_rows([], columns.GOLD_LIMITS), from_rows([], columns.QUARANTINE), state_table([], batch_id))
+    saved = rows_by_key(locked.policy_state)
+    probing = any(r.get("probe_decided_at") is not None for r in saved.values())
+    if not (locked.open_evidence or probing) or not any(r.get("limit_qps") is not None for r in saved.values()):
+        return empty
+    latest = latest_per_resource(list(rows_by_key(locked.latest_limits).values()))
+    view = Applied(locked.overrides, now, saved, latest, cfg)
+    folded = view.fold_out(fold_all(view.candidates([]), view.saved(saved), horizon_end, Params.from_config(cfg),
+                                    open_evidence=locked.open_evidence, now=now))
+    if not folded.decisions:
+        return empty
+    accepted, refused = check(view.shape(finish(folded.decisions, cfg.limits, now, Basis.FINAL, view.latest)),
+                              origin, now)
+    decided = {(d.resource_type, d.resource) for d in folded.decisions}
+    states = [st for st in folded.states if (st.resource_type, st.resource) in decided]
+    return (from_rows(accepted, columns.GOLD_LIMITS), from_rows(refused, columns.QUARANTINE),
+            view.mark(state_table(states, batch_id)))
 
 
 def run_final(inputs: FinalInputs, locked: LockedInputs, cfg: GovernorConfig, now: dt.datetime, *, batch_id: int,

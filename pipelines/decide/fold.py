@@ -67,7 +67,7 @@ def fold_resource(
         step = timed(step, policy.on_window(step.state, end, cands.get(end), seen.get(end), batch), batch, params)
     if recover_windows:
         step = timed(step, policy.lift_due(step.state, horizon_end, batch), batch, params)
-        step = timed(step, policy.act_on_open(step.state, batch), batch, params)
+        step = timed(step, policy.act_on_open(step.state, batch, decided=bool(step.decisions)), batch, params)
     return list(step.decisions), step.state, list(step.evidence)
 
 
@@ -82,7 +82,7 @@ def timed(step: Step, then: Step, batch: Batch, params: Params) -> Step:
     if changed and out.state.limit_qps is not None:
         last, early = changed[-1], batch.preliminary
         window = params.window
-        at = decided_at(batch.now, last.window_end, params.max_decision_lag)
+        at = decided_at(batch.now, batch.stream_end(last.window_end), params.max_decision_lag)
         if last.previous_qps is None and early is not None and early[1] == last.limit_qps:
             at = min(at, early[0] + window)
         out = out.moved(change_effective_end=effective_end(at, window))

@@ -21,7 +21,8 @@ FORGOTTEN = {"last_lift_end": None, "lifted_target_qps": None, "recurrences": 0}
 UNLIMITED = {"limit_qps": None, "lift_at_qps": None, "target_qps": None, "limited_since": None, "broker_shares": {},
              "baseline_tps": None, "busy_load": {}, "probe_from_qps": None, "probe_ceiling_qps": None,
              "probe_hold_until": None, "probe_backoff": 0, "cause_changes": 0, "last_capped_end": None,
-             "probe_effective_end": None, "change_effective_end": None}
+             "probe_effective_end": None, "change_effective_end": None, "probe_decided_at": None,
+             "previous_limit_qps": None}
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,15 @@ class ResourceState:
     times; ``cause_changes`` the value changes since the limit was set; ``last_capped_end`` the last window at the
     cap whose demand was hidden (``capped``: never a clear window); ``change_effective_end`` the end of the first
     window wholly under the last value change (decided at processing time, :func:`pipelines.decide.steps.
-    effective_end`; the windows before it ran at an older value). Recurrence memory: ``last_lift_end`` when the last
-    enforced limit was lifted, ``lifted_target_qps`` its frozen target, ``recurrences`` how many limits in a row
-    were set within ``recurrence_windows`` of the previous lift (0: the first).
+    effective_end`; the windows before it ran at an older value); ``probe_decided_at`` when the probe in flight was
+    decided (stream time, :func:`pipelines.decide.steps.decided_at`: its undo is due ``probe_max_windows`` windows
+    after it); ``probe_excess_messages`` what the last undone probe admitted beyond the level before it (messages,
+    cluster-wide). ``window_decisions``: the decisions taken as decisions of ``last_decision_end`` beyond the first
+    (each gets the next version rank, :data:`pipelines.decide.limits.EXTRA_RANKS`). Recurrence memory:
+    ``last_lift_end`` when the last enforced limit was lifted, ``lifted_target_qps`` its frozen target,
+    ``recurrences`` how many limits in a row were set within ``recurrence_windows`` of the previous lift (0: the
+    first). ``previous_limit_qps``: the value in force before the last change of value (None: none), in force in
+    the windows before ``change_effective_end``.
     """
 
     resource_type: str
@@ -72,16 +79,34 @@ class ResourceState:
     last_capped_end: dt.datetime | None = None
     probe_effective_end: dt.datetime | None = None
     change_effective_end: dt.datetime | None = None
+    probe_decided_at: dt.datetime | None = None
+    window_decisions: int = 0
+    probe_excess_messages: float | None = None
+    previous_limit_qps: float | None = None
 
 
 def limit_in_force(state: ResourceState, window_end: dt.datetime) -> float | None:
     """The cluster-wide limit (msg/s) the brokers applied in the window ending ``window_end`` (UTC): the current
-    one, but a raise (a probe) only from its first whole window (``probe_effective_end``); the windows before it
-    ran at the level before it (``probe_from_qps``). Judged against the raised value they would look clear."""
+    one, but a raise (a probe) only from its first whole window (``probe_effective_end``), the windows before it
+    having run at the level before it (``probe_from_qps``; judged against the raised value they would look clear);
+    and any other change only from its first whole window (``change_effective_end``): the windows before it ran at
+    the value before (``previous_limit_qps``) or partly at each, and are judged against the lower of the two
+    (:func:`in_transition`): never clear on a value higher than all of the window ran under."""
     if (state.probe_from_qps is not None and state.probe_effective_end is not None
             and window_end < state.probe_effective_end):
         return state.probe_from_qps
+    if in_transition(state, window_end):
+        return min(state.previous_limit_qps, state.limit_qps)
     return state.limit_qps
+
+
+def in_transition(state: ResourceState, window_end: dt.datetime) -> bool:
+    """Whether the window ending ``window_end`` ran before the last change of value was wholly in force (before
+    ``change_effective_end``): part of it, or all, at ``previous_limit_qps``. Such a window is judged against the
+    lower of the two values (:func:`limit_in_force`): at the cap of the lower one it shows nothing clear (an undone
+    probe's raise that the returning demand took), and it does not start a probe of the current value."""
+    return (state.previous_limit_qps is not None and state.limit_qps is not None
+            and state.change_effective_end is not None and window_end < state.change_effective_end)
 
 
 @dataclass(frozen=True)
@@ -116,9 +141,12 @@ class Observation:
     ``healthy`` no broker carrying it was busy (``busy_brokers`` those that were), ``consume_tps`` a group's consume
     rate on its non-retry topics (msg/s; None for a topic), ``carrier_load`` each carrier's writes (msg/s per
     broker), ``viewed`` the limiter's own view reported rejections (no count), ``sendback_tps`` a group's admitted
-    send-backs alone (msg/s; ``observed_tps`` beyond it is its client's fallback plain sends; None for a topic). On
-    the fast path (``open_evidence``) the sums are partial, they only grow, and ``complete`` says whether every
-    expected broker has reported (the consume rate is then final)."""
+    send-backs alone (msg/s; ``observed_tps`` beyond it is its client's fallback plain sends; None for a topic),
+    ``broker_tps`` the resource's traffic per broker (msg/s, brokers with traffic). On the fast path
+    (``open_evidence``) the sums are partial, they only grow, ``complete`` says whether every expected broker has
+    reported (the consume rate is then final) and ``reported`` names the brokers whose minute line of the window has
+    landed (a broker's line carries all its keys at once, so each of their figures is final; None: every broker,
+    a final window)."""
 
     window_end: dt.datetime
     observed_tps: float = 0.0
@@ -130,6 +158,8 @@ class Observation:
     viewed: bool = False
     complete: bool = True
     sendback_tps: float | None = None
+    broker_tps: Mapping[str, float] = field(default_factory=dict)
+    reported: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -137,8 +167,9 @@ class Decision:
     """One decision on a resource's cluster-wide limit, as a decision of the window ending ``window_end`` (UTC):
     ``limit_qps`` (msg/s; for a ``lift`` the limit lifted), ``previous_qps`` the limit before it (None: none),
     ``action``, ``reason``, ``version`` (the state's next), ``mode``, ``broker_limits`` each broker's figure (msg/s,
-    :func:`pipelines.decide.facts.split`; empty for a lift). :func:`pipelines.decide.limits.finish` makes the
-    ``gold/limits`` row."""
+    :func:`pipelines.decide.facts.split`; empty for a lift), ``nth`` how many decisions of the same window came
+    before it (its version's rank, :func:`pipelines.decide.limits.finish`). :func:`pipelines.decide.limits.finish`
+    makes the ``gold/limits`` row."""
 
     resource_type: str
     resource: str
@@ -150,6 +181,7 @@ class Decision:
     version: int
     mode: Mode = Mode.ENFORCE
     broker_limits: Mapping[str, float] = field(default_factory=dict)
+    nth: int = 0
 
 
 @dataclass(frozen=True)

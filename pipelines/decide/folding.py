@@ -30,7 +30,7 @@ STATE_COLUMNS = tuple(name for name, _ in columns.POLICY_STATE
                       if name not in ("resource_type", "resource", "batch_id", columns.OVERRIDE_ID))
 _TIMES = {name for name, kind in columns.POLICY_STATE if kind == "timestamp"}
 _MAPS = {name for name, kind in columns.POLICY_STATE if kind.startswith("map<")}
-_INTS = {"version", "recurrences", "probe_backoff", "cause_changes"}
+_INTS = {"version", "recurrences", "probe_backoff", "cause_changes", "window_decisions"}
 
 Key = tuple[str, str]
 

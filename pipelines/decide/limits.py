@@ -27,6 +27,11 @@ RECONCILE_RANK = 6
 #: Rank of the fast path's split of its own preliminary decision by the window's complete traffic
 #: (:func:`pipelines.decide.open_split.complete_split`).
 RESPLIT_RANK = 2
+#: Ranks of a final decision of a window that already had one of this resource (the final path decides on the fast
+#: path's open windows every trigger, each as a decision of the newest final window): the second, third and fourth
+#: such decision. Above the reconciliation's rank, below the next window's preliminary one (its ``+ 1``): a later
+#: decision of the same window outranks the earlier, and a newer window's preliminary decision still outranks it.
+EXTRA_RANKS = (7, 8, 9)
 #: The ``source`` of a refused decision's ``quarantine`` row.
 LIMITS_SOURCE = "gold/limits"
 
@@ -34,6 +39,31 @@ LIMITS_SOURCE = "gold/limits"
 def decision_version(window_end: dt.datetime, rank: int) -> int:
     """The ``version`` of a decision of the window ending ``window_end`` (UTC) with ``rank`` (module docstring)."""
     return epoch_seconds(window_end) * 10 + rank
+
+
+def rank_of(decision: Decision, basis: str) -> int:
+    """The version rank of ``decision`` (module docstring): its basis's, or for the ``nth`` final decision of a
+    window (1-3), :data:`EXTRA_RANKS`. Raises ValueError past them (the policies take at most that many decisions
+    of one window: :meth:`pipelines.decide.policy.LimitPolicy.may_decide_again`)."""
+    if decision.nth == 0 or basis != Basis.FINAL:
+        return VERSION_RANK[basis]
+    if decision.nth > len(EXTRA_RANKS):
+        raise ValueError(f"{decision.resource_type} {decision.resource}: decision {decision.nth + 1} of the window "
+                         f"ending {decision.window_end}, more than {len(EXTRA_RANKS) + 1}")
+    return EXTRA_RANKS[decision.nth - 1]
+
+
+def after_latest(decision: Decision, version: int, floors: dict) -> int:
+    """``version``, or the next above the newest version of the resource (``floors``: by key, updated) when that
+    one is of the same window and not lower: a final decision taken after the reconciliation or an earlier
+    decision of that window (rank 6, or an extra rank) must outrank it at the brokers, which refuse a lower
+    version (``control/applier.py``). A decision of a later window keeps its own."""
+    key = (decision.resource_type, decision.resource)
+    floor = floors.get(key)
+    if floor is not None and floor // 10 == version // 10 and floor >= version:
+        version = floor + 1
+    floors[key] = max(version, floor) if floor is not None else version
+    return version
 
 
 def burst_for(limit_qps: float, cfg: LimitsConfig) -> int:
@@ -47,18 +77,22 @@ def burst_for(limit_qps: float, cfg: LimitsConfig) -> int:
     return max(1, math.ceil(value))
 
 
-def finish(decisions: list[Decision], cfg: LimitsConfig, decided_at: dt.datetime, basis: str) -> list[dict]:
+def finish(decisions: list[Decision], cfg: LimitsConfig, decided_at: dt.datetime, basis: str,
+           latest: dict | None = None) -> list[dict]:
     """The fold's decisions → ``gold/limits`` rows: ``decided_at`` (processing time, UTC), ``expires_at`` =
     decided_at + ``ttl_seconds``, ``burst``, ``basis``, the event-time ``version``; the ``reason`` starts with
     ``[<basis>]`` (so does the control record's); ``broker_limits`` (each broker's share of ``limit_qps``, msg/s)
-    null when empty."""
+    null when empty. ``latest``: the newest ``gold/limits`` row per resource (by key) before these: a decision of
+    the same window as it is ranked after it (:func:`after_latest`)."""
     now = aware(decided_at)
     expires = now + dt.timedelta(seconds=cfg.ttl_seconds)
+    floors = {k: r["version"] for k, r in (latest or {}).items() if r.get("version") is not None}
     return [{
         "decided_at": now, "window_end": aware(d.window_end), "resource_type": d.resource_type,
         "resource": d.resource, "limit_qps": d.limit_qps, "burst": burst_for(d.limit_qps, cfg),
         "previous_qps": d.previous_qps, "action": d.action, "mode": d.mode, "expires_at": expires,
-        "reason": f"[{basis}] {d.reason}", "version": decision_version(d.window_end, VERSION_RANK[basis]),
+        "reason": f"[{basis}] {d.reason}", "version": after_latest(d, decision_version(d.window_end, rank_of(d, basis)),
+                                                                      floors),
         "basis": basis, "broker_limits": dict(d.broker_limits) or None,
     } for d in decisions]
 

@@ -32,9 +32,10 @@ from typing import ClassVar
 from pipelines.decide.facts import close, rate, shares_of
 from pipelines.decide.fold_types import FORGOTTEN, Candidate, Evidence, Observation, ResourceState, limit_in_force
 from pipelines.decide.policy_open import Batch, Judged, OpenWindows
+from pipelines.decide.limits import EXTRA_RANKS
 from pipelines.decide.steps import (
-    Params, Step, above, cooled, cut, decide, decided_at, effective_end, higher, last_kept, lower, noted_carriers,
-    outlived, recovery_needed, refresh_due, seen, tightens,
+    Params, Step, above, backoff_hold, cooled, cut, decide, decided_at, effective_end, higher, last_kept, lower,
+    noted_carriers, outlived, recovery_needed, refresh_due, seen, tightens,
 )
 from pipelines.decide.words import Action, Anomaly, Mode, Status
 
@@ -65,13 +66,45 @@ class LimitPolicy(OpenWindows):
         """Whether the rule fires on the visible ``demand`` (msg/s) of ``obs``, and why."""
         raise NotImplementedError
 
+    @staticmethod
+    def reported_share(state: ResourceState, obs: Observation) -> float | None:
+        """The share of the cluster-wide limit held by the brokers whose line of ``obs`` has landed (0..1): 1 for a
+        window every broker has reported in (final, or complete by census); for an open window before its census,
+        the frozen shares of the carriers that reported (a broker carrying it outside the frozen shares at the
+        smallest one: the ``*`` figure it applies, :func:`pipelines.decide.facts.split`). A broker's minute line
+        carries all its keys at once, so what those carriers admitted is final: the window is judged on them
+        against their part of the cap. None when none of its carriers has reported yet (or the limit has no
+        shares): the window tells nothing of the limit yet."""
+        if obs.reported is None:
+            return 1.0
+        shares = state.broker_shares
+        if not shares:
+            return None
+        smallest = min(shares.values())
+        part = sum(shares[b] for b in obs.reported if b in shares) + sum(
+            smallest for b in obs.broker_tps if b not in shares and b in obs.reported)
+        return part if part > 0 else None
+
+    @staticmethod
+    def carriers_reported(state: ResourceState, obs: Observation) -> bool:
+        """Whether ``obs`` is complete for the resource: every broker, or (an open window before its census) every
+        broker holding a frozen share of its limit, has reported in it. A broker that carries none of it, late or
+        silent, holds no decision of it back (a probe's undo or lift, a lift's proof)."""
+        return obs.complete or (obs.reported is not None and bool(state.broker_shares)
+                                and set(state.broker_shares) <= set(obs.reported))
+
     def judge(self, obs: Observation, state: ResourceState) -> Judged:
-        """A window under the enforced limit in force in it (:func:`limit_in_force`) → its status: ``bound`` (the
-        rule fires and the limit binds: refused demand shows, or the admitted rate is at ``bound_share`` of the
-        cap), ``hold`` (fires below the cap), ``capped`` (silent on what shows but at the cap, or the limiter's own
-        view reports rejections: the demand hidden) or ``clear``."""
+        """A window under the enforced limit in force in it (:func:`limit_in_force`; before its census, the part of
+        it its reported carriers hold, :meth:`reported_share`) → its status: ``bound`` (the rule fires and the
+        limit binds: refused demand shows, or the admitted rate is at ``bound_share`` of the cap), ``hold`` (fires
+        below the cap), ``capped`` (silent on what shows but at the cap, or the limiter's own view reports
+        rejections: the demand hidden) or ``clear``."""
         p, limit = self.params, limit_in_force(state, obs.window_end)
-        numbers = f"{obs.observed_tps:.1f} of {limit:.1f} msg/s"
+        part = self.reported_share(state, obs)
+        if part is not None and part < 1.0:
+            limit *= part
+        numbers = f"{obs.observed_tps:.1f} of {limit:.1f} msg/s" + (
+            "" if obs.reported is None else f" (so far: {', '.join(sorted(obs.reported)) or 'no broker'} reported)")
         demand, refused = self.visible(obs)
         rejecting = obs.rejected > 0 or obs.viewed or bool(refused)
         said = ([f"{obs.rejected} sends rejected by the limiter"] if obs.rejected > 0 else []) + (
@@ -111,6 +144,7 @@ class LimitPolicy(OpenWindows):
                 judged.status == Status.BOUND else step.moved(last_capped_end=seen(step.state, end, "last_capped_end"))
         taken = self.set(step.state, cand, batch) if cand is not None else None
         if taken is not None:
+            taken = self.paused(step.state, taken, end)
             step = step.then(taken)
             lift_at = max(x for x in (step.state.lift_at_qps, cand.lift_at_qps, 0.0) if x is not None)
             return step.moved(lift_at_qps=lift_at or None, last_candidate_end=seen(step.state, end))
@@ -167,7 +201,9 @@ class LimitPolicy(OpenWindows):
         an advisory floor, or a cut towards the (frozen) target by more than ``hysteresis_pct``, once the cool-down
         is over unless critical. An advisory candidate never replaces or loosens an enforced limit. None when the
         window is stale: no limit in force and the window at or before the last lift (decided on it or on later
-        windows: a broker's lines that landed late, or an open window that proved the lift, finalized after it).
+        windows: a broker's lines that landed late, or an open window that proved the lift, finalized after it); or
+        when it ran at the level before a probe in flight (the window is then judged against that level, and the
+        probe is undone if the window shows the demand taking the raise).""
 
         Raises:
             ValueError: the candidate's target is not a finite number > 0 (the candidate step guarantees it).
@@ -177,6 +213,8 @@ class LimitPolicy(OpenWindows):
         s, p = state, self.params
         current = s.limit_qps
         if current is None and s.last_lift_end is not None and cand.window_end <= s.last_lift_end:
+            return None
+        if self.before_raise(s, cand):  # it ran at the level before the probe: judged as such (:meth:`on_window`)
             return None
         if current is None or (s.mode != Mode.ENFORCE and cand.mode == Mode.ENFORCE):
             return self.start(s, cand, batch.preliminary if batch is not None else None)
@@ -272,9 +310,9 @@ class LimitPolicy(OpenWindows):
         window wholly under the raise (:func:`~pipelines.decide.steps.effective_end` of ``batch.now``, else of
         ``window_end``)."""
         before = state.limit_qps
-        at = decided_at(batch.now, window_end, self.params.max_decision_lag)
+        at = decided_at(batch.now, batch.stream_end(window_end), self.params.max_decision_lag)
         return decide(state, window_end, raised, Action.RELAX, reason, state.mode).moved(
-            probe_from_qps=before, probe_effective_end=effective_end(at, self.params.window))
+            probe_from_qps=before, probe_effective_end=effective_end(at, self.params.window), probe_decided_at=at)
 
     def raise_bounds(self, state: ResourceState, obs: Observation, current: float,
                      step: float, headroom: float | None = None) -> tuple[float, list[str]]:
@@ -304,6 +342,97 @@ class LimitPolicy(OpenWindows):
                 raised = current + max(room, 0.0)
                 bounds = [f"{broker} writes {load:.1f} msg/s and was busy at {busy:.1f}"]
         return raised, bounds
+
+    def newer_under_cap(self, state: ResourceState, obs: Observation, batch: Batch) -> Observation | None:
+        """A window of the resource newer than ``obs`` that the governor has seen (a final window of the batch, or
+        an open one of whose carriers one has reported, judged on them: :meth:`reported_share`) under its cap
+        (``clear`` or ``hold``); None when each such window is at its cap (``bound``, ``capped``) or there is none.
+        A probe is an experiment on a cause that is on: it is decided only while the newest window the governor
+        has seen is at the cap, never after one under it (a cause that ended while its last capped window was
+        being judged)."""
+        for o in sorted((*batch.observations, *batch.opened), key=lambda o: o.window_end):
+            if o.window_end <= obs.window_end or self.reported_share(state, o) is None:
+                continue
+            if self.judge(o, state).status not in (Status.BOUND, Status.CAPPED):
+                return o
+        return None
+
+    def took_raise(self, state: ResourceState, obs: Observation) -> bool:
+        """Whether ``obs`` shows the demand taking a probe in flight: a window wholly under the raise at its cap
+        (``bound`` or ``capped``, on the carriers that reported so far), or the window the raise came into force in
+        (:meth:`applying_raise`) admitting more than ``hysteresis_pct`` over the level before on those carriers:
+        part of it ran under the raise and the demand filled it. Either is evidence enough to undo the probe (a
+        demand below the raise would not have gone over the level before), a window earlier than a whole one."""
+        if state.probe_from_qps is None or self.reported_share(state, obs) is None:
+            return False
+        if self.under_raise(state, obs):
+            return self.judge(obs, state).status in (Status.BOUND, Status.CAPPED)
+        return self.applying_raise(state, obs) and self.took_level(state, obs)
+
+    def took_level(self, state: ResourceState, obs: Observation) -> bool:
+        """Whether ``obs`` admitted more than ``hysteresis_pct`` over the level before the probe in flight, on the
+        carriers that reported (:meth:`reported_share`): a demand beyond it, which the level before would have
+        refused."""
+        part = self.reported_share(state, obs)
+        return part is not None and state.probe_from_qps is not None and obs.observed_tps > higher(
+            state.probe_from_qps * part, self.params.hysteresis_pct)
+
+    @staticmethod
+    def may_decide_again(state: ResourceState) -> bool:
+        """Whether one more decision may be taken as a decision of the window of the state's last decision: each
+        gets the next version rank (:data:`pipelines.decide.limits.EXTRA_RANKS`), so a later decision of the same
+        window outranks the earlier at the brokers."""
+        return state.window_decisions < len(EXTRA_RANKS)
+
+    def probe_deadline(self, state: ResourceState) -> dt.datetime | None:
+        """When the probe in flight is undone unless lifted (stream time, naive UTC): ``probe_max_windows`` windows
+        and one ``trigger`` after it was decided; None without a probe. A probe's stated cost: at most that long at
+        ``relax_factor`` × the level before, whatever its carriers' lines do (late, missing, a carrier that applied
+        the raise late) and whatever they answered (a probe the demand left alone ends in its lift by then, or is
+        undone too). Why two windows and a trigger: a probe is decided when its window at the cap has been read, some
+        latency after that window's end; its first whole window ends two windows after that same end and is read
+        with the same latency, so the earliest a whole window under it answers is two windows after its decision,
+        and the trigger is the time that answer takes to be decided. The demand taking the raise is seen earlier, in
+        the window it came into force in (:meth:`took_raise`)."""
+        s, p = state, self.params
+        if s.probe_from_qps is None or s.probe_decided_at is None:
+            return None
+        return s.probe_decided_at + p.window * p.probe_max_windows + p.trigger
+
+    def probe_overdue(self, state: ResourceState, batch: Batch) -> bool:
+        """A probe in flight past :meth:`probe_deadline` at the micro-batch's time (its processing time, at most
+        ``max_decision_lag`` after its newest window: :func:`~pipelines.decide.steps.decided_at`)."""
+        deadline = self.probe_deadline(state)
+        if deadline is None or batch.now is None or batch.horizon_end is None:
+            return False
+        return decided_at(batch.now, batch.stream_end(batch.horizon_end), self.params.max_decision_lag) >= deadline
+
+    def probe_excess(self, state: ResourceState, batch: Batch, obs: Observation | None = None) -> float:
+        """What the probe in flight admitted beyond the level before it so far (messages, cluster-wide): over the
+        windows seen from the one it came into force in (the batch's final windows, the open ones on the carriers
+        that reported, and ``obs``), each window's admitted rate above its part of the level before, times the
+        window's length. Its undo states it (the probe's cost, paid by the bystanders)."""
+        s = state
+        if s.probe_from_qps is None or s.probe_effective_end is None:
+            return 0.0
+        first = s.probe_effective_end - self.params.window
+        seen: dict[dt.datetime, Observation] = {}
+        for o in (*batch.opened, *((obs,) if obs is not None else ()), *batch.observations):
+            if o.window_end >= first and self.reported_share(s, o) is not None:
+                seen[o.window_end] = o  # a final window replaces the open one of the same end
+        seconds = self.params.window.total_seconds()
+        return sum(max(o.observed_tps - s.probe_from_qps * self.reported_share(s, o), 0.0) * seconds
+                   for o in seen.values())
+
+    def paused(self, before: ResourceState, step: Step, end: dt.datetime) -> Step:
+        """``step`` taken on a state with a probe in flight: where it cut the limit below the raised level (the rule
+        fired under the raise: the demand took it), the raised level is a ceiling and the pause of an undo holds
+        (``recovery_windows`` × 2^n windows, :func:`~pipelines.decide.steps.backoff_hold`), as after an undo."""
+        if before.probe_from_qps is None or step.state.limit_qps is None or step.state.limit_qps >= before.limit_qps:
+            return step
+        p, backoff = self.params, before.probe_backoff + 1
+        return step.moved(probe_ceiling_qps=before.limit_qps, probe_backoff=backoff,
+                          probe_hold_until=end + backoff_hold(p.window, p.recovery_windows, backoff))
 
     @staticmethod
     def under_raise(state: ResourceState, obs: Observation) -> bool:
@@ -342,14 +471,18 @@ class LimitPolicy(OpenWindows):
         return max(kept + self.params.window * self.recovery_needed(state),
                    (state.last_decision_end or kept) + self.params.window)
 
-    def veto(self, state: ResourceState, lift_at: dt.datetime, batch: Batch) -> Evidence | None:
+    def veto(self, state: ResourceState, lift_at: dt.datetime, batch: Batch,
+             exempt: frozenset | set = frozenset()) -> Evidence | None:
         """A ``veto`` evidence row when a window after ``lift_at`` is not clear: a later final window of the batch,
         or an open window the fast path has seen (before its census a ratio rule takes the larger of its partial
-        consume rate and the one frozen with the limit); None (no veto) otherwise, and for an advisory record."""
+        consume rate and the one frozen with the limit; judged on the carriers that reported, :meth:`judge`); None
+        (no veto) otherwise, and for an advisory record. ``exempt``: window ends a probe's answer showed hid nothing
+        (:meth:`pipelines.decide.policy_open.OpenWindows.forgiven`)."""
         if state.mode != Mode.ENFORCE:
             return None
-        later = [o for o in batch.observations if o.window_end > lift_at] + [
-            o for o in batch.opened if o.window_end > lift_at]
+        later = [o for o in batch.observations if o.window_end > lift_at and o.window_end not in exempt] + [
+            o for o in batch.opened if o.window_end > lift_at and o.window_end not in exempt
+            and self.reported_share(state, o) is not None]
         for obs in later:
             judged = self.judge(obs, state)
             if judged.status != Status.CLEAR:

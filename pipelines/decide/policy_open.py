@@ -7,7 +7,7 @@ the enforced limit judged). Rates are cluster-wide msg/s, times naive UTC window
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from pipelines.decide.fold_types import Observation, ResourceState
@@ -30,6 +30,14 @@ class Batch:
     #: end, its limit, msg/s cluster-wide, its mode); None without
     preliminary: tuple[dt.datetime, float, str] | None = None
 
+    def stream_end(self, window_end: dt.datetime) -> dt.datetime:
+        """The end of the newest window the micro-batch has seen of the resource, final or open, or ``window_end``
+        when later: the stream's time its decisions are taken at, at most (:func:`pipelines.decide.steps.
+        decided_at`)."""
+        ends = [window_end] + [o.window_end for o in self.opened] + (
+            [self.horizon_end] if self.horizon_end is not None else [])
+        return max(ends)
+
 
 class Judged(NamedTuple):
     """A window under the enforced limit judged: its :class:`~pipelines.decide.words.Status` and why."""
@@ -40,9 +48,22 @@ class Judged(NamedTuple):
 
 class OpenWindows:
     """The open-window steps of :class:`pipelines.decide.policy.LimitPolicy` (its ``judge``, ``under_raise``,
-    ``applying_raise``, ``on_open``, ``squeeze``, ``lift_point``, ``recovery_needed``, ``veto`` and ``lift``)."""
+    ``applying_raise``, ``took_raise``, ``on_open``, ``squeeze``, ``lift_point``, ``recovery_needed``, ``veto`` and
+    ``lift``)."""
 
-    def act_on_open(self, state: ResourceState, batch: Batch) -> Step:
+    def forgiven(self, state: ResourceState, raised: list) -> ResourceState:
+        """The state a lift is timed from once every complete window wholly under a probe (``raised``: (window,
+        status, detail)) is clear with its admitted rate at most the level before the probe: the demand fits the
+        limit it was probed from, so the windows at the cap before the probe hid nothing (a fixed consumer's
+        legitimate retries at 90-100 % of the limit): they keep it no longer, and the lift is timed from the last
+        window where the rule fired, ``recovery_needed`` windows after it (a recurrence's doubled: flap damping).
+        Else ``state``."""
+        if state.probe_from_qps is None or not raised or any(
+                self.took_level(state, o) for o, _status, _detail in raised):
+            return state
+        return replace(state, last_capped_end=None)
+
+    def act_on_open(self, state: ResourceState, batch: Batch, decided: bool = False) -> Step:
         """What the fast path's open windows after the horizon, complete by census (their stats final, their sums
         only growing), let the final path decide now, as a decision of the horizon's window: a probe whose whole
         window shows the demand following it is undone; the first of them (in window order, as the final path folds
@@ -59,36 +80,75 @@ class OpenWindows:
         final path confirming the fast path's limit, say), only a squeeze: the broker forces it, and waiting for
         the next batch leaves the bystanders a minute more of its busy refusals. In a backlog run the same windows
         come final and lead to the same decisions later (a lift later still: the final path, which cannot see the
-        windows under the raise yet, counts that window at the cap as keeping the limit)."""
+        windows under the raise yet, counts that window at the cap as keeping the limit).
+
+        The final path runs this at every trigger, with or without a window finalized, so that what a carrier's
+        line shows is answered within a trigger (``decided``: a decision of the horizon's window was taken earlier
+        in the same fold). A probe is undone on the first window that shows the demand taking it, whole or not
+        (:meth:`took_raise`), and when none has answered it by its deadline (:meth:`probe_overdue`)."""
         s, horizon = state, batch.horizon_end
         if s.limit_qps is None or s.mode != Mode.ENFORCE or horizon is None:
             return Step(s)
-        done = sorted((o for o in batch.opened if o.window_end > horizon and o.complete), key=lambda o: o.window_end)
-        if not done:
+        if s.last_decision_end == horizon and not self.may_decide_again(s):
+            return Step(s)
+        step = self.open_steps(s, batch, decided)
+        if not step.decisions and self.probe_on_open and self.probe_overdue(s, batch):
+            # neither lifted nor undone by its deadline
+            return step.then(self.undo_overdue(s, batch, left_alone=self.left_alone(s, batch)))
+        return step
+
+    def left_alone(self, state: ResourceState, batch: Batch) -> bool:
+        """Whether a whole window under the probe in flight, complete for the resource (:meth:`carriers_reported`),
+        shows the demand leaving the raise alone: clear, and not over the level before (:meth:`took_level`)."""
+        s = state
+        under = [o for o in (*batch.observations, *batch.opened)
+                 if self.under_raise(s, o) and self.carriers_reported(s, o)]
+        return bool(under) and all(self.judge(o, s).status == Status.CLEAR and not self.took_level(s, o)
+                                   for o in under)
+
+    def open_steps(self, state: ResourceState, batch: Batch, decided: bool) -> Step:
+        """:meth:`act_on_open` but for the probe's deadline (same arguments)."""
+        s, horizon = state, batch.horizon_end
+        done = sorted((o for o in batch.opened if o.window_end > horizon and self.carriers_reported(s, o)),
+                      key=lambda o: o.window_end)
+        if not done and not (self.probe_on_open and s.probe_from_qps is not None):
             return Step(s)
         judged = [(o, *self.judge(o, s)) for o in done]
         squeezed = next((q for o, status, detail in judged  # in window order, as the final path will fold them
                          if (q := self.squeeze(s, o, Judged(status, detail), at=horizon)) is not None), None)
-        if s.last_decision_end == horizon:  # decided on the horizon already: only a squeeze the broker forces
+        if decided and s.last_decision_end == horizon:  # decided on the horizon in this fold: only a squeeze
             return squeezed or Step(s)
         raised = [(o, status, detail) for o, status, detail in judged if self.under_raise(s, o)]
         following = next(((o, st, d) for o, st, d in raised if st in (Status.BOUND, Status.CAPPED)), None)
+        if self.probe_on_open:  # a probe's undo needs no whole window: a carrier's line, or the applying window
+            took = next((o for o in sorted(batch.opened, key=lambda o: o.window_end)
+                         if o.window_end > horizon and self.took_raise(s, o)), None)
+            following = (took, *self.judge(took, s)) if took is not None else following
         if following is not None:
             return self.on_open(s, *following, batch) or Step(s)
         if squeezed is not None:
             return squeezed
+        if not done or s.last_candidate_end is None:
+            return Step(s)
         answered = bool(raised) and all(status == Status.CLEAR for _, status, _ in raised)
-        kept = [o.window_end for o, status, _ in judged if status != Status.CLEAR and not (
-            answered and status == Status.CAPPED and self.applying_raise(s, o))]
+        timed = self.forgiven(s, raised) if answered else s
+        exempt = {o.window_end for o, status, _ in judged if answered and status == Status.CAPPED and (
+            self.applying_raise(s, o) or (
+                timed is not s and o.window_end < s.probe_effective_end and not self.took_level(s, o)))}
+        kept = [o.window_end for o, status, _ in judged if status != Status.CLEAR and o.window_end not in exempt]
         newest, status, detail = judged[-1]
         if not kept:  # every complete open window clear: the proof of a lift, when enough of them
             ends = {o.window_end for o in done}
-            # under a probe its clear windows prove the lift; otherwise one clear window more than a final lift needs
-            # (the final path, 2-3 minutes behind, lifts where a quiet spell is shorter than that)
-            lift_at = self.lift_point(s) + (self.params.window if not raised else dt.timedelta(0))
-            needed = [lift_at - self.params.window * k for k in range(self.recovery_needed(s) + (0 if raised else 1))]
-            if lift_at <= done[-1].window_end and all(e in ends or e <= horizon for e in needed):
-                veto = self.veto(s, lift_at, batch)
+            # under a probe its clear windows prove the lift; otherwise the clear windows a final lift needs and a
+            # window after them that a carrier has reported in (the veto reads it): a quiet spell no longer than
+            # them shows its next episode there (the final path, 2-3 minutes behind, would lift where the open
+            # windows say nothing yet)
+            lift_at = self.lift_point(timed)
+            needed = [lift_at - self.params.window * k for k in range(self.recovery_needed(s))]
+            later = raised or any(o.window_end > lift_at and self.reported_share(s, o) is not None
+                                  for o in batch.opened)
+            if later and lift_at <= done[-1].window_end and all(e in ends or e <= horizon for e in needed):
+                veto = self.veto(s, lift_at, batch, exempt)
                 if veto is not None:
                     return Step(s, evidence=(veto,))
                 newest = done[-1].window_end

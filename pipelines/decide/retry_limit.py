@@ -35,9 +35,9 @@ import datetime as dt
 import math
 
 from pipelines.decide.facts import TOLERANCE, retry_fires, retry_ratio
-from pipelines.decide.fold_types import Candidate, Observation, ResourceState
+from pipelines.decide.fold_types import Candidate, Observation, ResourceState, in_transition, limit_in_force
 from pipelines.decide.policy import Batch, LimitPolicy
-from pipelines.decide.steps import Step, above, backoff_hold, cooled, decide, outlived, too_small
+from pipelines.decide.steps import Step, above, backoff_hold, cooled, decide, decided_at, higher, outlived, too_small
 from pipelines.decide.words import Action, Anomaly, Status
 
 #: The largest refused share of a group's send-backs read from its fallback sends (demand at most 20× the admitted).
@@ -143,8 +143,8 @@ class RetryStormLimit(LimitPolicy):
         ``max_cut_pct``: while the cause persists above the frozen target, the limit goes down to it once the
         cool-down is over (one step, so a persisting storm sees at most one change after its first limit)."""
         p, end = self.params, obs.window_end
-        if self.under_raise(state, obs):
-            return self._undo(state, obs, detail, end)
+        if self.under_raise(state, obs) or self.took_raise(state, obs):
+            return self._undo(state, obs, detail, end, batch)
         if not self.before_raise(state, obs) and above(state.limit_qps, state.target_qps, p.hysteresis_pct) \
                 and cooled(state.last_change_end, end, p.window, p.cooldown_windows):
             return decide(state, end, state.target_qps, Action.SET, outlived(state, f" ({detail})"), state.mode)
@@ -159,9 +159,10 @@ class RetryStormLimit(LimitPolicy):
                 batch: Batch) -> Step | None:
         """A complete open window at the cap with its demand hidden starts a probe now; one wholly under a probe that
         the admitted rate follows (``capped`` or ``bound``) undoes it; as decisions of the horizon's window."""
-        if status == Status.CAPPED or (status == Status.BOUND and self.under_raise(state, obs)):
-            return self._probe_or_undo(state, obs, f"the open window ending {obs.window_end:%H:%M}, complete by "
-                                                   f"census: {detail}", batch.horizon_end, batch)
+        if status == Status.CAPPED or self.took_raise(state, obs):
+            whole = "complete by census" if obs.complete else "its carriers' lines so far"
+            return self._probe_or_undo(state, obs, f"the open window ending {obs.window_end:%H:%M}, {whole}: {detail}",
+                                       batch.horizon_end, batch)
         return None
 
     def _probe_or_undo(self, state: ResourceState, obs: Observation, detail: str, at: dt.datetime,
@@ -171,11 +172,18 @@ class RetryStormLimit(LimitPolicy):
         module docstring)."""
         p = self.params
         if state.probe_from_qps is not None:
-            if self.under_raise(state, obs):
-                return self._undo(state, obs, detail, at)
-            return None  # the raise is not in force in this window yet
+            if self.took_raise(state, obs):
+                return self._undo(state, obs, detail, at, batch)
+            return None  # the raise is not in force in this window yet, or the window does not answer it
         if state.probe_hold_until is not None and obs.window_end < state.probe_hold_until:
             return None
+        part = self.reported_share(state, obs)
+        if part is None or obs.observed_tps > higher(limit_in_force(state, obs.window_end) * part, p.hysteresis_pct):
+            return None  # over its cap: the limit did not hold in it (a carrier not applying it), nothing hidden
+        if in_transition(state, obs.window_end):
+            return None  # it ran partly under another value: no window under the value to raise
+        if self.newer_under_cap(state, obs, batch) is not None:
+            return None  # the cause may have ended: no experiment after a window under the cap
         if self.refused_share(obs) == REFUSED_SHARE_MAX:
             return None  # a demand of 20x the cap or more: no window under a raise would be clear
         current = state.limit_qps
@@ -187,14 +195,31 @@ class RetryStormLimit(LimitPolicy):
                                                 f"{current:.1f} msg/s at once if the admitted rate follows, lifted if "
                                                 "it does not", batch)
 
-    def _undo(self, state: ResourceState, obs: Observation, detail: str, at: dt.datetime) -> Step:
-        """Back to the level before the probe; the raised level a ceiling for a doubling interval."""
+    def _undo(self, state: ResourceState, obs: Observation | None, detail: str, at: dt.datetime,
+              batch: Batch, taken: bool = True) -> Step:
+        """Back to the level before the probe; the raised level a ceiling for a doubling interval (from the window
+        that answered it, or the one the undo is decided on; ``taken`` False, a probe the demand left alone: for
+        ``recovery_windows``, the interval not doubled); what the probe admitted beyond the level before
+        (:meth:`probe_excess`) in the reason and in the state."""
         p = self.params
         back, raised = state.probe_from_qps, state.limit_qps
-        backoff = state.probe_backoff + 1
-        hold = backoff_hold(p.window, p.recovery_windows, backoff)
-        return decide(state, at, back, Action.SET, f"probe undone: {detail}: the demand stays hidden under the raised "
-                      f"cap; back to {back:.1f} msg/s, and no probe reaches {raised:.1f} msg/s for "
-                      f"{hold.total_seconds() / 60:g} min", state.mode).moved(
-            probe_ceiling_qps=raised, probe_hold_until=obs.window_end + hold, probe_backoff=backoff,
-            probe_from_qps=None, probe_effective_end=None)
+        backoff = state.probe_backoff + 1 if taken else state.probe_backoff
+        hold = backoff_hold(p.window, p.recovery_windows, backoff) if taken else p.window * p.recovery_windows
+        excess = self.probe_excess(state, batch, obs)
+        anchor = max(obs.window_end if obs is not None else at,  # the pause runs from the undo's own time, at least
+                     decided_at(batch.now, batch.stream_end(at), p.max_decision_lag) if batch.now is not None else at)
+        return decide(state, at, back, Action.SET, f"probe undone: {detail}; back to {back:.1f} msg/s, and no probe "
+                      f"reaches {raised:.1f} msg/s for {hold.total_seconds() / 60:g} min; the probe admitted "
+                      f"{excess:.0f} messages beyond {back:.1f} msg/s", state.mode).moved(
+            probe_ceiling_qps=raised, probe_hold_until=anchor + hold,
+            probe_backoff=backoff, probe_from_qps=None, probe_effective_end=None, probe_decided_at=None,
+            probe_excess_messages=excess)
+
+    def undo_overdue(self, state: ResourceState, batch: Batch, left_alone: bool = False) -> Step:
+        """A probe neither undone nor lifted by its deadline (:meth:`probe_overdue`), undone as a decision of the
+        horizon's window; ``left_alone``: a whole window under it showed the demand leaving it alone
+        (:meth:`left_alone`), so the next probe waits ``recovery_windows`` only."""
+        waited = (f"not lifted within {self.params.probe_max_windows} windows of the probe (decided "
+                  f"{state.probe_decided_at:%H:%M:%S}), its stated cost" + (
+                      ", the demand leaving the raise alone" if left_alone else ""))
+        return self._undo(state, None, waited, batch.horizon_end, batch, taken=not left_alone)

@@ -30,10 +30,12 @@ class Params:
     ``refresh``: ``refresh_seconds``; ``detection``: the rules' thresholds, for the rule judged on a window's visible
     demand (:mod:`pipelines.decide.facts`); ``max_decision_lag``: how long after the window it decides a decision
     is taken at the latest (:func:`decided_at`): the watermark, one window for the trigger and one for a shipper late
-    within the watermark (4 one-minute windows with the shipped 120 s watermark)."""
+    within the watermark (4 one-minute windows with the shipped 120 s watermark); ``trigger``: the final path's
+    trigger (``windows.trigger_seconds``: the most a decision waits to be taken, a probe's deadline)."""
 
     window: dt.timedelta
     max_decision_lag: dt.timedelta
+    trigger: dt.timedelta
     detection: DetectionConfig
     hysteresis_pct: float
     max_cut_pct: float
@@ -44,6 +46,7 @@ class Params:
     recurrence_windows: int
     bound_share: float
     relax_factor: float
+    probe_max_windows: int
     probe_headroom_share: float
     surge_max_changes: int
     surge_headroom: float
@@ -55,11 +58,13 @@ class Params:
 
     @classmethod
     def of(cls, limits: LimitsConfig, detection: DetectionConfig, window_seconds: int,
-           watermark_seconds: int = WindowsConfig().watermark_seconds) -> Params:
+           watermark_seconds: int = WindowsConfig().watermark_seconds,
+           trigger_seconds: int = WindowsConfig().trigger_seconds) -> Params:
         """The parameters of ``limits`` and ``detection`` for windows of ``window_seconds`` behind a watermark of
-        ``watermark_seconds`` (default: :class:`pipelines.config.WindowsConfig`'s)."""
+        ``watermark_seconds``, decided every ``trigger_seconds`` (defaults: :class:`pipelines.config.WindowsConfig`'s)."""
         return cls(window=dt.timedelta(seconds=window_seconds), detection=detection,
                    max_decision_lag=dt.timedelta(seconds=watermark_seconds + 2 * window_seconds),
+                   trigger=dt.timedelta(seconds=trigger_seconds), probe_max_windows=limits.probe_max_windows,
                    hysteresis_pct=limits.hysteresis_pct, max_cut_pct=limits.max_cut_pct,
                    cooldown_windows=limits.cooldown_windows, refresh=dt.timedelta(seconds=limits.refresh_seconds),
                    recovery_windows=limits.recovery_windows, max_recovery_windows=limits.max_recovery_windows,
@@ -74,7 +79,8 @@ class Params:
     @classmethod
     def from_config(cls, cfg: GovernorConfig) -> Params:
         """The parameters of a governor's config."""
-        return cls.of(cfg.limits, cfg.detection, cfg.windows.length_seconds, cfg.windows.watermark_seconds)
+        return cls.of(cfg.limits, cfg.detection, cfg.windows.length_seconds, cfg.windows.watermark_seconds,
+                      cfg.windows.trigger_seconds)
 
 
 @dataclass(frozen=True)
@@ -153,16 +159,19 @@ def backoff_hold(window: dt.timedelta, recovery_windows: int, backoff: int) -> d
     return window * recovery_windows * 2 ** min(backoff, MAX_DOUBLINGS)
 
 
-def decided_at(now: dt.datetime | None, window_end: dt.datetime, max_lag: dt.timedelta) -> dt.datetime:
-    """When the brokers get a decision of the window ending ``window_end``, in the stream's time (naive UTC): its
-    processing time ``now`` (None: ``window_end``), but never more than ``max_lag`` after ``window_end``
-    (:attr:`Params.max_decision_lag`). The final path decides 2-4 windows behind the brokers (watermark, trigger, a
-    late shipper); a
-    backlog run decides windows of days ago at today's time, and its limits take effect in the stream's time (and
-    the same whatever micro-batch decided them: a restart replays the same state, tests/e2e/test_crash.py)."""
+def decided_at(now: dt.datetime | None, stream_end: dt.datetime, max_lag: dt.timedelta) -> dt.datetime:
+    """When the brokers get a decision of a micro-batch whose newest window seen (final, or open on the fast path:
+    :meth:`pipelines.decide.policy_open.Batch.stream_end`) ends ``stream_end``, in the stream's time (naive UTC):
+    its processing time ``now`` (None: ``stream_end``), but never more than ``max_lag`` after ``stream_end``
+    (:attr:`Params.max_decision_lag`). Live, and on a restart's backlog (its newest lines land as the governor comes
+    back), a decision takes effect when it is published: the windows the micro-batch read, and any before the
+    publication, ran under the limit before it. A replay of a recording decides windows of days ago at today's time;
+    there its limits take effect in the stream's time, the same whatever run decided them (a restart replays the same
+    state, tests/e2e/test_crash.py). Timed by the window a decision is about instead, a backlog's first window would
+    put a raise in force in the backlog's later windows, which ran under the limit before it."""
     if now is None:
-        return window_end
-    return min(now, window_end + max_lag)
+        return stream_end
+    return min(now, stream_end + max_lag)
 
 
 def effective_end(at: dt.datetime, window: dt.timedelta) -> dt.datetime:
@@ -207,11 +216,14 @@ def decide(state: ResourceState, window_end: dt.datetime, limit: float, action: 
              else replace(s, **FORGOTTEN))
     fresh = fresh or (s.limit_qps is None and not lifted)
     shares = dict(s.broker_shares) if shares is None else dict(shares)
+    nth = s.window_decisions + 1 if s.last_decision_end == window_end else 0
     decision = Decision(s.resource_type, s.resource, window_end, limit, s.limit_qps, action, reason, s.version + 1,
-                        mode, {} if lifted else split(limit, shares))
-    moved = {"version": s.version + 1, "last_decision_end": window_end, "mode": mode}
+                        mode, {} if lifted else split(limit, shares), nth)
+    moved = {"version": s.version + 1, "last_decision_end": window_end, "mode": mode, "window_decisions": nth}
     if change:
         moved["last_change_end"] = window_end
+        if not lifted and limit != s.limit_qps:
+            moved["previous_limit_qps"] = s.limit_qps
     if lifted:
         moved.update(UNLIMITED)
     else:

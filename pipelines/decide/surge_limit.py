@@ -191,6 +191,8 @@ class SurgeLimit(LimitPolicy):
         end, current = obs.window_end, state.limit_qps
         if any(b in state.broker_shares and b not in obs.carrier_load for b in state.busy_load):
             return None  # a carrier that was busy, its writes not shown in the window: nothing bounds the raise
+        if self.newer_under_cap(state, obs, batch) is not None:
+            return None  # the surge may have ended: no experiment after a window under the cap
         step = current * p.relax_factor
         raised, bounds = self.raise_bounds(state, obs, current, step,
                                            min(p.probe_headroom_share, p.surge_burst_share))

@@ -224,6 +224,12 @@ class ClosedLoopCluster:
     def _ticks(self, open_ms: float) -> int:
         return max(1, int(round(open_ms / 1000.0 / self.dt))) if open_ms > 0 else 0
 
+    def reroute(self) -> None:
+        """Recompute the rejections' routes after ``clients`` changed (a cluster not run yet)."""
+        if self.k:
+            raise ValueError("the cluster has run already")
+        self._routes()
+
     def _routes(self) -> None:
         """Where the rejections of stream k go as stream k + 1 (``self.route[k]``, pairs × pairs) and which
         (pair, stream) rejections leave a send-failure line (``self.logged``: a producer's attempts only; a

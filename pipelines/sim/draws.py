@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines.sim.irregular import observation, world_order
+from pipelines.sim.scenarios import STORM_SCENARIOS
 
 PROG = "python -m pipelines.sim.sweep"
 #: A fixed start (UTC): a case's rows do not depend on the day it runs.
@@ -44,6 +45,25 @@ MID_SURGE_RATIO = (7.0, 12.0)
 LONG_FIRST_MINUTES = (18, 24)
 LONG_FIRST_STREAM = zlib.crc32(b"recurring_surge_long_first")
 
+
+#: The quiet spells between a recurring cause's episodes (an intermittent storm's, a recurring surge's), minutes:
+#: from 2 (the cause back before its lift can be decided, or as it lands) to 12 (back after its lift).
+QUIET_MINUTES = (2, 12)
+#: Minutes a run goes on after the final fix of a cause that comes back: it is judged lifted within 20 minutes
+#: of it (:data:`pipelines.sim.truth.FIX_TO_LIFT_RECURRENT_MAX_MIN`), and 2 more for the publication.
+AFTER_FINAL_FIX = 22
+#: A governor killed mid-incident stays down this long (seconds) before it is restarted on its lake.
+GOVERNOR_DOWN_SECONDS = (60.0, 300.0)
+#: One more gap in a broker's stats while a limit is held, probed or lifted (:func:`_draw_gaps`): for this share of
+#: the cases, on a cause's own carrier for :data:`CARRIER_GAP_SHARE` of them; a stream of its own.
+GAP_SHARE = 0.35
+CARRIER_GAP_SHARE = 0.6
+GAP_STREAM = zlib.crc32(b"gaps_while_pending")
+#: Consumer clients without the fallback send (a C++ client: a refused send-back is only re-consumed locally, so
+#: nothing the governor reads shows the refused demand at the cap): for this share of the cases with a storm, from
+#: a stream of its own (:func:`_draw_clients`).
+NO_FALLBACK_SHARE = 1 / 3
+NO_FALLBACK_STREAM = zlib.crc32(b"no_fallback_send")
 
 #: Pulsed producers (issue 49, :func:`_draw_pulses`): drawn for this share of the cases with a surge whose
 #: refusals reach the governor, from a stream of their own, ``default_rng([seed, PULSE_STREAM])``, so a case's other
@@ -103,10 +123,24 @@ def draw(seed: int, bcfg=None, clusters: dict | None = None) -> Case:
             hosts = tuple(sorted({b for c in (cluster.incident.causes if cluster.incident else ()) for b in c.brokers}))
             case = replace(case, hosts=hosts, irregular=_draw_world(case, rng, cluster))
             case = _draw_pulses(case, cluster)
+            case = _draw_clients(case, cluster)
             if clusters is not None:
                 clusters[seed] = cluster
             return case
     raise RuntimeError(f"case {seed}: no {kind} holding its premise in 50 draws")
+
+
+def _draw_clients(case: Case, cluster) -> Case:
+    """``case`` with consumer clients without the fallback send (``ClientConfig.fallback_send`` False;
+    ``cluster``'s set up to match) for :data:`NO_FALLBACK_SHARE` of the cases with a storm cause."""
+    causes = cluster.incident.causes if cluster.incident is not None and cluster.incident.causes else ()
+    stormy = any(cz.kind == "storm" for cz in causes) or (cluster.incident is not None and not causes and (
+        cluster.incident.kind in STORM_SCENARIOS))
+    if not stormy or np.random.default_rng([case.seed, NO_FALLBACK_STREAM]).random() >= NO_FALLBACK_SHARE:
+        return case
+    cluster.clients = cluster.clients.model_copy(update={"fallback_send": False})
+    cluster.reroute()
+    return replace(case, clients={**case.clients, "fallback_send": False})
 
 
 def _draw_pulses(case: Case, cluster) -> Case:
@@ -164,9 +198,36 @@ def _draw_world(case: Case, rng: np.random.Generator, cluster) -> dict[str, Any]
         out["apply_delay_seconds"] = {b: round(float(rng.uniform(0, 20)), 1) for b in brokers}
     if hosts and rng.random() < 0.15:
         out["broker_restarts"] = [(str(rng.choice(sorted(hosts))), round(float(rng.uniform(onset + 2, T)) * 60, 1))]
-    if case.kind == "governor_restart":
-        out["governor_restart_second"] = round(float(rng.uniform(onset + 1.5, min(T, onset + 6))) * 60, 1)
+    if case.kind == "governor_restart":  # killed mid-incident, down 1-5 minutes, restarted on its lake
+        killed = float(rng.uniform(onset + 1.5, min(T - 6, onset + 6))) * 60
+        down = float(rng.uniform(*GOVERNOR_DOWN_SECONDS))
+        out.update(governor_restart_second=round(killed + down, 1), governor_down_seconds=round(down, 1))
+    out.update(_draw_gaps(case, cluster, onset, hosts, out))
     return {**out, **observation(case.seed)}
+
+
+def _draw_gaps(case: Case, cluster, onset: int, hosts: set, world: dict) -> dict[str, Any]:
+    """With :data:`GAP_SHARE` of the cases (a stream of its own, ``default_rng([seed, GAP_STREAM])``), one more gap
+    in a broker's stats from the incident's fourth minute on (while the limit is held, probed or lifted): on a
+    cause's own carrier for :data:`CARRIER_GAP_SHARE` of them, else on another broker; a minute dropped, shipped
+    twice (30-300 s later), or late once, inside the watermark (60-110 s more than usual) or past it (130-240 s:
+    Spark drops it as late). ``world``: the gaps drawn already (added to, not replaced)."""
+    rng = np.random.default_rng([case.seed, GAP_STREAM])
+    brokers, T = list(cluster.brokers), cluster.T
+    if rng.random() >= GAP_SHARE or T - 2 < onset + 3:
+        return {}
+    carriers = sorted(hosts)
+    others = [b for b in brokers if b not in hosts]
+    pool = carriers if carriers and (not others or rng.random() < CARRIER_GAP_SHARE) else others
+    b, m = str(rng.choice(pool)), int(rng.integers(onset + 3, T - 1))
+    kind = str(rng.choice(["dropped", "duplicated", "late", "lost"]))
+    if kind == "dropped":
+        return {"dropped_minutes": world.get("dropped_minutes", []) + [(b, m)]}
+    if kind == "duplicated":
+        return {"duplicated_minutes": world.get("duplicated_minutes", []) + [(b, m, round(float(rng.uniform(30, 300)),
+                                                                                          1))]}
+    more = rng.uniform(60, 110) if kind == "late" else rng.uniform(130, 240)
+    return {"late_minutes": [(b, m, round(float(more), 1))]}
 
 
 def _cause_timing(spec: dict, rng: np.random.Generator, fixable: bool) -> None:
@@ -204,10 +265,12 @@ def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
         if kind in ("persisting_storm", "spread_storm", "cold_start"):  # some outlast a limit's ttl (600 s)
             spec["minutes"] = onset + integer(6, 20) + int(np.ceil(spec.get("ramp_minutes", 0)))
         elif kind == "intermittent_storm":
-            on, off, episodes = integer(3, 5), integer(4, 12), integer(3, 4)  # 2 minutes: gone before any limit
+            on, off, episodes = integer(3, 5), integer(*QUIET_MINUTES), integer(3, 4)  # 2 on: gone before a limit
             spec.update(storm_on_minutes=on + int(np.ceil(spec.get("ramp_minutes", 0))), storm_off_minutes=off,
-                        storm_episodes=episodes, minutes=onset + episodes * (on + off) - off + 10)
+                        storm_episodes=episodes, minutes=onset + episodes * (on + off) - off + AFTER_FINAL_FIX)
             spec.pop("rollout_minutes", None)  # each quiet spell starts at a whole fix
+            if rng.random() < 0.5:  # its consumer retries legitimately once fixed (and between episodes)
+                spec["fixed_retry_share"] = uniform(0.01, 0.099)
         else:
             fix = onset + integer(4, 9) + int(np.ceil(spec.get("ramp_minutes", 0)))
             spec.update(storm_fix_minute=fix, minutes=fix + 10 + int(np.ceil(spec.get("rollout_minutes", 0))))
@@ -339,7 +402,7 @@ def _draw_compound(seed: int, kind: str, spec: dict, rng: np.random.Generator, b
         rate = lambda x: topic_rate.get((bi, topics[x]), 0.0)  # noqa: E731
         t = min(ts, key=rate)  # a small topic: its surge is 4x+ admitted
         share = float(rng.uniform(1.3, 3.0))
-        on, off = integer(4, 7), integer(8, 12)
+        on, off = integer(4, 7), integer(*QUIET_MINUTES)
         mid = [x for x in ts if rate(x) > 0 and MID_SURGE_RATIO[0] <= surge(x, share)[4] / rate(x)
                <= MID_SURGE_RATIO[1]]
         first = on
@@ -350,7 +413,7 @@ def _draw_compound(seed: int, kind: str, spec: dict, rng: np.random.Generator, b
         starts = [0] + [first + off + k * (on + off) for k in range(2)]  # minutes after the first onset
         causes = [surge(t, share, 1, 1.0, a + m * 60, a + (m + (first if k == 0 else on)) * 60)
                   for k, m in enumerate(starts)]
-        spec["minutes"] = onset + starts[-1] + on + 10 + int(np.ceil(spec.get("rollout_minutes", 0)))
+        spec["minutes"] = onset + starts[-1] + on + AFTER_FINAL_FIX + int(np.ceil(spec.get("rollout_minutes", 0)))
     elif kind == "surge_and_flash":  # a legitimate flash sale beside a limited noisy neighbour on its broker
         bi = hosting(integer(0, B - 1))
         ts = single_broker_topics(bi)

@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from pipelines.sim.probes import PROBE_TARGET_MAX, TARGET_MAX, judge_probes
 from pipelines.sim.pulses import sending_nothing
 from pipelines.sim.truth import (  # noqa: F401 (the ground truth, importable from here as before)
-    FIX_TO_LIFT_MAX_MIN, SAME_VALUE_REL, STORMS, TARGET_RATIO, _changes, _seconds, causes, in_force_spans, judge_causes,
-    onset_clock, restart_times, truth, unseen_lift, value_events,
+    FIX_TO_LIFT_MAX_MIN, FIX_TO_LIFT_RECURRENT_MAX_MIN, SAME_VALUE_REL, STORMS, TARGET_RATIO, _changes, _seconds,
+    causes, in_force_spans, judge_causes, onset_clock, restart_times, truth, unseen_lift, value_events,
 )
 
 #: The targets (docs and checks use these numbers): onset → limit in force; value changes while the cause persists
@@ -46,7 +47,6 @@ from pipelines.sim.truth import (  # noqa: F401 (the ground truth, importable fr
 ONSET_TO_LIMIT_MAX_S = 100.0
 CHANGES_MAX = {"group": 1, "topic": 3}
 BYSTANDER_AFTER_MAX_PCT = 1.0
-FIX_TO_LIFT_RECURRENT_MAX_MIN = 20.0
 
 
 @dataclass
@@ -118,6 +118,8 @@ def compute(result, baseline=None) -> Figures:
                 for cz, d in zip(required, delays))
         if all(first_in[cz] is not None for cz in required):
             contain = int(np.ceil((max(first_in[cz] for cz in required) - c.start).total_seconds()))
+            values["limit_in_force_at_s"] = (float((max(first_in[cz] for cz in required) - c.start).total_seconds()),
+                                             "s", "incident")
     if culprits:
         admitted = c.second_admitted[:, is_culprit].sum(axis=1)
         hosts = set(c.pairs.loc[is_culprit, "broker"])
@@ -291,6 +293,7 @@ def compute(result, baseline=None) -> Figures:
     details["false_limits"] = ", ".join(false) or "none"
     judged = judge_causes(result, found, values, details)
     judged["bystander_gaps"] = gaps
+    judged["probes"] = judge_probes(result, found, values, details)
     lim = result.limits
     for action in ("set", "relax", "lift"):
         count = float((lim["action"] == action).sum()) if len(lim) else 0.0
@@ -315,6 +318,51 @@ def compute(result, baseline=None) -> Figures:
         for cz in required}
     return Figures(values, details, _checks(values, kind if required else None, episodes, len(spans), judged),
                    carriers)
+
+
+def _probe_checks(judged: dict) -> list[tuple[str, bool, str]]:
+    """The cause's admitted rate against its decided target in every limited minute (outside a probe and inside
+    one, :mod:`pipelines.sim.probes`), and each storm probe against its stated cost."""
+    out = []
+    minutes = judged.get("target_minutes", [])
+    if minutes:
+        over = [(nm, m, r, p) for nm, m, r, p in minutes if r > (PROBE_TARGET_MAX if p else TARGET_MAX)]
+        inside = [r for *_, r, p in minutes if p]
+        out.append((f"admitted <= {TARGET_MAX}x the decided target in every limited minute, <= {PROBE_TARGET_MAX}x "
+                    "while a probe is in force", not over,
+                    f"{max(r for *_, r, _p in minutes):.2f}x at most over {len(minutes)} minutes ({len(inside)} under "
+                    f"a probe{f', at most {max(inside):.2f}x' if inside else ''})" + (
+                        "; " + ", ".join(f"{nm} minute {m}: {r:.2f}x" + (" (probe)" if p else "")
+                                         for nm, m, r, p in over[:4]) if over else "")))
+    pr = judged.get("probes") or {}
+    if pr.get("probes"):
+        bad = pr["high"] + pr["long"] + pr["blind"]
+        out.append(("a storm's probe keeps its cost: at most relax_factor x, undone within probe_max_windows "
+                    "windows, never after a minute under its cap", not bad,
+                    f"{len(pr['probes'])} probes" + (": " + "; ".join(bad[:4]) if bad else "")))
+    return out
+
+
+def _lift_check(lifts: list, every_fix_worst: float) -> tuple[str, bool, str]:
+    """The lift check (:class:`pipelines.sim.truth.LiftAfterFix`): each judged fix lifted within its deadline, or,
+    for a topic held under its normal floor, named for a person by then (the alert fired; reported apart, beside the
+    automatic lifts); the figure over every fix, the check before recurrences were damped, kept beside."""
+    def ok(x) -> bool:  # NaN (not lifted) fails
+        return x.minutes <= x.judged() or x.named is not None
+
+    def text(x) -> str:
+        lifted = "not lifted" if np.isnan(x.minutes) else f"{x.minutes:.1f} min"
+        named = f", named for a person (RateGovernorLimitUnderNormal at {x.named:%H:%M:%S})" if x.named else ""
+        final = " (final fix)" if x.episodes > 1 else ""
+        return f"{x.name} fixed {x.fixed:%H:%M:%S}{final}: {lifted}{named}"
+
+    automatic = sum(1 for x in lifts if x.minutes <= x.judged())
+    named = sum(1 for x in lifts if not x.minutes <= x.judged() and x.named is not None)
+    lo, hi = FIX_TO_LIFT_MAX_MIN, FIX_TO_LIFT_RECURRENT_MAX_MIN
+    return (f"each lift <= {lo:.0f} event minutes after its fix (a cause with one episode, {lo:.0f} quiet minutes "
+            f"after it), <= {hi:.0f} after the final fix of one that came back", all(ok(x) for x in lifts),
+            "; ".join(text(x) for x in lifts) + f" ({automatic} lifted, {named} named for a person; every fix before "
+            f"recurrences were damped: worst {every_fix_worst:.1f} min)")
 
 
 def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
@@ -356,6 +404,7 @@ def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
                            "sends before its limiter; with them "
                            f"{get('admitted_over_limit_minute_min_with_busy'):.2f}x at the least)"
                            if judged.get("busy_minutes") else "")))
+        out += _probe_checks(judged)
         held = [ep for ep in episodes if ep["k"] == 1 or ep["in_force_at_start"]]
         ok = all(ep["pct"] <= BYSTANDER_AFTER_MAX_PCT for ep in held)
         measured = "; ".join(f"episode {ep['k']}: " + ("n/a" if not np.isfinite(ep["pct"]) else f"{ep['pct']:.2f} %")
@@ -378,13 +427,9 @@ def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
                         "remembered target", ok,
                         "; ".join(f"episode {ep['k']}: {ep['contained']} s, "
                                   f"{'remembered' if ep['remembered'] else 'another'} target" for ep in again)))
-        lifts = [x for x in judged["fix_to_lift"] if x[3]]
+        lifts = [x for x in judged.get("lift_after_fix", []) if x.judged() is not None]
         if lifts:
-            ok = all(m <= FIX_TO_LIFT_MAX_MIN for _, _, m, _ in lifts)  # NaN (not lifted) fails
-            out.append((f"each lift <= {FIX_TO_LIFT_MAX_MIN:.0f} event minutes after its fix (a fix followed by "
-                        f"{FIX_TO_LIFT_MAX_MIN:.0f} quiet minutes or more)", ok,
-                        "; ".join(f"{nm} fixed {at}: " + ("not lifted" if np.isnan(m) else f"{m:.1f} min")
-                                  for nm, at, m, _ in lifts)))
+            out.append(_lift_check(lifts, get("fix_to_lift_minutes_worst")))
         elif "fix_to_lift_minutes" in v and not judged["changes"]:
             recurrent = n_spans > 1
             most = FIX_TO_LIFT_RECURRENT_MAX_MIN if recurrent else FIX_TO_LIFT_MAX_MIN

@@ -9,7 +9,8 @@ Times are event time: a minute index ``m`` is the minute ``[start + m min, start
 * **Shipping** (:func:`stats_landings`): broker ``b``'s stats lines of minute ``m`` land
   ``stats_delay_seconds[b]`` (default ``shipping.stats_seconds``) + a uniform ``[0, stats_jitter_seconds)`` after
   the end of the minute; a minute of ``dropped_minutes`` never lands; one of ``duplicated_minutes`` lands a second
-  time, whole, the given seconds after the first (a shipper that re-sent a file after a restart); from
+  time, whole, the given seconds after the first (a shipper that re-sent a file after a restart); one of
+  ``late_minutes`` lands the given seconds later than the broker's other minutes (a shipper that stalled once); from
   ``stats_stop_minute[b]`` on, broker ``b`` ships nothing (a dead shipper). What Spark does with each (late rows
   behind the watermark dropped, a line shipped twice counted once) is :mod:`pipelines.sim.windows`' business.
 * **Applying** (:class:`pipelines.sim.loop.Broker`): broker ``b`` applies a publication ``propagation_seconds`` +
@@ -45,6 +46,7 @@ class Irregularity(ConfigSection):
     stats_jitter_seconds: float = Field(default=0.0, ge=0)  # + uniform [0, this) per broker and minute, s
     dropped_minutes: list[tuple[str, int]] = Field(default_factory=list)  # (broker, minute): never shipped
     duplicated_minutes: list[tuple[str, int, float]] = Field(default_factory=list)  # (broker, minute, s later)
+    late_minutes: list[tuple[str, int, float]] = Field(default_factory=list)  # (broker, minute, s more than usual)
     stats_stop_minute: dict[str, int] = Field(default_factory=dict)  # broker → first minute it ships nothing
     apply_delay_seconds: dict[str, float] = Field(default_factory=dict)  # per broker, s after the propagation
     broker_restarts: list[tuple[str, float]] = Field(default_factory=list)  # (broker, s): its limiter forgets
@@ -64,7 +66,7 @@ def stats_landings(irr: Irregularity, brokers: list[str], minutes: int, default_
     landing time (then minute, broker). Raises ``ValueError`` for a broker that is not in ``brokers``."""
     named = set(irr.stats_delay_seconds) | set(irr.stats_stop_minute) | set(irr.apply_delay_seconds) | {
         b for b, *_ in irr.dropped_minutes} | {b for b, *_ in irr.duplicated_minutes} | {
-        b for b, _ in irr.broker_restarts}
+        b for b, _ in irr.broker_restarts} | {b for b, *_ in irr.late_minutes}
     unknown = sorted(named - set(brokers))
     if unknown:
         raise ValueError(f"irregularity names unknown brokers {unknown} (known: {', '.join(brokers)})")
@@ -75,6 +77,7 @@ def stats_landings(irr: Irregularity, brokers: list[str], minutes: int, default_
     again: dict = {}
     for b, m, later in irr.duplicated_minutes:
         again.setdefault((b, int(m)), []).append(float(later))
+    stalled = {(b, int(m)): float(more) for b, m, more in irr.late_minutes}
     out = []
     for i, b in enumerate(brokers):
         delay = float(irr.stats_delay_seconds.get(b, default_delay))
@@ -82,7 +85,7 @@ def stats_landings(irr: Irregularity, brokers: list[str], minutes: int, default_
         for m in range(min(minutes, stop)):
             if (b, m) in dropped:
                 continue
-            first = (m + 1) * 60.0 + delay + float(jitter[i, m])
+            first = (m + 1) * 60.0 + delay + float(jitter[i, m]) + stalled.get((b, m), 0.0)
             out.append((first, m, b))
             out += [(first + later, m, b) for later in again.get((b, m), ())]
     out.sort()

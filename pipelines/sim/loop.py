@@ -45,7 +45,7 @@ from pipelines.config import ConfigSection, GovernorConfig
 from pipelines.decide.arrow import from_rows, micros, to_polars, when
 from pipelines.decide.evidence import expected_brokers, open_evidence
 from pipelines.decide.fast import OpenRows, decide_fast, prepare_fast
-from pipelines.decide.final import decide_final, prepare_final, window_bounds
+from pipelines.decide.final import decide_final, decide_open, prepare_final, window_bounds
 from pipelines.decide.inputs import FastInputs, FinalInputs, LockedInputs
 from pipelines.decide.reconcile import latest_per_resource, lift_reach_seconds, read_as_limited
 from pipelines.sim.admitted import FailureText, stats_events, trickle
@@ -90,6 +90,10 @@ class Store:
     def limited_keys(self) -> tuple[str, ...]:
         return tuple(sorted(f"{t}\x1f{r}" for (t, r), row in self.state.items() if row.get("limit_qps") is not None))
 
+    def probing(self) -> bool:
+        """Whether a resource has a probe in flight (whose deadline the tick keeps)."""
+        return any(row.get("probe_decided_at") is not None for row in self.state.values())
+
     @classmethod
     def read_back(cls, store: "Store") -> "Store":
         """A restarted governor's memory: ``store``'s ``state/policy`` and ``gold/limits`` rows written as Arrow
@@ -131,6 +135,9 @@ class SimResult:
     failure_lines: int = 0
     bcfg: object = None
     irregular: object = None  # the world's irregularities (pipelines.sim.irregular.Irregularity)
+    states: list = field(default_factory=list)  # (decided at, state/policy row) of every row the governor saved
+    detection: object = None  # the governor's [detection] (pipelines.config.DetectionConfig)
+    limits_cfg: object = None  # the governor's [limits] (pipelines.config.LimitsConfig)
 
 
 def closed_cluster(spec, bcfg, timing: Timing | None = None) -> ClosedLoopCluster:
@@ -180,10 +187,12 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     bg = sorted(zip((pd.Timestamp(t) for t in background["event_time"]), background["broker"],
                     background["topic"], [rmq.classify_failure_text(m, None if pd.isna(c) else int(c))
                                           for m, c in zip(background["message"], background["code"])]))
+    horizon, expected = None, []  # the newest finalized window's end and brokers (an open tick's, decide_open)
     landed: list[tuple] = []  # events, in the order they are written for the deciding queries
     written_at: list[float] = []  # when each was written (seconds from the start)
     history = History(cfg)
     decided: list[dict] = []
+    states: list[tuple] = []
     seen_rejections = landed_done = bg_done = 0
     fast_seen = gold_seen = 0
     step = w.fast_trigger_seconds if w.fast_path != "never" else w.trigger_seconds
@@ -200,6 +209,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
         brokers.run_until(min(t, cluster.end))
         if restart is not None and second >= restart:  # the governor restarts: its memory read back from the lake
             store, memory, restart = Store.read_back(store), OpenRows(), None
+            horizon, expected = None, []  # known again from its first micro-batch that finalizes a window
         if restart is not None and second >= down_from:  # killed: no micro-batch runs until the restart
             second += int(grid)
             continue
@@ -242,6 +252,17 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                 overrides, store, t.to_pydatetime(), cfg)):  # the override tick: pin, exempt, end, input or not
             decided += ticked
             brokers.publish(t, store.limits)
+        if horizon is not None and second % w.fast_trigger_seconds == 0 and store.probing():  # a probe's deadline
+            now = (t + pd.Timedelta(seconds=timing.fast_seconds)).to_pydatetime()
+            limits, _refused, state = decide_open(horizon, LockedInputs(
+                policy_state=store.state_table(), latest_limits=store.limits_table(), overrides=overrides,
+                open_evidence=open_evidence(memory.rows, horizon, length, expected, cfg.detection)), cfg, now,
+                batch_id=len(decided), origin="sim-tick")
+            if limits.num_rows:
+                store.add(limits, state)
+                decided += limits.to_pylist()
+                states += [(now, r) for r in state.to_pylist()]
+                brokers.publish(pd.Timestamp(now), store.limits)
         if w.fast_path != "never" and second % w.fast_trigger_seconds == 0:
             new = bisect.bisect_right(written_at, second, lo=fast_seen)
             events = landed[fast_seen:new]
@@ -279,6 +300,19 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
             gold_seen = max(gold_seen, new)
             if events or final.pending():
                 sums = final.batch(events)
+                if not sums and horizon is not None and store.limited_keys():  # no window finalized: the open ones
+                    now = (t + pd.Timedelta(seconds=timing.gold_seconds)).to_pydatetime()
+                    opened_now = open_evidence(memory.rows, horizon, length, expected, cfg.detection)
+                    limits, _refused, state = decide_open(horizon, LockedInputs(
+                        policy_state=store.state_table(), latest_limits=store.limits_table(), open_evidence=opened_now,
+                        overrides=overrides), cfg, now, batch_id=len(decided), origin="sim-gold")
+                    if limits.num_rows:
+                        store.add(limits, state)
+                        decided += limits.to_pylist()
+                        states += [(now, r) for r in state.to_pylist()]
+                        brokers.publish(pd.Timestamp(now), store.limits)
+                        if view is not None:
+                            view.poll(now, len(decided))
                 if sums:
                     now = (t + pd.Timedelta(seconds=timing.gold_seconds)).to_pydatetime()
                     reduced = gold_tables(sums, length, cfg.detection,
@@ -294,14 +328,16 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
                                          limiter_rejections=view.table(*bounds) if bounds[0] else None)
                     prepared = prepare_final(inputs, cfg)
                     if prepared.first_window is not None:
+                        horizon, expected = prepared.horizon_end, expected_brokers(inputs.brokers)
                         # the lift veto's evidence, read only for a resource folded (a candidate or a limit in force)
-                        opened_now = open_evidence(memory.rows, prepared.horizon_end, length, expected_brokers(
-                            inputs.brokers), cfg.detection) if prepared.candidates or store.limited_keys() else None
+                        opened_now = open_evidence(memory.rows, horizon, length, expected, cfg.detection) \
+                            if prepared.candidates or store.limited_keys() else None
                         locked = LockedInputs(policy_state=store.state_table(), latest_limits=store.limits_table(),
                                               open_evidence=opened_now, overrides=overrides)
                         out = decide_final(prepared, locked, cfg, now, batch_id=len(decided), origin="sim-gold")
                         store.add(out.limits, out.state)
                         decided += out.limits.to_pylist()
+                        states += [(now, r) for r in out.state.to_pylist()]
                         history.add(out.tables(), first)
                         brokers.publish(pd.Timestamp(now), store.limits)
                         if view is not None:
@@ -311,7 +347,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     limits = pd.DataFrame(decided, columns=[n for n, _ in columns.GOLD_LIMITS])
     return SimResult(spec, cluster, prop, w.trigger_seconds, w.watermark_seconds, brokers.timeline, limits,
                      wall_seconds=_time.monotonic() - started, failure_lines=failure_lines, bcfg=bcfg,
-                     irregular=irregular)
+                     irregular=irregular, states=states, detection=cfg.detection, limits_cfg=cfg.limits)
 
 
 def simulate_named(name: str, cfg: GovernorConfig, bcfg, now: dt.datetime | None = None, **kwargs) -> SimResult:

@@ -138,13 +138,24 @@ def verdict(case: Case, figures, cfg=None, bcfg=None) -> tuple[list[tuple[str, s
       and none after either; one rejected after still fails.
 
     A cold start's onset check is judged against :func:`cold_start_target` (from the governor's start) instead:
-    failed above it, passed (reported n/a with the figure) within it."""
+    failed above it, passed (reported n/a with the figure) within it. Where the governor was down (killed) when
+    the cause's clock started, its onset is judged from the restart: n/a when the limit was in force within the
+    fastest possible after it."""
     v = figures.values
     value = lambda name: v.get(name, (float("nan"),))[0]  # noqa: E731
     fastest = fastest_in_force(case, cfg, bcfg, carriers=figures.carriers) + 1.0
     failed, excused = [], []
+    restart = case.irregular.get("governor_restart_second")
+    down = case.irregular.get("governor_down_seconds", 0.0)
     for name, ok, measured in figures.checks:
         onset = value("onset_to_limit_in_force")
+        at = value("limit_in_force_at_s")
+        if restart is not None and down and name.startswith("onset -> limit in force") and not ok and (
+                at - onset < restart) and at - restart <= fastest:
+            excused.append((name, f"{measured}; the governor was down {restart - down:.0f}-{restart:.0f} s into the "
+                                  f"run, the limit in force {at - restart:.0f} s after its restart (the fastest possible "
+                                  f"{fastest - 1.0:.1f} s)"))
+            continue
         if case.kind == "cold_start" and name.startswith("onset -> limit in force"):
             since_start = case.spec["onset_minute"] * 60.0 + onset
             target = cold_start_target(case, cfg, bcfg)

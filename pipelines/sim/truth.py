@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from pipelines.decide.words import Action
+from pipelines.sim.probes import decided_targets
 from pipelines.sim.pulses import sending_nothing
 from pipelines.sim.scenarios import STORM_SCENARIOS
 from pipelines.sim.spec import span_seconds
@@ -25,6 +27,7 @@ SAME_VALUE_REL = 1e-9
 #: Bounds of the checks that :func:`judge_causes` measures against (the figures module states them all).
 TARGET_RATIO = (0.75, 1.25)
 FIX_TO_LIFT_MAX_MIN = 8.0
+FIX_TO_LIFT_RECURRENT_MAX_MIN = 20.0
 
 
 def _seconds(result, spans) -> np.ndarray:
@@ -80,27 +83,92 @@ def truth(result) -> tuple[set[tuple[str, str]], list[tuple[pd.Timestamp, pd.Tim
 def onset_clock(result, cause) -> pd.Timestamp:
     """Where a cause's onset → limit in force is measured from: the first whole stats minute at its full level
     (its start + its ramp, up to the next whole minute of the run). The governor reads minute lines: a cause that
-    starts mid-minute, or ramps, shows in that minute's line only in part (a start on a whole minute: the start)."""
+    starts mid-minute, or ramps, shows in that minute's line only in part (a start on a whole minute: the start).
+    A surge's clock starts no earlier than its **observable onset** (:func:`observable_onset`): a surge its busy
+    brokers cap (another cause crushing them) shows the rule nothing until they admit it."""
     c = result.cluster
     full = (pd.Timestamp(cause.active[0][0]) + pd.Timedelta(seconds=cause.ramp_seconds) - c.start).total_seconds()
-    return c.start + pd.Timedelta(minutes=int(np.ceil(full / 60.0 - 1e-9)))
+    clock = c.start + pd.Timedelta(minutes=int(np.ceil(full / 60.0 - 1e-9)))
+    if cause.kind == "surge":
+        seen = observable_onset(result, cause)
+        clock = max(clock, seen) if seen is not None else clock
+    return clock
 
 
-def value_events(result, resource: tuple[str, str]) -> list[tuple[pd.Timestamp, float]]:
+def observable_onset(result, cause) -> pd.Timestamp | None:
+    """The start of the first minute from a surge's start in which its topic's cluster-wide admitted puts (ground
+    truth: what the brokers admitted, every attempt) reach the factor the rule applies in that minute
+    (``busy_surge_factor`` where ``busy_failures_floor`` of its sends were refused busy, else ``surge_factor``) ×
+    its baseline: the median of its admitted puts per minute before the start (the first minute, a broker's start,
+    left out; as the rule's baseline is a median of earlier windows). None when no minute does, or without a
+    minute before the start."""
+    from pipelines.config import DetectionConfig
+
+    c, det = result.cluster, getattr(result, "detection", None) or DetectionConfig()
+    pairs = ((c.pairs["resource_type"] == cause.resource_type) & (c.pairs["resource"] == cause.resource)).to_numpy()
+    first = int((pd.Timestamp(cause.active[0][0]) - c.start).total_seconds() // 60)
+    admitted = c.admitted[:, pairs, :].sum(axis=(1, 2)) / 60.0
+    before = admitted[1:first]
+    if not pairs.any() or before.size == 0:
+        return None
+    base = float(np.median(before))
+    refused = c.busy_rejected[:, pairs, :].sum(axis=(1, 2))
+    for m in range(first, min(c.T, c.minutes_done())):
+        factor = det.busy_surge_factor if refused[m] >= det.busy_failures_floor else det.surge_factor
+        if admitted[m] >= factor * base:
+            return c.start + pd.Timedelta(minutes=m)
+    return None
+
+
+def value_events(result, resource: tuple[str, str], versions: dict | None = None) -> list[tuple[pd.Timestamp, float]]:
     """Every change of ``resource``'s value in force, from the brokers' timeline (``result.in_force``), whatever
     its duration: (time, cluster-wide ``limit_qps`` of the newest record in force at any broker, NaN: none at any
-    broker). Consecutive equal values (within :data:`SAME_VALUE_REL`) are one."""
+    broker). Consecutive equal values (within :data:`SAME_VALUE_REL`) are one. ``versions``: filled with each
+    event's time → the version of the record that made it (None for a value gone)."""
     out: list = []
     for t, snap in result.in_force:
         recs = [rec for (_b, rt, r), (_qps, rec) in snap.items() if (rt, r) == resource]
-        value = float(max(recs, key=lambda rec: rec.get("version") or 0)["limit_qps"]) if recs else float("nan")
+        newest = max(recs, key=lambda rec: rec.get("version") or 0) if recs else None
+        value = float(newest["limit_qps"]) if newest is not None else float("nan")
         if out:
             last = out[-1][1]
             if (np.isnan(last) and np.isnan(value)) or (
                     not np.isnan(last) and not np.isnan(value) and abs(value - last) <= SAME_VALUE_REL * abs(last)):
                 continue
         out.append((pd.Timestamp(t), value))
+        if versions is not None:
+            versions[pd.Timestamp(t)] = int(newest["version"]) if newest is not None else None
     return out
+
+
+def probe_event_times(result, resource: tuple[str, str], events: list) -> set[pd.Timestamp]:
+    """The value events (``events``: :func:`value_events`) of a storm cause's probes (:mod:`pipelines.sim.probes`,
+    judged by their own rule): from a ``relax`` decision to the decision that ended it (and the brokers' apply
+    delays after it, :data:`PROBE_EVENT_SLACK`), the raise to its level (whichever record carried it: a final
+    decision confirming it counts), and the first return to the level before it."""
+    from pipelines.sim.probes import probes
+
+    if resource[0] != "group":
+        return set()
+    out: set[pd.Timestamp] = set()
+    same = lambda a, b: abs(a - b) <= SAME_VALUE_REL * abs(b)  # noqa: E731
+    run_end = result.cluster.start + pd.Timedelta(minutes=result.cluster.T)
+    for p in probes(result, resource, ""):
+        until = (p.ended or run_end) + PROBE_EVENT_SLACK
+        back = False
+        for t, v in events:
+            if t < p.decided or t > until or np.isnan(v):
+                continue
+            if same(v, p.raised) and (p.ended is None or t <= until):
+                out.add(t)
+            elif not back and p.ended is not None and t >= p.ended and np.isfinite(p.before) and same(v, p.before):
+                out.add(t)
+                back = True
+    return out
+
+
+#: How long after a decision the brokers may still be applying it (the propagation, an apply delay).
+PROBE_EVENT_SLACK = pd.Timedelta(seconds=120)
 
 
 def restart_times(result) -> list[tuple[str, pd.Timestamp]]:
@@ -183,6 +251,46 @@ def unseen_changes(result, resource: tuple[str, str], events: list, a: pd.Timest
     return out
 
 
+@dataclass(frozen=True)
+class LiftAfterFix:
+    """A cause's fix (an episode's end, ``fixed`` UTC) and its lift: ``minutes`` from the fix to no limit in force at
+    any broker (NaN: not before the cause came back, or the run's end), the cause's ``episodes``, whether this is
+    its ``final`` fix, the ``quiet`` minutes after it (to the next episode, or the run's end), and for a fix not
+    lifted in time when its topic's limit was named for a person by then (:mod:`pipelines.sim.alerts`), the
+    instant the alert fired (else None)."""
+
+    name: str
+    fixed: pd.Timestamp
+    minutes: float
+    episodes: int
+    final: bool
+    quiet: float
+    named: object = None
+
+    def judged(self) -> float | None:
+        """The deadline this fix is judged by (minutes), None when none: a cause with one episode, its fix followed
+        by :data:`FIX_TO_LIFT_MAX_MIN` quiet minutes; a cause that came back, its final fix followed by
+        :data:`FIX_TO_LIFT_RECURRENT_MAX_MIN` (an earlier fix may hold the limit through its quiet spell: flap
+        damping)."""
+        if self.episodes == 1:
+            return FIX_TO_LIFT_MAX_MIN if self.quiet >= FIX_TO_LIFT_MAX_MIN else None
+        return FIX_TO_LIFT_RECURRENT_MAX_MIN if self.final and self.quiet >= FIX_TO_LIFT_RECURRENT_MAX_MIN else None
+
+
+def _named(result, cause, fixed: pd.Timestamp, within_min: float):
+    """When ``RateGovernorLimitUnderNormal`` named ``cause``'s topic limit by ``within_min`` minutes after its fix
+    (:func:`pipelines.sim.alerts.named_by`; the run's saved ``state/policy`` rows), None when it did not, for a
+    group, or without saved rows (the Spark backtest)."""
+    from pipelines.sim.alerts import alert_for_minutes, named_by, under_normal_spells
+
+    states, limits = getattr(result, "states", None), getattr(result, "limits_cfg", None)
+    if cause.resource_type != "topic" or not states or limits is None:
+        return None
+    spells = under_normal_spells(states, limits.surge_squeeze_headroom)
+    deadline = (fixed + pd.Timedelta(minutes=within_min)).to_pydatetime()
+    return named_by(spells, cause.resource, deadline, alert_for_minutes())
+
+
 #: Minutes before a cut in which a busy carrier makes it a squeeze (:func:`_changes`): a window's stats, the final
 #: path's lateness and the propagation.
 SQUEEZE_LOOKBACK_MIN = 4
@@ -206,12 +314,13 @@ def _gone(events: list, after: pd.Timestamp, restarts: list) -> pd.Timestamp | N
 
 
 def _changes(events: list, t0: pd.Timestamp, t1: pd.Timestamp, restarts: list,
-             busy_before=None) -> tuple[int, int, list[str]]:
+             busy_before=None, probing: set | None = None) -> tuple[int, int, list[str]]:
     """(value changes in (t0, t1), of which lifts (the value gone at every broker), the changes left out with their
     reason): every change counts whatever its duration, except a value gone at the instant a broker restarted
-    (its limiter's memory, not a decision) and its return at the same value, and a cut while a broker carrying the
+    (its limiter's memory, not a decision) and its return at the same value, a cut while a broker carrying the
     resource was busy (``busy_before(t)``: one of them fast-failed sends in the :data:`SQUEEZE_LOOKBACK_MIN` minutes
-    before ``t``; a limit its brokers could not take, not a flap)."""
+    before ``t``; a limit its brokers could not take, not a flap), and a probe's raise and return (``probing``: their
+    times, :func:`probe_event_times`; judged by the probes' own rule)."""
     count = lifts = 0
     excluded: list[str] = []
     restart_at = {t: b for b, t in restarts}
@@ -230,6 +339,11 @@ def _changes(events: list, t0: pd.Timestamp, t1: pd.Timestamp, restarts: list,
             skip_return, last = None, v
             continue
         skip_return = None
+        if probing and t in probing:
+            excluded.append(f"{t:%H:%M:%S} {'raised to' if v > last else 'back to'} {v:.1f} msg/s by a probe (judged by "
+                            "the probes' rule)")
+            last = v
+            continue
         if busy_before is not None and not np.isnan(v) and not np.isnan(last) and v < last and busy_before(t):
             excluded.append(f"{t:%H:%M:%S} cut from {last:.1f} to {v:.1f} msg/s while a carrier was busy (squeeze)")
             last = v
@@ -252,6 +366,7 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     restarts = restart_times(result)
     key = list(zip(c.pairs["resource_type"], c.pairs["resource"]))
     out = {"changes": [], "lifts": [], "minutes": [], "pulse_minutes": [], "fix_to_lift": [], "excluded": [],
+           "lift_after_fix": [], "target_minutes": [],
            "relimits": [],
            "busy_minutes": [], "relimits_with_restarts": [], "lifts_unseen": [],
            "changes_with_unseen": []}
@@ -261,6 +376,7 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
         res = (cz.resource_type, cz.resource)
         name = f"{cz.resource_type} {cz.resource}"
         events = value_events(result, res)
+        probing = probe_event_times(result, res, events)
         carriers = set(c.pairs.loc[[k_ == res for k_ in key], "broker"])
         on_carriers = busy_minutes[:, c.pairs["broker"].isin(carriers).to_numpy()].any(axis=1)
 
@@ -277,9 +393,11 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
             unseen = unseen_lift(result, res, events, a, b, restarts)
             early = unseen_changes(result, res, events, a, b)
             # the count before changes decided ahead of the episode were told apart
-            whole = _changes(events, t0, b, restarts, busy_before) if t0 is not None else None
+            whole = _changes(events, t0, b, restarts, busy_before, probing) if t0 is not None else None
             if whole is not None:
                 most_with_unseen = max(most_with_unseen, whole[0])
+                with_probes = _changes(events, t0, b, restarts, busy_before)[0]
+                out["changes_with_probes"] = max(out.get("changes_with_probes", 0), with_probes)
             start = t0
             if whole is not None and unseen is not None:  # as an episode after a lift: from its next limit
                 out["lifts_unseen"].append(f"{name} lifted {whole[1]}x while active ({a:%H:%M:%S}-{b:%H:%M:%S}), "
@@ -292,7 +410,8 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
                                        f"({first_window_end(a):%H:%M:%S})")
                 t0 = early[-1]
             if t0 is not None:
-                changes, lifts, excluded = whole if t0 == start else _changes(events, t0, b, restarts, busy_before)
+                changes, lifts, excluded = whole if t0 == start else _changes(events, t0, b, restarts, busy_before,
+                                                                              probing)
                 most = max(most, changes)
                 out["excluded"] += [f"{name}: {x}" for x in excluded]
                 if lifts:
@@ -311,6 +430,10 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
                 minutes = (gone - b).total_seconds() / 60.0 if gone is not None and gone < quiet_end else nan
                 judged = (quiet_end - b).total_seconds() >= FIX_TO_LIFT_MAX_MIN * 60.0
                 out["fix_to_lift"].append((name, f"{b:%H:%M:%S}", minutes, judged))
+                out["lift_after_fix"].append(LiftAfterFix(
+                    name, b, minutes, len(spans), k == len(spans) - 1, (quiet_end - b).total_seconds() / 60.0,
+                    _named(result, cz, b, FIX_TO_LIFT_MAX_MIN) if len(spans) == 1 and not minutes <= FIX_TO_LIFT_MAX_MIN
+                    else None))
                 if gone is not None and gone < quiet_end:  # set again while the fixed cause is quiet
                     again = [t for t, v in events if gone < t < quiet_end and not np.isnan(v)]
                     if again:
@@ -334,9 +457,12 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
         between_pulses = sending_nothing(c)
         admitted = c.second_admitted[:, pairs].sum(axis=1)
         demand = c.demand[pairs].sum(axis=0)
+        decided, probing_s = decided_targets(result, res)
         for m in range(c.T):
             sl = slice(m * 60, (m + 1) * 60)
             if act[sl].all() and everywhere[sl].all() and demand[m] >= np.mean(target[sl]):
+                out["target_minutes"].append((name, m, float(admitted[sl].sum() / decided[sl].sum()),
+                                              bool(probing_s[sl].any())))
                 # a carrier busy in the minute refused sends before its limiter saw them: not the limiter's figure
                 into = "busy_minutes" if on_carriers[m] else "minutes"
                 sending = ~between_pulses[sl]  # a pulsed producer's seconds between pulses: nothing to admit

@@ -126,18 +126,27 @@ def test_a_fixed_consumer_is_lifted_within_8_minutes_of_its_fix(name, overrides)
     assert figures.value("limit_changes_while_cause_persists") <= 1
 
 
-@pytest.mark.parametrize("name", ["intermittent_short", "intermittent_storm"])  # quiet spells of 2 and 4 minutes
-def test_an_intermittent_storm_is_held_across_its_quiet_spells(name):
+@pytest.mark.parametrize("name,held_from", [("intermittent_short", 0), ("intermittent_storm", 1)])
+def test_an_intermittent_storm_is_held_across_its_quiet_spells(name, held_from):
+    """Quiet spells of 2 and 4 minutes. The first limit is lifted after 3 clear windows and one more a carrier
+    reported in: a 2-minute spell holds it, a 4-minute one does not (the lift is decided 21 s into the next
+    episode, which no line can show yet: limited again on that episode's first window, at the remembered target).
+    From the first recurrence on, its lift needs 6 clear windows (flap damping): the limit is held through every
+    quiet spell after it and lifted once, after the last fix, within 20 minutes of it."""
     result, figures = run(name)
     limited, spans = culprit_in_force(result)
     assert len(spans) == 3
-    first, last = spans[0][0] + int(np.ceil(figures.value("onset_to_limit_in_force"))), spans[-1][1]
+    first = spans[held_from][0] + int(np.ceil(figures.value(
+        "onset_to_limit_in_force" if held_from == 0 else f"onset_to_limit_in_force_episode_{held_from + 1}")))
+    last = spans[-1][1]
     assert_held(result, first, last)
     rows = culprit_rows(result)
     lifts = rows[rows["action"] == "lift"]
-    assert len(lifts) == 1 and second_of(result, lifts["decided_at"].iloc[0]) >= last, "lifted in a quiet spell"
+    assert len(lifts) == 1 + held_from and second_of(result, lifts["decided_at"].iloc[-1]) >= last
     assert figures.value("fix_to_lift_minutes_last") <= 20.0
     assert figures.value("limit_changes_all_episodes") <= 1
+    checks = {n: ok for n, ok, _ in figures.checks}
+    assert all(checks.values()), [n for n, ok in checks.items() if not ok]
 
 
 @pytest.mark.parametrize("name", ["noisy_neighbour", "noisy_neighbour_long"])

@@ -14,6 +14,7 @@ import pytest
 from pipelines import rocketmq as rmq
 from pipelines.sim.irregular import Irregularity, stats_landings
 from pipelines.sim.windows import FinalWindows, OpenWindows
+from pipelines.sim.draws import AFTER_FINAL_FIX
 
 T0 = dt.datetime(2026, 1, 5, 6, 0, tzinfo=dt.timezone.utc)
 
@@ -308,7 +309,7 @@ def test_a_recurring_surge_of_a_mid_size_topic_is_limited_long_before_it_comes_b
     for 16+ of the 30 windows of its baseline that comes back near the rule's factor: the baseline then holds the
     capped level (2x the rate before, more where a probe raised it) and the comeback is under 2.5x that on its busy
     broker. Sweep cases 41 and 133 draw a mid-size topic surging 7-12x its rate, limited first for 22 minutes (a
-    length from a stream of its own), and the run lasts 10 minutes after the third episode; a small topic's surge
+    length from a stream of its own), and the run lasts ``AFTER_FINAL_FIX`` (22) minutes after the third episode; a small topic's surge
     (case 82) keeps three short episodes of the same length, as before. (Case 10 was the other until the draw sized
     surges on the minutes before the onset without the brokers' empty first one: its topics' rates rose, none
     stays in the 7-12x band.)"""
@@ -319,7 +320,8 @@ def test_a_recurring_surge_of_a_mid_size_topic_is_limited_long_before_it_comes_b
         causes = case.spec["causes"]
         assert case.kind == "recurring_surge" and [c[1] for c in causes] == [topic] * 3
         assert causes[0][3] - causes[0][2] == first * 60 and causes[1][3] - causes[1][2] < 8 * 60
-        assert case.spec["minutes"] == causes[2][3] // 60 + 10 + int(np.ceil(case.spec.get("rollout_minutes", 0)))
+        assert case.spec["minutes"] == causes[2][3] // 60 + AFTER_FINAL_FIX + int(np.ceil(case.spec.get(
+            "rollout_minutes", 0)))
     short = draws.draw(82).spec["causes"]
     assert short[0][2:4] == (722, 962) and len({c[3] - c[2] for c in short}) == 1
 
