@@ -51,7 +51,7 @@ def settled(df: DataFrame) -> DataFrame:
     Spark's optimizer pushes a filter on a computed column (``reject_reason IS NULL`` in :func:`silver_broker_stats`)
     below the projection that computes it by substituting the column's expression; with the parse's chained
     aliases the filter of a stats line then holds 263 ``regexp_extract`` calls instead of 24, and silver rows cost
-    several times more to produce (measured: docs/performance.md). A one-row ``inline`` (a Generate node) is not
+    several times more to produce (measured: docs/performance-history.md). A one-row ``inline`` (a Generate node) is not
     something filters are pushed through, so everything above it reads the computed columns.
     """
     return df.select(F.inline(F.array(F.struct(*[F.col(c) for c in df.columns]))))
