@@ -8,9 +8,11 @@ The lines are generated inside Spark (``spark.range``): every stats line kind (S
 ``parse_broker_stats`` followed by ``settled`` (as the ingest query runs it) written to Spark's ``noop`` sink, so every
 column of every row is computed; the plan counts are the ``regexp_extract``/``regexp_replace``/``RLIKE``/``split``
 expressions of that optimized plan (each is evaluated once per row that reaches it). The baseline is the
-``pipelines/dataplane/transforms/parse.py`` of ``--baseline`` imported as a module of its own, run in the same Spark session on
+``pipelines/dataplane/transforms/parse.py`` of ``--baseline`` imported as a module of its own (with that commit's own
+``checks.py``, the check helpers it calls), run in the same Spark session on
 the same cached lines, its runs interleaved with those of this checkout so that a shared machine's load falls on both. Prints the best of
-``--repeat`` timings after one warm-up.
+``--repeat`` timings after one warm-up, and whether the two optimized plans are the same (:func:`_without_ids`).
+With ``--baseline`` it exits 1 when this checkout's parse takes more than ``--max-slowdown`` times the baseline's.
 """
 
 from __future__ import annotations
@@ -74,17 +76,45 @@ def synthetic_raw(spark, n: int):
     return rows.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schemas.RAW_RECORD.fields])
 
 
-def parse_module_at(commit: str, tmp: str):
-    """``pipelines/dataplane/transforms/parse.py`` of ``commit`` imported as a module of its own (it imports only modules that
-    are unchanged since, from this checkout)."""
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:pipelines/dataplane/transforms/parse.py"],
-                            check=True, capture_output=True, text=True).stdout
-    path = Path(tmp) / f"parse_{commit}.py"
+#: The modules of the baseline that are imported from the baseline itself, not from this checkout: the parse and the
+#: check helpers it calls (whose signatures may have changed since).
+TRANSFORMS = "pipelines/dataplane/transforms"
+BASELINE_OWN = ("checks",)
+
+
+def _module_at(commit: str, tmp: str, name: str, source: str):
+    path = Path(tmp) / f"{name}_{commit}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"parse_{commit}", path)
+    spec = importlib.util.spec_from_file_location(f"{name}_{commit}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def parse_module_at(commit: str, tmp: str):
+    """``pipelines/dataplane/transforms/parse.py`` of ``commit`` imported as a module of its own, with that commit's
+    modules of :data:`BASELINE_OWN` where it has them; the other modules it imports come from this checkout."""
+    def show(name: str) -> str | None:
+        done = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:{TRANSFORMS}/{name}.py"],
+                              capture_output=True, text=True)
+        return done.stdout if done.returncode == 0 else None
+
+    source = show("parse")
+    if source is None:
+        raise SystemExit(f"parse_cost: {commit} has no {TRANSFORMS}/parse.py")
+    for name in BASELINE_OWN:
+        own = show(name)
+        if own is not None:
+            _module_at(commit, tmp, name, own)
+            source = source.replace(f"{TRANSFORMS.replace('/', '.')}.{name} import", f"{name}_{commit} import")
+    return _module_at(commit, tmp, "parse", source)
+
+
+def _without_ids(plan: str) -> str:
+    """An optimized plan's text without what differs between two builds of the same plan: expression ids (``#12``)
+    and the numbers of common subexpressions (``_common_expr_3``, a counter of the session)."""
+    return re.sub(r"_common_expr_\d+", "_common_expr_", re.sub(r"#\d+L?", "#", plan))
 
 
 def measure(n: int, repeat: int, modules: dict) -> dict[str, dict]:
@@ -107,7 +137,7 @@ def measure(n: int, repeat: int, modules: dict) -> dict[str, dict]:
         counts = {name: len(re.findall(pattern, plan)) for name, pattern in REGEX_NODES.items()}
         rejected = parsed[label].where(F.col("reject_reason").isNotNull()).count()
         results[label] = {"lines": n, "times": [], "regex_nodes": {k: v for k, v in counts.items() if v},
-                          "rejected": rejected}
+                          "rejected": rejected, "plan": _without_ids(plan)}
     for round_ in range(repeat + 1):  # round 0 warms up
         for label in modules:
             started = time.monotonic()
@@ -131,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lines", type=int, default=2_000_000)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--baseline", default="", help="git commit whose parse is measured too (e.g. 74b4287)")
+    ap.add_argument("--max-slowdown", type=float, default=1.10,
+                    help="with --baseline: exit 1 when this checkout's best time exceeds the baseline's times this")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from pipelines.dataplane.transforms import parse
@@ -145,8 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     for label, result in results.items():
         show(label, result)
     if args.baseline:
-        before, after = (r["seconds"] for r in results.values())
-        print(f"ratio before/after: {before / after:.2f}x")
+        before, after = results.values()
+        same = "the same" if before["plan"] == after["plan"] else "different"
+        print(f"optimized plans (ids aside): {same}")
+        ratio = before["seconds"] / after["seconds"]
+        print(f"ratio before/after: {ratio:.2f}x (check: after at most {args.max_slowdown:.2f}x before)")
+        if after["seconds"] > args.max_slowdown * before["seconds"]:
+            print(f"parse_cost: this checkout's parse is {1 / ratio:.2f}x the baseline's, over --max-slowdown "
+                  f"{args.max_slowdown:.2f}", file=sys.stderr)
+            return 1
     return 0
 
 

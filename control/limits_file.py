@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from control.timestamps import format_expires_at
+
 
 def write_limits_file(
     records: list[dict[str, Any]],
@@ -33,8 +35,6 @@ def write_limits_file(
     ``before_replace`` is called once the temporary file is complete, before the rename (the
     governor's crash-test hook).
     """
-    from control.record import format_expires_at  # here: control.record re-exports this module's functions
-
     target = Path(path)
     directory = target.parent
     directory.mkdir(parents=True, exist_ok=True)

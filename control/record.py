@@ -41,7 +41,8 @@ Optional, signed like every other field:
   governor) applies ``limit_qps`` on every broker.
 
 The file sink (docs/contracts.md §3) is ``<lake>/control/limits.json`` holding the whole current set,
-replaced atomically: :mod:`control.limits_file` (its two functions are importable from here too).
+replaced atomically: :mod:`control.limits_file` (its two functions are importable from here too). The written
+form of ``expires_at`` is :mod:`control.timestamps` (its names are importable from here too).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from control.limits_file import read_limits_file, write_limits_file
+from control.timestamps import EXPIRES_AT_FORMAT, format_expires_at, parse_expires_at
 
 
 __all__ = [
@@ -103,10 +105,6 @@ BROKERS_FIELD = "brokers"
 ANY_BROKER = "*"
 RESOURCE_TYPES: frozenset[str] = frozenset({"topic", "group"})
 MODES: frozenset[str] = frozenset({"enforce", "advisory"})
-#: strftime/strptime format of ``expires_at`` (always UTC, always a literal ``Z``).
-EXPIRES_AT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-
-_EXPIRES_AT_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 _HEX_SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
@@ -177,20 +175,6 @@ def sign(record: Mapping[str, Any], key: bytes) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 # validation and verification
 # --------------------------------------------------------------------------------------------
-
-def parse_expires_at(value: str) -> datetime:
-    """Parse ``YYYY-MM-DDTHH:MM:SSZ`` into an aware UTC datetime; ``ValueError`` otherwise."""
-    if not isinstance(value, str) or not _EXPIRES_AT_RE.fullmatch(value):
-        raise ValueError(f"expires_at must be 'YYYY-MM-DDTHH:MM:SSZ' (UTC), got {value!r}")
-    return datetime.strptime(value, EXPIRES_AT_FORMAT).replace(tzinfo=timezone.utc)
-
-
-def format_expires_at(when: datetime) -> str:
-    """Render a datetime as ``YYYY-MM-DDTHH:MM:SSZ`` in UTC (naive datetimes are taken as UTC)."""
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.astimezone(timezone.utc).strftime(EXPIRES_AT_FORMAT)
-
 
 def _as_utc(now: datetime) -> datetime:
     if now.tzinfo is None:

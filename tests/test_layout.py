@@ -113,22 +113,131 @@ def test_the_decision_plane_and_the_simulator_load_without_spark(package):
 
 def test_the_decision_plane_has_no_import_cycle():
     # one owner per concern: a module never needs one that needs it back (fold.py and limit_policy.py did, through
-    # a TYPE_CHECKING import, before issue 50); every import counts, those for type checking too
-    folder = ROOT / "pipelines" / "decide"
-    graph = {f"pipelines.decide.{p.stem}": {n for n in _imports(p) if n.startswith("pipelines.decide.")}
-             for p in _module_files(folder) if p.name != "__init__.py"}
-    done: set[str] = set()
+    # a TYPE_CHECKING import, before issue 50); every import counts, those for type checking too. Redundant once
+    # NOT_YET_CHECKED below is empty
+    assert import_cycles(ROOT / "pipelines" / "decide") == []
 
-    def cycle(module: str, path: tuple[str, ...]) -> tuple[str, ...] | None:
-        if module in path:
-            return path[path.index(module):] + (module,)
-        if module in done:
-            return None
-        for name in sorted(graph.get(module, ())):
-            found = cycle(name, path + (module,))
-            if found:
-                return found
-        done.add(module)
-        return None
 
-    assert [c for m in sorted(graph) if (c := cycle(m, ()))] == []
+# --- every package: no import cycle, no long function ---------------------------------------------------------------
+
+#: Folders the two checks below skip for now, their modules left out of the graph and the count: they are being
+#: split by role. Extending both checks to every package is emptying this tuple, a one-line change the lead makes
+#: once those folders are split.
+NOT_YET_CHECKED = ("pipelines/decide", "pipelines/sim", "pipelines/backtest")
+#: A function longer than this many lines of code (see :func:`lines_of_code`) holds more than one step.
+MAX_FUNCTION_LINES = 60
+
+
+def _modules(package: Path, exclude: tuple[str, ...]) -> dict[str, Path]:
+    """``{dotted module name: file}`` of every module under ``package``, subpackages included, those under a folder of
+    ``exclude`` (paths relative to the repository) left out."""
+    skipped = [ROOT / folder for folder in exclude]
+    return {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in _module_files(package) if not any(folder in p.parents for folder in skipped)}
+
+
+def imported_modules(path: Path, module: str, known: set[str]) -> set[str]:
+    """The modules of ``known`` that the module ``module`` (file ``path``) imports anywhere: at the top, inside
+    functions, under ``TYPE_CHECKING``. ``from a.b import c`` imports ``a.b.c`` when that is a module, else ``a.b``;
+    relative imports are resolved against the module's package."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]) if node.level else ""
+            base = ".".join(part for part in (base, node.module or "") if part)
+            found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names)
+    return found & known
+
+
+def import_cycles(package: Path, exclude: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """One import cycle per group of modules under ``package`` that import each other (a strongly connected component
+    of the import graph of :func:`imported_modules`), as the modules around it, the first repeated last; [] when
+    none."""
+    files = _modules(package, exclude)
+    graph = {m: sorted(imported_modules(p, m, set(files))) for m, p in files.items()}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(module: str) -> None:  # Tarjan's strongly connected components
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for name in graph[module]:
+            if name not in order:
+                visit(name)
+                low[module] = min(low[module], low[name])
+            elif name in stack:
+                low[module] = min(low[module], order[name])
+        if low[module] == order[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+            if len(group) > 1 or module in graph[module]:
+                groups.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return [_cycle_through(group, graph) for group in sorted(groups)]
+
+
+def _cycle_through(group: list[str], graph: dict[str, list[str]]) -> tuple[str, ...]:
+    """The shortest cycle from the first module of ``group`` back to it, within the group (breadth first)."""
+    start = group[0]
+    paths = {start: (start,)}
+    frontier = [start]
+    while frontier:
+        following = []
+        for module in frontier:
+            for name in graph[module]:
+                if name == start:
+                    return paths[module] + (start,)
+                if name in group and name not in paths:
+                    paths[name] = paths[module] + (name,)
+                    following.append(name)
+        frontier = following
+    raise AssertionError(f"no cycle through {start}")
+
+
+def lines_of_code(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> int:
+    """The lines of a function from its ``def`` to its last line, nested functions included, without blank lines,
+    comment lines and docstrings (its own and those of what it nests)."""
+    docstrings = set()
+    for inner in ast.walk(node):
+        body = getattr(inner, "body", None)
+        if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body and \
+                isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and \
+                isinstance(body[0].value.value, str):
+            docstrings.update(range(body[0].lineno, body[0].end_lineno + 1))
+    return sum(1 for n in range(node.lineno, node.end_lineno + 1)
+               if n not in docstrings and lines[n - 1].strip() and not lines[n - 1].lstrip().startswith("#"))
+
+
+def long_functions(package: Path, exclude: tuple[str, ...] = (), most: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """``{"<file>:<line> <function>": lines of code}`` of every function, method and nested function under
+    ``package`` (as :func:`_modules` selects the files) longer than ``most`` lines of code (:func:`lines_of_code`)."""
+    long = {}
+    for path in _modules(package, exclude).values():
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (n := lines_of_code(node, lines)) > most:
+                long[f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"] = n
+    return long
+
+
+@pytest.mark.parametrize("package", PRODUCT)
+def test_no_import_cycle_in_any_package(package):
+    # a module never needs one that needs it back, through whatever import: a shared piece lives where both can
+    # import it
+    assert import_cycles(ROOT / package, NOT_YET_CHECKED) == []
+
+
+@pytest.mark.parametrize("package", PRODUCT)
+def test_no_function_is_over_60_lines_of_code(package):
+    # one step per function: a longer one is split into named steps
+    assert long_functions(ROOT / package, NOT_YET_CHECKED) == {}

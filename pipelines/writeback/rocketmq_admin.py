@@ -255,6 +255,14 @@ class BrokerAdmin:
                        broker, addr)
         return view
 
+    def read_master(self, broker: str, addr: str, deadline: float) -> tuple[RateView, Defaults]:
+        """One master's rates and defaults: ``GET_BROKER_CONFIG`` when due (before the first view: it tells the
+        version the request codes are checked against), then VIEW. The defaults: an older-line view's own when it
+        carries them, else the broker configuration's (:meth:`defaults`)."""
+        configured = self.defaults(broker, addr, deadline)
+        view = self.view(broker, addr, deadline)
+        return view, view.defaults or configured
+
     def update(self, broker: str, addr: str, resource: str, qps: float, deadline: float) -> None:
         """Set one rate (UPDATE_SEND_MESSAGE_RATE_LIMIT, ext fields ``topic`` and ``topicLimitQps``)."""
         if not (math.isfinite(qps) and qps > 0):

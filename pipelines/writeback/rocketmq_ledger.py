@@ -30,8 +30,16 @@ from pathlib import Path
 log = logging.getLogger("rate_governor.sink.rocketmq")
 
 LEDGER_FORMAT = 2
+#: The ledger's place in the lake when ``[sink.rocketmq] ledger_file`` is empty.
+LEDGER_FILE = "control/rocketmq_owned.json"
 #: Pseudo broker name of the entries read from a format-1 ledger (owned on every master).
 ANY_MASTER = "*"
+
+
+def ledger_path(ledger_file: str, lake_root: str | os.PathLike[str]) -> Path:
+    """The ledger file: ``ledger_file`` (``[sink.rocketmq] ledger_file``) when set, else
+    ``<lake_root>/control/rocketmq_owned.json``."""
+    return Path(ledger_file) if ledger_file else Path(lake_root) / LEDGER_FILE
 
 
 class Ledger:

@@ -24,9 +24,43 @@ import time
 from dataclasses import dataclass
 
 from control import remoting as rm
-from pipelines.config import ConfigError, load_config
-from pipelines.writeback.rocketmq_admin import RATE_TOLERANCE
-from pipelines.writeback.rocketmq_sink import NO_DEADLINE_S, RocketMQAdminSink
+from pipelines.cli import OneLineParser, fail
+from pipelines.config import ConfigError, RocketMQSinkConfig, load_config
+from pipelines.writeback.rocketmq_admin import RATE_TOLERANCE, BrokerAdmin, Defaults, RateView, admin_client
+from pipelines.writeback.rocketmq_ledger import Ledger, ledger_path
+
+#: Operator commands have no publish deadline: each request still has ``timeout_ms``.
+NO_DEADLINE_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What the operator commands work through: the admin requests to one cluster's masters and the ledger of the
+    rates the governor owns there (the file the sink keeps, :mod:`pipelines.writeback.rocketmq_ledger`)."""
+
+    admin: BrokerAdmin
+    ledger: Ledger
+
+    @classmethod
+    def connect(cls, cfg: RocketMQSinkConfig, lake_root: str) -> Cluster:
+        """The cluster of ``cfg``, its ledger under ``lake_root`` unless ``cfg.ledger_file`` names one.
+
+        Raises:
+            ConfigError: ACL keys configured but unusable (:func:`control.acl.load_credentials`).
+        """
+        return cls(BrokerAdmin(cfg, admin_client(cfg)), Ledger(ledger_path(cfg.ledger_file, lake_root)))
+
+    def masters(self) -> dict[str, str]:
+        """``{brokerName: address}`` of the cluster's masters (raises ``rm.RemotingError`` when no name server
+        answers)."""
+        return self.admin.masters(time.monotonic() + NO_DEADLINE_S)
+
+    def read_master(self, broker: str, addr: str) -> tuple[RateView, Defaults]:
+        """One master's rates and defaults (:meth:`BrokerAdmin.read_master`)."""
+        return self.admin.read_master(broker, addr, time.monotonic() + NO_DEADLINE_S)
+
+    def close(self) -> None:
+        self.admin.client.close()
 
 
 @dataclass(frozen=True)
@@ -45,20 +79,20 @@ class Change:
         return f"{self.broker}\t{self.addr}\t{self.resource}\t{self.have} -> {self.to} qps ({self.why})"
 
 
-def plan(sink: RocketMQAdminSink, scope: str | set[str]) -> tuple[list[Change], list[str]]:
+def plan(cluster: Cluster, scope: str | set[str]) -> tuple[list[Change], list[str]]:
     """What ``restore`` would change: (changes, problems per master). ``scope`` is ``"owned"`` (the ledger's),
     ``"all"`` (every limiter) or a set of resources. Resources already at or above their restore rate, or
     without a limiter, are released from the ledger here."""
-    masters = sink.masters()
-    sink.ledger.adopt_legacy(sorted(masters))
+    masters = cluster.masters()
+    cluster.ledger.adopt_legacy(sorted(masters))
     changes, problems = [], []
     for broker, addr in masters.items():
         try:
-            view, defaults = sink.read_master(broker, addr, time.monotonic() + NO_DEADLINE_S)
+            view, defaults = cluster.read_master(broker, addr)
         except (rm.RemotingError, ValueError) as exc:
             problems.append(f"{broker} ({addr}): {exc}")
             continue
-        owned = sink.ledger.owned(broker)
+        owned = cluster.ledger.owned(broker)
         names = set(owned) if scope == "owned" else set(view.rates) if scope == "all" else set(scope)
         done = set()
         for resource in sorted(names):
@@ -71,11 +105,11 @@ def plan(sink: RocketMQAdminSink, scope: str | set[str]) -> tuple[list[Change], 
             why = (f"its rate before the governor" if prior is not None
                    else f"broker default, {defaults.source}")
             changes.append(Change(broker, addr, resource, have, to, why))
-        sink.ledger.release(broker, done)
+        cluster.ledger.release(broker, done)
     return changes, problems
 
 
-def apply(sink: RocketMQAdminSink, changes: list[Change]) -> tuple[int, list[str]]:
+def apply(cluster: Cluster, changes: list[Change]) -> tuple[int, list[str]]:
     """Send the changes, read them back; (rates restored, problems). Restored resources leave the ledger."""
     restored, problems = 0, []
     by_master: dict[tuple[str, str], list[Change]] = {}
@@ -85,8 +119,8 @@ def apply(sink: RocketMQAdminSink, changes: list[Change]) -> tuple[int, list[str
         deadline = time.monotonic() + NO_DEADLINE_S
         try:
             for change in todo:
-                sink.admin.update(broker, addr, change.resource, change.to, deadline)
-            after = sink.admin.view(broker, addr, deadline)
+                cluster.admin.update(broker, addr, change.resource, change.to, deadline)
+            after = cluster.admin.view(broker, addr, deadline)
         except (rm.RemotingError, ValueError) as exc:
             problems.append(f"{broker} ({addr}): {exc}")
             continue
@@ -94,17 +128,17 @@ def apply(sink: RocketMQAdminSink, changes: list[Change]) -> tuple[int, list[str
         problems += [f"{broker} ({addr}): {c.resource} still at {after.rates[c.resource]} qps"
                      for c in todo if c.resource not in ok]
         restored += len(ok)
-        sink.ledger.release(broker, ok)
+        cluster.ledger.release(broker, ok)
     return restored, problems
 
 
-def show(sink: RocketMQAdminSink) -> list[str]:
+def show(cluster: Cluster) -> list[str]:
     """One line per limiter that differs from its broker's default or that the governor owns: broker, address,
     resource, rate, the default (and where it was read), who set it."""
     lines = []
-    for broker, addr in sink.masters().items():
-        view, defaults = sink.read_master(broker, addr, time.monotonic() + NO_DEADLINE_S)
-        owned = sink.ledger.owned(broker)
+    for broker, addr in cluster.masters().items():
+        view, defaults = cluster.read_master(broker, addr)
+        owned = cluster.ledger.owned(broker)
         for resource, qps in sorted(view.rates.items()):
             default = defaults.for_resource(resource)
             if abs(qps - default) <= RATE_TOLERANCE and resource not in owned:
@@ -119,8 +153,7 @@ def show(sink: RocketMQAdminSink) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipelines.cli import OneLineParser, fail
-
+    """``python -m pipelines.writeback.rocketmq_sink {show,restore}`` (module docstring); the exit code."""
     parser = OneLineParser(prog="python -m pipelines.writeback.rocketmq_sink",
                            description="Operator commands of the RocketMQ admin sink.")
     parser.add_argument("command", choices=["restore", "show"],
@@ -143,28 +176,28 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.conf).with_paths(lake=args.lake)
         if not cfg.sink.rocketmq.namesrv_addr:
             raise ConfigError(f"{args.conf}: [sink.rocketmq] namesrv_addr is empty")
-        sink = RocketMQAdminSink(cfg.sink.rocketmq, cfg.lake.path)
+        cluster = Cluster.connect(cfg.sink.rocketmq, cfg.lake.path)
     except ConfigError as exc:
         return fail(prog, exc)
     try:
         if args.command == "show":
-            for line in show(sink):
+            for line in show(cluster):
                 print(line)
             return 0
         scope = "all" if args.all else set(args.resource) if args.resource else "owned"
-        changes, problems = plan(sink, scope)
+        changes, problems = plan(cluster, scope)
         for change in changes:
             print(("would set " if args.all and not args.yes else "setting ") + change.line())
         if args.all and not args.yes:
             print(f"dry run: {len(changes)} rates would be raised; nothing changed (add --yes to apply)")
             restored = 0
         else:
-            restored, failed = apply(sink, changes)
+            restored, failed = apply(cluster, changes)
             problems += failed
     except rm.RemotingError as exc:
         return fail(prog, exc)
     finally:
-        sink.close()
+        cluster.close()
     if problems:
         print(f"{prog}: restored {restored} rates; not restored: {'; '.join(problems)}", file=sys.stderr)
         return 1

@@ -31,7 +31,8 @@ until a later publish reaches it; nothing is raised to the streaming query.
 
 The brokers have no TTL of their own: the governor owns fail-open. If it stops, its last rates stay in force (the
 current line even keeps them across broker restarts) until ``python -m pipelines.writeback.rocketmq_sink restore --conf
-<toml>`` sets them back (:mod:`pipelines.writeback.rocketmq_restore`).
+<toml>`` sets them back (:mod:`pipelines.writeback.rocketmq_restore`, which holds the operator commands this
+module's ``main`` runs).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from pathlib import Path
 from typing import Any
 
 from control import remoting as rm
@@ -52,17 +52,15 @@ from control.record import broker_limit, parse_expires_at
 from control.remoting_client import RemotingClient
 from pipelines.config import RocketMQSinkConfig
 from pipelines.writeback.rocketmq_admin import RATE_TOLERANCE, BrokerAdmin, BrokerRefused, Defaults, RateView, admin_client
-from pipelines.writeback.rocketmq_ledger import Ledger
+from pipelines.writeback.rocketmq_ledger import Ledger, ledger_path
+from pipelines.writeback.rocketmq_restore import main
 
-__all__ = ["RocketMQAdminSink", "BrokerRefused", "broker_resource", "LEDGER_FILE", "main"]
+__all__ = ["RocketMQAdminSink", "BrokerRefused", "broker_resource", "main"]
 
 log = logging.getLogger("rate_governor.sink.rocketmq")
 
-LEDGER_FILE = "control/rocketmq_owned.json"
 #: How long after the publish deadline the sink still collects answers already on their way (s).
 DEADLINE_GRACE_S = 0.25
-#: Operator commands have no publish deadline: each request still has ``timeout_ms``.
-NO_DEADLINE_S = 3600.0
 
 
 def broker_resource(record: Mapping[str, Any]) -> str:
@@ -108,7 +106,7 @@ class RocketMQAdminSink:
         self.cfg = cfg
         self.client = client if client is not None else admin_client(cfg)
         self.admin = BrokerAdmin(cfg, self.client)
-        self.ledger = Ledger(Path(cfg.ledger_file) if cfg.ledger_file else Path(lake_root) / LEDGER_FILE)
+        self.ledger = Ledger(ledger_path(cfg.ledger_file, lake_root))
         self.status: dict[str, str] = {}
         self.last_rejections: dict[tuple[str, str], int] = {}
         self._pool = ThreadPoolExecutor(max_workers=cfg.max_parallel_brokers, thread_name_prefix="rocketmq-sink")
@@ -133,11 +131,6 @@ class RocketMQAdminSink:
             if live:
                 out[broker_resource(r)] = r
         return out
-
-    def masters(self) -> dict[str, str]:
-        """``{brokerName: address}`` of the cluster's masters (raises ``rm.RemotingError`` when no name server
-        answers)."""
-        return self.admin.masters(time.monotonic() + NO_DEADLINE_S)
 
     # --- the sink ---------------------------------------------------------------------------------------------
     def publish(self, previous: list[Mapping[str, Any]], current: list[Mapping[str, Any]],
@@ -196,12 +189,10 @@ class RocketMQAdminSink:
             self.last_rejections.update({(broker, r): ts for r, ts in view.last_rejections.items()})
 
     def read_master(self, broker: str, addr: str, deadline: float) -> tuple[RateView, Defaults]:
-        """One master's rates and defaults: ``GET_BROKER_CONFIG`` when due (before the first view: it tells the
-        version the request codes are checked against), then VIEW; fills :attr:`last_rejections`."""
-        configured = self.admin.defaults(broker, addr, deadline)
-        view = self.admin.view(broker, addr, deadline)
+        """One master's rates and defaults (:meth:`BrokerAdmin.read_master`); fills :attr:`last_rejections`."""
+        view, defaults = self.admin.read_master(broker, addr, deadline)
         self._note_rejections(broker, view)
-        return view, view.defaults or configured
+        return view, defaults
 
     def _sync_master(self, broker: str, addr: str, desired: dict[str, Mapping[str, Any]], deadline: float) -> int:
         """Push one master's off-target rates and read them back; returns the updates it acknowledged."""
@@ -257,13 +248,6 @@ class RocketMQAdminSink:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.client.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The operator commands (``show``, ``restore``): :func:`pipelines.writeback.rocketmq_restore.main`."""
-    from pipelines.writeback.rocketmq_restore import main as restore_main
-
-    return restore_main(argv)
 
 
 if __name__ == "__main__":

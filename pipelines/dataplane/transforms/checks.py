@@ -5,6 +5,7 @@ event-time bounds, and two column helpers. Built-in Spark functions only."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -26,10 +27,19 @@ def extract(column: Column, pattern: str, group: int) -> Column:
     return F.nullif(F.regexp_extract(column, pattern, group), F.lit(""))
 
 
-def first_reason(*checks: tuple[Column, Column | str]) -> Column:
+@dataclass(frozen=True, eq=False)
+class Check:
+    """One quarantine check of a parse: a record for which ``condition`` (a boolean column) is true is rejected with
+    ``reason`` (a sentence, or a string column that names the offending value)."""
+
+    condition: Column
+    reason: Column | str
+
+
+def first_reason(*checks: Check) -> Column:
     """The reason of the first check whose condition is true, else null. Conditions that are null count as false."""
     return F.coalesce(
-        *[F.when(cond, reason if isinstance(reason, Column) else F.lit(reason)) for cond, reason in checks]
+        *[F.when(c.condition, c.reason if isinstance(c.reason, Column) else F.lit(c.reason)) for c in checks]
     )
 
 
@@ -46,18 +56,18 @@ def valid_name(name: Column, max_length: int) -> Column:
     return name.rlike(rmq.NAME_PATTERN) & (F.length(name) <= max_length)
 
 
-def time_checks(event_time: Column, ingested_at: Column, cfg: StatsConfig) -> list[tuple[Column, str]]:
-    """(condition, reason) checks of an event time against its ingestion time: more than ``cfg.max_future_seconds``
-    ahead, or (when ``cfg.max_age_days``) more than that many days behind."""
+def time_checks(event_time: Column, ingested_at: Column, cfg: StatsConfig) -> list[Check]:
+    """The checks of an event time against its ingestion time: more than ``cfg.max_future_seconds`` ahead, or (when
+    ``cfg.max_age_days``) more than that many days behind."""
     checks = [
-        (
+        Check(
             event_time > ingested_at + F.make_dt_interval(secs=F.lit(cfg.max_future_seconds)),
             f"event time more than {cfg.max_future_seconds} s after ingestion",
         )
     ]
     if cfg.max_age_days:
         checks.append(
-            (
+            Check(
                 event_time < ingested_at - F.make_dt_interval(days=F.lit(cfg.max_age_days)),
                 f"event time more than {cfg.max_age_days} days before ingestion",
             )

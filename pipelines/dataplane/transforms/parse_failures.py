@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pipelines import rocketmq as rmq
 from pipelines import schemas
 from pipelines.config import BrokersConfig, StatsConfig
-from pipelines.dataplane.transforms.checks import extract, first_reason, lit_map, not_utf8, time_checks, valid_name
+from pipelines.dataplane.transforms.checks import Check, extract, first_reason, lit_map, not_utf8, time_checks, valid_name
 from pipelines.dataplane.transforms.types import Transform
 
 def classify_failure(message: Column, code: Column) -> Column:
@@ -70,18 +70,18 @@ def parse_send_failures(stats_cfg: StatsConfig, brokers: BrokersConfig) -> Trans
         )
         corrupt = F.col("j._corrupt_record").isNotNull()
         reason = first_reason(
-            (F.col("raw").isNull() | (F.trim(F.col("raw")) == ""), "empty line"),
-            (not_utf8(F.col("raw")), "line is not valid UTF-8"),
-            (corrupt & ~F.ltrim(F.col("raw")).startswith("{"), "not a JSON object"),
-            (corrupt, "malformed JSON or a field of the wrong type (e.g. code as a string)"),
-            (ts.isNull(), "missing field: ts"),
-            (F.col("event_time").isNull(), "ts is neither epoch milliseconds nor an ISO-8601 date"),
-            (F.col("topic").isNull(), "missing field: topic"),
-            (
+            Check(F.col("raw").isNull() | (F.trim(F.col("raw")) == ""), "empty line"),
+            Check(not_utf8(F.col("raw")), "line is not valid UTF-8"),
+            Check(corrupt & ~F.ltrim(F.col("raw")).startswith("{"), "not a JSON object"),
+            Check(corrupt, "malformed JSON or a field of the wrong type (e.g. code as a string)"),
+            Check(ts.isNull(), "missing field: ts"),
+            Check(F.col("event_time").isNull(), "ts is neither epoch milliseconds nor an ISO-8601 date"),
+            Check(F.col("topic").isNull(), "missing field: topic"),
+            Check(
                 ~valid_name(F.col("topic"), rmq.TOPIC_MAX_LENGTH),
                 F.concat(F.lit("invalid topic name: "), F.col("topic")),
             ),
-            (F.col("latency_ms") < 0, "negative latency_ms"),
+            Check(F.col("latency_ms") < 0, "negative latency_ms"),
             *time_checks(F.col("event_time"), F.col("ingested_at"), stats_cfg),
         )
         return parsed.select(
