@@ -245,6 +245,9 @@ class LimitPolicy(OpenWindows):
         two speeds' figures of one limit (consume basis, baselines from fewer windows) do not change its value."""
         if (bound := self.first_bound(cand)) is not None and bound[0] < cand.target_qps:
             cand = replace(cand, target_qps=bound[0], reason=f"{cand.reason}; {bound[1]}")
+        if cand.mode != Mode.ENFORCE and self.remembered(state, cand):
+            cand = replace(cand, mode=Mode.ENFORCE, reason=f"{cand.reason}; enforced: its enforced limit was lifted "
+                                                            f"{state.last_lift_end:%Y-%m-%dT%H:%M:%SZ}, a recurrence")
         state, again = self.recurrence(state, cand)
         start, reason, target = cand.target_qps, cand.reason, cand.target_qps
         if again is not None:
@@ -266,6 +269,15 @@ class LimitPolicy(OpenWindows):
     def first_bound(self, cand: Candidate) -> tuple[float, str] | None:
         """The highest first limit its candidate's window allows (msg/s cluster-wide) and why; None: the target."""
         return None
+
+    def remembered(self, state: ResourceState, cand: Candidate) -> bool:
+        """Whether ``cand``'s window is within ``recurrence_windows`` of an enforced limit's remembered lift (an
+        advisory record's lift is not remembered): the cause came back, and a candidate that would be only advisory
+        (a surge on brokers still healthy in its first window) is enforced at the remembered target, before its
+        broker is crushed again."""
+        last, p = state.last_lift_end, self.params
+        return (last is not None and state.lifted_target_qps is not None and cand.window_end >= last
+                and cand.window_end - last <= p.window * p.recurrence_windows)
 
     def recurrence(self, state: ResourceState, cand: Candidate) -> tuple[ResourceState, tuple[float, str] | None]:
         """Whether a new enforced limit is a recurrence: within ``recurrence_windows`` of the last remembered lift →

@@ -85,6 +85,8 @@ class OverrideTick:
         self._version = 0
         #: Rows each tick wrote (tests and logs).
         self.written: list[int] = []
+        #: More steps run on the same thread every tick, after the overrides (the gold flow's probe tick).
+        self.also: list = []
 
     def tick(self) -> int:
         """One application of the overrides; returns the ``gold/limits`` rows written (0: nothing to do).
@@ -124,6 +126,8 @@ class OverrideTick:
         while True:
             try:
                 self.tick()
+                for step in self.also:
+                    step()
             except LakeHeldError:
                 return  # the run stops its queries and says so
             except Exception as exc:  # noqa: BLE001 - the next tick tries again; the job goes on

@@ -120,6 +120,8 @@ def compute(result, baseline=None) -> Figures:
             contain = int(np.ceil((max(first_in[cz] for cz in required) - c.start).total_seconds()))
             values["limit_in_force_at_s"] = (float((max(first_in[cz] for cz in required) - c.start).total_seconds()),
                                              "s", "incident")
+            values["onset_clock_s"] = (float(max((onset_clock(result, cz) - c.start).total_seconds()
+                                                 for cz in required)), "s", "incident")
     if culprits:
         admitted = c.second_admitted[:, is_culprit].sum(axis=1)
         hosts = set(c.pairs.loc[is_culprit, "broker"])
@@ -208,7 +210,7 @@ def compute(result, baseline=None) -> Figures:
                 at = start + int(have[0])
                 ramp = max((cz.ramp_seconds for cz in found), default=0.0)
                 clock = int(np.ceil((lo + ramp) / 60.0 - 1e-9)) * 60  # as onset_clock: first whole minute at full
-                ep["contained"] = at - clock
+                ep["contained"], ep["clock"] = at - clock, clock
                 mask = np.zeros(n, dtype=bool)
                 whole_ep = np.flatnonzero(complete[at:hi])
                 mask[at + (int(whole_ep[0]) if whole_ep.size else 0):hi] = True
@@ -259,6 +261,7 @@ def compute(result, baseline=None) -> Figures:
             if k > 1 and not ep["in_force_at_start"]:
                 values[f"onset_to_limit_in_force_episode_{k}"] = (
                     float(ep["contained"]) if ep["contained"] is not None else nan, "s", "incident")
+                values[f"onset_clock_s_episode_{k}"] = (float(ep.get("clock", nan)), "s", "incident")
                 values[f"remembered_target_episode_{k}"] = (
                     float(ep["remembered"]) if ep["remembered"] is not None else nan, "bool", "incident")
                 if "remembered_equal" in ep:  # equal to the last value in force (the check at 2449589)

@@ -50,6 +50,8 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from pipelines.cli import OneLineParser
 
 from pipelines.sim.draws import (  # noqa: F401 (the drawing of a case, importable from here)
@@ -168,18 +170,48 @@ def verdict(case: Case, figures, cfg=None, bcfg=None) -> tuple[list[tuple[str, s
             continue
         if ok:
             continue
-        if name.startswith("onset -> limit in force") and fastest > 100.0 and onset <= fastest:
-            excused.append((name, f"{measured}: the fastest possible is {fastest - 1.0:.1f} s"))
-        elif name.startswith("an episode that starts after a lift") and fastest > 100.0 and all(
-                v[k][0] <= fastest for k in v if k.startswith("onset_to_limit_in_force_episode_")) and all(
+        unseen = 60.0 * unseen_minutes(case, figures.carriers, value("onset_clock_s"))
+        if name.startswith("onset -> limit in force") and fastest + unseen > 100.0 and onset <= fastest + unseen:
+            excused.append((name, f"{measured}: the fastest possible is {fastest + unseen - 1.0:.1f} s" + (
+                f" (the cause's first {unseen / 60:.0f} minute(s) missing from its carriers' stats)" if unseen else "")))
+        elif name.startswith("an episode that starts after a lift") and all(
+                v[k][0] <= episode_fastest(case, figures, k, fastest) for k in v
+                if k.startswith("onset_to_limit_in_force_episode_")) and all(
                 v[k][0] == 1.0 for k in v if k.startswith("remembered_target_episode_")):
-            excused.append((name, f"{measured}: the fastest possible is {fastest - 1.0:.1f} s"))
+            excused.append((name, f"{measured}: within the fastest possible (from "
+                                  f"{fastest - 1.0:.1f} s, and a minute more per minute missing from the carriers' "
+                                  "stats at its start)"))
         elif (name.startswith("bystander rejected sends") and value("bystander_rejected_per_minute_before") == 0
               and value("bystander_rejected_per_minute_after") == 0):
             excused.append((name, f"{measured}: no bystander rejected before containment nor after"))
         else:
             failed.append((name, measured))
     return failed, excused
+
+
+def unseen_minutes(case: Case, carriers: dict, clock_s: float) -> int:
+    """How many minutes from the one starting ``clock_s`` (s from the run's start; NaN: none) some broker carrying
+    a required cause (``carriers``: resource → brokers) leaves out of the stats the governor reads: a minute dropped
+    by its shipper, or landing more than a minute late (Spark counts it late or not at all). A cause cannot show in
+    a minute its carriers did not ship."""
+    if not np.isfinite(clock_s) or not carriers:
+        return 0
+    brokers = {b for bs in carriers.values() for b in bs}
+    gone = {(b, int(m)) for b, m in case.irregular.get("dropped_minutes", [])} | {
+        (b, int(m)) for b, m, more in case.irregular.get("late_minutes", []) if more > 60.0}
+    m, count = int(clock_s // 60), 0
+    while any((b, m + count) in gone for b in brokers):
+        count += 1
+    return count
+
+
+def episode_fastest(case: Case, figures, key: str, fastest: float) -> float:
+    """The fastest possible limit in force (s from its clock) of the episode whose figure is ``key``
+    (``onset_to_limit_in_force_episode_<k>``): ``fastest``, a minute more per minute its carriers did not ship at
+    its start (:func:`unseen_minutes`); at least the onset target, so an episode within it passes."""
+    k = key.rsplit("_", 1)[-1]
+    clock = figures.values.get(f"onset_clock_s_episode_{k}", (float("nan"),))[0]
+    return max(fastest + 60.0 * unseen_minutes(case, figures.carriers, clock), 100.0)
 
 
 def failed(figures, case: Case | None = None) -> list[tuple[str, str]]:

@@ -56,7 +56,9 @@ def build_governor(spark: SparkSession, cfg: GovernorConfig, clock: Clock = utc_
     gold = GoldFlow(cfg, lake, publisher, clock, decisions, store, open_rows=fast.open_rows)
     source = OverrideSource(lake, cfg)  # operators' overrides: read by both deciding flows and the tick
     fast.overrides = gold.overrides = source.current
+    tick = OverrideTick(cfg, lake, source, store, publisher, decisions, clock)
+    tick.also.append(gold.probe_tick)  # a probe's undo at its deadline, input or not
     return Governor(
         cfg, lake, IngestFlow(cfg, lake, gate, known, fast_events=cfg.windows.fast_path != "never"), gold, fast, known,
-        OverrideTick(cfg, lake, source, store, publisher, decisions, clock),
+        tick,
     )

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pipelines.config import GovernorConfig
 from pipelines.decide.evidence import expected_brokers, open_evidence
 from pipelines.decide.fast import OpenRows
-from pipelines.decide.final import FinalOutputs, decide_final, prepare_final, window_bounds
+from pipelines.decide.final import FinalOutputs, decide_final, decide_open, prepare_final, window_bounds
 from pipelines.decide.inputs import FinalInputs, LockedInputs
 from pipelines.decide.reconcile import lift_reach_seconds, read_as_limited
 from pipelines.decide.windows import TRAFFIC, reduce_windows
@@ -33,6 +33,9 @@ log = logging.getLogger("rate_governor")
 #: Delta transaction app id of the gold query's writes (with the micro-batch id as version).
 GOLD_APP_ID = "rate-governor-gold"
 QUERY = "gold"
+#: The probe tick's writes (:meth:`GoldFlow.probe_tick`; version: milliseconds since the epoch).
+PROBE_APP_ID = "rate-governor-probes"
+PROBE_QUERY = "probes"
 
 def metric_event_stream(spark: SparkSession, cfg: GovernorConfig) -> DataFrame:
     """The gold query's input, streaming :data:`~pipelines.schemas.METRIC_EVENT` rows: the events files the ingest
@@ -65,8 +68,61 @@ class GoldFlow(DecisionFlow):
         super().__init__(*args, **kwargs)
         self._held_warned: set[tuple] = set()  # (resource_type, resource, limited_since) already logged
         self.open_rows = open_rows
+        #: The newest finalized window's end (UTC) and its brokers (the census of the windows after it); None
+        #: until this governor finalizes a window (after a restart too).
+        self.horizon: tuple[dt.datetime, list[str]] | None = None
+        self._tick_version = 0
         #: The operators' overrides now (:meth:`pipelines.job.overrides.OverrideSource.current`; () without).
         self.overrides: Callable[[], tuple] = tuple
+
+    def opened(self):
+        """The fast path's open windows after the newest finalized one, as demand evidence per resource
+        (:func:`pipelines.decide.evidence.open_evidence`); None without a fast path or a finalized window."""
+        if self.open_rows is None or self.horizon is None:
+            return None
+        horizon_end, expected = self.horizon
+        return open_evidence(self.open_rows.rows, horizon_end, self.cfg.windows.length_seconds, expected,
+                             self.cfg.detection)
+
+    def decide_open_windows(self, query: str, app_id: str, version: int, *, save_state: bool) -> int:
+        """The limits in force decided on the open windows now (:func:`pipelines.decide.final.decide_open`: a probe
+        taken or at its deadline undone, a lift the open windows prove, a probe, a squeeze) → the ``gold/limits``
+        rows written and published (0: none). ``save_state``: the ``state/policy`` rows are written with them
+        (tagged ``version``, a gold micro-batch's id); the probe tick leaves them to the next gold micro-batch,
+        which saves every limited resource's state (the store holds them meanwhile; a restart before it decides
+        the overdue undo again, at the same value)."""
+        if self.horizon is None:
+            return 0
+        overrides = self.overrides()
+        with self.decision_lock:
+            now = self.clock()
+            locked = LockedInputs(policy_state=self.store.state_before(version if save_state else None),
+                                  latest_limits=self.store.latest_limits(), open_evidence=self.opened(),
+                                  overrides=overrides)
+            limits, refused, state = decide_open(self.horizon[0], locked, self.cfg, now, batch_id=version,
+                                                 origin=f"{app_id}:{version}")
+            if limits.num_rows:
+                self.store.add_state(state)
+                self.store.add_limits(limits)
+        if not limits.num_rows:
+            return 0
+        outputs = {tables.GOLD_LIMITS: limits, tables.QUARANTINE: refused}
+        if save_state:
+            outputs[tables.STATE_POLICY] = state
+        write_arrow(self.lake, query, app_id, version, outputs)
+        for row in limits.to_pylist():
+            log.info("%s %s: %s", row["resource_type"], row["resource"], row["reason"])
+        self.publish(now, version, query)
+        return limits.num_rows
+
+    def probe_tick(self) -> int:
+        """Every ``windows.fast_trigger_seconds``, input or not (the override tick's thread): while a probe is in
+        flight, its undo when the open windows show it taken or its deadline has passed
+        (:meth:`decide_open_windows`); 0 without one."""
+        if not self.store.probing():
+            return 0
+        self._tick_version = max(self._tick_version + 1, int(self.clock().timestamp() * 1000))
+        return self.decide_open_windows(PROBE_QUERY, PROBE_APP_ID, self._tick_version, save_state=False)
 
     def warn_held_too_long(self, out: FinalOutputs, horizon_end: dt.datetime) -> None:
         """Log a WARNING, once per limit, for each limit in force since longer than ``limits.max_held_seconds`` of
@@ -99,9 +155,10 @@ class GoldFlow(DecisionFlow):
         finally:
             context.setJobDescription(None)
         first_window, horizon_end = window_bounds(reduced[TRAFFIC])
-        if first_window is None:
+        if first_window is None:  # no window finalized: what the open windows show of the limits in force
+            written = self.decide_open_windows(QUERY, GOLD_APP_ID, batch_id, save_state=True)
             self.reports.append(BatchReport(QUERY, batch_id))
-            if self.publisher.sinks.behind:  # a sink that was down catches up without a new decision
+            if not written and self.publisher.sinks.behind:  # a sink that was down catches up without a decision
                 with self.decision_lock:
                     self.publisher.publish(self.clock(), batch_id, QUERY)
             return
@@ -119,8 +176,8 @@ class GoldFlow(DecisionFlow):
         with self.decision_lock:
             locked = time.monotonic()
             now = self.clock()
-            opened = (open_evidence(self.open_rows.rows, horizon_end, self.cfg.windows.length_seconds,
-                                    expected_brokers(inputs.brokers), self.cfg.detection) if self.open_rows is not None else None)
+            self.horizon = (horizon_end, expected_brokers(inputs.brokers))
+            opened = self.opened()
             memory = LockedInputs(policy_state=self.store.state_before(batch_id),
                                   latest_limits=self.store.latest_limits(), open_evidence=opened,
                                   overrides=overrides)

@@ -78,6 +78,12 @@ class DecisionStore:
             self._state = self._load_state()
         return tuple(sorted(f"{t}\x1f{r}" for (t, r), row in self._state.items() if row.get("limit_qps") is not None))
 
+    def probing(self) -> bool:
+        """Whether a resource's saved state has a probe in flight (``probe_decided_at`` set)."""
+        if self._state is None:
+            self._state = self._load_state()
+        return any(row.get("probe_decided_at") is not None for row in self._state.values())
+
     def add_state(self, rows: pa.Table) -> None:
         """``state/policy`` rows a final batch decided (they replace the resources' saved state)."""
         if self._state is None:
