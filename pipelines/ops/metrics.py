@@ -47,7 +47,8 @@ FINAL_WINDOW_TABLES = (tables.GOLD_TOPIC_TPS, tables.GOLD_GROUP_TPS, tables.GOLD
 #: Columns of each table the metrics read (:meth:`GovernorMetrics.observe_outputs`).
 COLUMNS = {tables.GOLD_LIMITS: ("action", "basis", "resource_type", "mode"),
            tables.GOLD_ANOMALIES: ("window_end", "resource_type", "resource", "anomaly"),
-           tables.STATE_POLICY: ("resource_type", "resource", "limit_qps", "limited_since", "baseline_tps"),
+           tables.STATE_POLICY: ("resource_type", "resource", "limit_qps", "limited_since", "baseline_tps",
+                                 "probe_excess_messages"),
            tables.QUARANTINE: ("reason",), tables.SILVER_BROKER_STATS: ("broker", "event_time"),
            **{table: ("window_end",) for table in FINAL_WINDOW_TABLES[:3]}}
 
@@ -65,6 +66,7 @@ class _State:
     anomalies: set[tuple[str, str, str]] = field(default_factory=set)
     held_since: dict[tuple[str, str], float] = field(default_factory=dict)
     normal_floors: dict[tuple[str, str], float] = field(default_factory=dict)
+    probe_excess: dict[tuple[str, str], float] = field(default_factory=dict)
     horizon: float | None = None
     broker_last: dict[str, float] = field(default_factory=dict)
     watermarks: dict[str, float] = field(default_factory=dict)
@@ -164,6 +166,12 @@ class GovernorMetrics:
             for row in newest:
                 if row["broker"] is not None and (at := _epoch(row["event_time_max"])) is not None:
                     s.broker_last[row["broker"]] = max(at, s.broker_last.get(row["broker"], at))
+            for r in appended.get(tables.STATE_POLICY, _EMPTY).to_pylist():  # any path's rows: a probe's undo too
+                key = (r["resource_type"], r["resource"])
+                if r["limit_qps"] is None or r.get("probe_excess_messages") is None:
+                    s.probe_excess.pop(key, None)
+                else:
+                    s.probe_excess[key] = float(r["probe_excess_messages"])
             if horizon is None:
                 return
             s.horizon = horizon
@@ -247,6 +255,10 @@ class _Collector:
             yield _gauge("limit_normal_floor_messages_per_second", "The lowest limit a limited topic's normal traffic "
                          "passes under (limits.surge_squeeze_headroom x its frozen baseline), msg/s.", resource,
                          s.normal_floors)
+            yield _gauge("probe_excess_messages", "What the last undone probe of a limited resource admitted beyond "
+                         "the level before it, messages cluster-wide (its stated cost: at most limits.probe_max_windows "
+                         "windows at limits.relax_factor x).", resource,
+                         {key: v for key, v in s.probe_excess.items() if key in limits})
             yield _gauge("limit_max_held_seconds", "limits.max_held_seconds: a limit held longer is flagged.", (),
                          {(): s.max_held_seconds} if s.max_held_seconds is not None else {})
             yield _gauge("lease_held", "1 while this process holds the lake's lease (<lake>/_governor.lease).", (),

@@ -96,6 +96,9 @@ class Status:
     #: an override); a topic's normal floor is it × ``limits.surge_squeeze_headroom`` (``catalogue.normal_floor``).
     baselines: dict[tuple[str, str], float] = field(default_factory=dict)
     normal_headroom: float = LimitsConfig().surge_squeeze_headroom
+    #: (resource_type, resource) → what its last undone probe admitted beyond the level before it, messages
+    #: cluster-wide (newest ``state/policy`` row; the probe's cost, stated in its undo's reason too).
+    probe_excess: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def held_since(self, resource_type: str, resource: str) -> pd.Timestamp | None:
         """The window end of the decision that started the resource's current limit: the first decision after its
@@ -155,9 +158,14 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
         ["decided_at", "window_end", "resource_type", "resource", "limit_qps", "action", "mode", "version", "reason"],
     )
     latest = _frame(lake, f"SELECT max(window_end) AS t FROM {sql_name(tables.GOLD_TOPIC_TPS)}", ["t"])
-    cols = ["resource_type", "resource", "baseline_tps", "override_id"]
-    state = _frame(lake, f"SELECT {', '.join(cols)} FROM (SELECT *, row_number() OVER (PARTITION BY resource_type, "
-                   f"resource ORDER BY batch_id DESC) AS n FROM {sql_name(tables.STATE_POLICY)}) WHERE n = 1", cols)
+    cols = ["resource_type", "resource", "baseline_tps", "override_id", "probe_excess_messages"]
+    newest_state = ("SELECT {} FROM (SELECT *, row_number() OVER (PARTITION BY resource_type, resource ORDER BY "
+                    f"batch_id DESC) AS n FROM {sql_name(tables.STATE_POLICY)}) WHERE n = 1")
+    try:
+        state = _frame(lake, newest_state.format(", ".join(cols)), cols)
+    except ValueError:  # a lake whose state/policy rows predate the probe's figure
+        cols = cols[:-1]
+        state = _frame(lake, newest_state.format(", ".join(cols)), cols).assign(probe_excess_messages=float("nan"))
     newest = {(r.resource_type, r.resource): r for r in state.itertuples()}  # one row each: the newest
     try:
         overrides = query.run_sql(lake, f"SELECT * FROM {sql_name(tables.CONTROL_OVERRIDES)}").to_pylist()
@@ -179,6 +187,8 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
         overrides=override.describe(override.parse(overrides, GovernorConfig())[0], now),
         baselines={k: float(r.baseline_tps) for k, r in newest.items()
                    if not pd.isna(r.baseline_tps) and pd.isna(r.override_id)},  # an override is a person's decision
+        probe_excess={k: float(r.probe_excess_messages) for k, r in newest.items()
+                      if not pd.isna(r.probe_excess_messages)},
     )
 
 
@@ -281,6 +291,9 @@ def _limits_table(status: Status) -> str:
         under = rec.get("mode") == "enforce" and floor is not None and float(rec.get("limit_qps", 0)) < floor
         if under:
             held += f" (under its normal floor, {floor:.1f} msg/s: no probe lifts it; exempt it once it is fixed)"
+        excess = status.probe_excess.get((rec.get("resource_type"), rec.get("resource")))
+        if excess is not None:
+            held += f" (its last probe admitted {excess:,.0f} messages beyond the level before it)"
         shares = rec.get("brokers") or {}
         split = ", ".join(f"{b} {float(v['limit_qps']):.1f}" for b, v in sorted(shares.items()) if b != "*")
         cells = [rec.get("resource_type"), rec.get("resource"), f"{float(rec.get('limit_qps', 0)):.1f}", split,

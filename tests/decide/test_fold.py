@@ -425,8 +425,9 @@ def test_a_lift_is_vetoed_while_a_later_window_shows_the_cause_back():
 
 
 def test_the_recurrence_memory_keeps_enforced_limits_only():
-    """An advisory record's lift is not remembered, and an advisory candidate neither uses nor counts the memory:
-    a later surge on a busy broker starts from its own rule target (200), not the advisory figure (2,000)."""
+    """An advisory record's lift is not remembered: a later surge on a busy broker starts from its own rule target
+    (200), not the advisory figure (2,000). Within ``recurrence_windows`` of an enforced limit's lift, an advisory
+    candidate (the surge back on brokers not busy yet) is enforced at the remembered target: a recurrence."""
     advisory = cand(1, 2000.0, floor_qps=2000.0, observed_tps=1000.0, critical=False, mode="advisory")
     decisions, state = fold([advisory], horizon=6, resource_type="topic")
     assert [(d.action, d.mode) for d in decisions] == [("set", "advisory"), ("lift", "advisory")]
@@ -435,8 +436,12 @@ def test_the_recurrence_memory_keeps_enforced_limits_only():
     decisions, state = fold([busy], horizon=8, state=state, resource_type="topic")
     assert [(d.limit_qps, d.mode) for d in decisions] == [(200.0, "enforce")] and state.recurrences == 0
     remembered = ResourceState("topic", "t", last_lift_end=end(0), lifted_target_qps=150.0)
-    _, again = fold([advisory], horizon=1, state=remembered, resource_type="topic")
-    assert again.recurrences == 0   # an advisory candidate does not count as a recurrence
+    decisions, again = fold([advisory], horizon=1, state=remembered, resource_type="topic")
+    assert [(d.limit_qps, d.mode) for d in decisions] == [(150.0, "enforce")] and again.recurrences == 1
+    assert "enforced: its enforced limit was lifted 2022-02-08T07:00:00Z, a recurrence" in decisions[0].reason
+    forgotten = dataclasses.replace(remembered, last_lift_end=end(0) - 31 * (end(1) - end(0)))
+    decisions, _ = fold([advisory], horizon=1, state=forgotten, resource_type="topic")
+    assert [d.mode for d in decisions] == ["advisory"]   # 31 windows after the lift: forgotten
 
 
 def surge_loop(minutes, demand, capacity=lambda w: 900.0, others=300.0, baseline=120.0, lag=2, cfg=L,

@@ -171,6 +171,23 @@ def test_a_limit_s_normal_floor_is_shown_only_where_its_rule_s_baseline_is_the_r
     assert series(m, "rate_governor_limit_normal_floor_messages_per_second") == []
 
 
+def test_a_probes_stated_cost_is_shown_while_its_limit_is_in_force(m):
+    """A storm limit whose last probe was undone after admitting 468 messages beyond the level before it shows the
+    figure (from any path's state/policy rows: the probe tick's undo writes no final window) while the limit is in
+    force; once lifted, no series."""
+    m.configure(load_config("conf/local.toml"))
+    state = pa.table({"resource_type": ["group", "group"], "resource": ["storm", "calm"], "limit_qps": [40.0, 30.0],
+                      "limited_since": pa.array([W1, W1], UTC_TS), "probe_excess_messages": [468.0, None]})
+    m.observe_outputs({tables.STATE_POLICY: state})
+    m.observe_limits([{"resource_type": "group", "resource": r, "limit_qps": q, "mode": "enforce",
+                       "expires_at": "2099-01-01T00:00:00Z"} for r, q in (("storm", 40.0), ("calm", 30.0))])
+    assert series(m, "rate_governor_probe_excess_messages") == [{"resource_type": "group", "resource": "storm"}]
+    assert value(m, "rate_governor_probe_excess_messages", resource_type="group", resource="storm") == 468.0
+    lifted = state.set_column(2, "limit_qps", pa.array([None, 30.0], pa.float64()))
+    m.observe_outputs({tables.STATE_POLICY: lifted})
+    assert series(m, "rate_governor_probe_excess_messages") == []
+
+
 def test_each_brokers_newest_stats_minute_never_goes_back(m):
     stats = pa.table({"broker": ["broker-a", "broker-a", "broker-b"], "event_time": pa.array([W1, W2, W1], UTC_TS)})
     m.observe_outputs({tables.SILVER_BROKER_STATS: stats})

@@ -87,6 +87,18 @@ def test_an_enforced_limit_under_what_its_topic_s_normal_traffic_needs_is_flagge
     assert status.main(["--lake", str(lake), "--normal-headroom", "0.5"]) == 2
 
 
+def test_a_limit_shows_what_its_last_probe_admitted_beyond_the_level_before_it(tmp_path):
+    """The newest state row of the group says its last undone probe let 468 messages through beyond the limit it
+    raised: its row says so; a topic without a probe says nothing of one."""
+    lake = build_lake(tmp_path / "lake")
+    write_rows(lake, "state/policy", [
+        {"resource_type": "group", "resource": GROUP, "limit_qps": 30.0, "baseline_tps": 300.0, "batch_id": 3,
+         "probe_excess_messages": 468.0}])
+    page = status.write_page(str(lake), tmp_path / "out", now=NOW).read_text()
+    row = re.search(rf'<tr class="[^"]*">(?:(?!</tr>).)*{GROUP}(?:(?!</tr>).)*</tr>', page).group(0)
+    assert "its last probe admitted 468 messages beyond the level before it" in row
+
+
 def test_figures_are_limited_and_ordered(lake):
     st = status.add_figures(status.read_status(str(lake), NOW), max_resources=1)
     titles = [f.title for f in st.figures]
