@@ -247,6 +247,7 @@ POLICY_STATE = (
     ("window_decisions", "long"),
     ("probe_excess_messages", "double"),
     ("previous_limit_qps", "double"),
+    ("at_cap_since", "timestamp"),
 )
 
 #: The column of ``state/policy`` naming the operator's override (``control/overrides``) the state was saved under

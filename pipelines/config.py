@@ -291,6 +291,12 @@ class LimitsConfig(_Section):
     max_held_seconds: int = Field(default=3600, gt=0, description=(
         "Seconds of event time; a limit held longer is flagged on the status page and logged once (WARNING) for "
         "a person to look at."))
+    max_at_cap_seconds: int = Field(default=1800, gt=0, description=(
+        "Seconds of event time: a limit whose windows have all been at its cap (``bound`` or ``capped``) this long "
+        "is named for a person (``RateGovernorLimitAtCap``, the status page): a group whose fixed consumer keeps "
+        "retrying 20-47 % of what it consumes under a cap of 10 % looks the same at the cap as its storm, and no "
+        "probe can tell them apart (its demand takes every raise). 30 minutes: longer than any storm of the "
+        "backtest's kinds is held through its probes, short enough to page within the hour."))
     max_recovery_windows: int = Field(default=12, ge=1, description=(
         "Windows: the most clear windows a lift needs, however many recurrences. Flap damping doubles "
         "``recovery_windows`` per recurrence within ``recurrence_windows`` of the last lift (3, 6, 12 with the "

@@ -22,7 +22,7 @@ UNLIMITED = {"limit_qps": None, "lift_at_qps": None, "target_qps": None, "limite
              "baseline_tps": None, "busy_load": {}, "probe_from_qps": None, "probe_ceiling_qps": None,
              "probe_hold_until": None, "probe_backoff": 0, "cause_changes": 0, "last_capped_end": None,
              "probe_effective_end": None, "change_effective_end": None, "probe_decided_at": None,
-             "previous_limit_qps": None}
+             "previous_limit_qps": None, "at_cap_since": None}
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,10 @@ class ResourceState:
     ``last_lift_end`` when the last enforced limit was lifted, ``lifted_target_qps`` its frozen target,
     ``recurrences`` how many limits in a row were set within ``recurrence_windows`` of the previous lift (0: the
     first). ``previous_limit_qps``: the value in force before the last change of value (None: none), in force in
-    the windows before ``change_effective_end``.
+    the windows before ``change_effective_end``. ``at_cap_since``: the end of the first of the windows at the cap
+    (``bound`` or ``capped``) since the last one that was not (None: the last judged window was not at the cap):
+    a limit held at its cap long (``RateGovernorLimitAtCap``) may be holding legitimate demand the rule cannot tell
+    from its cause.
     """
 
     resource_type: str
@@ -83,6 +86,7 @@ class ResourceState:
     window_decisions: int = 0
     probe_excess_messages: float | None = None
     previous_limit_qps: float | None = None
+    at_cap_since: dt.datetime | None = None
 
 
 def limit_in_force(state: ResourceState, window_end: dt.datetime) -> float | None:

@@ -137,6 +137,9 @@ class LimitPolicy(OpenWindows):
             judged = self.judge(obs, s)
             step = step.noted(Evidence(end, judged.status, s.limit_qps, obs.observed_tps, obs.rejected,
                                        judged.detail, rule_fired=cand is not None))
+            at_cap = judged.status in (Status.BOUND, Status.CAPPED)
+            if at_cap != (s.at_cap_since is not None) and (s.at_cap_since is None or end > s.at_cap_since):
+                step = step.moved(at_cap_since=end if at_cap else None)
         squeezed = self.squeeze(step.state, obs, judged) if judged is not None else None
         if squeezed is not None:
             step = step.then(squeezed)

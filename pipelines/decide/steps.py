@@ -192,7 +192,7 @@ def frozen_basis(window_end: dt.datetime, target: float | None, shares: Mapping[
     :func:`decide` and by the fast path's starting state (:func:`pipelines.decide.reconcile.preliminary_state`)."""
     return {"target_qps": target, "broker_shares": shares, "limited_since": window_end, "baseline_tps": baseline,
             "cause_changes": 0, "probe_from_qps": None, "probe_ceiling_qps": None, "probe_hold_until": None,
-            "probe_backoff": 0, "last_capped_end": None, "probe_effective_end": None}
+            "probe_backoff": 0, "last_capped_end": None, "probe_effective_end": None, "at_cap_since": None}
 
 
 def decide(state: ResourceState, window_end: dt.datetime, limit: float, action: Action, reason: str, mode: Mode, *,

@@ -48,7 +48,7 @@ FINAL_WINDOW_TABLES = (tables.GOLD_TOPIC_TPS, tables.GOLD_GROUP_TPS, tables.GOLD
 COLUMNS = {tables.GOLD_LIMITS: ("action", "basis", "resource_type", "mode"),
            tables.GOLD_ANOMALIES: ("window_end", "resource_type", "resource", "anomaly"),
            tables.STATE_POLICY: ("resource_type", "resource", "limit_qps", "limited_since", "baseline_tps",
-                                 "probe_excess_messages"),
+                                 "probe_excess_messages", "at_cap_since"),
            tables.QUARANTINE: ("reason",), tables.SILVER_BROKER_STATS: ("broker", "event_time"),
            **{table: ("window_end",) for table in FINAL_WINDOW_TABLES[:3]}}
 
@@ -67,6 +67,7 @@ class _State:
     held_since: dict[tuple[str, str], float] = field(default_factory=dict)
     normal_floors: dict[tuple[str, str], float] = field(default_factory=dict)
     probe_excess: dict[tuple[str, str], float] = field(default_factory=dict)
+    at_cap_since: dict[tuple[str, str], float] = field(default_factory=dict)
     horizon: float | None = None
     broker_last: dict[str, float] = field(default_factory=dict)
     watermarks: dict[str, float] = field(default_factory=dict)
@@ -76,6 +77,7 @@ class _State:
     lease_held: bool = False
     triggers: dict[str, float] = field(default_factory=dict)
     max_held_seconds: float | None = None
+    max_at_cap_seconds: float | None = None
     normal_headroom: float = field(default_factory=lambda: LimitsConfig().surge_squeeze_headroom)
     reasons: set[str] = field(default_factory=set)
 
@@ -118,6 +120,7 @@ class GovernorMetrics:
         run's gauges (counters keep counting, as Prometheus expects)."""
         with self.lock:
             self.state = _State(lease_held=self.state.lease_held, max_held_seconds=float(cfg.limits.max_held_seconds),
+                                max_at_cap_seconds=float(cfg.limits.max_at_cap_seconds),
                                 normal_headroom=cfg.limits.surge_squeeze_headroom)
 
     def observe_trigger(self, query: str, interval: str) -> None:
@@ -172,6 +175,9 @@ class GovernorMetrics:
                     s.probe_excess.pop(key, None)
                 else:
                     s.probe_excess[key] = float(r["probe_excess_messages"])
+                s.at_cap_since.pop(key, None)
+                if r["limit_qps"] is not None and r.get("at_cap_since") is not None:
+                    s.at_cap_since[key] = _epoch(r["at_cap_since"])
             if horizon is None:
                 return
             s.horizon = horizon
@@ -259,6 +265,12 @@ class _Collector:
                          "the level before it, messages cluster-wide (its stated cost: at most limits.probe_max_windows "
                          "windows at limits.relax_factor x).", resource,
                          {key: v for key, v in s.probe_excess.items() if key in limits})
+            yield _gauge("limit_at_cap_seconds", "How long each limit's windows have all been at its cap (bound or "
+                         "capped), seconds of event time (from the end of the first of them to the newest final "
+                         "window).", resource,
+                         {key: max(0.0, (s.horizon or since) - since) for key, since in s.at_cap_since.items()})
+            yield _gauge("limit_max_at_cap_seconds", "limits.max_at_cap_seconds: a limit at its cap longer is named "
+                         "for a person.", (), {(): s.max_at_cap_seconds} if s.max_at_cap_seconds is not None else {})
             yield _gauge("limit_max_held_seconds", "limits.max_held_seconds: a limit held longer is flagged.", (),
                          {(): s.max_held_seconds} if s.max_held_seconds is not None else {})
             yield _gauge("lease_held", "1 while this process holds the lake's lease (<lake>/_governor.lease).", (),

@@ -54,7 +54,7 @@ STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-wid
 table{border-collapse:collapse;font-size:0.85em;margin:0.5em 0}td,th{border:1px solid #ccc;padding:3px 6px;
 text-align:left;vertical-align:top}th{background:#f3f3f3}.expired{color:#999}.reason{max-width:640px}
 img{max-width:100%;display:block;margin:0.4em 0 1.2em}h2{border-bottom:1px solid #ddd;padding-bottom:2px}
-.muted{color:#777}.held-long{background:#fff3cd}.under-normal{background:#fff3cd}
+.muted{color:#777}.held-long{background:#fff3cd}.under-normal{background:#fff3cd}.at-cap{background:#fff3cd}
 .note{background:#eef4fb;border-left:4px solid #5b8bd0;padding:6px 10px}"""
 
 
@@ -99,6 +99,10 @@ class Status:
     #: (resource_type, resource) → what its last undone probe admitted beyond the level before it, messages
     #: cluster-wide (newest ``state/policy`` row; the probe's cost, stated in its undo's reason too).
     probe_excess: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: (resource_type, resource) → the end of the first of its windows all at the cap since (newest ``state/policy``
+    #: row, none under an override); held there ``max_at_cap_seconds`` or more, it is named for a person.
+    at_cap_since: dict[tuple[str, str], pd.Timestamp] = field(default_factory=dict)
+    max_at_cap_seconds: int = LimitsConfig().max_at_cap_seconds
 
     def held_since(self, resource_type: str, resource: str) -> pd.Timestamp | None:
         """The window end of the decision that started the resource's current limit: the first decision after its
@@ -109,6 +113,15 @@ class Status:
         lifts = mine.index[mine["action"] == "lift"]
         after = mine.iloc[lifts[-1] + 1:] if len(lifts) else mine
         return pd.Timestamp(after["window_end"].iloc[0]) if len(after) else None
+
+    def at_cap_for(self, key: tuple[str, str]) -> float | None:
+        """Seconds of event time the resource's windows have all been at its cap (to the newest window), when that
+        is ``max_at_cap_seconds`` or more; None otherwise."""
+        since = self.at_cap_since.get(key)
+        if since is None or self.latest_window is None:
+            return None
+        seconds = (pd.Timestamp(self.latest_window) - since).total_seconds()
+        return seconds if seconds >= self.max_at_cap_seconds else None
 
     def held_too_long(self, since: pd.Timestamp | None) -> bool:
         """Whether a limit held since ``since`` has been held longer than ``max_held_seconds`` of event time (up to
@@ -158,14 +171,15 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
         ["decided_at", "window_end", "resource_type", "resource", "limit_qps", "action", "mode", "version", "reason"],
     )
     latest = _frame(lake, f"SELECT max(window_end) AS t FROM {sql_name(tables.GOLD_TOPIC_TPS)}", ["t"])
-    cols = ["resource_type", "resource", "baseline_tps", "override_id", "probe_excess_messages"]
+    cols = ["resource_type", "resource", "baseline_tps", "override_id", "probe_excess_messages", "at_cap_since"]
     newest_state = ("SELECT {} FROM (SELECT *, row_number() OVER (PARTITION BY resource_type, resource ORDER BY "
                     f"batch_id DESC) AS n FROM {sql_name(tables.STATE_POLICY)}) WHERE n = 1")
     try:
         state = _frame(lake, newest_state.format(", ".join(cols)), cols)
-    except ValueError:  # a lake whose state/policy rows predate the probe's figure
-        cols = cols[:-1]
-        state = _frame(lake, newest_state.format(", ".join(cols)), cols).assign(probe_excess_messages=float("nan"))
+    except ValueError:  # a lake whose state/policy rows predate the probe's figure and the time at the cap
+        cols = cols[:-2]
+        state = _frame(lake, newest_state.format(", ".join(cols)), cols).assign(
+            probe_excess_messages=float("nan"), at_cap_since=pd.NaT)
     newest = {(r.resource_type, r.resource): r for r in state.itertuples()}  # one row each: the newest
     try:
         overrides = query.run_sql(lake, f"SELECT * FROM {sql_name(tables.CONTROL_OVERRIDES)}").to_pylist()
@@ -189,6 +203,8 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
                    if not pd.isna(r.baseline_tps) and pd.isna(r.override_id)},  # an override is a person's decision
         probe_excess={k: float(r.probe_excess_messages) for k, r in newest.items()
                       if not pd.isna(r.probe_excess_messages)},
+        at_cap_since={k: pd.Timestamp(r.at_cap_since) for k, r in newest.items()
+                      if not pd.isna(r.at_cap_since) and pd.isna(r.override_id)},
     )
 
 
@@ -291,6 +307,11 @@ def _limits_table(status: Status) -> str:
         under = rec.get("mode") == "enforce" and floor is not None and float(rec.get("limit_qps", 0)) < floor
         if under:
             held += f" (under its normal floor, {floor:.1f} msg/s: no probe lifts it; exempt it once it is fixed)"
+        key = (rec.get("resource_type"), rec.get("resource"))
+        at_cap = status.at_cap_for(key)
+        if at_cap is not None:
+            held += (f" (at its cap for {at_cap / 60:.0f} min: a cause still on, or legitimate demand above the cap; "
+                     "ask its owner)")
         excess = status.probe_excess.get((rec.get("resource_type"), rec.get("resource")))
         if excess is not None:
             held += f" (its last probe admitted {excess:,.0f} messages beyond the level before it)"
@@ -300,7 +321,8 @@ def _limits_table(status: Status) -> str:
                  rec.get("burst"), rec.get("mode"), rec.get("version"), held,
                  f"{rec.get('expires_at')}{' (expired: brokers fell back to their default)' if expired else ''}"]
         tds = "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
-        css = " ".join(c for c, on in (("expired", expired), ("held-long", too_long), ("under-normal", under)) if on)
+        css = " ".join(c for c, on in (("expired", expired), ("held-long", too_long), ("under-normal", under),
+                                       ("at-cap", at_cap is not None)) if on)
         rows.append(f'<tr class="{css}">{tds}'
                     f'<td class="reason">{html.escape(str(rec.get("reason", "")))}</td></tr>')
     head = "".join(f"<th>{h}</th>" for h in ("type", "resource", "limit msg/s (cluster)", "per broker msg/s",

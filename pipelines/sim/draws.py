@@ -27,13 +27,29 @@ KINDS: dict[str, float] = {"persisting_storm": 0.08, "storm_fixed": 0.07, "storm
                            "two_surges": 0.05, "storm_and_surge": 0.06, "shared_library": 0.06,
                            "spread_surge": 0.05, "flash_overload": 0.04, "near_capacity": 0.04,
                            "cold_start": 0.05, "governor_restart": 0.05, "surge_and_flash": 0.04,
-                           "recurring_surge": 0.05}
+                           "recurring_surge": 0.05, "spread_storm_fixed": 0.03, "tight_surge": 0.03,
+                           "legit_high_retry": 0.03, "fixed_high_retry": 0.03}
+#: The hard kinds every CI run must hold at least 10 cases of: case ``seed`` is of ``HARD_KINDS[seed % HARD_PERIOD]``
+#: when that exists (10 of each among 200 consecutive seeds), else drawn by :data:`KINDS`' weights: a flash sale
+#: past the whole cluster's capacity, a storm over every broker then fixed, a governor killed mid-incident, surges
+#: on carriers of 1.1-1.4x headroom (a probe overloads them), a group retrying legitimately at 20-47 %.
+HARD_KINDS = ("flash_overload", "spread_storm_fixed", "governor_restart", "tight_surge", "legit_high_retry")
+HARD_PERIOD = 20
 #: Kinds run as the scenario "compound" (:func:`pipelines.sim.causes.shape_compound`); SCENARIO_OF: run as another.
 COMPOUND = ("two_surges", "storm_and_surge", "shared_library", "spread_surge", "flash_overload", "near_capacity",
-            "surge_and_flash", "recurring_surge")
-SCENARIO_OF = {**{k: "compound" for k in COMPOUND}, "cold_start": "persisting_storm"}
+            "surge_and_flash", "recurring_surge", "tight_surge")
+SCENARIO_OF = {**{k: "compound" for k in COMPOUND}, "cold_start": "persisting_storm",
+               "spread_storm_fixed": "storm_fixed_legit_retry", "fixed_high_retry": "storm_fixed_legit_retry",
+               "legit_high_retry": "legit_retry"}
 #: The storm kinds (a broken consumer group of the catalog's culprit).
-STORM_KINDS = ("persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "spread_storm")
+STORM_KINDS = ("persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "spread_storm",
+               "spread_storm_fixed", "fixed_high_retry")
+#: A legitimate retry level a group may keep under the rule's 0.5 ratio whatever its consume rate's ±5 % noise
+#: (0.47 × 1.05 < 0.5): 20-47 % of what it consumes.
+HIGH_RETRY_SHARE = (0.2, 0.47)
+#: Minutes a run goes on after the fix of a group that keeps retrying 20-47 %: its limit stays at the cap, which
+#: ``RateGovernorLimitAtCap`` names after 30 minutes.
+AFTER_HIGH_RETRY_FIX = 34
 #: A recurring surge of a mid-size topic (its surge this many times its rate before it) has a first episode of
 #: :data:`LONG_FIRST_MINUTES`, drawn from a stream of its own, ``default_rng([seed, LONG_FIRST_STREAM])``, so a
 #: case's other draws do not move (issue 49, mutation p12: limited for 16+ of the topic's 30 surge-baseline windows,
@@ -46,6 +62,8 @@ LONG_FIRST_MINUTES = (18, 24)
 LONG_FIRST_STREAM = zlib.crc32(b"recurring_surge_long_first")
 
 
+#: A legitimate retry group's run needs no onset; its spec's onset minute (the scenario reads none of it).
+FIRST_LEGIT_MINUTE = 6
 #: The quiet spells between a recurring cause's episodes (an intermittent storm's, a recurring surge's), minutes:
 #: from 2 (the cause back before its lift can be decided, or as it lands) to 12 (back after its lift).
 QUIET_MINUTES = (2, 12)
@@ -64,6 +82,10 @@ GAP_STREAM = zlib.crc32(b"gaps_while_pending")
 #: a stream of its own (:func:`_draw_clients`).
 NO_FALLBACK_SHARE = 1 / 3
 NO_FALLBACK_STREAM = zlib.crc32(b"no_fallback_send")
+
+#: A tight surge (kind ``tight_surge``) is required (its carrier busy, a limit due) from this share of its
+#: carrier's capacity on (the premise's :data:`pipelines.sim.premise.SATURATED_SHARE`); under it a limit is allowed.
+SATURATED_SHARE_TIGHT = 1.1
 
 #: Pulsed producers (issue 49, :func:`_draw_pulses`): drawn for this share of the cases with a surge whose
 #: refusals reach the governor, from a stream of their own, ``default_rng([seed, PULSE_STREAM])``, so a case's other
@@ -116,6 +138,8 @@ def draw(seed: int, bcfg=None, clusters: dict | None = None) -> Case:
 
     rng = np.random.default_rng(seed)
     kind = str(rng.choice(list(KINDS), p=np.array(list(KINDS.values())) / sum(KINDS.values())))
+    if seed % HARD_PERIOD < len(HARD_KINDS):
+        kind = HARD_KINDS[seed % HARD_PERIOD]
     for _ in range(50):
         case = _draw(seed, kind, rng, bcfg)
         cluster = cluster_of(case, bcfg)
@@ -244,13 +268,13 @@ def _cause_timing(spec: dict, rng: np.random.Generator, fixable: bool) -> None:
 def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
     integer = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731 (inclusive bounds)
     uniform = lambda lo, hi: round(float(rng.uniform(lo, hi)), 3)  # noqa: E731
-    brokers = integer(5, 6) if kind == "spread_storm" else integer(3, 5)
+    brokers = integer(5, 6) if kind in ("spread_storm", "spread_storm_fixed") else integer(3, 5)
     spec: dict[str, Any] = {"seed": integer(1, 10_000), "brokers": brokers, "topics": integer(6, 12),
                             "groups": integer(10, 14) if kind == "shared_library" else integer(4, 8)}
     clients: dict[str, Any] = {"rejection_log_share": float(rng.choice([1.0, 0.1, 0.0])),
                                "log_lines_per_minute": int(rng.choice([0, 200]))}
     broker: dict[str, Any] = {"capacity_factor": uniform(1.5, 3.0) if kind in ("flash_sale", "normal_day")
-                              else uniform(1.1, 3.0)}
+                              else uniform(1.1, 1.4) if kind == "tight_surge" else uniform(1.1, 3.0)}
     if kind in STORM_KINDS or kind in ("cold_start", "governor_restart"):
         if kind == "governor_restart":
             spec["name"] = "storm_fixed"
@@ -259,7 +283,8 @@ def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
         spec.update(onset_minute=onset, storm_consume_tps=consume,
                     storm_sendback_tps=round(consume * uniform(1.0, 2.5), 1),
                     storm_write_amplification=uniform(1.0, 4.0),
-                    culprit_topic_brokers=integer(3, brokers) if kind == "spread_storm" else integer(1, 2))
+                    culprit_topic_brokers=integer(3, brokers) if kind == "spread_storm" else brokers
+                    if kind == "spread_storm_fixed" else integer(1, 2))
         clients["consume_drop_when_rejected"] = uniform(0.0, 1.0)
         _cause_timing(spec, rng, kind not in ("persisting_storm", "spread_storm", "cold_start"))
         if kind in ("persisting_storm", "spread_storm", "cold_start"):  # some outlast a limit's ttl (600 s)
@@ -273,9 +298,15 @@ def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
                 spec["fixed_retry_share"] = uniform(0.01, 0.099)
         else:
             fix = onset + integer(4, 9) + int(np.ceil(spec.get("ramp_minutes", 0)))
-            spec.update(storm_fix_minute=fix, minutes=fix + 10 + int(np.ceil(spec.get("rollout_minutes", 0))))
-            if kind == "storm_fixed_legit_retry":
+            after = AFTER_HIGH_RETRY_FIX if kind == "fixed_high_retry" else 10
+            spec.update(storm_fix_minute=fix, minutes=fix + after + int(np.ceil(spec.get("rollout_minutes", 0))))
+            if kind == "storm_fixed_legit_retry" or (kind == "spread_storm_fixed" and rng.random() < 0.5):
                 spec["fixed_retry_share"] = uniform(0.01, 0.099)
+            elif kind == "fixed_high_retry":
+                spec["fixed_retry_share"] = uniform(*HIGH_RETRY_SHARE)
+    elif kind == "legit_high_retry":
+        spec.update(onset_minute=FIRST_LEGIT_MINUTE, minutes=integer(15, 25), storm_consume_tps=uniform(100.0, 700.0),
+                    fixed_retry_share=uniform(*HIGH_RETRY_SHARE), culprit_topic_brokers=integer(1, 2))
     elif kind == "noisy_neighbour":
         onset = integer(8, 12)
         normal = integer(9_000, 24_000)
@@ -395,6 +426,13 @@ def _draw_compound(seed: int, kind: str, spec: dict, rng: np.random.Generator, b
         causes = [storm(int(g)) for g in sorted(rng.choice(np.arange(1, spec["groups"]), size=k, replace=False))]
     elif kind in ("spread_surge", "flash_overload"):
         causes = [surge(0, float(rng.uniform(1.3, 3.0) if kind == "spread_surge" else rng.uniform(1.2, 2.0)))]
+    elif kind == "tight_surge":  # demand 1.0-1.5x the room its carrier leaves (capacity 1.1-1.4x its load)
+        bi = hosting(integer(0, B - 1))
+        ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
+        t = int(rng.choice(ts))
+        room = max(cap[bi] - load[bi], 0.0)
+        share = (load[bi] + float(rng.uniform(1.0, 1.5)) * room) / cap[bi]
+        causes = [surge(t, share, int(share > SATURATED_SHARE_TIGHT))]
     elif kind == "recurring_surge":  # a noisy neighbour that comes back after its lift, 3 episodes
         bi = hosting(integer(0, B - 1))
         ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]

@@ -114,6 +114,8 @@ ON_AND_OFF = {"intermittent_storm", "intermittent_short", "intermittent_no_fallb
 #: SCENARIO_WORLDS: consumer clients without the fallback send, a late shipper, a governor killed and restarted).
 PERSISTING = {"persisting_storm", "spread_storm", "persisting_no_fallback", "storm_late_broker",
               "storm_governor_killed"}
+#: Scenarios without a cause: the right answer is no limit.
+NO_CAUSE = frozenset({"flash_sale", "legit_retry", "normal_day", "steady"})
 #: Every scenario whose culprit is one broken consumer group's retry traffic (article 001's storm included).
 STORM_SCENARIOS = frozenset(FIXED_ONCE | ON_AND_OFF | PERSISTING | {"retry_storm", "large_mix"})
 
@@ -185,6 +187,20 @@ def _shape_broken_consumer(spec: ScenarioSpec, world: World, rng: np.random.Gene
         detail=(f"{spec.culprit_group} consumes {spec.storm_consume_tps:.0f} msgs/s of {spec.culprit_topic} on "
                 f"{', '.join(hosts)} and sends back {spec.storm_sendback_tps:.0f} msgs/s while broken ({when} UTC)"),
     )
+
+
+def _shape_legit_retry(spec: ScenarioSpec, world: World, rng: np.random.Generator) -> Incident:
+    """The culprit group consumes ``culprit_topic`` (``storm_consume_tps``) and retries ``fixed_retry_share`` of
+    what it consumes, from the start and throughout: legitimate retries (transient errors) under the rule's ratio,
+    no cause: a correct governor never limits it."""
+    places = np.flatnonzero(world.pl_topic == 0)
+    world.put_rate[places] *= spec.storm_consume_tps / world.put_rate[places].sum(axis=0).mean()
+    for p in places.tolist():
+        world.sp_sendback_rate[world.subscription(0, p), :] = spec.fixed_retry_share * world.put_rate[p, :]
+    return Incident(kind=spec.name, onset=spec.onset, culprit_group=spec.culprit_group,
+                    culprit_topic=spec.culprit_topic, culprit_broker=world.brokers[spec.culprit_broker_index],
+                    detail=f"{spec.culprit_group} retries {spec.fixed_retry_share:.0%} of what it consumes, "
+                           "legitimately (no cause)")
 
 
 def _flash_topic(spec: ScenarioSpec, world: World) -> int:
@@ -323,6 +339,8 @@ SCENARIOS: dict[str, Scenario] = {
                                          "clients without the fallback send", _shape_broken_consumer, None),
     "storm_irregular_evidence": Scenario("a storm fixed to a legitimate retry level, its evidence late, missing and "
                                          "doubled on its own carriers", _shape_broken_consumer, None),
+    "legit_retry": Scenario("a consumer group retrying fixed_retry_share of what it consumes throughout, under "
+                            "the rule's ratio (no cause)", _shape_legit_retry, None),
     "compound": Scenario("several causes at once (spec.causes): storms of consumer groups and surges of topics",
                          shape_compound, None),
     "large_mix": Scenario("a large cluster (10,000 topics, 50 brokers): diurnal traffic, a retry storm and a flash "

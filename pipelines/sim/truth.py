@@ -17,7 +17,7 @@ import pandas as pd
 from pipelines.decide.words import Action
 from pipelines.sim.probes import decided_targets
 from pipelines.sim.pulses import sending_nothing
-from pipelines.sim.scenarios import STORM_SCENARIOS
+from pipelines.sim.scenarios import NO_CAUSE, STORM_SCENARIOS
 from pipelines.sim.spec import span_seconds
 
 #: Scenarios whose culprit is a consumer group's retry traffic.
@@ -52,11 +52,12 @@ def in_force_spans(result) -> Iterator[tuple[int, int, dict]]:
 
 def causes(result) -> list:
     """The incident's causes (:class:`pipelines.sim.spec.Cause`): its own list, or else the one culprit of a
-    single-cause scenario (a retry storm's group, a surge's topic); none for a flash sale or a normal day."""
+    single-cause scenario (a retry storm's group, a surge's topic); none for a scenario without one
+    (:data:`pipelines.sim.scenarios.NO_CAUSE`)."""
     from pipelines.sim.spec import Cause
 
     inc, c = result.cluster.incident, result.cluster
-    if inc is None or inc.kind == "flash_sale":
+    if inc is None or inc.kind in NO_CAUSE:
         return []
     if inc.causes:
         return list(inc.causes)

@@ -24,12 +24,12 @@ def minute(i: int) -> dt.datetime:
     return T0 + dt.timedelta(minutes=i)
 
 
-def write_rows(lake: Path, table: str, rows: list[dict]) -> None:
-    """Write ``rows`` as ``table`` (a :mod:`pipelines.tables` name, not yet under ``lake``) in its governor schema
-    (missing columns null)."""
+def write_rows(lake: Path, table: str, rows: list[dict], mode: str = "error") -> None:
+    """Write ``rows`` as ``table`` (a :mod:`pipelines.tables` name; ``mode`` as delta-rs takes it: ``error`` when the
+    table is there already, ``overwrite``, ``append``) in its governor schema (missing columns null)."""
     schema = arrow_schema(TABLES[table].schema)
     full = [{f.name: row.get(f.name) for f in schema} for row in rows]
-    write_deltalake(str(lake / table), pa.Table.from_pylist(full, schema=schema))
+    write_deltalake(str(lake / table), pa.Table.from_pylist(full, schema=schema), mode=mode)
 
 
 def build_lake(lake: Path) -> Path:

@@ -31,7 +31,7 @@ def test_rules_and_example_config_pass_promtool_check():
     for args in (("check", "rules", "--lint=all", str(RULES)), ("check", "config", str(CONFIG))):
         done = promtool(*args)
         assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 10 rules found" in promtool("check", "rules", str(RULES)).stdout
+    assert "SUCCESS: 11 rules found" in promtool("check", "rules", str(RULES)).stdout
 
 
 @needs_promtool
@@ -44,7 +44,7 @@ def test_every_alert_waits_has_a_severity_a_summary_and_a_firing_unit_test():
     text = RULES.read_text(encoding="utf-8")
     blocks = re.split(r"\n\s+- alert: ", text)[1:]
     names = [block.split("\n", 1)[0].strip() for block in blocks]
-    assert len(names) == 10, names
+    assert len(names) == 11, names
     for name, block in zip(names, blocks):
         assert re.search(r"\n\s+for: \d+m\n", block), f"{name} has no `for`"
         assert re.search(r"\n\s+severity: (page|warning|info)\n", block), f"{name} has no severity"

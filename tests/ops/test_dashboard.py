@@ -36,7 +36,8 @@ def exposed() -> set[str]:
                                          "anomaly": ["RUNAWAY_RETRY"]}),
         tables.STATE_POLICY: pa.table({"resource_type": ["group", "topic"], "resource": ["g", "t"],
                                        "limit_qps": [5.0, 50.0], "limited_since": pa.concat_arrays([end, end]),
-                                       "baseline_tps": [40.0, 80.0]}),
+                                       "baseline_tps": [40.0, 80.0],
+                                       "at_cap_since": pa.concat_arrays([end, pa.nulls(1, end.type)])}),
         tables.QUARANTINE: pa.table({"reason": ["empty line"]}),
         tables.SILVER_BROKER_STATS: pa.table({"broker": ["b"], "event_time": end}),
     })

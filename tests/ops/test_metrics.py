@@ -188,6 +188,22 @@ def test_a_probes_stated_cost_is_shown_while_its_limit_is_in_force(m):
     assert series(m, "rate_governor_probe_excess_messages") == []
 
 
+def test_how_long_a_limit_has_been_at_its_cap_is_a_gauge_beside_its_maximum(m):
+    """A group at its cap since 20 minutes before the newest final window (W2) shows 1200 s beside
+    limits.max_at_cap_seconds (1800); a limit not at its cap has no series, nor one lifted."""
+    m.configure(load_config("conf/local.toml"))
+    state = pa.table({"resource_type": ["group", "group"], "resource": ["storm", "calm"], "limit_qps": [40.0, 30.0],
+                      "limited_since": pa.array([W1, W1], UTC_TS),
+                      "at_cap_since": pa.array([W2 - dt.timedelta(minutes=20), None], UTC_TS)})
+    m.observe_outputs({tables.GOLD_BROKER_TPS: _windows(W2), tables.STATE_POLICY: state})
+    assert series(m, "rate_governor_limit_at_cap_seconds") == [{"resource_type": "group", "resource": "storm"}]
+    assert value(m, "rate_governor_limit_at_cap_seconds", resource_type="group", resource="storm") == 1200.0
+    assert value(m, "rate_governor_limit_max_at_cap_seconds") == 1800.0
+    lifted = state.set_column(2, "limit_qps", pa.array([None, 30.0], pa.float64()))
+    m.observe_outputs({tables.STATE_POLICY: lifted})
+    assert series(m, "rate_governor_limit_at_cap_seconds") == []
+
+
 def test_each_brokers_newest_stats_minute_never_goes_back(m):
     stats = pa.table({"broker": ["broker-a", "broker-a", "broker-b"], "event_time": pa.array([W1, W2, W1], UTC_TS)})
     m.observe_outputs({tables.SILVER_BROKER_STATS: stats})

@@ -11,7 +11,7 @@ import pytest
 
 from pipelines.ops import status
 from pipelines.writeback import publish
-from tests.ops.lake_fixture import GROUP, NOW, RETRY_TOPIC, build_lake, write_rows
+from tests.ops.lake_fixture import GROUP, NOW, RETRY_TOPIC, build_lake, minute, write_rows
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +97,24 @@ def test_a_limit_shows_what_its_last_probe_admitted_beyond_the_level_before_it(t
     page = status.write_page(str(lake), tmp_path / "out", now=NOW).read_text()
     row = re.search(rf'<tr class="[^"]*">(?:(?!</tr>).)*{GROUP}(?:(?!</tr>).)*</tr>', page).group(0)
     assert "its last probe admitted 468 messages beyond the level before it" in row
+
+
+def test_a_limit_whose_windows_have_all_been_at_its_cap_for_30_minutes_is_named_for_a_person(tmp_path):
+    """The group's windows have all been at its cap since minute 9, 31 minutes before the newest window (minute 40):
+    its row is marked and says so; at its cap since minute 11 (29 minutes) it is not; nor under an override."""
+    lake = build_lake(tmp_path / "lake")
+    write_rows(lake, "state/policy", [
+        {"resource_type": "group", "resource": GROUP, "limit_qps": 30.0, "baseline_tps": 300.0, "batch_id": 3,
+         "at_cap_since": minute(9)}])
+    page = status.write_page(str(lake), tmp_path / "out", now=NOW).read_text()
+    row = re.search(rf'<tr class="([^"]*)">(?:(?!</tr>).)*{GROUP}(?:(?!</tr>).)*</tr>', page)
+    assert "at-cap" in row.group(1) and "at its cap for 31 min" in row.group(0)
+    for since, override in ((minute(11), None), (minute(9), "ovr-0a1b2c3d")):
+        write_rows(lake, "state/policy", [
+            {"resource_type": "group", "resource": GROUP, "limit_qps": 30.0, "baseline_tps": 300.0, "batch_id": 4,
+             "at_cap_since": since, "override_id": override}], mode="overwrite")
+        page = status.write_page(str(lake), tmp_path / "out", now=NOW).read_text()
+        assert "at its cap for" not in page and "at-cap" not in page.split("</style>")[-1], (since, override)
 
 
 def test_figures_are_limited_and_ordered(lake):
