@@ -50,7 +50,8 @@ class ResourceState:
     ``last_lift_end`` when the last enforced limit was lifted, ``lifted_target_qps`` its frozen target,
     ``recurrences`` how many limits in a row were set within ``recurrence_windows`` of the previous lift (0: the
     first). ``previous_limit_qps``: the value in force before the last change of value (None: none), in force in
-    the windows before ``change_effective_end``. ``at_cap_since``: the end of the first of the windows at the cap
+    the windows before ``change_effective_end`` (a change decided before the one before it was wholly in force keeps the
+    lower of the two values before it: those windows may have run at either). ``at_cap_since``: the end of the first of the windows at the cap
     (``bound`` or ``capped``) since the last one that was not (None: the last judged window was not at the cap):
     a limit held at its cap long (``RateGovernorLimitAtCap``) may be holding legitimate demand the rule cannot tell
     from its cause.
@@ -98,6 +99,8 @@ def limit_in_force(state: ResourceState, window_end: dt.datetime) -> float | Non
     (:func:`in_transition`): never clear on a value higher than all of the window ran under."""
     if (state.probe_from_qps is not None and state.probe_effective_end is not None
             and window_end < state.probe_effective_end):
+        if in_transition(state, window_end):  # a raise decided before the value it raises was wholly in force
+            return min(state.probe_from_qps, state.previous_limit_qps)
         return state.probe_from_qps
     if in_transition(state, window_end):
         return min(state.previous_limit_qps, state.limit_qps)

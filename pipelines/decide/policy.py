@@ -47,6 +47,9 @@ class LimitPolicy(OpenWindows):
     kind: ClassVar[Anomaly]
     #: Whether a ``capped`` open window, complete by census, starts a probe at once (:meth:`on_open`).
     probe_on_open: ClassVar[bool] = False
+    #: Whether a first limit is the room its busy carriers leave (:meth:`first_bound`) when that is above the target,
+    #: not only when it is below.
+    fills_room: ClassVar[bool] = False
 
     def __init__(self, params: Params) -> None:
         self.params = params
@@ -162,8 +165,9 @@ class LimitPolicy(OpenWindows):
     # --- squeeze --------------------------------------------------------------------------------------------------
     def squeeze(self, state: ResourceState, obs: Observation, judged: Judged,
                 at: dt.datetime | None = None) -> Step | None:
-        """A limit its brokers cannot take: a window complete and wholly under the value in force (at or after
-        ``change_effective_end``, no probe in flight, the cool-down over) where the resource ran at its cap
+        """A limit its brokers cannot take: a window complete and wholly under the value in force, after the first
+        such window (``change_effective_end``: the send queue the window before filled drains into it), no probe
+        in flight, the cool-down over, where the resource ran at its cap
         (``bound`` or ``capped``) while a broker carrying it was busy (``BROKER_BUSY`` on it: it fast-fails the
         sends of every topic it hosts) → the limit and its frozen target cut by ``max_cut_pct``, not below
         ``min_limit_qps``. A target sized for the resource alone (a share of its consume rate, its baseline times
@@ -181,8 +185,8 @@ class LimitPolicy(OpenWindows):
             return None
         since = s.change_effective_end or (
             s.last_change_end + 2 * p.window if s.last_change_end is not None else None)  # a state saved without it
-        if since is None or obs.window_end < since:
-            return None
+        if since is None or obs.window_end <= since:  # the first whole window under it drains the queue the one
+            return None  # before filled: its busy lines (the first seconds' fast failures) say nothing of the limit
         if obs.observed_tps > higher(s.limit_qps, p.hysteresis_pct):  # the limit did not hold in it
             return None
         tighter = max(lower(s.limit_qps, p.max_cut_pct), self.squeeze_floor(s))
@@ -246,7 +250,7 @@ class LimitPolicy(OpenWindows):
         ``preliminary``: the fast path's decision on the same cause (a window at or before this one, the same mode;
         :class:`Batch`): within ``hysteresis_pct`` of it the final path keeps its value (and target), so that the
         two speeds' figures of one limit (consume basis, baselines from fewer windows) do not change its value."""
-        if (bound := self.first_bound(cand)) is not None and bound[0] < cand.target_qps:
+        if (bound := self.first_bound(cand)) is not None and (bound[0] < cand.target_qps or self.fills_room):
             cand = replace(cand, target_qps=bound[0], reason=f"{cand.reason}; {bound[1]}")
         if cand.mode != Mode.ENFORCE and self.remembered(state, cand):
             cand = replace(cand, mode=Mode.ENFORCE, reason=f"{cand.reason}; enforced: its enforced limit was lifted "

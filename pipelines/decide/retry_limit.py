@@ -167,14 +167,20 @@ class RetryStormLimit(LimitPolicy):
 
     def _probe_or_undo(self, state: ResourceState, obs: Observation, detail: str, at: dt.datetime,
                        batch: Batch) -> Step | None:
-        """Undo a probe whose window the admitted rate followed, or start one, as a decision of the window ending
-        ``at``; None when neither is due (a window whose fallback sends read every send-back refused starts none:
+        """Undo a probe whose window the admitted rate followed; a first cut still above the frozen target after
+        the cool-down, down to the target; or start a probe; as a decision of the window ending ``at``; None when
+        none is due (a window whose fallback sends read every send-back refused starts none:
         module docstring)."""
         p = self.params
         if state.probe_from_qps is not None:
             if self.took_raise(state, obs):
                 return self._undo(state, obs, detail, at, batch)
             return None  # the raise is not in force in this window yet, or the window does not answer it
+        if above(state.limit_qps, state.target_qps, p.hysteresis_pct) and not in_transition(state, obs.window_end) \
+                and cooled(state.last_change_end, obs.window_end, p.window, p.cooldown_windows):
+            # a first cut bounded by max_cut_pct, its demand at the cap after the cool-down: the cause outlived it
+            # (what shows of a storm at its cap, its fallback sends aside, stays under the rule's ratio)
+            return decide(state, at, state.target_qps, Action.SET, outlived(state, f" ({detail})"), state.mode)
         if state.probe_hold_until is not None and obs.window_end < state.probe_hold_until:
             return None
         part = self.reported_share(state, obs)

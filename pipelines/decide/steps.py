@@ -222,8 +222,11 @@ def decide(state: ResourceState, window_end: dt.datetime, limit: float, action: 
     moved = {"version": s.version + 1, "last_decision_end": window_end, "mode": mode, "window_decisions": nth}
     if change:
         moved["last_change_end"] = window_end
-        if not lifted and limit != s.limit_qps:
-            moved["previous_limit_qps"] = s.limit_qps
+        if not lifted and limit != s.limit_qps:  # a change before the last one was wholly in force: windows
+            moved["previous_limit_qps"] = s.limit_qps  # before the new one may have run at either earlier value
+            if s.previous_limit_qps is not None and s.change_effective_end is not None \
+                    and window_end < s.change_effective_end and s.limit_qps is not None:
+                moved["previous_limit_qps"] = min(s.limit_qps, s.previous_limit_qps)
     if lifted:
         moved.update(UNLIMITED)
     else:
@@ -250,11 +253,12 @@ def last_kept(state: ResourceState) -> dt.datetime:
 
 def noted_carriers(state: ResourceState, obs: Observation) -> ResourceState:
     """A window's carriers noted: the last distress (a carrier busy), and the writes of each busy carrier (msg/s;
-    a surge probe's bound, :meth:`pipelines.decide.policy.LimitPolicy.raise_bounds`)."""
+    a surge probe's bound, :meth:`pipelines.decide.policy.LimitPolicy.raise_bounds`): the most it wrote in any window
+    it was busy in, since a window busy for part of it only (a cause ramping) writes less than the broker can."""
     s = state
     if not obs.healthy:
         s = replace(s, last_distress_end=max(obs.window_end, s.last_distress_end or obs.window_end))
-    busy = {b: obs.carrier_load[b] for b in obs.busy_brokers if b in obs.carrier_load}
+    busy = {b: max(obs.carrier_load[b], s.busy_load.get(b, 0.0)) for b in obs.busy_brokers if b in obs.carrier_load}
     return replace(s, busy_load={**s.busy_load, **busy}) if busy else s
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from typing import ClassVar
 
 from pipelines.decide.facts import shares_of, surge_fires
 from pipelines.decide.fold_types import Candidate, Observation, ResourceState
@@ -53,6 +54,7 @@ class SurgeLimit(LimitPolicy):
     """``TRAFFIC_SURGE``: limits a topic's puts while a carrier is distressed (module docstring)."""
 
     kind = Anomaly.TRAFFIC_SURGE
+    fills_room: ClassVar[bool] = True
 
     def fires(self, demand: float, obs: Observation, state: ResourceState) -> tuple[bool, str]:
         """:func:`~pipelines.decide.facts.surge_fires` of the visible demand against the baseline frozen with the
@@ -89,14 +91,18 @@ class SurgeLimit(LimitPolicy):
         cases 430 and 727, topics of 2.5 and 13 msg/s on brokers whose other senders write 0.80 and 0.88 of W
         normally): a broker with little headroom (issue 49's sweep cases 482, 809 and 833, persisting surges on
         brokers of 1.15-1.36x headroom, kept busy at 1.5x the baseline: their bystanders lost 9.65-15.79 % of their
-        sends; case 307, 0.874 of W at the floor, 1.91 %); never below ``min_limit_qps``. None without a busy
+        sends; case 307, 0.874 of W at the floor, 1.91 %): it then yields to the room at ``surge_burst_share``, but
+        where that leaves less than the topic's baseline, no lower than what fits under
+        ``surge_floor_yield_share`` beside them (that share × W less their normal, ÷ its share) up to the
+        baseline: a yield to ``min_limit_qps`` held a topic of 41 msg/s at 1 msg/s on carriers whose room at that
+        share was its normal traffic; never below ``min_limit_qps``. None without a busy
         carrier the topic writes to, or without a baseline."""
         p = self.params
         shares = shares_of(cand.broker_tps)
         if cand.baseline_tps is None or not shares:
             return None
         floor = max(p.min_limit_qps, cand.baseline_tps * p.surge_squeeze_headroom)
-        best, why, crowded = math.inf, "", ""
+        best, why, crowded, fits = math.inf, "", "", math.inf
         for broker, busy in sorted(cand.busy_load.items()):
             share = shares.get(broker)
             if share is None or busy is None or not math.isfinite(busy):
@@ -110,12 +116,13 @@ class SurgeLimit(LimitPolicy):
                 best, why = room, f"{broker} wrote {busy:.1f} msg/s busy, {other:.1f} of them other topics'" + (
                     f" ({usual:.1f} at their normal)" if usual > other else "")
             yield_at = p.surge_floor_yield_share * busy
-            if at_normal is not None and at_normal <= yield_at < at_normal + share * floor and not crowded:
-                crowded = (f"; at {floor:.1f} msg/s {broker} would write {at_normal + share * floor:.1f}, over "
-                           f"{p.surge_floor_yield_share:g} of what it wrote busy")
+            if at_normal is not None and at_normal <= yield_at < at_normal + share * floor:
+                fits = min(fits, (yield_at - at_normal) / share)
+                crowded = crowded or (f"; at {floor:.1f} msg/s {broker} would write {at_normal + share * floor:.1f}, "
+                                      f"over {p.surge_floor_yield_share:g} of what it wrote busy")
         if not math.isfinite(best):
             return None
-        bound = max(best, p.min_limit_qps if crowded else floor)
+        bound = max(best, max(p.min_limit_qps, min(fits, cand.baseline_tps)) if crowded else floor)
         floored = f" (not below {p.surge_squeeze_headroom:g}x the baseline)" if bound > best else ""
         return bound, (f"bounded to {bound:.1f} msg/s by the breaker's burst: {why}; its share of the limit keeps its "
                        f"writes at most {p.surge_burst_share:g} of that" + (crowded or floored))

@@ -1,5 +1,6 @@
-"""Where the governor's shipped alert ``RateGovernorLimitUnderNormal`` would fire in a closed loop: an enforced topic
-limit held under what the topic's normal traffic needs (:func:`pipelines.decide.catalogue.normal_floor`:
+"""Where the governor's shipped alerts that name a limit for a person would fire in a closed loop.
+
+``RateGovernorLimitUnderNormal``: an enforced topic limit held under what the topic's normal traffic needs (:func:`pipelines.decide.catalogue.normal_floor`:
 ``limits.surge_squeeze_headroom`` × the baseline frozen with it, what
 ``rate_governor_limit_normal_floor_messages_per_second`` exports), not under an operator's override, for the rule's
 ``for`` (read from ``conf/prometheus/rate-governor.rules.yml``, the file Prometheus loads).
@@ -9,6 +10,11 @@ alert fires ``for`` after a spell began, if the spell lasts that long. The sweep
 held at such a limit as **named for a person** when the alert has fired by the lift's deadline: its carriers leave no
 room for a probe, so no policy can tell the fix from the cause at the cap (docs/decisions.md §4 "Held under what its
 normal traffic needs").
+
+``RateGovernorLimitAtCap`` (:func:`at_cap_spells`): a limit whose windows have all been at its cap (``state/policy``
+``at_cap_since``) for ``limits.max_at_cap_seconds``, not under an operator's override: a fixed consumer group that
+keeps retrying more than its cap lets through looks the same as its storm there, and takes every probe's raise, so
+no policy can lift it; the sweep counts such a fix as named for a person when the alert has fired by the deadline.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pipelines.decide.catalogue import normal_floor
 #: The shipped alert rules (the file Prometheus loads: docs/metrics.md §4).
 RULES = Path(__file__).resolve().parents[2] / "conf" / "prometheus" / "rate-governor.rules.yml"
 UNDER_NORMAL = "RateGovernorLimitUnderNormal"
+AT_CAP = "RateGovernorLimitAtCap"
 
 
 def alert_for_minutes(alert: str = UNDER_NORMAL, rules: Path = RULES) -> float:
@@ -41,11 +48,13 @@ def alert_for_minutes(alert: str = UNDER_NORMAL, rules: Path = RULES) -> float:
 
 @dataclass(frozen=True)
 class Spell:
-    """A topic's enforced limit under its normal floor from ``start`` to ``end`` (None: to the run's end; UTC)."""
+    """A resource's limit in the alert's condition from ``start`` to ``end`` (None: to the run's end; UTC): a topic
+    (``topic``: its name) under its normal floor, or a resource of ``resource_type`` at its cap since long enough."""
 
     topic: str
     start: dt.datetime
     end: dt.datetime | None
+    resource_type: str = "topic"
 
     def minutes(self, until: dt.datetime) -> float:
         """Its length up to ``until`` (or its end), minutes."""
@@ -75,9 +84,33 @@ def under_normal_spells(states: list[tuple[dt.datetime, dict]], headroom: float)
     return out + [Spell(topic, start, None) for topic, start in since.items()]
 
 
-def named_by(spells: list[Spell], topic: str, deadline: dt.datetime, wait_minutes: float) -> dt.datetime | None:
-    """When the alert named ``topic``'s limit at or before ``deadline`` (the first firing of a spell of it), None
-    when it did not."""
-    fired = [at for sp in spells if sp.topic == topic and (at := sp.fires_at(wait_minutes)) is not None
-             and at <= deadline]
+def at_cap_spells(states: list[tuple[dt.datetime, dict]], max_at_cap_seconds: float) -> list[Spell]:
+    """The spells of ``RateGovernorLimitAtCap``'s condition in ``states`` ((when saved, ``state/policy`` row) of a
+    run, in any order): from ``at_cap_since`` + ``max_at_cap_seconds`` (``limits.max_at_cap_seconds``, event time;
+    the rows' own clock, so a final path that runs late names it later by as much) while the saved rows keep that
+    ``at_cap_since``, the limit in force and no override, to the first row that does not (or the run's end). A
+    row saved before the spell's start that still holds the limit keeps it open."""
+    held: dict[tuple[str, str], dt.datetime] = {}
+    out: list[Spell] = []
+    for now, r in sorted(states, key=lambda x: x[0]):
+        key = (r["resource_type"], r["resource"])
+        since = r.get("at_cap_since")
+        on = since is not None and r["limit_qps"] is not None and r.get("override_id") is None
+        start = since + dt.timedelta(seconds=max_at_cap_seconds) if on else None
+        if key in held and held[key] != start:
+            if now > held[key]:
+                out.append(Spell(key[1], held.pop(key), now, key[0]))
+            else:
+                held.pop(key)
+        if start is not None and key not in held:
+            held[key] = start
+    return out + [Spell(r, start, None, rt) for (rt, r), start in held.items()]
+
+
+def named_by(spells: list[Spell], topic: str, deadline: dt.datetime, wait_minutes: float,
+             resource_type: str = "topic") -> dt.datetime | None:
+    """When the alert named the limit of ``resource_type`` ``topic`` at or before ``deadline`` (the first firing of
+    a spell of it), None when it did not."""
+    fired = [at for sp in spells if sp.topic == topic and sp.resource_type == resource_type
+             and (at := sp.fires_at(wait_minutes)) is not None and at <= deadline]
     return min(fired) if fired else None

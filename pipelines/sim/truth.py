@@ -8,13 +8,16 @@ starts (:func:`onset_clock`), every change of a limit's value from the brokers' 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from pipelines.config import LimitsConfig
 from pipelines.decide.words import Action
+from pipelines.sim.levels import storm_levels, surge_levels
 from pipelines.sim.probes import decided_targets
 from pipelines.sim.pulses import sending_nothing
 from pipelines.sim.scenarios import NO_CAUSE, STORM_SCENARIOS
@@ -279,17 +282,38 @@ class LiftAfterFix:
 
 
 def _named(result, cause, fixed: pd.Timestamp, within_min: float):
-    """When ``RateGovernorLimitUnderNormal`` named ``cause``'s topic limit by ``within_min`` minutes after its fix
-    (:func:`pipelines.sim.alerts.named_by`; the run's saved ``state/policy`` rows), None when it did not, for a
-    group, or without saved rows (the Spark backtest)."""
-    from pipelines.sim.alerts import alert_for_minutes, named_by, under_normal_spells
+    """(alert, when) a person was told of ``cause``'s limit held after its fix (:mod:`pipelines.sim.alerts`; the
+    run's saved ``state/policy`` rows), None when no alert fired in time or without saved rows (the Spark
+    backtest): a topic's by ``RateGovernorLimitUnderNormal`` within ``within_min`` minutes of the fix; any limit by
+    ``RateGovernorLimitAtCap`` within :func:`at_cap_named_minutes` of it (it waits for 30 minutes at the cap)."""
+    from pipelines.sim.alerts import AT_CAP, alert_for_minutes, at_cap_spells, named_by, under_normal_spells
 
     states, limits = getattr(result, "states", None), getattr(result, "limits_cfg", None)
-    if cause.resource_type != "topic" or not states or limits is None:
+    if not states or limits is None:
         return None
-    spells = under_normal_spells(states, limits.surge_squeeze_headroom)
-    deadline = (fixed + pd.Timedelta(minutes=within_min)).to_pydatetime()
-    return named_by(spells, cause.resource, deadline, alert_for_minutes())
+    if cause.resource_type == "topic":
+        deadline = (fixed + pd.Timedelta(minutes=within_min)).to_pydatetime()
+        at = named_by(under_normal_spells(states, limits.surge_squeeze_headroom), cause.resource, deadline,
+                      alert_for_minutes())
+        if at is not None:
+            return "RateGovernorLimitUnderNormal", at
+    deadline = (fixed + pd.Timedelta(minutes=at_cap_named_minutes(limits))).to_pydatetime()
+    at = named_by(at_cap_spells(states, limits.max_at_cap_seconds), cause.resource, deadline,
+                  alert_for_minutes(AT_CAP), cause.resource_type)
+    return (AT_CAP, at) if at is not None else None
+
+
+#: Minutes the final path's figures run behind the fix's own minute (the watermark, a trigger, the shipping): how
+#: much later than ``max_at_cap_seconds`` after the cap was first reached ``RateGovernorLimitAtCap`` may fire.
+AT_CAP_LAG_MIN = 3.0
+
+
+def at_cap_named_minutes(limits) -> float:
+    """The deadline after a fix (minutes) by which ``RateGovernorLimitAtCap`` must have named a limit at its cap
+    since the fix at the latest: ``limits.max_at_cap_seconds``, the alert's ``for`` and :data:`AT_CAP_LAG_MIN`."""
+    from pipelines.sim.alerts import AT_CAP, alert_for_minutes
+
+    return limits.max_at_cap_seconds / 60.0 + alert_for_minutes(AT_CAP) + AT_CAP_LAG_MIN
 
 
 #: Minutes before a cut in which a busy carrier makes it a squeeze (:func:`_changes`): a window's stats, the final
@@ -370,7 +394,9 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
            "lift_after_fix": [], "target_minutes": [],
            "relimits": [],
            "busy_minutes": [], "relimits_with_restarts": [], "lifts_unseen": [],
-           "changes_with_unseen": []}
+           "changes_with_unseen": [], "levels": [], "levels_full": [], "minutes_left_out": Counter()}
+    storms = [cz.resource for cz in found if cz.kind == "storm"]
+    limits = getattr(result, "limits_cfg", None) or LimitsConfig()
     run_end = c.start + pd.Timedelta(seconds=n)
     busy_minutes = c.busy_rejected.sum(axis=2) > 0  # [minute, pair]
     for cz in found:
@@ -447,10 +473,11 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
         if not pairs.any():
             continue
         brokers_of = set(c.pairs.loc[pairs, "broker"])
-        everywhere = np.zeros(n, dtype=bool)
+        everywhere, anywhere = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         target = np.full(n, nan)
         for lo, hi, snap in in_force_spans(result):
             recs = {b_: rec for (b_, rt, r), (_q, rec) in snap.items() if (rt, r) == res}
+            anywhere[lo:hi] = bool(recs)
             if set(recs) >= brokers_of:
                 everywhere[lo:hi] = True
                 target[lo:hi] = float(max(recs.values(), key=lambda rec: rec.get("version") or 0)["limit_qps"])
@@ -459,8 +486,17 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
         admitted = c.second_admitted[:, pairs].sum(axis=1)
         demand = c.demand[pairs].sum(axis=0)
         decided, probing_s = decided_targets(result, res)
+        if cz.kind == "storm":
+            out["levels"] += storm_levels(result, cz, storms, decided, everywhere, limits)
+        else:
+            out["levels"] += surge_levels(result, cz, everywhere)
+            out["levels_full"] += surge_levels(result, cz, everywhere, split="carriers")
         for m in range(c.T):
             sl = slice(m * 60, (m + 1) * 60)
+            if act[sl].all() and anywhere[sl].any() and not everywhere[sl].all():
+                out["minutes_left_out"]["limited at some carriers only"] += 1
+            elif act[sl].all() and everywhere[sl].all() and demand[m] < np.mean(target[sl]):
+                out["minutes_left_out"]["demand under the limit"] += 1
             if act[sl].all() and everywhere[sl].all() and demand[m] >= np.mean(target[sl]):
                 out["target_minutes"].append((name, m, float(admitted[sl].sum() / decided[sl].sum()),
                                               bool(probing_s[sl].any())))
@@ -513,6 +549,18 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     with_restarts = out["relimits"] + out["relimits_with_restarts"]
     values["limits_again_while_quiet_with_restart_gaps"] = (float(len(with_restarts)), "count", "incident")
     details["limits_again_while_quiet_with_restart_gaps"] = "; ".join(with_restarts) or "none"
+    storm = [x for x in out["levels"] if x.kind == "storm" and np.isfinite(x.figure)]
+    surge = [x for x in out["levels"] if x.kind == "surge" and np.isfinite(x.figure)]
+    values["storm_level_lowest_over_true_target"] = (min((x.figure for x in storm), default=nan), "ratio", "incident")
+    values["storm_level_settled_over_true_target"] = (max((x.settled for x in storm), default=nan), "ratio",
+                                                      "incident")
+    values["surge_room_unused_share"] = (max((x.figure for x in surge), default=nan), "ratio", "incident")
+    values["surge_room_unused_share_per_carrier"] = (
+        max((x.figure for x in out["levels_full"] if np.isfinite(x.figure)), default=nan), "ratio", "incident")
+    details["levels"] = "; ".join(
+        f"{x.name} episode {x.episode}: " + (f"lowest {x.figure:.2f}x, settled {x.settled:.2f}x of {x.target:.1f} msg/s"
+                                             if x.kind == "storm" else f"{x.figure:.0%} of {x.target:.1f} msg/s unused")
+        + f" over {x.minutes} min" for x in out["levels"]) or "none"
     values["limit_value_changes_excluded"] = (float(len(out["excluded"])), "count", "incident")
     details["limit_value_changes_excluded"] = "; ".join(out["excluded"]) or "none"
     return out

@@ -654,12 +654,13 @@ def test_a_surge_s_first_limit_leaves_its_busy_carrier_room_for_the_breaker_s_bu
 def test_a_surge_s_burst_bound_stops_at_the_squeeze_headroom_and_needs_a_busy_carrier():
     """Case 135's coupon-changed (214.5 msg/s on broker-b, 734.6 of its 949.1 busy writes other topics'): no room
     is left, the first limit is 1.5x its baseline (``surge_squeeze_headroom``, the squeeze's floor), not below.
-    Case 6's search-sync (226.8 of broker-b's 232.6): 0.7 x 232.6 leaves 157.0, more than 2.0x: the target stands;
-    so does a surge without a busy carrier's writes."""
+    Case 6's search-sync (226.8 of broker-b's 232.6): 0.7 x 232.6 leaves 157.0, more than 2.0x its baseline: the
+    first limit takes that room (``SurgeLimit.fills_room``: a surge is held to what its busy carrier can write, not
+    to twice its baseline); a surge without a busy carrier's writes gets the target, 2.0x."""
     first, _ = _first_surge_limit({"broker-b": 214.5}, {"broker-b": 949.1}, 10.5)
     assert round(first.limit_qps, 2) == 15.75 and "(not below 1.5x the baseline)" in first.reason
     first, _ = _first_surge_limit({"broker-b": 226.8}, {"broker-b": 232.6}, 66.55)
-    assert round(first.limit_qps, 1) == 133.1 and "burst" not in first.reason
+    assert round(first.limit_qps, 1) == 157.0 and "bounded to 157.0 msg/s by the breaker's burst" in first.reason
     first, _ = _first_surge_limit({"broker-b": 226.8}, {}, 66.55)
     assert round(first.limit_qps, 1) == 133.1
 
@@ -677,7 +678,9 @@ def test_a_surge_s_first_limit_counts_its_carriers_other_senders_at_their_normal
     never lifted)."""
     first, state = _first_surge_limit({"broker-a": 256.0, "broker-b": 238.9}, {"broker-a": 319.4, "broker-b": 261.1},
                                       251.1, busy_normal={"broker-a": 269.0, "broker-b": 220.4})
-    assert round(first.limit_qps, 1) == round(state.target_qps, 1) == 163.3   # (0.7 x 319.4 - 139.1) / 0.5173
+    # the room at 0.7 of its busy writes, (0.7 x 319.4 - 139.1) / 0.5173 = 163.3, is under its baseline: it yields no
+    # lower than what fits under 0.79 of them, (0.79 x 319.4 - 139.1) / 0.5173 = 218.9
+    assert round(first.limit_qps, 1) == round(state.target_qps, 1) == 218.9
     assert ("broker-a wrote 319.4 msg/s busy, 63.4 of them other topics' (139.1 at their normal)" in first.reason
             and "at 376.6 msg/s broker-a would write 333.9, over 0.79 of what it wrote busy" in first.reason)
     first, _ = _first_surge_limit({"broker-a": 256.0, "broker-b": 238.9}, {"broker-a": 319.4, "broker-b": 261.1},
@@ -686,9 +689,12 @@ def test_a_surge_s_first_limit_counts_its_carriers_other_senders_at_their_normal
     first, _ = _first_surge_limit({"broker-a": 62.8, "broker-b": 76.3}, {"broker-a": 138.6, "broker-b": 91.7}, 1.35,
                                   busy_normal={"broker-a": 99.5, "broker-b": 22.0})
     assert round(first.limit_qps, 3) == 2.025 and "(not below 1.5x the baseline)" in first.reason
-    # no room left where the floor yields: min_limit_qps, and the text names the yield, not the floor
+    # no room left at 0.7 where the floor yields: what fits under 0.79 beside its other senders' normal,
+    # 0.79 x 210 - (255 - 100) = 10.9 msg/s, and the text names the yield, not the floor
     first, _ = _first_surge_limit({"b": 200.0}, {"b": 210.0}, 100.0, busy_normal={"b": 255.0})
-    assert first.limit_qps == L.min_limit_qps and "over 0.79 of what it wrote busy" in first.reason
+    assert round(first.limit_qps, 1) == 10.9 and "over 0.79 of what it wrote busy" in first.reason
+    first, _ = _first_surge_limit({"b": 200.0}, {"b": 210.0}, 100.0, busy_normal={"b": 265.0})
+    assert first.limit_qps == L.min_limit_qps   # 0.79 x 210 - 165 < 1: min_limit_qps
     assert "not below" not in first.reason
 
 
@@ -915,14 +921,15 @@ def test_a_storm_limit_its_broker_cannot_take_is_squeezed_once_and_held():
     """Issue 49's sweep case 126: a storm limited to 10 % of a 590 msg/s consume rate on a broker with a quarter of
     headroom; at its target the storm's writes keep the broker busy and the bystanders lose 3.6 % of what they lost
     before the limit. Here the broker can take 25 msg/s of the group's retries: a complete open window
-    wholly under the 40 msg/s limit, at the cap with the carrier busy, squeezes it (limit and target) by ``max_cut_pct`` to
-    20 msg/s; the broker is then healthy and the limit holds, unchanged, until the fix lifts it. A broker never busy
+    wholly under the 40 msg/s limit after the first one, at the cap with the carrier busy, squeezes it (limit and
+    target) by ``max_cut_pct`` to 20 msg/s; the broker is then healthy and the limit holds, unchanged, until the fix lifts it. A broker never busy
     is never squeezed."""
     decisions, trace = group_loop(24, lambda w: 600.0 if w <= 14 else 2.0, busy_above=25.0)
     squeeze, = [d for d in decisions if d.reason.startswith("squeeze")]
     assert (squeeze.limit_qps, squeeze.previous_qps) == (20.0, 40.0)
-    # the first complete open window that qualifies, in window order (07:02, the first wholly under the limit)
-    assert "b busy under the limit in the open window ending 07:02, complete by census (limit-bound" in squeeze.reason
+    # the first complete open window that qualifies, in window order: 07:03, the second wholly under the limit (the
+    # first, 07:02, drains the send queue the window before filled: no evidence)
+    assert "b busy under the limit in the open window ending 07:03, complete by census (limit-bound" in squeeze.reason
     assert trace[:6] == [40.0] * 5 + [20.0]             # decided at the end of window 4, in force from window 6
     held = [d for d in decisions if d.window_end > squeeze.window_end and d.window_end <= end(14)]
     assert all(d.limit_qps == 20.0 and d.reason.startswith("refresh") for d in held)
