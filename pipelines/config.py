@@ -292,7 +292,8 @@ class LimitsConfig(_Section):
         "Seconds of event time; a limit held longer is flagged on the status page and logged once (WARNING) for "
         "a person to look at."))
     max_at_cap_seconds: int = Field(default=1800, gt=0, description=(
-        "Seconds of event time: a limit whose windows have all been at its cap (``bound`` or ``capped``) this long "
+        "Seconds of event time: a limit held at its cap (``bound`` or ``capped``; a few windows under it do not count, "
+        "``recovery_windows`` clear in a row do) this long "
         "is named for a person (``RateGovernorLimitAtCap``, the status page): a group whose fixed consumer keeps "
         "retrying 20-47 % of what it consumes under a cap of 10 % looks the same at the cap as its storm, and no "
         "probe can tell them apart (its demand takes every raise). 30 minutes: longer than any storm of the "

@@ -50,11 +50,12 @@ class ResourceState:
     ``last_lift_end`` when the last enforced limit was lifted, ``lifted_target_qps`` its frozen target,
     ``recurrences`` how many limits in a row were set within ``recurrence_windows`` of the previous lift (0: the
     first). ``previous_limit_qps``: the value in force before the last change of value (None: none), in force in
-    the windows before ``change_effective_end`` (a change decided before the one before it was wholly in force keeps the
-    lower of the two values before it: those windows may have run at either). ``at_cap_since``: the end of the first of the windows at the cap
-    (``bound`` or ``capped``) since the last one that was not (None: the last judged window was not at the cap):
-    a limit held at its cap long (``RateGovernorLimitAtCap``) may be holding legitimate demand the rule cannot tell
-    from its cause.
+    the windows before ``change_effective_end`` (a change decided before the one before it was wholly in force keeps
+    the lower of the two values before it: those windows may have run at either). ``at_cap_since``: the end of the
+    first window at the cap (``bound`` or ``capped``) since the limit was set or since ``recovery_windows`` windows
+    in a row were clear (:meth:`pipelines.decide.policy.LimitPolicy.at_cap_since`; None: not at the cap): a limit
+    held at its cap long (``RateGovernorLimitAtCap``) may be holding legitimate demand the rule cannot tell from its
+    cause.
     """
 
     resource_type: str

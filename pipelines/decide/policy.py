@@ -127,6 +127,20 @@ class LimitPolicy(OpenWindows):
             return Judged(Status.CAPPED, f"the demand hidden: {numbers}{how}; {why} on what shows")
         return Judged(Status.CLEAR, f"the cause is gone: {numbers}{how}; {why}")
 
+    def at_cap_since(self, state: ResourceState, end: dt.datetime, status: Status) -> dt.datetime | None:
+        """``ResourceState.at_cap_since`` after the window ending ``end`` judged ``status``: the end of the first
+        window at the cap (``bound`` or ``capped``) since the limit was set, kept through windows under it until
+        ``recovery_windows`` of them in a row were clear since the last window that kept the limit (what a lift
+        counts; a demand that dips under the cap now and then is still held there)."""
+        since, p = state.at_cap_since, self.params
+        if status in (Status.BOUND, Status.CAPPED):
+            return end if since is None or end < since else since
+        kept = max((x for x in (state.last_candidate_end, state.last_capped_end) if x is not None), default=None)
+        if since is not None and status == Status.CLEAR and (
+                kept is None or end - kept >= p.window * p.recovery_windows):
+            return None
+        return since
+
     # --- one window -----------------------------------------------------------------------------------------------
     def on_window(self, state: ResourceState, end: dt.datetime, cand: Candidate | None, obs: Observation | None,
                   batch: Batch) -> Step:
@@ -140,9 +154,7 @@ class LimitPolicy(OpenWindows):
             judged = self.judge(obs, s)
             step = step.noted(Evidence(end, judged.status, s.limit_qps, obs.observed_tps, obs.rejected,
                                        judged.detail, rule_fired=cand is not None))
-            at_cap = judged.status in (Status.BOUND, Status.CAPPED)
-            if at_cap != (s.at_cap_since is not None) and (s.at_cap_since is None or end > s.at_cap_since):
-                step = step.moved(at_cap_since=end if at_cap else None)
+            step = step.moved(at_cap_since=self.at_cap_since(s, end, judged.status))
         squeezed = self.squeeze(step.state, obs, judged) if judged is not None else None
         if squeezed is not None:
             step = step.then(squeezed)
@@ -270,8 +282,13 @@ class LimitPolicy(OpenWindows):
             if start == target:
                 target = preliminary[1]
             start = preliminary[1]
-        return decide(state, cand.window_end, start, Action.SET, reason, cand.mode, shares=shares_of(cand.broker_tps),
+        step = decide(state, cand.window_end, start, Action.SET, reason, cand.mode, shares=shares_of(cand.broker_tps),
                       target=target, fresh=True, baseline=cand.baseline_tps)
+        if preliminary is not None and preliminary[2] == cand.mode and preliminary[1] != start:
+            # the fast path's value ran at the brokers until this one is in force: windows before it are judged
+            # against the lower of the two (limit_in_force), never clear on a value they did not run under
+            step = step.moved(previous_limit_qps=preliminary[1])
+        return step
 
     def first_bound(self, cand: Candidate) -> tuple[float, str] | None:
         """The highest first limit its candidate's window allows (msg/s cluster-wide) and why; None: the target."""

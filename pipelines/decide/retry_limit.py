@@ -105,12 +105,15 @@ class RetryStormLimit(LimitPolicy):
                         f"{refused:.0%} of the send-backs refused, a demand of {hidden:.1f} msg/s")
 
     def view_hides_demand(self, obs: Observation) -> bool:
-        """The limiter's view hides no demand where the fallback sends count the refused send-backs (a refused share
-        under :data:`REFUSED_SHARE_MAX`): the view tells only that the limiter refused some, and :meth:`visible`
-        counts them already. Issue 49's sweep case 187: a fixed consumer's legitimate retries at 5 % of the cap,
-        refused in bursts (21 % of them, the fallback sends tell), read as hidden demand, so each lift waited for a
-        probe (8.1 minutes after a fix)."""
+        """A carrier busy in the window hides the demand (it fast-fails send-backs before the limiter sees them, and
+        a refused send-back leaves no log line). The limiter's view hides no demand where the fallback sends count
+        the refused send-backs (a refused share under :data:`REFUSED_SHARE_MAX`): the view tells only that the
+        limiter refused some, and :meth:`visible` counts them already. Issue 49's sweep case 187: a fixed
+        consumer's legitimate retries at 5 % of the cap, refused in bursts (21 % of them, the fallback sends
+        tell), read as hidden demand, so each lift waited for a probe (8.1 minutes after a fix)."""
         refused = self.refused_share(obs)
+        if obs.busy_brokers:  # a busy carrier fast-fails send-backs before its limiter, unlogged: what it admitted
+            return True       # under the cap says nothing of the demand (a probe's raise that made it busy: undone)
         return obs.viewed and (refused is None or refused >= REFUSED_SHARE_MAX)
 
     @staticmethod

@@ -265,7 +265,7 @@ class _Collector:
                          "the level before it, messages cluster-wide (its stated cost: at most limits.probe_max_windows "
                          "windows at limits.relax_factor x).", resource,
                          {key: v for key, v in s.probe_excess.items() if key in limits})
-            yield _gauge("limit_at_cap_seconds", "How long each limit's windows have all been at its cap (bound or "
+            yield _gauge("limit_at_cap_seconds", "How long each limit has been held at its cap (bound or "
                          "capped), seconds of event time (from the end of the first of them to the newest final "
                          "window).", resource,
                          {key: max(0.0, (s.horizon or since) - since) for key, since in s.at_cap_since.items()})

@@ -99,8 +99,9 @@ class Status:
     #: (resource_type, resource) → what its last undone probe admitted beyond the level before it, messages
     #: cluster-wide (newest ``state/policy`` row; the probe's cost, stated in its undo's reason too).
     probe_excess: dict[tuple[str, str], float] = field(default_factory=dict)
-    #: (resource_type, resource) → the end of the first of its windows all at the cap since (newest ``state/policy``
-    #: row, none under an override); held there ``max_at_cap_seconds`` or more, it is named for a person.
+    #: (resource_type, resource) → the end of the first window at the cap of its current spell there (newest
+    #: ``state/policy`` row, none under an override); held there ``max_at_cap_seconds`` or more, it is named for a
+    #: person.
     at_cap_since: dict[tuple[str, str], pd.Timestamp] = field(default_factory=dict)
     max_at_cap_seconds: int = LimitsConfig().max_at_cap_seconds
 
@@ -115,7 +116,7 @@ class Status:
         return pd.Timestamp(after["window_end"].iloc[0]) if len(after) else None
 
     def at_cap_for(self, key: tuple[str, str]) -> float | None:
-        """Seconds of event time the resource's windows have all been at its cap (to the newest window), when that
+        """Seconds of event time the resource has been held at its cap (to the newest window), when that
         is ``max_at_cap_seconds`` or more; None otherwise."""
         since = self.at_cap_since.get(key)
         if since is None or self.latest_window is None:

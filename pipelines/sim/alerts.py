@@ -11,7 +11,7 @@ held at such a limit as **named for a person** when the alert has fired by the l
 room for a probe, so no policy can tell the fix from the cause at the cap (docs/decisions.md §4 "Held under what its
 normal traffic needs").
 
-``RateGovernorLimitAtCap`` (:func:`at_cap_spells`): a limit whose windows have all been at its cap (``state/policy``
+``RateGovernorLimitAtCap`` (:func:`at_cap_spells`): a limit held at its cap (``state/policy``
 ``at_cap_since``) for ``limits.max_at_cap_seconds``, not under an operator's override: a fixed consumer group that
 keeps retrying more than its cap lets through looks the same as its storm there, and takes every probe's raise, so
 no policy can lift it; the sweep counts such a fix as named for a person when the alert has fired by the deadline.

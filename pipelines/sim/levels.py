@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines import rocketmq as rmq
+from pipelines.sim.pulses import sending_nothing
 
 
 @dataclass(frozen=True)
@@ -132,9 +133,46 @@ def storm_levels(result, cause, storms: list[str], decided: np.ndarray, everywhe
             continue
         values = decided[sl][judged]
         rule = max(limits.allowed_retry_share * true_consume(c, cause.resource, lo // 60), limits.min_limit_qps)
-        out.append(Level(name, "storm", k, float(values.min()) / target, float(values[-1]) / rule, target,
+        lowest, squeezes = _lowest(c, cause, decided, judged, lo, target, limits)
+        if squeezes:
+            left["squeezes (a cut while a carrier was busy: judged as at most one cut by max_cut_pct below the "
+                 "true target or the level before it, whichever is lower)"] = squeezes
+        out.append(Level(name, "storm", k, lowest, float(values[-1]) / rule, target,
                          int(np.ceil(judged.sum() / 60.0)), {**left, "target": why}))
     return out
+
+
+#: Minutes before a cut in which a busy carrier makes it a squeeze (as :data:`pipelines.sim.truth.
+#: SQUEEZE_LOOKBACK_MIN`: a window's stats, the final path's lateness, the propagation).
+SQUEEZE_LOOKBACK_MIN = 4
+
+
+def _lowest(c, cause, decided: np.ndarray, judged: np.ndarray, lo: int, target: float, limits) -> tuple[float, int]:
+    """(the lowest decided level of an episode ÷ ``target``, how many squeezes it had). A **squeeze**, a cut while
+    one of the cause's carriers was busy (fast-failing sends) in the :data:`SQUEEZE_LOOKBACK_MIN` minutes before it,
+    answers a broker that could not take the level before it: the level it cut to is judged against one cut by
+    ``max_cut_pct`` from the lower of that level and the true target (its figure ÷ that is the level's figure, so
+    one squeeze's halving of a level at the target reads 1.0, a second 0.5). ``judged``: the episode's seconds
+    (from ``lo``) in force at every carrier."""
+    mine = _pairs(c, (cause.resource_type, cause.resource))
+    carriers = np.isin(c.pair_broker, np.unique(c.pair_broker[mine]))
+    busy = c.busy_rejected[:, carriers, :].sum(axis=(1, 2)) > 0  # per minute
+    keep = 1.0 - limits.max_cut_pct / 100.0
+    seconds = np.flatnonzero(judged) + lo
+    ratios, squeezes, before = [], 0, np.nan
+    for i, t in enumerate(seconds):
+        v = decided[t]
+        if i and v == decided[seconds[i - 1]]:
+            continue
+        prior = decided[t - 1] if t > 0 and not np.isnan(decided[t - 1]) else before
+        m = t // 60
+        if np.isfinite(prior) and v < prior and busy[max(0, m - SQUEEZE_LOOKBACK_MIN):m + 1].any():
+            squeezes += 1
+            ratios.append(v / (keep * min(prior, target)))
+        else:
+            ratios.append(v / target)
+        before = v
+    return (min(ratios) if ratios else float("nan")), squeezes
 
 
 #: The share of a carrier's true capacity a surge's room is judged up to: a limiter rejecting most of a surge opens
@@ -155,10 +193,12 @@ def surge_levels(result, cause, everywhere: np.ndarray, share: float = ROOM_SHAR
     split over its carriers by the topic's traffic on each (``broker_limits``: RocketMQ producers spread their sends
     over every carrier's queues) can use it: the tightest carrier's room ÷ its share of the topic's demand, at most
     the demand. ``carriers``: each carrier's room on its own, summed (what per-carrier limits sized by room could
-    use; kept beside)."""
+    use; kept beside). A pulsed producer (:mod:`pipelines.sim.pulses`) is judged over the seconds it sends: the
+    room is there every second, its demand and what it was admitted come in its pulses."""
     c = result.cluster
     mine = _pairs(c, (cause.resource_type, cause.resource))
     idx = np.flatnonzero(mine)
+    off = sending_nothing(c)
     out = []
     for k, (a, b) in enumerate(cause.active, start=1):
         m0 = max(0, int(np.ceil((pd.Timestamp(a) - c.start).total_seconds() / 60.0)))
@@ -168,9 +208,12 @@ def surge_levels(result, cause, everywhere: np.ndarray, share: float = ROOM_SHAR
         for m in range(m0, m1):
             if not everywhere[m * 60:(m + 1) * 60].all() or c.limiter_rejected[m, mine, :].sum() <= 0:
                 continue
+            on = float((~off[m * 60:(m + 1) * 60]).mean())  # a pulsed producer's share of the minute it sends in
+            if on <= 0:
+                continue
             rooms = np.array([_room(c, i, m, share) for i in idx])
-            demand = c.demand[idx, m]
-            admitted = c.admitted[m, idx, :].sum(axis=1) / 60.0
+            demand = c.demand[idx, m] / on  # per second it sends: the room is there every second
+            admitted = c.admitted[m, idx, :].sum(axis=1) / 60.0 / on
             if split == "shares":
                 weights = demand / demand.sum() if demand.sum() > 0 else np.full(idx.size, 1.0 / idx.size)
                 usable = min(float(np.min(np.where(weights > 0, rooms / np.maximum(weights, 1e-12), np.inf))),
@@ -183,8 +226,8 @@ def surge_levels(result, cause, everywhere: np.ndarray, share: float = ROOM_SHAR
                 left["refused with no room on its carriers"] = left.get("refused with no room on its carriers", 0) + 1
                 continue
             minutes += 1
-            usable_sum += usable
-            unused_sum += unused
+            usable_sum += usable * on
+            unused_sum += unused * on
         figure = unused_sum / usable_sum if usable_sum > 0 else float("nan")
         out.append(Level(f"topic {cause.resource}", "surge", k, figure, float("nan"),
                          usable_sum / minutes if minutes else float("nan"), minutes, left))

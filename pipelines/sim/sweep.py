@@ -133,6 +133,10 @@ def cold_start_target(case: Case, cfg=None, bcfg=None) -> float:
 #: :data:`pipelines.sim.figures.NO_MINUTE`), with the reason: kind → {the check's name's start: why}. Anywhere else a
 #: required check with no qualifying minute fails its case.
 OPTIONAL: dict[str, dict[str, str]] = {
+    "governor_restart": {"admitted within": (
+        "the governor is down for 1-5 minutes from the onset on: its first limit comes that much later, and a storm "
+        "fixed within minutes of it may have no limited minute without a carrier still busy from the unlimited ones "
+        "(a minute with a busy carrier is not the limiter's figure)")},
     "cold_start": {"a storm's limit at its true target": (
         "the storm is under way when the governor starts: the group's normal consume rate was never shown, and its "
         "consumer, slowed by its refused send-backs, shows less; the rule's target is 10 % of what it shows")},

@@ -297,7 +297,7 @@ def _named(result, cause, fixed: pd.Timestamp, within_min: float):
                       alert_for_minutes())
         if at is not None:
             return "RateGovernorLimitUnderNormal", at
-    deadline = (fixed + pd.Timedelta(minutes=at_cap_named_minutes(limits))).to_pydatetime()
+    deadline = (fixed + pd.Timedelta(minutes=at_cap_named_minutes(limits))).to_pydatetime(warn=False)
     at = named_by(at_cap_spells(states, limits.max_at_cap_seconds), cause.resource, deadline,
                   alert_for_minutes(AT_CAP), cause.resource_type)
     return (AT_CAP, at) if at is not None else None

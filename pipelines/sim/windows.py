@@ -8,8 +8,10 @@ events a simulated cluster prints → the windowed sums Spark would hand the dec
 * :class:`OpenWindows`: the fast query's running sums per window × resource (update mode: the rows a micro-batch's
   input touched), as :func:`pipelines.dataplane.transforms.fast.open_window_sums` computes them.
 
-Rows at or older than the watermark are dropped by both, as Spark's stateful operators drop them (a broker whose
-minute lands later than the watermark allows is not counted in that window at all). A stats line shipped twice
+A row whose window has ended at or before the watermark is dropped by both, as Spark's windowed aggregation drops
+it (its watermark predicate is on the window's end, not the row's event time: a row older than the watermark in a
+window still open counts; ``tests/transforms/test_tps.py`` pins it in Spark). A broker whose minute lands later
+than that is not counted in its window at all. A stats line shipped twice
 counts once in both, as in Spark, where a window's stats amounts are a set of lines
 (:func:`pipelines.dataplane.transforms.tps.window_metrics`, ``open_window_sums``): here a stats event equal to one
 already in a window's state (same time, broker, topic, group, metric and amount) is skipped; failure events count as
@@ -85,14 +87,15 @@ class FinalWindows:
         self._lines: dict = defaultdict(set)  # window start → its stats events (a line shipped twice counts once)
 
     def batch(self, events: list[Event]) -> dict | None:
-        """One micro-batch: add ``events`` (those not older than the watermark), emit the windows the watermark of
-        the previous micro-batch has passed (their sums, removed from the state; None when there are none), then
-        move the watermark."""
+        """One micro-batch: add ``events`` (those whose window the watermark has not passed), emit the windows the
+        watermark of the previous micro-batch has passed (their sums, removed from the state; None when there are
+        none), then move the watermark."""
         length, sums, starts, start_of = self.length, self.sums, self._starts, self._start_of
+        span = dt.timedelta(seconds=length)
         for at, broker, topic, group, metric, amount in events:
-            if self.watermark is not None and at <= self.watermark:  # late (Spark: event time <= watermark)
-                continue
             start = start_of[at]
+            if self.watermark is not None and start + span <= self.watermark:  # late: its window's end passed
+                continue
             if not metric.startswith(FAILURE):
                 seen = self._lines[start]
                 line = (at, broker, topic, group, metric, amount)
@@ -104,7 +107,6 @@ class FinalWindows:
             self.max_seen = at if self.max_seen is None or at > self.max_seen else self.max_seen
         emitted = None
         if self.pending():
-            span = dt.timedelta(seconds=length)
             gone = {s for s in starts if s + span <= self.watermark}
             due = {k: v for k, v in sums.items() if k[0] in gone}  # in the order the state first saw them
             for k in due:
@@ -152,8 +154,8 @@ class OpenWindows:
         return self.rows[key]
 
     def batch(self, events: list[Event]) -> pa.Table:
-        """One micro-batch: add ``events`` (not older than the watermark) → the rows they touched (Arrow, the
-        columns of :data:`OPEN_COLUMNS`), then move the watermark and drop the windows it has passed."""
+        """One micro-batch: add ``events`` (those whose window the watermark has not passed) → the rows they touched
+        (Arrow, the columns of :data:`OPEN_COLUMNS`), then move the watermark and drop the windows it has passed."""
         return self.batch_rows(events)[0]
 
     def batch_rows(self, events: list[Event]) -> tuple[pa.Table, list[dict]]:
@@ -161,10 +163,11 @@ class OpenWindows:
         touched = set()
         busy = set(rmq.BUSY_FAILURE_CLASSES)
         start_of = self._start_of
+        span = dt.timedelta(seconds=self.length)
         for at, broker, topic, group, metric, amount in events:
-            if self.watermark is not None and at <= self.watermark:  # late (Spark: event time <= watermark)
-                continue
             start = start_of[at]
+            if self.watermark is not None and start + span <= self.watermark:  # late: its window's end passed
+                continue
             self.max_seen = at if self.max_seen is None or at > self.max_seen else self.max_seen
             if not metric.startswith(FAILURE):
                 seen = self._lines[start]

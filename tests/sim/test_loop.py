@@ -126,6 +126,27 @@ def test_a_fixed_consumer_is_lifted_within_8_minutes_of_its_fix(name, overrides)
     assert figures.value("limit_changes_while_cause_persists") <= 1
 
 
+def test_a_fixed_consumer_retrying_a_third_of_what_it_consumes_is_held_at_its_cap_and_named_for_a_person():
+    """Fixed after 8 minutes, the group keeps retrying 33 % of the 400 msg/s it consumes: 132 msg/s against its cap
+    of 40 (10 %), under the rule's ratio (0.5) but over every probe's raise, so it cannot be told from the storm
+    and is never lifted (each probe it tries is taken and undone). Its limit is held at its cap from its first window, and ``RateGovernorLimitAtCap`` names it 30 minutes (and the
+    alert's ``for``) later: the lift check passes as named for a person. With the alert's threshold at 2 hours
+    nothing names it and the check fails."""
+    result, figures = run("storm_fixed_legit_retry", fixed_retry_share=0.33, minutes=50)
+    lift = next((ok, measured) for name, ok, measured in figures.checks if name.startswith("each lift <="))
+    assert lift[0] and "named for a person (RateGovernorLimitAtCap at" in lift[1], lift
+    rows = culprit_rows(result)
+    assert "lift" not in set(rows["action"])
+    since = {r["at_cap_since"] for _now, r in result.states if r["resource_type"] == "group" and r["limit_qps"]}
+    assert len(since - {None}) == 1, since   # one spell at the cap, from the limit's first window to the end
+    bcfg = load_backtest_config("conf/backtest.toml")
+    cfg = governor_config(bcfg, None, None)
+    cfg = cfg.model_copy(update={"limits": cfg.limits.model_copy(update={"max_at_cap_seconds": 7200})})
+    late = compute(simulate(build_spec("storm_fixed_legit_retry", {"fixed_retry_share": 0.33, "minutes": 50},
+                                       now=NOW), cfg, bcfg))
+    assert not next(ok for name, ok, _ in late.checks if name.startswith("each lift <="))
+
+
 @pytest.mark.parametrize("name,held_from", [("intermittent_short", 0), ("intermittent_storm", 1)])
 def test_an_intermittent_storm_is_held_across_its_quiet_spells(name, held_from):
     """Quiet spells of 2 and 4 minutes. The first limit is lifted after 3 clear windows and one more a carrier
