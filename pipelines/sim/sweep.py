@@ -27,7 +27,10 @@ What varies (:func:`pipelines.sim.draws.draw`; issue 49 made the world irregular
   limiter's rejections (all, 10 % or none; a 200-line throttle or none);
 * the world (:func:`pipelines.sim.draws._draw_world`, :class:`pipelines.sim.irregular.Irregularity`): per-broker
   shipping delays and jitter, a slow broker, one whose minutes land behind the watermark, a dropped minute, a file
-  shipped twice, a broker whose stats stop, per-broker apply delays, a broker restart;
+  shipped twice, a broker whose stats stop, per-broker apply delays, a broker restart; and from a generator of its
+  own (:func:`pipelines.sim.draws._draw_gaps`) one-off gaps on a cause's own carriers, in the producers' failure
+  logs of its topic or of bystanders, and on the other brokers while a limit is pending: a minute dropped, shipped
+  twice, late inside or past the watermark, or a shipper stopped 2-5 minutes and restarted with its backlog;
 * what the governor observes (issue 48, :func:`pipelines.sim.irregular.observation`, from a generator of its own so
   that a case's other draws stay as they were): the limiter's own view through the RocketMQ admin sink for about a
   third of the cases (printed ``world limiter_view=True``), the file write-back alone for the rest;

@@ -1,6 +1,7 @@
-"""Observation gaps in the Spark-free closed loop (pipelines/sim/irregular.py, loop.py): the producers'
+"""Observation gaps in the Spark-free closed loop (pipelines/sim/irregular.py, loop.py, draws.py): the producers'
 failure logs dropped, late, shipped twice or held by a stopped shipper; a broker's stats shipper stopped and
-restarted with its backlog. Small inline data; the whole-loop tests run one short noisy neighbour each (about 3 s)."""
+restarted with its backlog; the sweep's draw of such gaps on a cause's carriers, its failure logs and the other
+brokers. Small inline data; the whole-loop tests run one short noisy neighbour each (about 3 s)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ import pytest
 from pipelines import rocketmq as rmq
 from pipelines.sim import loop as sim_loop
 from pipelines.sim.admitted import stats_events, trickle
+from pipelines.sim.draws import (
+    GAP_KINDS, STATS_LATE_ROOM, STATS_LOST_SECONDS, FAILURE_LATE_SECONDS, FAILURE_LOST_SECONDS, STOP_SECONDS,
+    GapScene, _draw_gaps,
+)
 from pipelines.sim.irregular import FailureShipping, Irregularity, stats_landings, stopped_shipper
 from pipelines.sim.settings import governor_config, load_backtest_config
 from pipelines.sim.spec import ScenarioSpec
@@ -212,3 +217,101 @@ def test_a_stopped_shippers_backlog_past_the_watermark_is_not_counted():
     assert counted("broker-b", 9) == printed("broker-b", 9)  # 45 s late: counted, once
     assert counted("broker-b", 4) == printed("broker-b", 4) and counted("broker-b", 10) == printed("broker-b", 10)
     assert counted("broker-a", 6) == printed("broker-a", 6)
+
+
+# --- the sweep's draw of gaps -----------------------------------------------------------------------------------
+
+SCENE = GapScene(brokers=("broker-a", "broker-b", "broker-c", "broker-d"), minutes=30, onset=10,
+                 causes=(("pugc-content", ("broker-a", "broker-b")), (None, ("broker-c",))),
+                 topics={"pugc-content": ("broker-a", "broker-b"), "order-sync": ("broker-a",),
+                         "user-log": ("broker-c",), "im-index": ("broker-d",)})
+WORLD = {"stats_delay_seconds": {"broker-a": 8.0, "broker-b": 30.0, "broker-c": 57.0, "broker-d": 3.0},
+         "stats_jitter_seconds": 3.0}
+CARRIERS = {"broker-a", "broker-b", "broker-c"}
+
+
+def _kinds(gaps: dict) -> list[tuple[str, str, str, int]]:
+    """(where: "carrier"/"other"/"cause topic"/"bystander"/"quiet topic", name, kind, first minute) of each gap."""
+    out = []
+    late = defaultdict(list)
+    for b, m, more in gaps.get("late_minutes", []):
+        late[b].append((m, more))
+    for b, runs in late.items():
+        where = "carrier" if b in CARRIERS else "other"
+        if len(runs) > 1:
+            out.append((where, b, "stopped", min(m for m, _ in runs)))
+        else:
+            m, more = runs[0]
+            out.append((where, b, "late" if more < 60 else "lost", m))
+    out += [("carrier" if b in CARRIERS else "other", b, "dropped", m) for b, m in gaps.get("dropped_minutes", [])]
+    out += [("carrier" if b in CARRIERS else "other", b, "duplicated", m)
+            for b, m, _ in gaps.get("duplicated_minutes", [])]
+
+    def topic(t):
+        return "cause topic" if t == "pugc-content" else "quiet topic" if t == "im-index" else "bystander"
+
+    out += [(topic(t), t, "dropped", m) for t, m in gaps.get("failure_dropped_minutes", [])]
+    out += [(topic(t), t, "duplicated", m) for t, m, _ in gaps.get("failure_duplicated_minutes", [])]
+    out += [(topic(t), t, "late" if more < 120 else "lost", m) for t, m, more in gaps.get("failure_late_minutes", [])]
+    out += [(topic(t), t, "stopped", int(a // 60)) for t, a, _ in gaps.get("failure_stops", [])]
+    return out
+
+
+@pytest.fixture(scope="module")
+def drawn():
+    return {seed: _draw_gaps(seed, SCENE, WORLD) for seed in range(200)}
+
+
+def test_the_draw_puts_every_kind_of_gap_on_carriers_and_failure_logs(drawn):
+    counts = Counter((where, kind) for gaps in drawn.values() for where, _, kind, _ in _kinds(gaps))
+    for kind in GAP_KINDS:
+        assert counts["carrier", kind] >= 6, (kind, counts)
+        assert counts["cause topic", kind] + counts["bystander", kind] >= 6, (kind, counts)
+    assert sum(counts[w, k] for w in ("other", "quiet topic") for k in GAP_KINDS) >= 30, counts
+    assert sum(counts["bystander", k] for k in GAP_KINDS) >= 10 and sum(counts["cause topic", k] for k in GAP_KINDS) >= 20
+    assert 40 <= sum(1 for g in drawn.values() if any(w == "carrier" for w, *_ in _kinds(g))) <= 80  # about 30 %
+
+
+def test_the_draw_keeps_each_gap_in_its_minutes_and_ranges(drawn):
+    onset_hit = 0
+    for seed, gaps in drawn.items():
+        for where, name, kind, m in _kinds(gaps):
+            if where in ("carrier", "cause topic", "bystander"):
+                assert SCENE.onset - 1 <= m <= SCENE.minutes - 2, (seed, where, name, kind, m)
+                onset_hit += m in (SCENE.onset - 1, SCENE.onset)
+            else:
+                assert SCENE.onset + 3 <= m <= SCENE.minutes - 2, (seed, where, name, kind, m)
+            if where == "carrier" or where == "other":
+                assert name in (CARRIERS if where == "carrier" else {"broker-d"})
+        for b, m, more in gaps.get("late_minutes", []):
+            if len([x for x in gaps["late_minutes"] if x[0] == b]) == 1:
+                room = STATS_LATE_ROOM - WORLD["stats_delay_seconds"][b] - WORLD["stats_jitter_seconds"]
+                assert 10.0 <= more <= room or STATS_LOST_SECONDS[0] <= more <= STATS_LOST_SECONDS[1], (seed, b, more)
+                assert b != "broker-c" or more >= STATS_LOST_SECONDS[0]  # 57 s delay: no room inside the watermark
+        for t, m, more in gaps.get("failure_late_minutes", []):
+            assert FAILURE_LATE_SECONDS[0] <= more <= FAILURE_LATE_SECONDS[1] or \
+                FAILURE_LOST_SECONDS[0] <= more <= FAILURE_LOST_SECONDS[1]
+        for t, a, b in gaps.get("failure_stops", []):
+            assert STOP_SECONDS[0] <= b - a <= STOP_SECONDS[1] + 0.1
+        runs = defaultdict(list)
+        for b, m, more in gaps.get("late_minutes", []):
+            runs[b].append((m, more))
+        for b, run in runs.items():
+            if len(run) > 1:  # a stopped shipper: consecutive minutes, all landing at one restart (2-5 min after)
+                ms = sorted(m for m, _ in run)
+                assert ms == list(range(ms[0], ms[-1] + 1))
+                delay = WORLD["stats_delay_seconds"][b]
+                assert len({round((m + 1) * 60 + delay + more, 1) for m, more in run}) == 1
+    assert onset_hit >= 5  # the onset minute and the one before are drawn too
+
+
+def test_the_draw_adds_to_the_worlds_gaps_and_never_puts_a_storms_own_topic_in_a_failure_log(drawn):
+    world = {**WORLD, "dropped_minutes": [("broker-d", 2)], "late_minutes": [("broker-d", 3, 190.0)]}
+    for seed in range(200):
+        gaps = _draw_gaps(seed, SCENE, world)
+        assert gaps.get("dropped_minutes", world["dropped_minutes"])[:1] == [("broker-d", 2)]
+        assert gaps.get("late_minutes", world["late_minutes"])[:1] == [("broker-d", 3, 190.0)]
+    topics = {t for g in drawn.values() for k in ("failure_dropped_minutes", "failure_duplicated_minutes",
+                                                  "failure_late_minutes", "failure_stops") for t, *_ in g.get(k, [])}
+    assert topics <= set(SCENE.topics) and not any(t.startswith(rmq.RETRY_TOPIC_PREFIX) for t in topics)
+    assert _draw_gaps(7, SCENE, WORLD) == drawn[7]  # a seed draws the same gaps every time
