@@ -315,3 +315,26 @@ def test_the_draw_adds_to_the_worlds_gaps_and_never_puts_a_storms_own_topic_in_a
                                                   "failure_late_minutes", "failure_stops") for t, *_ in g.get(k, [])}
     assert topics <= set(SCENE.topics) and not any(t.startswith(rmq.RETRY_TOPIC_PREFIX) for t in topics)
     assert _draw_gaps(7, SCENE, WORLD) == drawn[7]  # a seed draws the same gaps every time
+
+
+# --- what the sweep excuses: minutes its carriers did not ship, or shipped late -----------------------------------
+
+def test_unseen_minutes_count_the_delay_until_a_minute_of_every_carrier_shows():
+    from types import SimpleNamespace
+
+    from pipelines.sim.sweep import unseen_minutes
+
+    case = SimpleNamespace(irregular={"dropped_minutes": [("broker-a", 5)],
+                                      "late_minutes": [("broker-a", 6, 90.0), ("broker-b", 7, 36.0),
+                                                       *stopped_shipper("broker-b", 590.0, 740.0, 5.0, 20)]})
+    carriers = {("topic", "t1"): ("broker-a", "broker-b")}
+    assert unseen_minutes(case, carriers, 300.0) == pytest.approx(2.6)  # 5 dropped, 6 past, 7 shows 36 s late
+    assert unseen_minutes(case, carriers, 420.0) == pytest.approx(0.6)
+    assert unseen_minutes(case, carriers, 480.0) == 0.0
+    # broker-b stopped at 590 s, restarted at 740 s: minutes 8 (due 545 s: before the stop) as usual, 9 and 10 held
+    # (135 s and 75 s late: past the watermark), 11 (due 725 s) shows 15 s late, at the restart
+    assert [(m, more) for _, m, more in stopped_shipper("broker-b", 590.0, 740.0, 5.0, 20)] == [
+        (9, 135.0), (10, 75.0), (11, 15.0)]
+    assert unseen_minutes(case, carriers, 540.0) == pytest.approx(2.25)
+    assert unseen_minutes(case, {("topic", "t2"): ("broker-c",)}, 300.0) == 0.0  # not a carrier's gap
+    assert unseen_minutes(case, carriers, float("nan")) == 0 and unseen_minutes(case, {}, 300.0) == 0
