@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipelines.sim.irregular import observation, world_order
+from pipelines.sim.irregular import observation, stopped_shipper, world_order
 from pipelines.sim.scenarios import STORM_SCENARIOS
 
 PROG = "python -m pipelines.sim.sweep"
@@ -72,11 +72,48 @@ QUIET_MINUTES = (2, 12)
 AFTER_FINAL_FIX = 22
 #: A governor killed mid-incident stays down this long (seconds) before it is restarted on its lake.
 GOVERNOR_DOWN_SECONDS = (60.0, 300.0)
-#: One more gap in a broker's stats while a limit is held, probed or lifted (:func:`_draw_gaps`): for this share of
-#: the cases, on a cause's own carrier for :data:`CARRIER_GAP_SHARE` of them; a stream of its own.
-GAP_SHARE = 0.35
-CARRIER_GAP_SHARE = 0.6
+#: Gaps in what the governor reads (:func:`_draw_gaps`), each drawn for its share of the cases from one stream of
+#: their own, ``default_rng([seed, GAP_STREAM])``, so a case's other draws do not move: one gap in a cause's own
+#: carrier's stats (:data:`CARRIER_GAP_SHARE` of the cases with a cause), one in the failure log of a cause's topic or
+#: of a bystander topic on its carriers (:data:`FAILURE_GAP_SHARE`), one on a broker or topic carrying no cause while
+#: a limit is held, probed or lifted (:data:`PENDING_GAP_SHARE`); each of :data:`GAP_KINDS`, equally often.
+CARRIER_GAP_SHARE = 0.3
+FAILURE_GAP_SHARE = 0.3
+PENDING_GAP_SHARE = 0.25
+#: A failure-log gap falls on a cause's own topic for this share (where its sends log failures), else a bystander's.
+CAUSE_TOPIC_SHARE = 0.6
+#: A gap in the stats of a broker non-carrier rather than the failure log of a topic only non-carriers carry.
+PENDING_STATS_SHARE = 0.6
+GAP_KINDS = ("dropped", "duplicated", "late", "lost", "stopped")
 GAP_STREAM = zlib.crc32(b"gaps_while_pending")
+#: How late a line may land and still count. The job has one watermark (``windows.watermark_seconds``, 120 s) over
+#: stats and failure events (``pipelines/job/flows/gold.py``, ``fast.py``), and a line is judged against the watermark
+#: of the lines read before it: those that landed at least one ingest trigger (``windows.trigger_seconds``) earlier.
+#: A failure event is stamped with its failed send and lands ``shipping.failures_seconds`` (5 s) after it; a stats
+#: minute is stamped with its start and lands 60 s + its broker's delay + jitter (+ its lateness) after it.
+#:
+#: A stats minute late by at most this less its broker's delay and the world's jitter is counted (gap kind ``late``,
+#: at least 10 s): no line read before it is newer than its landing less 5 s, so the watermark is at least 125 s
+#: behind its landing, which is 60 s + delay + jitter + lateness after the minute's start.
+STATS_LATE_ROOM = 65.0
+#: A stats minute this many seconds late is past the watermark (gap kind ``lost``) even with no failure line moving
+#: it: a broker shipping as usual (delay at most 15 s, jitter under 5 s) lands a minute at most 120 s + its delay and
+#: jitter after the minute's start, so the watermark is at most 250 s + those 20 s behind a landing; the late minute's
+#: start is 60 s + its delay (at least 2 s) + its lateness before it: 208 s suffice.
+STATS_LOST_SECONDS = (210.0, 300.0)
+#: A failure line late by less than 120 s more than usual is counted (gap kind ``late``): no line read before it is
+#: newer than its landing less the usual 5 s, so the watermark is at least 120 s + its lateness behind its send.
+FAILURE_LATE_SECONDS = (10.0, 110.0)
+#: A failure line this late is past the watermark even when only the stats lines move it (gap kind ``lost``): as for
+#: :data:`STATS_LOST_SECONDS`, the watermark is at most 270 s behind its landing, its send 5 s + its lateness: 265 s.
+FAILURE_LOST_SECONDS = (270.0, 360.0)
+#: A file shipped twice: stats 30-300 s later (counted once whenever it lands); failure lines 10-110 s later, inside
+#: the watermark (:data:`FAILURE_LATE_SECONDS`), so that the copy counts (the data plane sums failure lines).
+STATS_COPY_SECONDS = (30.0, 300.0)
+FAILURE_COPY_SECONDS = (10.0, 110.0)
+#: A shipper stopped this many seconds, then restarted with its backlog (gap kind ``stopped``).
+STOP_SECONDS = (120.0, 300.0)
+
 #: Consumer clients without the fallback send (a C++ client: a refused send-back is only re-consumed locally, so
 #: nothing the governor reads shows the refused demand at the cap): for this share of the cases with a storm, from
 #: a stream of its own (:func:`_draw_clients`).
@@ -193,8 +230,10 @@ def _draw_world(case: Case, rng: np.random.Generator, cluster) -> dict[str, Any]
     jitter; with some chance one broker slow (15-60 s), one whose minutes land minutes late (120-240 s: behind the
     watermark, dropped), a dropped minute, a minute shipped twice (30-300 s later), a broker whose stats stop,
     per-broker apply delays (0-20 s), a broker restart during the incident; the limiter's own view for a third
-    (:func:`~pipelines.sim.irregular.observation`, its own stream). A late or stopped broker carries no cause (it
-    would hide the cause, not test the policy); a dropped minute is never a cause's in its first three minutes."""
+    (:func:`~pipelines.sim.irregular.observation`, its own stream). Here a broker whose minutes all land late or
+    whose stats stop for good carries no cause (it would hide the cause, not test the policy), and a dropped minute is
+    never a cause's in its first three minutes; then :func:`_draw_gaps` adds one-off gaps on a cause's own carriers,
+    in failure logs and on the other brokers (its own stream)."""
     brokers, T = list(cluster.brokers), cluster.T
     integer = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
     hosts = set(case.hosts) if case.hosts else {b for c in (cluster.incident.causes if cluster.incident else ())
@@ -226,32 +265,123 @@ def _draw_world(case: Case, rng: np.random.Generator, cluster) -> dict[str, Any]
         killed = float(rng.uniform(onset + 1.5, min(T - 6, onset + 6))) * 60
         down = float(rng.uniform(*GOVERNOR_DOWN_SECONDS))
         out.update(governor_restart_second=round(killed + down, 1), governor_down_seconds=round(down, 1))
-    out.update(_draw_gaps(case, cluster, onset, hosts, out))
+    out.update(_draw_gaps(case.seed, GapScene.of(cluster, onset), out))
     return {**out, **observation(case.seed)}
 
 
-def _draw_gaps(case: Case, cluster, onset: int, hosts: set, world: dict) -> dict[str, Any]:
-    """With :data:`GAP_SHARE` of the cases (a stream of its own, ``default_rng([seed, GAP_STREAM])``), one more gap
-    in a broker's stats from the incident's fourth minute on (while the limit is held, probed or lifted): on a
-    cause's own carrier for :data:`CARRIER_GAP_SHARE` of them, else on another broker; a minute dropped, shipped
-    twice (30-300 s later), or late once, inside the watermark (60-110 s more than usual) or past it (130-240 s:
-    Spark drops it as late). ``world``: the gaps drawn already (added to, not replaced)."""
-    rng = np.random.default_rng([case.seed, GAP_STREAM])
-    brokers, T = list(cluster.brokers), cluster.T
-    if rng.random() >= GAP_SHARE or T - 2 < onset + 3:
-        return {}
-    carriers = sorted(hosts)
-    others = [b for b in brokers if b not in hosts]
-    pool = carriers if carriers and (not others or rng.random() < CARRIER_GAP_SHARE) else others
-    b, m = str(rng.choice(pool)), int(rng.integers(onset + 3, T - 1))
-    kind = str(rng.choice(["dropped", "duplicated", "late", "lost"]))
+@dataclass(frozen=True)
+class GapScene:
+    """What :func:`_draw_gaps` reads of a case's cluster: its brokers, minutes and onset minute (the incident's, else
+    the middle of the run); each cause's failing sends' topic where its clients log failures (a surge's topic; None
+    for a storm: a consumer's refused send-backs and fallback sends leave no line) with the brokers carrying it; every
+    topic whose producers log failures with the brokers carrying it."""
+
+    brokers: tuple[str, ...]
+    minutes: int
+    onset: int
+    causes: tuple[tuple[str | None, tuple[str, ...]], ...] = ()
+    topics: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, cluster, onset: int) -> "GapScene":
+        causes = tuple((c.resource if c.resource_type == "topic" else None, tuple(c.brokers))
+                       for c in (cluster.incident.causes if cluster.incident is not None else ()))
+        pairs = cluster.pairs[cluster.pairs["kind"] == "topic"]
+        topics: dict[str, set] = {}
+        for b, t in zip(pairs["broker"], pairs["resource"]):
+            topics.setdefault(str(t), set()).add(str(b))
+        return cls(tuple(cluster.brokers), int(cluster.T), onset, causes,
+                   {t: tuple(sorted(bs)) for t, bs in sorted(topics.items())})
+
+
+def _draw_gaps(seed: int, scene: GapScene, world: dict) -> dict[str, Any]:
+    """Gaps in what the governor reads, from ``default_rng([seed, GAP_STREAM])`` (:data:`GAP_STREAM`, so that a case's
+    other draws do not move), added to ``world``'s (its :class:`pipelines.sim.irregular.Irregularity` fields drawn so
+    far; it must hold every broker's ``stats_delay_seconds``). Minutes are the run's (index from 0), seconds from its
+    start; each gap is one of :data:`GAP_KINDS`, equally often:
+
+    * on a cause's own carrier, for :data:`CARRIER_GAP_SHARE` of the cases with a cause: its stats of a minute from
+      the onset minute minus one to the run's last but one (the onset minute itself may be dropped or late, and the
+      minute before it is the baseline the cause is read against);
+    * in a failure log, for :data:`FAILURE_GAP_SHARE` of the cases with a cause, from the same minutes: the cause's
+      own topic's for :data:`CAUSE_TOPIC_SHARE` of them where its clients log failures (a surge; a storm's consumer
+      clients log none), else a bystander topic's on its carriers (their busy lines are what a busy carrier shows);
+    * on a broker carrying no cause, or the failure log of a topic only such brokers carry
+      (:data:`PENDING_STATS_SHARE` stats), for :data:`PENDING_GAP_SHARE` of the cases, from the onset minute plus 3
+      to the run's last but one: while a limit is held, probed or lifted (every broker when there is no cause).
+
+    The kinds, in the stats (``dropped_minutes``, ``duplicated_minutes``, ``late_minutes``) and in a failure log
+    (``failure_dropped_minutes``, ``failure_duplicated_minutes``, ``failure_late_minutes``, ``failure_stops``):
+    ``dropped``: the minute never ships; ``duplicated``: shipped again :data:`STATS_COPY_SECONDS` later (counted
+    once) or, failure lines, :data:`FAILURE_COPY_SECONDS` later (counted twice); ``late``: late inside the watermark,
+    10 s to :data:`STATS_LATE_ROOM` less the broker's delay and jitter (a broker with less room than 10 s, a slow
+    one, draws ``lost`` instead), or :data:`FAILURE_LATE_SECONDS`; ``lost``: late past it, :data:`STATS_LOST_SECONDS` or
+    :data:`FAILURE_LOST_SECONDS`; ``stopped``: the shipper stopped for :data:`STOP_SECONDS` and restarted, its backlog
+    landing at once at the restart (:func:`pipelines.sim.irregular.stopped_shipper`; for stats the first minute held
+    is the drawn one). A shipper dead until the run's end is not drawn here (``_draw_world`` keeps it off a cause's
+    carriers): the sweep's lift check does not name such a world as an exclusion."""
+    rng = np.random.default_rng([seed, GAP_STREAM])
+    T, onset = scene.minutes, scene.onset
+    flips = rng.random(3)
+    out = {k: list(world.get(k, [])) for k in ("dropped_minutes", "duplicated_minutes", "late_minutes",
+                                               "failure_dropped_minutes", "failure_duplicated_minutes",
+                                               "failure_late_minutes", "failure_stops")}
+    carriers = sorted({b for _, bs in scene.causes for b in bs})
+    first = max(0, onset - 1)
+    if carriers and flips[0] < CARRIER_GAP_SHARE and T - 2 >= first:
+        _stats_gap(rng, str(rng.choice(carriers)), first, T, world, out)
+    if scene.causes and flips[1] < FAILURE_GAP_SHARE and T - 2 >= first:
+        own = sorted({t for t, _ in scene.causes if t is not None})
+        bystanders = sorted(t for t, bs in scene.topics.items() if t not in own and set(bs) & set(carriers))
+        pool = own if own and (not bystanders or rng.random() < CAUSE_TOPIC_SHARE) else bystanders
+        if pool:
+            _failure_gap(rng, str(rng.choice(pool)), first, T, out)
+    if flips[2] < PENDING_GAP_SHARE and T - 2 >= onset + 3:
+        others = [b for b in scene.brokers if b not in carriers] or list(scene.brokers)
+        quiet = sorted(t for t, bs in scene.topics.items() if not set(bs) & set(carriers))
+        if not quiet or rng.random() < PENDING_STATS_SHARE:
+            _stats_gap(rng, str(rng.choice(others)), onset + 3, T, world, out)
+        else:
+            _failure_gap(rng, str(rng.choice(quiet)), onset + 3, T, out)
+    return {k: v for k, v in out.items() if v != list(world.get(k, []))}
+
+
+def _stats_gap(rng: np.random.Generator, b: str, lo: int, T: int, world: dict, out: dict) -> None:
+    """One gap (:func:`_draw_gaps`) in broker ``b``'s stats, of a minute from ``lo`` to ``T - 2`` of a run of ``T``
+    minutes, added to ``out``."""
+    kind, m = str(rng.choice(GAP_KINDS)), int(rng.integers(lo, T - 1))
+    delay = float(world["stats_delay_seconds"][b])
+    room = STATS_LATE_ROOM - delay - float(world.get("stats_jitter_seconds", 0.0))
+    if kind == "late" and room < 10.0:
+        kind = "lost"
     if kind == "dropped":
-        return {"dropped_minutes": world.get("dropped_minutes", []) + [(b, m)]}
-    if kind == "duplicated":
-        return {"duplicated_minutes": world.get("duplicated_minutes", []) + [(b, m, round(float(rng.uniform(30, 300)),
-                                                                                          1))]}
-    more = rng.uniform(60, 110) if kind == "late" else rng.uniform(130, 240)
-    return {"late_minutes": [(b, m, round(float(more), 1))]}
+        out["dropped_minutes"].append((b, m))
+    elif kind == "duplicated":
+        out["duplicated_minutes"].append((b, m, round(float(rng.uniform(*STATS_COPY_SECONDS)), 1)))
+    elif kind == "late":
+        out["late_minutes"].append((b, m, round(float(rng.uniform(10.0, room)), 1)))
+    elif kind == "lost":
+        out["late_minutes"].append((b, m, round(float(rng.uniform(*STATS_LOST_SECONDS)), 1)))
+    else:  # stopped just before minute m's file was due, restarted 2-5 minutes later
+        stopped = round((m + 1) * 60.0 + delay - float(rng.uniform(0.0, 60.0)), 1)
+        restarted = round(stopped + float(rng.uniform(*STOP_SECONDS)), 1)
+        out["late_minutes"] += stopped_shipper(b, stopped, restarted, delay, T)
+
+
+def _failure_gap(rng: np.random.Generator, topic: str, lo: int, T: int, out: dict) -> None:
+    """One gap (:func:`_draw_gaps`) in the failure log of ``topic``, of a minute from ``lo`` to ``T - 2`` of a run of
+    ``T`` minutes, added to ``out``."""
+    kind, m = str(rng.choice(GAP_KINDS)), int(rng.integers(lo, T - 1))
+    if kind == "dropped":
+        out["failure_dropped_minutes"].append((topic, m))
+    elif kind == "duplicated":
+        out["failure_duplicated_minutes"].append((topic, m, round(float(rng.uniform(*FAILURE_COPY_SECONDS)), 1)))
+    elif kind in ("late", "lost"):
+        more = FAILURE_LATE_SECONDS if kind == "late" else FAILURE_LOST_SECONDS
+        out["failure_late_minutes"].append((topic, m, round(float(rng.uniform(*more)), 1)))
+    else:  # stopped during minute m, restarted 2-5 minutes later
+        stopped = round(m * 60.0 + float(rng.uniform(0.0, 60.0)), 1)
+        out["failure_stops"].append((topic, stopped, round(stopped + float(rng.uniform(*STOP_SECONDS)), 1)))
 
 
 def _cause_timing(spec: dict, rng: np.random.Generator, fixable: bool) -> None:

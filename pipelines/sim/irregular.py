@@ -11,8 +11,21 @@ Times are event time: a minute index ``m`` is the minute ``[start + m min, start
   the end of the minute; a minute of ``dropped_minutes`` never lands; one of ``duplicated_minutes`` lands a second
   time, whole, the given seconds after the first (a shipper that re-sent a file after a restart); one of
   ``late_minutes`` lands the given seconds later than the broker's other minutes (a shipper that stalled once); from
-  ``stats_stop_minute[b]`` on, broker ``b`` ships nothing (a dead shipper). What Spark does with each (late rows
-  behind the watermark dropped, a line shipped twice counted once) is :mod:`pipelines.sim.windows`' business.
+  ``stats_stop_minute[b]`` on, broker ``b`` ships nothing (a dead shipper). A shipper stopped for a while and
+  restarted (filebeat resumes from its registry offset and ships its backlog at once) is a run of late minutes, each
+  landing at the restart (:func:`stopped_shipper`). What Spark does with each (late rows behind the watermark
+  dropped, a line shipped twice counted once) is :mod:`pipelines.sim.windows`' business.
+* **Failure logs** (:class:`FailureShipping`): a producer's send-failure line is shipped from its client host
+  ``shipping.failures_seconds`` after the send failed; its gaps are keyed by the failing send's topic (the record's
+  ``topic``; ``%RETRY%<group>`` for a consumer group's send-back or fallback send, whose failures the simulated
+  consumer clients never log, :class:`pipelines.sim.cluster.ClosedLoopCluster`) and the minute the send failed
+  in: the lines of one of ``failure_dropped_minutes`` never land; of ``failure_late_minutes`` land the given
+  seconds later than usual; of ``failure_duplicated_minutes`` land a second time the given seconds after the first (a
+  shipper re-reading its file after a restart); and every line of a topic of ``failure_stops`` due while its shipper
+  was stopped lands at the restart. A duplicated failure line counts twice downstream, as in the job: the data plane keeps no identity of a
+  failure record (``parse_failures.silver_send_failures`` filters, never de-duplicates; ``tps.window_metrics`` and
+  ``fast.open_window_sums`` sum failure events with ``F.sum``, where stats lines are a ``collect_set``), so only
+  Spark's watermark drops one (:mod:`pipelines.sim.windows`: a failure event at or older than it).
 * **Applying** (:class:`pipelines.sim.loop.Broker`): broker ``b`` applies a publication ``propagation_seconds`` +
   ``apply_delay_seconds[b]`` after it was published; at each ``(b, second)`` of ``broker_restarts`` its limiter
   forgets every limit until the next publication reaches it (Sohu's limiter keeps its records in memory; the
@@ -48,6 +61,10 @@ class Irregularity(ConfigSection):
     duplicated_minutes: list[tuple[str, int, float]] = Field(default_factory=list)  # (broker, minute, s later)
     late_minutes: list[tuple[str, int, float]] = Field(default_factory=list)  # (broker, minute, s more than usual)
     stats_stop_minute: dict[str, int] = Field(default_factory=dict)  # broker → first minute it ships nothing
+    failure_dropped_minutes: list[tuple[str, int]] = Field(default_factory=list)  # (topic, minute): never shipped
+    failure_duplicated_minutes: list[tuple[str, int, float]] = Field(default_factory=list)  # (topic, min, s later)
+    failure_late_minutes: list[tuple[str, int, float]] = Field(default_factory=list)  # (topic, min, s more)
+    failure_stops: list[tuple[str, float, float]] = Field(default_factory=list)  # (topic, s stopped, s restarted)
     apply_delay_seconds: dict[str, float] = Field(default_factory=dict)  # per broker, s after the propagation
     broker_restarts: list[tuple[str, float]] = Field(default_factory=list)  # (broker, s): its limiter forgets
     governor_restart_second: float | None = Field(default=None, ge=0)  # the governor restarts at this second
@@ -90,6 +107,64 @@ def stats_landings(irr: Irregularity, brokers: list[str], minutes: int, default_
             out += [(first + later, m, b) for later in again.get((b, m), ())]
     out.sort()
     return out
+
+
+def stopped_shipper(broker: str, stopped: float, restarted: float, delay: float, minutes: int,
+                    ) -> list[tuple[str, int, float]]:
+    """Broker ``broker``'s stats shipper stopped at second ``stopped`` and restarted at ``restarted`` (seconds from
+    the run's start), as :attr:`Irregularity.late_minutes` entries ``(broker, minute, s more than usual)``: each of
+    the run's ``minutes`` minutes whose file would land in ``[stopped, restarted)`` (``delay``, the broker's
+    ``stats_delay_seconds``, after its end) lands at the restart, plus the broker's jitter (filebeat resumes from its
+    registry offset and ships the backlog at once). Seconds rounded to 0.1 s."""
+    out = []
+    for m in range(minutes):
+        due = (m + 1) * 60.0 + delay
+        if stopped <= due < restarted:
+            out.append((broker, m, round(restarted - due, 1)))
+    return out
+
+
+class FailureShipping:
+    """When the producers' send-failure lines land (module docstring, **Failure logs**): :meth:`landings` of a line,
+    in seconds from the run's start. ``topics``: every topic a failure line of the run may name (the cluster's
+    pairs' topics, ``%RETRY%<group>`` for a group, and the background trickle's); ``usual_seconds``:
+    ``shipping.failures_seconds``. Raises ``ValueError`` for a gap naming a topic not in ``topics``."""
+
+    def __init__(self, irr: Irregularity, topics, usual_seconds: float) -> None:
+        named = {t for t, _ in irr.failure_dropped_minutes} | {t for t, *_ in irr.failure_duplicated_minutes} | {
+            t for t, *_ in irr.failure_late_minutes} | {t for t, *_ in irr.failure_stops}
+        unknown = sorted(named - set(topics))
+        if unknown:
+            raise ValueError(f"irregularity names unknown topics {unknown} (known: {', '.join(sorted(topics))})")
+        self.usual = float(usual_seconds)
+        self.topics = frozenset(named)  # the topics whose lines may land otherwise than usual
+        self._dropped = {(t, int(m)) for t, m in irr.failure_dropped_minutes}
+        self._late = {(t, int(m)): float(more) for t, m, more in irr.failure_late_minutes}
+        self._again: dict = {}
+        for t, m, later in irr.failure_duplicated_minutes:
+            self._again.setdefault((t, int(m)), []).append(float(later))
+        self._stops: dict = {}
+        for t, a, b in irr.failure_stops:
+            self._stops.setdefault(t, []).append((float(a), float(b)))
+
+    def landings(self, topic: str, failed_at: float) -> tuple[float, ...]:
+        """The seconds a line of ``topic`` whose send failed at ``failed_at`` (s from the run's start) lands at: once
+        ``usual_seconds`` later, plus its minute's lateness; again the given seconds after that for a duplicated
+        minute; moved to the restart when due while its shipper was stopped; ``()`` for a dropped minute."""
+        key = (topic, int(failed_at // 60))
+        if key in self._dropped:
+            return ()
+        first = failed_at + self.usual + self._late.get(key, 0.0)
+        out = [first] + [first + later for later in self._again.get(key, ())]
+        for a, b in self._stops.get(topic, ()):
+            out = [b if a <= x < b else x for x in out]
+        return tuple(out)
+
+    def last_landing(self, minutes: int) -> float:
+        """No line of a send that failed in the run's ``minutes`` minutes lands after this second."""
+        later = max((sum(v) for v in self._again.values()), default=0.0)
+        return max([minutes * 60.0 + self.usual + max(self._late.values(), default=0.0) + later]
+                   + [b for stops in self._stops.values() for _, b in stops])
 
 
 #: The sweep's share of cases observed through the limiter's own view (:attr:`Irregularity.limiter_view`), drawn

@@ -7,7 +7,9 @@ streaming job and the Spark backtest; Spark's part (parsing, the windowed sums) 
 Timing, as the product runs (shipped ``conf/local.toml``):
 
 * a minute's stats lines land ``shipping.stats_seconds`` after the end of the minute they cover; a rejected
-  attempt's failure line ``shipping.failures_seconds`` after it failed;
+  attempt's failure line ``shipping.failures_seconds`` after it failed (unless the world's failure-log gaps,
+  :class:`pipelines.sim.irregular.FailureShipping`, drop, delay, repeat or hold it: such lines wait in a queue by
+  landing second);
 * the ingest query runs on ``windows.trigger_seconds``: what landed by its trigger is parsed, and its events are
   written :attr:`Timing.ingest_seconds` later;
 * the fast query runs on ``windows.fast_trigger_seconds`` on the events written by then: its running sums of open
@@ -30,6 +32,8 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import heapq
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,7 +55,7 @@ from pipelines.decide.reconcile import latest_per_resource, lift_reach_seconds, 
 from pipelines.sim.admitted import FailureText, stats_events, trickle
 from pipelines.sim.brokers import Broker
 from pipelines.sim.cluster import ClosedLoopCluster
-from pipelines.sim.irregular import Irregularity, stats_landings
+from pipelines.sim.irregular import FailureShipping, Irregularity, stats_landings
 from pipelines.sim.limiter_view import AdminSinkView
 from pipelines.sim.overrides import tick as override_tick
 from pipelines.sim.windows import FAILURE, FinalWindows, OpenWindows, gold_tables
@@ -154,14 +158,15 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     """Run ``spec`` in closed loop against the decision plane (module docstring). ``cfg``: the governor's config
     (shipped ``conf/local.toml``); ``bcfg``: the backtest's world (:class:`pipelines.sim.settings.BacktestConfig`:
     shipping, brokers, clients, propagation). ``record(kind, inputs, outputs)``: called with each fast micro-batch's
-    decision inputs and its preliminary ``gold/limits`` rows (``bench/same_decisions.py`` replays them through
-    another commit's fast path). ``cluster``: :func:`closed_cluster` of the same arguments, not run yet (a caller
+    decision inputs and its preliminary ``gold/limits`` rows (kind ``"fast"``; ``bench/same_preliminary.py`` replays
+    them through another commit's fast path), and with each ingest micro-batch's trigger second and the events it
+    writes for the deciding queries (kind ``"ingest"``: ``{"second": s, "written_at": s}``, the events). ``cluster``: :func:`closed_cluster` of the same arguments, not run yet (a caller
     that built it to look at the scenario first). ``irregular``: the world's irregularities
     (:class:`pipelines.sim.irregular.Irregularity`: shippers that lag, skip, repeat or stop, brokers that apply
     late or forget, a governor restart; default none). ``overrides``: operators' overrides (parsed, times in the
     run's UTC), applied by both paths and by the override tick at every fast trigger
     (:mod:`pipelines.sim.overrides`). Raises ``ValueError`` for a cluster that has run already or an irregularity
-    naming an unknown broker."""
+    naming an unknown broker or topic."""
     import time as _time
 
     started = _time.monotonic()
@@ -187,6 +192,13 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     bg = sorted(zip((pd.Timestamp(t) for t in background["event_time"]), background["broker"],
                     background["topic"], [rmq.classify_failure_text(m, None if pd.isna(c) else int(c))
                                           for m, c in zip(background["message"], background["code"])]))
+    pair_broker = [cluster.brokers[i] for i in cluster.pair_broker]
+    pair_topic = [rmq.RETRY_TOPIC_PREFIX + r if k == "group" else r
+                  for k, r in zip(cluster.pairs["resource_type"], cluster.pairs["resource"])]
+    shipper = FailureShipping(irregular, set(pair_topic) | set(background["topic"]), ship.failures_seconds)
+    gapped = shipper.topics  # failure lines of these topics go through the queue below
+    held: list[tuple] = []  # (landing second, order, event): failure lines landing otherwise than usual (a heap)
+    order = itertools.count()
     horizon, expected = None, []  # the newest finalized window's end and brokers (an open tick's, decide_open)
     landed: list[tuple] = []  # events, in the order they are written for the deciding queries
     written_at: list[float] = []  # when each was written (seconds from the start)
@@ -198,12 +210,10 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     step = w.fast_trigger_seconds if w.fast_path != "never" else w.trigger_seconds
     grid = np.gcd(int(step), int(w.trigger_seconds))
     second = int(grid)
-    last_landing = max([ship.stats_seconds + cluster.T * 60] + [x[0] for x in landings[-1:]])
+    last_landing = max([ship.stats_seconds + cluster.T * 60] + [x[0] for x in landings[-1:]]
+                       + ([shipper.last_landing(cluster.T)] if gapped else []))
     end = int(last_landing) + 6 * w.trigger_seconds + w.watermark_seconds + 60
     failure_lines = 0
-    pair_broker = [cluster.brokers[i] for i in cluster.pair_broker]
-    pair_topic = [rmq.RETRY_TOPIC_PREFIX + r if k == "group" else r
-                  for k, r in zip(cluster.pairs["resource_type"], cluster.pairs["resource"])]
     while second <= end:
         t = cluster.start + pd.Timedelta(seconds=second)
         brokers.run_until(min(t, cluster.end))
@@ -238,16 +248,33 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
             for (tick, pair, busy), count in lines.items():
                 if tick not in times:
                     times[tick] = start + dt.timedelta(seconds=(tick + 0.5) * cluster.dt)
-                batch.append((times[tick], pair_broker[pair], pair_topic[pair], None,
-                              FAILURE + classify.rejection(pair, busy), count))
+                event = (times[tick], pair_broker[pair], pair_topic[pair], None,
+                         FAILURE + classify.rejection(pair, busy), count)
+                if event[2] in gapped:
+                    for at in shipper.landings(event[2], (tick + 0.5) * cluster.dt):
+                        heapq.heappush(held, (at, next(order), event))
+                    continue
+                batch.append(event)
                 failure_lines += count
             seen_rejections = upto
             while bg_done < len(bg) and bg[bg_done][0] <= cutoff:
                 at, b, topic, klass = bg[bg_done]
-                batch.append((at.to_pydatetime(), b, topic, None, FAILURE + klass, 1))
+                event = (at.to_pydatetime(), b, topic, None, FAILURE + klass, 1)
                 bg_done += 1
+                if topic in gapped:
+                    for landing in shipper.landings(topic, (at - cluster.start).total_seconds()):
+                        heapq.heappush(held, (landing, next(order), event))
+                    continue
+                batch.append(event)
+                failure_lines += 1
+            while held and held[0][0] <= second:
+                event = heapq.heappop(held)[2]
+                batch.append(event)
+                failure_lines += event[5]
             landed += batch
             written_at += [second + timing.ingest_seconds] * len(batch)
+            if record is not None:
+                record("ingest", {"second": second, "written_at": second + timing.ingest_seconds}, batch)
         if overrides and second % w.fast_trigger_seconds == 0 and (ticked := override_tick(
                 overrides, store, t.to_pydatetime(), cfg)):  # the override tick: pin, exempt, end, input or not
             decided += ticked

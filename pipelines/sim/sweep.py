@@ -27,7 +27,10 @@ What varies (:func:`pipelines.sim.draws.draw`; issue 49 made the world irregular
   limiter's rejections (all, 10 % or none; a 200-line throttle or none);
 * the world (:func:`pipelines.sim.draws._draw_world`, :class:`pipelines.sim.irregular.Irregularity`): per-broker
   shipping delays and jitter, a slow broker, one whose minutes land behind the watermark, a dropped minute, a file
-  shipped twice, a broker whose stats stop, per-broker apply delays, a broker restart;
+  shipped twice, a broker whose stats stop, per-broker apply delays, a broker restart; and from a generator of its
+  own (:func:`pipelines.sim.draws._draw_gaps`) one-off gaps on a cause's own carriers, in the producers' failure
+  logs of its topic or of bystanders, and on the other brokers while a limit is pending: a minute dropped, shipped
+  twice, late inside or past the watermark, or a shipper stopped 2-5 minutes and restarted with its backlog;
 * what the governor observes (issue 48, :func:`pipelines.sim.irregular.observation`, from a generator of its own so
   that a case's other draws stay as they were): the limiter's own view through the RocketMQ admin sink for about a
   third of the cases (printed ``world limiter_view=True``), the file write-back alone for the rest;
@@ -208,20 +211,27 @@ def verdict(case: Case, figures, cfg=None, bcfg=None) -> tuple[list[tuple[str, s
     return failed, excused
 
 
-def unseen_minutes(case: Case, carriers: dict, clock_s: float) -> int:
-    """How many minutes from the one starting ``clock_s`` (s from the run's start; NaN: none) some broker carrying
-    a required cause (``carriers``: resource → brokers) leaves out of the stats the governor reads: a minute dropped
-    by its shipper, or landing more than a minute late (Spark counts it late or not at all). A cause cannot show in
-    a minute its carriers did not ship."""
+def unseen_minutes(case: Case, carriers: dict, clock_s: float) -> float:
+    """How many minutes (fractional) after it would usually land the stats the governor reads first hold the minute
+    starting ``clock_s`` (s from the run's start; NaN: 0) or a later one from every broker carrying a required cause
+    (``carriers``: resource → brokers; none: 0). A minute some carrier's shipper dropped, or shipped more than a minute
+    late (Spark counts it late or not at all), does not show, and the next minute stands for it a minute later; a
+    minute shipped up to a minute late (a shipper that stalled, or was stopped and restarted with its backlog,
+    :func:`pipelines.sim.irregular.stopped_shipper`) shows that many seconds later, the latest of its carriers'. A
+    cause cannot show in a minute its carriers did not ship, nor before its lines land. Gaps in the failure logs are
+    not counted: whether one hides a busy carrier (``BROKER_BUSY``, which a surge's enforcement waits for) depends on
+    how many busy lines the carrier's other topics still ship against ``detection.busy_failures_floor``, which the
+    world's parameters alone do not say."""
     if not np.isfinite(clock_s) or not carriers:
         return 0
     brokers = {b for bs in carriers.values() for b in bs}
-    gone = {(b, int(m)) for b, m in case.irregular.get("dropped_minutes", [])} | {
-        (b, int(m)) for b, m, more in case.irregular.get("late_minutes", []) if more > 60.0}
+    gone = {(b, int(m)) for b, m in case.irregular.get("dropped_minutes", [])}
+    late = {(b, int(m)): float(more) for b, m, more in case.irregular.get("late_minutes", [])}
     m, count = int(clock_s // 60), 0
-    while any((b, m + count) in gone for b in brokers):
+    while True:
+        if not any((b, m + count) in gone or late.get((b, m + count), 0.0) > 60.0 for b in brokers):
+            return count + max(late.get((b, m + count), 0.0) for b in brokers) / 60.0
         count += 1
-    return count
 
 
 def episode_fastest(case: Case, figures, key: str, fastest: float) -> float:
