@@ -88,11 +88,15 @@ def world_line(result, base: BacktestConfig) -> str:
 
 
 def check_world(spec: ScenarioSpec, bcfg: BacktestConfig, irregular: Irregularity) -> None:
-    """Refuse a world that names a broker the scenario does not have, before Spark starts.
+    """Refuse, before Spark starts, a world that names a broker the scenario does not have, or that asks for the
+    limiter's own view (``limiter_view``: the RocketMQ admin sink's reads, played by the Spark-free loop only).
 
     Raises:
-        BacktestError: names the brokers.
+        BacktestError: names the brokers, or the setting.
     """
+    if irregular.limiter_view:
+        raise BacktestError(f"scenario {spec.name}: limiter_view is played by the Spark-free loop only "
+                            "(pipelines.sim.limiter_view); the closed loop through Spark observes by the file write-back")
     try:
         stats_landings(irregular, spec.broker_names, spec.minutes, bcfg.shipping.stats_seconds)
     except ValueError as exc:

@@ -156,7 +156,7 @@ def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
 
     Raises:
         BacktestError: ``lake`` already holds governor tables, or ``irregular`` names a broker the scenario does not
-            have.
+            have or asks for ``limiter_view`` (not played through Spark).
         RuntimeError: a governor query failed (its name and error).
     """
     from pipelines.backtest.results import read_limits
@@ -193,6 +193,8 @@ class ClosedLoop:
         self.prop = bcfg.propagation_seconds if propagation_seconds is None else float(propagation_seconds)
         self.landing, self.work_dir = lake / "backtest" / "landing", lake / "backtest" / "published"
         self.cfg = with_backtest_key(governor_config(bcfg, str(self.landing), str(lake)), lake)
+        if irregular.limiter_view:
+            raise BacktestError(f"scenario {spec.name}: limiter_view is played by the Spark-free loop only")
         self.cluster = ClosedLoopCluster(spec, bcfg.broker, bcfg.clients)
         try:
             self.shipper = Shipper(self.cluster, bcfg.shipping, np.random.default_rng(spec.seed + 1), irregular)

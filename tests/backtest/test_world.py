@@ -137,6 +137,8 @@ def test_a_named_scenario_runs_in_its_world_and_prints_it():
     spec = build_spec("storm_late_broker", {"brokers": 3}, now=START)
     with pytest.raises(BacktestError, match=r"unknown brokers \['broker-d'\]"):
         check_world(spec, *scenario_world("storm_late_broker", base))
+    with pytest.raises(BacktestError, match="limiter_view is played by the Spark-free loop only"):
+        check_world(spec, base, Irregularity(limiter_view=True))
 
 
 def test_the_cli_refuses_a_world_naming_a_broker_the_scenario_lacks_in_one_line(tmp_path):
