@@ -99,6 +99,35 @@ HEADER = ("| scenario | propagation s | onset -> in force s | admitted / target 
           "step s median / max | wall s | checks |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
+def one_run(spark, results, root: Path, name: str, prop: float, bcfg, args) -> tuple[bool, list[str]]:
+    """Run scenario ``name`` in its world at ``prop`` seconds of propagation, print its line and decisions (and the
+    simulator's with ``--sim``), keep its report and picture; returns (every check passed, its table rows)."""
+    spec = build_spec(name, {})
+    world, irregular = scenario_world(name, bcfg)
+    check_world(spec, world, irregular)
+    lake = root / f"{name}-p{prop:g}"
+    t0 = time.monotonic()
+    out = run_backtest(spark, lake=lake, bcfg=world, spec=spec, propagation_seconds=prop, irregular=irregular)
+    write_results(results, out["result"], out["figures"], uuid.uuid4().hex[:12], dt.datetime.now(dt.timezone.utc))
+    ok = all(c[1] for c in out["figures"].checks)
+    print(f"  {name} ({SCENARIO_ROLES[name]}) at propagation {prop:g} s: {time.monotonic() - t0:.0f} s, "
+          f"{'PASS' if ok else 'FAIL'}; {config_line(out['result'])}; {world_line(out['result'], bcfg)}", flush=True)
+    print(f"    decisions (Spark): {decisions(out['result'].limits, out['result'].spec.start_utc)}", flush=True)
+    rows = [row(name, prop, out)]
+    if args.sim:
+        twin = sim_twin(name, bcfg, prop)
+        rows.append(row(f"{name} (simulator)", prop, twin))
+        print(f"    decisions (simulator): {decisions(twin['result'].limits, twin['result'].spec.start_utc)}",
+              flush=True)
+    kept = root / "reports"
+    kept.mkdir(exist_ok=True)
+    for path in (out["report"], out["png"]):
+        shutil.copy(path, kept / f"{path.stem}-p{prop:g}{path.suffix}")
+    if not args.keep:
+        shutil.rmtree(lake, ignore_errors=True)
+    return ok, rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenarios", default=",".join(SCENARIO_SIZES), help="comma-separated (default: all)")
@@ -128,30 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"closed-loop suite: {len(runs)} runs on {os.cpu_count()} cores; {bcfg.governor_conf} as shipped; "
           f"dir {root}", flush=True)
     for name, prop in runs:
-        spec = build_spec(name, {})
-        world, irregular = scenario_world(name, bcfg)
-        check_world(spec, world, irregular)
-        lake = root / f"{name}-p{prop:g}"
-        t0 = time.monotonic()
-        out = run_backtest(spark, lake=lake, bcfg=world, spec=spec, propagation_seconds=prop, irregular=irregular)
-        write_results(results, out["result"], out["figures"], uuid.uuid4().hex[:12], dt.datetime.now(dt.timezone.utc))
-        ok = all(c[1] for c in out["figures"].checks)
+        ok, rows = one_run(spark, results, root, name, prop, bcfg, args)
         failed += not ok
-        lines.append(row(name, prop, out))
-        print(f"    decisions (Spark): {decisions(out['result'].limits, out['result'].spec.start_utc)}", flush=True)
-        if args.sim:
-            twin = sim_twin(name, bcfg, prop)
-            lines.append(row(f"{name} (simulator)", prop, twin))
-            print(f"    decisions (simulator): {decisions(twin['result'].limits, twin['result'].spec.start_utc)}",
-                  flush=True)
-        print(f"  {name} ({SCENARIO_ROLES[name]}) at propagation {prop:g} s: {time.monotonic() - t0:.0f} s, "
-              f"{'PASS' if ok else 'FAIL'}; {config_line(out['result'])}; {world_line(out['result'], bcfg)}", flush=True)
-        kept = root / "reports"
-        kept.mkdir(exist_ok=True)
-        for path in (out["report"], out["png"]):
-            shutil.copy(path, kept / f"{path.stem}-p{prop:g}{path.suffix}")
-        if not args.keep:
-            shutil.rmtree(lake, ignore_errors=True)
+        lines += rows
     print()
     print(HEADER)
     print("\n".join(lines))
