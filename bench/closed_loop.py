@@ -4,14 +4,19 @@ figures and checks of each, and what the suite costs on this machine.
 
     .venv/bin/python bench/closed_loop.py [--scenarios a,b,...] [--propagation 10] [--sweep persisting_storm]
                                           [--sweep-propagation 0,10,30] [--dir DIR] [--keep] [--conf conf/backtest.toml]
+                                          [--sim]
 
 Runs ``--scenarios`` (default: all of them) at ``--propagation`` seconds (default: the config's), and the ``--sweep``
-scenarios also at every ``--sweep-propagation``; one Spark session, one fresh lake per run under ``DIR`` (a
+scenarios also at every ``--sweep-propagation``, each in its world (:func:`pipelines.sim.settings.scenario_world`:
+its clients' settings and irregularities, printed after its config); one Spark session, one fresh lake per run under ``DIR`` (a
 temporary directory by default; the run lakes are deleted unless ``--keep``, their reports and pictures are copied
 to ``DIR/reports``). Every run's figures are appended to ``DIR/results`` (Delta table ``backtest/results``,
 governor ``closed-loop``). Prints one table (the baseline of each
 run: the same cluster without any limit, for the bystanders' rejected sends), the config, the wall time of each
-run and of the suite. Exit status 1 when a check fails.
+run and of the suite, and each run's enforced decisions (``m:ss action qps (basis)`` from the scenario's start).
+``--sim`` adds, for each run, the same scenario in the same world through the Spark-free simulator
+(:func:`pipelines.sim.loop.simulate_named`, at the run's propagation): its row and its decisions, to compare
+(its wall time is the simulator's). Exit status 1 when a check of a Spark run fails.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 
-from pipelines.backtest.cli import run_backtest  # noqa: E402
+from pipelines.backtest.cli import check_world, run_backtest, world_line  # noqa: E402
 from pipelines.backtest.results import write_results  # noqa: E402
 from pipelines.sim.report import config_line  # noqa: E402
 from pipelines.sim.settings import SCENARIO_ROLES, SCENARIO_SIZES, build_spec, governor_config  # noqa: E402
+from pipelines.sim.settings import scenario_world  # noqa: E402
 from pipelines.sim.settings import load_backtest_config  # noqa: E402
 from pipelines.dataplane.lake import open_lake  # noqa: E402
 from pipelines.dataplane.session import build_session  # noqa: E402
@@ -60,10 +67,65 @@ def row(name: str, prop: float, out: dict) -> str:
             f"{_fmt(v('wall_seconds'))} | {'PASS' if not failed else 'FAIL: ' + '; '.join(failed)} |")
 
 
+def decisions(limits, start) -> str:
+    """A run's enforced ``gold/limits`` rows, one ``m:ss action qps (basis)`` each in decision order, times from the
+    scenario's start (simulated)."""
+    if limits is None or not len(limits):
+        return "none"
+    rows = limits[limits["mode"] == "enforce"].copy()
+    rows["at"] = (pd.to_datetime(rows["decided_at"], utc=True) - pd.Timestamp(start)).dt.total_seconds()
+    out = []
+    for r in rows.sort_values("at", kind="stable").itertuples():
+        qps = "" if r.action == "lift" or pd.isna(r.limit_qps) else f" {r.limit_qps:.1f}"
+        out.append(f"{int(r.at // 60)}:{int(r.at % 60):02d} {r.action}{qps} ({str(r.basis)[0]})")
+    return ", ".join(out) or "none"
+
+
+def sim_twin(name: str, bcfg, propagation: float) -> dict:
+    """The same named scenario in the same world through the Spark-free simulator
+    (:func:`pipelines.sim.loop.simulate_named`), with its figures, shaped as :func:`run_backtest`'s output."""
+    from pipelines.sim.figures import compute
+    from pipelines.sim.loop import closed_cluster, simulate_named
+
+    result = simulate_named(name, governor_config(bcfg, None, None), bcfg, propagation_seconds=propagation)
+    baseline = closed_cluster(result.spec, result.bcfg)
+    baseline.advance_to(baseline.end)
+    return {"result": result, "figures": compute(result, baseline)}
+
+
 HEADER = ("| scenario | propagation s | onset -> in force s | admitted / target | bystander rejected/min before | "
           "after, all episodes (% of before; per episode) | no governor, same minutes | value changes per episode; "
           "all | fix -> lift min | false limits | "
           "step s median / max | wall s | checks |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def one_run(spark, results, root: Path, name: str, prop: float, bcfg, args) -> tuple[bool, list[str]]:
+    """Run scenario ``name`` in its world at ``prop`` seconds of propagation, print its line and decisions (and the
+    simulator's with ``--sim``), keep its report and picture; returns (every check passed, its table rows)."""
+    spec = build_spec(name, {})
+    world, irregular = scenario_world(name, bcfg)
+    check_world(spec, world, irregular)
+    lake = root / f"{name}-p{prop:g}"
+    t0 = time.monotonic()
+    out = run_backtest(spark, lake=lake, bcfg=world, spec=spec, propagation_seconds=prop, irregular=irregular)
+    write_results(results, out["result"], out["figures"], uuid.uuid4().hex[:12], dt.datetime.now(dt.timezone.utc))
+    ok = all(c[1] for c in out["figures"].checks)
+    print(f"  {name} ({SCENARIO_ROLES[name]}) at propagation {prop:g} s: {time.monotonic() - t0:.0f} s, "
+          f"{'PASS' if ok else 'FAIL'}; {config_line(out['result'])}; {world_line(out['result'], bcfg)}", flush=True)
+    print(f"    decisions (Spark): {decisions(out['result'].limits, out['result'].spec.start_utc)}", flush=True)
+    rows = [row(name, prop, out)]
+    if args.sim:
+        twin = sim_twin(name, bcfg, prop)
+        rows.append(row(f"{name} (simulator)", prop, twin))
+        print(f"    decisions (simulator): {decisions(twin['result'].limits, twin['result'].spec.start_utc)}",
+              flush=True)
+    kept = root / "reports"
+    kept.mkdir(exist_ok=True)
+    for path in (out["report"], out["png"]):
+        shutil.copy(path, kept / f"{path.stem}-p{prop:g}{path.suffix}")
+    if not args.keep:
+        shutil.rmtree(lake, ignore_errors=True)
+    return ok, rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conf", default="conf/backtest.toml")
     p.add_argument("--dir", default=None)
     p.add_argument("--keep", action="store_true", help="keep every run's lake")
+    p.add_argument("--sim", action="store_true", help="also run each scenario through the Spark-free simulator in "
+                                                      "its world: its row and both runs' decisions, side by side")
     args = p.parse_args(argv)
     bcfg = load_backtest_config(args.conf)
     base_prop = bcfg.propagation_seconds if args.propagation is None else args.propagation
@@ -93,22 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"closed-loop suite: {len(runs)} runs on {os.cpu_count()} cores; {bcfg.governor_conf} as shipped; "
           f"dir {root}", flush=True)
     for name, prop in runs:
-        spec = build_spec(name, {})
-        lake = root / f"{name}-p{prop:g}"
-        t0 = time.monotonic()
-        out = run_backtest(spark, lake=lake, bcfg=bcfg, spec=spec, propagation_seconds=prop)
-        write_results(results, out["result"], out["figures"], uuid.uuid4().hex[:12], dt.datetime.now(dt.timezone.utc))
-        ok = all(c[1] for c in out["figures"].checks)
+        ok, rows = one_run(spark, results, root, name, prop, bcfg, args)
         failed += not ok
-        lines.append(row(name, prop, out))
-        print(f"  {name} ({SCENARIO_ROLES[name]}) at propagation {prop:g} s: {time.monotonic() - t0:.0f} s, "
-              f"{'PASS' if ok else 'FAIL'}; {config_line(out['result'])}", flush=True)
-        kept = root / "reports"
-        kept.mkdir(exist_ok=True)
-        for path in (out["report"], out["png"]):
-            shutil.copy(path, kept / f"{path.stem}-p{prop:g}{path.suffix}")
-        if not args.keep:
-            shutil.rmtree(lake, ignore_errors=True)
+        lines += rows
     print()
     print(HEADER)
     print("\n".join(lines))

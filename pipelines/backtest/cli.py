@@ -8,7 +8,8 @@ Usage::
 
 Scenarios (:data:`pipelines.sim.settings.SCENARIO_SIZES`): ``persisting_storm``, ``storm_fixed``,
 ``intermittent_storm``, ``spread_storm``, ``flash_sale``, ``noisy_neighbour`` (a busy broker from a surging topic),
-``normal_day``. The run (:func:`pipelines.backtest.loop.run_loop`) steps simulated time with the shipped trigger,
+``normal_day``, ..., each in its world (:func:`pipelines.sim.settings.scenario_world`: its clients' settings and its
+irregularities, e.g. a broker shipping late, a governor killed and restarted). The run (:func:`pipelines.backtest.loop.run_loop`) steps simulated time with the shipped trigger,
 each micro-batch's measured wall time added 1:1; ``DIR`` receives the governor's tables, the landing directory
 (``backtest/landing``), every ``limits.json`` published (``backtest/published``), and:
 
@@ -31,6 +32,7 @@ from pipelines.backtest.results import write_results
 from pipelines.sim.figures import Figures, compute
 from pipelines.backtest.loop import run_loop
 from pipelines.sim.report import plot, report, summary_lines
+from pipelines.sim.irregular import Irregularity, stats_landings, world_order
 from pipelines.sim.settings import (
     SCENARIO_SIZES,
     BacktestConfig,
@@ -38,6 +40,7 @@ from pipelines.sim.settings import (
     build_spec,
     governor_config,
     load_backtest_config,
+    scenario_world,
 )
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError
@@ -49,11 +52,14 @@ PROG = "python -m pipelines.backtest"
 
 
 def run_backtest(spark, *, lake: Path, bcfg: BacktestConfig, spec: ScenarioSpec,
-                 propagation_seconds: float | None = None, progress=None, backlog_minutes: int = 0) -> dict[str, Any]:
-    """Run one scenario in closed loop (:func:`pipelines.backtest.loop.run_loop`), compute its figures, write the
+                 propagation_seconds: float | None = None, progress=None, backlog_minutes: int = 0,
+                 irregular: Irregularity | None = None) -> dict[str, Any]:
+    """Run one scenario in closed loop (:func:`pipelines.backtest.loop.run_loop`) in the world ``bcfg`` and
+    ``irregular`` (a named scenario's: :func:`pipelines.sim.settings.scenario_world`), compute its figures, write the
     table, the report and the picture. Returns ``{"result", "figures", "report", "png", "table", "run_id"}``."""
     lake = Path(lake)
-    result = run_loop(spark, spec, bcfg, lake, propagation_seconds, progress=progress, backlog_minutes=backlog_minutes)
+    result = run_loop(spark, spec, bcfg, lake, propagation_seconds, progress=progress, backlog_minutes=backlog_minutes,
+                      irregular=irregular)
     baseline = ClosedLoopCluster(spec, bcfg.broker, bcfg.clients)  # the same cluster without any limit
     baseline.advance_to(baseline.end)
     figures: Figures = compute(result, baseline)
@@ -64,6 +70,37 @@ def run_backtest(spark, *, lake: Path, bcfg: BacktestConfig, spec: ScenarioSpec,
     table = write_results(open_lake(spark, lake, governor_config(bcfg, None, None).lake.writer), result, figures,
                           run_id, dt.datetime.now(dt.timezone.utc))
     return {"result": result, "figures": figures, "report": md, "png": png, "table": table, "run_id": run_id}
+
+
+def world_line(result, base: BacktestConfig) -> str:
+    """The world a run ran in, one line: the clients' settings that differ from ``base`` (the loaded
+    ``conf/backtest.toml``) and the irregularities (:class:`pipelines.sim.irregular.Irregularity` fields off their
+    defaults, seconds from the run's start); ``world: regular`` when neither."""
+    clients = result.bcfg.clients.model_dump()
+    changed = {k: v for k, v in clients.items() if v != getattr(base.clients, k)}
+    irr = getattr(result, "irregular", None) or Irregularity()
+    fields = {k: v for k, v in irr.model_dump().items() if v != getattr(Irregularity(), k)}
+    if not irr.stats_jitter_seconds:
+        fields.pop("seed", None)  # the jitter's generator: nothing without jitter
+    parts = [f"clients {', '.join(f'{k}={v}' for k, v in sorted(changed.items()))}"] if changed else []
+    parts += [f"{k}={v}" for k, v in sorted(fields.items(), key=world_order)]
+    return "world: " + ("; ".join(parts) if parts else "regular")
+
+
+def check_world(spec: ScenarioSpec, bcfg: BacktestConfig, irregular: Irregularity) -> None:
+    """Refuse, before Spark starts, a world that names a broker the scenario does not have, or that asks for the
+    limiter's own view (``limiter_view``: the RocketMQ admin sink's reads, played by the Spark-free loop only).
+
+    Raises:
+        BacktestError: names the brokers, or the setting.
+    """
+    if irregular.limiter_view:
+        raise BacktestError(f"scenario {spec.name}: limiter_view is played by the Spark-free loop only "
+                            "(pipelines.sim.limiter_view); the closed loop through Spark observes by the file write-back")
+    try:
+        stats_landings(irregular, spec.broker_names, spec.minutes, bcfg.shipping.stats_seconds)
+    except ValueError as exc:
+        raise BacktestError(f"scenario {spec.name}: {exc}") from None
 
 
 def build_parser() -> OneLineParser:
@@ -86,9 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.propagation_seconds is not None and args.propagation_seconds < 0:
             raise BacktestError(f"--propagation-seconds must be >= 0, got {args.propagation_seconds:g}")
-        bcfg = load_backtest_config(args.conf)
+        base = load_backtest_config(args.conf)
         spec = build_spec(args.scenario, {"seed": args.seed, "minutes": args.minutes, "onset_minute": args.onset,
                                           "brokers": args.brokers, "topics": args.topics, "groups": args.groups})
+        bcfg, irregular = scenario_world(args.scenario, base)
+        check_world(spec, bcfg, irregular)
         gcfg = governor_config(bcfg, None, None)  # a bad governor config fails before Spark starts
         lake = Path(args.lake)
         if (lake / "_checkpoints").exists() or (lake / "gold").exists():
@@ -99,11 +138,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     spark = build_session(gcfg.spark)
     try:
-        out = run_backtest(spark, lake=lake, bcfg=bcfg, spec=spec, propagation_seconds=args.propagation_seconds)
+        out = run_backtest(spark, lake=lake, bcfg=bcfg, spec=spec, propagation_seconds=args.propagation_seconds,
+                           irregular=irregular)
     except BacktestError as exc:
         return fail(PROG, exc)
     for line in summary_lines(out["result"], out["figures"]):
         print(line)
+    print(f"  {world_line(out['result'], base)}")
     print(f"  report {out['report']}\n  plot {out['png']}\n  table {out['table']} (run {out['run_id']})")
     return 0 if all(ok for _, ok, _ in out["figures"].checks) else 1
 

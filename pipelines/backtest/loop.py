@@ -1,13 +1,14 @@
 """The closed loop: the governor's real streaming queries (ingest, fast, gold) in continuous mode with the shipped
-config, reading what a simulated cluster prints, while the cluster's brokers apply what the governor publishes.
+config, reading what a simulated cluster prints, while the cluster's brokers apply what the governor publishes, in
+the world of the scenario (:class:`pipelines.sim.irregular.Irregularity`, regular by default).
 
 Simulated time ``t`` (UTC, the scenario's own) is stepped the way the shipped trigger paces the queries:
 
 1. The cluster (:class:`pipelines.sim.cluster.ClosedLoopCluster`) runs to ``t`` with the limits in force at its
-   brokers. A minute's stats lines are printed at the end of the minute they cover and land
-   ``shipping.stats_seconds`` later, rendered by :mod:`pipelines.sim.render` from what the brokers admitted
-   (:mod:`pipelines.sim.admitted`); a rejected attempt's send-failure line lands ``shipping.failures_seconds``
-   after it failed (or with the shipper's next batch, ``shipping.failures_batch_seconds``).
+   brokers (:class:`pipelines.backtest.brokers.Brokers`). What has landed by ``t`` is written to the landing
+   directory (:class:`pipelines.backtest.shipper.Shipper`: each broker's stats file of a minute when the
+   simulator's shipping model lands it, late, dropped, twice or never; send-failure lines
+   ``shipping.failures_seconds`` after they were logged).
 2. When something landed, or a query has a micro-batch to run, one step on the product's trigger grid
    (:mod:`pipelines.backtest.triggers`): each query runs at most one micro-batch, on what existed at the instant
    (the gold query finds the events files the ingest query wrote at the previous instant; a no-data micro-batch
@@ -20,19 +21,26 @@ Simulated time ``t`` (UTC, the scenario's own) is stepped the way the shipped tr
    once when this one ran longer); a trigger that finds nothing new costs nothing and is skipped.
 
 Every ``control/limits.json`` the governor writes is seen by a watcher thread (its publication time: the file's
-modification time) and reaches every broker ``propagation_seconds`` later, where the reference applier
-(:class:`control.applier.LimitApplier`) applies the broker's own figure (:func:`control.record.broker_limit`). No
-assumed micro-batch time: every delay from a printed line to a limit in force is landing, trigger pacing, the
-measured processing, or propagation.
+modification time) and reaches broker ``b`` ``propagation_seconds`` + its own apply delay later, where the reference
+applier applies the broker's own figure. No assumed micro-batch time: every delay from a printed line to a limit in
+force is landing, trigger pacing, the measured processing, propagation or a broker's delay.
 
+**A governor killed and restarted** (``Irregularity.governor_restart_second``, ``governor_down_seconds``): at the
+first instant of the harness's grid (the gcd of the queries' triggers) at or after ``governor_restart_second -
+governor_down_seconds`` with no micro-batch running, the governor is killed
+(:meth:`pipelines.backtest.instance.GovernorInstance.kill`: no shutdown, its lease left behind); while it is down
+the cluster runs with the limits last applied at its brokers (each expiring at its ``expires_at``) and the lines
+keep landing, at the ingest trigger's instants; at the first instant at or after ``governor_restart_second`` a new
+governor starts on the same lake and checkpoints, taking the stale lease over (retried at each ingest trigger while
+the old lease is still valid), and reads what landed meanwhile as its backlog.
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import logging
 import math
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,21 +48,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from control import record as cr
-from control.applier import LimitApplier
-from control.token_bucket import default_burst
-from pipelines.backtest.triggers import Gates, grid_after, next_trigger
-from pipelines.sim.settings import BacktestConfig, BacktestError, ShippingConfig, governor_config, with_backtest_key
-from pipelines.writeback.publish import LIMITS_FILE, signing_key
-from pipelines.sim.admitted import admitted_rows, failure_rows, trickle
+from pipelines.backtest.brokers import Brokers, Publication, Watcher
+from pipelines.backtest.instance import GovernorInstance, Life
+from pipelines.backtest.shipper import Shipper
+from pipelines.backtest.triggers import grid_after, next_trigger
 from pipelines.sim.cluster import ClosedLoopCluster
-from pipelines.sim.minutes import failure_text, land, stats_files
+from pipelines.sim.irregular import Irregularity
+from pipelines.sim.minutes import land
+from pipelines.sim.settings import BacktestConfig, BacktestError, governor_config, with_backtest_key
 from pipelines.sim.spec import ScenarioSpec
+from pipelines.writeback.publish import LIMITS_FILE, signing_key
 
 log = logging.getLogger("rate_governor.backtest")
 #: Trigger instants the loop keeps stepping after the last line landed, while micro-batches are still pending (the
 #: final path's no-data micro-batches emit the last windows one trigger after the data that moved the watermark).
 DRAIN_TRIGGERS = 30
+_TICK = pd.Timedelta(microseconds=1)
 
 
 class SimClock:
@@ -62,10 +71,19 @@ class SimClock:
 
     def __init__(self, at: pd.Timestamp) -> None:
         self.base, self.wall = at, None
+        self.anchors: list[tuple[float, pd.Timestamp]] = []  # (wall epoch seconds, simulated time) of each start
 
     def start(self, at: pd.Timestamp) -> float:
         self.base, self.wall = at, time.time()
+        self.anchors.append((self.wall, at))
         return self.wall
+
+    def simulated(self, wall: float) -> pd.Timestamp | None:
+        """The simulated time of any wall-clock instant (epoch seconds) of the run so far: the last start at or
+        before it + the wall time since (a governor table's wall-clock column, e.g. ``ingested_at``, read in the
+        scenario's time); None before the first start."""
+        i = bisect.bisect_right([w for w, _ in self.anchors], wall) - 1
+        return None if i < 0 else self.anchors[i][1] + pd.Timedelta(seconds=wall - self.anchors[i][0])
 
     def at_wall(self, wall: float) -> pd.Timestamp:
         """Simulated time of a wall-clock instant (epoch seconds) of the current step."""
@@ -77,16 +95,6 @@ class SimClock:
     def __call__(self) -> dt.datetime:
         now = self.base if self.wall is None else self.at_wall(time.time())
         return now.floor("us").to_pydatetime()
-
-
-@dataclass
-class Publication:
-    """One ``limits.json`` the governor wrote: simulated time, its records, and when the brokers apply it."""
-
-    at: pd.Timestamp
-    records: list[dict]
-    path: Path
-    effective: pd.Timestamp
 
 
 @dataclass
@@ -119,147 +127,9 @@ class LoopResult:
     wall_seconds: float
     failure_lines: int = 0
     notes: list[str] = field(default_factory=list)
-
-
-class _Watcher(threading.Thread):
-    """Polls ``limits.json`` during a step; every change of its records is a :class:`Publication`."""
-
-    def __init__(self, path: Path, clock: SimClock, out_dir: Path, propagation: float, seen: list) -> None:
-        super().__init__(daemon=True)
-        self.path, self.clock, self.out_dir, self.propagation = path, clock, out_dir, propagation
-        self.published: list[Publication] = []
-        self.seen = seen  # [last (mtime_ns, size), last records, copies written]
-        self.halt = threading.Event()
-
-    def check(self) -> None:
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            return
-        if (st.st_mtime_ns, st.st_size) == self.seen[0]:
-            return
-        self.seen[0] = (st.st_mtime_ns, st.st_size)
-        try:
-            records = cr.read_limits_file(self.path)
-        except (OSError, ValueError):
-            self.seen[0] = None
-            return
-        if records == self.seen[1]:
-            return
-        self.seen[1] = records
-        at = self.clock.at_wall(st.st_mtime_ns / 1e9)
-        self.seen[2] += 1
-        copy = self.out_dir / f"limits-{self.seen[2]:05d}.json"
-        cr.write_limits_file(records, copy, generated_at=at.floor("us").to_pydatetime())
-        self.published.append(Publication(at, records, copy, at + pd.Timedelta(seconds=self.propagation)))
-
-    def run(self) -> None:
-        while not self.halt.wait(0.02):
-            self.check()
-
-
-class Brokers:
-    """The simulated brokers' appliers: one :class:`control.applier.LimitApplier` per broker, fed with the
-    publications at their effective times, and the limit vectors they give the cluster's pairs."""
-
-    def __init__(self, cluster: ClosedLoopCluster, key: bytes | None) -> None:
-        self.cluster = cluster
-        self.appliers = {b: LimitApplier(key, broker=b) for b in cluster.brokers}
-        self.pending: list[Publication] = []
-        self.timeline: list[tuple[pd.Timestamp, dict]] = []
-        logging.getLogger("rate_governor.applier").setLevel(logging.WARNING)
-
-    def next_event(self, after: pd.Timestamp) -> pd.Timestamp | None:
-        """The next instant after ``after`` when the limits at the brokers change: a delivery or an expiry."""
-        times = [max(p.effective, after) for p in self.pending]  # one already due is applied at once
-        if self.timeline:
-            for _qps, rec in self.timeline[-1][1].values():
-                expires = pd.Timestamp(cr.parse_expires_at(rec["expires_at"]))
-                if expires > after:
-                    times.append(expires)
-        return min(times) if times else None
-
-    def apply_until(self, when: pd.Timestamp) -> None:
-        """Run the cluster to ``when``, changing its limits at every delivery and expiry on the way."""
-        c = self.cluster
-        while True:
-            event = self.next_event(c.now)
-            if event is None or event > when:
-                break
-            c.advance_to(event)
-            self._refresh(event)
-        c.advance_to(when)
-
-    def _refresh(self, at: pd.Timestamp) -> None:
-        now = at.floor("us").to_pydatetime()
-        for pub in [p for p in self.pending if p.effective <= at]:
-            for applier in self.appliers.values():
-                applier.load_file(pub.path, now=now)
-            self.pending.remove(pub)
-        c, now_ms = self.cluster, int(at.value // 1_000_000)
-        L = len(c.pairs)
-        limit, burst, open_ms = np.full(L, np.nan), np.ones(L), np.full(L, float(c.cfg.breaker_open_ms))
-        snapshot = {}
-        for i, (b, rt, r) in enumerate(zip(c.pairs["broker"], c.pairs["resource_type"], c.pairs["resource"])):
-            if rt not in cr.RESOURCE_TYPES:
-                continue
-            rec = self.appliers[b].current_record(rt, r, now_ms)
-            if rec is None or rec["mode"] != "enforce":
-                continue
-            qps, bu = cr.broker_limit(rec, b)
-            limit[i], burst[i] = qps, bu if bu is not None else default_burst(qps)
-            open_ms[i] = rec["breaker_open_ms"]
-            snapshot[(b, rt, r)] = (qps, rec)
-        c.set_limits(limit, burst, open_ms)
-        if not self.timeline or self.timeline[-1][1] != snapshot:
-            self.timeline.append((at, snapshot))
-
-
-class Shipper:
-    """What has landed by a simulated time: each minute's stats lines ``stats_seconds`` after the end of the minute
-    they cover (rendered from what the brokers admitted), each send-failure line ``failures_seconds`` after it was
-    logged (or at the shipper's last batch, every ``failures_batch_seconds``), the demand's trickle of ordinary
-    failures included. The cluster must have run to the time asked for."""
-
-    def __init__(self, cluster: ClosedLoopCluster, shipping: ShippingConfig, rng: np.random.Generator) -> None:
-        self.cluster, self.ship, self.rng = cluster, shipping, rng
-        self.background = trickle(cluster, rng)
-        self.landed: set[int] = set()
-        self.admitted: list[pd.DataFrame] = []
-        self.logged = self.trickled = 0
-
-    def due(self, t: pd.Timestamp, serial: int) -> tuple[list[tuple[str, str]], list[int], int]:
-        """(files to land at ``t``: relative path and text, the minutes whose stats lines they hold, failure lines);
-        ``serial`` names the failures file."""
-        c, ship = self.cluster, self.ship
-        minutes = [m for m in range(c.minutes_done()) if m not in self.landed
-                   and c.start + pd.Timedelta(minutes=m + 1, seconds=ship.stats_seconds) <= t]
-        files: list[tuple[str, str]] = []
-        if minutes:
-            self.admitted += [admitted_rows(c, m) for m in minutes]
-            self.landed.update(minutes)
-            rendered = stats_files(c.spec, pd.concat(self.admitted, ignore_index=True), set(minutes))
-            files += [f for m in sorted(rendered) for f in rendered[m]]
-        cutoff = t - pd.Timedelta(seconds=ship.failures_seconds)
-        if ship.failures_batch_seconds > 0:
-            batch = ship.failures_batch_seconds
-            cutoff = pd.Timestamp(int(math.floor(cutoff.value / 1e9 / batch) * batch * 1e9), tz="UTC")
-        last_tick = int(np.floor((cutoff - c.start).total_seconds() / c.dt))
-        upto = self.logged
-        while upto < len(c.rejections.tick) and c.rejections.tick[upto] < last_tick:
-            upto += 1
-        parts = [failure_rows(c, self.logged, upto, self.rng)]
-        self.logged = upto
-        bg_end = int(self.background["event_time"].searchsorted(cutoff, side="left")) if len(self.background) else 0
-        parts.append(self.background.iloc[self.trickled:bg_end])
-        self.trickled = max(self.trickled, bg_end)
-        parts = [p for p in parts if len(p)]
-        n = 0
-        if parts:
-            failures = pd.concat(parts, ignore_index=True)
-            files.append((f"send_failures/s{serial:05d}.jsonl", failure_text(failures)))
-            n = len(failures)
-        return files, minutes, n
+    irregular: Irregularity = field(default_factory=Irregularity)  # the world the run ran in
+    lives: list[Life] = field(default_factory=list)  # each governor started on the lake, in order
+    clock: SimClock | None = None  # the governor's clock: SimClock.simulated reads a wall-clock column
 
 
 #: Spark's "Current batch is falling behind" warning: with the harness's short poll trigger it says nothing (the
@@ -276,125 +146,210 @@ def _log_level(spark, name: str, level: str | None) -> str | None:
 
 
 def run_loop(spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
-             propagation_seconds: float | None = None, progress=None, backlog_minutes: int = 0) -> LoopResult:
-    """Run ``spec`` in closed loop against the governor's real queries, tables in ``lake`` (fresh).
+             propagation_seconds: float | None = None, progress=None, backlog_minutes: int = 0,
+             irregular: Irregularity | None = None) -> LoopResult:
+    """Run ``spec`` in closed loop against the governor's real queries, tables in ``lake`` (fresh), in the world
+    ``bcfg`` (shipping, brokers, clients) and ``irregular`` (module docstring; default the regular world).
     ``backlog_minutes``: the lines of the first minutes land as one backlog (the first step is when the last of
     them lands): cheaper, for a test whose incident starts later; 0 = minute by minute from the start.
     ``progress(step, publications)`` is called after every step.
 
     Raises:
-        BacktestError: ``lake`` already holds governor tables.
+        BacktestError: ``lake`` already holds governor tables, or ``irregular`` names a broker the scenario does not
+            have or asks for ``limiter_view`` (not played through Spark).
         RuntimeError: a governor query failed (its name and error).
     """
-    from pipelines import governor
-    from pipelines.job.flows.assembly import build_governor
-    from pipelines.job.lease import GovernorLease
-    from pipelines.dataplane.lake import open_lake
     from pipelines.backtest.results import read_limits
+    from pipelines.dataplane.lake import open_lake
 
-    lake = Path(lake)
-    if (lake / "_checkpoints").exists() or (lake / "gold").exists():
-        raise BacktestError(f"lake {lake} already holds governor tables; use a fresh --lake")
-    prop = bcfg.propagation_seconds if propagation_seconds is None else float(propagation_seconds)
-    landing, work_dir = lake / "backtest" / "landing", lake / "backtest" / "published"
-    for d in (landing / "broker_stats", landing / "send_failures", work_dir):
-        d.mkdir(parents=True, exist_ok=True)
-    cfg = with_backtest_key(governor_config(bcfg, str(landing), str(lake)), lake)
-    trigger, ship = cfg.windows.trigger_seconds, bcfg.shipping
-    cluster = ClosedLoopCluster(spec, bcfg.broker, bcfg.clients)
-    brokers = Brokers(cluster, signing_key(cfg))
-    rng = np.random.default_rng(spec.seed + 1)
-    clock = SimClock(cluster.start)
-    lease = GovernorLease(cfg.lake.path, cfg.lake.lease_ttl_seconds)
-    lease.acquire()
-    previous_level = _log_level(spark, _POLL_LOGGER, "ERROR")
     started = time.monotonic()
-    steps: list[Step] = []
-    publications: list[Publication] = []
-    seen: list = [None, None, 0]
-    shipper = Shipper(cluster, ship, rng)
-    lines_total = 0
-    queries: list = []
+    loop = ClosedLoop(spark, spec, bcfg, Path(lake), propagation_seconds, irregular or Irregularity())
+    previous_level = _log_level(spark, _POLL_LOGGER, "ERROR")
     try:
-        gov = build_governor(spark, cfg, clock)
-        gates = Gates.install(gov, lake / "backtest" / "events-outbox")
-        queries = governor.start_queries(spark, gov, once=False, interval=f"{bcfg.poll_milliseconds} milliseconds")
-        by_name = {q.name.removeprefix("rate-governor-"): q for q in queries}
-        every = {"ingest": trigger, "gold": trigger, "fast": cfg.windows.fast_trigger_seconds}
-        every = {name: every[name] for name in by_name}
-        grid = math.gcd(*every.values())
-        t = max(grid_after(cluster.start, trigger),
-                cluster.start + pd.Timedelta(minutes=backlog_minutes, seconds=ship.stats_seconds))
-        t = grid_after(t - pd.Timedelta(microseconds=1), trigger)
-        due = {name: t for name in by_name}
-        last_land = cluster.end + pd.Timedelta(seconds=max(ship.stats_seconds, ship.failures_seconds
-                                                           + ship.failures_batch_seconds))
-        stop = last_land + pd.Timedelta(seconds=trigger * DRAIN_TRIGGERS)
-        running: dict[str, tuple[pd.Timestamp, Step]] = {}
-        watcher = None
-        clock.start(t)
+        loop.run(backlog_minutes, progress)
+    finally:
+        if loop.instance is not None:
+            loop.instance.stop()
+        _log_level(spark, _POLL_LOGGER, previous_level)
+    loop.brokers.apply_until(loop.cluster.end)
+    limits = read_limits(open_lake(spark, loop.lake, loop.cfg.lake.writer))
+    return LoopResult(spec=spec, bcfg=bcfg, cluster=loop.cluster, propagation_seconds=loop.prop,
+                      trigger_seconds=loop.trigger, watermark_seconds=loop.cfg.windows.watermark_seconds,
+                      steps=loop.steps, publications=loop.publications, in_force=loop.brokers.timeline,
+                      limits=limits, lake=loop.lake, wall_seconds=time.monotonic() - started,
+                      failure_lines=loop.lines_total, irregular=loop.irregular, lives=loop.lives,
+                      clock=loop.clock)
+
+
+class ClosedLoop:
+    """One run of :func:`run_loop`: the world (cluster, brokers, shipper), the governor started on the lake, and the
+    stepping of simulated time (module docstring)."""
+
+    def __init__(self, spark, spec: ScenarioSpec, bcfg: BacktestConfig, lake: Path,
+                 propagation_seconds: float | None, irregular: Irregularity) -> None:
+        if (lake / "_checkpoints").exists() or (lake / "gold").exists():
+            raise BacktestError(f"lake {lake} already holds governor tables; use a fresh --lake")
+        self.spark, self.spec, self.bcfg, self.lake, self.irregular = spark, spec, bcfg, lake, irregular
+        self.prop = bcfg.propagation_seconds if propagation_seconds is None else float(propagation_seconds)
+        self.landing, self.work_dir = lake / "backtest" / "landing", lake / "backtest" / "published"
+        self.cfg = with_backtest_key(governor_config(bcfg, str(self.landing), str(lake)), lake)
+        if irregular.limiter_view:
+            raise BacktestError(f"scenario {spec.name}: limiter_view is played by the Spark-free loop only")
+        self.cluster = ClosedLoopCluster(spec, bcfg.broker, bcfg.clients)
+        try:
+            self.shipper = Shipper(self.cluster, bcfg.shipping, np.random.default_rng(spec.seed + 1), irregular)
+        except ValueError as exc:
+            raise BacktestError(f"scenario {spec.name}: {exc}") from None
+        for d in (self.landing / "broker_stats", self.landing / "send_failures", self.work_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.brokers = Brokers(self.cluster, signing_key(self.cfg), self.prop, irregular)
+        self.clock = SimClock(self.cluster.start)
+        w = self.cfg.windows
+        self.trigger = w.trigger_seconds
+        self.every = {"ingest": w.trigger_seconds, "gold": w.trigger_seconds, "fast": w.fast_trigger_seconds}
+        self.grid = math.gcd(*self.every.values())
+        self.steps: list[Step] = []
+        self.publications: list[Publication] = []
+        self.lives: list[Life] = []
+        self.seen = Watcher.fresh()
+        self.lines_total = self.landings = 0
+        self.instance: GovernorInstance | None = None
+        self.due: dict[str, pd.Timestamp] = {}
+        self.running: dict[str, tuple[pd.Timestamp, Step]] = {}
+        self.watcher: Watcher | None = None
+        ship = bcfg.shipping
+        self.last_land = max(self.shipper.last_landing, self.cluster.end + pd.Timedelta(
+            seconds=ship.failures_seconds + ship.failures_batch_seconds))
+        restart = irregular.governor_restart_second
+        at = lambda seconds: self.cluster.start + pd.Timedelta(seconds=seconds)  # noqa: E731
+        self.kill_at = None if restart is None else at(restart - irregular.governor_down_seconds)
+        self.restart_at = None if restart is None else at(restart)
+
+    # --- the governor's life -----------------------------------------------------------------------------------------
+    def start_governor(self, t: pd.Timestamp) -> None:
+        """Start a governor at ``t`` (:meth:`GovernorInstance.start`); every query's first trigger is ``t``."""
+        self.clock.start(t)
+        self.instance = GovernorInstance.start(self.spark, self.cfg, self.clock, self.lake / "backtest" /
+                                               "events-outbox", self.bcfg.poll_milliseconds)
+        self.clock.start(t)  # starting Spark's queries is no micro-batch: the first trigger is at t
+        self.lives.append(self.instance.life)
+        every = {name: self.every[name] for name in self.instance.by_name}
+        self.every, self.due, self.running = every, {name: t for name in every}, {}
+
+    def kill_and_restart(self, t: pd.Timestamp) -> pd.Timestamp:
+        """Kill the governor at ``t``, run the world while it is down (lines land at the ingest trigger's instants),
+        start a new one at the first instant at or after the restart it can take the lease at; returns that
+        instant."""
+        from pipelines.job.lease import LakeHeldError
+
+        self.instance.kill(t)
+        self.instance, self.kill_at = None, None
+        log.info("governor killed at %s; restart at %s", t, self.restart_at)
+        restart = grid_after(self.restart_at - _TICK, self.grid)
+        while True:
+            t = min(grid_after(t, self.trigger), restart) if t < restart else t
+            self.brokers.apply_until(t)
+            self.land(t)
+            if t < restart:
+                continue
+            try:
+                self.start_governor(t)
+                return t
+            except LakeHeldError as exc:
+                log.info("restart at %s refused (%s); retried at the next trigger", t, exc)
+                t = grid_after(t, self.trigger)
+
+    def land(self, t: pd.Timestamp) -> tuple[bool, list[int], int]:
+        """Land what is due at ``t``; returns (anything landed, the stats minutes, failure lines)."""
+        files, landed, n_failures = self.shipper.due(t, self.landings)
+        self.landings += 1
+        self.lines_total += n_failures
+        land(self.landing, files)
+        return bool(files), landed, n_failures
+
+    # --- one step ----------------------------------------------------------------------------------------------------
+    def open_queries(self, t: pd.Timestamp) -> None:
+        """At ``t``: land what is due for the ingest query, release the events files for the deciding ones, and let
+        every query whose trigger is due and that has work run one micro-batch."""
+        inst = self.instance
+        started_here, landed, n_failures = [], [], 0
+        for name in sorted(inst.by_name):
+            if name in self.running or self.due[name] > t:
+                continue
+            if name == "ingest":
+                work, landed, n_failures = self.land(t)
+            else:
+                work = inst.gates.release(name) > 0
+            if (work or inst.gates.waiting(name)) and inst.gates.open(name, inst.by_name[name], planned=work):
+                if self.watcher is None:
+                    self.watcher = Watcher(self.lake / LIMITS_FILE, self.clock, self.work_dir, self.seen)
+                    self.watcher.start()
+                started_here.append(name)
+            else:
+                self.due[name] = grid_after(t, self.every[name])
+        if started_here:
+            step = Step(t, 0.0, landed, n_failures, len(started_here))
+            self.steps.append(step)
+            self.running.update({name: (t, step) for name in started_here})
+
+    def await_running(self, following: pd.Timestamp) -> None:
+        """Wait until the running micro-batches finish, or the governor's clock reaches ``following``; each finished
+        one's measured time sets its query's next trigger (:func:`next_trigger`)."""
+        inst = self.instance
+        while self.running:
+            for name in [n for n in self.running if inst.gates.finished(n)]:
+                seconds = inst.gates.processing(name, inst.by_name[name])
+                began, step = self.running.pop(name)
+                self.due[name] = next_trigger(began, seconds, self.every[name])
+                step.query_seconds[name] = seconds
+                step.seconds = max(step.seconds, seconds)
+            if self.running and pd.Timestamp(self.clock()) >= following:
+                return
+            time.sleep(0.01)
+
+    def collect_publications(self, progress) -> None:
+        """Once no micro-batch runs: what the watcher saw is published to the brokers."""
+        if self.watcher is None or self.running:
+            return
+        published, rewritten = self.watcher.finish()
+        self.publications += published
+        for pub in sorted(published + rewritten, key=lambda p: p.at):
+            self.brokers.publish(pub)
+        if progress is not None and self.steps:
+            progress(self.steps[-1], published)
+        self.watcher = None
+
+    # --- the run -----------------------------------------------------------------------------------------------------
+    def first_instant(self, backlog_minutes: int) -> pd.Timestamp:
+        """The first step: the first trigger after the start, or when the backlog's last minute lands."""
+        ship, start = self.bcfg.shipping, self.cluster.start
+        t = max(grid_after(start, self.trigger),
+                start + pd.Timedelta(minutes=backlog_minutes, seconds=ship.stats_seconds))
+        return grid_after(t - _TICK, self.trigger)
+
+    def run(self, backlog_minutes: int, progress) -> None:
+        """Step simulated time from the first instant until the last line has landed and no micro-batch is pending
+        (or :data:`DRAIN_TRIGGERS` triggers after the last landing)."""
+        t = self.first_instant(backlog_minutes)
+        stop = self.last_land + pd.Timedelta(seconds=self.trigger * DRAIN_TRIGGERS)
+        self.start_governor(t)
         while t <= stop:
-            brokers.apply_until(t)
-            started_here, landed, n_failures = [], [], 0
-            for name in sorted(by_name):
-                if name in running or due[name] > t:
-                    continue
-                if name == "ingest":
-                    files, landed, n_failures = shipper.due(t, len(steps))
-                    lines_total += n_failures
-                    land(landing, files)
-                    work = bool(files)
-                else:
-                    work = gates.release(name) > 0
-                if (work or gates.waiting(name)) and gates.open(name, by_name[name], planned=work):
-                    if watcher is None:
-                        watcher = _Watcher(lake / LIMITS_FILE, clock, work_dir, prop, seen)
-                        watcher.start()
-                    started_here.append(name)
-                else:
-                    due[name] = grid_after(t, every[name])
-            if started_here:
-                step = Step(t, 0.0, landed, n_failures, len(started_here))
-                steps.append(step)
-                running.update({name: (t, step) for name in started_here})
-            following = t + pd.Timedelta(seconds=grid)
-            while running:
-                for name in [n for n in running if gates.finished(n)]:
-                    seconds = gates.processing(name, by_name[name])
-                    began, step = running.pop(name)
-                    due[name] = next_trigger(began, seconds, every[name])
-                    step.query_seconds[name] = seconds
-                    step.seconds = max(step.seconds, seconds)
-                if running and pd.Timestamp(clock()) >= following:
-                    break
-                time.sleep(0.01)
-            if watcher is not None and not running:
-                watcher.halt.set()
-                watcher.join()
-                watcher.check()
-                publications += watcher.published
-                brokers.pending += watcher.published
-                if progress is not None and steps:
-                    progress(steps[-1], watcher.published)
-                watcher = None
-            if running:
+            self.brokers.apply_until(t)
+            if self.kill_at is not None and t >= self.kill_at and not self.running:
+                t = self.kill_and_restart(t)
+                continue
+            self.open_queries(t)
+            following = grid_after(t, self.grid)
+            self.await_running(following)
+            self.collect_publications(progress)
+            if self.running:
                 t = following
                 continue
+            gates = self.instance.gates
             gates.settle()  # a no-data micro-batch Spark plans right after the last one reaches its gate
-            now = pd.Timestamp(clock())
-            t = max(following, grid_after(now - pd.Timedelta(microseconds=1), grid) if now > t else following)
-            if t > last_land and not any(gates.waiting(n) or gates.pending(n) for n in by_name):
+            now = pd.Timestamp(self.clock())
+            t = max(following, grid_after(now - _TICK, self.grid) if now > t else following)
+            if t > self.last_land and not any(gates.waiting(n) or gates.pending(n) for n in self.instance.by_name):
                 break
-            clock.start(t)
-    finally:
-        for q in queries:
-            if q.isActive:
-                q.stop()
-        lease.release()
-        _log_level(spark, _POLL_LOGGER, previous_level)
-    brokers.apply_until(cluster.end)
-    limits = read_limits(open_lake(spark, lake, cfg.lake.writer))
-    return LoopResult(spec=spec, bcfg=bcfg, cluster=cluster, propagation_seconds=prop, trigger_seconds=trigger,
-                      watermark_seconds=cfg.windows.watermark_seconds, steps=steps, publications=publications,
-                      in_force=brokers.timeline, limits=limits, lake=lake,
-                      wall_seconds=time.monotonic() - started, failure_lines=lines_total)
+            self.clock.start(t)
+            self.instance.renew(self.clock())

@@ -40,6 +40,10 @@ REACH_TIMEOUT_S = 120.0
 FINISH_TIMEOUT_S = 900.0
 
 
+class GovernorKilled(Exception):
+    """A micro-batch of a governor the harness killed: planned (its offsets logged), its handler never run."""
+
+
 @dataclass
 class Gate:
     """One query's gate: its handler waits here until the harness hands it a token (one micro-batch)."""
@@ -51,18 +55,22 @@ class Gate:
     done: int = 0               # handlers finished since the start
     waited_s: dict[int, float] = field(default_factory=dict)  # batch id → seconds spent at the gate
     failed: BaseException | None = None
+    killed: bool = False        # the governor was killed: a micro-batch at the gate fails without running
 
     def wrap(self, handler: Callable) -> Callable:
-        """The handler, gated: one token per micro-batch."""
+        """The handler, gated: one token per micro-batch; :class:`GovernorKilled` once :attr:`killed`."""
 
         def gated(df, batch_id: int) -> None:
             began = time.monotonic()
             with self.cv:
                 self.waiting = batch_id
                 self.cv.notify_all()
-                self.cv.wait_for(lambda: self.tokens > 0)
-                self.tokens -= 1
+                self.cv.wait_for(lambda: self.tokens > 0 or self.killed)
                 self.waiting = None
+                if self.killed:
+                    raise GovernorKilled(f"query {self.name}: micro-batch {batch_id} was planned, never run: the "
+                                         f"governor was killed")
+                self.tokens -= 1
             self.waited_s[batch_id] = time.monotonic() - began
             try:
                 handler(df, batch_id)
@@ -177,6 +185,13 @@ class Gates:
     def finished(self, name: str) -> bool:
         batch, target = self._targets[name]
         return self.gates[name].done >= target
+
+    def kill(self) -> None:
+        """Every micro-batch waiting at a gate, or reaching one from now on, fails without running its handler."""
+        for gate in self.gates.values():
+            with gate.cv:
+                gate.killed = True
+                gate.cv.notify_all()
 
     def settle(self, seconds: float = 0.3) -> None:
         """Give the poll triggers time to plan what follows a micro-batch (a no-data one reaches its gate), wall

@@ -14,6 +14,39 @@ from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.writeback.records import current_rows, records_from_rows
 
 
+class Deliveries:
+    """When each broker applies what: a publication made at ``at`` is applied by broker ``b`` at ``at`` +
+    ``propagation`` + ``apply_delay[b]`` seconds (0 for a broker not named; brokers of one delay together); at
+    ``start`` + ``s`` seconds for each ``(b, s)`` of ``restarts`` broker ``b``'s limiter forgets every limit until
+    the next publication reaches it (:mod:`pipelines.sim.irregular`). A delivery is ``(when, brokers, payload)``,
+    payload None for a restart; the payload is the caller's (records, or a published file)."""
+
+    def __init__(self, start: pd.Timestamp, brokers: list[str], propagation: float,
+                 apply_delay: dict | None = None, restarts: list | None = None) -> None:
+        delays = {b: float((apply_delay or {}).get(b, 0.0)) for b in brokers}
+        self.propagation = propagation
+        self._by_delay = sorted((d, frozenset(b for b in brokers if delays[b] == d)) for d in set(delays.values()))
+        # (when, brokers, payload or None: the brokers forget every limit), in the order they were scheduled
+        self.pending: list[tuple[pd.Timestamp, frozenset, object]] = [
+            (start + pd.Timedelta(seconds=float(s)), frozenset([b]), None) for b, s in (restarts or [])]
+
+    def publish(self, at: pd.Timestamp, payload: object) -> None:
+        """Schedule a publication made at ``at`` at every broker."""
+        for delay, brokers in self._by_delay:
+            self.pending.append((at + pd.Timedelta(seconds=self.propagation + delay), brokers, payload))
+
+    def times(self) -> list[pd.Timestamp]:
+        """When the deliveries still to come are due."""
+        return [t for t, _, _ in self.pending]
+
+    def due(self, at: pd.Timestamp) -> list[tuple[pd.Timestamp, frozenset, object]]:
+        """The deliveries due by ``at``, removed, in time order (those of one instant in the order scheduled)."""
+        due = sorted((p for p in self.pending if p[0] <= at), key=lambda p: p[0])
+        if due:
+            self.pending = [p for p in self.pending if p[0] > at]
+        return due
+
+
 class Broker:
     """The brokers' limits over time: a publication is in force at broker ``b`` ``propagation`` +
     ``apply_delay[b]`` seconds after it was published; at each ``(b, time)`` of ``restarts`` broker ``b``'s
@@ -22,12 +55,7 @@ class Broker:
     def __init__(self, cluster: ClosedLoopCluster, cfg: GovernorConfig, propagation: float,
                  apply_delay: dict | None = None, restarts: list | None = None) -> None:
         self.cluster, self.cfg, self.propagation = cluster, cfg, propagation
-        delays = {b: float((apply_delay or {}).get(b, 0.0)) for b in cluster.brokers}
-        self._by_delay = sorted((d, frozenset(b for b in cluster.brokers if delays[b] == d))
-                                for d in set(delays.values()))
-        # (when, brokers, records or None: the brokers forget every limit), in the order they were scheduled
-        self.pending: list[tuple[pd.Timestamp, frozenset, list[dict] | None]] = [
-            (cluster.start + pd.Timedelta(seconds=float(s)), frozenset([b]), None) for b, s in (restarts or [])]
+        self.deliveries = Deliveries(cluster.start, cluster.brokers, propagation, apply_delay, restarts)
         self.records: dict[str, list[dict]] = {b: [] for b in cluster.brokers}
         self.timeline: list[tuple[pd.Timestamp, dict]] = []
         self._expiries: list[pd.Timestamp] = []  # each record's expires_at
@@ -36,12 +64,10 @@ class Broker:
 
     def publish(self, at: pd.Timestamp, latest: dict) -> None:
         rows = current_rows(list(latest.values()), at.to_pydatetime())
-        records = records_from_rows(rows, self.cfg.limits, None)
-        for delay, brokers in self._by_delay:
-            self.pending.append((at + pd.Timedelta(seconds=self.propagation + delay), brokers, records))
+        self.deliveries.publish(at, records_from_rows(rows, self.cfg.limits, None))
 
     def next_change(self, after: pd.Timestamp) -> pd.Timestamp | None:
-        times = [t for t, _, _ in self.pending] + [t for t in self._expiries if t > after]
+        times = self.deliveries.times() + [t for t in self._expiries if t > after]
         return min(times) if times else None
 
     def run_until(self, when: pd.Timestamp) -> None:
@@ -55,12 +81,11 @@ class Broker:
         c.advance_to(when)
 
     def _apply(self, at: pd.Timestamp) -> None:
-        due = sorted((p for p in self.pending if p[0] <= at), key=lambda p: p[0])  # stable: in publication order
+        due = self.deliveries.due(at)
         if due:
             for _, brokers, records in due:
                 for b in brokers:
                     self.records[b] = records if records is not None else []
-            self.pending = [p for p in self.pending if p[0] > at]
             self._expiries = sorted({pd.Timestamp(r["expires_at"]) for recs in self.records.values()
                                      for r in recs})
         c = self.cluster

@@ -17,7 +17,9 @@ import pytest
 
 from control import record as cr
 from pipelines.sim.figures import compute
-from pipelines.backtest.loop import Brokers, LoopResult, Publication, Shipper, SimClock
+from pipelines.backtest.brokers import Brokers, Publication
+from pipelines.backtest.loop import LoopResult, SimClock
+from pipelines.backtest.shipper import Shipper
 from pipelines.backtest.triggers import grid_after
 from pipelines.sim.settings import (
     BacktestConfig,
@@ -139,14 +141,14 @@ def _run(tmp_path, name: str, publications: list[tuple[float, list[dict]]], prop
     sizes.update(kw)
     spec = ScenarioSpec(**sizes)
     cluster = ClosedLoopCluster(spec)
-    brokers = Brokers(cluster, KEY)
+    brokers = Brokers(cluster, KEY, propagation)
     pubs = []
     for n, (at, records) in enumerate(publications):
         path = tmp_path / f"limits-{n}.json"
         when = cluster.start + pd.Timedelta(seconds=at)
         cr.write_limits_file(records, path, generated_at=when.to_pydatetime())
-        pubs.append(Publication(when, records, path, when + pd.Timedelta(seconds=propagation)))
-    brokers.pending += pubs
+        pubs.append(Publication(when, records, path))
+        brokers.publish(pubs[-1])
     brokers.apply_until(cluster.end)
     return LoopResult(spec=spec, bcfg=BacktestConfig(), cluster=cluster, propagation_seconds=propagation,
                       trigger_seconds=10, watermark_seconds=120, steps=[], publications=pubs,
