@@ -120,12 +120,18 @@ class ClosedLoopCluster:
     broker: :func:`~pipelines.sim.broker_model.broker_capacity` of the minutes before the onset); while it runs,
     ``limiter_count`` and ``limiter_last_tick`` per pair: the sends its limiter rejected and the tick of the last
     (what the RocketMQ admin sink's view reads, :mod:`pipelines.sim.limiter_view`; never a busy broker's refusals).
+
+    ``traffic``: demand's stats rows given instead of the scenario's (columns
+    :data:`~pipelines.sim.traffic.TRAFFIC_COLUMNS`, ``attrs["incident"]`` the :class:`Incident` or absent): a
+    recording's demand (:mod:`pipelines.sim.replay_demand`); ``spec`` then gives the start, the minutes, the broker
+    names and the clients' texts. None: :func:`~pipelines.sim.traffic.build_traffic` of ``spec``.
     """
 
     def __init__(self, spec: ScenarioSpec, broker_cfg: bm.BrokerModelConfig | None = None,
-                 clients: ClientConfig | None = None, capacity: pd.Series | None = None) -> None:
+                 clients: ClientConfig | None = None, capacity: pd.Series | None = None,
+                 traffic: pd.DataFrame | None = None) -> None:
         self.spec, self.cfg, self.clients = spec, broker_cfg or bm.BrokerModelConfig(), clients or ClientConfig()
-        self.traffic = build_traffic(spec)
+        self.traffic = build_traffic(spec) if traffic is None else traffic
         self.incident: Incident | None = self.traffic.attrs.get("incident")
         minute = self.traffic[self.traffic["period"] == "minute"]
         stats = pd.DataFrame({c: minute[c].astype(str) for c in ("broker", "stat_name", "stats_key")})
