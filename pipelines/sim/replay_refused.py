@@ -70,7 +70,8 @@ class Refused:
 
 
 class _Key:
-    """The open chains of one (client, producer group, topic): per broker, the chains a line there may join."""
+    """The open chains of one (client, producer group, topic): per broker, the chains a line there may join, oldest
+    first (:meth:`offer` puts a chain under every broker but its last one)."""
 
     def __init__(self, brokers: tuple[str, ...]) -> None:
         self.brokers, self.waiting = brokers, {}
@@ -79,12 +80,10 @@ class _Key:
         queue = self.waiting.get(broker)
         while queue:
             chain, version = queue[0]
-            stale = (version != chain.version or chain.whole or chain.lines >= attempts
-                     or ms - chain.last_ms > RETRY_GAP_MS or ms - chain.first_ms > SEND_TIMEOUT_MS)
-            if stale or (chain.last_broker == broker and len(self.brokers) > 1):
-                queue.popleft()
-                continue
             queue.popleft()
+            if (version != chain.version or chain.lines >= attempts or ms - chain.last_ms > RETRY_GAP_MS
+                    or ms - chain.first_ms > SEND_TIMEOUT_MS):
+                continue  # changed since it was offered here, full, or too old
             chain.lines, chain.last_ms, chain.last_broker, chain.version = chain.lines + 1, ms, broker, version + 1
             return chain
         return None
