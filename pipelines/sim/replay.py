@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -35,7 +36,7 @@ from pipelines.cli import OneLineParser
 from pipelines.config import ConfigError, load_config
 from pipelines.sim.replay_input import RecordingError, read_enforced, read_recording, recorded_counts
 from pipelines.sim.replay_job import JobError, ROOT, run_once, write_job_config
-from pipelines.sim.replay_report import summary_lines, write_report
+from pipelines.sim.replay_report import summary_lines, write_json, write_report
 from pipelines.sim.replay_run import ReplayError, min_minutes, replay_recording
 from pipelines.sim.settings import BacktestError, load_backtest_config
 
@@ -103,7 +104,10 @@ def run(args: argparse.Namespace) -> int:
             "limits_lake": str(args.limits_lake) if args.limits_lake else None, "job_seconds": job_seconds,
             "topics": count.get("topic", 0), "groups": count.get("group", 0),
             "config_line": config_line(args.conf, cfg, bcfg)}
+    clock = time.monotonic()
     write_report(outcome, report, meta)
+    outcome.timings["report_seconds"] = time.monotonic() - clock
+    write_json(outcome, report, meta)
     print("\n".join(summary_lines(outcome, meta)))
     return 0
 

@@ -44,6 +44,11 @@ _LIMITS = {"decided_at": pl.Datetime("us", UTC), "window_end": pl.Datetime("us",
            "expires_at": pl.Datetime("us", UTC), "version": pl.Int64}
 
 
+#: The longest recording a replay runs on, minutes: the closed loop keeps per-second arrays of every (broker,
+#: resource) pair (:class:`pipelines.sim.cluster.ClosedLoopCluster`), about 0.35 GB per 1,000 pairs and 6 hours.
+MAX_MINUTES = 360
+
+
 class RecordingError(Exception):
     """A recording the replay cannot run on (no stats, too short, an unreadable table); the message is one line."""
 
@@ -123,8 +128,9 @@ def read_recording(lake: Path, min_minutes: int) -> Recording:
     """The recording the job's ``--once`` run wrote to ``lake``.
 
     Raises:
-        RecordingError: no windowed minute line passed the job's checks ("no stats"), or fewer than
-            ``min_minutes`` minutes from the first to the last minute with stats ("too short").
+        RecordingError: no windowed minute line passed the job's checks ("no stats"), fewer than ``min_minutes``
+            minutes with stats ("too short"), or more than :data:`MAX_MINUTES` from the first to the last ("too
+            long").
     """
     stats = stats_minutes(lake)
     quarantine = quarantine_reasons(lake)
@@ -135,9 +141,13 @@ def read_recording(lake: Path, min_minutes: int) -> Recording:
                              f"{', '.join(rmq.WINDOWED_STATS)} that the job accepted{why}")
     start = stats["minute_start"].min()
     minutes = int((stats["minute_start"].max() - start) // dt.timedelta(minutes=1)) + 1
-    if minutes < min_minutes:
-        raise RecordingError(f"too short: {minutes} minute(s) of stats from {start:%Y-%m-%d %H:%M} UTC; a replay "
-                             f"needs at least {min_minutes}")
+    with_stats = stats["minute_start"].n_unique()
+    if with_stats < min_minutes:
+        raise RecordingError(f"too short: {with_stats} minute(s) of stats between {start:%Y-%m-%d %H:%M} and "
+                             f"{stats['minute_start'].max():%Y-%m-%d %H:%M} UTC; a replay needs at least {min_minutes}")
+    if minutes > MAX_MINUTES:
+        raise RecordingError(f"too long: {minutes} minutes from {start:%Y-%m-%d %H:%M} UTC; a replay runs on at most "
+                             f"{MAX_MINUTES} (copy the minutes of the incident to a landing directory of their own)")
     brokers = tuple(sorted(stats["broker"].unique().to_list()))
     lines = failure_lines(lake)
     end = start + dt.timedelta(minutes=minutes)

@@ -25,6 +25,10 @@ def _n(v, unit: str = "", digits: int = 1) -> str:
     return f"{text} {unit}".rstrip()
 
 
+def _x(v) -> str:
+    return "n/a" if v is None else f"{v:.2f}x"
+
+
 def _t(v) -> str:
     return "n/a" if v is None else f"{pd.Timestamp(v):%H:%M:%S}"
 
@@ -46,7 +50,7 @@ def resource_line(row: dict) -> str:
             "lifted at " + _t(row["lifted_at"]) if row["lifted_at"] else "still limited when the recording ends")
     by = row["bystander_rejected_per_minute"]
     return (f"  {name} ({cause}): limit in force {_n(row['first_limit_after_onset_s'], 's', 0)} after onset at "
-            f"{_n(row['first_limit_qps'])} msg/s, brokers admitted {_n(row['admitted_over_target'], '', 2)}x the "
+            f"{_n(row['first_limit_qps'])} msg/s, brokers admitted {_x(row['admitted_over_target'])} the "
             f"target, {row['changes']} change(s), {lift}; bystanders' rejected sends per cause minute: recorded "
             f"{_n(by['recorded'])} lines, modelled without governor {_n(by['no_governor'])}, replayed "
             f"{_n(by['replayed'])}")
@@ -108,7 +112,7 @@ def resource_table(rows: list[dict]) -> list[str]:
         lift = (f"{_n(r['lift_after_cause_end_min'])} min" if r["lift_after_cause_end_min"] is not None else
                 "not lifted" if r["first_in_force"] else "n/a")
         out.append(f"| {r['resource_type']} `{r['resource']}` | {cause} | {_n(r['first_limit_after_onset_s'], 's', 0)}"
-                   f" | {_n(r['first_limit_qps'], 'msg/s')} | {r['changes']} | {_n(r['admitted_over_target'], '', 2)}x"
+                   f" | {_n(r['first_limit_qps'], 'msg/s')} | {r['changes']} | {_x(r['admitted_over_target'])}"
                    f" | {lift} | {_n(by['recorded'])} / {_n(by['no_governor'])} / {_n(by['replayed'])} |")
     return out
 
@@ -156,7 +160,7 @@ def recording_lines(outcome: Outcome, meta: dict) -> list[str]:
 
 
 def write_report(outcome: Outcome, out: Path, meta: dict) -> Path:
-    """Write ``report.md``, ``replay.json`` and the pictures to ``out``; returns the Markdown page's path."""
+    """Write ``report.md`` and the pictures to ``out``; returns the Markdown page's path."""
     out.mkdir(parents=True, exist_ok=True)
     for row in outcome.figures:
         (out / png_name(row)).write_bytes(resource_png(outcome, row))
@@ -168,8 +172,14 @@ def write_report(outcome: Outcome, out: Path, meta: dict) -> Path:
     lines += ["", "## Brokers", "", *capacity_table(outcome), "", "## Decisions (the replay's gold/limits)", ""]
     lines += decision_lines(outcome)
     (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (out / "replay.json").write_text(json.dumps(to_json(outcome, meta), default=str, indent=1), encoding="utf-8")
     return out / "report.md"
+
+
+def write_json(outcome: Outcome, out: Path, meta: dict) -> Path:
+    """Write ``replay.json`` (:func:`to_json`) to ``out``; returns its path."""
+    path = out / "replay.json"
+    path.write_text(json.dumps(to_json(outcome, meta), default=str, indent=1), encoding="utf-8")
+    return path
 
 
 def decision_lines(outcome: Outcome, most: int = 40) -> list[str]:

@@ -27,7 +27,7 @@ from pipelines.sim.replay_figures import all_figures
 from pipelines.sim.replay_input import Recording, RecordingError, read_recording
 from pipelines.sim.replay_job import job_settings
 from pipelines.sim.replay_refused import refused_messages
-from pipelines.sim.replay_report import model_check, write_report
+from pipelines.sim.replay_report import model_check, write_json, write_report
 from pipelines.sim.replay_run import replay_recording
 from pipelines.sim.settings import build_spec, load_backtest_config
 
@@ -260,6 +260,7 @@ def test_the_report_names_the_resource_and_its_figures_and_flags_a_limit_without
     meta = {"landing": "rec", "report": str(tmp_path), "topics": 10, "groups": 6, "job_seconds": 1.0,
             "config_line": "config"}
     page = write_report(outcome, tmp_path, meta).read_text(encoding="utf-8")
+    write_json(outcome, tmp_path, meta)
     assert "group `get-pugc-to-ai-consumer`" in page and "none: check before enforcing" not in page
     figures = json.loads((tmp_path / "replay.json").read_text(encoding="utf-8"))
     assert figures["resources"][0]["first_limit_qps"] > 0
@@ -277,10 +278,12 @@ def test_the_model_check_warns_when_the_model_and_the_recording_disagree_about_t
 
 
 # --- the recording's edges and the command line -----------------------------------------------------------------
-def write_silver(lake, minutes: int) -> None:
+def write_silver(lake, minutes) -> None:
+    """A ``silver/broker_stats`` table of one topic's minute lines: ``minutes`` (a count, or the minutes)."""
     from deltalake import write_deltalake
 
-    rows = stats([(m, "a", rmq.TOPIC_PUT_NUMS, "t", 60) for m in range(minutes)]).with_columns(
+    minutes = range(minutes) if isinstance(minutes, int) else minutes
+    rows = stats([(m, "a", rmq.TOPIC_PUT_NUMS, "t", 60) for m in minutes]).with_columns(
         event_time=pl.col("minute_start") + pl.duration(minutes=1), period=pl.lit("minute")).drop("minute_start")
     write_deltalake(str(lake / "silver" / "broker_stats"), rows.to_arrow())
 
@@ -292,6 +295,15 @@ def test_a_recording_too_short_or_without_stats_is_one_clear_error(tmp_path):
     with pytest.raises(RecordingError, match=r"^too short: 3 minute\(s\) of stats .* needs at least 7$"):
         read_recording(tmp_path, 7)
     assert read_recording(tmp_path, 3).minutes == 3
+
+
+def test_a_recording_of_a_few_scattered_minutes_is_too_short_and_one_of_a_day_too_long(tmp_path):
+    write_silver(tmp_path / "scattered", [0, 4000])  # two minutes, days apart: not 4,001 minutes of recording
+    with pytest.raises(RecordingError, match=r"^too short: 2 minute\(s\)"):
+        read_recording(tmp_path / "scattered", 7)
+    write_silver(tmp_path / "day", range(0, 1440, 60))
+    with pytest.raises(RecordingError, match=r"^too long: 1381 minutes"):
+        read_recording(tmp_path / "day", 7)
 
 
 def test_the_job_runs_on_the_operator_s_config_with_every_sink_off_and_in_advisory_mode(tmp_path):

@@ -1,0 +1,58 @@
+"""python -m pipelines.sim.replay end to end, the governor's --once run included (a JVM each): a generated scenario
+rendered open loop and replayed agrees with the simulator's own closed loop of it (bench/replay_agreement.py, one
+scenario), and the real stats.log minutes quoted in public sources (tests/fixtures/public_stats) end in the one-line
+"too short" error, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_a_rendered_fixed_storm_replayed_agrees_with_the_simulator_s_closed_loop(tmp_path):
+    done = subprocess.run([sys.executable, "bench/replay_agreement.py", "--scenarios", "storm_fixed", "--minutes",
+                           "45", "--dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[PASS] group get-pugc-to-ai-consumer" in done.stdout and "[FAIL]" not in done.stdout
+    report = (tmp_path / "storm_fixed" / "report" / "report.md").read_text(encoding="utf-8")
+    assert "| group `get-pugc-to-ai-consumer` |" in report
+    assert (tmp_path / "storm_fixed" / "report" / "resource-group-get-pugc-to-ai-consumer.png").is_file()
+
+
+@pytest.mark.slow
+def test_the_public_minutes_are_too_short_for_a_replay_and_say_so_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pipelines.sim.replay", "--landing",
+                           str(ROOT / "tests" / "fixtures" / "public_stats"), "--report", str(tmp_path / "r")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1
+    assert done.stderr.startswith("python -m pipelines.sim.replay: too short: 1 minute(s) of stats between "
+                                  "2022-02-08 07:39 and 2022-02-08 07:39 UTC"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_a_broker_outside_brokers_known_is_quarantined_by_the_job_and_left_out_of_the_replay(tmp_path):
+    import json
+    import tomllib
+
+    import tomli_w
+
+    subprocess.run([sys.executable, "-m", "pipelines.sim", "--out", str(tmp_path / "landing"), "--scenario", "steady",
+                    "--minutes", "10", "--brokers", "3", "--topics", "6", "--groups", "3"], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
+    conf = tomllib.loads((ROOT / "conf" / "local.toml").read_text(encoding="utf-8"))
+    conf["brokers"]["known"] = ["broker-a", "broker-b"]
+    (tmp_path / "known.toml").write_text(tomli_w.dumps(conf), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "pipelines.sim.replay", "--landing", str(tmp_path / "landing"),
+                           "--report", str(tmp_path / "r"), "--conf", str(tmp_path / "known.toml")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    replayed = json.loads((tmp_path / "r" / "replay.json").read_text(encoding="utf-8"))
+    assert replayed["recording"]["brokers"] == ["broker-a", "broker-b"]
+    assert "unknown broker broker-c" in (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
