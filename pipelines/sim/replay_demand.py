@@ -43,14 +43,11 @@ RETRY = rmq.RETRY_TOPIC_PREFIX
 
 @dataclass
 class Demand:
-    """The replay's demand: ``traffic`` (pandas, :data:`~pipelines.sim.traffic.TRAFFIC_COLUMNS`), the recorded
-    ``offered`` (requests per minute and write units per request of every (minute, broker, resource), as
-    :func:`~pipelines.sim.broker_model.offered_from_stats` reads the recorded rows), and what was added: ``added``
-    (messages), ``taken_off`` (expected deliveries taken off other brokers), ``left_out`` (refused sends of a retry
-    topic without send-backs to attach to)."""
+    """The replay's demand: ``traffic`` (pandas, :data:`~pipelines.sim.traffic.TRAFFIC_COLUMNS`) and what was added
+    to the recorded rows: ``added`` (refused messages), ``taken_off`` (expected deliveries taken off other brokers),
+    ``left_out`` (refused sends of a retry topic without send-backs to attach to)."""
 
     traffic: pd.DataFrame
-    offered: pd.DataFrame
     added: float = 0.0
     taken_off: float = 0.0
     left_out: float = 0.0

@@ -17,7 +17,8 @@ Per resource (a topic's puts, a consumer group's send-backs), times UTC, from th
   rejected (fast failure or a limiter) while the cause is on, in the replay (``replayed``), in the same cluster with
   no governor (``no_governor``: the model of the recording) and the refused-send lines the recording holds for them
   (``recorded``: a floor, as far as producers log); each also per minute of the cause;
-* ``flag``: limited in the replay, but the recording flags no anomaly for it.
+* ``flag``: limited in the replay, but the recording flags no anomaly for it; ``why``: the reason of its first
+  enforced decision (``gold/limits.reason``: the rule, its numbers).
 """
 
 from __future__ import annotations
@@ -118,9 +119,20 @@ def resource_figures(result, key: tuple[str, str], spans: list, baseline=None,
                                "no_governor": bystander_rejected(baseline, key, on) if baseline is not None else None,
                                "recorded": recorded_lines(refused, c, key, spans) if refused is not None else None},
     }
+    row["why"] = first_reason(result, key)
     row["bystander_rejected_per_minute"] = {k: (v / minutes_on if v is not None and minutes_on else None)
                                             for k, v in row["bystander_rejected"].items()}
     return row
+
+
+def first_reason(result, key: tuple[str, str]) -> str | None:
+    """The ``reason`` of ``key``'s first enforced ``set`` decision in the replay (None: none)."""
+    lim = result.limits
+    if not len(lim):
+        return None
+    mine = lim[(lim["resource_type"] == key[0]) & (lim["resource"] == key[1]) & (lim["action"] == "set")
+               & (lim["mode"] == "enforce")].sort_values("version")
+    return str(mine["reason"].iloc[0]) if len(mine) else None
 
 
 def all_figures(result, spans: dict, baseline=None, refused: pl.DataFrame | None = None) -> list[dict]:

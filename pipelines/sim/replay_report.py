@@ -167,7 +167,9 @@ def write_report(outcome: Outcome, out: Path, meta: dict) -> Path:
     lines = [f"# Replay: what the governor would have done on `{meta['landing']}`", "",
              *[f"* {x.strip()}" for x in summary_lines(outcome, meta)[1:-1]], "", "## The recording", "",
              *recording_lines(outcome, meta), "", "## The replay", "", meta["config_line"], "", "## Resources", "",
-             *resource_table(outcome.figures), "", *model_check(outcome.figures), ""]
+             *resource_table(outcome.figures), "", *[f"* Why {r['resource_type']} `{r['resource']}`: {r['why']}"
+                                                         for r in outcome.figures if r.get("why")], "",
+             *model_check(outcome.figures), ""]
     lines += [f"![{r['resource_type']} {r['resource']}]({png_name(r)})" for r in outcome.figures]
     lines += ["", "## Brokers", "", *capacity_table(outcome), "", "## Decisions (the replay's gold/limits)", ""]
     lines += decision_lines(outcome)

@@ -81,7 +81,7 @@ def build_demand(rec: Recording, offered: pl.DataFrame, bcfg, enforced: pl.DataF
         hidden = hidden_demand(per, offered, cfg.limits.bound_share)
     merged = rd.merge_estimates(added, hidden.demand if hidden is not None else added.head(0))
     rows = rd.apply_demand(rd.pair_rows(rec.stats, rec.start), offered, merged)
-    demand = rd.Demand(rd.traffic_frame(rows, rec.start), offered.to_pandas(), float(refused.added["messages"].sum()),
+    demand = rd.Demand(rd.traffic_frame(rows, rec.start), float(refused.added["messages"].sum()),
                        float(refused.delivered["messages"].sum()), left_out)
     return demand, refused, hidden
 

@@ -262,6 +262,7 @@ def test_the_report_names_the_resource_and_its_figures_and_flags_a_limit_without
     page = write_report(outcome, tmp_path, meta).read_text(encoding="utf-8")
     write_json(outcome, tmp_path, meta)
     assert "group `get-pugc-to-ai-consumer`" in page and "none: check before enforcing" not in page
+    assert "* Why group `get-pugc-to-ai-consumer`: [preliminary] RUNAWAY_RETRY" in page
     figures = json.loads((tmp_path / "replay.json").read_text(encoding="utf-8"))
     assert figures["resources"][0]["first_limit_qps"] > 0
     assert (tmp_path / "resource-group-get-pugc-to-ai-consumer.png").read_bytes()[:4] == b"\x89PNG"
