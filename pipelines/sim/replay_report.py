@@ -119,11 +119,10 @@ def resource_table(rows: list[dict]) -> list[str]:
 
 def capacity_table(outcome: Outcome) -> list[str]:
     """The brokers' capacities: every broker carrying a resource of the report or ever busy, the rest counted."""
-    own = {b for key in outcome.spans for b in outcome.result.cluster.pairs.loc[
-        (outcome.result.cluster.pairs["resource_type"] == key[0]) & (outcome.result.cluster.pairs["resource"] == key[1]),
-        "broker"]}
-    own |= {b for r in outcome.figures for b in outcome.result.cluster.pairs.loc[
-        outcome.result.cluster.pairs["resource"] == r["resource"], "broker"]}
+    pairs = outcome.result.cluster.pairs
+    keys = set(zip(pairs["resource_type"], pairs["resource"]))
+    shown_keys = {(r["resource_type"], r["resource"]) for r in outcome.figures} & keys
+    own = {b for b, t, r in zip(pairs["broker"], pairs["resource_type"], pairs["resource"]) if (t, r) in shown_keys}
     caps = outcome.capacity
     shown = caps.filter(caps["broker"].is_in(sorted(own)) | (caps["busy_windows"] > 0))
     out = ["| broker | capacity (writes/s) | rule | busy windows | highest recorded writes/s |", "|---|---|---|---|---|"]
@@ -145,8 +144,8 @@ def recording_lines(outcome: Outcome, meta: dict) -> list[str]:
            f"{_t(rec.judged_until)} (a cause flagged then is taken to last to the end).",
            f"* Refused sends: {ref.lines:,} lines of known brokers → {ref.chains:,} messages (attempts per message: "
            f"{', '.join(f'{k}: {v:,}' for k, v in ref.chains_by_lines.items()) or 'none'}); {_n(dem.added, '', 0)} "
-           f"added to demand at their first broker, {_n(dem.taken_off)} taken off other brokers (retried there and "
-           f"admitted), {_n(dem.left_out, '', 0)} left out (a retry topic without send-backs); "
+           f"added to demand at their first broker, {_n(dem.taken_off)} taken off the brokers that admitted them on "
+           f"a later attempt (their stats count them), {_n(dem.left_out, '', 0)} left out (a retry topic without send-backs); "
            f"{rec.failures_outside:,} lines outside the recording's brokers or minutes."]
     if rec.quarantine.height:
         out.append("* Quarantined by the job: " + "; ".join(

@@ -6,6 +6,7 @@ is tests/e2e/test_replay_e2e.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -268,6 +269,16 @@ def test_the_report_names_the_resource_and_its_figures_and_flags_a_limit_without
     assert (tmp_path / "resource-group-get-pugc-to-ai-consumer.png").read_bytes()[:4] == b"\x89PNG"
     unflagged = all_figures(outcome.result, {})  # the same limit, had the recording flagged nothing
     assert [r["flag"] for r in unflagged] == [True]
+
+
+def test_the_report_lists_what_the_job_quarantined_by_reason(tmp_path):
+    _sim, outcome = closed_loops("storm_fixed")
+    reasons = pl.DataFrame({"source": ["broker_stats"], "reason": ["unknown broker broker-x (not in [brokers] known)"],
+                            "records": [1234]}, schema_overrides={"records": pl.UInt32})
+    outcome = dataclasses.replace(outcome, recording=dataclasses.replace(outcome.recording, quarantine=reasons))
+    page = write_report(outcome, tmp_path, {"landing": "rec", "report": str(tmp_path), "topics": 1, "groups": 1,
+                                            "config_line": ""}).read_text(encoding="utf-8")
+    assert "1,234 broker_stats records: unknown broker broker-x (not in [brokers] known)" in page
 
 
 def test_the_model_check_warns_when_the_model_and_the_recording_disagree_about_the_bystanders():
