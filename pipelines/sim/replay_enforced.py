@@ -8,7 +8,7 @@ show (docs/backtest.md §1). So where the limit binds, the stats are a floor of 
 The limits in force come from the enforcing governor's own ``gold/limits`` (:func:`pipelines.sim.replay_input.
 read_enforced`): a ``set`` or ``relax`` row with ``mode`` ``enforce`` is in force at the brokers from ``decided_at``
 + the write-back delay (``conf/backtest.toml`` ``propagation_seconds``) until the resource's next row arrives or
-``expires_at``, whichever is first; a ``lift`` ends it. Only whole minutes under a limit count.
+``expires_at``, whichever is first; a ``lift`` ends it. Only minutes limited in every second count.
 
 In a minute where the resource's admitted rate, summed over brokers, is at its cap (at least ``limits.bound_share``
 × the cluster-wide limit, the governor's own test of a binding limit, docs/decisions.md §4), its demand on each
@@ -40,11 +40,10 @@ class Hidden:
     unread: list = field(default_factory=list)
 
 
-def limits_per_minute(limits: pl.DataFrame, start: dt.datetime, minutes: int,
+def limits_per_second(limits: pl.DataFrame, start: dt.datetime, minutes: int,
                       propagation_seconds: float) -> dict[tuple[str, str], np.ndarray]:
-    """Per resource: the cluster-wide enforced limit (msg/s, its mean over the minute) in force for the whole of each
-    minute of the recording (NaN: none for some second of it), from ``gold/limits`` rows ordered by ``version``
-    (module docstring); a refresh that replaces a limit mid-minute leaves the minute limited."""
+    """Per resource: the cluster-wide enforced limit (msg/s) in force at the brokers in each second of the recording
+    (NaN: none), from ``gold/limits`` rows ordered by ``version`` (module docstring)."""
     out: dict = {}
     delay = dt.timedelta(seconds=propagation_seconds)
     for (rtype, res), rows in limits.sort("version").group_by(["resource_type", "resource"], maintain_order=True):
@@ -57,31 +56,34 @@ def limits_per_minute(limits: pl.DataFrame, start: dt.datetime, minutes: int,
             lo = int(np.ceil((r["decided_at"] + delay - start).total_seconds() - 1e-9))
             hi = int(np.ceil((until - start).total_seconds() - 1e-9))
             per[max(lo, 0):max(min(hi, minutes * 60), 0)] = float(r["limit_qps"])
-        whole = per.reshape(minutes, 60)
-        per_minute = np.where(np.isnan(whole).any(axis=1), np.nan, np.nanmean(np.where(np.isnan(whole), 0, whole),
-                                                                              axis=1))
-        if not np.isnan(per_minute).all():
-            out[(rtype, res)] = per_minute
+        if not np.isnan(per).all():
+            out[(rtype, res)] = per
     return out
 
 
-def hidden_demand(per_minute: dict, offered: pl.DataFrame, bound_share: float) -> Hidden:
-    """The demand of each (minute, broker) pair of a resource held at its cap (module docstring). ``offered``: the
-    recorded requests per minute (``KEYS``, ``requests``), ``bound_share``: ``limits.bound_share``."""
+def minute_caps(per_second: np.ndarray) -> np.ndarray:
+    """Per minute: the mean limit of a minute limited in every second (msg/s), NaN for any other minute."""
+    whole = per_second.reshape(-1, 60)
+    return np.where(np.isnan(whole).any(axis=1), np.nan, np.nanmean(np.where(np.isnan(whole), 0.0, whole), axis=1))
+
+
+def hidden_demand(per_second: dict, offered: pl.DataFrame, bound_share: float) -> Hidden:
+    """The demand of each (minute, broker) pair of a resource held at its cap (module docstring). ``per_second``:
+    :func:`limits_per_second`; ``offered``: the recorded requests per minute (``KEYS``, ``requests``);
+    ``bound_share``: ``limits.bound_share``. The reference of a stretch of limited seconds from second ``f`` is the
+    minute before the one ``f`` falls in, the last one wholly before the limit."""
     rows, held, unread = [], {}, []
-    for (rtype, res), limit in per_minute.items():
+    for (rtype, res), limit in per_second.items():
         own = offered.filter((pl.col("resource_type") == rtype) & (pl.col("resource") == res))
         by = {(m, b): q for m, b, q in zip(own["m"], own["broker"], own["requests"])}
-        brokers = sorted(set(own["broker"]))
-        on = ~np.isnan(limit)
-        for lo, hi in _runs(on):
-            if lo == 0:
+        brokers, caps = sorted(set(own["broker"])), minute_caps(limit)
+        for first, end in _runs(~np.isnan(limit)):
+            if first // 60 - 1 < 0:
                 unread.append((rtype, res))
                 continue
-            before = {b: by.get((lo - 1, b), 0.0) for b in brokers}
-            for m in range(lo, hi):
-                admitted = sum(by.get((m, b), 0.0) for b in brokers)
-                if admitted < bound_share * limit[m] * 60.0:
+            before = {b: by.get((first // 60 - 1, b), 0.0) for b in brokers}
+            for m in range(-(-first // 60), end // 60):
+                if sum(by.get((m, b), 0.0) for b in brokers) < bound_share * caps[m] * 60.0:
                     continue
                 held.setdefault((rtype, res), []).append(m)
                 rows += [(m, b, rtype, res, by.get((m, b), 0.0), before[b]) for b in brokers

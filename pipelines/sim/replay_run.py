@@ -22,7 +22,7 @@ from pipelines.sim import replay_brokers as rb
 from pipelines.sim import replay_demand as rd
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.loop import SimResult, Timing, simulate
-from pipelines.sim.replay_enforced import Hidden, hidden_demand, limits_per_minute
+from pipelines.sim.replay_enforced import Hidden, hidden_demand, limits_per_second
 from pipelines.sim.replay_figures import all_figures, cause_spans
 from pipelines.sim.replay_input import Recording, recorded_counts
 from pipelines.sim.replay_refused import Refused, refused_messages
@@ -77,7 +77,7 @@ def build_demand(rec: Recording, offered: pl.DataFrame, bcfg, enforced: pl.DataF
     added, left_out = rd.refused_demand(offered, refused, hosts)
     hidden = None
     if enforced is not None:
-        per = limits_per_minute(enforced, rec.start, rec.minutes, bcfg.propagation_seconds)
+        per = limits_per_second(enforced, rec.start, rec.minutes, bcfg.propagation_seconds)
         hidden = hidden_demand(per, offered, cfg.limits.bound_share)
     merged = rd.merge_estimates(added, hidden.demand if hidden is not None else added.head(0))
     rows = rd.apply_demand(rd.pair_rows(rec.stats, rec.start), offered, merged)

@@ -23,7 +23,7 @@ from pipelines.sim.admitted import trickle
 from pipelines.sim.broker_model import BrokerModelConfig
 from pipelines.sim.loop import closed_cluster, simulate
 from pipelines.sim.replay import main
-from pipelines.sim.replay_enforced import hidden_demand, limits_per_minute
+from pipelines.sim.replay_enforced import hidden_demand, limits_per_second, minute_caps
 from pipelines.sim.replay_figures import all_figures
 from pipelines.sim.replay_input import Recording, RecordingError, read_recording
 from pipelines.sim.replay_job import job_settings
@@ -152,17 +152,19 @@ def offered_group(per_minute: list[float]) -> pl.DataFrame:
 
 
 def test_demand_at_an_enforced_cap_is_held_at_its_level_before_the_limit_and_a_refresh_does_not_reset_it():
-    per = limits_per_minute(enforced([(2, "set", 10.0, 1), (4, "set", 10.0, 2)]), T0, 8, 10.0)
-    assert np.isnan(per[("group", "g")][:3]).all() and (per[("group", "g")][3:8] == 10.0).all()
-    hidden = hidden_demand(per, offered_group([3000, 3000, 3000, 600, 598, 560, 100, 600]), bound_share=0.9)
+    per = limits_per_second(enforced([(2, "set", 10.0, 1), (4, "set", 10.0, 2)]), T0, 8, 10.0)
+    caps = minute_caps(per[("group", "g")])  # in force from 2:40, the refresh from 4:40: minutes 3-7 wholly limited
+    assert np.isnan(caps[:3]).all() and (caps[3:8] == 10.0).all()
+    # the reference is minute 1, the last one wholly before 2:40 (minute 2 is partly limited already)
+    hidden = hidden_demand(per, offered_group([3000, 3000, 1500, 600, 598, 560, 100, 600]), bound_share=0.9)
     assert hidden.held == {("group", "g"): [3, 4, 5, 7]}  # minute 6: under the cap (the cause gone)
     assert hidden.demand["demand"].to_list() == [3000.0] * 4
 
 
 def test_a_lift_ends_the_hold_and_a_limit_in_force_from_the_first_minute_is_reported_under_read():
-    per = limits_per_minute(enforced([(2, "set", 10.0, 1), (4, "lift", 10.0, 2)]), T0, 8, 10.0)
-    assert np.isnan(per[("group", "g")][5:]).all()
-    early = hidden_demand(limits_per_minute(enforced([(-1, "set", 10.0, 1)]), T0, 8, 0.0),
+    per = limits_per_second(enforced([(2, "set", 10.0, 1), (4, "lift", 10.0, 2)]), T0, 8, 10.0)
+    assert np.isnan(minute_caps(per[("group", "g")])[5:]).all()
+    early = hidden_demand(limits_per_second(enforced([(-1, "set", 10.0, 1)]), T0, 8, 0.0),
                           offered_group([600] * 8), 0.9)
     assert early.unread == [("group", "g")] and early.demand.height == 0
 
