@@ -10,8 +10,10 @@ read_enforced`): a ``set`` or ``relax`` row with ``mode`` ``enforce`` is in forc
 + the write-back delay (``conf/backtest.toml`` ``propagation_seconds``) until the resource's next row arrives or
 ``expires_at``, whichever is first; a ``lift`` ends it. Only minutes limited in every second count.
 
-In a minute where the resource's admitted rate, summed over brokers, is at its cap (at least ``limits.bound_share``
-× the cluster-wide limit, the governor's own test of a binding limit, docs/decisions.md §4), its demand on each
+In a minute where what the resource's limiter admitted, summed over brokers, is at its cap (at least
+``limits.bound_share`` × the cluster-wide limit, the governor's own test of a binding limit, docs/decisions.md §4;
+a topic's puts, or a group's retry-topic puts: its send-backs and its consumers' fallback sends share one bucket,
+sohutv/rocketmq ``RateLimitHandler``), its demand on each
 broker is taken as the larger of what that broker admitted and what it printed in the last whole minute before the
 limit came into force (what the governor saw when it decided; a broken consumer's send-backs do not fall while it
 stays broken). A limit in force from the recording's first minute has no such minute: its demand stays under-read
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from pipelines import rocketmq as rmq
 from pipelines.sim.replay_demand import KEYS
 
 
@@ -67,15 +70,26 @@ def minute_caps(per_second: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(whole).any(axis=1), np.nan, np.nanmean(np.where(np.isnan(whole), 0.0, whole), axis=1))
 
 
-def hidden_demand(per_second: dict, offered: pl.DataFrame, bound_share: float) -> Hidden:
+def bucket_puts(rows: pl.DataFrame) -> pl.DataFrame:
+    """What each resource's limiter admitted per minute and broker (``KEYS``, ``admitted`` messages): a topic's
+    ``TOPIC_PUT_NUMS``, a group's ``TOPIC_PUT_NUMS [%RETRY%<group>]`` (``rows``: :func:`pipelines.sim.replay_demand.
+    pair_rows`)."""
+    return (rows.filter((pl.col("stat_name") == rmq.TOPIC_PUT_NUMS) & pl.col("resource_type").is_not_null())
+            .group_by(KEYS).agg(admitted=pl.col("sum").sum()))
+
+
+def hidden_demand(per_second: dict, offered: pl.DataFrame, puts: pl.DataFrame, bound_share: float) -> Hidden:
     """The demand of each (minute, broker) pair of a resource held at its cap (module docstring). ``per_second``:
-    :func:`limits_per_second`; ``offered``: the recorded requests per minute (``KEYS``, ``requests``);
-    ``bound_share``: ``limits.bound_share``. The reference of a stretch of limited seconds from second ``f`` is the
-    minute before the one ``f`` falls in, the last one wholly before the limit."""
+    :func:`limits_per_second`; ``offered``: the recorded requests per minute (``KEYS``, ``requests``); ``puts``:
+    :func:`bucket_puts`; ``bound_share``: ``limits.bound_share``. The reference of a stretch of limited seconds from
+    second ``f`` is the minute before the one ``f`` falls in, the last one wholly before the limit."""
     rows, held, unread = [], {}, []
     for (rtype, res), limit in per_second.items():
         own = offered.filter((pl.col("resource_type") == rtype) & (pl.col("resource") == res))
         by = {(m, b): q for m, b, q in zip(own["m"], own["broker"], own["requests"])}
+        mine = puts.filter((pl.col("resource_type") == rtype) & (pl.col("resource") == res))
+        bucket = mine.group_by("m").agg(pl.col("admitted").sum())
+        admitted = dict(zip(bucket["m"], bucket["admitted"]))
         brokers, caps = sorted(set(own["broker"])), minute_caps(limit)
         for first, end in _runs(~np.isnan(limit)):
             if first // 60 - 1 < 0:
@@ -83,7 +97,7 @@ def hidden_demand(per_second: dict, offered: pl.DataFrame, bound_share: float) -
                 continue
             before = {b: by.get((first // 60 - 1, b), 0.0) for b in brokers}
             for m in range(-(-first // 60), end // 60):
-                if sum(by.get((m, b), 0.0) for b in brokers) < bound_share * caps[m] * 60.0:
+                if admitted.get(m, 0.0) < bound_share * caps[m] * 60.0:
                     continue
                 held.setdefault((rtype, res), []).append(m)
                 rows += [(m, b, rtype, res, by.get((m, b), 0.0), before[b]) for b in brokers

@@ -22,7 +22,7 @@ from pipelines.sim import replay_brokers as rb
 from pipelines.sim import replay_demand as rd
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.loop import SimResult, Timing, simulate
-from pipelines.sim.replay_enforced import Hidden, hidden_demand, limits_per_second
+from pipelines.sim.replay_enforced import Hidden, bucket_puts, hidden_demand, limits_per_second
 from pipelines.sim.replay_figures import all_figures, cause_spans
 from pipelines.sim.replay_input import Recording, recorded_counts
 from pipelines.sim.replay_refused import Refused, refused_messages
@@ -75,12 +75,12 @@ def build_demand(rec: Recording, offered: pl.DataFrame, bcfg, enforced: pl.DataF
     refused = refused_messages(rec.refused, hosts, rec.start, bcfg.clients.producer_attempts,
                                bcfg.clients.retrying_share)
     added, left_out = rd.refused_demand(offered, refused, hosts)
-    hidden = None
+    hidden, recorded = None, rd.pair_rows(rec.stats, rec.start)
     if enforced is not None:
         per = limits_per_second(enforced, rec.start, rec.minutes, bcfg.propagation_seconds)
-        hidden = hidden_demand(per, offered, cfg.limits.bound_share)
+        hidden = hidden_demand(per, offered, bucket_puts(recorded), cfg.limits.bound_share)
     merged = rd.merge_estimates(added, hidden.demand if hidden is not None else added.head(0))
-    rows = rd.apply_demand(rd.pair_rows(rec.stats, rec.start), offered, merged)
+    rows = rd.apply_demand(recorded, offered, merged)
     demand = rd.Demand(rd.traffic_frame(rows, rec.start), float(refused.added["messages"].sum()),
                        float(refused.delivered["messages"].sum()), left_out)
     return demand, refused, hidden

@@ -151,12 +151,19 @@ def offered_group(per_minute: list[float]) -> pl.DataFrame:
                          "requests": per_minute})
 
 
+def retry_puts(per_minute: list[float]) -> pl.DataFrame:
+    """The group's limiter bucket: its retry topic's puts (send-backs and fallback sends) per minute."""
+    return offered_group(per_minute).rename({"requests": "admitted"})
+
+
 def test_demand_at_an_enforced_cap_is_held_at_its_level_before_the_limit_and_a_refresh_does_not_reset_it():
     per = limits_per_second(enforced([(2, "set", 10.0, 1), (4, "set", 10.0, 2)]), T0, 8, 10.0)
     caps = minute_caps(per[("group", "g")])  # in force from 2:40, the refresh from 4:40: minutes 3-7 wholly limited
     assert np.isnan(caps[:3]).all() and (caps[3:8] == 10.0).all()
     # the reference is minute 1, the last one wholly before 2:40 (minute 2 is partly limited already)
-    hidden = hidden_demand(per, offered_group([3000, 3000, 1500, 600, 598, 560, 100, 600]), bound_share=0.9)
+    # at the cap, its send-backs fall under it as its consumers' fallback sends take the same bucket
+    hidden = hidden_demand(per, offered_group([3000, 3000, 1500, 200, 198, 160, 100, 200]),
+                           retry_puts([3000, 3000, 1500, 600, 598, 560, 100, 600]), bound_share=0.9)
     assert hidden.held == {("group", "g"): [3, 4, 5, 7]}  # minute 6: under the cap (the cause gone)
     assert hidden.demand["demand"].to_list() == [3000.0] * 4
 
@@ -165,7 +172,7 @@ def test_a_lift_ends_the_hold_and_a_limit_in_force_from_the_first_minute_is_repo
     per = limits_per_second(enforced([(2, "set", 10.0, 1), (4, "lift", 10.0, 2)]), T0, 8, 10.0)
     assert np.isnan(minute_caps(per[("group", "g")])[5:]).all()
     early = hidden_demand(limits_per_second(enforced([(-1, "set", 10.0, 1)]), T0, 8, 0.0),
-                          offered_group([600] * 8), 0.9)
+                          offered_group([600] * 8), retry_puts([600] * 8), 0.9)
     assert early.unread == [("group", "g")] and early.demand.height == 0
 
 
