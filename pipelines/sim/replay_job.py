@@ -19,7 +19,7 @@ from pathlib import Path
 
 import tomli_w
 
-from pipelines.config import ConfigError, parse_config, read_toml
+from pipelines.config import parse_config, read_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def job_settings(conf: str | Path, landing: Path, lake: Path) -> dict:
     """The operator's config file ``conf`` as a mapping, with the replay's changes (module docstring).
 
     Raises:
-        ConfigError: the file is missing, not TOML, or a setting is bad (named).
+        pipelines.config.ConfigError: the file is missing, not TOML, or a setting is bad (named).
     """
     data = read_toml(conf)
     data.setdefault("source", {}).update({"kind": "files", "landing": str(landing)})
@@ -72,5 +72,3 @@ def run_once(config: Path, landing: Path, lake: Path, log: Path) -> float:
                        f"{lines[-1] if lines else 'no output'} (log: {log})")
     return time.monotonic() - started
 
-
-__all__ = ["ConfigError", "JobError", "job_settings", "run_once", "write_job_config"]
