@@ -41,11 +41,19 @@ Modules, in the order the data flows:
 * :mod:`~pipelines.sim.settings`, :mod:`~pipelines.sim.figures`, :mod:`~pipelines.sim.report` — a closed loop's
   world (``conf/backtest.toml``), its figures and checks, its report and picture: shared by this loop and the
   Spark backtest (:mod:`pipelines.backtest`), which hand over the same result shape.
+* :mod:`~pipelines.sim.replay` — ``python -m pipelines.sim.replay``: an operator's own recording in closed loop.
+  The governor's ``--once`` run on it as a process of its own (:mod:`~pipelines.sim.replay_job`), its tables read
+  (:mod:`~pipelines.sim.replay_input`), the refused sends counted once (:mod:`~pipelines.sim.replay_refused`) and
+  the demand an enforced limit hid (:mod:`~pipelines.sim.replay_enforced`) added to the recorded demand
+  (:mod:`~pipelines.sim.replay_demand`), the recording's brokers (:mod:`~pipelines.sim.replay_brokers`), the loop
+  (:mod:`~pipelines.sim.replay_run`), its figures per resource, report and pictures
+  (:mod:`~pipelines.sim.replay_figures`, :mod:`~pipelines.sim.replay_report`, :mod:`~pipelines.sim.replay_plots`).
 
 Randomness: one ``numpy.random.default_rng(seed)`` spawns a child generator per stage
 (:data:`pipelines.sim.spec.RNG_STREAMS`), so a scenario that draws more numbers does not shift the catalog or the
 base noise. Same spec (with ``start``) → byte-identical files.
 
-May import: numpy, pandas, polars, pyarrow, the top-level modules, :mod:`pipelines.decide` and
-:mod:`pipelines.writeback.records`; never pyspark (the simulator and its sweep run without a JVM).
+May import: numpy, pandas, polars (and delta-rs through it), pyarrow, matplotlib, tomli-w, the top-level modules,
+:mod:`pipelines.decide` and :mod:`pipelines.writeback.records`; never pyspark (the simulator and its sweep run without
+a JVM; the replay starts the governor as a process of its own).
 """

@@ -120,17 +120,17 @@ class ClosedLoopCluster:
     """One scenario's cluster in closed loop. Time runs in ticks of ``broker_cfg.tick_seconds`` from the scenario's
     start; :meth:`advance_to` runs them with the limit vectors last given to :meth:`set_limits`.
 
-    Attributes after construction: ``pairs`` (frame: broker, resource_type, resource, kind), ``incident``,
-    ``traffic`` (the demand's stats rows, :data:`pipelines.sim.traffic.TRAFFIC_COLUMNS`), ``capacity`` (units/s per
+    Attributes after construction: ``pairs`` (frame: broker, resource_type, resource, kind), ``incident``, ``traffic`` (the
+    demand's stats rows, :data:`pipelines.sim.traffic.TRAFFIC_COLUMNS`: ``spec``'s, or a replay's given), ``capacity`` (units/s per
     broker: :func:`~pipelines.sim.broker_model.broker_capacity` of the minutes before the onset); while it runs,
     ``limiter_count`` and ``limiter_last_tick`` per pair: the sends its limiter rejected and the tick of the last
     (what the RocketMQ admin sink's view reads, :mod:`pipelines.sim.limiter_view`; never a busy broker's refusals).
     """
 
     def __init__(self, spec: ScenarioSpec, broker_cfg: bm.BrokerModelConfig | None = None,
-                 clients: ClientConfig | None = None, capacity: pd.Series | None = None) -> None:
+                 clients: ClientConfig | None = None, capacity: pd.Series | None = None, traffic: pd.DataFrame | None = None) -> None:
         self.spec, self.cfg, self.clients = spec, broker_cfg or bm.BrokerModelConfig(), clients or ClientConfig()
-        self.traffic = build_traffic(spec)
+        self.traffic = build_traffic(spec) if traffic is None else traffic
         self.incident: Incident | None = self.traffic.attrs.get("incident")
         minute = self.traffic[self.traffic["period"] == "minute"]
         stats = pd.DataFrame({c: minute[c].astype(str) for c in ("broker", "stat_name", "stats_key")})

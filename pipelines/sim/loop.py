@@ -154,7 +154,7 @@ def closed_cluster(spec, bcfg, timing: Timing | None = None) -> ClosedLoopCluste
 def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
              propagation_seconds: float | None = None, record=None,
              cluster: ClosedLoopCluster | None = None, *, irregular: Irregularity | None = None,
-             overrides: tuple = ()) -> SimResult:
+             overrides: tuple = (), background: pd.DataFrame | None = None) -> SimResult:
     """Run ``spec`` in closed loop against the decision plane (module docstring). ``cfg``: the governor's config
     (shipped ``conf/local.toml``); ``bcfg``: the backtest's world (:class:`pipelines.sim.settings.BacktestConfig`:
     shipping, brokers, clients, propagation). ``record(kind, inputs, outputs)``: called with each fast micro-batch's
@@ -165,7 +165,10 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     (:class:`pipelines.sim.irregular.Irregularity`: shippers that lag, skip, repeat or stop, brokers that apply
     late or forget, a governor restart; default none). ``overrides``: operators' overrides (parsed, times in the
     run's UTC), applied by both paths and by the override tick at every fast trigger
-    (:mod:`pipelines.sim.overrides`). Raises ``ValueError`` for a cluster that has run already or an irregularity
+    (:mod:`pipelines.sim.overrides`). ``background``: the run's failures that no limit or queue causes (columns
+    ``event_time`` UTC, ``broker``, ``topic``, ``message``, ``code``: a recording's own, :mod:`pipelines.sim.replay`);
+    default the demand's generated trickle (:func:`pipelines.sim.admitted.trickle`). Raises ``ValueError`` for a
+    cluster that has run already or an irregularity
     naming an unknown broker or topic."""
     import time as _time
 
@@ -188,7 +191,8 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     minute_events: dict[int, list] = {}  # minute → its stats events (every broker), while a landing needs them
     classify = FailureText(cluster)
     final, opened = FinalWindows(length, w.watermark_seconds), OpenWindows(length, w.watermark_seconds)
-    background = trickle(cluster, np.random.default_rng(spec.seed + 1))
+    if background is None:
+        background = trickle(cluster, np.random.default_rng(spec.seed + 1))
     bg = sorted(zip((pd.Timestamp(t) for t in background["event_time"]), background["broker"],
                     background["topic"], [rmq.classify_failure_text(m, None if pd.isna(c) else int(c))
                                           for m, c in zip(background["message"], background["code"])]))
