@@ -4,6 +4,7 @@ Spark-free simulator (:func:`pipelines.sim.loop.simulate`) and judged by the clo
 
     python -m pipelines.sim.sweep --case SEED            # one case: its parameters and its check table
     python -m pipelines.sim.sweep --cases 200 [--first 0] [--workers 2] [--json FILE]  # a range: one line per case
+    python -m pipelines.sim.sweep --seeds 3 17 42 [--workers 2] [--json FILE]  # these cases, as a range is run
     python -m pipelines.sim.sweep --kind overridden_storm --cases 6  # the overridden storms' own cases
 
 Exit status 1 when a case fails a check, 2 for a bad flag.
@@ -50,7 +51,8 @@ within 8 minutes of a fix followed by 8 quiet minutes). Cases are 10-60 simulate
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -266,7 +268,8 @@ def report(case: Case, figures) -> str:
 @dataclass(frozen=True)
 class Judged:
     """One case judged: its seed and kind, failed checks and n/a checks (:func:`verdict`), its replay command, and
-    the :func:`report` text when a check failed."""
+    the :func:`report` text when a check failed; ``seconds``: the CPU seconds its process spent drawing, running and
+    judging it (its cost, not part of its verdict: two runs of a case compare equal)."""
 
     seed: int
     kind: str
@@ -275,6 +278,7 @@ class Judged:
     replay: str
     report: str = ""
     figures: tuple[tuple[str, float], ...] = ()  # each failed check's figure (figures.CHECK_FIGURES): (name, value)
+    seconds: float = field(default=0.0, compare=False)
 
 
 _WORLD: dict = {}
@@ -294,12 +298,13 @@ def judge(seed: int, kind: str | None = None) -> Judged:
         bcfg = load_backtest_config("conf/backtest.toml")
         _WORLD.update(cfg=governor_config(bcfg, None, None), bcfg=bcfg, clusters={})
     cfg, bcfg, clusters = _WORLD["cfg"], _WORLD["bcfg"], _WORLD["clusters"]
+    started = time.process_time()
     case = draw_case(seed, bcfg, clusters, kind)
     figures = run(case, cfg, bcfg, clusters.pop(seed, None))
     bad, excused = verdict(case, figures, cfg, bcfg)
     figs = tuple((fig[0], float(figures.value(fig[0]))) for name, _ in bad if (fig := check_figure(name)) is not None)
     return Judged(seed, case.kind, tuple(bad), tuple(excused), case.replay(), report(case, figures) if bad else "",
-                  figs)
+                  figs, time.process_time() - started)
 
 
 def judge_many(seeds: Sequence[int], workers: int | None = None, kind: str | None = None) -> dict[int, Judged]:
@@ -333,10 +338,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--case", type=int, help="run case SEED and print its parameters and checks")
     which.add_argument("--cases", type=int, help="run this many cases from --first")
+    which.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+                       help="run these cases (as --cases runs a range; e.g. the cases that catch a policy mutation)")
     p.add_argument("--first", type=int, default=0, help="first case of --cases (default 0)")
     p.add_argument("--workers", type=int, default=1,
                    help="processes for --cases (default 1: in this process, one line per case as it ends)")
-    p.add_argument("--json", metavar="FILE", help="with --cases: write {case: [failed checks]} of every case to FILE")
+    p.add_argument("--json", metavar="FILE",
+                   help="with --cases or --seeds: write {case: [failed checks]} of every case to FILE")
+    p.add_argument("--times", metavar="FILE",
+                   help="with --cases or --seeds: write {case: CPU seconds to draw, run and judge it} to FILE")
     p.add_argument("--kind", choices=[OVERRIDDEN],
                    help="the cases of this kind, apart from the sweep's (their own seeds): operators' overrides")
     args = p.parse_args(argv)
@@ -345,16 +355,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         figures = run(case)
         print(report(case, figures))
         return 1 if failed(figures, case) else 0
-    if args.cases < 1:
+    if args.cases is not None and args.cases < 1:
         p.error(f"--cases must be >= 1, got {args.cases}")
+    if args.seeds is not None and min(args.seeds) < 0:
+        p.error(f"--seeds must be >= 0, got {min(args.seeds)}")
     if args.workers < 1:
         p.error(f"--workers must be >= 1, got {args.workers}")
-    seeds = range(args.first, args.first + args.cases)
+    seeds = sorted(set(args.seeds)) if args.seeds is not None else range(args.first, args.first + args.cases)
     verdicts: dict[int, list[str]] = {}
+    seconds: dict[int, float] = {}
     bad = []
     if args.workers > 1:
         for seed, judged in sorted(judge_many(seeds, args.workers, args.kind).items()):
             verdicts[seed] = [n for n, _ in judged.failed]
+            seconds[seed] = judged.seconds
             state = "FAIL " + "; ".join(verdicts[seed]) if judged.failed else "ok"
             print(f"case {seed} {judged.kind}: {state}")
             if judged.failed:
@@ -366,9 +380,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = governor_config(bcfg, None, None)
         clusters: dict = {}
         for seed in seeds:
+            started = time.process_time()
             case = draw_case(seed, bcfg, clusters, args.kind)
             figures = run(case, cfg, bcfg, clusters.pop(seed, None))
             problems, excused = verdict(case, figures, cfg, bcfg)
+            seconds[seed] = time.process_time() - started
             verdicts[seed] = [n for n, _ in problems]
             state = "FAIL " + "; ".join(n for n, _ in problems) if problems else "ok" + (
                 " (n/a: " + "; ".join(w for _, w in excused) + ")" if excused else "")
@@ -377,12 +393,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bad.append(f"failed: {case.describe()}\n  replay: {case.replay()}")
     for line in bad:
         print(line)
-    if args.json:
-        import json
+    import json
 
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({str(k): v for k, v in verdicts.items()}, out, indent=0)
-    print(f"{args.cases - len(bad)} of {args.cases} cases passed")
+    for path, data in ((args.json, verdicts), (args.times, {k: round(v, 3) for k, v in seconds.items()})):
+        if path:
+            with open(path, "w", encoding="utf-8") as out:
+                json.dump({str(k): v for k, v in data.items()}, out, indent=0)
+    print(f"{len(seeds) - len(bad)} of {len(seeds)} cases passed")
     return 1 if bad else 0
 
 
