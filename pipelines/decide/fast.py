@@ -4,8 +4,7 @@ the limits in force → preliminary ``gold/limits`` rows (only ``set`` decisions
 the final path stays the only owner of ``state/policy`` and reconciles what this path decided).
 
 Entry points: :func:`prepare_fast` (:class:`~pipelines.decide.inputs.FastInputs` → the candidates, outside the
-decision lock) and :func:`decide_fast` (:class:`~pipelines.decide.inputs.LockedInputs` → the rows, under it), or
-:func:`run_fast` for both.
+decision lock) and :func:`decide_fast` (:class:`~pipelines.decide.inputs.LockedInputs` → the rows, under it).
 
 Spark emits only the rows a micro-batch's input touched (``update`` mode). :class:`OpenRows` remembers the rows of
 open windows on the driver (one per window × resource, replaced by a newer one), so that a window completed by the
@@ -237,10 +236,3 @@ def decide_fast(prepared: FastPrepared, locked: LockedInputs, cfg: GovernorConfi
     accepted, refused = check(standing + view.shape(rows), origin, now)
     return from_rows(accepted, columns.GOLD_LIMITS), from_rows(refused, columns.QUARANTINE)
 
-
-def run_fast(inputs: FastInputs, memory: OpenRows, locked: LockedInputs, cfg: GovernorConfig, now: dt.datetime, *,
-             origin: str) -> tuple[pa.Table, pa.Table]:
-    """One micro-batch of open windows → (accepted preliminary ``gold/limits`` rows, refused ``quarantine`` rows);
-    both empty when the partial evidence proves no anomaly: :func:`prepare_fast`, then :func:`decide_fast`. Moves
-    ``memory`` (:class:`OpenRows`) forward."""
-    return decide_fast(prepare_fast(inputs, memory, cfg), locked, cfg, now, origin=origin)

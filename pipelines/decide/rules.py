@@ -41,7 +41,6 @@ from pipelines.decide.text import fixed, number
 from pipelines.decide.words import Anomaly, Word
 
 WINDOW_KEYS = ("window_start", "window_end")
-ANOMALY_COLUMNS = [name for name, _ in columns.GOLD_ANOMALIES]
 
 
 class Rule(Word):
