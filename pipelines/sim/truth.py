@@ -285,19 +285,22 @@ def _named(result, cause, fixed: pd.Timestamp, within_min: float):
     """(alert, when) a person was told of ``cause``'s limit held after its fix (:mod:`pipelines.sim.alerts`; the
     run's saved ``state/policy`` rows), None when no alert fired in time or without saved rows (the Spark
     backtest): a topic's by ``RateGovernorLimitUnderNormal`` within ``within_min`` minutes of the fix; any limit by
-    ``RateGovernorLimitAtCap`` within :func:`at_cap_named_minutes` of it (it waits for 30 minutes at the cap)."""
+    ``RateGovernorLimitAtCap`` within :func:`at_cap_named_minutes` of it (it waits for 30 minutes at the cap). Either
+    fires before the run's end: a spell still open there is not projected past it."""
     from pipelines.sim.alerts import AT_CAP, alert_for_minutes, at_cap_spells, named_by, under_normal_spells
 
     states, limits = getattr(result, "states", None), getattr(result, "limits_cfg", None)
     if not states or limits is None:
         return None
+    c = result.cluster
+    ends = (c.start + pd.Timedelta(minutes=c.T)).to_pydatetime()
     if cause.resource_type == "topic":
-        deadline = (fixed + pd.Timedelta(minutes=within_min)).to_pydatetime()
+        deadline = min((fixed + pd.Timedelta(minutes=within_min)).to_pydatetime(), ends)
         at = named_by(under_normal_spells(states, limits.surge_squeeze_headroom), cause.resource, deadline,
                       alert_for_minutes())
         if at is not None:
             return "RateGovernorLimitUnderNormal", at
-    deadline = (fixed + pd.Timedelta(minutes=at_cap_named_minutes(limits))).to_pydatetime(warn=False)
+    deadline = min((fixed + pd.Timedelta(minutes=at_cap_named_minutes(limits))).to_pydatetime(warn=False), ends)
     at = named_by(at_cap_spells(states, limits.max_at_cap_seconds), cause.resource, deadline,
                   alert_for_minutes(AT_CAP), cause.resource_type)
     return (AT_CAP, at) if at is not None else None

@@ -215,20 +215,20 @@ def test_a_broker_is_sized_for_its_normal_load_when_a_storm_is_under_way_from_th
 
 
 def test_a_flash_sale_that_overloads_its_broker_by_itself_is_not_drawn_as_a_legitimate_one():
-    """Kind ``surge_and_flash`` stands for a legitimate flash sale beside a noisy neighbour. Sweep case 66's first
-    draw had a flash sale that took its broker to 1.58x its capacity with the surge held at twice its rate before:
-    a noisy neighbour itself (limiting it was a false limit, leaving it alone left the bystanders rejected). Such a
-    draw is refused and drawn again; the case drawn holds the premise."""
+    """Kind ``surge_and_flash`` stands for a legitimate flash sale beside a noisy neighbour. A flash sale that takes its
+    broker past its capacity with the surge contained is a noisy neighbour itself (limiting it is a false limit,
+    leaving it alone leaves the bystanders rejected). Such a draw is refused and drawn again: sweep case 28's first
+    draw reaches 1.22x; the case drawn holds the premise."""
     from pipelines.sim import draws
     from pipelines.sim.premise import premise
 
-    rng = np.random.default_rng(66)
+    rng = np.random.default_rng(28)
     kind = str(rng.choice(list(draws.KINDS), p=np.array(list(draws.KINDS.values())) / sum(draws.KINDS.values())))
-    first = draws._draw(66, kind, rng, None)
+    first = draws._draw(28, kind, rng, None)
     assert kind == "surge_and_flash" and any(c[0] == "flash" for c in first.spec["causes"])
-    assert premise(first) == ("with the surge contained a broker's demand reaches 1.69x its capacity (the flash "
-                                    "sale overloads it)")
-    assert premise(draws.draw(66)) is None
+    assert premise(first) == ("with the surge contained a broker's demand reaches 1.22x its capacity (the flash "
+                              "sale overloads it)")
+    assert premise(draws.draw(28)) is None
 
 
 def test_a_limit_a_restarted_broker_forgot_and_the_next_publication_restored_is_not_a_lift():
@@ -305,39 +305,23 @@ def test_a_probe_decided_before_an_episode_s_first_whole_window_ended_is_not_a_c
 
 
 def test_a_recurring_surge_of_a_mid_size_topic_is_limited_long_before_it_comes_back():
-    """Issue 49's mutation p12 (a topic's surge baseline fed with its limited windows) shows only for a surge limited
-    for 16+ of the 30 windows of its baseline that comes back near the rule's factor: the baseline then holds the
-    capped level (2x the rate before, more where a probe raised it) and the comeback is under 2.5x that on its busy
-    broker. Sweep cases 41 and 133 draw a mid-size topic surging 7-12x its rate, limited first for 22 minutes (a
-    length from a stream of its own), and the run lasts ``AFTER_FINAL_FIX`` (22) minutes after the third episode; a small topic's surge
-    (case 82) keeps three short episodes of the same length, as before. (Case 10 was the other until the draw sized
-    surges on the minutes before the onset without the brokers' empty first one: its topics' rates rose, none
-    stays in the 7-12x band.)"""
+    """Mutation p12 (a topic's surge baseline fed with its limited windows) shows only for a surge limited for 16+ of
+    the 30 windows of its baseline that comes back near the rule's factor: the baseline then holds the capped level
+    (2x the rate before, more where a probe raised it) and the comeback is under 2.5x that on its busy broker. Sweep
+    cases 13, 117 and 194 draw a mid-size topic surging 7-12x its rate, limited first for 21-22 minutes (a length
+    from a stream of its own), and the run lasts ``AFTER_FINAL_FIX`` (22) minutes after the third episode; a small
+    topic's surge (case 9) keeps three short episodes of the same length."""
     from pipelines.sim import draws
 
-    for seed, topic, first in ((41, 3, 22), (133, 3, 22)):
+    for seed, topic, first in ((13, 4, 21), (117, 3, 21), (194, 3, 22)):
         case = draws.draw(seed)
         causes = case.spec["causes"]
         assert case.kind == "recurring_surge" and [c[1] for c in causes] == [topic] * 3
         assert causes[0][3] - causes[0][2] == first * 60 and causes[1][3] - causes[1][2] < 8 * 60
         assert case.spec["minutes"] == causes[2][3] // 60 + AFTER_FINAL_FIX + int(np.ceil(case.spec.get(
             "rollout_minutes", 0)))
-    short = draws.draw(82).spec["causes"]
-    assert short[0][2:4] == (722, 962) and len({c[3] - c[2] for c in short}) == 1
-
-
-def test_a_later_episodes_admitted_rate_is_judged_from_its_own_complete_containment():
-    """Sweep case 93: a surge of 192 msg/s per broker comes back three times over two brokers, each applying a new
-    limit after its own delay (broker-c 06:30:15, broker-d 06:30:26 in episode 2). The first episode was judged from
-    its complete containment (every carrier applying its share); later episodes counted the 10 s in which broker-d
-    still admitted the surge unlimited, 11x the 4.5 msg/s target in those minutes, 1.59x over all (the figure kept
-    beside). Each episode from its own complete containment: within the check's band."""
-    from pipelines.sim import sweep
-
-    f = sweep.run(sweep.draw(93))
-    assert f.value("culprit_admitted_over_target_from_first_complete_containment") > 1.5
-    assert 0.95 <= f.value("culprit_admitted_over_target") <= 1.1
-    assert next(ok for name, ok, _m in f.checks if name.startswith("cluster-wide admitted"))
+    short = draws.draw(9).spec["causes"]
+    assert short[0][2:4] == (688, 1108) and len({c[3] - c[2] for c in short}) == 1
 
 
 def test_a_pulsed_surge_is_drawn_where_every_refusal_is_logged_and_judged_on_the_seconds_it_sends():
