@@ -98,6 +98,11 @@ GROUP_MAX_LENGTH = 255
 
 # --- send failures (docs/rocketmq-formats.md §4-7) --------------------------------------------------------------------------
 
+#: Attempts of one producer send at most: 1 + ``DefaultMQProducer.retryTimesWhenSendFailed`` (2 by default;
+#: apache/rocketmq develop, ``DefaultMQProducerImpl.sendDefaultImpl``), each failed attempt one failure line. So a
+#: window's refused-send lines of a topic are at least this many times the messages they refused.
+PRODUCER_SEND_ATTEMPTS = 3
+
 #: Failure classes in match order: the first pattern found in the message decides (docs/contracts.md §1.2).
 #: Patterns are Java regular expressions, matched case-sensitively against the client's message text.
 FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (

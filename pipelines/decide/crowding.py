@@ -14,18 +14,24 @@ import polars as pl
 
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.baselines import baselines, surge_values
-from pipelines.decide.facts import MIN_ACCEPTANCE, busy_fires, crowded_acceptance, rate
+from pipelines.decide.facts import MIN_ACCEPTANCE, busy_fires, crowded_acceptance, rate, refused_demand
 from pipelines.decide.words import Anomaly
 
 
-def crowded_reach(cfg: DetectionConfig) -> pl.Expr:
-    """The most :func:`crowded_demand` may read of a ``gold/topic_tps`` row (msg/s): a topic whose own sends were
-    refused as busy (``busy_failures_floor``) up to its puts ÷ :data:`~pipelines.decide.facts.MIN_ACCEPTANCE`, any
-    other its puts. The surge rule's floor (``surge_floor_tps``) is of the demand it reads, so a topic its crushed
-    broker admits under the floor is read through too (issue 49's 5,000-case run, case 2708: live-stream, 365 msg/s
-    on a broker of 200 msg/s capacity, admitted 47 msg/s, 15.7x its baseline, was never limited)."""
+def crowded_reach(cfg: DetectionConfig, crowding: bool = True) -> pl.Expr:
+    """The most the surge rule may read of a ``gold/topic_tps`` row (msg/s): a topic whose own sends were refused as
+    busy (``busy_failures_floor``) its demand with those refused sends
+    (:func:`~pipelines.decide.facts.refused_demand`) and, where ``crowding`` (:func:`crowded_demand` reads it), up
+    to its puts ÷ :data:`~pipelines.decide.facts.MIN_ACCEPTANCE`, the larger; any other its puts. The surge rule's
+    floor (``surge_floor_tps``) is of the demand it reads, so a topic its crushed broker admits under the floor is
+    read too (a topic of 3 msg/s surging to 365 msg/s on a broker of 200 msg/s capacity, admitted 47 msg/s, 15.7x
+    its baseline, was otherwise never limited)."""
     put = pl.col("put_tps")
-    return pl.when(busy_fires(pl.col("busy_failures").fill_null(0), cfg)).then(put / MIN_ACCEPTANCE).otherwise(put)
+    busy = pl.col("busy_failures").fill_null(0)
+    seconds = (pl.col("window_end") - pl.col("window_start")).dt.total_seconds()
+    refused = refused_demand(put, busy, seconds)
+    most = pl.max_horizontal(put / MIN_ACCEPTANCE, refused) if crowding else refused
+    return pl.when(busy_fires(busy, cfg)).then(most).otherwise(put)
 
 
 def crowded_demand(topic_base: pl.DataFrame, topic_brokers: pl.DataFrame | None, brokers: pl.DataFrame,

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
+from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig
 from pipelines.decide.words import Severity
 
@@ -106,9 +107,9 @@ def acceptance(puts, busy):
 #: (:func:`sendback_acceptance`): a demand read through it is at most 20× what the brokers admitted (as
 #: :data:`MIN_ACCEPTANCE` bounds the producers' reading, and ``REFUSED_SHARE_MAX`` the policy's under a limit).
 FALLBACK_REFUSED_MAX = 0.95
-#: Attempts of a consumer client's fallback plain send (1 + ``DefaultMQProducer.retryTimesWhenSendFailed``, 2 by
-#: default), each refused one retried on another broker at most.
-FALLBACK_ATTEMPTS = 3
+#: Attempts of a consumer client's fallback plain send (:data:`pipelines.rocketmq.PRODUCER_SEND_ATTEMPTS`: it is a
+#: producer send), each refused one retried on another broker at most.
+FALLBACK_ATTEMPTS = rmq.PRODUCER_SEND_ATTEMPTS
 
 
 #: Steps of the refused share's bisection (both versions: :func:`_fallback_refused`, :func:`_fallback_refused_one`).
@@ -279,6 +280,14 @@ def surge_fires(put, baseline, cfg: DetectionConfig, busy=False):
 def busy_fires(busy_failures, cfg: DetectionConfig):
     """``BROKER_BUSY`` on a broker's busy failures in a window (count): at ``busy_failures_floor``."""
     return busy_failures >= cfg.busy_failures_floor
+
+
+def refused_demand(put, busy_failures, seconds):
+    """A topic's demand with the sends its busy brokers refused (msg/s, cluster-wide): its puts (msg/s) plus its
+    refused-as-busy failure lines in a window (count) ÷ (:data:`pipelines.rocketmq.PRODUCER_SEND_ATTEMPTS` × the
+    window's ``seconds``): each refused message left at most that many lines, so the refused messages are at least
+    that share of them. Numbers or polars expressions."""
+    return put + busy_failures / (rmq.PRODUCER_SEND_ATTEMPTS * seconds)
 
 
 def spike_fires(failure_rate, failures, cfg: DetectionConfig):

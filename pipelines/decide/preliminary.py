@@ -226,7 +226,7 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
         shown = pl.when(~busy_fires(pl.col("busy_failures").fill_null(0), cfg)).then(pl.col("put_tps"))
         crowding = Rule.BUSY in rules
         topic_values = surge_values(unlimited(topic_history, cfg), topics, "topic", pl.col("put_tps"), shown,
-                                    crowded_reach(cfg) if crowding else None)
+                                    crowded_reach(cfg, crowding))
         topic_base = baselines(topic_values, "topic", first_open, windows, cfg, cfg.surge_floor_tps).join(
             topics.select("window_start", "topic", "put_tps", "busy_failures"), on=["window_start", "topic"],
             how="inner").join(

@@ -35,7 +35,8 @@ from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
 from pipelines.decide.crowding import crowded_demand, crowded_reach
 from pipelines.decide import facts
 from pipelines.decide.facts import (
-    TOLERANCE, busy_fires, per_second, rate, retry_fires, retry_may_fire, retry_ratio, severity, spike_fires, surge_fires,
+    TOLERANCE, busy_fires, per_second, rate, refused_demand, retry_fires, retry_may_fire, retry_ratio, severity,
+    spike_fires, surge_fires,
 )
 from pipelines.decide.text import fixed, number
 from pipelines.decide.words import Anomaly, Word
@@ -192,22 +193,35 @@ def broker_writes() -> pl.Expr:
 def traffic_surge(rows: pl.DataFrame, resource_type: str, key: str, cfg: DetectionConfig) -> list[dict]:
     """Rows with ``window_start``, ``window_end``, ``key``, ``put_tps``, ``baseline_tps``, ``baseline_windows``
     (and ``busy_failures``, a topic's sends refused as busy: ``busy_surge_factor`` where they reach
-    ``busy_failures_floor``; and ``crowded_tps``, a topic's puts read through the brokers it crowds,
-    :func:`pipelines.decide.crowding.crowded_demand`: ``surge_factor`` on it) → TRAFFIC_SURGE anomalies."""
-    busy = busy_fires(pl.col("busy_failures").fill_null(0), cfg) if "busy_failures" in rows.columns else pl.lit(False)
+    ``busy_failures_floor``, judged on its puts and on its demand with those refused sends,
+    :func:`pipelines.decide.facts.refused_demand`; and ``crowded_tps``, a topic's puts read through the brokers it
+    crowds, :func:`pipelines.decide.crowding.crowded_demand`: ``surge_factor`` on it) → TRAFFIC_SURGE anomalies."""
+    has_busy = "busy_failures" in rows.columns
+    busy = busy_fires(pl.col("busy_failures").fill_null(0), cfg) if has_busy else pl.lit(False)
     crowded = pl.col("crowded_tps") if "crowded_tps" in rows.columns else pl.lit(None, pl.Float64)
+    seconds = (pl.col("window_end") - pl.col("window_start")).dt.total_seconds()
+    refused = pl.when(busy).then(refused_demand(pl.col("put_tps"), pl.col("busy_failures").fill_null(0), seconds)) \
+        if has_busy else pl.lit(None, pl.Float64)
     read = surge_fires(crowded, pl.col("baseline_tps"), cfg).fill_null(False)
-    firing = rows.with_columns(busy.alias("_busy"), crowded.alias("_crowded")).filter(
+    firing = rows.with_columns(busy.alias("_busy"), crowded.alias("_crowded"), refused.alias("_refused")).filter(
         (pl.col("baseline_windows") >= cfg.baseline_min_windows)
-        & (surge_fires(pl.col("put_tps"), pl.col("baseline_tps"), cfg, pl.col("_busy")).fill_null(False) | read))
+        & (surge_fires(pl.col("put_tps"), pl.col("baseline_tps"), cfg, pl.col("_busy")).fill_null(False) | read
+           | surge_fires(pl.col("_refused"), pl.col("baseline_tps"), cfg, pl.col("_busy")).fill_null(False)))
     out = []
     for r in firing.iter_rows(named=True):
         put, base = r["put_tps"], r["baseline_tps"]
-        through = not surge_fires(put, base, cfg, r["_busy"])  # fired on the crowding alone
-        shown = r["_crowded"] if through else put
+        on_puts = surge_fires(put, base, cfg, r["_busy"])
+        crowding = r["_crowded"] is not None and surge_fires(r["_crowded"], base, cfg)
+        on_refused = not on_puts and r["_refused"] is not None and surge_fires(r["_refused"], base, cfg, True) and (
+            not crowding or r["_refused"] >= r["_crowded"])  # the larger of the two readings that fire
+        through = not on_puts and not on_refused  # fired on the crowding
+        shown = r["_crowded"] if through else r["_refused"] if on_refused else put
         factor = number(shown / base, 1) if base > 0 else "inf"
         rule = cfg.surge_factor if through or not r["_busy"] else cfg.busy_surge_factor
         where = f" (its sends refused as busy: {r['busy_failures']} in the window)" if r["_busy"] else ""
+        if on_refused:
+            where = (f", {fixed(shown, 1)} msg/s with the sends refused as busy ({r['busy_failures']} lines in the "
+                     f"window, each message at most {rmq.PRODUCER_SEND_ATTEMPTS} attempts)")
         if through:
             where = (f", {fixed(shown, 1)} msg/s read through the brokers it crowds (their other writes shrank "
                      f"under their normal: a busy broker refuses every sender alike){where}")
@@ -306,12 +320,14 @@ def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFra
     if any(retry_may_fire(x, cfg) for x in retries.values()):
         out.add(Rule.RETRY)
     topic_values: dict = {}
-    for start, topic, put, failures, limited, busy in topics.select(
-            "window_start", "topic", "put_tps", "failures", "rate_limited", "busy_failures").iter_rows():
+    for start, end, topic, put, failures, limited, busy in topics.select(
+            "window_start", "window_end", "topic", "put_tps", "failures", "rate_limited", "busy_failures").iter_rows():
         if spike_fires(1.0, (failures or 0) - (limited or 0), cfg):  # at the largest rate there is: the count
             out.add(Rule.SPIKE)
-        if put is not None:
-            topic_values.setdefault(topic, []).append((start, put, None if busy_fires(busy or 0, cfg) else put))
+        if put is not None:  # a topic refused as busy: judged on its demand with the refused sends, no baseline value
+            refused = busy_fires(busy or 0, cfg)
+            judged = refused_demand(put, busy, (end - start).total_seconds()) if refused else put
+            topic_values.setdefault(topic, []).append((start, judged, None if refused else put))
     broker_values: dict = {}
     for start, broker, put, broker_put, busy in brokers.select(
             "window_start", "broker", "put_tps", "broker_put_tps", "busy_failures").iter_rows():
@@ -367,7 +383,7 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
         crowding = topic_brokers is not None and topic_brokers.height and brokers.filter(
             busy_fires(pl.col("busy_failures").fill_null(0), cfg)).height
         topic_values = surge_values(unlimited(topic_history, cfg), topics, "topic", pl.col("put_tps"), shown,
-                                    crowded_reach(cfg) if crowding else None)
+                                    crowded_reach(cfg, bool(crowding)))
         topic_base = baselines(topic_values, "topic", first_window, windows, cfg, cfg.surge_floor_tps).join(
             topics.select(*WINDOW_KEYS, "topic", "put_tps", "busy_failures"), on=["window_start", "topic"], how="inner")
         topic_base = topic_base.join(crowded_demand(topic_base, topic_brokers, brokers, broker_history, first_window,

@@ -451,14 +451,15 @@ def test_a_surge_its_crushed_broker_admits_under_the_floor_is_read_through_sweep
     capacity, which admitted 47.5 msg/s of it: 15.8x its baseline, but under the 50 msg/s floor, so the rule never
     ran on it, and a flash sale on the same broker was limited in its place. The floor is of the demand the rule
     reads: read through the other writes the broker kept (12.5 of 17 msg/s) it sent 64.6 msg/s and fires. Without
-    a busy broker, or without the per-broker puts, 47.5 msg/s stays under the floor."""
+    the per-broker puts, its 600 busy lines (at most 3 attempts a message) add at least 3.3 msg/s: 50.8 msg/s, at
+    the floor; without a busy broker 47.5 msg/s stays under it."""
     history = topic_series("live-stream", [3.0] * 10)
     normal = frame(columns.GOLD_BROKER_TPS, [(*win(i), "broker-c", 20.0, None, 4, 0, 0, None) for i in range(10)])
-    now = frame(columns.GOLD_TOPIC_TPS, [(*win(10), "live-stream", 47.5, 1, 600, 600, None, 0.0, 0)])
     per_broker = pl.DataFrame({"window_start": [win(10)[0]], "topic": ["live-stream"], "broker": ["broker-c"],
                                "tps": [47.5]}, schema_overrides={"window_start": pl.Datetime("us", "UTC")})
 
     def detect(busy, topic_brokers):
+        now = frame(columns.GOLD_TOPIC_TPS, [(*win(10), "live-stream", 47.5, 1, busy, busy, None, 0.0, 0)])
         brokers = frame(columns.GOLD_BROKER_TPS, [(*win(10), "broker-c", 60.0, None, 4, busy, busy, None)])
         got = rules.detect(now, empty(columns.GOLD_GROUP_TPS), brokers, history, normal, W, D,
                            topic_brokers=topic_brokers)
@@ -467,7 +468,10 @@ def test_a_surge_its_crushed_broker_admits_under_the_floor_is_read_through_sweep
     crowded = detect(600, per_broker)
     assert fired(crowded) == [("live-stream", "TRAFFIC_SURGE", "critical")]
     assert "64.6 msg/s read through the brokers it crowds" in crowded["detail"][0]
-    assert fired(detect(0, per_broker)) == [] and fired(detect(600, None)) == []
+    assert fired(detect(0, per_broker)) == []
+    refused = detect(600, None)
+    assert fired(refused) == [("live-stream", "TRAFFIC_SURGE", "critical")]
+    assert "50.8 msg/s with the sends refused as busy (600 lines" in refused["detail"][0]
 
 
 def test_the_fast_path_reads_a_crowding_surge_as_the_final_path_does_sweep_case_115():
