@@ -116,7 +116,7 @@ def test_the_decision_plane_has_no_import_cycle():
 #: Folders the two checks below skip for now, their modules left out of the graph and the count: they are being
 #: split by role. Extending both checks to every package is emptying this tuple, a one-line change the lead makes
 #: once those folders are split.
-NOT_YET_CHECKED = ("pipelines/decide", "pipelines/sim", "pipelines/backtest")
+NOT_YET_CHECKED = ("pipelines/decide", "pipelines/sim")
 #: A function longer than this many lines of code (see :func:`lines_of_code`) holds more than one step.
 MAX_FUNCTION_LINES = 60
 
