@@ -5,7 +5,6 @@ from ``numpy.random.default_rng(seed)``, until the scenario holds the premise of
 
 from __future__ import annotations
 
-import datetime as dt
 import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -13,12 +12,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipelines.sim.irregular import observation, stopped_shipper, world_order
+from pipelines.sim.case import (  # noqa: F401 (what a case is, importable from here)
+    COMPOUND, PROG, SCENARIO_OF, START, Case,
+)
+from pipelines.sim.irregular import observation, stopped_shipper
 from pipelines.sim.scenarios import STORM_SCENARIOS
 
-PROG = "python -m pipelines.sim.sweep"
-#: A fixed start (UTC): a case's rows do not depend on the day it runs.
-START = dt.datetime(2026, 1, 5, 6, 0, tzinfo=dt.timezone.utc)
 #: Kinds and how often they are drawn. The first eight are single causes; the rest compound or stress the
 #: governor itself (issue 49).
 KINDS: dict[str, float] = {"persisting_storm": 0.08, "storm_fixed": 0.07, "storm_fixed_legit_retry": 0.07,
@@ -35,12 +34,6 @@ KINDS: dict[str, float] = {"persisting_storm": 0.08, "storm_fixed": 0.07, "storm
 #: on carriers of 1.1-1.4x headroom (a probe overloads them), a group retrying legitimately at 20-47 %.
 HARD_KINDS = ("flash_overload", "spread_storm_fixed", "governor_restart", "tight_surge", "legit_high_retry")
 HARD_PERIOD = 20
-#: Kinds run as the scenario "compound" (:func:`pipelines.sim.causes.shape_compound`); SCENARIO_OF: run as another.
-COMPOUND = ("two_surges", "storm_and_surge", "shared_library", "spread_surge", "flash_overload", "near_capacity",
-            "surge_and_flash", "recurring_surge", "tight_surge")
-SCENARIO_OF = {**{k: "compound" for k in COMPOUND}, "cold_start": "persisting_storm",
-               "spread_storm_fixed": "storm_fixed_legit_retry", "fixed_high_retry": "storm_fixed_legit_retry",
-               "legit_high_retry": "legit_retry"}
 #: The storm kinds (a broken consumer group of the catalog's culprit).
 STORM_KINDS = ("persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "spread_storm",
                "spread_storm_fixed", "fixed_high_retry")
@@ -132,37 +125,6 @@ PULSE_SHARE = 0.5
 PULSE_PERIODS = (15, 20, 30)
 PULSE_MIN_ON_SECONDS = 6
 PULSE_STREAM = zlib.crc32(b"pulsed_producers")
-
-
-@dataclass(frozen=True)
-class Case:
-    """One drawn closed loop: ``kind`` (:data:`KINDS`), the spec's fields (``spec``, of the scenario
-    :data:`SCENARIO_OF` names, else of ``kind``), the propagation delay (s), the clients' and the brokers' settings
-    that differ from ``conf/backtest.toml`` and the world's irregularities
-    (:class:`pipelines.sim.irregular.Irregularity` fields); ``hosts``: the brokers of its causes (drawn world)."""
-
-    seed: int
-    kind: str
-    spec: dict[str, Any]
-    propagation_seconds: float
-    clients: dict[str, Any] = field(default_factory=dict)
-    broker: dict[str, Any] = field(default_factory=dict)
-    irregular: dict[str, Any] = field(default_factory=dict)
-    hosts: tuple[str, ...] = ()
-
-    @property
-    def scenario(self) -> str:
-        return SCENARIO_OF.get(self.kind, self.kind)
-
-    def describe(self) -> str:
-        items = ", ".join(f"{k}={v}" for k, v in sorted(self.spec.items()))
-        extra = ", ".join(f"{k}={v}" for k, v in sorted({**self.clients, **self.broker}.items()))
-        world = ", ".join(f"{k}={v}" for k, v in sorted(self.irregular.items(), key=world_order) if k != "seed")
-        return (f"case {self.seed}: {self.kind} ({items}); propagation {self.propagation_seconds:g} s"
-                + (f"; clients/brokers {extra}" if extra else "") + (f"; world {world}" if world else ""))
-
-    def replay(self) -> str:
-        return f"{PROG} --case {self.seed}"
 
 
 def draw(seed: int, bcfg=None, clusters: dict | None = None) -> Case:

@@ -57,7 +57,7 @@ from pipelines.sim.brokers import Broker
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.irregular import FailureShipping, Irregularity, stats_landings
 from pipelines.sim.limiter_view import AdminSinkView
-from pipelines.sim.overrides import tick as override_tick
+from pipelines.sim.override_tick import tick as override_tick
 from pipelines.sim.windows import FAILURE, FinalWindows, OpenWindows, gold_tables
 
 UTC = dt.timezone.utc

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pipelines.sim.draws import COMPOUND, START, Case
+from pipelines.sim.case import COMPOUND, START, Case
 
 #: A storm starts at this minute of the run or later. The fast path judges a ratio rule (RUNAWAY_RETRY) on an open
 #: window only once it is complete by census, against the brokers of the newest finalized window; a new lake has

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines import rocketmq as rmq
-from pipelines.sim.scenarios import SCENARIOS
+from pipelines.sim.scenarios import scenario
 from pipelines.sim.spec import (
     MINUTE,
     PERIOD_TEXT,
@@ -246,7 +246,7 @@ def build_traffic(spec: ScenarioSpec) -> pd.DataFrame:
     :class:`Incident` or None. Hour and day lines are derived by :func:`build_period_rows`."""
     rngs = rng_streams(spec.seed)
     world = build_world(spec, rngs)
-    incident = SCENARIOS[spec.name].shape(spec, world, rngs["scenario"])
+    incident = scenario(spec.name).shape(spec, world, rngs["scenario"])
     frame = _flatten(world, _realise(world, rngs["realise"]))
     if world.broker_restart is not None and world.broker_restart.any():
         frame = _apply_restarts(world, frame)
