@@ -39,7 +39,7 @@ What the clients do with a rejection (``SYSTEM_BUSY``, code 2, from the queue's 
   seconds later and succeeds, so it leaves the process queue and does not hold the pulls back (its consumption
   does not fall; it sends back the World's share of what it consumes, :mod:`pipelines.sim.consumers`).
 
-**Pulsed producers** (issue 49, ``pulse_period_seconds`` > 0): a surging topic's demand in pulses
+**Pulsed producers** (``pulse_period_seconds`` > 0): a surging topic's demand in pulses
 (:mod:`pipelines.sim.pulses`).
 
 Not modelled: the retry topic's delay levels (a re-put lands in the same minute, as in :mod:`pipelines.sim.traffic`),

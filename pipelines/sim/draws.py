@@ -1,4 +1,4 @@
-"""Drawing a sweep case (issues 40, 49): its kind, its scenario's parameters, clients, brokers and irregular world,
+"""Drawing a sweep case: its kind, its scenario's parameters, clients, brokers and irregular world,
 from ``numpy.random.default_rng(seed)``, until the scenario holds the premise of its kind
 (:func:`pipelines.sim.premise.premise`).
 :mod:`pipelines.sim.sweep` runs and judges what is drawn here; its docstring says what varies."""
@@ -22,7 +22,7 @@ from pipelines.sim.spec import ScenarioSpec
 from pipelines.sim.world import build_world
 
 #: Kinds and how often they are drawn. The first eight are single causes; the rest compound or stress the
-#: governor itself (issue 49).
+#: governor itself.
 KINDS: dict[str, float] = {"persisting_storm": 0.08, "storm_fixed": 0.07, "storm_fixed_legit_retry": 0.07,
                            "intermittent_storm": 0.08, "spread_storm": 0.05, "noisy_neighbour": 0.09,
                            "flash_sale": 0.06, "normal_day": 0.05,
@@ -48,11 +48,12 @@ HIGH_RETRY_SHARE = (0.2, 0.47)
 AFTER_HIGH_RETRY_FIX = 34
 #: A recurring surge of a mid-size topic (its surge this many times its rate before it) has a first episode of
 #: :data:`LONG_FIRST_MINUTES`, drawn from a stream of its own, ``default_rng([seed, LONG_FIRST_STREAM])``, so a
-#: case's other draws do not move (issue 49, mutation p12: limited for 16+ of the topic's 30 surge-baseline windows,
-#: then back near the rule's factor; a baseline fed with the limited windows holds the capped level, 2x the rate
-#: before or what a probe raised it to, and hides the comeback on its busy broker, 2.5x that). Under 7x a surge limited at 2x with its
-#: rejections unlogged can read as gone while it lasts (the lift rule's 4x on what shows); past 12x the comeback
-#: fires over any baseline. The small topics' surges are 40-1000x their rate: 3 short episodes, as before.
+#: case's other draws do not move. Such a topic is limited for 16+ of its 30 surge-baseline windows, then comes back
+#: near the rule's factor: a baseline fed with the limited windows would hold the capped level (2x the rate before,
+#: or what a probe raised it to) and hide the comeback on its busy broker (2.5x that); mutation p12 of
+#: ``mutations/policy.toml`` is that baseline. Under 7x a surge limited at 2x with its rejections unlogged can read
+#: as gone while it lasts (the lift rule's 4x on what shows); past 12x the comeback fires over any baseline. The
+#: small topics' surges are 40-1000x their rate: 3 short episodes.
 MID_SURGE_RATIO = (7.0, 12.0)
 LONG_FIRST_MINUTES = (18, 24)
 LONG_FIRST_STREAM = zlib.crc32(b"recurring_surge_long_first")
@@ -120,7 +121,7 @@ NO_FALLBACK_STREAM = zlib.crc32(b"no_fallback_send")
 #: carrier's capacity on (the premise's :data:`pipelines.sim.premise.SATURATED_SHARE`); under it a limit is allowed.
 SATURATED_SHARE_TIGHT = 1.1
 
-#: Pulsed producers (issue 49, :func:`_draw_pulses`): drawn for this share of the cases with a surge whose
+#: Pulsed producers (:func:`_draw_pulses`): drawn for this share of the cases with a surge whose
 #: refusals reach the governor, from a stream of their own, ``default_rng([seed, PULSE_STREAM])``, so a case's other
 #: draws do not move; a pulse every :data:`PULSE_PERIODS` seconds, lasting 6 s to half the period (at 6 s or more the
 #: tokens a pulse finds saved, one second's, add at most a sixth to what its limit admits in it).
@@ -534,7 +535,7 @@ def _draw_compound(seed: int, kind: str, spec: dict, rng: np.random.Generator, b
     allowed, not required); a topic surging three times on one broker (4-7 minutes each, quiet 8-12 minutes
     between): the smallest of the broker's topics, or a mid-size one whose surge is 7-12x its rate
     (:data:`MID_SURGE_RATIO`) with a first episode of 18-24 minutes (its length from a stream of its own: limited for
-    about 16-22 of the 30 windows of its surge baseline when it comes back, issue 49's mutation p12). A surge takes
+    about 16-22 of the 30 windows of its surge baseline when it comes back). A surge takes
     its broker(s) to the drawn share of capacity; a storm sends back 1-2.5x what its group consumes and at least
     80 msg/s (a runaway by the rule)."""
     onset, a, b = _compound_timing(kind, spec, rng)

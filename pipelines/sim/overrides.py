@@ -31,7 +31,7 @@ from pipelines.sim.figures import ONSET_TO_LIMIT_MAX_S, in_force_spans, truth
 
 #: The sweep's kind of a persisting storm with a drawn override of its culprit group. Its cases are its own
 #: (:func:`draw_overridden`, from a generator of their own), not among :data:`pipelines.sim.draws.KINDS`: the
-#: sweep's case ``k`` is drawn as it was before overrides existed.
+#: sweep's case ``k`` is drawn the same whether this kind exists or not.
 KIND = "overridden_storm"
 
 
