@@ -194,6 +194,9 @@ GOLD_ANOMALIES = (
 
 #: The key of a limited resource in ``gold/limits`` and ``state/policy``: a topic or a consumer group.
 RESOURCE_KEYS = ("resource_type", "resource")
+#: A limited resource's key in Python: its :data:`RESOURCE_KEYS` values, ``(resource_type, resource)``, e.g.
+#: ``("group", "get-pugc-to-ai-consumer")`` or ``("topic", "pugc-content")``.
+Key = tuple[str, str]
 
 GOLD_LIMITS = (
     ("decided_at", "timestamp"),

@@ -174,8 +174,8 @@ class DetectionConfig(_Section):
     busy_surge_factor: float = Field(default=2.5, gt=1, description=(
         "TRAFFIC_SURGE of a topic whose own sends were refused as busy in the window (at ``busy_failures_floor``): "
         "this factor instead of ``surge_factor``. A busy broker writes its capacity and fast-fails the rest, so "
-        "the surge it hides shows capped (issue 49's sweep case 6: 4.0x demanded, 3.3x admitted, a tenth of the "
-        "refusals logged)."))
+        "the surge it hides shows capped (a 4.0x surge showed 3.3x admitted with a tenth of its refusals logged; "
+        "docs/decisions.md §4)."))
     surge_floor_tps: float = Field(default=50.0, ge=0, description=(
         "TRAFFIC_SURGE: and at least this many messages per second (msg/s), so tiny topics going 0 → 5 msg/s "
         "do not fire."))
@@ -227,24 +227,24 @@ class LimitsConfig(_Section):
         "plus the share) at most this share (ratio) of what it wrote busy: the first limit and every probe "
         "(:class:`pipelines.decide.surge_limit.SurgeLimit`). A limiter rejecting most of the demand opens its "
         "breaker, and each time it closes a second of tokens (``burst_seconds``) reaches the broker's 200 ms send "
-        "queue at once: issue 49's sweep cases 6, 66, 135 and 186 went busy at 0.79-0.90 of their busy writes and "
-        "stayed healthy at 0.58-0.66."))
+        "queue at once: in the simulator carriers went busy at 0.79-0.90 of their busy writes and stayed healthy at "
+        "0.58-0.66 (docs/decisions.md §4)."))
     surge_floor_yield_share: float = Field(default=0.79, gt=0, le=1, description=(
         "A surge's first limit yields its floor (``surge_squeeze_headroom`` x the baseline) when at that floor a "
         "carrier that was busy, its other senders back at their normal, would write more than this share (ratio) "
         "of what it wrote busy and they alone would not: the lowest share at which the breaker's bursts were seen "
-        "to keep a carrier busy (0.79, the ``surge_burst_share`` measurements). Issue 49's sweep case 307 (a "
-        "surge's carrier at 0.874 of its busy writes at the floor): its bystanders lost 1.91 % of their sends after "
-        "containment at 0.9; cases 430 and 727 (other senders alone at 0.80 and 0.88 of it): a yield to 1 msg/s "
-        "held the fixed topic under its normal traffic."))
+        "to keep a carrier busy (0.79, the ``surge_burst_share`` measurements). At 0.9 a carrier at 0.874 of its "
+        "busy writes kept its floor and its bystanders lost 1.91 % of their sends after containment; where the "
+        "other senders alone write more than the share, a yield would only hold the topic under its normal "
+        "traffic (docs/decisions.md §4)."))
     storm_room_share: float = Field(default=0.95, gt=0, le=1, description=(
         "A retry storm's first limit on a busy carrier keeps the carrier's writes (its usual senders at their "
         "normal plus the storms) at most this share (ratio) of what it wrote busy "
         "(:meth:`pipelines.decide.retry_limit.RetryStormLimit.first_bound`): filled to the whole of it, a carrier "
-        "stays busy (a limiter rejecting most of a storm bursts as its breaker closes). Issue 49's sweep case 297 "
-        "(a broker of 1.37x headroom): 1.63 % of its bystanders' rejected sends after containment at 1.0, 0.48 % "
-        "at 0.95; case 25 (1.10x): at 0.9 the fixed group's legitimate retries (16 msg/s) stay over its 4.4 msg/s "
-        "limit and it is never lifted, at 0.95 (23 msg/s) it is lifted 5.9 min after its fix."))
+        "stays busy (a limiter rejecting most of a storm bursts as its breaker closes). On a broker of 1.37x "
+        "headroom its bystanders lost 1.63 % of their sends after containment at 1.0, 0.48 % at 0.95; on one of "
+        "1.10x, at 0.9 a fixed group's legitimate retries (16 msg/s) stayed over its 4.4 msg/s limit and it was "
+        "never lifted, at 0.95 (23 msg/s) it was lifted 5.9 min after its fix (docs/decisions.md §4)."))
     ttl_seconds: int = Field(default=600, gt=0, description=(
         "Seconds after its decision that a limit expires unless refreshed (fail open when the governor stops): "
         "two refresh periods."))

@@ -113,20 +113,24 @@ def test_the_decision_plane_has_no_import_cycle():
 
 # --- every package: no import cycle, no long function ---------------------------------------------------------------
 
-#: Folders the two checks below skip for now, their modules left out of the graph and the count: they are being
-#: split by role. Extending both checks to every package is emptying this tuple, a one-line change the lead makes
-#: once those folders are split.
-NOT_YET_CHECKED = ("pipelines/decide", "pipelines/sim", "pipelines/backtest")
+#: Folders and modules the two checks below skip for now, left out of the graph and the count: they are being
+#: split by role. Extending both checks to every package is emptying this tuple once they are:
+#: - pipelines/decide: split by role (issue 68);
+#: - three modules of pipelines/sim being reworked at the same time: figures.py (``compute``, ``_checks`` over 60
+#:   lines), sweep.py (``main`` over 60 lines; a circle with overrides.py, which needs ``fastest_in_force``) and
+#:   truth.py (``judge_causes`` over 60 lines; a circle with probes.py, which needs ``value_events``, ``_value_at``
+#:   and ``in_force_spans``).
+NOT_YET_CHECKED = ("pipelines/decide", "pipelines/sim/figures.py", "pipelines/sim/sweep.py", "pipelines/sim/truth.py")
 #: A function longer than this many lines of code (see :func:`lines_of_code`) holds more than one step.
 MAX_FUNCTION_LINES = 60
 
 
 def _modules(package: Path, exclude: tuple[str, ...]) -> dict[str, Path]:
-    """``{dotted module name: file}`` of every module under ``package``, subpackages included, those under a folder of
-    ``exclude`` (paths relative to the repository) left out."""
-    skipped = [ROOT / folder for folder in exclude]
+    """``{dotted module name: file}`` of every module under ``package``, subpackages included, those of ``exclude``
+    (folders or files, paths relative to the repository) left out."""
+    skipped = [ROOT / entry for entry in exclude]
     return {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-            for p in _module_files(package) if not any(folder in p.parents for folder in skipped)}
+            for p in _module_files(package) if not any(entry == p or entry in p.parents for entry in skipped)}
 
 
 def imported_modules(path: Path, module: str, known: set[str]) -> set[str]:
@@ -221,6 +225,11 @@ def long_functions(package: Path, exclude: tuple[str, ...] = (), most: int = MAX
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (n := lines_of_code(node, lines)) > most:
                 long[f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"] = n
     return long
+
+
+def test_what_is_not_yet_checked_exists():
+    # an entry for a folder or module that moved would leave nothing out: drop it instead
+    assert [entry for entry in NOT_YET_CHECKED if not (ROOT / entry).exists()] == []
 
 
 @pytest.mark.parametrize("package", PRODUCT)

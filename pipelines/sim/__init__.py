@@ -17,10 +17,12 @@ Modules, in the order the data flows:
 * :mod:`~pipelines.sim.causes` — causes at any second, ramped and rolled out, and the ``compound`` shape (several
   causes at once, each in the incident's ground truth).
 * :mod:`~pipelines.sim.scenarios` — the scenario shapes (``retry_storm``, ``steady``, ``flash_sale``,
-  ``noisy_neighbour``, ``normal_day``, ``large_mix``) that edit a World, and the :data:`SCENARIOS` registry.
+  ``noisy_neighbour``, ``normal_day``, ``large_mix``) that edit a World, the :data:`SCENARIOS` registry and a
+  scenario's send failures (:func:`~pipelines.sim.scenarios.build_send_failures`).
 * :mod:`~pipelines.sim.traffic` — World → the model frame of every stats line (:func:`build_traffic`), plus the
   hour/day lines (:func:`build_period_rows`).
-* :mod:`~pipelines.sim.failures` — producer send failures (background trickle, broker-busy failures).
+* :mod:`~pipelines.sim.failures` — producer send failures (background trickle, broker-busy failures), composed per
+  scenario by :func:`~pipelines.sim.scenarios.build_send_failures`.
 * :mod:`~pipelines.sim.render` — the stats.log / envelope / failure JSON text and the landing directory.
 * :mod:`~pipelines.sim.cli` — the command line.
 * :mod:`~pipelines.sim.ticks` — the broker's rules for one tick: per-resource token buckets with the 1 s breaker,
@@ -35,9 +37,13 @@ Modules, in the order the data flows:
   skip, repeat or stop; brokers that apply late or forget; a governor restart) and the brokers applying the
   governor's publications.
 * :mod:`~pipelines.sim.loop`, :mod:`~pipelines.sim.windows` — the Spark-free closed loop: that cluster against the
-  decision plane (:mod:`pipelines.decide`), Spark's windowed sums modelled, the two speeds' timing.
+  decision plane (:mod:`pipelines.decide`), Spark's windowed sums modelled, the two speeds' timing;
+  :mod:`~pipelines.sim.override_tick` the job's override tick in it, :mod:`~pipelines.sim.overrides` the checks of
+  a loop with overrides and the sweep's kind that draws them.
 * :mod:`~pipelines.sim.truth` — the ground truth (an incident's causes) and each cause judged against it.
-* :mod:`~pipelines.sim.draws`, :mod:`~pipelines.sim.sweep` — randomized closed loops: drawn, run, judged.
+* :mod:`~pipelines.sim.case`, :mod:`~pipelines.sim.draws`, :mod:`~pipelines.sim.premise`,
+  :mod:`~pipelines.sim.sweep` — randomized closed loops: what a case is, drawn until its kind's premise holds, run,
+  judged.
 * :mod:`~pipelines.sim.settings`, :mod:`~pipelines.sim.figures`, :mod:`~pipelines.sim.report` — a closed loop's
   world (``conf/backtest.toml``), its figures and checks, its report and picture: shared by this loop and the
   Spark backtest (:mod:`pipelines.backtest`), which hand over the same result shape.

@@ -229,6 +229,67 @@ def broker_capacity(offered: pd.DataFrame, cfg: BrokerModelConfig) -> pd.Series:
     return cap.rename("capacity_tps")
 
 
+@dataclass
+class _Axis:
+    """The time axis and the rows of one run of :func:`simulate`: the tick (``dt_s`` seconds, ``ticks_per_min`` a
+    minute), the ``minutes`` (UTC minute starts, ``T`` of them, the first ``t0``), the ``brokers`` (``B``, sorted) with
+    their capacity ``cap`` (units/s), and per row of ``off`` (the offered frame): its minute ``m_of``, its broker
+    ``b_of``, its requests/s ``req`` and work per request ``wpr``."""
+
+    off: pd.DataFrame
+    dt_s: float
+    ticks_per_min: int
+    minutes: pd.DatetimeIndex
+    t0: pd.Timestamp
+    T: int
+    brokers: list
+    B: int
+    bidx: dict
+    m_of: np.ndarray
+    b_of: np.ndarray
+    req: np.ndarray
+    wpr: np.ndarray
+    cap: np.ndarray
+
+    @property
+    def n_ticks(self) -> int:
+        return self.T * self.ticks_per_min
+
+
+@dataclass
+class _Pairs:
+    """The limited (broker, resource) pairs of a run (those with a schedule entry, ``L`` of them, ``pairs``), and per
+    row of the offered frame whether it is limited (``limited_row``) and its pair (``pair_id``, -1: none); per pair
+    and minute its requests/s ``pr`` and work per request ``pw``; per pair and tick the limit in force (``limit``,
+    NaN: none) and its ``burst``; ``base_work``: the unlimited work per broker and minute (units/s)."""
+
+    limited_row: np.ndarray
+    pair_id: np.ndarray
+    pairs: pd.DataFrame
+    L: int
+    pr: np.ndarray
+    pw: np.ndarray
+    pair_broker: np.ndarray
+    limit: np.ndarray
+    burst: np.ndarray
+    base_work: np.ndarray
+
+
+@dataclass
+class _Ticks:
+    """What the tick loop measured: per broker and tick the queue's reject share, the work that arrived and was
+    served; per broker and minute the longest wait (s); per limited pair and minute the requests admitted, rejected
+    by the limiter and rejected busy."""
+
+    reject_share: np.ndarray
+    arrived: np.ndarray
+    served: np.ndarray
+    max_wait: np.ndarray
+    p_adm: np.ndarray
+    p_lim: np.ndarray
+    p_busy: np.ndarray
+
+
 def simulate(offered: pd.DataFrame, schedule: pd.DataFrame | None, cfg: BrokerModelConfig | None = None,
              capacity: pd.Series | None = None, minutes: pd.DatetimeIndex | None = None) -> ModelResult:
     """Run the broker model over ``offered`` (:func:`offered_from_stats`) with the limits of ``schedule``
@@ -243,6 +304,16 @@ def simulate(offered: pd.DataFrame, schedule: pd.DataFrame | None, cfg: BrokerMo
     the time axis. So running each broker alone (same ``capacity``, same ``minutes``) gives the same result.
     """
     cfg = cfg or BrokerModelConfig()
+    axis = _axis(offered, cfg, capacity, minutes)
+    sched = schedule if schedule is not None and len(schedule) else None
+    pairs = _limited_pairs(axis, sched)
+    ticks = _run_ticks(axis, pairs, cfg)
+    return ModelResult(resources=_resource_minutes(axis, pairs, ticks), brokers=_broker_minutes(axis, pairs, ticks))
+
+
+def _axis(offered: pd.DataFrame, cfg: BrokerModelConfig, capacity: pd.Series | None,
+          minutes: pd.DatetimeIndex | None) -> _Axis:
+    """The time axis and rows of a run (:class:`_Axis`). Raises ``ValueError`` for a tick that does not divide 60 s."""
     dt_s = float(cfg.tick_seconds)
     ticks_per_min = int(round(60.0 / dt_s))
     if abs(ticks_per_min * dt_s - 60.0) > 1e-9:
@@ -251,19 +322,21 @@ def simulate(offered: pd.DataFrame, schedule: pd.DataFrame | None, cfg: BrokerMo
     axis = pd.DatetimeIndex(sorted(off["minute_start"].unique()) if minutes is None else minutes)
     t0 = axis[0]
     minutes = pd.date_range(t0, axis[-1], freq="min")
-    T = len(minutes)
     brokers = sorted(off["broker"].unique())
-    B = len(brokers)
     bidx = {b: i for i, b in enumerate(brokers)}
-    m_of = ((off["minute_start"] - t0) // pd.Timedelta(minutes=1)).to_numpy(dtype=np.int64)
-    b_of = off["broker"].map(bidx).to_numpy(dtype=np.int64)
-    req = off["requests_tps"].to_numpy(dtype=float)
-    wpr = off["work_per_request"].to_numpy(dtype=float)
     capacity = broker_capacity(off, cfg) if capacity is None else capacity
-    cap = capacity.reindex(brokers).fillna(cfg.capacity_min_tps).to_numpy(dtype=float)
+    return _Axis(off=off, dt_s=dt_s, ticks_per_min=ticks_per_min, minutes=minutes, t0=t0, T=len(minutes),
+                 brokers=brokers, B=len(brokers), bidx=bidx,
+                 m_of=((off["minute_start"] - t0) // pd.Timedelta(minutes=1)).to_numpy(dtype=np.int64),
+                 b_of=off["broker"].map(bidx).to_numpy(dtype=np.int64),
+                 req=off["requests_tps"].to_numpy(dtype=float), wpr=off["work_per_request"].to_numpy(dtype=float),
+                 cap=capacity.reindex(brokers).fillna(cfg.capacity_min_tps).to_numpy(dtype=float))
 
-    # --- which rows are limited: (broker, resource) pairs with a schedule entry -------------------------------------
-    sched = schedule if schedule is not None and len(schedule) else None
+
+def _limited_pairs(ax: _Axis, sched: pd.DataFrame | None) -> _Pairs:
+    """Which rows are limited: the (broker, resource) pairs with a schedule entry, their traffic per minute and their
+    limits per tick (:class:`_Pairs`)."""
+    off, T = ax.off, ax.T
     limited_row = np.zeros(len(off), dtype=bool)
     pair_id = np.full(len(off), -1, dtype=np.int64)
     pairs = pd.DataFrame(columns=["broker", "resource_type", "resource"])
@@ -277,100 +350,115 @@ def simulate(offered: pd.DataFrame, schedule: pd.DataFrame | None, cfg: BrokerMo
                                                                    off["resource_type"][limited_row],
                                                                    off["resource"][limited_row])]
     L = len(pairs)
-    n_ticks = T * ticks_per_min
-    tick_minute = np.arange(n_ticks) // ticks_per_min
-
     # unlimited work per broker per minute (units/s)
-    base_work = np.zeros((B, T))
-    np.add.at(base_work, (b_of[~limited_row], m_of[~limited_row]), (req * wpr)[~limited_row])
+    base_work = np.zeros((ax.B, T))
+    np.add.at(base_work, (ax.b_of[~limited_row], ax.m_of[~limited_row]), (ax.req * ax.wpr)[~limited_row])
     # limited pairs: requests/s and work per request per minute
     pr = np.zeros((L, T))
     pw = np.ones((L, T))
     if L:
         lr = limited_row
-        pr[pair_id[lr], m_of[lr]] = req[lr]
-        pw[pair_id[lr], m_of[lr]] = wpr[lr]
-    pair_broker = pairs["broker"].map(bidx).to_numpy(dtype=np.int64) if L else np.zeros(0, dtype=np.int64)
+        pr[pair_id[lr], ax.m_of[lr]] = ax.req[lr]
+        pw[pair_id[lr], ax.m_of[lr]] = ax.wpr[lr]
+    pair_broker = pairs["broker"].map(ax.bidx).to_numpy(dtype=np.int64) if L else np.zeros(0, dtype=np.int64)
+    limit, burst = _limits_per_tick(ax, pairs, sched)
+    return _Pairs(limited_row=limited_row, pair_id=pair_id, pairs=pairs, L=L, pr=pr, pw=pw, pair_broker=pair_broker,
+                  limit=limit, burst=burst, base_work=base_work)
 
-    # limit in force per pair per tick (NaN = none)
+
+def _limits_per_tick(ax: _Axis, pairs: pd.DataFrame, sched: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+    """The limit in force per pair per tick (NaN = none) and its burst (1 where none), from the schedule's
+    ``[start, end)`` spans (a tick is in a span from the first tick starting at or after its start)."""
+    L, n_ticks = len(pairs), ax.n_ticks
     limit = np.full((L, n_ticks), np.nan)
     burst = np.ones((L, n_ticks))
     if L:
-        tick_ns = int(round(dt_s * 1e9))
+        tick_ns = int(round(ax.dt_s * 1e9))
         for i, (b, rt, r) in enumerate(pairs.itertuples(index=False)):
             rows = sched[(sched["resource_type"] == rt) & (sched["resource"] == r)].sort_values("start")
             for s_, e_, q, bu in zip(rows["start"], rows["end"], rows["limit_qps"], rows["burst"]):
-                lo = max(0, int(math.ceil((pd.Timestamp(s_) - t0).value / tick_ns)))
-                hi = min(n_ticks, int(math.ceil((pd.Timestamp(e_) - t0).value / tick_ns)))
+                lo = max(0, int(math.ceil((pd.Timestamp(s_) - ax.t0).value / tick_ns)))
+                hi = min(n_ticks, int(math.ceil((pd.Timestamp(e_) - ax.t0).value / tick_ns)))
                 if hi > lo:
                     limit[i, lo:hi] = q
                     burst[i, lo:hi] = bu
-    open_ticks = max(1, int(round(cfg.breaker_open_ms / 1000.0 / dt_s))) if cfg.breaker_open_ms > 0 else 0
+    return limit, burst
 
-    # --- tick loop: vectors over brokers (B) and limited pairs (L), the rules of pipelines/sim/ticks.py -----------
+
+def _run_ticks(ax: _Axis, p: _Pairs, cfg: BrokerModelConfig) -> _Ticks:
+    """The tick loop: vectors over brokers (B) and limited pairs (L), the rules of :mod:`pipelines.sim.ticks` (the
+    limiter in front of the send queue)."""
+    B, T, L, dt_s, n_ticks = ax.B, ax.T, p.L, ax.dt_s, ax.n_ticks
+    open_ticks = max(1, int(round(cfg.breaker_open_ms / 1000.0 / dt_s))) if cfg.breaker_open_ms > 0 else 0
+    tick_minute = np.arange(n_ticks) // ax.ticks_per_min
     buckets = TokenBuckets.empty(L)
-    queues = SendQueues.empty(cap, cfg.wait_time_ms_in_send_queue)
-    reject_share_tick = np.zeros((B, n_ticks))
-    arrived_tick = np.zeros((B, n_ticks))
-    served_tick = np.zeros((B, n_ticks))
-    max_wait = np.zeros((B, T))
-    p_adm = np.zeros((L, T))
-    p_lim = np.zeros((L, T))
-    p_busy = np.zeros((L, T))
+    queues = SendQueues.empty(ax.cap, cfg.wait_time_ms_in_send_queue)
+    out = _Ticks(reject_share=np.zeros((B, n_ticks)), arrived=np.zeros((B, n_ticks)), served=np.zeros((B, n_ticks)),
+                 max_wait=np.zeros((B, T)), p_adm=np.zeros((L, T)), p_lim=np.zeros((L, T)), p_busy=np.zeros((L, T)))
     for k in range(n_ticks):
         m = tick_minute[k]
-        arrivals = base_work[:, m] * dt_s
+        arrivals = p.base_work[:, m] * dt_s
         if L:
-            a = pr[:, m] * dt_s
-            adm = buckets.admit(a, limit[:, k], burst[:, k], open_ticks, dt_s)
-            p_adm[:, m] += adm
-            p_lim[:, m] += a - adm
-            np.add.at(arrivals, pair_broker, adm * pw[:, m])
+            a = p.pr[:, m] * dt_s
+            adm = buckets.admit(a, p.limit[:, k], p.burst[:, k], open_ticks, dt_s)
+            out.p_adm[:, m] += adm
+            out.p_lim[:, m] += a - adm
+            np.add.at(arrivals, p.pair_broker, adm * p.pw[:, m])
         share, served, wait = queues.serve(arrivals, dt_s)
-        reject_share_tick[:, k] = share
-        arrived_tick[:, k] = arrivals
-        served_tick[:, k] = served
-        max_wait[:, m] = np.maximum(max_wait[:, m], wait)
+        out.reject_share[:, k] = share
+        out.arrived[:, k] = arrivals
+        out.served[:, k] = served
+        out.max_wait[:, m] = np.maximum(out.max_wait[:, m], wait)
         if L:
-            p_busy[:, m] += adm * share[pair_broker]  # this tick's admitted × the broker's reject share
+            out.p_busy[:, m] += adm * share[p.pair_broker]  # this tick's admitted × the broker's reject share
+    return out
 
-    # --- per-minute aggregation ------------------------------------------------------------------------------------
-    arr_m = arrived_tick.reshape(B, T, ticks_per_min)
-    rej_work_m = (arr_m * reject_share_tick.reshape(B, T, ticks_per_min)).sum(axis=2)
-    arrived_work_m = arr_m.sum(axis=2)
-    # mean reject share of constant-rate unlimited traffic within the minute
-    mean_share = reject_share_tick.reshape(B, T, ticks_per_min).mean(axis=2)
 
-    offered_msgs = req * 60.0
-    busy = np.where(limited_row, 0.0, offered_msgs * mean_share[b_of, m_of])
+def _resource_minutes(ax: _Axis, p: _Pairs, ticks: _Ticks) -> pd.DataFrame:
+    """Per row of the offered frame (resource, broker, minute): offered, limiter-rejected, busy-rejected and admitted
+    msgs, and the limit in force at the minute's last tick. An unlimited row's busy rejections are its minute's
+    offered volume × its broker's mean reject share in that minute (constant-rate traffic within the minute)."""
+    off, B, T, tpm = ax.off, ax.B, ax.T, ax.ticks_per_min
+    mean_share = ticks.reject_share.reshape(B, T, tpm).mean(axis=2)
+    offered_msgs = ax.req * 60.0
+    busy = np.where(p.limited_row, 0.0, offered_msgs * mean_share[ax.b_of, ax.m_of])
     lim_rej = np.zeros(len(off))
     admitted_pre = offered_msgs.copy()
     limit_end = np.full(len(off), np.nan)
-    if L:
-        lr = np.flatnonzero(limited_row)
-        lim_rej[lr] = p_lim[pair_id[lr], m_of[lr]]
-        busy[lr] = p_busy[pair_id[lr], m_of[lr]]
-        admitted_pre[lr] = p_adm[pair_id[lr], m_of[lr]]
-        last_tick = (m_of[lr] + 1) * ticks_per_min - 1
-        limit_end[lr] = limit[pair_id[lr], last_tick]
-    resources = pd.DataFrame({
+    if p.L:
+        lr = np.flatnonzero(p.limited_row)
+        lim_rej[lr] = ticks.p_lim[p.pair_id[lr], ax.m_of[lr]]
+        busy[lr] = ticks.p_busy[p.pair_id[lr], ax.m_of[lr]]
+        admitted_pre[lr] = ticks.p_adm[p.pair_id[lr], ax.m_of[lr]]
+        last_tick = (ax.m_of[lr] + 1) * tpm - 1
+        limit_end[lr] = p.limit[p.pair_id[lr], last_tick]
+    return pd.DataFrame({
         "minute_start": off["minute_start"], "broker": off["broker"], "resource_type": off["resource_type"],
         "resource": off["resource"], "offered": offered_msgs, "limited_rejected": lim_rej,
         "busy_rejected": busy, "admitted": admitted_pre - busy, "limit_qps": limit_end,
     })
+
+
+def _broker_minutes(ax: _Axis, p: _Pairs, ticks: _Ticks) -> pd.DataFrame:
+    """Per broker and minute: offered, admitted and served work (units/s), capacity, reject share of the work that
+    arrived, longest wait (ms)."""
+    B, T, tpm = ax.B, ax.T, ax.ticks_per_min
+    arr_m = ticks.arrived.reshape(B, T, tpm)
+    rej_work_m = (arr_m * ticks.reject_share.reshape(B, T, tpm)).sum(axis=2)
+    arrived_work_m = arr_m.sum(axis=2)
     bm = pd.DataFrame({
-        "minute_start": np.tile(minutes, B) if B else [],
-        "broker": np.repeat(brokers, T),
-        "offered_work": (base_work + _pair_work(pr * pw, pair_broker, B, T)).ravel(),
+        "minute_start": np.tile(ax.minutes, B) if B else [],
+        "broker": np.repeat(ax.brokers, T),
+        "offered_work": (p.base_work + _pair_work(p.pr * p.pw, p.pair_broker, B, T)).ravel(),
         "admitted_work": (arrived_work_m / 60.0).ravel(),
-        "served_work": (served_tick.reshape(B, T, ticks_per_min).sum(axis=2) / 60.0).ravel(),
-        "capacity_tps": np.repeat(cap, T),
+        "served_work": (ticks.served.reshape(B, T, tpm).sum(axis=2) / 60.0).ravel(),
+        "capacity_tps": np.repeat(ax.cap, T),
         "reject_share": np.where(arrived_work_m > 0, rej_work_m / np.where(arrived_work_m > 0, arrived_work_m, 1), 0.0)
         .ravel(),
-        "max_wait_ms": (max_wait * 1000.0).ravel(),
+        "max_wait_ms": (ticks.max_wait * 1000.0).ravel(),
     })
     bm["minute_start"] = pd.to_datetime(bm["minute_start"], utc=True)
-    return ModelResult(resources=resources, brokers=bm)
+    return bm
 
 
 def _pair_work(work: np.ndarray, pair_broker: np.ndarray, B: int, T: int) -> np.ndarray:

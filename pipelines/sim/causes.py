@@ -1,6 +1,6 @@
 """Causes in time and several at once: when a cause starts and stops at any second, ramps and is rolled out
 (:func:`second_spans`, :func:`strength`, :func:`truth_spans`), and the compound scenario's shape
-(:func:`shape_compound`: storms of consumer groups and surges of topics at once, issue 49). The scenarios of
+(:func:`shape_compound`: storms of consumer groups and surges of topics at once). The scenarios of
 :mod:`pipelines.sim.scenarios` use the first; its registry names the second ``compound``.
 """
 

@@ -39,7 +39,7 @@ What the clients do with a rejection (``SYSTEM_BUSY``, code 2, from the queue's 
   seconds later and succeeds, so it leaves the process queue and does not hold the pulls back (its consumption
   does not fall; it sends back the World's share of what it consumes, :mod:`pipelines.sim.consumers`).
 
-**Pulsed producers** (issue 49, ``pulse_period_seconds`` > 0): a surging topic's demand in pulses
+**Pulsed producers** (``pulse_period_seconds`` > 0): a surging topic's demand in pulses
 (:mod:`pipelines.sim.pulses`).
 
 Not modelled: the retry topic's delay levels (a re-put lands in the same minute, as in :mod:`pipelines.sim.traffic`),
@@ -141,6 +141,20 @@ class ClosedLoopCluster:
         self.dt = float(self.cfg.tick_seconds)
         self.ticks_per_minute = int(round(60.0 / self.dt))
         self.brokers = list(spec.broker_names)
+        self._demand_of(offered)
+        if capacity is None:
+            capacity = normal_capacity(offered, self.incident, self.cfg)
+        self.capacity = capacity.reindex(self.brokers).fillna(self.cfg.capacity_min_tps)
+        self._routes()
+        self._limiter_state()
+        self._ledgers()
+        self.apply_pulses()
+        self.consumers = Consumers.of(self)
+
+    def _demand_of(self, offered: pd.DataFrame) -> None:
+        """The (broker, resource) pairs of ``offered`` (:func:`pipelines.sim.broker_model.offered_from_stats`) and
+        per pair and minute their demand (requests/s) and work per request (write units; carried over minutes
+        without demand)."""
         pairs = offered[["broker", "resource_type", "resource"]].drop_duplicates().sort_values(
             ["broker", "resource_type", "resource"], kind="mergesort").reset_index(drop=True)
         self.pairs = pairs.assign(kind=pairs["resource_type"])
@@ -156,11 +170,11 @@ class ClosedLoopCluster:
         work[rows, m] = offered["work_per_request"].to_numpy(dtype=float)
         self.work = pd.DataFrame(work).T.ffill().bfill().fillna(1.0).T.to_numpy()
         self.pair_broker = pairs["broker"].map({b: i for i, b in enumerate(self.brokers)}).to_numpy(dtype=np.int64)
-        if capacity is None:
-            capacity = normal_capacity(offered, self.incident, self.cfg)
-        self.capacity = capacity.reindex(self.brokers).fillna(self.cfg.capacity_min_tps)
-        self._routes()
-        S = self.streams
+
+    def _limiter_state(self) -> None:
+        """Every pair's token bucket and breaker, every broker's send queue, the retries pending per pair and
+        stream, no limit yet."""
+        L, S = len(self.pairs), self.streams
         self.buckets = TokenBuckets.empty(L)
         self.queues = SendQueues.empty(self.capacity.to_numpy(dtype=float), self.cfg.wait_time_ms_in_send_queue)
         self.pending = np.zeros((L, S))
@@ -171,6 +185,11 @@ class ClosedLoopCluster:
         self._prepared, self._limited_dt = (None, None, None), np.zeros(L)
         self.burst = np.ones(L)
         self.open_ticks = np.full(L, self._ticks(self.cfg.breaker_open_ms), dtype=np.int64)
+
+    def _ledgers(self) -> None:
+        """What the run records: per minute × pair × stream (msgs); per second × pair (msgs); per broker × minute;
+        the failure lines logged and the limiters' own counts."""
+        L, S, T = len(self.pairs), self.streams, self.T
         # per minute × pair × stream (msgs); per second × pair (msgs); per broker × minute
         self.offered = np.zeros((T, L, S))
         self.admitted = np.zeros((T, L, S))
@@ -189,8 +208,6 @@ class ClosedLoopCluster:
         # per pair: the sends its limiter rejected (RATE_LIMITED, whole sends) and the tick of the last (-1: none)
         self.limiter_count, self.limiter_last_tick = np.zeros(L, dtype=np.int64), np.full(L, -1, dtype=np.int64)
         self._limiter_sum = np.zeros(L)
-        self.apply_pulses()
-        self.consumers = Consumers.of(self)
 
     def apply_pulses(self) -> None:
         """The pulsed producers of the clients' ``pulse_*`` settings (:class:`pipelines.sim.pulses.Pulses`)."""

@@ -8,9 +8,9 @@ demand follows the admitted share of its topics' demand, per second. A broken co
 its failed messages locally and sends them back whatever it receives (apache/rocketmq
 ``ConsumeMessageConcurrentlyService.submitConsumeRequestLater``; :mod:`pipelines.sim.cluster`).
 
-Found by issue 49's 5,000-case run (cases 2614 and 4494): a surging topic limited from 9,892 to 29.9 msg/s while
-its consumer kept sending back 1 % of the demand, 54.6 msg/s, beside 29.9 msg/s consumed. The governor read that
-as a retry storm and limited a working consumer.
+Without this rule a working consumer of a limited topic reads as a retry storm: a topic limited from 9,892 to
+29.9 msg/s whose consumer kept sending back 1 % of the demand (54.6 msg/s) beside the 29.9 msg/s it consumed
+(docs/decisions.md §7).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
-"""Drawing a sweep case (issues 40, 49): its kind, its scenario's parameters, clients, brokers and irregular world,
+"""Drawing a sweep case: its kind, its scenario's parameters, clients, brokers and irregular world,
 from ``numpy.random.default_rng(seed)``, until the scenario holds the premise of its kind
 (:func:`pipelines.sim.premise.premise`).
 :mod:`pipelines.sim.sweep` runs and judges what is drawn here; its docstring says what varies."""
 
 from __future__ import annotations
 
-import datetime as dt
 import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -13,14 +12,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipelines.sim.irregular import observation, stopped_shipper, world_order
+from pipelines.sim.case import (  # noqa: F401 (what a case is, importable from here)
+    COMPOUND, PROG, SCENARIO_OF, START, Case,
+)
+from pipelines.sim.irregular import observation, stopped_shipper
+from pipelines.sim.premise import cluster_of, premise
 from pipelines.sim.scenarios import STORM_SCENARIOS
+from pipelines.sim.spec import ScenarioSpec
+from pipelines.sim.world import build_world
 
-PROG = "python -m pipelines.sim.sweep"
-#: A fixed start (UTC): a case's rows do not depend on the day it runs.
-START = dt.datetime(2026, 1, 5, 6, 0, tzinfo=dt.timezone.utc)
 #: Kinds and how often they are drawn. The first eight are single causes; the rest compound or stress the
-#: governor itself (issue 49).
+#: governor itself.
 KINDS: dict[str, float] = {"persisting_storm": 0.08, "storm_fixed": 0.07, "storm_fixed_legit_retry": 0.07,
                            "intermittent_storm": 0.08, "spread_storm": 0.05, "noisy_neighbour": 0.09,
                            "flash_sale": 0.06, "normal_day": 0.05,
@@ -35,12 +37,6 @@ KINDS: dict[str, float] = {"persisting_storm": 0.08, "storm_fixed": 0.07, "storm
 #: on carriers of 1.1-1.4x headroom (a probe overloads them), a group retrying legitimately at 20-47 %.
 HARD_KINDS = ("flash_overload", "spread_storm_fixed", "governor_restart", "tight_surge", "legit_high_retry")
 HARD_PERIOD = 20
-#: Kinds run as the scenario "compound" (:func:`pipelines.sim.causes.shape_compound`); SCENARIO_OF: run as another.
-COMPOUND = ("two_surges", "storm_and_surge", "shared_library", "spread_surge", "flash_overload", "near_capacity",
-            "surge_and_flash", "recurring_surge", "tight_surge")
-SCENARIO_OF = {**{k: "compound" for k in COMPOUND}, "cold_start": "persisting_storm",
-               "spread_storm_fixed": "storm_fixed_legit_retry", "fixed_high_retry": "storm_fixed_legit_retry",
-               "legit_high_retry": "legit_retry"}
 #: The storm kinds (a broken consumer group of the catalog's culprit).
 STORM_KINDS = ("persisting_storm", "storm_fixed", "storm_fixed_legit_retry", "intermittent_storm", "spread_storm",
                "spread_storm_fixed", "fixed_high_retry")
@@ -52,11 +48,12 @@ HIGH_RETRY_SHARE = (0.2, 0.47)
 AFTER_HIGH_RETRY_FIX = 34
 #: A recurring surge of a mid-size topic (its surge this many times its rate before it) has a first episode of
 #: :data:`LONG_FIRST_MINUTES`, drawn from a stream of its own, ``default_rng([seed, LONG_FIRST_STREAM])``, so a
-#: case's other draws do not move (issue 49, mutation p12: limited for 16+ of the topic's 30 surge-baseline windows,
-#: then back near the rule's factor; a baseline fed with the limited windows holds the capped level, 2x the rate
-#: before or what a probe raised it to, and hides the comeback on its busy broker, 2.5x that). Under 7x a surge limited at 2x with its
-#: rejections unlogged can read as gone while it lasts (the lift rule's 4x on what shows); past 12x the comeback
-#: fires over any baseline. The small topics' surges are 40-1000x their rate: 3 short episodes, as before.
+#: case's other draws do not move. Such a topic is limited for 16+ of its 30 surge-baseline windows, then comes back
+#: near the rule's factor: a baseline fed with the limited windows would hold the capped level (2x the rate before,
+#: or what a probe raised it to) and hide the comeback on its busy broker (2.5x that); mutation p12 of
+#: ``mutations/policy.toml`` is that baseline. Under 7x a surge limited at 2x with its rejections unlogged can read
+#: as gone while it lasts (the lift rule's 4x on what shows); past 12x the comeback fires over any baseline. The
+#: small topics' surges are 40-1000x their rate: 3 short episodes.
 MID_SURGE_RATIO = (7.0, 12.0)
 LONG_FIRST_MINUTES = (18, 24)
 LONG_FIRST_STREAM = zlib.crc32(b"recurring_surge_long_first")
@@ -124,7 +121,7 @@ NO_FALLBACK_STREAM = zlib.crc32(b"no_fallback_send")
 #: carrier's capacity on (the premise's :data:`pipelines.sim.premise.SATURATED_SHARE`); under it a limit is allowed.
 SATURATED_SHARE_TIGHT = 1.1
 
-#: Pulsed producers (issue 49, :func:`_draw_pulses`): drawn for this share of the cases with a surge whose
+#: Pulsed producers (:func:`_draw_pulses`): drawn for this share of the cases with a surge whose
 #: refusals reach the governor, from a stream of their own, ``default_rng([seed, PULSE_STREAM])``, so a case's other
 #: draws do not move; a pulse every :data:`PULSE_PERIODS` seconds, lasting 6 s to half the period (at 6 s or more the
 #: tokens a pulse finds saved, one second's, add at most a sixth to what its limit admits in it).
@@ -134,45 +131,12 @@ PULSE_MIN_ON_SECONDS = 6
 PULSE_STREAM = zlib.crc32(b"pulsed_producers")
 
 
-@dataclass(frozen=True)
-class Case:
-    """One drawn closed loop: ``kind`` (:data:`KINDS`), the spec's fields (``spec``, of the scenario
-    :data:`SCENARIO_OF` names, else of ``kind``), the propagation delay (s), the clients' and the brokers' settings
-    that differ from ``conf/backtest.toml`` and the world's irregularities
-    (:class:`pipelines.sim.irregular.Irregularity` fields); ``hosts``: the brokers of its causes (drawn world)."""
-
-    seed: int
-    kind: str
-    spec: dict[str, Any]
-    propagation_seconds: float
-    clients: dict[str, Any] = field(default_factory=dict)
-    broker: dict[str, Any] = field(default_factory=dict)
-    irregular: dict[str, Any] = field(default_factory=dict)
-    hosts: tuple[str, ...] = ()
-
-    @property
-    def scenario(self) -> str:
-        return SCENARIO_OF.get(self.kind, self.kind)
-
-    def describe(self) -> str:
-        items = ", ".join(f"{k}={v}" for k, v in sorted(self.spec.items()))
-        extra = ", ".join(f"{k}={v}" for k, v in sorted({**self.clients, **self.broker}.items()))
-        world = ", ".join(f"{k}={v}" for k, v in sorted(self.irregular.items(), key=world_order) if k != "seed")
-        return (f"case {self.seed}: {self.kind} ({items}); propagation {self.propagation_seconds:g} s"
-                + (f"; clients/brokers {extra}" if extra else "") + (f"; world {world}" if world else ""))
-
-    def replay(self) -> str:
-        return f"{PROG} --case {self.seed}"
-
-
 def draw(seed: int, bcfg=None, clusters: dict | None = None) -> Case:
     """Case ``seed``: its kind and parameters from ``numpy.random.default_rng(seed)`` (module docstring), drawn
     again (from the same generator) until its scenario holds the premise of its kind
     (:func:`pipelines.sim.premise.premise`), then its
     world's irregularities (:func:`_draw_world`, which needs the causes' brokers). ``clusters``: where to keep the
     cluster the premise was judged on (by seed; not run yet), for :func:`run`."""
-    from pipelines.sim.premise import cluster_of, premise  # it reads the cases drawn here
-
     rng = np.random.default_rng(seed)
     kind = str(rng.choice(list(KINDS), p=np.array(list(KINDS.values())) / sum(KINDS.values())))
     if seed % HARD_PERIOD < len(HARD_KINDS):
@@ -395,9 +359,25 @@ def _cause_timing(spec: dict, rng: np.random.Generator, fixable: bool) -> None:
             spec["rollout_minutes"] = round(float(rng.uniform(1, 4)), 2)
 
 
+@dataclass(frozen=True)
+class _Dice:
+    """Draws from one generator: integers with inclusive bounds, uniforms rounded to 3 decimals."""
+
+    rng: np.random.Generator
+
+    def integer(self, lo: int, hi: int) -> int:
+        return int(self.rng.integers(lo, hi + 1))
+
+    def uniform(self, lo: float, hi: float) -> float:
+        return round(float(self.rng.uniform(lo, hi)), 3)
+
+
 def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
-    integer = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731 (inclusive bounds)
-    uniform = lambda lo, hi: round(float(rng.uniform(lo, hi)), 3)  # noqa: E731
+    """Case ``seed`` of ``kind``: the cluster's size, the clients' logging, the brokers' capacity factor, then the
+    kind's own parameters (:func:`_draw_storm`, :func:`_draw_noisy`, …, :func:`_draw_compound`), in this order from
+    ``rng``."""
+    dice = _Dice(rng)
+    integer, uniform = dice.integer, dice.uniform
     brokers = integer(5, 6) if kind in ("spread_storm", "spread_storm_fixed") else integer(3, 5)
     spec: dict[str, Any] = {"seed": integer(1, 10_000), "brokers": brokers, "topics": integer(6, 12),
                             "groups": integer(10, 14) if kind == "shared_library" else integer(4, 8)}
@@ -406,54 +386,12 @@ def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
     broker: dict[str, Any] = {"capacity_factor": uniform(1.5, 3.0) if kind in ("flash_sale", "normal_day")
                               else uniform(1.1, 1.4) if kind == "tight_surge" else uniform(1.1, 3.0)}
     if kind in STORM_KINDS or kind in ("cold_start", "governor_restart"):
-        if kind == "governor_restart":
-            spec["name"] = "storm_fixed"
-        onset = integer(1, 2) if kind == "cold_start" else integer(5, 8)
-        consume = uniform(100.0, 700.0)
-        spec.update(onset_minute=onset, storm_consume_tps=consume,
-                    storm_sendback_tps=round(consume * uniform(1.0, 2.5), 1),
-                    storm_write_amplification=uniform(1.0, 4.0),
-                    culprit_topic_brokers=integer(3, brokers) if kind == "spread_storm" else brokers
-                    if kind == "spread_storm_fixed" else integer(1, 2))
-        clients["consume_drop_when_rejected"] = uniform(0.0, 1.0)
-        _cause_timing(spec, rng, kind not in ("persisting_storm", "spread_storm", "cold_start"))
-        if kind in ("persisting_storm", "spread_storm", "cold_start"):  # some outlast a limit's ttl (600 s)
-            spec["minutes"] = onset + integer(6, 20) + int(np.ceil(spec.get("ramp_minutes", 0)))
-        elif kind == "intermittent_storm":
-            on, off, episodes = integer(3, 5), integer(*QUIET_MINUTES), integer(3, 4)  # 2 on: gone before a limit
-            spec.update(storm_on_minutes=on + int(np.ceil(spec.get("ramp_minutes", 0))), storm_off_minutes=off,
-                        storm_episodes=episodes, minutes=onset + episodes * (on + off) - off + AFTER_FINAL_FIX)
-            spec.pop("rollout_minutes", None)  # each quiet spell starts at a whole fix
-            if rng.random() < 0.5:  # its consumer retries legitimately once fixed (and between episodes)
-                spec["fixed_retry_share"] = uniform(0.01, 0.099)
-        else:
-            fix = onset + integer(4, 9) + int(np.ceil(spec.get("ramp_minutes", 0)))
-            after = AFTER_HIGH_RETRY_FIX if kind == "fixed_high_retry" else 10
-            spec.update(storm_fix_minute=fix, minutes=fix + after + int(np.ceil(spec.get("rollout_minutes", 0))))
-            if kind == "storm_fixed_legit_retry" or (kind == "spread_storm_fixed" and rng.random() < 0.5):
-                spec["fixed_retry_share"] = uniform(0.01, 0.099)
-            elif kind == "fixed_high_retry":
-                spec["fixed_retry_share"] = uniform(*HIGH_RETRY_SHARE)
+        _draw_storm(kind, spec, clients, dice)
     elif kind == "legit_high_retry":
         spec.update(onset_minute=FIRST_LEGIT_MINUTE, minutes=integer(15, 25), storm_consume_tps=uniform(100.0, 700.0),
                     fixed_retry_share=uniform(*HIGH_RETRY_SHARE), culprit_topic_brokers=integer(1, 2))
     elif kind == "noisy_neighbour":
-        onset = integer(8, 12)
-        normal = integer(9_000, 24_000)
-        topic = round(normal / 60.0 * uniform(0.2, 0.5), 1)
-        factor = broker["capacity_factor"]
-        spec.update(onset_minute=onset, culprit_broker_normal_put_per_min=normal, culprit_topic_tps=topic,
-                    noisy_base_tps=uniform(10.0, 40.0),
-                    noisy_put_tps=round(normal / 60.0 * factor * uniform(1.3, 2.5), 1))
-        _cause_timing(spec, rng, True)
-        ramp = int(np.ceil(spec.get("ramp_minutes", 0)))
-        if rng.random() < 0.5:  # the surge ends: the limit is lifted after it
-            duration = integer(4, 10) + ramp
-            spec.update(noisy_minutes=duration,
-                        minutes=onset + duration + 10 + int(np.ceil(spec.get("rollout_minutes", 0))))
-        else:  # some last long enough for a limit at its cap to be probed upward
-            spec["minutes"] = onset + integer(6, 20) + ramp
-            spec.pop("rollout_minutes", None)
+        _draw_noisy(spec, broker["capacity_factor"], dice)
     elif kind == "flash_sale":
         onset = integer(7, 11)
         ramp = integer(2, 10)
@@ -472,6 +410,123 @@ def _draw(seed: int, kind: str, rng: np.random.Generator, bcfg=None) -> Case:
     return case if name == case.scenario else replace(case, spec={**spec, "_scenario": name})
 
 
+def _draw_storm(kind: str, spec: dict, clients: dict, dice: _Dice) -> None:
+    """A broken consumer group (the storm kinds, a cold start, a governor restart): its onset, consume rate (msg/s),
+    send-backs (1-2.5x it), write amplification and carriers, how much of its refused consumption the clients drop,
+    its timing; then how it ends: not before the run's end (persisting; some outlast a limit's 600 s ttl), on and off
+    (intermittent: 3-4 episodes, quiet :data:`QUIET_MINUTES`), or fixed 4-9 minutes after the onset (with a
+    legitimate retry level after the fix for some)."""
+    integer, uniform, rng = dice.integer, dice.uniform, dice.rng
+    brokers = spec["brokers"]
+    if kind == "governor_restart":
+        spec["name"] = "storm_fixed"
+    onset = integer(1, 2) if kind == "cold_start" else integer(5, 8)
+    consume = uniform(100.0, 700.0)
+    spec.update(onset_minute=onset, storm_consume_tps=consume,
+                storm_sendback_tps=round(consume * uniform(1.0, 2.5), 1),
+                storm_write_amplification=uniform(1.0, 4.0),
+                culprit_topic_brokers=integer(3, brokers) if kind == "spread_storm" else brokers
+                if kind == "spread_storm_fixed" else integer(1, 2))
+    clients["consume_drop_when_rejected"] = uniform(0.0, 1.0)
+    _cause_timing(spec, rng, kind not in ("persisting_storm", "spread_storm", "cold_start"))
+    if kind in ("persisting_storm", "spread_storm", "cold_start"):  # some outlast a limit's ttl (600 s)
+        spec["minutes"] = onset + integer(6, 20) + int(np.ceil(spec.get("ramp_minutes", 0)))
+    elif kind == "intermittent_storm":
+        on, off, episodes = integer(3, 5), integer(*QUIET_MINUTES), integer(3, 4)  # 2 on: gone before a limit
+        spec.update(storm_on_minutes=on + int(np.ceil(spec.get("ramp_minutes", 0))), storm_off_minutes=off,
+                    storm_episodes=episodes, minutes=onset + episodes * (on + off) - off + AFTER_FINAL_FIX)
+        spec.pop("rollout_minutes", None)  # each quiet spell starts at a whole fix
+        if rng.random() < 0.5:  # its consumer retries legitimately once fixed (and between episodes)
+            spec["fixed_retry_share"] = uniform(0.01, 0.099)
+    else:
+        fix = onset + integer(4, 9) + int(np.ceil(spec.get("ramp_minutes", 0)))
+        after = AFTER_HIGH_RETRY_FIX if kind == "fixed_high_retry" else 10
+        spec.update(storm_fix_minute=fix, minutes=fix + after + int(np.ceil(spec.get("rollout_minutes", 0))))
+        if kind == "storm_fixed_legit_retry" or (kind == "spread_storm_fixed" and rng.random() < 0.5):
+            spec["fixed_retry_share"] = uniform(0.01, 0.099)
+        elif kind == "fixed_high_retry":
+            spec["fixed_retry_share"] = uniform(*HIGH_RETRY_SHARE)
+
+
+def _draw_noisy(spec: dict, capacity_factor: float, dice: _Dice) -> None:
+    """A noisy neighbour: its broker's normal writes (9,000-24,000 msg/min), the culprit topic at 20-50 % of them, the
+    noisy topic's base (10-40 msg/s) and surge (1.3-2.5x its broker's capacity), its timing; half of them end (the
+    limit is lifted after), the others last long enough for a limit at its cap to be probed upward."""
+    integer, uniform, rng = dice.integer, dice.uniform, dice.rng
+    onset = integer(8, 12)
+    normal = integer(9_000, 24_000)
+    topic = round(normal / 60.0 * uniform(0.2, 0.5), 1)
+    spec.update(onset_minute=onset, culprit_broker_normal_put_per_min=normal, culprit_topic_tps=topic,
+                noisy_base_tps=uniform(10.0, 40.0),
+                noisy_put_tps=round(normal / 60.0 * capacity_factor * uniform(1.3, 2.5), 1))
+    _cause_timing(spec, rng, True)
+    ramp = int(np.ceil(spec.get("ramp_minutes", 0)))
+    if rng.random() < 0.5:  # the surge ends: the limit is lifted after it
+        duration = integer(4, 10) + ramp
+        spec.update(noisy_minutes=duration,
+                    minutes=onset + duration + 10 + int(np.ceil(spec.get("rollout_minutes", 0))))
+    else:  # some last long enough for a limit at its cap to be probed upward
+        spec["minutes"] = onset + integer(6, 20) + ramp
+        spec.pop("rollout_minutes", None)
+
+
+@dataclass(frozen=True)
+class _CompoundScene:
+    """A compound case's cluster without its causes, what its causes are sized on: ``B`` brokers, their capacity
+    ``cap`` and mean load ``load`` before the onset (write units/s), each topic's rate there (``topic_rate``:
+    (broker index, topic) → msg/s), the ``world`` (placements, subscriptions) and its ``topics``; ``a``, ``b``: the
+    causes' first and last second (``b`` -1: to the run's end); ``rng``: the case's generator."""
+
+    B: int
+    cap: np.ndarray
+    load: np.ndarray
+    topic_rate: dict
+    world: Any
+    topics: list
+    a: float
+    b: float
+    rng: np.random.Generator
+
+    def surge(self, t: int, share: float, required: int = 1, split: float = 1.0, a: float | None = None,
+              b: float | None = None) -> tuple:
+        """Topic ``t`` at a level taking each of its brokers to ``share`` of its capacity (``split`` of the load)."""
+        world, level, total = self.world, 0.0, 0.0
+        for p in np.flatnonzero(world.pl_topic == t).tolist():
+            bi, sh = int(world.pl_broker[p]), float(world.pl_share[p])
+            now = self.topic_rate.get((bi, self.topics[t]), 0.0)
+            total += now
+            level = max(level, (now + split * max(share * self.cap[bi] - self.load[bi], 0.0)) / sh)
+        if required:  # a surge by the rule's measure too: 4x its baseline (a smaller rise is no TRAFFIC_SURGE)
+            level = max(level, 4.5 * total)
+        return ("surge", t, self.a if a is None else a, self.b if b is None else b,
+                round(float(max(level, 60.0)), 1), required)
+
+    def storm(self, g: int) -> tuple:
+        """Group ``g`` sending back 1-2.5x what it consumes and at least 80-200 msg/s."""
+        world = self.world
+        consumed = float(world.put_rate[world.sp_place[world.sp_group == g]].mean(axis=1).sum())
+        level = max(consumed * float(self.rng.uniform(1.0, 2.5)), float(self.rng.uniform(80, 200)))
+        return ("storm", g, self.a, self.b, round(level, 1), 1)
+
+    def hosting(self, bi: int) -> int:
+        """``bi``, or the next broker that hosts a topic (a broker may host none)."""
+        B = self.B
+        return next((x % B for x in range(bi, bi + B) if (self.world.pl_broker == x % B).any()), bi)
+
+    def single_broker_topics(self, bi: int) -> list[int]:
+        """The topics but topic 0 that only broker ``bi`` carries."""
+        counts = np.bincount(self.world.pl_topic, minlength=len(self.topics))
+        return [int(t) for t in self.world.pl_topic[self.world.pl_broker == bi] if counts[t] == 1 and t != 0]
+
+    def on_broker(self, bi: int) -> list[int]:
+        """Every topic broker ``bi`` carries (a placement each)."""
+        return [int(t) for t in self.world.pl_topic[self.world.pl_broker == bi]]
+
+    def rate(self, bi: int, t: int, default: float = 0.0) -> float:
+        """Topic ``t``'s rate on broker ``bi`` before the onset, msg/s."""
+        return self.topic_rate.get((bi, self.topics[t]), default)
+
+
 def _draw_compound(seed: int, kind: str, spec: dict, rng: np.random.Generator, broker: dict, bcfg) -> None:
     """Several causes at once, sized on the case's cluster without them (its brokers' capacity and load): two
     topics surging on one broker; a storm (the culprit group, on broker-a) and a surge on another broker; 3-10
@@ -480,10 +535,20 @@ def _draw_compound(seed: int, kind: str, spec: dict, rng: np.random.Generator, b
     allowed, not required); a topic surging three times on one broker (4-7 minutes each, quiet 8-12 minutes
     between): the smallest of the broker's topics, or a mid-size one whose surge is 7-12x its rate
     (:data:`MID_SURGE_RATIO`) with a first episode of 18-24 minutes (its length from a stream of its own: limited for
-    about 16-22 of the 30 windows of its surge baseline when it comes back, issue 49's mutation p12). A surge takes
+    about 16-22 of the 30 windows of its surge baseline when it comes back). A surge takes
     its broker(s) to the drawn share of capacity; a storm sends back 1-2.5x what its group consumes and at least
     80 msg/s (a runaway by the rule)."""
-    integer = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
+    onset, a, b = _compound_timing(kind, spec, rng)
+    scene = _compound_scene(kind, spec, rng, broker, bcfg, onset, a, b)
+    spec["storm_write_amplification"] = round(float(rng.uniform(1.0, 4.0)), 3)
+    spec["causes"] = tuple(_COMPOUND_CAUSES.get(kind, _near_capacity)(seed, kind, spec, scene, _Dice(rng)))
+
+
+def _compound_timing(kind: str, spec: dict, rng: np.random.Generator) -> tuple[int, float, float]:
+    """A compound case's onset minute (9-12: after the surge baseline's finalized windows), length (5-14 minutes),
+    whether it ends (half, and every recurring surge), its timing; → (onset minute, the causes' first second, their
+    last second or -1)."""
+    integer = _Dice(rng).integer
     B = spec["brokers"]
     if kind in ("spread_surge", "flash_overload"):
         spec["culprit_topic_brokers"] = B if kind == "flash_overload" else integer(2, B)
@@ -499,8 +564,13 @@ def _draw_compound(seed: int, kind: str, spec: dict, rng: np.random.Generator, b
     spec["minutes"] += ramp + int(np.ceil(spec.get("rollout_minutes", 0)))
     a = onset * 60 + spec["onset_second"]
     b = (onset + length + ramp) * 60 + spec.get("fix_second", 0) if ended else -1
-    from pipelines.sim.premise import cluster_of
+    return onset, a, b
 
+
+def _compound_scene(kind: str, spec: dict, rng: np.random.Generator, broker: dict, bcfg, onset: int, a: float,
+                    b: float) -> _CompoundScene:
+    """The case's cluster without its causes (:func:`pipelines.sim.premise.cluster_of`) read before the onset
+    (:class:`_CompoundScene`)."""
     probe = cluster_of(Case(0, kind, {**spec, "causes": ()}, 0.0, {}, broker), bcfg)
     cap = probe.capacity.to_numpy(dtype=float)
     load = np.zeros((len(probe.brokers), probe.T))
@@ -511,93 +581,108 @@ def _draw_compound(seed: int, kind: str, spec: dict, rng: np.random.Generator, b
     for i, (bname, rt, r) in enumerate(zip(pairs["broker"], pairs["resource_type"], pairs["resource"])):
         if rt == "topic":
             topic_rate[(probe.brokers.index(bname), r)] = float(probe.demand[i, 1:onset].mean())
-    from pipelines.sim.world import build_world
-    from pipelines.sim.spec import ScenarioSpec
-
     world = build_world(ScenarioSpec(name="compound", start=START, **{**spec, "causes": ()}))
-    topics = [str(t) for t in world.topic]
+    return _CompoundScene(B=spec["brokers"], cap=cap, load=load, topic_rate=topic_rate, world=world,
+                          topics=[str(t) for t in world.topic], a=a, b=b, rng=rng)
 
-    def surge(t: int, share: float, required: int = 1, split: float = 1.0, a: float = a, b: float = b) -> tuple:
-        """Topic ``t`` at a level taking each of its brokers to ``share`` of its capacity (``split`` of the load)."""
-        level = total = 0.0
-        for p in np.flatnonzero(world.pl_topic == t).tolist():
-            bi, sh = int(world.pl_broker[p]), float(world.pl_share[p])
-            now = topic_rate.get((bi, topics[t]), 0.0)
-            total += now
-            level = max(level, (now + split * max(share * cap[bi] - load[bi], 0.0)) / sh)
-        if required:  # a surge by the rule's measure too: 4x its baseline (a smaller rise is no TRAFFIC_SURGE)
-            level = max(level, 4.5 * total)
-        return ("surge", t, a, b, round(float(max(level, 60.0)), 1), required)
 
-    def storm(g: int) -> tuple:
-        consumed = float(world.put_rate[world.sp_place[world.sp_group == g]].mean(axis=1).sum())
-        level = max(consumed * float(rng.uniform(1.0, 2.5)), float(rng.uniform(80, 200)))
-        return ("storm", g, a, b, round(level, 1), 1)
+def _two_surges(seed: int, kind: str, spec: dict, s: _CompoundScene, dice: _Dice) -> list[tuple]:
+    """Two topics surging on one broker, splitting the room between them."""
+    rng = dice.rng
+    bi = s.hosting(dice.integer(0, s.B - 1))
+    ts = s.single_broker_topics(bi) or s.on_broker(bi)
+    picks = [int(x) for x in rng.choice(ts, size=min(2, len(ts)), replace=False)]
+    share, split = float(rng.uniform(1.3, 3.0)), float(rng.uniform(0.3, 0.7))
+    return [s.surge(picks[0], share, 1, split)] + ([s.surge(picks[1], share, 1, 1 - split)] if len(picks) > 1 else [])
 
-    def hosting(bi: int) -> int:  # bi, or the next broker that hosts a topic (a broker may host none)
-        return next((x % B for x in range(bi, bi + B) if (world.pl_broker == x % B).any()), bi)
 
-    def single_broker_topics(bi: int) -> list[int]:
-        counts = np.bincount(world.pl_topic, minlength=len(topics))
-        return [int(t) for t in world.pl_topic[world.pl_broker == bi] if counts[t] == 1 and t != 0]
+def _storm_and_surge(seed: int, kind: str, spec: dict, s: _CompoundScene, dice: _Dice) -> list[tuple]:
+    """The culprit group's storm (on broker-a) and a surge of a topic only another broker carries."""
+    rng = dice.rng
+    others = [t for bi in range(1, s.B) for t in s.single_broker_topics(bi)]
+    return [s.storm(0)] + ([s.surge(int(rng.choice(others)), float(rng.uniform(1.3, 3.0)))] if others else [])
 
-    spec["storm_write_amplification"] = round(float(rng.uniform(1.0, 4.0)), 3)
-    if kind == "two_surges":
-        bi = hosting(integer(0, B - 1))
-        ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
-        picks = [int(x) for x in rng.choice(ts, size=min(2, len(ts)), replace=False)]
-        share, split = float(rng.uniform(1.3, 3.0)), float(rng.uniform(0.3, 0.7))
-        causes = [surge(picks[0], share, 1, split)] + ([surge(picks[1], share, 1, 1 - split)] if len(picks) > 1 else [])
-    elif kind == "storm_and_surge":
-        others = [t for bi in range(1, B) for t in single_broker_topics(bi)]
-        causes = [storm(0)] + ([surge(int(rng.choice(others)), float(rng.uniform(1.3, 3.0)))] if others else [])
-    elif kind == "shared_library":
-        k = integer(3, min(10, spec["groups"] - 1))
-        causes = [storm(int(g)) for g in sorted(rng.choice(np.arange(1, spec["groups"]), size=k, replace=False))]
-    elif kind in ("spread_surge", "flash_overload"):
-        causes = [surge(0, float(rng.uniform(1.3, 3.0) if kind == "spread_surge" else rng.uniform(1.2, 2.0)))]
-    elif kind == "tight_surge":  # demand 1.0-1.5x the room its carrier leaves (capacity 1.1-1.4x its load)
-        bi = hosting(integer(0, B - 1))
-        ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
-        t = int(rng.choice(ts))
-        room = max(cap[bi] - load[bi], 0.0)
-        share = (load[bi] + float(rng.uniform(1.0, 1.5)) * room) / cap[bi]
-        causes = [surge(t, share, int(share > SATURATED_SHARE_TIGHT))]
-    elif kind == "recurring_surge":  # a noisy neighbour that comes back after its lift, 3 episodes
-        bi = hosting(integer(0, B - 1))
-        ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
-        t = int(rng.choice(ts))
-        rate = lambda x: topic_rate.get((bi, topics[x]), 0.0)  # noqa: E731
-        t = min(ts, key=rate)  # a small topic: its surge is 4x+ admitted
-        share = float(rng.uniform(1.3, 3.0))
-        on, off = integer(4, 7), integer(*QUIET_MINUTES)
-        mid = [x for x in ts if rate(x) > 0 and MID_SURGE_RATIO[0] <= surge(x, share)[4] / rate(x)
-               <= MID_SURGE_RATIO[1]]
-        first = on
-        if mid:  # a mid-size topic, limited long first (the other draws stay as they were: a stream of its own)
-            t = max(mid, key=rate)
-            first = int(np.random.default_rng([seed, LONG_FIRST_STREAM]).integers(LONG_FIRST_MINUTES[0],
-                                                                                  LONG_FIRST_MINUTES[1] + 1))
-        starts = [0] + [first + off + k * (on + off) for k in range(2)]  # minutes after the first onset
-        causes = [surge(t, share, 1, 1.0, a + m * 60, a + (m + (first if k == 0 else on)) * 60)
-                  for k, m in enumerate(starts)]
-        spec["minutes"] = onset + starts[-1] + on + AFTER_FINAL_FIX + int(np.ceil(spec.get("rollout_minutes", 0)))
-    elif kind == "surge_and_flash":  # a legitimate flash sale beside a limited noisy neighbour on its broker
-        bi = hosting(integer(0, B - 1))
-        ts = single_broker_topics(bi)
-        ts += [int(t) for t in world.pl_topic[world.pl_broker == bi] if int(t) not in ts and t != 0][:max(0, 2 - len(ts))]
-        ts = ts or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
-        picks = [int(x) for x in rng.choice(ts, size=min(2, len(ts)), replace=False)]
-        picks.sort(key=lambda x: -topic_rate.get((bi, topics[x]), 0.0))  # the smaller surges: 4x+ admitted
-        causes = [surge(picks[-1], float(rng.uniform(1.5, 3.0)))]
-        if len(picks) > 1:
-            now = topic_rate.get((bi, topics[picks[0]]), 1.0)
-            start = a + float(rng.uniform(3, 6)) * 60
-            causes.append(("flash", picks[0], round(start), -1, round(max(5.0 * now, now + 60.0), 1),
-                           round(float(rng.uniform(2, 4)), 2)))
-            spec["minutes"] = max(spec["minutes"], int(start // 60) + 10)
-    else:  # near_capacity
-        bi = hosting(integer(0, B - 1))
-        ts = single_broker_topics(bi) or [int(t) for t in world.pl_topic[world.pl_broker == bi]]
-        causes = [surge(int(rng.choice(ts)), float(rng.uniform(0.92, 1.08)), 0)]
-    spec["causes"] = tuple(causes)
+
+def _shared_library(seed: int, kind: str, spec: dict, s: _CompoundScene, dice: _Dice) -> list[tuple]:
+    """3-10 groups storming at once (a shared library's bug)."""
+    k = dice.integer(3, min(10, spec["groups"] - 1))
+    return [s.storm(int(g)) for g in sorted(dice.rng.choice(np.arange(1, spec["groups"]), size=k, replace=False))]
+
+
+def _spread_surge(seed: int, kind: str, spec: dict, s: _CompoundScene, dice: _Dice) -> list[tuple]:
+    """Topic 0 surging over 2+ brokers (1.3-3x their capacity), or its flash sale past every broker's (1.2-2x)."""
+    rng = dice.rng
+    return [s.surge(0, float(rng.uniform(1.3, 3.0) if kind == "spread_surge" else rng.uniform(1.2, 2.0)))]
+
+
+def _tight_surge(seed: int, kind: str, spec: dict, s: _CompoundScene, dice: _Dice) -> list[tuple]:
+    """Demand 1.0-1.5x the room its carrier leaves (capacity 1.1-1.4x its load); required from
+    :data:`SATURATED_SHARE_TIGHT` of its carrier's capacity."""
+    rng = dice.rng
+    bi = s.hosting(dice.integer(0, s.B - 1))
+    ts = s.single_broker_topics(bi) or s.on_broker(bi)
+    t = int(rng.choice(ts))
+    room = max(s.cap[bi] - s.load[bi], 0.0)
+    share = (s.load[bi] + float(rng.uniform(1.0, 1.5)) * room) / s.cap[bi]
+    return [s.surge(t, share, int(share > SATURATED_SHARE_TIGHT))]
+
+
+def _recurring_surge(seed: int, kind: str, spec: dict, s: _CompoundScene, dice: _Dice) -> list[tuple]:
+    """A noisy neighbour that comes back after its lift, 3 episodes of 4-7 minutes, quiet :data:`QUIET_MINUTES`
+    between: the smallest of its broker's topics, or a mid-size one (:data:`MID_SURGE_RATIO`) whose first episode
+    lasts :data:`LONG_FIRST_MINUTES` (from a stream of its own, so the other draws stay as they were)."""
+    rng, integer = dice.rng, dice.integer
+    bi = s.hosting(integer(0, s.B - 1))
+    ts = s.single_broker_topics(bi) or s.on_broker(bi)
+    t = int(rng.choice(ts))
+    rate = lambda x: s.rate(bi, x)  # noqa: E731
+    t = min(ts, key=rate)  # a small topic: its surge is 4x+ admitted
+    share = float(rng.uniform(1.3, 3.0))
+    on, off = integer(4, 7), integer(*QUIET_MINUTES)
+    mid = [x for x in ts if rate(x) > 0 and MID_SURGE_RATIO[0] <= s.surge(x, share)[4] / rate(x)
+           <= MID_SURGE_RATIO[1]]
+    first = on
+    if mid:  # a mid-size topic, limited long first (the other draws stay as they were: a stream of its own)
+        t = max(mid, key=rate)
+        first = int(np.random.default_rng([seed, LONG_FIRST_STREAM]).integers(LONG_FIRST_MINUTES[0],
+                                                                              LONG_FIRST_MINUTES[1] + 1))
+    starts = [0] + [first + off + k * (on + off) for k in range(2)]  # minutes after the first onset
+    causes = [s.surge(t, share, 1, 1.0, s.a + m * 60, s.a + (m + (first if k == 0 else on)) * 60)
+              for k, m in enumerate(starts)]
+    spec["minutes"] = (spec["onset_minute"] + starts[-1] + on + AFTER_FINAL_FIX
+                       + int(np.ceil(spec.get("rollout_minutes", 0))))
+    return causes
+
+
+def _surge_and_flash(seed: int, kind: str, spec: dict, s: _CompoundScene, dice: _Dice) -> list[tuple]:
+    """A legitimate flash sale (5x its rate, at least +60 msg/s, ramped 2-4 minutes, 3-6 minutes after the onset)
+    beside a limited noisy neighbour on its broker (the smaller of two topics: 4x+ admitted)."""
+    rng = dice.rng
+    bi = s.hosting(dice.integer(0, s.B - 1))
+    ts = s.single_broker_topics(bi)
+    ts += [t for t in s.on_broker(bi) if t not in ts and t != 0][:max(0, 2 - len(ts))]
+    ts = ts or s.on_broker(bi)
+    picks = [int(x) for x in rng.choice(ts, size=min(2, len(ts)), replace=False)]
+    picks.sort(key=lambda x: -s.rate(bi, x))  # the smaller surges: 4x+ admitted
+    causes = [s.surge(picks[-1], float(rng.uniform(1.5, 3.0)))]
+    if len(picks) > 1:
+        now = s.rate(bi, picks[0], 1.0)
+        start = s.a + float(rng.uniform(3, 6)) * 60
+        causes.append(("flash", picks[0], round(start), -1, round(max(5.0 * now, now + 60.0), 1),
+                       round(float(rng.uniform(2, 4)), 2)))
+        spec["minutes"] = max(spec["minutes"], int(start // 60) + 10)
+    return causes
+
+
+def _near_capacity(seed: int, kind: str, spec: dict, s: _CompoundScene, dice: _Dice) -> list[tuple]:
+    """A topic taking its broker to 0.92-1.08x its capacity: a limit allowed, not required."""
+    bi = s.hosting(dice.integer(0, s.B - 1))
+    ts = s.single_broker_topics(bi) or s.on_broker(bi)
+    return [s.surge(int(dice.rng.choice(ts)), float(dice.rng.uniform(0.92, 1.08)), 0)]
+
+
+#: Each compound kind's causes (:func:`_draw_compound`).
+_COMPOUND_CAUSES = {"two_surges": _two_surges, "storm_and_surge": _storm_and_surge, "shared_library": _shared_library,
+                    "spread_surge": _spread_surge, "flash_overload": _spread_surge, "tight_surge": _tight_surge,
+                    "recurring_surge": _recurring_surge, "surge_and_flash": _surge_and_flash,
+                    "near_capacity": _near_capacity}

@@ -1,6 +1,7 @@
 """Producer send failures (``docs/contracts.md`` §1.2): a background trickle on every broker in every scenario
 (client timeouts, ``TOPIC_NOT_EXIST``) and, for scenarios that make a broker busy, ``[TIMEOUT_CLEAN_QUEUE]broker
-busy`` (code 2) for the other topics of that broker (:func:`busy_broker_failures`).
+busy`` (code 2) for the other topics of that broker (:func:`busy_broker_failures`). A scenario's send failures, both
+together: :func:`pipelines.sim.scenarios.build_send_failures`.
 
 Texts: Java ``CODE: 2  DESC: … BROKER: ip:port`` + FAQ url (``docs/rocketmq-formats.md`` §6) and Go
 ``CODE: 2, DESC: …`` (§7); ``code`` is null for ``null_code_share`` of them and ``ts`` an ISO-8601 string for
@@ -13,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines import rocketmq as rmq
-from pipelines.sim.spec import Incident, ScenarioSpec, rng_streams
+from pipelines.sim.spec import Incident, ScenarioSpec
 from pipelines.sim.world import broker_address
 
 #: Columns of the send-failure frame: docs/contracts.md §1.2, then two helpers that are not written to the landing.
@@ -174,25 +175,6 @@ def business_topic_rates(traffic: pd.DataFrame) -> pd.Series:
                          "stats_key": tp["stats_key"].astype(str).to_numpy(dtype=object),
                          "sum": tp["sum"].to_numpy()})
     return keys.groupby(["broker", "stats_key"], sort=True)["sum"].mean()
-
-
-def build_send_failures(spec: ScenarioSpec, traffic: pd.DataFrame) -> pd.DataFrame:
-    """Send failures (docs/contracts.md §1.2 columns :data:`FAILURE_COLUMNS`, then ``event_time`` (UTC) and
-    ``expected_class`` (ground truth, not written)). ``ts`` is epoch millis (int) or, for ``iso_ts_share`` of
-    rows, an ISO-8601 string ending in ``Z``; ``code`` is nullable. Sorted by time."""
-    rng = rng_streams(spec.seed)["failures"]
-    rates = business_topic_rates(traffic)
-    incident = traffic.attrs.get("incident")
-    frames = [trickle_failures(spec, rates, rng)]
-    from pipelines.sim.scenarios import SCENARIOS  # the registry imports this module: import on use
-
-    extra = SCENARIOS[spec.name].failures
-    if extra is not None:
-        frames.append(extra(spec, rates, incident, rng))
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        return empty_failures()
-    return finish_failures(spec, pd.concat(frames, ignore_index=True), rng)
 
 
 def finish_failures(spec: ScenarioSpec, out: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:

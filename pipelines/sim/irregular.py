@@ -36,7 +36,7 @@ Times are event time: a minute index ``m`` is the minute ``[start + m min, start
   restored from the checkpoint, so the windowed sums go on. Killed ``governor_down_seconds`` before it (SIGKILL,
   no shutdown), it runs no micro-batch in between: the brokers keep the limits last published until they expire,
   and what landed meanwhile is its first micro-batches' backlog.
-* **What the governor observes** (issue 48): ``limiter_view`` False is the file write-back alone, where a limiter's
+* **What the governor observes**: ``limiter_view`` False is the file write-back alone, where a limiter's
   rejections show only as the producers' logged failures; True puts the RocketMQ admin sink on, which reads every
   broker's limiters at each publish (:mod:`pipelines.sim.limiter_view`) and gives the final path their moves as
   ``control/limiter_rejections`` rows.

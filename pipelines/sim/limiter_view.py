@@ -1,4 +1,4 @@
-"""The limiter's own view in the Spark-free closed loop (issue 48): what the RocketMQ admin sink reads of the
+"""The limiter's own view in the Spark-free closed loop: what the RocketMQ admin sink reads of the
 brokers' limiters, simulated, for a world whose observation mode is ``limiter_view``
 (:attr:`pipelines.sim.irregular.Irregularity.limiter_view`).
 

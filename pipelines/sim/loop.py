@@ -57,7 +57,7 @@ from pipelines.sim.brokers import Broker
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.irregular import FailureShipping, Irregularity, stats_landings
 from pipelines.sim.limiter_view import AdminSinkView
-from pipelines.sim.overrides import tick as override_tick
+from pipelines.sim.override_tick import tick as override_tick
 from pipelines.sim.windows import FAILURE, FinalWindows, OpenWindows, gold_tables
 
 UTC = dt.timezone.utc
@@ -178,207 +178,328 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     if cluster.k:
         raise ValueError("the cluster has run already")
     prop = bcfg.propagation_seconds if propagation_seconds is None else float(propagation_seconds)
-    w, ship = cfg.windows, bcfg.shipping
-    length = w.length_seconds
-    under = lift_reach_seconds(w)  # a lift's windows still to be finalized
     irregular = irregular or Irregularity()
-    landings = stats_landings(irregular, cluster.brokers, cluster.T, ship.stats_seconds)
-    brokers = Broker(cluster, cfg, prop, irregular.apply_delay_seconds, irregular.broker_restarts)
-    view = AdminSinkView(cluster) if irregular.limiter_view else None  # polled at each publish, as the sink reads
-    store, memory = Store(), OpenRows()
-    restart = irregular.governor_restart_second
-    down_from = restart - irregular.governor_down_seconds if restart is not None else None
-    minute_events: dict[int, list] = {}  # minute → its stats events (every broker), while a landing needs them
-    classify = FailureText(cluster)
-    final, opened = FinalWindows(length, w.watermark_seconds), OpenWindows(length, w.watermark_seconds)
-    if background is None:
-        background = trickle(cluster, np.random.default_rng(spec.seed + 1))
-    bg = sorted(zip((pd.Timestamp(t) for t in background["event_time"]), background["broker"],
-                    background["topic"], [rmq.classify_failure_text(m, None if pd.isna(c) else int(c))
-                                          for m, c in zip(background["message"], background["code"])]))
-    pair_broker = [cluster.brokers[i] for i in cluster.pair_broker]
-    pair_topic = [rmq.RETRY_TOPIC_PREFIX + r if k == "group" else r
-                  for k, r in zip(cluster.pairs["resource_type"], cluster.pairs["resource"])]
-    shipper = FailureShipping(irregular, set(pair_topic) | set(background["topic"]), ship.failures_seconds)
-    gapped = shipper.topics  # failure lines of these topics go through the queue below
-    held: list[tuple] = []  # (landing second, order, event): failure lines landing otherwise than usual (a heap)
-    order = itertools.count()
-    horizon, expected = None, []  # the newest finalized window's end and brokers (an open tick's, decide_open)
-    landed: list[tuple] = []  # events, in the order they are written for the deciding queries
-    written_at: list[float] = []  # when each was written (seconds from the start)
-    history = History(cfg)
-    decided: list[dict] = []
-    states: list[tuple] = []
-    seen_rejections = landed_done = bg_done = 0
-    fast_seen = gold_seen = 0
-    step = w.fast_trigger_seconds if w.fast_path != "never" else w.trigger_seconds
-    grid = np.gcd(int(step), int(w.trigger_seconds))
-    second = int(grid)
-    last_landing = max([ship.stats_seconds + cluster.T * 60] + [x[0] for x in landings[-1:]]
-                       + ([shipper.last_landing(cluster.T)] if gapped else []))
-    end = int(last_landing) + 6 * w.trigger_seconds + w.watermark_seconds + 60
-    failure_lines = 0
-    while second <= end:
-        t = cluster.start + pd.Timedelta(seconds=second)
-        brokers.run_until(min(t, cluster.end))
-        if restart is not None and second >= restart:  # the governor restarts: its memory read back from the lake
-            store, memory, restart = Store.read_back(store), OpenRows(), None
-            horizon, expected = None, []  # known again from its first micro-batch that finalizes a window
-        if restart is not None and second >= down_from:  # killed: no micro-batch runs until the restart
+    run = _Run(spec, cfg, bcfg, timing, prop, record, cluster, irregular, overrides, background)
+    run.run()
+    w = cfg.windows
+    limits = pd.DataFrame(run.decided, columns=[n for n, _ in columns.GOLD_LIMITS])
+    return SimResult(spec, cluster, prop, w.trigger_seconds, w.watermark_seconds, run.brokers.timeline, limits,
+                     wall_seconds=_time.monotonic() - started, failure_lines=run.failure_lines, bcfg=bcfg,
+                     irregular=irregular, states=run.states, detection=cfg.detection, limits_cfg=cfg.limits)
+
+
+class _Governor:
+    """The simulated governor's memory and where its decisions go: its :class:`Store`, the fast path's open rows
+    (``OpenRows``), the newest finalized window's end and brokers (``horizon``, ``expected``: what an open tick reads,
+    :func:`pipelines.decide.final.decide_open`), every ``gold/limits`` row decided (``decided``) and every
+    ``state/policy`` row saved with when (``states``); each decision published to ``brokers`` and, when the world
+    reads the limiters (``view``), followed by a poll of them."""
+
+    def __init__(self, brokers: Broker, view: AdminSinkView | None) -> None:
+        self.brokers, self.view = brokers, view
+        self.store, self.memory = Store(), OpenRows()
+        self.horizon: dt.datetime | None = None
+        self.expected: list = []
+        self.decided: list[dict] = []
+        self.states: list[tuple] = []
+
+    def restart(self) -> None:
+        """A restarted governor: its memory read back from the lake (:meth:`Store.read_back`), no open rows, the
+        horizon known again from its first micro-batch that finalizes a window."""
+        self.store, self.memory = Store.read_back(self.store), OpenRows()
+        self.horizon, self.expected = None, []
+
+    def locked(self, overrides: tuple, open_evidence_rows=None) -> LockedInputs:
+        """The decision inputs read under the lock: the state and limits in force, the overrides, ``open_evidence``."""
+        return LockedInputs(policy_state=self.store.state_table(), latest_limits=self.store.limits_table(),
+                            open_evidence=open_evidence_rows, overrides=overrides)
+
+    def take(self, now: dt.datetime, limits: pa.Table, state: pa.Table | None, poll: bool) -> None:
+        """Decided ``limits`` (with the ``state`` rows saved, if any) at ``now`` (UTC): stored, recorded, published;
+        the limiters polled when ``poll`` and the world reads them."""
+        if state is None:
+            self.store.add(limits)
+        else:
+            self.store.add(limits, state)
+        self.decided += limits.to_pylist()
+        if state is not None:
+            self.states += [(now, r) for r in state.to_pylist()]
+        self.brokers.publish(pd.Timestamp(now), self.store.limits)
+        if poll and self.view is not None:
+            self.view.poll(now, len(self.decided))
+
+
+class _Landing:
+    """What the ingest query reads, in event time: the stats files as they land (``landings``, as
+    :func:`pipelines.sim.irregular.stats_landings` gives them), the cluster's rejected attempts as failure lines
+    ``shipping.failures_seconds`` after them, the background failures (no limit or queue causes them), and the lines
+    of the world's failure-log gaps (:class:`pipelines.sim.irregular.FailureShipping`) from a queue by landing
+    second. :meth:`batch` is one ingest micro-batch's events; ``failure_lines`` counts the failure lines read."""
+
+    def __init__(self, spec, cluster: ClosedLoopCluster, irregular: Irregularity, ship, background,
+                 landings: list[tuple[float, int, str]]) -> None:
+        self.cluster, self.ship, self.landings = cluster, ship, landings
+        self.minute_events: dict[int, list] = {}  # minute → its stats events (every broker), while a landing needs them
+        self.classify = FailureText(cluster)
+        if background is None:
+            background = trickle(cluster, np.random.default_rng(spec.seed + 1))
+        self.bg = sorted(zip((pd.Timestamp(t) for t in background["event_time"]), background["broker"],
+                             background["topic"], [rmq.classify_failure_text(m, None if pd.isna(c) else int(c))
+                                                   for m, c in zip(background["message"], background["code"])]))
+        self.pair_broker = [cluster.brokers[i] for i in cluster.pair_broker]
+        self.pair_topic = [rmq.RETRY_TOPIC_PREFIX + r if k == "group" else r
+                           for k, r in zip(cluster.pairs["resource_type"], cluster.pairs["resource"])]
+        self.shipper = FailureShipping(irregular, set(self.pair_topic) | set(background["topic"]),
+                                       ship.failures_seconds)
+        self.gapped = self.shipper.topics  # failure lines of these topics go through the queue below
+        self.held: list[tuple] = []  # (landing second, order, event): failure lines landing otherwise than usual
+        self.order = itertools.count()
+        self.seen_rejections = self.landed_done = self.bg_done = 0
+        self.failure_lines = 0
+
+    def last_landing(self) -> float:
+        """The last second a line of the run lands."""
+        cluster = self.cluster
+        return max([self.ship.stats_seconds + cluster.T * 60] + [x[0] for x in self.landings[-1:]]
+                   + ([self.shipper.last_landing(cluster.T)] if self.gapped else []))
+
+    def batch(self, second: int, t: pd.Timestamp) -> list:
+        """The events of what landed by ``second`` (``t`` UTC) and was not read before."""
+        batch = self._stats(second)
+        self._rejections(second, batch)
+        self._background(t - pd.Timedelta(seconds=self.ship.failures_seconds), batch)
+        while self.held and self.held[0][0] <= second:
+            event = heapq.heappop(self.held)[2]
+            batch.append(event)
+            self.failure_lines += event[5]
+        return batch
+
+    def _stats(self, second: int) -> list:
+        """The stats events of the files landed by ``second``: a minute's events of the brokers whose file landed."""
+        batch = []
+        arrived: dict[int, set] = {}  # minute → the brokers whose file of it landed by now
+        while self.landed_done < len(self.landings) and self.landings[self.landed_done][0] <= second:
+            _, m, b = self.landings[self.landed_done]
+            arrived.setdefault(m, set()).add(b)
+            self.landed_done += 1
+        for m in sorted(arrived):
+            if m not in self.minute_events:
+                self.minute_events[m] = stats_events(self.cluster, m)
+            bs = arrived[m]
+            batch += self.minute_events[m] if len(bs) == len(self.cluster.brokers) else [
+                e for e in self.minute_events[m] if e[1] in bs]
+        return batch
+
+    def _rejections(self, second: int, batch: list) -> None:
+        """The failure lines of the attempts rejected up to ``shipping.failures_seconds`` before ``second``, into
+        ``batch`` (or the queue, for a gapped topic): a tick's lines of one pair and kind, whatever their attempt, one
+        event (same time)."""
+        cluster, rj, lo = self.cluster, self.cluster.rejections, self.seen_rejections
+        last_tick = (second - self.ship.failures_seconds) / cluster.dt - 0.5
+        upto = bisect.bisect_right(rj.tick, last_tick, lo=lo)
+        lines: dict = {}
+        for tick, pair, busy, count in zip(rj.tick[lo:upto], rj.pair[lo:upto], rj.busy[lo:upto], rj.count[lo:upto]):
+            lines[tick, pair, busy] = lines.get((tick, pair, busy), 0) + int(count)
+        start, times = cluster.start.to_pydatetime(), {}
+        for (tick, pair, busy), count in lines.items():
+            if tick not in times:
+                times[tick] = start + dt.timedelta(seconds=(tick + 0.5) * cluster.dt)
+            event = (times[tick], self.pair_broker[pair], self.pair_topic[pair], None,
+                     FAILURE + self.classify.rejection(pair, busy), count)
+            if event[2] in self.gapped:
+                for at in self.shipper.landings(event[2], (tick + 0.5) * cluster.dt):
+                    heapq.heappush(self.held, (at, next(self.order), event))
+                continue
+            batch.append(event)
+            self.failure_lines += count
+        self.seen_rejections = upto
+
+    def _background(self, cutoff: pd.Timestamp, batch: list) -> None:
+        """The background failure lines up to ``cutoff`` (UTC), into ``batch`` (or the queue, for a gapped topic)."""
+        while self.bg_done < len(self.bg) and self.bg[self.bg_done][0] <= cutoff:
+            at, b, topic, klass = self.bg[self.bg_done]
+            event = (at.to_pydatetime(), b, topic, None, FAILURE + klass, 1)
+            self.bg_done += 1
+            if topic in self.gapped:
+                for landing in self.shipper.landings(topic, (at - self.cluster.start).total_seconds()):
+                    heapq.heappush(self.held, (landing, next(self.order), event))
+                continue
+            batch.append(event)
+            self.failure_lines += 1
+
+
+class _Run:
+    """One simulated closed loop (:func:`simulate`): the cluster run second by second on the queries' triggers, each
+    query a method (:meth:`_ingest`, :meth:`_override_tick`, :meth:`_probe_tick`, :meth:`_fast`, :meth:`_gold`)."""
+
+    def __init__(self, spec, cfg: GovernorConfig, bcfg, timing: Timing, prop: float, record,
+                 cluster: ClosedLoopCluster, irregular: Irregularity, overrides: tuple, background) -> None:
+        self.cfg, self.timing, self.record, self.cluster, self.overrides = cfg, timing, record, cluster, overrides
+        w = self.w = cfg.windows
+        self.length = w.length_seconds
+        self.under = lift_reach_seconds(w)  # a lift's windows still to be finalized
+        landings = stats_landings(irregular, cluster.brokers, cluster.T, bcfg.shipping.stats_seconds)
+        self.brokers = Broker(cluster, cfg, prop, irregular.apply_delay_seconds, irregular.broker_restarts)
+        view = AdminSinkView(cluster) if irregular.limiter_view else None  # polled at each publish, as the sink reads
+        self.gov = _Governor(self.brokers, view)
+        self.restart = irregular.governor_restart_second
+        self.down_from = self.restart - irregular.governor_down_seconds if self.restart is not None else None
+        self.final = FinalWindows(self.length, w.watermark_seconds)
+        self.opened = OpenWindows(self.length, w.watermark_seconds)
+        self.landing = _Landing(spec, cluster, irregular, bcfg.shipping, background, landings)
+        self.landed: list[tuple] = []  # events, in the order they are written for the deciding queries
+        self.written_at: list[float] = []  # when each was written (seconds from the start)
+        self.history = History(cfg)
+        self.fast_seen = self.gold_seen = 0
+
+    @property
+    def decided(self) -> list[dict]:
+        return self.gov.decided
+
+    @property
+    def states(self) -> list[tuple]:
+        return self.gov.states
+
+    @property
+    def failure_lines(self) -> int:
+        return self.landing.failure_lines
+
+    def run(self) -> None:
+        """Every query at each of its triggers, on the grid of both trigger intervals, until every line landed and
+        its windows were decided; then the cluster to its end."""
+        w, cluster = self.w, self.cluster
+        step = w.fast_trigger_seconds if w.fast_path != "never" else w.trigger_seconds
+        grid = np.gcd(int(step), int(w.trigger_seconds))
+        second = int(grid)
+        end = int(self.landing.last_landing()) + 6 * w.trigger_seconds + w.watermark_seconds + 60
+        while second <= end:
+            t = cluster.start + pd.Timedelta(seconds=second)
+            self.brokers.run_until(min(t, cluster.end))
+            if self.restart is not None and second >= self.restart:  # the governor restarts
+                self.gov.restart()
+                self.restart = None
+            if self.restart is not None and second >= self.down_from:  # killed: no micro-batch runs until the restart
+                second += int(grid)
+                continue
+            if second % w.trigger_seconds == 0:  # ingest: what landed by now
+                self._ingest(second, t)
+            if self.overrides and second % w.fast_trigger_seconds == 0:
+                self._override_tick(t)
+            if self.gov.horizon is not None and second % w.fast_trigger_seconds == 0 and self.gov.store.probing():
+                self._probe_tick(t)
+            if w.fast_path != "never" and second % w.fast_trigger_seconds == 0:
+                self._fast(second, t)
+            if second % w.trigger_seconds == 0:  # gold: the windows the watermark passed
+                self._gold(second, t)
             second += int(grid)
-            continue
-        if second % w.trigger_seconds == 0:  # ingest: what landed by now
-            batch = []
-            arrived: dict[int, set] = {}  # minute → the brokers whose file of it landed by now
-            while landed_done < len(landings) and landings[landed_done][0] <= second:
-                _, m, b = landings[landed_done]
-                arrived.setdefault(m, set()).add(b)
-                landed_done += 1
-            for m in sorted(arrived):
-                if m not in minute_events:
-                    minute_events[m] = stats_events(cluster, m)
-                bs = arrived[m]
-                batch += minute_events[m] if len(bs) == len(cluster.brokers) else [
-                    e for e in minute_events[m] if e[1] in bs]
-            cutoff = t - pd.Timedelta(seconds=ship.failures_seconds)
-            rj = cluster.rejections
-            last_tick = (second - ship.failures_seconds) / cluster.dt - 0.5
-            upto = bisect.bisect_right(rj.tick, last_tick, lo=seen_rejections)
-            lines: dict = {}  # a tick's lines of one pair and kind, whatever their attempt: one event (same time)
-            for tick, pair, busy, count in zip(rj.tick[seen_rejections:upto], rj.pair[seen_rejections:upto],
-                                               rj.busy[seen_rejections:upto], rj.count[seen_rejections:upto]):
-                lines[tick, pair, busy] = lines.get((tick, pair, busy), 0) + int(count)
-            start, times = cluster.start.to_pydatetime(), {}
-            for (tick, pair, busy), count in lines.items():
-                if tick not in times:
-                    times[tick] = start + dt.timedelta(seconds=(tick + 0.5) * cluster.dt)
-                event = (times[tick], pair_broker[pair], pair_topic[pair], None,
-                         FAILURE + classify.rejection(pair, busy), count)
-                if event[2] in gapped:
-                    for at in shipper.landings(event[2], (tick + 0.5) * cluster.dt):
-                        heapq.heappush(held, (at, next(order), event))
-                    continue
-                batch.append(event)
-                failure_lines += count
-            seen_rejections = upto
-            while bg_done < len(bg) and bg[bg_done][0] <= cutoff:
-                at, b, topic, klass = bg[bg_done]
-                event = (at.to_pydatetime(), b, topic, None, FAILURE + klass, 1)
-                bg_done += 1
-                if topic in gapped:
-                    for landing in shipper.landings(topic, (at - cluster.start).total_seconds()):
-                        heapq.heappush(held, (landing, next(order), event))
-                    continue
-                batch.append(event)
-                failure_lines += 1
-            while held and held[0][0] <= second:
-                event = heapq.heappop(held)[2]
-                batch.append(event)
-                failure_lines += event[5]
-            landed += batch
-            written_at += [second + timing.ingest_seconds] * len(batch)
-            if record is not None:
-                record("ingest", {"second": second, "written_at": second + timing.ingest_seconds}, batch)
-        if overrides and second % w.fast_trigger_seconds == 0 and (ticked := override_tick(
-                overrides, store, t.to_pydatetime(), cfg)):  # the override tick: pin, exempt, end, input or not
-            decided += ticked
-            brokers.publish(t, store.limits)
-        if horizon is not None and second % w.fast_trigger_seconds == 0 and store.probing():  # a probe's deadline
-            now = (t + pd.Timedelta(seconds=timing.fast_seconds)).to_pydatetime()
-            limits, _refused, state = decide_open(horizon, LockedInputs(
-                policy_state=store.state_table(), latest_limits=store.limits_table(), overrides=overrides,
-                open_evidence=open_evidence(memory.rows, horizon, length, expected, cfg.detection)), cfg, now,
-                batch_id=len(decided), origin="sim-tick")
-            if limits.num_rows:
-                store.add(limits, state)
-                decided += limits.to_pylist()
-                states += [(now, r) for r in state.to_pylist()]
-                brokers.publish(pd.Timestamp(now), store.limits)
-        if w.fast_path != "never" and second % w.fast_trigger_seconds == 0:
-            new = bisect.bisect_right(written_at, second, lo=fast_seen)
-            events = landed[fast_seen:new]
-            fast_seen = max(fast_seen, new)
-            if events:
-                rows, dicts = opened.batch_rows(events)
-                if rows.num_rows:
-                    now = (t + pd.Timedelta(seconds=timing.fast_seconds)).to_pydatetime()
-                    first = pc.min(rows.column("window_start")).as_py()
-                    th, bh = history.view(first, None)
-                    inputs = FastInputs(open_rows=rows, topic_history=th, broker_history=bh, open_dicts=dicts,
-                                        group_history=history.groups(first, None),
-                                        limited=read_as_limited(store.limited_keys(), store.lifted,
-                                                                t.to_pydatetime(), under))
-                    remembered = memory.rows if record is not None else None
-                    prepared = prepare_fast(inputs, memory, cfg)
-                    accepted, _ = decide_fast(prepared, LockedInputs(policy_state=store.state_table(),
-                                                                     latest_limits=store.limits_table(),
-                                                                     overrides=overrides),
-                                              cfg, now, origin="sim-fast")
-                    if record is not None:
-                        record("fast", {"rows": rows, "remembered": remembered,
-                                        "topic_history": inputs.topic_history.to_arrow(),
-                                        "broker_history": inputs.broker_history.to_arrow(), "state": store.state_table(),
-                                        "limits": store.limits_table(), "now": now}, accepted)
-                    if accepted.num_rows:
-                        store.add(accepted)
-                        decided += accepted.to_pylist()
-                        brokers.publish(pd.Timestamp(now), store.limits)
-                        if view is not None:
-                            view.poll(now, len(decided))
-        if second % w.trigger_seconds == 0:  # gold: the windows the watermark passed
-            new = bisect.bisect_right(written_at, second, lo=gold_seen)
-            events = landed[gold_seen:new]
-            gold_seen = max(gold_seen, new)
-            if events or final.pending():
-                sums = final.batch(events)
-                if not sums and horizon is not None and store.limited_keys():  # no window finalized: the open ones
-                    now = (t + pd.Timedelta(seconds=timing.gold_seconds)).to_pydatetime()
-                    opened_now = open_evidence(memory.rows, horizon, length, expected, cfg.detection)
-                    limits, _refused, state = decide_open(horizon, LockedInputs(
-                        policy_state=store.state_table(), latest_limits=store.limits_table(), open_evidence=opened_now,
-                        overrides=overrides), cfg, now, batch_id=len(decided), origin="sim-gold")
-                    if limits.num_rows:
-                        store.add(limits, state)
-                        decided += limits.to_pylist()
-                        states += [(now, r) for r in state.to_pylist()]
-                        brokers.publish(pd.Timestamp(now), store.limits)
-                        if view is not None:
-                            view.poll(now, len(decided))
-                if sums:
-                    now = (t + pd.Timedelta(seconds=timing.gold_seconds)).to_pydatetime()
-                    reduced = gold_tables(sums, length, cfg.detection,
-                                          read_as_limited(store.limited_keys(), store.lifted, t.to_pydatetime(),
-                                                          under))
-                    first = pc.min(reduced["traffic"].column("window_start")).as_py()
-                    th, bh = history.view(first, first)
-                    gh = history.groups(first, first)
-                    bounds = window_bounds(reduced["traffic"]) if view is not None else (None, None)
-                    inputs = FinalInputs(topics=reduced["gold/topic_tps"], groups=reduced["gold/group_tps"],
-                                         brokers=reduced["gold/broker_tps"], traffic=reduced["traffic"],
-                                         topic_history=th, broker_history=bh, group_history=gh,
-                                         limiter_rejections=view.table(*bounds) if bounds[0] else None)
-                    prepared = prepare_final(inputs, cfg)
-                    if prepared.first_window is not None:
-                        horizon, expected = prepared.horizon_end, expected_brokers(inputs.brokers)
-                        # the lift veto's evidence, read only for a resource folded (a candidate or a limit in force)
-                        opened_now = open_evidence(memory.rows, horizon, length, expected, cfg.detection) \
-                            if prepared.candidates or store.limited_keys() else None
-                        locked = LockedInputs(policy_state=store.state_table(), latest_limits=store.limits_table(),
-                                              open_evidence=opened_now, overrides=overrides)
-                        out = decide_final(prepared, locked, cfg, now, batch_id=len(decided), origin="sim-gold")
-                        store.add(out.limits, out.state)
-                        decided += out.limits.to_pylist()
-                        states += [(now, r) for r in out.state.to_pylist()]
-                        history.add(out.tables(), first)
-                        brokers.publish(pd.Timestamp(now), store.limits)
-                        if view is not None:
-                            view.poll(now, len(decided))
-        second += int(grid)
-    brokers.run_until(cluster.end)
-    limits = pd.DataFrame(decided, columns=[n for n, _ in columns.GOLD_LIMITS])
-    return SimResult(spec, cluster, prop, w.trigger_seconds, w.watermark_seconds, brokers.timeline, limits,
-                     wall_seconds=_time.monotonic() - started, failure_lines=failure_lines, bcfg=bcfg,
-                     irregular=irregular, states=states, detection=cfg.detection, limits_cfg=cfg.limits)
+        self.brokers.run_until(cluster.end)
+
+    def _ingest(self, second: int, t: pd.Timestamp) -> None:
+        """The ingest micro-batch at ``second``: what landed by now, written ``timing.ingest_seconds`` later."""
+        batch = self.landing.batch(second, t)
+        self.landed += batch
+        self.written_at += [second + self.timing.ingest_seconds] * len(batch)
+        if self.record is not None:
+            self.record("ingest", {"second": second, "written_at": second + self.timing.ingest_seconds}, batch)
+
+    def _override_tick(self, t: pd.Timestamp) -> None:
+        """The override tick: pin, exempt, end, input or not (:func:`pipelines.sim.override_tick.tick`)."""
+        gov = self.gov
+        if ticked := override_tick(self.overrides, gov.store, t.to_pydatetime(), self.cfg):
+            gov.decided += ticked
+            self.brokers.publish(t, gov.store.limits)
+
+    def _probe_tick(self, t: pd.Timestamp) -> None:
+        """A probe's deadline, kept at every fast trigger: the open windows decided again."""
+        gov = self.gov
+        now = (t + pd.Timedelta(seconds=self.timing.fast_seconds)).to_pydatetime()
+        evidence = open_evidence(gov.memory.rows, gov.horizon, self.length, gov.expected, self.cfg.detection)
+        limits, _refused, state = decide_open(gov.horizon, gov.locked(self.overrides, evidence), self.cfg, now,
+                                              batch_id=len(gov.decided), origin="sim-tick")
+        if limits.num_rows:
+            gov.take(now, limits, state, poll=False)
+
+    def _written(self, second: int, seen: int) -> tuple[list, int]:
+        """The events written by ``second`` after the first ``seen``, and how many are written by then."""
+        new = bisect.bisect_right(self.written_at, second, lo=seen)
+        return self.landed[seen:new], max(seen, new)
+
+    def _fast(self, second: int, t: pd.Timestamp) -> None:
+        """The fast micro-batch at ``second``: the open windows' running sums, preliminary decisions published
+        ``timing.fast_seconds`` later."""
+        events, self.fast_seen = self._written(second, self.fast_seen)
+        if not events:
+            return
+        rows, dicts = self.opened.batch_rows(events)
+        if not rows.num_rows:
+            return
+        gov, cfg = self.gov, self.cfg
+        now = (t + pd.Timedelta(seconds=self.timing.fast_seconds)).to_pydatetime()
+        first = pc.min(rows.column("window_start")).as_py()
+        th, bh = self.history.view(first, None)
+        inputs = FastInputs(open_rows=rows, topic_history=th, broker_history=bh, open_dicts=dicts,
+                            group_history=self.history.groups(first, None),
+                            limited=read_as_limited(gov.store.limited_keys(), gov.store.lifted, t.to_pydatetime(),
+                                                    self.under))
+        remembered = gov.memory.rows if self.record is not None else None
+        prepared = prepare_fast(inputs, gov.memory, cfg)
+        accepted, _ = decide_fast(prepared, gov.locked(self.overrides), cfg, now, origin="sim-fast")
+        if self.record is not None:
+            self.record("fast", {"rows": rows, "remembered": remembered,
+                                 "topic_history": inputs.topic_history.to_arrow(),
+                                 "broker_history": inputs.broker_history.to_arrow(), "state": gov.store.state_table(),
+                                 "limits": gov.store.limits_table(), "now": now}, accepted)
+        if accepted.num_rows:
+            gov.take(now, accepted, None, poll=True)
+
+    def _gold(self, second: int, t: pd.Timestamp) -> None:
+        """The gold micro-batch at ``second``: the windows the watermark passed decided (:meth:`_final`), or, when
+        none is finalized and a limit is in force, the open ones (:meth:`_open`)."""
+        events, self.gold_seen = self._written(second, self.gold_seen)
+        if not (events or self.final.pending()):
+            return
+        sums = self.final.batch(events)
+        now = (t + pd.Timedelta(seconds=self.timing.gold_seconds)).to_pydatetime()
+        if not sums and self.gov.horizon is not None and self.gov.store.limited_keys():
+            self._open(now)
+        if sums:
+            self._final(sums, t, now)
+
+    def _open(self, now: dt.datetime) -> None:
+        """No window finalized: the open windows decided (:func:`pipelines.decide.final.decide_open`)."""
+        gov = self.gov
+        evidence = open_evidence(gov.memory.rows, gov.horizon, self.length, gov.expected, self.cfg.detection)
+        limits, _refused, state = decide_open(gov.horizon, gov.locked(self.overrides, evidence), self.cfg, now,
+                                              batch_id=len(gov.decided), origin="sim-gold")
+        if limits.num_rows:
+            gov.take(now, limits, state, poll=True)
+
+    def _final(self, sums, t: pd.Timestamp, now: dt.datetime) -> None:
+        """The finalized windows' gold tables (:func:`pipelines.sim.windows.gold_tables`) decided
+        (:func:`pipelines.decide.final.decide_final`) and kept for the baselines."""
+        gov, cfg, view = self.gov, self.cfg, self.gov.view
+        reduced = gold_tables(sums, self.length, cfg.detection,
+                              read_as_limited(gov.store.limited_keys(), gov.store.lifted, t.to_pydatetime(),
+                                              self.under))
+        first = pc.min(reduced["traffic"].column("window_start")).as_py()
+        th, bh = self.history.view(first, first)
+        gh = self.history.groups(first, first)
+        bounds = window_bounds(reduced["traffic"]) if view is not None else (None, None)
+        inputs = FinalInputs(topics=reduced["gold/topic_tps"], groups=reduced["gold/group_tps"],
+                             brokers=reduced["gold/broker_tps"], traffic=reduced["traffic"],
+                             topic_history=th, broker_history=bh, group_history=gh,
+                             limiter_rejections=view.table(*bounds) if bounds[0] else None)
+        prepared = prepare_final(inputs, cfg)
+        if prepared.first_window is None:
+            return
+        gov.horizon, gov.expected = prepared.horizon_end, expected_brokers(inputs.brokers)
+        # the lift veto's evidence, read only for a resource folded (a candidate or a limit in force)
+        evidence = open_evidence(gov.memory.rows, gov.horizon, self.length, gov.expected, cfg.detection) \
+            if prepared.candidates or gov.store.limited_keys() else None
+        out = decide_final(prepared, gov.locked(self.overrides, evidence), cfg, now, batch_id=len(gov.decided),
+                           origin="sim-gold")
+        self.history.add(out.tables(), first)
+        gov.take(now, out.limits, out.state, poll=True)
 
 
 def simulate_named(name: str, cfg: GovernorConfig, bcfg, now: dt.datetime | None = None, **kwargs) -> SimResult:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipelines.sim.failures import FAILURE_COLUMNS, build_send_failures
+from pipelines.sim.failures import FAILURE_COLUMNS
+from pipelines.sim.scenarios import build_send_failures
 from pipelines.sim.render import render_stats_lines
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.sim.traffic import build_traffic

@@ -1,6 +1,6 @@
 """Operators' overrides in the Spark-free closed loop (:func:`pipelines.sim.loop.simulate` ``overrides=``): the
 override tick of the continuous job (:class:`pipelines.job.overrides.OverrideTick`) modelled at every fast trigger
-(:func:`tick`), the checks a closed loop with overrides is judged by (:func:`checks`), and the sweep's kind that
+(:func:`pipelines.sim.override_tick.tick`), the checks a closed loop with overrides is judged by (:func:`checks`), and the sweep's kind that
 draws them (:func:`draw_overridden`: ``overridden_storm``, its own cases beside the sweep's, ``python -m
 pipelines.sim.sweep --kind overridden_storm``).
 
@@ -23,27 +23,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipelines import columns
 from pipelines.config import GovernorConfig
-from pipelines.decide.arrow import from_rows
-from pipelines.decide.overrides import CREATE, EXEMPT, PIN, Applied, Override, frontier, parse
+from pipelines.decide.overrides import CREATE, EXEMPT, PIN, Override, parse
 from pipelines.sim.draws import PROG, START, Case, _draw, _draw_world
 from pipelines.sim.premise import cluster_of as _cluster, premise
 from pipelines.sim.figures import ONSET_TO_LIMIT_MAX_S, in_force_spans, truth
 
 #: The sweep's kind of a persisting storm with a drawn override of its culprit group. Its cases are its own
 #: (:func:`draw_overridden`, from a generator of their own), not among :data:`pipelines.sim.draws.KINDS`: the
-#: sweep's case ``k`` is drawn as it was before overrides existed.
+#: sweep's case ``k`` is drawn the same whether this kind exists or not.
 KIND = "overridden_storm"
-
-
-def tick(overrides: Sequence[Override], store, now: dt.datetime, cfg: GovernorConfig) -> list[dict]:
-    """The override rows due at ``now`` (simulated UTC) from the limits in force of ``store``
-    (:class:`pipelines.sim.loop.Store`), added to it; [] when none."""
-    rows = Applied(overrides, now, {}, store.limits, cfg).standing(frontier(store.limits))
-    if rows:
-        store.add(from_rows(rows, columns.GOLD_LIMITS))
-    return rows
 
 
 def in_force(result) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""The premise of a sweep case's kind (issues 40, 49): what its scenario must be for the kind to stand for what it
+"""The premise of a sweep case's kind: what its scenario must be for the kind to stand for what it
 names, read from its cluster's demand against the brokers' capacity (:func:`premise`); :func:`pipelines.sim.draws.
 draw` draws again until it holds."""
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pipelines.sim.draws import COMPOUND, START, Case
+from pipelines.sim.case import COMPOUND, START, Case
 
 #: A storm starts at this minute of the run or later. The fast path judges a ratio rule (RUNAWAY_RETRY) on an open
 #: window only once it is complete by census, against the brokers of the newest finalized window; a new lake has
 #: none, so no open window is complete until the governor's first final window (:func:`pipelines.decide.
 #: preliminary.census`). With the shipped settings (watermark 120 s) the fast path reads it 3.5-5.2 minutes into a
 #: run (earlier when failure lines move the watermark): a storm from minute 3 or 4 was contained from the final
-#: window or the next open one, 132-154 s after its onset (cases 185, 454). A storm in the governor's first
+#: window or the next open one, 132-154 s after its onset. A storm in the governor's first
 #: minutes is a cold start (kind ``cold_start``, judged by :func:`cold_start_target`), not what the 100 s target is
 #: about; from minute 5 its onset minute is judged at 6:12.5.
 FIRST_STORM_MINUTE = 5
@@ -108,8 +108,8 @@ def _flash_fits(c, causes, share: np.ndarray) -> str | None:
     """A legitimate flash sale (kind ``surge_and_flash``): with the surge held at :data:`CONTAINED_FACTOR` × its
     rate before it, its broker stays under :data:`HEALTHY_SHARE` of its capacity in every minute. A flash sale
     that overloads the broker by itself is a noisy neighbour: limiting it would be a false limit and leaving it
-    alone would leave the bystanders rejected (sweep cases 66, 174 and 197 before this premise: 115-289 % of the
-    bystanders' rejections before containment, one false limit)."""
+    alone would leave the bystanders rejected (drawn without this premise: 115-289 % of the bystanders' rejections
+    before containment, one false limit; docs/decisions.md §7)."""
     held = share.copy()
     capacity = c.capacity.to_numpy(dtype=float)
     for cause in causes:

@@ -1,4 +1,4 @@
-"""Pulsed producers (issue 49): while a surge cause is active, its topic's producers send in pulses, as a batch job
+"""Pulsed producers: while a surge cause is active, its topic's producers send in pulses, as a batch job
 flushing its buffer does. The first ``pulse_on_seconds`` of every ``pulse_period_seconds`` (whole seconds from the
 scenario's start, every broker of the topic at once) carry the minute's demand times ``period ÷ on``; the rest of
 the period carries none, so the minute's mean is the stats' demand (:class:`pipelines.sim.cluster.ClientConfig`

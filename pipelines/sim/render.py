@@ -28,7 +28,8 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from pipelines.sim.failures import FAILURE_COLUMNS, build_send_failures
+from pipelines.sim.failures import FAILURE_COLUMNS
+from pipelines.sim.scenarios import build_send_failures
 from pipelines.sim.spec import MINUTE, PERIOD_TEXT, STYLE_SUM, STYLE_TIMES, Incident, ScenarioSpec, rng_streams
 from pipelines.sim.traffic import as_object, build_period_rows, build_traffic, minute_index
 

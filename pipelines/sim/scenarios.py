@@ -23,8 +23,9 @@ Every scenario also has a trickle of ordinary failures on every broker: ``Remoti
 the channel <ip:port> timeout, 3000(ms)`` / Go ``request timeout`` (code null) and a few ``TOPIC_NOT_EXIST`` (17).
 ``steady`` is the same cluster, same seed-drawn traffic and trickle, without the incident.
 
-Send failures of the busy broker: :func:`pipelines.sim.failures.busy_broker_failures`. Add a scenario as a
-function here and an entry in :data:`SCENARIOS`.
+Send failures of the busy broker: :func:`pipelines.sim.failures.busy_broker_failures`; a scenario's send failures,
+the trickle and its own: :func:`build_send_failures`. Add a scenario as a function here and an entry in
+:data:`SCENARIOS`; :func:`scenario` looks one up by name.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ import numpy as np
 import pandas as pd
 
 from pipelines import rocketmq as rmq
-from pipelines.sim.failures import busy_broker_failures
+from pipelines.sim.failures import (
+    busy_broker_failures, business_topic_rates, empty_failures, finish_failures, trickle_failures,
+)
 from pipelines.sim.causes import _mix, second_spans, shape_compound, strength, truth_spans
-from pipelines.sim.spec import Cause, Incident, ScenarioSpec
+from pipelines.sim.spec import Cause, Incident, ScenarioSpec, rng_streams
 from pipelines.sim.world import World
 
 
@@ -346,3 +349,30 @@ SCENARIOS: dict[str, Scenario] = {
     "large_mix": Scenario("a large cluster (10,000 topics, 50 brokers): diurnal traffic, a retry storm and a flash "
                           "sale", _shape_large_mix, busy_broker_failures),
 }
+
+
+def scenario(name: str) -> Scenario:
+    """The registered scenario ``name`` (:data:`SCENARIOS`).
+
+    Raises:
+        ValueError: unknown scenario (the message lists the known ones)."""
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r} (known: {', '.join(sorted(SCENARIOS))})")
+    return SCENARIOS[name]
+
+
+def build_send_failures(spec: ScenarioSpec, traffic: pd.DataFrame) -> pd.DataFrame:
+    """Send failures (docs/contracts.md §1.2 columns :data:`FAILURE_COLUMNS`, then ``event_time`` (UTC) and
+    ``expected_class`` (ground truth, not written)). ``ts`` is epoch millis (int) or, for ``iso_ts_share`` of
+    rows, an ISO-8601 string ending in ``Z``; ``code`` is nullable. Sorted by time."""
+    rng = rng_streams(spec.seed)["failures"]
+    rates = business_topic_rates(traffic)
+    incident = traffic.attrs.get("incident")
+    frames = [trickle_failures(spec, rates, rng)]
+    extra = scenario(spec.name).failures
+    if extra is not None:
+        frames.append(extra(spec, rates, incident, rng))
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return empty_failures()
+    return finish_failures(spec, pd.concat(frames, ignore_index=True), rng)

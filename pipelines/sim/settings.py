@@ -68,7 +68,7 @@ SCENARIO_WORLDS: dict[str, dict[str, dict[str, Any]]] = {
         "apply_delay_seconds": {"broker-b": 120.0}, "dropped_minutes": [("broker-a", 8)],
         "duplicated_minutes": [("broker-c", 9, 90.0)]}},
 }
-#: What each scenario stands for in the issue's list.
+#: What each named scenario stands for (the role its name abbreviates).
 SCENARIO_ROLES: dict[str, str] = {
     "persisting_storm": "persisting storm", "storm_fixed": "storm fixed after N minutes",
     "storm_fixed_legit_retry": "storm fixed, then a legitimate 6 % retry level",

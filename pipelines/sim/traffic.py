@@ -32,12 +32,13 @@ stats line (:func:`build_traffic`), and the hour/day lines derived from it (:fun
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from pipelines import rocketmq as rmq
-from pipelines.sim.scenarios import SCENARIOS
+from pipelines.sim.scenarios import scenario
 from pipelines.sim.spec import (
     MINUTE,
     PERIOD_TEXT,
@@ -84,67 +85,138 @@ def _lazy(active: np.ndarray) -> np.ndarray:
     return np.logical_or.accumulate(active, axis=1)
 
 
+def _noisy(rng: np.random.Generator, amp: float, shape: tuple[int, ...]) -> np.ndarray:
+    """Multiplicative noise, uniform in ``1 ± amp``."""
+    return 1.0 + rng.uniform(-amp, amp, shape)
+
+
+class _Flows(NamedTuple):
+    """Messages per minute, (series, T) int64: puts per placement (``put``), consumption (``get``) and send-backs
+    (``sndbck``) per subscription, retry-topic re-puts (``retry_put``) and their consumption (``retry_get``) per
+    group × broker."""
+
+    put: np.ndarray
+    get: np.ndarray
+    sndbck: np.ndarray
+    retry_put: np.ndarray
+    retry_get: np.ndarray
+
+
+class _Gets(NamedTuple):
+    """The consumption series (subscriptions, then retry topics): broker index, ``topic@group`` key, queues, bytes
+    per message, msgs per minute (``sums``), pulls per minute and the index of the first retry series (``n_sp``)."""
+
+    broker: np.ndarray
+    key: np.ndarray
+    queues: np.ndarray
+    bytes: np.ndarray
+    sums: np.ndarray
+    pulls: np.ndarray
+    n_sp: int
+
+
 def _realise(world: World, rng: np.random.Generator) -> list[_Block]:
-    s, T, B = world.spec, world.T, len(world.brokers)
+    """The World's rates → the blocks of every stats line series (module docstring, **Realisation**), drawing the
+    noise from ``rng`` in a fixed order: consumption, send-backs, retry consumption, sizes, pull latency, lag, the
+    broker totals."""
+    flows = _flows(world, rng)
+    topic_blocks, tp_broker, tp_sum = _topic_blocks(world, flows, rng)
+    gets = _gets(world, flows)
+    get_blocks = _get_blocks(world, gets, rng)
+    sp_broker = world.pl_broker[world.sp_place]
+    sndbck = _Block(rmq.SNDBCK_PUT_NUMS, "minute", _sum_style(gets.n_sp), sp_broker, gets.key[:gets.n_sp],
+                    flows.sndbck, flows.sndbck, _lazy(flows.sndbck > 0))
+    queue_blocks = _queue_blocks(world, flows, gets, rng)
+    broker_blocks = _broker_blocks(world, tp_broker, tp_sum, gets, rng)
+    return topic_blocks + get_blocks + [sndbck] + queue_blocks + broker_blocks
 
-    def noisy(amp: float, shape: tuple[int, ...]) -> np.ndarray:
-        return 1.0 + rng.uniform(-amp, amp, shape)
 
-    topic, group = world.topic, world.group
-    # --- puts of business topics, consumption, send-backs, retry re-puts and retry consumption ---
+def _sum_style(n: int) -> np.ndarray:
+    return np.full(n, STYLE_SUM, dtype=object)
+
+
+def _flows(world: World, rng: np.random.Generator) -> _Flows:
+    """Puts of business topics, consumption (keeping up, ``1 ± get_noise``), send-backs (steady or the scenario's),
+    retry re-puts and retry consumption."""
+    s, T = world.spec, world.T
     put = _count(world.put_rate * 60.0)  # (P, T)
-    get = _count(put[world.sp_place] * noisy(s.get_noise, (world.sp_place.size, T)))
-    steady_sb = get * world.sp_retry_fraction[:, None] * noisy(s.put_noise, get.shape)
+    get = _count(put[world.sp_place] * _noisy(rng, s.get_noise, (world.sp_place.size, T)))
+    steady_sb = get * world.sp_retry_fraction[:, None] * _noisy(rng, s.put_noise, get.shape)
     sndbck = np.where(np.isnan(world.sp_sendback_rate), _count(steady_sb), _count(world.sp_sendback_rate * 60.0))
     retry_put = np.zeros((world.gb_group.size, T), dtype=np.int64)
     np.add.at(retry_put, world.sp_gb, sndbck)
-    keep_up = _count(retry_put * noisy(s.get_noise, retry_put.shape))
+    keep_up = _count(retry_put * _noisy(rng, s.get_noise, retry_put.shape))
     retry_get = np.where(np.isnan(world.gb_retry_get_rate), keep_up, _count(world.gb_retry_get_rate * 60.0))
+    return _Flows(put, get, sndbck, retry_put, retry_get)
 
-    retry_topic = np.array([rmq.RETRY_TOPIC_PREFIX + g for g in group[world.gb_group]], dtype=object)
-    sp_topic = topic[world.pl_topic[world.sp_place]]
-    sp_broker = world.pl_broker[world.sp_place]
 
-    # --- TOPIC_PUT_NUMS / TOPIC_PUT_SIZE ---
-    tp_sum = np.vstack([put, retry_put])
+def _retry_topics(world: World) -> np.ndarray:
+    return np.array([rmq.RETRY_TOPIC_PREFIX + g for g in world.group[world.gb_group]], dtype=object)
+
+
+def _topic_blocks(world: World, flows: _Flows, rng: np.random.Generator,
+                  ) -> tuple[list[_Block], np.ndarray, np.ndarray]:
+    """TOPIC_PUT_NUMS / TOPIC_PUT_SIZE of business and retry topics; → (the blocks, their broker index, their
+    msgs per minute)."""
+    s, topic = world.spec, world.topic
+    tp_sum = np.vstack([flows.put, flows.retry_put])
     tp_broker = np.concatenate([world.pl_broker, world.gb_broker])
-    tp_key = np.concatenate([topic[world.pl_topic], retry_topic])
+    tp_key = np.concatenate([topic[world.pl_topic], _retry_topics(world)])
     tp_bytes = np.concatenate([world.topic_bytes[world.pl_topic], world.gb_bytes])
-    tp_size = _count(tp_sum * tp_bytes[:, None] * noisy(s.size_noise, tp_sum.shape))
+    tp_size = _count(tp_sum * tp_bytes[:, None] * _noisy(rng, s.size_noise, tp_sum.shape))
     tp_emit = _lazy(tp_sum > 0)
+    return [_Block(rmq.TOPIC_PUT_NUMS, "minute", _sum_style(tp_key.size), tp_broker, tp_key, tp_sum, tp_sum, tp_emit),
+            _Block(rmq.TOPIC_PUT_SIZE, "minute", _sum_style(tp_key.size), tp_broker, tp_key, tp_size, tp_sum,
+                   tp_emit)], tp_broker, tp_sum
 
-    # --- GROUP_GET_NUMS / GROUP_GET_SIZE (pulls = "times") ---
-    gg_sum = np.vstack([get, retry_get])
-    gg_broker = np.concatenate([sp_broker, world.gb_broker])
-    gg_group = np.concatenate([group[world.sp_group], group[world.gb_group]])
-    gg_topic = np.concatenate([sp_topic, retry_topic])
+
+def _gets(world: World, flows: _Flows) -> _Gets:
+    """The consumption series and their pulls: a pull returns at most ``max_msgs_per_pull``, a busy queue pulled
+    ``max_pulls_per_queue_per_s`` times a second."""
+    s = world.spec
+    gg_sum = np.vstack([flows.get, flows.retry_get])
+    gg_broker = np.concatenate([world.pl_broker[world.sp_place], world.gb_broker])
+    gg_group = np.concatenate([world.group[world.sp_group], world.group[world.gb_group]])
+    gg_topic = np.concatenate([world.topic[world.pl_topic[world.sp_place]], _retry_topics(world)])
     gg_key = np.array([f"{t}@{g}" for t, g in zip(gg_topic, gg_group)], dtype=object)
     gg_queues = np.concatenate([np.full(world.sp_place.size, s.queues_per_topic),
                                 np.full(world.gb_group.size, s.retry_queues)]).astype(np.int64)
     gg_bytes = np.concatenate([world.topic_bytes[world.pl_topic[world.sp_place]], world.gb_bytes])
     batch = np.clip(gg_sum / 60.0 / (gg_queues[:, None] * s.max_pulls_per_queue_per_s), 1.0, s.max_msgs_per_pull)
     pulls = np.where(gg_sum > 0, np.ceil(gg_sum / batch), 0).astype(np.int64)
-    gg_size = _count(gg_sum * gg_bytes[:, None] * noisy(s.size_noise, gg_sum.shape))
-    gg_emit = _lazy(gg_sum > 0)
+    return _Gets(gg_broker, gg_key, gg_queues, gg_bytes, gg_sum, pulls, world.sp_place.size)
 
-    # --- GROUP_GET_LATENCY and GROUP_GET_FALL_SIZE per queueId@topic@group ---
-    j, q = _expand(gg_queues)
-    q_pulls = pulls[j] // gg_queues[j, None] + (q[:, None] < pulls[j] % gg_queues[j, None])
+
+def _get_blocks(world: World, g: _Gets, rng: np.random.Generator) -> list[_Block]:
+    """GROUP_GET_NUMS / GROUP_GET_SIZE (pulls = "times")."""
+    size = _count(g.sums * g.bytes[:, None] * _noisy(rng, world.spec.size_noise, g.sums.shape))
+    emit = _lazy(g.sums > 0)
+    return [_Block(rmq.GROUP_GET_NUMS, "minute", _sum_style(g.key.size), g.broker, g.key, g.sums, g.pulls, emit),
+            _Block(rmq.GROUP_GET_SIZE, "minute", _sum_style(g.key.size), g.broker, g.key, size, g.pulls, emit)]
+
+
+def _queue_blocks(world: World, flows: _Flows, g: _Gets, rng: np.random.Generator) -> list[_Block]:
+    """GROUP_GET_LATENCY and GROUP_GET_FALL_SIZE per ``queueId@topic@group``: a queue's share of the pulls at the
+    subscription's latency (× its broker's factor, ``1 ± pull_rt_noise``); bytes behind every
+    ``fall_print_every_minutes``: a random lag for lagging queues, the retry backlog for retry queues."""
+    s, T = world.spec, world.T
+    j, q = _expand(g.queues)
+    q_pulls = g.pulls[j] // g.queues[j, None] + (q[:, None] < g.pulls[j] % g.queues[j, None])
     rt_base = np.concatenate([world.sp_rt_ms, world.gb_rt_ms])[j]
-    rt = rt_base[:, None] * world.broker_latency_factor[gg_broker[j]] * noisy(s.pull_rt_noise, q_pulls.shape)
+    rt = rt_base[:, None] * world.broker_latency_factor[g.broker[j]] * _noisy(rng, s.pull_rt_noise, q_pulls.shape)
     lat_ms = _count(q_pulls * rt)
-    q_key = np.array([f"{qq}@{k}" for qq, k in zip(q.tolist(), gg_key[j])], dtype=object)
-    lat_style = np.array([latency_style(b) for b in gg_broker[j].tolist()], dtype=object)
+    q_key = np.array([f"{qq}@{k}" for qq, k in zip(q.tolist(), g.key[j])], dtype=object)
+    lat_style = np.array([latency_style(b) for b in g.broker[j].tolist()], dtype=object)
 
     lag_draw = rng.uniform(0.0, s.lag_seconds_max, q_pulls.shape)
-    n_sp = world.sp_place.size
+    n_sp = g.n_sp
     lagging = np.concatenate([world.sp_lagging, np.zeros(world.gb_group.size, dtype=bool)])[j]
-    per_queue_rate = gg_sum[j] / 60.0 / gg_queues[j, None]
-    fall = np.where(lagging[:, None], per_queue_rate * lag_draw * gg_bytes[j, None], 0.0)
+    per_queue_rate = g.sums[j] / 60.0 / g.queues[j, None]
+    fall = np.where(lagging[:, None], per_queue_rate * lag_draw * g.bytes[j, None], 0.0)
     backlog = np.zeros((world.gb_group.size, T))
     level = np.zeros(world.gb_group.size)
     for m in range(T):  # retry backlog: what was re-put and not consumed yet (O(T) vector steps)
-        level = np.maximum(level + retry_put[:, m] - retry_get[:, m], 0.0)
+        level = np.maximum(level + flows.retry_put[:, m] - flows.retry_get[:, m], 0.0)
         backlog[:, m] = level
     is_retry_queue = j >= n_sp
     fall[is_retry_queue] = backlog[j[is_retry_queue] - n_sp] * world.gb_bytes[j[is_retry_queue] - n_sp, None]
@@ -153,37 +225,28 @@ def _realise(world: World, rng: np.random.Generator) -> list[_Block]:
     fall_sum = _count(fall) * tick[None, :]
     fall_sum[:, 0] = 0  # nothing measured yet at broker start
     fall_emit = _lazy(fall_sum > 0) & tick[None, :]
+    return [_Block(rmq.GROUP_GET_LATENCY, "minute", lat_style, g.broker[j], q_key, lat_ms, q_pulls, _lazy(q_pulls > 0)),
+            _Block(rmq.GROUP_GET_FALL_SIZE, "5min", np.full(q_key.size, STYLE_VALUE, dtype=object), g.broker[j],
+                   q_key, fall_sum, np.zeros_like(fall_sum), fall_emit)]
 
-    # --- SNDBCK_PUT_NUMS ---
-    sb_key = gg_key[:n_sp]
 
-    # --- BROKER_PUT_NUMS / BROKER_GET_NUMS (cluster key, AVGPT 0.00) ---
+def _broker_blocks(world: World, tp_broker: np.ndarray, tp_sum: np.ndarray, g: _Gets,
+                   rng: np.random.Generator) -> list[_Block]:
+    """BROKER_PUT_NUMS / BROKER_GET_NUMS (cluster key, AVGPT 0.00): a broker's topic puts (plus its unattributed
+    writes) and gets, ``1 ± broker_stat_jitter``."""
+    s, T, B = world.spec, world.T, len(world.brokers)
     b_put = np.zeros((B, T))
     np.add.at(b_put, tp_broker, tp_sum)
     b_put += world.broker_unattributed_put_rate * 60.0
     b_get = np.zeros((B, T))
-    np.add.at(b_get, gg_broker, gg_sum)
-    b_put = _count(b_put * noisy(s.broker_stat_jitter, b_put.shape))
-    b_get = _count(b_get * noisy(s.broker_stat_jitter, b_get.shape))
+    np.add.at(b_get, g.broker, g.sums)
+    b_put = _count(b_put * _noisy(rng, s.broker_stat_jitter, b_put.shape))
+    b_get = _count(b_get * _noisy(rng, s.broker_stat_jitter, b_get.shape))
     b_idx = np.arange(B)
     b_key = np.full(B, s.cluster, dtype=object)
     always = np.ones((B, T), dtype=bool)
-
-    def sum_style(n: int) -> np.ndarray:
-        return np.full(n, STYLE_SUM, dtype=object)
-
-    return [
-        _Block(rmq.TOPIC_PUT_NUMS, "minute", sum_style(tp_key.size), tp_broker, tp_key, tp_sum, tp_sum, tp_emit),
-        _Block(rmq.TOPIC_PUT_SIZE, "minute", sum_style(tp_key.size), tp_broker, tp_key, tp_size, tp_sum, tp_emit),
-        _Block(rmq.GROUP_GET_NUMS, "minute", sum_style(gg_key.size), gg_broker, gg_key, gg_sum, pulls, gg_emit),
-        _Block(rmq.GROUP_GET_SIZE, "minute", sum_style(gg_key.size), gg_broker, gg_key, gg_size, pulls, gg_emit),
-        _Block(rmq.SNDBCK_PUT_NUMS, "minute", sum_style(n_sp), sp_broker, sb_key, sndbck, sndbck, _lazy(sndbck > 0)),
-        _Block(rmq.GROUP_GET_LATENCY, "minute", lat_style, gg_broker[j], q_key, lat_ms, q_pulls, _lazy(q_pulls > 0)),
-        _Block(rmq.GROUP_GET_FALL_SIZE, "5min", np.full(q_key.size, STYLE_VALUE, dtype=object), gg_broker[j], q_key,
-               fall_sum, np.zeros_like(fall_sum), fall_emit),
-        _Block(rmq.BROKER_PUT_NUMS, "minute", sum_style(B), b_idx, b_key, b_put, np.zeros_like(b_put), always),
-        _Block(rmq.BROKER_GET_NUMS, "minute", sum_style(B), b_idx, b_key, b_get, np.zeros_like(b_get), always),
-    ]
+    return [_Block(rmq.BROKER_PUT_NUMS, "minute", _sum_style(B), b_idx, b_key, b_put, np.zeros_like(b_put), always),
+            _Block(rmq.BROKER_GET_NUMS, "minute", _sum_style(B), b_idx, b_key, b_get, np.zeros_like(b_get), always)]
 
 
 _STYLES: tuple[str, ...] = (STYLE_SUM, STYLE_TIMES, STYLE_VALUE)
@@ -246,7 +309,7 @@ def build_traffic(spec: ScenarioSpec) -> pd.DataFrame:
     :class:`Incident` or None. Hour and day lines are derived by :func:`build_period_rows`."""
     rngs = rng_streams(spec.seed)
     world = build_world(spec, rngs)
-    incident = SCENARIOS[spec.name].shape(spec, world, rngs["scenario"])
+    incident = scenario(spec.name).shape(spec, world, rngs["scenario"])
     frame = _flatten(world, _realise(world, rngs["realise"]))
     if world.broker_restart is not None and world.broker_restart.any():
         frame = _apply_restarts(world, frame)

@@ -132,6 +132,8 @@ OPEN_COLUMNS = (("window_start", "timestamp"), ("window_end", "timestamp"), ("re
                 ("retried", "long"), ("failures", "long"), ("busy_failures", "long"), ("rate_limited", "long"),
                 ("broker_amounts", "map<string,long>"), ("brokers", "array<string>"), ("carriers", "array<string>"))
 OPEN_SCHEMA = schema(OPEN_COLUMNS)
+#: The failure classes of a busy broker (``busy_failures``).
+_BUSY = frozenset(rmq.BUSY_FAILURE_CLASSES)
 
 
 class OpenWindows:
@@ -160,8 +162,7 @@ class OpenWindows:
 
     def batch_rows(self, events: list[Event]) -> tuple[pa.Table, list[dict]]:
         """:meth:`batch` → (the rows as Arrow, the same rows as dicts)."""
-        touched = set()
-        busy = set(rmq.BUSY_FAILURE_CLASSES)
+        touched: set = set()
         start_of = self._start_of
         span = dt.timedelta(seconds=self.length)
         for at, broker, topic, group, metric, amount in events:
@@ -169,64 +170,82 @@ class OpenWindows:
             if self.watermark is not None and start + span <= self.watermark:  # late: its window's end passed
                 continue
             self.max_seen = at if self.max_seen is None or at > self.max_seen else self.max_seen
-            if not metric.startswith(FAILURE):
-                seen = self._lines[start]
-                line = (at, broker, topic, group, metric, amount)
-                if line in seen:  # counted once; its rows are still output (update mode: the keys it touched)
-                    amount = 0
-                seen.add(line)
             if metric.startswith(FAILURE):
-                klass = metric[len(FAILURE):]
-                if klass == rmq.RATE_LIMITED:
-                    if topic is not None:
-                        self._row(start, "topic", topic)["rate_limited"] += amount
-                        touched.add((start, "topic", topic))
-                    continue
-                for rtype, name in (("topic", topic), ("broker", broker)):
-                    if name is not None:
-                        r = self._row(start, rtype, name)
-                        r["failures"] += amount
-                        r["busy_failures"] += amount if klass in busy else 0
-                        touched.add((start, rtype, name))
+                self._add_failure(start, broker, topic, metric[len(FAILURE):], amount, touched)
                 continue
-            if broker is not None:
-                self._row(start, "cluster", "*")["brokers"].add(broker)
-                touched.add((start, "cluster", "*"))
-            if metric == rmq.TOPIC_PUT_NUMS:
-                targets = [("topic", topic)] + ([("broker", broker)] if broker is not None else [])
-                for rtype, name in targets:
-                    r = self._row(start, rtype, name)
-                    r["puts"] += amount
-                    if broker is not None:
-                        r["amounts"][broker] += amount
-                        r["carriers"].add(broker)
-                    touched.add((start, rtype, name))
-            elif metric == rmq.BROKER_PUT_NUMS and broker is not None:
-                r = self._row(start, "broker", broker)
-                r["broker_puts"] = (r["broker_puts"] or 0) + amount
-                touched.add((start, "broker", broker))
-            elif metric == rmq.GROUP_GET_NUMS and group is not None and not (topic or "").startswith(
-                    rmq.RETRY_TOPIC_PREFIX):
-                self._row(start, "group", group)["consumed"] += amount
-                touched.add((start, "group", group))
-            elif metric == rmq.SNDBCK_PUT_NUMS and group is not None:
-                r = self._row(start, "group", group)
-                r["retried"] += amount
+            seen = self._lines[start]
+            line = (at, broker, topic, group, metric, amount)
+            if line in seen:  # counted once; its rows are still output (update mode: the keys it touched)
+                amount = 0
+            seen.add(line)
+            self._add_stats(start, broker, topic, group, metric, amount, touched)
+        out = self._output(touched)
+        self._advance()
+        return from_rows(out, OPEN_COLUMNS), out
+
+    def _add_failure(self, start, broker, topic, klass: str, amount: int, touched: set) -> None:
+        """A failure line of class ``klass``: a rate-limited one counts for its topic's ``rate_limited``, any other
+        for its topic's and its broker's ``failures`` (and ``busy_failures`` when busy)."""
+        if klass == rmq.RATE_LIMITED:
+            if topic is not None:
+                self._row(start, "topic", topic)["rate_limited"] += amount
+                touched.add((start, "topic", topic))
+            return
+        for rtype, name in (("topic", topic), ("broker", broker)):
+            if name is not None:
+                r = self._row(start, rtype, name)
+                r["failures"] += amount
+                r["busy_failures"] += amount if klass in _BUSY else 0
+                touched.add((start, rtype, name))
+
+    def _add_stats(self, start, broker, topic, group, metric: str, amount: int, touched: set) -> None:
+        """A stats event: its broker reported the window; puts count for the topic and the broker (with the broker's
+        amount and as a carrier), the broker's own puts, a group's consumption (not of its retry topic) and
+        send-backs (with the broker's amount)."""
+        if broker is not None:
+            self._row(start, "cluster", "*")["brokers"].add(broker)
+            touched.add((start, "cluster", "*"))
+        if metric == rmq.TOPIC_PUT_NUMS:
+            targets = [("topic", topic)] + ([("broker", broker)] if broker is not None else [])
+            for rtype, name in targets:
+                r = self._row(start, rtype, name)
+                r["puts"] += amount
                 if broker is not None:
                     r["amounts"][broker] += amount
-                touched.add((start, "group", group))
+                    r["carriers"].add(broker)
+                touched.add((start, rtype, name))
+        elif metric == rmq.BROKER_PUT_NUMS and broker is not None:
+            r = self._row(start, "broker", broker)
+            r["broker_puts"] = (r["broker_puts"] or 0) + amount
+            touched.add((start, "broker", broker))
+        elif metric == rmq.GROUP_GET_NUMS and group is not None and not (topic or "").startswith(
+                rmq.RETRY_TOPIC_PREFIX):
+            self._row(start, "group", group)["consumed"] += amount
+            touched.add((start, "group", group))
+        elif metric == rmq.SNDBCK_PUT_NUMS and group is not None:
+            r = self._row(start, "group", group)
+            r["retried"] += amount
+            if broker is not None:
+                r["amounts"][broker] += amount
+            touched.add((start, "group", group))
+
+    def _output(self, touched: set) -> list[dict]:
+        """The rows ``touched`` as dicts of :data:`OPEN_COLUMNS`, in key order."""
         w = dt.timedelta(seconds=self.length)
-        out = [{"window_start": s, "window_end": s + w, "resource_type": t, "resource": n, "puts": r["puts"],
-                "broker_puts": r["broker_puts"], "consumed": r["consumed"], "retried": r["retried"],
-                "failures": r["failures"], "busy_failures": r["busy_failures"], "rate_limited": r["rate_limited"],
-                "broker_amounts": sorted(r["amounts"].items()) if r["amounts"] else [],
-                "brokers": sorted(r["brokers"]), "carriers": sorted(r["carriers"])}
-               for (s, t, n) in sorted(touched) for r in (self.rows[(s, t, n)],)]
+        return [{"window_start": s, "window_end": s + w, "resource_type": t, "resource": n, "puts": r["puts"],
+                 "broker_puts": r["broker_puts"], "consumed": r["consumed"], "retried": r["retried"],
+                 "failures": r["failures"], "busy_failures": r["busy_failures"], "rate_limited": r["rate_limited"],
+                 "broker_amounts": sorted(r["amounts"].items()) if r["amounts"] else [],
+                 "brokers": sorted(r["brokers"]), "carriers": sorted(r["carriers"])}
+                for (s, t, n) in sorted(touched) for r in (self.rows[(s, t, n)],)]
+
+    def _advance(self) -> None:
+        """The watermark moved to the newest event less the delay; the windows it passed dropped."""
         if self.max_seen is not None:
+            w = dt.timedelta(seconds=self.length)
             moved = self.max_seen - self.delay
             self.watermark = moved if self.watermark is None or moved > self.watermark else self.watermark
             for key in [k for k in self.rows if k[0] + w <= self.watermark]:
                 del self.rows[key]
             for start in [s for s in self._lines if s + w <= self.watermark]:
                 del self._lines[start]
-        return from_rows(out, OPEN_COLUMNS), out

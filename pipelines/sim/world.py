@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -123,19 +123,70 @@ def _second_choice(rng: np.random.Generator, first: np.ndarray, n: int) -> np.nd
     return (first + rng.integers(1, n, size=first.size)) % n
 
 
+class _Placements(NamedTuple):
+    """Where each topic lives: one row per (topic, broker) placement, sorted by broker then topic, with the topic's
+    share of its puts there."""
+
+    topic: np.ndarray
+    broker: np.ndarray
+    share: np.ndarray
+
+
+class _Subscriptions(NamedTuple):
+    """One row per (group, placement of a topic it consumes), sorted by group then placement: its steady send-back
+    fraction, its pull latency (ms per pull) and whether its queues lag."""
+
+    group: np.ndarray
+    place: np.ndarray
+    retry_fraction: np.ndarray
+    rt_ms: np.ndarray
+    lagging: np.ndarray
+
+
 def build_world(spec: ScenarioSpec, rngs: Mapping[str, np.random.Generator] | None = None) -> World:
     """The scenario-independent catalog and steady rates (draws only from the ``catalog`` and ``traffic`` streams)."""
     rngs = rngs or rng_streams(spec.seed)
     rc, rt = rngs["catalog"], rngs["traffic"]
     B, N, G, T = spec.brokers, spec.topics, spec.groups, spec.minutes
-    cb = spec.culprit_broker_index
 
     topic = np.array([spec.culprit_topic] + _word_names(rc, N - 1, _TOPIC_WORDS, "{}-{}"), dtype=object)
     group = np.array([spec.culprit_group] + _word_names(rc, G - 1, _GROUP_WORDS, "{}-{}-consumer"), dtype=object)
     base = _log_uniform(rc, spec.base_tps_min, spec.base_tps_max, N)
     size = _log_uniform(rc, spec.msg_bytes_min, spec.msg_bytes_max, N)
+    pl = _placements(spec, rc)
+    sp = _subscriptions(spec, rc, pl.topic)
+    n_sp = sp.group.size
 
-    # placements: each topic on one broker, or two (culprit topic pinned to the culprit broker, or k brokers)
+    # retry topics: one per (group, broker) the group consumes on
+    sp_broker = pl.broker[sp.place]
+    gb_codes, gb_uniques = pd.factorize(pd.Series(sp.group * B + sp_broker), sort=True)
+    gb_key = np.asarray(gb_uniques, dtype=np.int64)
+    first_sp = pd.Series(np.arange(n_sp)).groupby(gb_codes).first().to_numpy()
+
+    noise = 1.0 + rt.uniform(-spec.put_noise, spec.put_noise, size=(pl.topic.size, T))
+    put_rate = (base[pl.topic] * pl.share)[:, None] * noise
+
+    return World(
+        spec=spec, brokers=broker_names(B),
+        minute_starts=pd.date_range(spec.start_utc, periods=T, freq="min"),
+        topic=topic, topic_base_tps=base, topic_bytes=size, group=group,
+        pl_topic=pl.topic, pl_broker=pl.broker, pl_share=pl.share, put_rate=put_rate,
+        sp_group=sp.group, sp_place=sp.place, sp_retry_fraction=sp.retry_fraction, sp_rt_ms=sp.rt_ms,
+        sp_lagging=sp.lagging, sp_gb=gb_codes.astype(np.int64),
+        gb_group=gb_key // B, gb_broker=gb_key % B, gb_bytes=size[pl.topic[sp.place[first_sp]]],
+        gb_rt_ms=sp.rt_ms[first_sp],
+        sp_sendback_rate=np.full((n_sp, T), np.nan),
+        gb_retry_get_rate=np.full((gb_key.size, T), np.nan),
+        broker_unattributed_put_rate=np.zeros((B, T)),
+        broker_latency_factor=np.ones((B, T)),
+    )
+
+
+def _placements(spec: ScenarioSpec, rc: np.random.Generator) -> _Placements:
+    """Each topic on one broker, or two (``two_broker_topic_share``, half its puts each); the culprit topic pinned to
+    the culprit broker, or on ``culprit_topic_brokers`` brokers from it on (equal shares, or
+    ``culprit_topic_shares``)."""
+    B, N, cb = spec.brokers, spec.topics, spec.culprit_broker_index
     first = rc.integers(0, B, size=N)
     two = (rc.random(N) < spec.two_broker_topic_share) & (B > 1)
     second = _second_choice(rc, first, B)
@@ -151,9 +202,14 @@ def build_world(spec: ScenarioSpec, rngs: Mapping[str, np.random.Generator] | No
         if spec.culprit_topic_shares:  # the culprit broker's share first, then the next brokers' in turn
             pl_share[pl_topic == 0] = np.asarray(spec.culprit_topic_shares, dtype=float)
     order = np.lexsort((pl_topic, pl_broker))
-    pl_topic, pl_broker, pl_share = pl_topic[order], pl_broker[order], pl_share[order]
+    return _Placements(pl_topic[order], pl_broker[order], pl_share[order])
 
-    # subscriptions: each group 1-2 topics (culprit group: the culprit topic alone)
+
+def _subscriptions(spec: ScenarioSpec, rc: np.random.Generator, pl_topic: np.ndarray) -> _Subscriptions:
+    """Each group consumes 1-2 topics (``two_topic_group_share``; the culprit group the culprit topic alone) on every
+    broker that carries them; ``retrying_subscription_share`` of them send back up to ``normal_retry_fraction_max``,
+    ``lagging_queue_share`` lag."""
+    N, G = spec.topics, spec.groups
     t1 = rc.integers(0, N, size=G)
     has2 = (rc.random(G) < spec.two_topic_group_share) & (N > 1)
     t2 = _second_choice(rc, t1, N)
@@ -166,32 +222,7 @@ def build_world(spec: ScenarioSpec, rngs: Mapping[str, np.random.Generator] | No
     sp_group, sp_place = sp["group"].to_numpy(), sp["place"].to_numpy()
     n_sp = sp_group.size
     retrying = rc.random(n_sp) < spec.retrying_subscription_share
-    sp_retry_fraction = np.where(retrying, rc.uniform(0.0, spec.normal_retry_fraction_max, n_sp), 0.0)
-    sp_rt_ms = _log_uniform(rc, spec.pull_rt_ms_min, spec.pull_rt_ms_max, n_sp)
-    sp_lagging = rc.random(n_sp) < spec.lagging_queue_share
-
-    # retry topics: one per (group, broker) the group consumes on
-    sp_broker = pl_broker[sp_place]
-    gb_codes, gb_uniques = pd.factorize(pd.Series(sp_group * B + sp_broker), sort=True)
-    gb_key = np.asarray(gb_uniques, dtype=np.int64)
-    gb_group, gb_broker = gb_key // B, gb_key % B
-    first_sp = pd.Series(np.arange(n_sp)).groupby(gb_codes).first().to_numpy()
-    gb_bytes = size[pl_topic[sp_place[first_sp]]]
-    gb_rt_ms = sp_rt_ms[first_sp]
-
-    noise = 1.0 + rt.uniform(-spec.put_noise, spec.put_noise, size=(pl_topic.size, T))
-    put_rate = (base[pl_topic] * pl_share)[:, None] * noise
-
-    return World(
-        spec=spec, brokers=broker_names(B),
-        minute_starts=pd.date_range(spec.start_utc, periods=T, freq="min"),
-        topic=topic, topic_base_tps=base, topic_bytes=size, group=group,
-        pl_topic=pl_topic, pl_broker=pl_broker, pl_share=pl_share, put_rate=put_rate,
-        sp_group=sp_group, sp_place=sp_place, sp_retry_fraction=sp_retry_fraction, sp_rt_ms=sp_rt_ms,
-        sp_lagging=sp_lagging, sp_gb=gb_codes.astype(np.int64),
-        gb_group=gb_group, gb_broker=gb_broker, gb_bytes=gb_bytes, gb_rt_ms=gb_rt_ms,
-        sp_sendback_rate=np.full((n_sp, T), np.nan),
-        gb_retry_get_rate=np.full((gb_key.size, T), np.nan),
-        broker_unattributed_put_rate=np.zeros((B, T)),
-        broker_latency_factor=np.ones((B, T)),
-    )
+    retry_fraction = np.where(retrying, rc.uniform(0.0, spec.normal_retry_fraction_max, n_sp), 0.0)
+    rt_ms = _log_uniform(rc, spec.pull_rt_ms_min, spec.pull_rt_ms_max, n_sp)
+    lagging = rc.random(n_sp) < spec.lagging_queue_share
+    return _Subscriptions(sp_group, sp_place, retry_fraction, rt_ms, lagging)

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from pipelines.sim import cli as sim_cli
-from pipelines.sim.failures import build_send_failures
+from pipelines.sim.scenarios import build_send_failures
 from pipelines.sim.render import render_landing
 from pipelines.sim.spec import ScenarioSpec
 from pipelines.sim.traffic import TRAFFIC_COLUMNS, build_traffic

@@ -17,9 +17,8 @@ from pipelines import columns
 from pipelines.decide.arrow import aware, from_rows
 from pipelines import tables
 from pipelines.dataplane.lake import Lake
+from pipelines.columns import Key
 from pipelines.schemas import RESOURCE_KEYS
-
-Key = tuple[str, str]
 
 
 class DecisionStore:
