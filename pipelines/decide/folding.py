@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from pipelines.columns import Key
 from pipelines import columns
 from pipelines.decide.arrow import aware, figures, from_rows, naive
 from pipelines.decide.candidates import Keyed
@@ -32,7 +33,6 @@ _TIMES = {name for name, kind in columns.POLICY_STATE if kind == "timestamp"}
 _MAPS = {name for name, kind in columns.POLICY_STATE if kind.startswith("map<")}
 _INTS = {"version", "recurrences", "probe_backoff", "cause_changes", "window_decisions"}
 
-Key = tuple[str, str]
 
 
 def state_of(row: dict) -> ResourceState:

@@ -27,6 +27,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import replace
 
+from pipelines.columns import Key
 from pipelines.config import GovernorConfig
 from pipelines.decide import facts
 from pipelines.decide.arrow import aware, figures, naive
@@ -37,7 +38,6 @@ from pipelines.decide.reconcile import same_figures
 from pipelines.decide.text import fixed, stamp
 from pipelines.decide.words import Action, Basis
 
-Key = tuple[str, str]
 
 #: What the brokers still to report hold together of a preliminary limit decided before its window is complete by
 #: census (:func:`held_for_brokers_to_report`); the brokers heard from share the rest by their traffic.

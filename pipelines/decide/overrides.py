@@ -30,11 +30,11 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
-from pipelines.columns import OVERRIDE_ID
+from pipelines.columns import OVERRIDE_ID, Key
 from pipelines.config import GovernorConfig
 from pipelines.decide.arrow import aware, figures, naive
 from pipelines.decide.candidates import Keyed, mode
-from pipelines.decide.facts import ANY_BROKER, shares_of, split as broker_limits
+from pipelines.decide.facts import ANY_BROKER, close, shares_of, split as broker_limits
 from pipelines.decide.fold_types import ResourceState
 from pipelines.decide.folding import Folded, state_of, state_row
 from pipelines.decide.limits import burst_for, decision_version
@@ -52,7 +52,6 @@ ID_FORMAT = re.compile(r"ovr-[0-9a-f]{8,32}")
 #: How a reason names the override it was decided under (the first such mention is the one).
 TAG = re.compile(r"\boverride (ovr-[0-9a-f]{8,32}) \((?:pin|exempt)\b")
 
-Key = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -247,7 +246,7 @@ class Applied:
             if o is not None and o.kind == PIN:
                 split = self._split(o, row, lambda: self._newest(traffic, key))
                 mine = on and tag(row.get("reason")) == o.override_id and row.get("action") == Action.SET \
-                    and abs(row["limit_qps"] - o.limit_qps) <= 1e-9 * o.limit_qps
+                    and close(row["limit_qps"], o.limit_qps)
                 refresh = dt.timedelta(seconds=self.cfg.limits.refresh_seconds)
                 due = mine and self.now - aware(row["decided_at"]) >= refresh
                 if not mine or due or (split and not figures(row.get("broker_limits"))):

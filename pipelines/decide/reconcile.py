@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from pipelines.columns import Key
 from pipelines.config import GovernorConfig
 from pipelines.decide.arrow import aware, figures, naive
 from pipelines.decide import facts
@@ -29,7 +30,6 @@ from pipelines.decide.limits import RECONCILE_RANK, burst_for, decision_version
 from pipelines.decide.steps import frozen_basis
 from pipelines.decide.text import fixed, stamp
 
-Key = tuple[str, str]
 
 
 def latest_per_resource(rows: list[dict]) -> dict[Key, dict]:
