@@ -13,7 +13,8 @@ cores), all of them in the module's first guard test.
 Re-record the cases after a policy change: ``.venv/bin/python mutations/policy.py --record`` (docs/backtest.md
 §6.3).
 
-Measured: TIMING_PLACEHOLDER
+Measured: 69 s for the 16 mutations (15 with cases, p02 an expected failure) on this machine's two cores, quiet
+(2026-12-07).
 """
 
 from __future__ import annotations
@@ -40,12 +41,23 @@ PARALLEL = 2
 TIMEOUT = 600
 
 
+#: Mutations fewer than ``policy.MIN_CASES`` CI cases catch at this commit, each with ``short`` in
+#: ``mutations/policy.toml`` saying why: the sweep's power falls short there (a finding, never a deletion). The cases
+#: that do catch one are guarded as any other's; one that no case catches is an expected failure of the guard below.
+#: Once ``--record`` finds enough cases for it, its note must go.
+SHORT = {name: entry["short"] for name, entry in ENTRIES.items() if entry.get("short")}
+
+
 def test_every_mutation_lists_at_least_two_ci_cases_none_of_them_open():
     """Each mutation names >= ``policy.MIN_CASES`` CI cases (0..DEFAULT_CASES-1), none of them on the open list (a
-    case failing without the patch catches nothing)."""
+    case failing without the patch catches nothing); a mutation noted ``short`` lists fewer (:data:`SHORT`)."""
     assert ENTRIES
     for name, entry in ENTRIES.items():
         cases = entry.get("cases", [])
+        if name in SHORT:
+            assert len(set(cases)) < policy.MIN_CASES, (
+                f"{name}: caught by {cases} now: take its 'short' note out of mutations/policy.toml")
+            continue
         assert len(set(cases)) >= policy.MIN_CASES, (
             f"{name}: {len(set(cases))} case(s) listed in mutations/policy.toml, fewer than {policy.MIN_CASES}: "
             "re-record (mutations/policy.py --record --only " + name.split("-")[0] + ")")
@@ -94,6 +106,8 @@ def guarded(request) -> dict[str, tuple]:
 @pytest.mark.parametrize("name", list(ENTRIES))
 def test_each_listed_case_catches_its_mutation(name, guarded):
     cases = sorted(set(ENTRIES[name].get("cases", [])))
+    if name in SHORT and not cases:
+        pytest.xfail(f"{name}: caught by no CI case at this commit: {SHORT[name]}")
     if not cases:
         pytest.fail(f"{name}: no cases listed in mutations/policy.toml: re-record (mutations/policy.py --record)",
                     pytrace=False)
