@@ -139,8 +139,9 @@ class WindowsConfig(_Section):
         "docs/rocketmq-formats.md §1)."))
     watermark_seconds: int = Field(default=120, ge=0, description=(
         "Seconds to wait for late lines before a window is final. A minute line is printed at the end of the "
-        "minute it covers, so 120 s lets a broker's shipper lag up to 3 minutes behind the fastest broker before "
-        "its lines count as late (docs/decisions.md §3); the fast path does not wait for it."))
+        "minute it covers; the watermark runs over stats and failure events alike, so while failure lines flow a "
+        "minute line counts only while it lands at most about 65 s later than usual, with none flowing up to 3 "
+        "minutes behind the fastest broker (docs/backtest.md §6.1); the fast path does not wait for it."))
     trigger_seconds: int = Field(default=10, gt=0, description=(
         "Processing-time trigger of the continuous job, seconds (ignored with --once): the three queries' "
         "micro-batches of one stats minute finish within it on 2 cores (docs/performance.md)."))
