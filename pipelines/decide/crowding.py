@@ -26,12 +26,18 @@ def crowded_reach(cfg: DetectionConfig, crowding: bool = True) -> pl.Expr:
     floor (``surge_floor_tps``) is of the demand it reads, so a topic its crushed broker admits under the floor is
     read too (a topic of 3 msg/s surging to 365 msg/s on a broker of 200 msg/s capacity, admitted 47 msg/s, 15.7x
     its baseline, was otherwise never limited)."""
-    put = pl.col("put_tps")
+    put, refused = pl.col("put_tps"), refused_reading(cfg)
+    most = pl.max_horizontal(put / MIN_ACCEPTANCE, refused) if crowding else refused
+    return pl.when(refused.is_not_null()).then(most).otherwise(put)
+
+
+def refused_reading(cfg: DetectionConfig) -> pl.Expr:
+    """A ``gold/topic_tps`` row's demand with the sends its busy brokers refused (msg/s,
+    :func:`~pipelines.decide.facts.refused_demand` of ``put_tps``, ``busy_failures`` and the window's length) where
+    they reach ``busy_failures_floor``; null elsewhere (its puts show all of it)."""
     busy = pl.col("busy_failures").fill_null(0)
     seconds = (pl.col("window_end") - pl.col("window_start")).dt.total_seconds()
-    refused = refused_demand(put, busy, seconds)
-    most = pl.max_horizontal(put / MIN_ACCEPTANCE, refused) if crowding else refused
-    return pl.when(busy_fires(busy, cfg)).then(most).otherwise(put)
+    return pl.when(busy_fires(busy, cfg)).then(refused_demand(pl.col("put_tps"), busy, seconds))
 
 
 def crowded_demand(topic_base: pl.DataFrame, topic_brokers: pl.DataFrame | None, brokers: pl.DataFrame,

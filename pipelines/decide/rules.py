@@ -32,7 +32,7 @@ from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import to_polars, when
 from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
-from pipelines.decide.crowding import crowded_demand, crowded_reach
+from pipelines.decide.crowding import crowded_demand, crowded_reach, refused_reading
 from pipelines.decide import facts
 from pipelines.decide.facts import (
     TOLERANCE, busy_fires, per_second, rate, refused_demand, retry_fires, retry_may_fire, retry_ratio, severity,
@@ -194,14 +194,12 @@ def traffic_surge(rows: pl.DataFrame, resource_type: str, key: str, cfg: Detecti
     """Rows with ``window_start``, ``window_end``, ``key``, ``put_tps``, ``baseline_tps``, ``baseline_windows``
     (and ``busy_failures``, a topic's sends refused as busy: ``busy_surge_factor`` where they reach
     ``busy_failures_floor``, judged on its puts and on its demand with those refused sends,
-    :func:`pipelines.decide.facts.refused_demand`; and ``crowded_tps``, a topic's puts read through the brokers it
+    :func:`pipelines.decide.crowding.refused_reading`; and ``crowded_tps``, a topic's puts read through the brokers it
     crowds, :func:`pipelines.decide.crowding.crowded_demand`: ``surge_factor`` on it) → TRAFFIC_SURGE anomalies."""
     has_busy = "busy_failures" in rows.columns
     busy = busy_fires(pl.col("busy_failures").fill_null(0), cfg) if has_busy else pl.lit(False)
     crowded = pl.col("crowded_tps") if "crowded_tps" in rows.columns else pl.lit(None, pl.Float64)
-    seconds = (pl.col("window_end") - pl.col("window_start")).dt.total_seconds()
-    refused = pl.when(busy).then(refused_demand(pl.col("put_tps"), pl.col("busy_failures").fill_null(0), seconds)) \
-        if has_busy else pl.lit(None, pl.Float64)
+    refused = refused_reading(cfg) if has_busy else pl.lit(None, pl.Float64)
     read = surge_fires(crowded, pl.col("baseline_tps"), cfg).fill_null(False)
     firing = rows.with_columns(busy.alias("_busy"), crowded.alias("_crowded"), refused.alias("_refused")).filter(
         (pl.col("baseline_windows") >= cfg.baseline_min_windows)
