@@ -29,7 +29,7 @@ import pandas as pd
 from control import record as cr
 from control.applier import LimitApplier
 from control.token_bucket import default_burst
-from pipelines.sim.brokers import Deliveries
+from pipelines.sim.brokers import Deliveries, advance_through
 from pipelines.sim.cluster import ClosedLoopCluster
 from pipelines.sim.irregular import Irregularity
 
@@ -132,14 +132,7 @@ class Brokers:
 
     def apply_until(self, when: pd.Timestamp) -> None:
         """Run the cluster to ``when``, changing its limits at every delivery, restart and expiry on the way."""
-        c = self.cluster
-        while True:
-            event = self.next_event(c.now)
-            if event is None or event > when:
-                break
-            c.advance_to(event)
-            self._refresh(event)
-        c.advance_to(when)
+        advance_through(self.cluster, when, self.next_event, self._refresh)
 
     def _deliver(self, at: pd.Timestamp) -> None:
         now = at.floor("us").to_pydatetime()

@@ -6,6 +6,8 @@ each enforced record (``control.record.broker_limit``'s share, or the cluster-wi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -47,6 +49,17 @@ class Deliveries:
         return due
 
 
+def advance_through(cluster: ClosedLoopCluster, when: pd.Timestamp, next_change: Callable[[pd.Timestamp], pd.Timestamp | None],
+                    apply: Callable[[pd.Timestamp], None]) -> None:
+    """Run ``cluster`` to ``when``, stopping at each instant
+    ``next_change(now)`` names on the way (None: no change left) to ``apply`` the change due there: the limits at
+    the brokers change only at a delivery, a restart or an expiry."""
+    while (at := next_change(cluster.now)) is not None and at <= when:
+        cluster.advance_to(at)
+        apply(at)
+    cluster.advance_to(when)
+
+
 class Broker:
     """The brokers' limits over time: a publication is in force at broker ``b`` ``propagation`` +
     ``apply_delay[b]`` seconds after it was published; at each ``(b, time)`` of ``restarts`` broker ``b``'s
@@ -71,14 +84,7 @@ class Broker:
         return min(times) if times else None
 
     def run_until(self, when: pd.Timestamp) -> None:
-        c = self.cluster
-        while True:
-            change = self.next_change(c.now)
-            if change is None or change > when:
-                break
-            c.advance_to(change)
-            self._apply(change)
-        c.advance_to(when)
+        advance_through(self.cluster, when, self.next_change, self._apply)
 
     def _apply(self, at: pd.Timestamp) -> None:
         due = self.deliveries.due(at)
