@@ -7,7 +7,7 @@
 "What reaches the driver per window grows with topics, groups and brokers, never with messages": this renders such a
 cluster's windows without landing a line. It builds, with numpy and pyarrow, the rows the gold flow collects per
 final window (Spark's windowed sums, one row per window × broker × topic × consumer group × metric:
-:func:`window_metric_rows`), times the driver's reduction of them (:func:`pipelines.decide.windows.reduce_windows`:
+:func:`window_metric_rows`), times the driver's reduction of them (:func:`pipelines.decide.rules.windows.reduce_windows`:
 ``gold/topic_tps``, ``gold/group_tps``, ``gold/broker_tps`` and the per-broker traffic rows the decisions keep, only
 resources at or above their rule's floor, rejected by the limiter, or under a limit; with the window markers), the
 history the flows read from the lake (``--history``
@@ -20,9 +20,9 @@ topic), and in every measured window 5 surging topics (8× their rate) and 2 ret
 
 Per measured window (``--windows``, consecutive: the decisions' state and limits carried from one to the next as
 :class:`pipelines.job.flows.store.DecisionStore` does, the decided ``gold/topic_tps`` rows appended to the history) it
-times :func:`pipelines.decide.windows.reduce_windows`, :func:`pipelines.decide.final.prepare_final` (outside the decision lock) and
-:func:`pipelines.decide.final.decide_final` (inside it), then the fast path on the same window's open rows:
-:func:`pipelines.decide.fast.prepare_fast` and :func:`pipelines.decide.fast.decide_fast` (inside the
+times :func:`pipelines.decide.rules.windows.reduce_windows`, :func:`pipelines.decide.paths.final.prepare_final` (outside the decision lock) and
+:func:`pipelines.decide.paths.final.decide_final` (inside it), then the fast path on the same window's open rows:
+:func:`pipelines.decide.paths.fast.prepare_fast` and :func:`pipelines.decide.paths.fast.decide_fast` (inside the
 lock), with the peak resident memory above the process's resident memory before each step (sampled every 5 ms
 from ``/proc/self/statm``: polars and Arrow allocate outside Python's heap, where tracemalloc does not see).
 
@@ -57,10 +57,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipelines import columns  # noqa: E402
 from pipelines import rocketmq as rmq  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
-from pipelines.decide import fast, final  # noqa: E402
-from pipelines.decide.inputs import FastInputs, FinalInputs, LockedInputs  # noqa: E402
+from pipelines.decide.paths import fast, final  # noqa: E402
+from pipelines.decide.records.inputs import FastInputs, FinalInputs, LockedInputs  # noqa: E402
 from pipelines.decide.arrow import from_rows, schema  # noqa: E402
-from pipelines.decide.windows import TRAFFIC, reduce_windows  # noqa: E402
+from pipelines.decide.rules.windows import TRAFFIC, reduce_windows  # noqa: E402
 from pipelines.sim.windows import OPEN_SCHEMA  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

@@ -6,11 +6,11 @@ limit, or beyond what any first limit can do?
 
 The case (:func:`pipelines.sim.sweep.draw_case`) is run once as shipped (the baseline, same session), then once per
 forced value X (msg/s, cluster-wide): the first-limit hook of the cause's policy (``--kind``:
-:meth:`pipelines.decide.surge_limit.SurgeLimit.first_bound` or :meth:`pipelines.decide.retry_limit.RetryStormLimit.
+:meth:`pipelines.decide.limits.surge.SurgeLimit.first_bound` or :meth:`pipelines.decide.limits.retry_storm.RetryStormLimit.
 first_bound`) returns X for every candidate of that kind, so each first limit of that kind is X (a bound above the
 policy's target leaves the target, ``LimitPolicy.start``); every later decision is the shipped policy's. With
 ``--shares``, a first limit whose window's traffic is on exactly the named brokers is split by the given fractions
-(they must add up to 1) instead of by the window's traffic (``pipelines.decide.facts.shares_of``, as the policy
+(they must add up to 1) instead of by the window's traffic (``pipelines.decide.rules.facts.shares_of``, as the policy
 splits it); the room each carrier leaves beside its other senders is one such split.
 
 Prints the config, then one line per run: the value, the bystanders' rejected sends after containment (% of
@@ -70,9 +70,9 @@ def run_one(seed: int, kind: str, forced: float | None, shares: dict[str, float]
     from contextlib import ExitStack
     from unittest import mock
 
-    import pipelines.decide.policy as policy
-    from pipelines.decide.retry_limit import RetryStormLimit
-    from pipelines.decide.surge_limit import SurgeLimit
+    import pipelines.decide.limits.base as policy
+    from pipelines.decide.limits.retry_storm import RetryStormLimit
+    from pipelines.decide.limits.surge import SurgeLimit
     from pipelines.sim import sweep
 
     shipped = policy.shares_of

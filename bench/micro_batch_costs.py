@@ -10,10 +10,10 @@
    on candidate and state DataFrames, collected: what the gold and fast handlers ran per micro-batch; and its
    ``applyInPandas`` variant, the design before session 3) in a worktree of COMMIT, run by this interpreter with
    that tree first on ``sys.path`` and its own Spark session after this run's has stopped, against this tree's
-   :mod:`pipelines.decide` on the same candidates: :func:`pipelines.decide.folding.fold_all`, then
-   :func:`pipelines.decide.limits.finish` and :func:`~pipelines.decide.limits.check` (the fold and the ``gold/limits``
+   :mod:`pipelines.decide` on the same candidates: :func:`pipelines.decide.paths.fold_all.fold_all`, then
+   :func:`pipelines.decide.records.limit_rows.finish` and :func:`~pipelines.decide.records.limit_rows.check` (the fold and the ``gold/limits``
    rows, what ``decide_final`` runs under the decision lock), no Spark. The two sides take the same candidates in
-   their own types (a Spark DataFrame of the baseline's candidate schema; :class:`~pipelines.decide.candidates.Keyed`
+   their own types (a Spark DataFrame of the baseline's candidate schema; :class:`~pipelines.decide.rules.candidates.Keyed`
    candidates). Without ``--baseline`` this part is skipped: since issue 40 the tree has no Spark decision path to
    compare with, and the fold's own cost is ``bench/decisions.py``'s.
 Prints the best of ``--repeat`` timings (after one warm-up) and the ratios baseline / new.
@@ -132,11 +132,11 @@ FOLD_INPUTS = {
 
 def driver_fold(rows: list[tuple], cfg) -> list[dict]:
     """This tree's fold of the same candidates on the driver, and its ``gold/limits`` rows (no Spark)."""
-    from pipelines.decide.candidates import Keyed
-    from pipelines.decide.fold_types import Candidate
+    from pipelines.decide.rules.candidates import Keyed
+    from pipelines.decide.records.resource import Candidate
     from pipelines.decide.words import Basis
-    from pipelines.decide.folding import fold_all
-    from pipelines.decide.limits import check, finish
+    from pipelines.decide.paths.fold_all import fold_all
+    from pipelines.decide.records.limit_rows import check, finish
 
     keyed = [Keyed(r[0], r[1], Candidate(window_end=dt.datetime.fromisoformat(r[2]), target_qps=r[3], floor_qps=r[4],
                                          lift_at_qps=r[5], observed_tps=r[6], critical=r[7], mode=r[8], reason=r[9]))

@@ -107,11 +107,11 @@ METRIC_EVENT = (
 )
 
 #: What a gold micro-batch hands the decisions of each limitable resource per broker and window, reduced by Spark
-#: (:func:`pipelines.decide.windows.resource_traffic`): ``tps`` the limited traffic the broker admitted (msg/s),
+#: (:func:`pipelines.decide.rules.windows.resource_traffic`): ``tps`` the limited traffic the broker admitted (msg/s),
 #: ``rejected`` its limiter's rejections (failed sends), ``carries`` the broker printed a put line of the topic,
 #: ``sendback_tps`` a group's admitted send-backs alone (msg/s; null for a topic: ``tps`` minus it is the consumer
-#: client's fallback plain sends, :mod:`pipelines.decide.retry_limit`), ``acceptance`` the share of the sends the
-#: broker accepted in the window (:func:`pipelines.decide.facts.acceptance`; 1 when it refused none); window marker
+#: client's fallback plain sends, :mod:`pipelines.decide.limits.retry_storm`), ``acceptance`` the share of the sends the
+#: broker accepted in the window (:func:`pipelines.decide.rules.facts.acceptance`; 1 when it refused none); window marker
 #: rows have ``resource_type`` ``*``.
 WINDOW_TRAFFIC = (
     ("window_start", "timestamp"),
@@ -216,7 +216,7 @@ GOLD_LIMITS = (
 )
 
 #: Saved policy state per resource (``state/policy``): the latest row per resource with ``batch_id`` below the
-#: current micro-batch is the state the policy starts from (:class:`pipelines.decide.fold_types.ResourceState`).
+#: current micro-batch is the state the policy starts from (:class:`pipelines.decide.records.resource.ResourceState`).
 POLICY_STATE = (
     ("resource_type", "string"),
     ("resource", "string"),
@@ -254,7 +254,7 @@ POLICY_STATE = (
 )
 
 #: The column of ``state/policy`` naming the operator's override (``control/overrides``) the state was saved under
-#: (null: the rules alone); not a field of the policy's state (:mod:`pipelines.decide.overrides` owns it).
+#: (null: the rules alone); not a field of the policy's state (:mod:`pipelines.decide.paths.overrides` owns it).
 OVERRIDE_ID = "override_id"
 
 #: ``quality/validation_results``: one row per expectation per GX validation of a micro-batch
@@ -374,7 +374,7 @@ LIMITER_REJECTIONS = (
     ("batch_id", "long"),
 )
 
-#: ``control/overrides`` (:mod:`pipelines.decide.overrides`): operators' overrides, append-only. A ``create`` row
+#: ``control/overrides`` (:mod:`pipelines.decide.paths.overrides`): operators' overrides, append-only. A ``create`` row
 #: starts one: ``override_id`` (``ovr-`` and hex), ``kind`` (``pin``: held at ``limit_qps``, cluster-wide msg/s;
 #: ``exempt``: no enforced limit, ``limit_qps`` null), ``resource_type`` (``topic`` or ``group``), ``resource``,
 #: ``starts_at`` and ``ends_at`` (UTC), ``author``, ``reason``. A ``release`` row ends the override of its

@@ -226,7 +226,7 @@ class LimitsConfig(_Section):
     surge_burst_share: float = Field(default=0.7, gt=0, le=1, description=(
         "A surge limit's per-broker share on a carrier that was busy keeps the carrier's writes (its other writes "
         "plus the share) at most this share (ratio) of what it wrote busy: the first limit and every probe "
-        "(:class:`pipelines.decide.surge_limit.SurgeLimit`). A limiter rejecting most of the demand opens its "
+        "(:class:`pipelines.decide.limits.surge.SurgeLimit`). A limiter rejecting most of the demand opens its "
         "breaker, and each time it closes a second of tokens (``burst_seconds``) reaches the broker's 200 ms send "
         "queue at once: in the simulator carriers went busy at 0.79-0.90 of their busy writes and stayed healthy at "
         "0.58-0.66 (docs/decisions.md §4)."))
@@ -241,7 +241,7 @@ class LimitsConfig(_Section):
     storm_room_share: float = Field(default=0.95, gt=0, le=1, description=(
         "A retry storm's first limit on a busy carrier keeps the carrier's writes (its usual senders at their "
         "normal plus the storms) at most this share (ratio) of what it wrote busy "
-        "(:meth:`pipelines.decide.retry_limit.RetryStormLimit.first_bound`): filled to the whole of it, a carrier "
+        "(:meth:`pipelines.decide.limits.retry_storm.RetryStormLimit.first_bound`): filled to the whole of it, a carrier "
         "stays busy (a limiter rejecting most of a storm bursts as its breaker closes). On a broker of 1.37x "
         "headroom its bystanders lost 1.63 % of their sends after containment at 1.0, 0.48 % at 0.95; on one of "
         "1.10x, at 0.9 a fixed group's legitimate retries (16 msg/s) stayed over its 4.4 msg/s limit and it was "
@@ -273,7 +273,7 @@ class LimitsConfig(_Section):
         "Factor of one upward probe of a limit at its cap (NSQ's RDY policy, article 003): a surge limit's, and "
         "a retry-storm limit's whose demand is hidden."))
     bound_share: float = Field(default=0.9, gt=0, le=1, description=(
-        "Closed loop (:mod:`pipelines.decide.policy`): a limited resource whose cluster-wide admitted rate "
+        "Closed loop (:mod:`pipelines.decide.limits.base`): a limited resource whose cluster-wide admitted rate "
         "is at least this share (ratio) of its cluster-wide limit runs at its cap, where the limit hides the "
         "demand: ``bound`` when the rule fires on what shows (the cause persists, refreshed), else ``capped`` "
         "(unknown: never a clear window, probed). Below it the demand is visible and the rule itself judges it."))
@@ -309,7 +309,7 @@ class LimitsConfig(_Section):
         "within 20 minutes of its final fix (24 windows would not be). The choice and the range tried: "
         "docs/decisions.md."))
     recurrence_windows: int = Field(default=30, ge=0, description=(
-        "Windows: recurrence memory (flap damping, :meth:`pipelines.decide.policy.LimitPolicy.recurrence`). An anomaly within this many "
+        "Windows: recurrence memory (flap damping, :meth:`pipelines.decide.limits.base.LimitPolicy.recurrence`). An anomaly within this many "
         "final windows of its resource's last lift is a recurrence: the limit goes straight to the target "
         "remembered from before, and each recurrence doubles the clear windows the next lift needs "
         "(``recovery_windows`` × 2^n, at most max(``recovery_windows``, ``max_recovery_windows``)); 0 = no memory. "

@@ -1,5 +1,5 @@
 """Settings of what operators watch and say to a running governor (``[metrics]``, :mod:`pipelines.ops.metrics`;
-``[overrides]``, :mod:`pipelines.decide.overrides`); part of :class:`pipelines.config.GovernorConfig`, importable
+``[overrides]``, :mod:`pipelines.decide.paths.overrides`); part of :class:`pipelines.config.GovernorConfig`, importable
 from :mod:`pipelines.config` too."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class MetricsConfig(_Section):
 
 
 class OverridesConfig(_Section):
-    """Operators' overrides of a running governor (pin, exempt, release: :mod:`pipelines.decide.overrides`,
+    """Operators' overrides of a running governor (pin, exempt, release: :mod:`pipelines.decide.paths.overrides`,
     docs/operators.md §9)."""
 
     max_duration_seconds: int = Field(default=86_400, gt=0, description=(

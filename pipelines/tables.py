@@ -28,10 +28,10 @@ QUALITY_RECONCILIATION = "quality/reconciliation"
 #: The write-back sinks' outcome per publish (:class:`pipelines.writeback.sinks.SinkSet`).
 CONTROL_SINK_STATUS = "control/sink_status"
 #: When each in-broker limiter last rejected a send, as the RocketMQ admin sink's views report it (demand evidence
-#: of a limited resource, :mod:`pipelines.decide.evidence`).
+#: of a limited resource, :mod:`pipelines.decide.rules.evidence`).
 CONTROL_LIMITER_REJECTIONS = "control/limiter_rejections"
 #: Operators' overrides (pin, exempt, release), append-only: creation and release are rows
-#: (:mod:`pipelines.decide.overrides`, written by :mod:`pipelines.ops.override`).
+#: (:mod:`pipelines.decide.paths.overrides`, written by :mod:`pipelines.ops.override`).
 CONTROL_OVERRIDES = "control/overrides"
 
 

@@ -8,16 +8,16 @@ one registry of the limit policies (:func:`policy_for`).
 * ``evidence``: :attr:`EvidenceKind.MONOTONE` (a count floor, or a floor and a factor of a baseline of finalized
   windows: the lines still to come can only add, so the fast path may act on an open window's partial sums) or
   :attr:`EvidenceKind.RATIO` (retry ÷ consume, failures ÷ attempts: acts on an open window only once every expected
-  broker has reported, so the denominator is final; :mod:`pipelines.decide.preliminary`);
+  broker has reported, so the denominator is final; :mod:`pipelines.decide.rules.preliminary`);
 * ``limited``: the resource types it limits, ``limits`` what such a limit governs and ``policy`` the class that
-  owns its limit's life (:mod:`pipelines.decide.policy`; none: it limits nothing itself);
+  owns its limit's life (:mod:`pipelines.decide.limits.base`; none: it limits nothing itself);
 * ``demand_evidence``: under an enforced limit the cap shows, so the limited resource is judged by its rule on
-  this evidence (:mod:`pipelines.decide.evidence`, the policy's ``judge``);
+  this evidence (:mod:`pipelines.decide.rules.evidence`, the policy's ``judge``);
 * ``normal``: what the baseline frozen with its limit (``state/policy.baseline_tps``) is, when it is the limited
   resource's own normal rate (:func:`normal_floor`: the lowest limit its normal traffic passes under,
   ``rate_governor_limit_normal_floor_messages_per_second``, docs/metrics.md); None when it is another figure;
 * ``config``: its thresholds in ``[detection]`` (:class:`pipelines.config.DetectionConfig`); its predicate:
-  :mod:`pipelines.decide.facts`;
+  :mod:`pipelines.decide.rules.facts`;
 * ``source``: where the rule comes from.
 """
 
@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from pipelines.decide.policy import LimitPolicy
-from pipelines.decide.retry_limit import RetryStormLimit
-from pipelines.decide.steps import Params
-from pipelines.decide.surge_limit import SurgeLimit
+from pipelines.decide.limits.base import LimitPolicy
+from pipelines.decide.limits.retry_storm import RetryStormLimit
+from pipelines.decide.limits.steps import Params
+from pipelines.decide.limits.surge import SurgeLimit
 from pipelines.decide.words import Anomaly
 
 __all__ = ["Anomaly", "EvidenceKind", "RuleSpec", "RULES", "limited_by", "normal_floor", "policy_for"]
@@ -110,7 +110,7 @@ def normal_floor(resource_type: str, baseline_tps: float | None, headroom: float
     (``limits.surge_squeeze_headroom``, 1.5) × the ``baseline_tps`` frozen with its limit (``state/policy``), where
     its rule's ``normal`` says that baseline is the resource's own (a topic's baseline puts); None otherwise (a
     retry storm's frozen baseline is its group's consume rate). The same headroom is the surge squeeze's floor
-    (:meth:`pipelines.decide.surge_limit.SurgeLimit.squeeze_floor`): a topic's traffic back at its normal, a median,
+    (:meth:`pipelines.decide.limits.surge.SurgeLimit.squeeze_floor`): a topic's traffic back at its normal, a median,
     reaches the cap's ``bound_share`` under less (sweep cases 19 and 141 held at the cap after their fix at 1.0x;
     case 218 at 289.4 msg/s on a 289.3 baseline). A limit under it keeps a fixed topic at the cap, and where its
     carriers have too little headroom for a probe it is never lifted (``RateGovernorLimitUnderNormal``, the status

@@ -1,4 +1,4 @@
-"""The running governor's side of operators' overrides (:mod:`pipelines.decide.overrides`, docs/operators.md §9).
+"""The running governor's side of operators' overrides (:mod:`pipelines.decide.paths.overrides`, docs/operators.md §9).
 
 * :class:`OverrideSource`: ``control/overrides`` read from the lake for both deciding flows and the tick, cached by
   the table's Delta version (one log listing per call; the rows are read again only after a commit). A bad row is
@@ -6,7 +6,7 @@
   overrides read before stay in force: the job never stops for them.
 * :class:`OverrideTick`: every ``windows.fast_trigger_seconds`` (2 s, the fast path's trigger) in the continuous
   job, whether or not input arrives: the override rows the overrides call for now (a pin set or refreshed, an
-  exempted limit lifted, an ended override's limit lifted; :meth:`pipelines.decide.overrides.Applied.standing`),
+  exempted limit lifted, an ended override's limit lifted; :meth:`pipelines.decide.paths.overrides.Applied.standing`),
   decided under the decision lock from the limits in force, appended to ``gold/limits`` and published through
   every write-back path at once; the override metrics refreshed (:mod:`pipelines.ops.override_metrics`).
 """
@@ -20,8 +20,8 @@ from pipelines import columns, tables
 from pipelines.config import GovernorConfig
 from pipelines.dataplane.lake import Lake
 from pipelines.decide.arrow import from_rows, rows_of
-from pipelines.decide.limits import check
-from pipelines.decide.overrides import Applied, Override, frontier, parse
+from pipelines.decide.records.limit_rows import check
+from pipelines.decide.paths.overrides import Applied, Override, frontier, parse
 from pipelines.job.flows.base import Clock, utc_now, write_arrow
 from pipelines.job.flows.store import DecisionStore
 from pipelines.job.lease import LakeHeldError
@@ -40,7 +40,7 @@ class OverrideSource:
 
     Example:
         >>> source = OverrideSource(lake, cfg)
-        >>> source.current()          # tuple of pipelines.decide.overrides.Override, () without a table
+        >>> source.current()          # tuple of pipelines.decide.paths.overrides.Override, () without a table
     """
 
     def __init__(self, lake: Lake, cfg: GovernorConfig) -> None:

@@ -32,7 +32,7 @@ from pipelines import columns, tables
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.decide.arrow import from_rows
-from pipelines.decide.overrides import CREATE, EXEMPT, PIN, RELEASE, RESOURCE_TYPES, Override, in_force, parse, refusal
+from pipelines.decide.paths.overrides import CREATE, EXEMPT, PIN, RELEASE, RESOURCE_TYPES, Override, in_force, parse, refusal
 from pipelines.decide.text import fixed, stamp
 
 PROG = "python -m pipelines.ops.override"
@@ -127,7 +127,7 @@ def create(lake, cfg: GovernorConfig, kind: str, resource_type: str, resource: s
     them: the newest wins).
 
     Raises:
-        OverrideError: the override would be refused (:func:`pipelines.decide.overrides.refusal`)."""
+        OverrideError: the override would be refused (:func:`pipelines.decide.paths.overrides.refusal`)."""
     if qps is not None and (not math.isfinite(qps) or qps <= 0):
         raise OverrideError(f"--qps {qps:g} must be a finite number of msg/s above 0")
     limit = cfg.overrides.max_duration_seconds

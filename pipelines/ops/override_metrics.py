@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from prometheus_client.core import GaugeMetricFamily
 
-from pipelines.decide.overrides import KINDS, Override, in_force
+from pipelines.decide.paths.overrides import KINDS, Override, in_force
 from pipelines.ops import metrics
 
 _collectors: "weakref.WeakKeyDictionary[metrics.GovernorMetrics, _Collector]" = weakref.WeakKeyDictionary()

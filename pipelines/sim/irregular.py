@@ -32,7 +32,7 @@ Times are event time: a minute index ``m`` is the minute ``[start + m min, start
   applier pushes again only on the next publication).
 * **The governor** restarted at ``governor_restart_second``: its decisions' memory is read back from the lake
   (``state/policy`` and ``gold/limits`` rows through their Arrow schemas) and the fast path's open-row memory
-  (driver memory, :class:`pipelines.decide.fast.OpenRows`) is lost; Spark's streaming state (the windows) is
+  (driver memory, :class:`pipelines.decide.paths.fast.OpenRows`) is lost; Spark's streaming state (the windows) is
   restored from the checkpoint, so the windowed sums go on. Killed ``governor_down_seconds`` before it (SIGKILL,
   no shutdown), it runs no micro-batch in between: the brokers keep the limits last published until they expire,
   and what landed meanwhile is its first micro-batches' backlog.

@@ -5,7 +5,7 @@ the governor's own view: what the world allowed, per cause and episode.
   rule's target computed from the group's **true normal consume rate** (``limits.allowed_retry_share`` × the
   median of its consumption the world demands, per minute: the consumer's own rate, not what a limit or a busy
   broker let it receive), and where the room its busy carriers leave binds
-  (:meth:`pipelines.decide.retry_limit.RetryStormLimit.first_bound`), against that bound computed from each carrier's
+  (:meth:`pipelines.decide.limits.retry_storm.RetryStormLimit.first_bound`), against that bound computed from each carrier's
   **true capacity** (write units/s) and its **true bystander demand** (every other pair's demanded writes there):
   ``storm_room_share`` × capacity less the bystanders' writes, shared between the storms there in proportion to
   their demanded writes, ÷ the group's write cost per retry. Never below ``min_limit_qps``. Judged on the decided

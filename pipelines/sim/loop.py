@@ -47,11 +47,11 @@ from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import ConfigSection, GovernorConfig
 from pipelines.decide.arrow import from_rows, micros, to_polars, when
-from pipelines.decide.evidence import expected_brokers, open_evidence
-from pipelines.decide.fast import OpenRows, decide_fast, prepare_fast
-from pipelines.decide.final import decide_final, decide_open, prepare_final, window_bounds
-from pipelines.decide.inputs import FastInputs, FinalInputs, LockedInputs
-from pipelines.decide.reconcile import latest_per_resource, lift_reach_seconds, read_as_limited
+from pipelines.decide.rules.evidence import expected_brokers, open_evidence
+from pipelines.decide.paths.fast import OpenRows, decide_fast, prepare_fast
+from pipelines.decide.paths.final import decide_final, decide_open, prepare_final, window_bounds
+from pipelines.decide.records.inputs import FastInputs, FinalInputs, LockedInputs
+from pipelines.decide.paths.reconcile import latest_per_resource, lift_reach_seconds, read_as_limited
 from pipelines.sim.admitted import FailureText, stats_events, trickle
 from pipelines.sim.brokers import Broker
 from pipelines.sim.cluster import ClosedLoopCluster
@@ -191,7 +191,7 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
 class _Governor:
     """The simulated governor's memory and where its decisions go: its :class:`Store`, the fast path's open rows
     (``OpenRows``), the newest finalized window's end and brokers (``horizon``, ``expected``: what an open tick reads,
-    :func:`pipelines.decide.final.decide_open`), every ``gold/limits`` row decided (``decided``) and every
+    :func:`pipelines.decide.paths.final.decide_open`), every ``gold/limits`` row decided (``decided``) and every
     ``state/policy`` row saved with when (``states``); each decision published to ``brokers`` and, when the world
     reads the limiters (``view``), followed by a poll of them."""
 
@@ -466,7 +466,7 @@ class _Run:
             self._final(sums, t, now)
 
     def _open(self, now: dt.datetime) -> None:
-        """No window finalized: the open windows decided (:func:`pipelines.decide.final.decide_open`)."""
+        """No window finalized: the open windows decided (:func:`pipelines.decide.paths.final.decide_open`)."""
         gov = self.gov
         evidence = open_evidence(gov.memory.rows, gov.horizon, self.length, gov.expected, self.cfg.detection)
         limits, _refused, state = decide_open(gov.horizon, gov.locked(self.overrides, evidence), self.cfg, now,
@@ -476,7 +476,7 @@ class _Run:
 
     def _final(self, sums, t: pd.Timestamp, now: dt.datetime) -> None:
         """The finalized windows' gold tables (:func:`pipelines.sim.windows.gold_tables`) decided
-        (:func:`pipelines.decide.final.decide_final`) and kept for the baselines."""
+        (:func:`pipelines.decide.paths.final.decide_final`) and kept for the baselines."""
         gov, cfg, view = self.gov, self.cfg, self.gov.view
         reduced = gold_tables(sums, self.length, cfg.detection,
                               read_as_limited(gov.store.limited_keys(), gov.store.lifted, t.to_pydatetime(),

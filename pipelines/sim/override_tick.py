@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pipelines import columns
 from pipelines.config import GovernorConfig
 from pipelines.decide.arrow import from_rows
-from pipelines.decide.overrides import Applied, Override, frontier
+from pipelines.decide.paths.overrides import Applied, Override, frontier
 
 
 def tick(overrides: Sequence[Override], store, now: dt.datetime, cfg: GovernorConfig) -> list[dict]:

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines.config import GovernorConfig
-from pipelines.decide.overrides import CREATE, EXEMPT, PIN, Override, parse
+from pipelines.decide.paths.overrides import CREATE, EXEMPT, PIN, Override, parse
 from pipelines.sim.draws import PROG, START, Case, _draw, _draw_world
 from pipelines.sim.premise import cluster_of as _cluster, premise
 from pipelines.sim.figures import ONSET_TO_LIMIT_MAX_S, in_force_spans, truth

@@ -38,7 +38,7 @@ SEEN_AFTER_SECONDS = 2.0
 FACTOR_REL = 1e-9
 #: The windows' length (s: the shipped ``windows.length_seconds``) and the most a decision takes after its trigger
 #: (s: the simulator's modelled processing, :class:`pipelines.sim.loop.Timing`): a probe is undone, unless lifted,
-#: within ``limits.probe_max_windows`` windows, one trigger and this (:meth:`pipelines.decide.policy.LimitPolicy.
+#: within ``limits.probe_max_windows`` windows, one trigger and this (:meth:`pipelines.decide.limits.base.LimitPolicy.
 #: probe_deadline`).
 WINDOW_SECONDS = 60.0
 DECISION_SECONDS = 2.0

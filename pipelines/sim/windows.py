@@ -32,7 +32,7 @@ from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig
 from pipelines.decide.arrow import from_rows, schema
-from pipelines.decide.windows import reduce_windows
+from pipelines.decide.rules.windows import reduce_windows
 
 FAILURE = columns.FAILURE_METRIC_PREFIX
 Event = tuple  # (event_time, broker, topic, consumer_group, metric, amount)
@@ -62,7 +62,7 @@ def gold_tables(sums: dict, length: int, detection: DetectionConfig,
     """Windowed sums ``{(window_start, broker, topic, group, metric): amount}`` of the windows to emit → the gold
     query's reduced outputs: ``gold/topic_tps``, ``gold/group_tps``, ``gold/broker_tps`` and the decisions' traffic
     rows with their markers (``traffic``), by the job's own reduction
-    (:func:`pipelines.decide.windows.reduce_windows`) over the rows Spark's stateful aggregation would emit."""
+    (:func:`pipelines.decide.rules.windows.reduce_windows`) over the rows Spark's stateful aggregation would emit."""
     w = dt.timedelta(seconds=length)
     keys = list(sums)
     starts = [k[0] for k in keys]

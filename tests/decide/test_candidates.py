@@ -1,4 +1,4 @@
-"""Limit candidates from anomalies (pipelines/decide/candidates.py)."""
+"""Limit candidates from anomalies (pipelines/decide/rules/candidates.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from pipelines import columns
 from pipelines.config import LimitsConfig
-from pipelines.decide.candidates import candidate_limits
+from pipelines.decide.rules.candidates import candidate_limits
 from tests.decide.rows import frame, win
 
 L = LimitsConfig()

@@ -1,4 +1,4 @@
-"""Demand evidence of limitable resources (pipelines/decide/evidence.py): the brokers' traffic summed, the
+"""Demand evidence of limitable resources (pipelines/decide/rules/evidence.py): the brokers' traffic summed, the
 carriers' health and writes, a group's consume rate, the limiters' own rejections, the observation grid, and what
 the fast path's open windows show so far (the lift veto)."""
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from pipelines import columns
 from pipelines.config import DetectionConfig, WindowsConfig
-from pipelines.decide import evidence as ev
+from pipelines.decide.rules import evidence as ev
 from tests.decide.rows import end, frame, win
 
 W, D = WindowsConfig(), DetectionConfig()
@@ -145,7 +145,7 @@ def test_an_open_window_is_complete_once_every_broker_of_the_newest_final_window
 
 
 def test_an_open_window_is_complete_without_a_broker_silent_in_every_open_window_two_minutes_old():
-    """The fast path's census (:func:`pipelines.decide.preliminary.waited_for`) in the open evidence the final path
+    """The fast path's census (:func:`pipelines.decide.rules.preliminary.waited_for`) in the open evidence the final path
     acts on (a probe, a lift's proof, the veto): broker-c ships behind the watermark and is in no open window; the
     newest window, heard from by broker-a and broker-b, is complete. Heard from two minutes ago, it is waited for."""
     census = lambda m, brokers: (m, "cluster", "*", 0, {}, 0, brokers)  # noqa: E731

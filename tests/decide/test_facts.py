@@ -1,4 +1,4 @@
-"""Each rule predicate and derived quantity (pipelines/decide/facts.py) on a few inline rows, as numbers and, where
+"""Each rule predicate and derived quantity (pipelines/decide/rules/facts.py) on a few inline rows, as numbers and, where
 it takes them, as a polars expression over the same rows (the final path computes on frames, the gates and the
 policies on numbers: the two must agree)."""
 
@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from pipelines.config import DetectionConfig
-from pipelines.decide import facts
+from pipelines.decide.rules import facts
 from pipelines.decide.words import Severity
 
 D = DetectionConfig()  # retry: ratio 0.5, floor 50; surge: 4x, floor 50; busy: 10; spike: 5 %, 20
@@ -151,13 +151,13 @@ def test_sendback_acceptance_reads_the_least_refused_share_the_fallback_sends_ca
     Sweep case 71's healthy audit-inventory-consumer (3.3 msg/s admitted, 0.4 as send-backs: 7.25x, more than three
     refused attempts of each can make) reads its brokers' acceptance alone: its fallbacks were admitted elsewhere.
     No fallback, no change; numbers and expressions agree."""
-    from pipelines.decide.facts import FALLBACK_REFUSED_MAX, sendback_acceptance
+    from pipelines.decide.rules.facts import REFUSED_SHARE_MAX, sendback_acceptance
     storm = sendback_acceptance(0.92, 41.6, 18.4)
     assert storm == pytest.approx(1 - 0.6255, abs=1e-3)
     assert 41.6 / storm >= 50.0
     assert sendback_acceptance(0.92, 3.3, 0.4) == 0.92
     assert sendback_acceptance(0.8, 20.0, 20.0) == 0.8
-    assert sendback_acceptance(1.0, 76.0, 20.0) == pytest.approx(1 - FALLBACK_REFUSED_MAX)  # 2.8x: u ≈ 0.97, capped
+    assert sendback_acceptance(1.0, 76.0, 20.0) == pytest.approx(1 - REFUSED_SHARE_MAX)  # 2.8x: u ≈ 0.97, capped
     few = sendback_acceptance(0.062, 25.5, 21.7)  # sweep case 118: 3.8 msg/s of fallback sends, at most 17.5 %
     assert few == pytest.approx(1 - 3.8 / 21.7)    # refused, whatever the producers' 0.062 (pulsed, refused more)
     frame = pl.DataFrame({"a": [0.92, 0.92, 0.8, 0.062], "adm": [41.6, 3.3, 20.0, 25.5], "sb": [18.4, 0.4, 20.0, 21.7]})
@@ -198,7 +198,7 @@ def test_the_refused_attempts_give_the_same_bits_in_an_array_and_in_floats():
 def test_newest_carriers_are_those_of_the_newest_earlier_window_with_a_carrier():
     """The one definition behind ``open_split.topics_heard`` and ``open_retry.groups_heard``: the brokers with the
     resource's traffic in the newest window before the given one (a window without a carrier skipped)."""
-    from pipelines.decide.facts import newest_carriers
+    from pipelines.decide.rules.facts import newest_carriers
 
     t = [dt.datetime(2026, 1, 5, 6, m) for m in range(4)]
     windows = {t[0]: {"broker-a"}, t[1]: {"broker-a", "broker-b"}, t[2]: set()}

@@ -1,4 +1,4 @@
-"""The final path end to end on inline rows (pipelines/decide/final.py): the limiters' own evidence wired in, the
+"""The final path end to end on inline rows (pipelines/decide/paths/final.py): the limiters' own evidence wired in, the
 persisting-anomaly rows and the limit in force written beside the windows."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import datetime as dt
 
 from pipelines import columns
 from pipelines.config import GovernorConfig
-from pipelines.decide.final import run_final
-from pipelines.decide.inputs import FinalInputs, LockedInputs
+from pipelines.decide.paths.final import run_final
+from pipelines.decide.records.inputs import FinalInputs, LockedInputs
 from tests.decide.rows import T0, table, win
 
 CFG = GovernorConfig()

@@ -1,4 +1,4 @@
-"""The gates in front of the rules (pipelines/decide/rules.py ``rules_to_run``, pipelines/decide/preliminary.py
+"""The gates in front of the rules (pipelines/decide/rules/anomalies.py ``rules_to_run``, pipelines/decide/rules/preliminary.py
 ``rules_that_may_fire``) only skip work: on random micro-batches near every rule's thresholds, the anomalies with
 the gate are exactly those of every rule run."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from pipelines import columns
 from pipelines.config import DetectionConfig, WindowsConfig
-from pipelines.decide import preliminary as pre
-from pipelines.decide import rules
+from pipelines.decide.rules import preliminary as pre
+from pipelines.decide.rules import anomalies as rules
 from pipelines.sim.windows import OpenWindows
 from tests.decide.rows import frame, win
 

@@ -1,4 +1,4 @@
-"""``gold/limits`` rows (pipelines/decide/limits.py): expiry, burst, basis, event-time versions, and the
+"""``gold/limits`` rows (pipelines/decide/records/limit_rows.py): expiry, burst, basis, event-time versions, and the
 ``gold/limits`` expectations applied row by row."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import math
 
 from pipelines.config import LimitsConfig
-from pipelines.decide.fold_types import Decision
-from pipelines.decide.limits import check, finish
+from pipelines.decide.records.resource import Decision
+from pipelines.decide.records.limit_rows import check, finish
 
 L = LimitsConfig()
 UTC = dt.timezone.utc

@@ -1,18 +1,19 @@
-"""A preliminary limit's per-broker split while its window is open (pipelines/decide/open_split.py): held for the
+"""A preliminary limit's per-broker split while its window is open (pipelines/decide/paths/open_split.py): held for the
 brokers still to report, split again by the complete traffic once the census completes, and the state the fast path
-folds from (pipelines/decide/reconcile.py preliminary_state) freezing those shares."""
+folds from (pipelines/decide/paths/reconcile.py preliminary_state) freezing those shares."""
 
 from __future__ import annotations
 
 import datetime as dt
 
 from pipelines.config import GovernorConfig
-from pipelines.decide import open_split, reconcile
+from pipelines.decide.paths import open_split
+from pipelines.decide.paths import reconcile
 from pipelines.decide.arrow import figures
-from pipelines.decide.candidates import Keyed
-from pipelines.decide.facts import ANY_BROKER, shares_of, split
-from pipelines.decide.fold_types import Candidate
-from pipelines.decide.limits import decision_version
+from pipelines.decide.rules.candidates import Keyed
+from pipelines.decide.rules.facts import ANY_BROKER, shares_of, split
+from pipelines.decide.records.resource import Candidate
+from pipelines.decide.records.limit_rows import decision_version
 
 UTC = dt.timezone.utc
 START = dt.datetime(2022, 2, 8, 7, 9)   # naive UTC, as the candidates' window ends
@@ -119,8 +120,8 @@ def test_sweep_case_9_a_restarted_fast_path_keeps_a_storm_s_figures_within_its_l
     broker-b's stats land, the same limit is split by the complete traffic."""
     from pipelines import columns
     from pipelines.decide.arrow import from_rows
-    from pipelines.decide.fast import OpenRows, decide_fast, prepare_fast
-    from pipelines.decide.inputs import FastInputs, LockedInputs
+    from pipelines.decide.paths.fast import OpenRows, decide_fast, prepare_fast
+    from pipelines.decide.records.inputs import FastInputs, LockedInputs
     from pipelines.sim.windows import FAILURE, OpenWindows
 
     t0 = dt.datetime(2026, 1, 5, 6, 9, tzinfo=UTC)
@@ -177,8 +178,8 @@ def test_sweep_case_186_a_surge_whose_carriers_all_reported_is_limited_before_th
     less the topic's baseline); a topic whose earlier carrier has not reported still waits."""
     from pipelines import columns
     from pipelines.decide.arrow import from_rows
-    from pipelines.decide.fast import OpenRows, decide_fast, prepare_fast
-    from pipelines.decide.inputs import FastInputs, LockedInputs
+    from pipelines.decide.paths.fast import OpenRows, decide_fast, prepare_fast
+    from pipelines.decide.records.inputs import FastInputs, LockedInputs
     from pipelines.sim.windows import FAILURE, OpenWindows
 
     t0 = dt.datetime(2026, 1, 5, 6, 11, tzinfo=UTC)    # the window before the surge's first whole one

@@ -1,4 +1,4 @@
-"""Operators' overrides in the decision plane (pipelines/decide/overrides.py): the rows of ``control/overrides`` read
+"""Operators' overrides in the decision plane (pipelines/decide/paths/overrides.py): the rows of ``control/overrides`` read
 (bad ones refused with their reason), which override is in force, and pin, exempt and their ends through the whole
 final path and the fast path on inline rows: a consumer group ``g`` sending back all it consumes (400 msg/s) on two
 brokers, a storm the rules limit to 40 msg/s at once."""
@@ -12,15 +12,15 @@ import pytest
 
 from pipelines import columns
 from pipelines.config import GovernorConfig
-from pipelines.decide import overrides as ov
+from pipelines.decide.paths import overrides as ov
 from typing import NamedTuple
 
-from pipelines.decide import fast as fast_path
-from pipelines.decide.fast import FastPrepared as Prepared
-from pipelines.decide.candidates import Keyed
-from pipelines.decide.fold_types import Candidate
-from pipelines.decide.final import run_final
-from pipelines.decide.inputs import FinalInputs, LockedInputs
+from pipelines.decide.paths import fast as fast_path
+from pipelines.decide.paths.fast import FastPrepared as Prepared
+from pipelines.decide.rules.candidates import Keyed
+from pipelines.decide.records.resource import Candidate
+from pipelines.decide.paths.final import run_final
+from pipelines.decide.records.inputs import FinalInputs, LockedInputs
 from tests.decide.rows import T0, table, win
 
 CFG = GovernorConfig()

@@ -1,4 +1,4 @@
-"""Preliminary → final reconciliation (pipelines/decide/reconcile.py): the fast path's state to fold from (the final
+"""Preliminary → final reconciliation (pipelines/decide/paths/reconcile.py): the fast path's state to fold from (the final
 path's saved state with the newer preliminary limits in force) and the final path's answer to preliminary decisions
 (confirm, correct, reverse)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 from pipelines.config import GovernorConfig
-from pipelines.decide import reconcile
+from pipelines.decide.paths import reconcile
 from pipelines.decide.arrow import figures
 
 UTC = dt.timezone.utc
@@ -105,7 +105,7 @@ def test_a_group_lifted_within_a_watermark_and_a_window_is_read_as_limited():
     import datetime as dt
 
     from pipelines.config import WindowsConfig
-    from pipelines.decide.reconcile import lift_reach_seconds, read_as_limited
+    from pipelines.decide.paths.reconcile import lift_reach_seconds, read_as_limited
 
     now = dt.datetime(2026, 1, 5, 11, 43, 31, tzinfo=dt.timezone.utc)
     reach = lift_reach_seconds(WindowsConfig())

@@ -1,4 +1,4 @@
-"""Each anomaly rule firing and not firing (pipelines/decide/rules.py), on inline rows; the baseline's quantile
+"""Each anomaly rule firing and not firing (pipelines/decide/rules/anomalies.py), on inline rows; the baseline's quantile
 against Spark's own ``percentile_approx``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from pipelines import columns
 from pipelines.config import DetectionConfig, WindowsConfig
-from pipelines.decide import rules
+from pipelines.decide.rules import anomalies as rules
 from tests.decide.rows import empty, frame, win
 
 W, D = WindowsConfig(), DetectionConfig()
@@ -224,9 +224,9 @@ def test_runaway_retry_counts_the_plain_sends_a_busy_broker_turned_its_send_back
 def test_the_fast_path_counts_the_plain_sends_too():
     """The same storm on an open window complete by census (the open rows as the simulator models Spark's running
     sums, pipelines/sim/windows.py). Its fallback sends, 75.1 msg/s beside 47.4 of send-backs (1.58x), read at least
-    71 % of the send-backs refused (:func:`pipelines.decide.facts.sendback_acceptance`): 122.5 msg/s admitted read
+    71 % of the send-backs refused (:func:`pipelines.decide.rules.facts.sendback_acceptance`): 122.5 msg/s admitted read
     as 427.0 sent."""
-    from pipelines.decide import preliminary as pre
+    from pipelines.decide.rules import preliminary as pre
     from pipelines.sim.windows import OpenWindows
 
     start = win(0)[0]
@@ -246,7 +246,7 @@ def test_the_fast_path_reads_the_fallback_sends_only_on_a_window_complete_by_cen
     alone (135.5 msg/s, not the 99.4 both brokers read 10 s later) it decided a limit whose unheard carrier got the
     whole figure (``*``), 1.4x the target for three minutes. Before the census the open window reads its brokers'
     logged acceptance alone (nothing logged: what was admitted); complete, the fallback sends too."""
-    from pipelines.decide import preliminary as pre
+    from pipelines.decide.rules import preliminary as pre
     from pipelines.sim.windows import OpenWindows
 
     start = win(0)[0]
@@ -270,7 +270,7 @@ def test_the_fast_path_does_not_read_a_limited_group_through_its_fallback_sends_
     was held back two minutes (bystanders 1.21 % of before, 0.45 % without). Under a limit in the saved state
     (``limited``, the final path's keys) a group's fallback sends count the limiter's refusals too: the fast path
     reads it through its brokers' logged acceptance alone (nothing logged: what was admitted), under the floor."""
-    from pipelines.decide import preliminary as pre
+    from pipelines.decide.rules import preliminary as pre
     from pipelines.sim.windows import OpenWindows
 
     start = win(0)[0]
@@ -297,7 +297,7 @@ def test_the_fast_path_reads_the_fallback_sends_before_the_census_once_the_group
     neither: limited at 06:13:32, 102 s after onset. A window not complete by census reads a group's fallback sends
     once every broker that carried it in the earlier open window has reported (``groups_heard``); a group whose
     earlier carriers have not all reported (case 44: the second broker unheard) still waits for the census."""
-    from pipelines.decide import preliminary as pre
+    from pipelines.decide.rules import preliminary as pre
     from pipelines.decide.arrow import micros
     from pipelines.sim.windows import OpenWindows
 
@@ -329,7 +329,7 @@ def test_the_fast_path_s_rates_are_the_true_quotient_as_the_final_path_s():
     """An open window's rate is its amount divided by the window's length as Spark and the final path divide
     (rules.per_second): a busy broker that put 47119 messages in 60 s wrote 785.3166666666667 msg/s, where polars'
     division of a column of two or more rows by the literal 60 gives 785.3166666666666 (the reciprocal's product)."""
-    from pipelines.decide import preliminary as pre
+    from pipelines.decide.rules import preliminary as pre
     from pipelines.sim.windows import OpenWindows
 
     start = win(0)[0]
@@ -479,7 +479,7 @@ def test_the_fast_path_reads_a_crowding_surge_as_the_final_path_does_sweep_case_
     path does, and so it does while broker-c (carrying none of it, 33 s late in the case) is still to report. With
     broker-b's minute still to come, the topic's puts so far (233 msg/s, broker-a's) take all of broker-a's normal
     writes but 14 msg/s as its own: nothing read through, nothing fires (1.0x)."""
-    from pipelines.decide import preliminary as pre
+    from pipelines.decide.rules import preliminary as pre
     from pipelines.sim.windows import OpenWindows
 
     start = win(10)[0]
@@ -511,7 +511,7 @@ def test_a_broker_silent_in_every_open_window_is_not_waited_for_by_the_census():
     incomplete and the consume bound was the quiet minute's: ratio 0.12, no limit for 3 minutes. Not heard from in
     any open window two or more minutes old, it is not waited for: the window is complete by census and the storm
     is proven on its open window (ratio 1.9)."""
-    from pipelines.decide import preliminary as pre
+    from pipelines.decide.rules import preliminary as pre
     from pipelines.sim.windows import OpenWindows
 
     windows = OpenWindows(60, 120)
@@ -548,7 +548,7 @@ def test_sweep_case_131_a_busy_broker_s_acceptance_leaves_out_the_retry_topics_w
     leave no line. Read with those puts, broker-c accepted 0.13 of its sends and the storm's 5.9 msg/s admitted
     meant 45 msg/s, under the 50 msg/s floor: limited a window later, 162 s after onset. Its producers' own puts and
     failures read 0.022: 273 msg/s, and the storm fires on the open window."""
-    from pipelines.decide import preliminary as pre
+    from pipelines.decide.rules import preliminary as pre
     from pipelines.decide.arrow import micros
     from pipelines.sim.windows import FAILURE, OpenWindows
 
@@ -571,12 +571,12 @@ def test_sweep_case_131_a_busy_broker_s_acceptance_leaves_out_the_retry_topics_w
 
 
 def test_a_busy_broker_s_normal_writes_are_its_median_over_its_windows_not_busy_sweep_case_25():
-    """The normal a storm's first limit leaves room beside (:func:`pipelines.decide.crowding.busy_normals`, sweep
+    """The normal a storm's first limit leaves room beside (:func:`pipelines.decide.rules.crowding.busy_normals`, sweep
     case 25: broker-a wrote 949.0 msg/s busy against 843.0 normal): the median of the broker's own
     ``BROKER_PUT_NUMS`` over its previous windows, its busy windows left out (a busy window writes the capacity);
     only for a broker busy in a window with a storm or a surge (sweep case 809: a surge's first limit counts its
     carriers' other senders at their normal), and only with ``baseline_min_windows`` windows."""
-    from pipelines.decide.crowding import busy_normals
+    from pipelines.decide.rules.crowding import busy_normals
     history = frame(columns.GOLD_BROKER_TPS, [(*win(i), "broker-a", 800.0, 843.0 + i % 3 - 1, 4, 0, 0, None)
                                               for i in range(5)] + [
         (*win(i), "broker-a", 900.0, 949.0, 4, 700, 700, None) for i in range(5, 10)])  # busy: left out

@@ -1,4 +1,4 @@
-"""The steps every limit policy shares (pipelines/decide/steps.py): hysteresis, the maximum cut, the cool-down, the
+"""The steps every limit policy shares (pipelines/decide/limits/steps.py): hysteresis, the maximum cut, the cool-down, the
 refresh, recovery, a probe's back-off, the first window under a decision and the one transition that decides, on
 inline rows; and the registry of policies the catalogue keeps (pipelines/decide/catalogue.py)."""
 
@@ -9,11 +9,11 @@ import datetime as dt
 import pytest
 
 from pipelines.config import DetectionConfig, GovernorConfig, LimitsConfig
-from pipelines.decide import steps
+from pipelines.decide.limits import steps
 from pipelines.decide.catalogue import RULES, policy_for
-from pipelines.decide.fold_types import ResourceState
-from pipelines.decide.retry_limit import RetryStormLimit
-from pipelines.decide.surge_limit import SurgeLimit
+from pipelines.decide.records.resource import ResourceState
+from pipelines.decide.limits.retry_storm import RetryStormLimit
+from pipelines.decide.limits.surge import SurgeLimit
 from pipelines.decide.words import Action, Mode
 
 T0 = dt.datetime(2022, 2, 8, 7, 0)
@@ -122,7 +122,7 @@ def test_a_decision_is_timed_in_the_stream_s_time_not_a_backlog_s_wall_clock():
     differed by that minute; tests/e2e/test_two_speeds.py: a backlog's limits never reached their first window
     wholly under them, so it never squeezed where the incremental run did)."""
     from pipelines.config import DetectionConfig, LimitsConfig, load_config
-    from pipelines.decide.steps import Params, decided_at, effective_end
+    from pipelines.decide.limits.steps import Params, decided_at, effective_end
 
     lag = Params.from_config(load_config("conf/local.toml")).max_decision_lag
     assert lag == dt.timedelta(minutes=4) == Params.of(LimitsConfig(), DetectionConfig(), 60).max_decision_lag

@@ -10,11 +10,11 @@ import datetime as dt
 
 from pipelines.config import DetectionConfig, LimitsConfig
 from pipelines.decide.catalogue import policy_for
-from pipelines.decide.fold import fold_resource
-from pipelines.decide.fold_types import Candidate, Decision, Observation, ResourceState, limit_in_force
-from pipelines.decide.limits import finish
-from pipelines.decide.policy import Batch
-from pipelines.decide.steps import Params, decided_at
+from pipelines.decide.paths.walk import fold_resource
+from pipelines.decide.records.resource import Candidate, Decision, Observation, ResourceState, limit_in_force
+from pipelines.decide.records.limit_rows import finish
+from pipelines.decide.limits.base import Batch
+from pipelines.decide.limits.steps import Params, decided_at
 from pipelines.decide.words import Action, Status
 from tests.helpers import ts
 

@@ -1,5 +1,5 @@
 """The finalized windowed sums → gold TPS tables and the decisions' traffic, on the driver
-(:mod:`pipelines.decide.windows`): sums across brokers, retry ratio, broker TPS, failures per class, the per-broker
+(:mod:`pipelines.decide.rules.windows`): sums across brokers, retry ratio, broker TPS, failures per class, the per-broker
 traffic of each limitable resource and what of it the decisions keep. Inline Arrow rows, no Spark."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from pipelines import columns
 from pipelines.config import DetectionConfig
-from pipelines.decide.facts import sendback_acceptance
-from pipelines.decide.windows import reduce_windows
+from pipelines.decide.rules.facts import sendback_acceptance
+from pipelines.decide.rules.windows import reduce_windows
 from tests.decide.rows import table, win
 
 T0, T1 = win(0)
@@ -207,7 +207,7 @@ def test_the_driver_keeps_the_traffic_of_the_resources_a_decision_can_need():
 def test_a_topic_under_the_floor_on_a_busy_broker_is_kept_for_its_crowding_reading_sweep_case_2708():
     """Issue 49's 5,000-case run, case 2708: live-stream's 365 msg/s on a broker of 200 msg/s capacity, admitted at
     47 msg/s, under the 50 msg/s floor. Read through the writes it crowds out it may reach up to its puts ÷
-    MIN_ACCEPTANCE (pipelines.decide.crowding.crowded_reach): its rows on a broker that refused sends as busy are
+    MIN_ACCEPTANCE (pipelines.decide.rules.crowding.crowded_reach): its rows on a broker that refused sends as busy are
     kept from 1 msg/s; the same puts on a healthy broker are dropped as before, and so is a topic under 1 msg/s."""
     got = reduced([
         ("broker-c", "live-stream", None, "TOPIC_PUT_NUMS", int(60 * 47.5)),

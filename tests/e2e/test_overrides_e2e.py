@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.decide.overrides import tag
+from pipelines.decide.paths.overrides import tag
 from tests.e2e.continuous import ContinuousGovernor, published, rows, setup, stats_minute
 
 pytestmark = pytest.mark.slow

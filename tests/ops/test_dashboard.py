@@ -10,7 +10,7 @@ import re
 import pyarrow as pa
 
 from pipelines.config import GovernorConfig, load_config
-from pipelines.decide.overrides import parse
+from pipelines.decide.paths.overrides import parse
 from pipelines import tables
 from pipelines.ops import dashboard, override_metrics
 from pipelines.ops.metrics import GovernorMetrics

@@ -88,11 +88,11 @@ def test_gold_limits_suite_predicates_agree_with_gx(spark, engine):
 
 def test_the_decisions_check_refuses_what_the_gold_limits_suite_refuses(spark, tmp_path):
     """The decision plane applies the gold/limits expectations row by row without GX
-    (pipelines/decide/limits.py): every row gets the same first failed expectation as the suite's Spark row
+    (pipelines/decide/records/limit_rows.py): every row gets the same first failed expectation as the suite's Spark row
     predicate, and the refused decisions become quarantine rows the lake accepts (raw = the decision as JSON,
     raw_bytes null)."""
     from pipelines.decide.arrow import from_rows
-    from pipelines.decide.limits import check
+    from pipelines.decide.records.limit_rows import check
 
     t = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.timezone.utc)
     later, earlier = t + dt.timedelta(minutes=10), t - dt.timedelta(minutes=1)

@@ -11,7 +11,7 @@ import functools
 import numpy as np
 import pandas as pd
 
-from pipelines.decide.overrides import tag
+from pipelines.decide.paths.overrides import tag
 from pipelines.sim import overrides as so
 from pipelines.sim import sweep
 from pipelines.sim.loop import closed_cluster, simulate

@@ -1,5 +1,5 @@
 """The fast path: Spark's running sums per window × resource (pipelines/dataplane/transforms/fast.py), and what the driver
-judges on them (pipelines/decide/preliminary.py: the broker census, which rules act on partial evidence)."""
+judges on them (pipelines/decide/rules/preliminary.py: the broker census, which rules act on partial evidence)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import polars as pl
 
 from pipelines import columns, schemas
 from pipelines.config import DetectionConfig, WindowsConfig
-from pipelines.decide import preliminary as pre
-from pipelines.decide.candidates import Keyed
-from pipelines.decide.fold_types import Candidate
+from pipelines.decide.rules import preliminary as pre
+from pipelines.decide.rules.candidates import Keyed
+from pipelines.decide.records.resource import Candidate
 from pipelines.dataplane.transforms import fast
 from tests.decide.rows import empty, frame
 from tests.helpers import ts

@@ -6,7 +6,7 @@
   ``[quality] validate_every_n_batches`` batches (``quality/validation_results``, ``quality/validation_runs``) and
   the reconciliation with the late-row count (``quality/reconciliation``, :mod:`pipelines.dataplane.quality.reconcile`).
 * Gold: the decision plane applies the ``gold/limits`` expectations to its decisions row by row
-  (:func:`pipelines.decide.limits.check`, from :data:`pipelines.dataplane.quality.suites.GOLD_LIMITS_EXPECTATIONS`).
+  (:func:`pipelines.decide.records.limit_rows.check`, from :data:`pipelines.dataplane.quality.suites.GOLD_LIMITS_EXPECTATIONS`).
 
 The gate is built explicitly, ``QualityGate(cfg, lake)``; methods that need Spark take it from the DataFrame they
 are given (``df.sparkSession``).

@@ -73,7 +73,7 @@ def silver_send_failures_suite():
 
 
 #: The ``gold/limits`` expectations (docs/contracts.md §2): (GX expectation type, its keyword arguments). Plain data,
-#: so the decision plane applies them row by row without importing GX (:func:`pipelines.decide.limits.check`), and
+#: so the decision plane applies them row by row without importing GX (:func:`pipelines.decide.records.limit_rows.check`), and
 #: :func:`gold_limits_suite` builds the GX suite from the same list.
 GOLD_LIMITS_EXPECTATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("expect_column_values_to_not_be_null", {"column": "limit_qps"}),
@@ -89,7 +89,7 @@ GOLD_LIMITS_EXPECTATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("expect_column_values_to_be_in_set", {"column": "resource_type", "value_set": ["topic", "group"]}),
     ("expect_column_values_to_be_in_set", {"column": "mode", "value_set": ["enforce", "advisory"]}),
     ("expect_column_values_to_be_in_set", {"column": "action", "value_set": ["set", "relax", "lift"]}),
-    # override: a row an operator's override caused (pipelines/decide/overrides.py)
+    # override: a row an operator's override caused (pipelines/decide/paths/overrides.py)
     ("expect_column_values_to_be_in_set", {"column": "basis", "value_set": ["preliminary", "final", "override"]}),
     ("expect_column_values_to_not_be_null", {"column": "resource"}),
 )

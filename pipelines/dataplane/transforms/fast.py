@@ -1,5 +1,5 @@
 """The fast path's running sums: evidence from *open* windows, before the watermark finalizes them (Spark's state
-store); the driver judges them (:mod:`pipelines.decide.preliminary`).
+store); the driver judges them (:mod:`pipelines.decide.rules.preliminary`).
 
 RocketMQ prints a broker's minute lines at the end of the minute they cover, all keys at once
 (docs/rocketmq-formats.md §2), so a broker's SUM for a window is final when its line lands; lines of other brokers
@@ -11,7 +11,7 @@ windows. A rule whose evidence is a ratio may act early only where the partial n
   consumer group, broker, and one ``cluster`` row whose ``brokers`` list is the census of brokers that reported).
   In Spark's ``update`` output mode each micro-batch emits the windows its input touched, with their running sums
   from Spark's state store (the state is dropped once the watermark passes the window).
-* :mod:`pipelines.decide.preliminary` applies the rules to those running sums on the driver; which rules act on
+* :mod:`pipelines.decide.rules.preliminary` applies the rules to those running sums on the driver; which rules act on
   a partial window, which wait for a window complete by census, and how a preliminary decision is reversed are
   said there, once.
 """

@@ -3,7 +3,7 @@
 The streaming part is one event-time aggregation with a watermark (:func:`window_metrics`) at the finest grain
 (window × broker × topic × consumer group × metric). The gold micro-batch collects its finalized windows once as
 Arrow, and the driver derives the gold TPS tables and the decisions' per-broker traffic from them
-(:func:`pipelines.decide.windows.reduce_windows`), so one stateful operator serves all of them.
+(:func:`pipelines.decide.rules.windows.reduce_windows`), so one stateful operator serves all of them.
 
 A minute line stamped ``T`` covers the minute before ``T`` (``StatsItem`` snapshots every 10 s, 7 kept, so a
 minute line's SUM spans the last ~60 s; docs/rocketmq-formats.md §2), so its event time for windowing is ``T - 60 s``.

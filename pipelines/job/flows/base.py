@@ -148,7 +148,7 @@ class DecisionFlow:
                       before: dt.datetime | None = None) -> Callable[[], "pa.Table"]:
         """A function reading the finalized ``gold/group_tps`` rows of the ``detection.baseline_windows`` windows
         before ``first_window`` (before ``before`` when given): a retry limit's consume basis, read only when a
-        storm fires (:func:`pipelines.decide.rules.consume_basis`)."""
+        storm fires (:func:`pipelines.decide.rules.anomalies.consume_basis`)."""
         since = first_window - dt.timedelta(
             seconds=self.cfg.detection.baseline_windows * self.cfg.windows.length_seconds)
         return lambda: self.lake.read_arrow(tables.GOLD_GROUP_TPS, since=since, before=before)

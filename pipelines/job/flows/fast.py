@@ -1,5 +1,5 @@
-"""The fast flow: preliminary decisions on *open* windows, every micro-batch (:mod:`pipelines.decide.fast`,
-:mod:`pipelines.decide.preliminary`).
+"""The fast flow: preliminary decisions on *open* windows, every micro-batch (:mod:`pipelines.decide.paths.fast`,
+:mod:`pipelines.decide.rules.preliminary`).
 
 The fast query reads what the ingest query already parsed (its metric events, :func:`pipelines.dataplane.events.read_stream`
 of the fast path's own copy of each events file) and keeps running sums per window × resource in Spark's state
@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame
 
 from pipelines.config import GovernorConfig
-from pipelines.decide.fast import OpenRows, decide_fast, prepare_fast
-from pipelines.decide.inputs import FastInputs, LockedInputs
-from pipelines.decide.reconcile import lift_reach_seconds, read_as_limited
+from pipelines.decide.paths.fast import OpenRows, decide_fast, prepare_fast
+from pipelines.decide.records.inputs import FastInputs, LockedInputs
+from pipelines.decide.paths.reconcile import lift_reach_seconds, read_as_limited
 from pipelines.job.flows.base import BatchReport, DecisionFlow, write_arrow
 from pipelines import tables
 from pipelines.dataplane.known_brokers import KnownBrokers

@@ -3,8 +3,8 @@ saved policy state and the published limits. Each window is written exactly once
 
 Spark reduces: the stateful windowed sums (watermark, state store) of the finalized windows, one row per window ×
 broker × topic × consumer group × metric, collected once as Arrow by one Spark job. The driver derives the gold TPS
-tables and the per-broker traffic the decisions need (:func:`pipelines.decide.windows.reduce_windows`) and decides
-(:mod:`pipelines.decide.final`): the anomalies and candidates outside the decision lock, the fold on the policy state
+tables and the per-broker traffic the decisions need (:func:`pipelines.decide.rules.windows.reduce_windows`) and decides
+(:mod:`pipelines.decide.paths.final`): the anomalies and candidates outside the decision lock, the fold on the policy state
 inside it; the tables are then appended from the driver and the limits published."""
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.config import GovernorConfig
-from pipelines.decide.evidence import expected_brokers, open_evidence
-from pipelines.decide.fast import OpenRows
-from pipelines.decide.final import FinalOutputs, decide_final, decide_open, prepare_final, window_bounds
-from pipelines.decide.inputs import FinalInputs, LockedInputs
-from pipelines.decide.reconcile import lift_reach_seconds, read_as_limited
-from pipelines.decide.windows import TRAFFIC, reduce_windows
+from pipelines.decide.rules.evidence import expected_brokers, open_evidence
+from pipelines.decide.paths.fast import OpenRows
+from pipelines.decide.paths.final import FinalOutputs, decide_final, decide_open, prepare_final, window_bounds
+from pipelines.decide.records.inputs import FinalInputs, LockedInputs
+from pipelines.decide.paths.reconcile import lift_reach_seconds, read_as_limited
+from pipelines.decide.rules.windows import TRAFFIC, reduce_windows
 from pipelines.job.flows.base import BatchReport, DecisionFlow, write_arrow
 from pipelines.dataplane import events
 from pipelines import tables
@@ -77,7 +77,7 @@ class GoldFlow(DecisionFlow):
 
     def opened(self):
         """The fast path's open windows after the newest finalized one, as demand evidence per resource
-        (:func:`pipelines.decide.evidence.open_evidence`); None without a fast path or a finalized window."""
+        (:func:`pipelines.decide.rules.evidence.open_evidence`); None without a fast path or a finalized window."""
         if self.open_rows is None or self.horizon is None:
             return None
         horizon_end, expected = self.horizon
@@ -85,7 +85,7 @@ class GoldFlow(DecisionFlow):
                              self.cfg.detection)
 
     def decide_open_windows(self, query: str, app_id: str, version: int, *, save_state: bool) -> int:
-        """The limits in force decided on the open windows now (:func:`pipelines.decide.final.decide_open`: a probe
+        """The limits in force decided on the open windows now (:func:`pipelines.decide.paths.final.decide_open`: a probe
         taken or at its deadline undone, a lift the open windows prove, a probe, a squeeze) → the ``gold/limits``
         rows written and published (0: none). ``save_state``: the ``state/policy`` rows are written with them
         (tagged ``version``, a gold micro-batch's id); the probe tick leaves them to the next gold micro-batch,

@@ -63,7 +63,7 @@ class DecisionStore:
 
     def lifted_at(self) -> dict[Key, dt.datetime]:
         """When each resource's newest ``lift`` was decided (UTC): the newest ``gold/limits`` rows that are lifts and
-        the lifts added since (:func:`pipelines.decide.reconcile.read_as_limited`)."""
+        the lifts added since (:func:`pipelines.decide.paths.reconcile.read_as_limited`)."""
         out = {k: aware(r["decided_at"]) for k, r in self.latest_by_key().items() if r.get("action") == "lift"}
         for key, at in self._lifted.items():
             if key not in out or at > out[key]:
@@ -72,7 +72,7 @@ class DecisionStore:
 
     def limited_keys(self) -> tuple[str, ...]:
         """``"<resource_type>\\x1f<resource>"`` of every resource with a limit in the saved state (whose traffic the
-        final path keeps, :func:`pipelines.decide.windows.resource_traffic`)."""
+        final path keeps, :func:`pipelines.decide.rules.windows.resource_traffic`)."""
         if self._state is None:
             self._state = self._load_state()
         return tuple(sorted(f"{t}\x1f{r}" for (t, r), row in self._state.items() if row.get("limit_qps") is not None))

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from pipelines.config import DetectionConfig, GovernorConfig, LimitsConfig, WindowsConfig
-from pipelines.decide.facts import TOLERANCE, split
-from pipelines.decide.fold_types import FORGOTTEN, UNLIMITED, Decision, Evidence, Observation, ResourceState
+from pipelines.decide.rules.facts import TOLERANCE, split
+from pipelines.decide.records.resource import FORGOTTEN, UNLIMITED, Decision, Evidence, Observation, ResourceState
 from pipelines.decide.words import Action, Mode
 
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -28,7 +28,7 @@ class Params:
     """The settings a limit policy reads, frozen, from ``[limits]``, ``[detection]`` and ``windows.length_seconds``
     (:class:`pipelines.config.LimitsConfig` documents each; :meth:`of` builds one). ``window``: one window's length;
     ``refresh``: ``refresh_seconds``; ``detection``: the rules' thresholds, for the rule judged on a window's visible
-    demand (:mod:`pipelines.decide.facts`); ``max_decision_lag``: how long after the window it decides a decision
+    demand (:mod:`pipelines.decide.rules.facts`); ``max_decision_lag``: how long after the window it decides a decision
     is taken at the latest (:func:`decided_at`): the watermark, one window for the trigger and one for a shipper late
     within the watermark (4 one-minute windows with the shipped 120 s watermark); ``trigger``: the final path's
     trigger (``windows.trigger_seconds``: the most a decision waits to be taken, a probe's deadline)."""
@@ -161,7 +161,7 @@ def backoff_hold(window: dt.timedelta, recovery_windows: int, backoff: int) -> d
 
 def decided_at(now: dt.datetime | None, stream_end: dt.datetime, max_lag: dt.timedelta) -> dt.datetime:
     """When the brokers get a decision of a micro-batch whose newest window seen (final, or open on the fast path:
-    :meth:`pipelines.decide.policy_open.Batch.stream_end`) ends ``stream_end``, in the stream's time (naive UTC):
+    :meth:`pipelines.decide.limits.open_windows.Batch.stream_end`) ends ``stream_end``, in the stream's time (naive UTC):
     its processing time ``now`` (None: ``stream_end``), but never more than ``max_lag`` after ``stream_end``
     (:attr:`Params.max_decision_lag`). Live, and on a restart's backlog (its newest lines land as the governor comes
     back), a decision takes effect when it is published: the windows the micro-batch read, and any before the
@@ -176,9 +176,9 @@ def decided_at(now: dt.datetime | None, stream_end: dt.datetime, max_lag: dt.tim
 
 def effective_end(at: dt.datetime, window: dt.timedelta) -> dt.datetime:
     """The end of the first window wholly after ``at`` (naive UTC): the first window starting at or after it (an
-    instant within :data:`~pipelines.decide.facts.TOLERANCE` of a window's start is that start). Brokers apply a
+    instant within :data:`~pipelines.decide.rules.facts.TOLERANCE` of a window's start is that start). Brokers apply a
     decision a propagation delay later; a window partly under it is judged against the level before
-    (:func:`pipelines.decide.fold_types.limit_in_force`)."""
+    (:func:`pipelines.decide.records.resource.limit_in_force`)."""
     seconds, length = (at - _EPOCH).total_seconds(), window.total_seconds()
     start = _EPOCH + dt.timedelta(seconds=math.ceil(seconds / length - TOLERANCE) * length)
     return start + window
@@ -186,10 +186,10 @@ def effective_end(at: dt.datetime, window: dt.timedelta) -> dt.datetime:
 
 def frozen_basis(window_end: dt.datetime, target: float | None, shares: Mapping[str, float] | None,
                  baseline: float | None = None) -> dict:
-    """The fields of :class:`~pipelines.decide.fold_types.ResourceState` a new limit freezes from the window ending
+    """The fields of :class:`~pipelines.decide.records.resource.ResourceState` a new limit freezes from the window ending
     ``window_end`` (docs/decisions.md §4 "Frozen basis"): its ``target`` (msg/s), its per-broker ``shares`` and the
     rule's ``baseline`` (msg/s), kept until the lift; the probe and cap memory of an earlier limit cleared. Used by
-    :func:`decide` and by the fast path's starting state (:func:`pipelines.decide.reconcile.preliminary_state`)."""
+    :func:`decide` and by the fast path's starting state (:func:`pipelines.decide.paths.reconcile.preliminary_state`)."""
     return {"target_qps": target, "broker_shares": shares, "limited_since": window_end, "baseline_tps": baseline,
             "cause_changes": 0, "probe_from_qps": None, "probe_ceiling_qps": None, "probe_hold_until": None,
             "probe_backoff": 0, "last_capped_end": None, "probe_effective_end": None, "at_cap_since": None}
@@ -199,7 +199,7 @@ def decide(state: ResourceState, window_end: dt.datetime, limit: float, action: 
            change: bool = True, shares: Mapping[str, float] | None = None, target: float | None = None,
            remember: bool = False, fresh: bool = False, baseline: float | None = None) -> Step:
     """One decision on ``state`` as a decision of the window ending ``window_end``: the :class:`Decision` (its
-    ``version`` the state's next, its per-broker figures :func:`~pipelines.decide.facts.split` by the shares) and
+    ``version`` the state's next, its per-broker figures :func:`~pipelines.decide.rules.facts.split` by the shares) and
     the state after it.
 
     ``change``: the value changes (a refresh re-issues it: ``False``); ``shares``, ``target``: new frozen shares and
@@ -207,7 +207,7 @@ def decide(state: ResourceState, window_end: dt.datetime, limit: float, action: 
     frozen from this window, the probe and cap memory reset; any set without a limit in force is fresh);
     ``remember``: a lift the recurrence memory keeps (the cause of an enforced limit went away); a lift that does
     not remember forgets (a probe's lift: legitimate demand); an advisory lift leaves the memory as it was. A new
-    value supersedes a probe in flight (a raise sets its own after this, :meth:`pipelines.decide.policy.LimitPolicy.
+    value supersedes a probe in flight (a raise sets its own after this, :meth:`pipelines.decide.limits.base.LimitPolicy.
     raise_to`)."""
     s = state
     lifted = action == Action.LIFT
@@ -253,7 +253,7 @@ def last_kept(state: ResourceState) -> dt.datetime:
 
 def noted_carriers(state: ResourceState, obs: Observation) -> ResourceState:
     """A window's carriers noted: the last distress (a carrier busy), and the writes of each busy carrier (msg/s;
-    a surge probe's bound, :meth:`pipelines.decide.policy.LimitPolicy.raise_bounds`): the most it wrote in any window
+    a surge probe's bound, :meth:`pipelines.decide.limits.base.LimitPolicy.raise_bounds`): the most it wrote in any window
     it was busy in, since a window busy for part of it only (a cause ramping) writes less than the broker can."""
     s = state
     if not obs.healthy:

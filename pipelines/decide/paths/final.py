@@ -3,14 +3,14 @@ history, the saved policy state, config and ``now`` → every gold output, as Ar
 
 Steps (each a module of :mod:`pipelines.decide`):
 
-1. anomalies against the resources' own baselines (:mod:`~pipelines.decide.rules`);
-2. the demand evidence of limitable resources (:mod:`~pipelines.decide.evidence`), limit candidates
-   (:mod:`~pipelines.decide.candidates`) and the per-resource policy fold (:mod:`~pipelines.decide.folding`), which
-   judges a resource under a limit by its rule on that evidence (:mod:`~pipelines.decide.policy`);
+1. anomalies against the resources' own baselines (:mod:`~pipelines.decide.rules.anomalies`);
+2. the demand evidence of limitable resources (:mod:`~pipelines.decide.rules.evidence`), limit candidates
+   (:mod:`~pipelines.decide.rules.candidates`) and the per-resource policy fold (:mod:`~pipelines.decide.paths.fold_all`), which
+   judges a resource under a limit by its rule on that evidence (:mod:`~pipelines.decide.limits.base`);
 3. ``gold/limits`` rows (basis ``final``) split by the ``gold/limits`` expectations into accepted decisions and
-   quarantine rows (:mod:`~pipelines.decide.limits`);
+   quarantine rows (:mod:`~pipelines.decide.records.limit_rows`);
 4. the fast path's preliminary decisions on windows now final are confirmed, corrected or reversed
-   (:mod:`~pipelines.decide.reconcile`), so the limits in force once every window is final do not depend on how the
+   (:mod:`~pipelines.decide.paths.reconcile`), so the limits in force once every window is final do not depend on how the
    input was cut into micro-batches.
 
 Entry points: :func:`prepare_final` (steps 1-2 up to the candidates, outside the decision lock) and
@@ -35,23 +35,23 @@ import pyarrow as pa
 
 from pipelines import columns
 from pipelines.config import GovernorConfig
-from pipelines.decide import evidence as ev
+from pipelines.decide.rules import evidence as ev
 from pipelines.decide.arrow import aware, from_rows, micros, rows_of, to_arrow, to_polars, when
-from pipelines.decide.candidates import candidate_limits
-from pipelines.decide.facts import through_busy
+from pipelines.decide.rules.candidates import candidate_limits
+from pipelines.decide.rules.facts import through_busy
 from pipelines.decide.catalogue import limited_by
-from pipelines.decide.folding import Folded, fold_all, state_row, state_table
-from pipelines.decide.inputs import FinalInputs, LockedInputs
-from pipelines.decide.steps import Params
+from pipelines.decide.paths.fold_all import Folded, fold_all, state_row, state_table
+from pipelines.decide.records.inputs import FinalInputs, LockedInputs
+from pipelines.decide.limits.steps import Params
 from pipelines.decide.words import Basis, Severity, Status
-from pipelines.decide.limits import check, finish
-from pipelines.decide.overrides import Applied
-from pipelines.decide.reconcile import (
+from pipelines.decide.records.limit_rows import check, finish
+from pipelines.decide.paths.overrides import Applied
+from pipelines.decide.paths.reconcile import (
     latest_per_resource, pending_preliminary, reconcile_preliminary, state_after,
 )
-from pipelines.decide.crowding import busy_normals
-from pipelines.decide.rules import anomalies_frame, broker_writes, detect
-from pipelines.decide.windows import MARKER
+from pipelines.decide.rules.crowding import busy_normals
+from pipelines.decide.rules.anomalies import anomalies_frame, broker_writes, detect
+from pipelines.decide.rules.windows import MARKER
 from pipelines import tables
 
 
@@ -83,7 +83,7 @@ def rows_by_key(table: pa.Table | None) -> dict[tuple[str, str], dict]:
 
 
 def window_bounds(traffic: pa.Table) -> tuple[dt.datetime | None, dt.datetime | None]:
-    """The ``traffic`` rows of a micro-batch (:func:`pipelines.decide.windows.reduce_windows`) → (first
+    """The ``traffic`` rows of a micro-batch (:func:`pipelines.decide.rules.windows.reduce_windows`) → (first
     ``window_start``, last ``window_end``) of its windows (UTC), from the window markers; (None, None) without."""
     marks = pl.from_arrow(traffic).filter(pl.col("resource_type") == MARKER)
     if marks.height == 0:
@@ -124,7 +124,7 @@ class FinalPrepared:
     """What the final path derives from a micro-batch before it needs the decisions' memory (outside the decision
     lock, :func:`prepare_final`): the batch's gold TPS tables, the anomalies, the candidates, the observation grid
     (window ends, naive UTC) and the batch's first window start and last window end (UTC; None: no window); the
-    demand evidence (:func:`pipelines.decide.evidence.demand`) is computed when first read: with candidates here,
+    demand evidence (:func:`pipelines.decide.rules.evidence.demand`) is computed when first read: with candidates here,
     else only when a limit in force is observed (:func:`decide_final`)."""
 
     def __init__(self, inputs: FinalInputs, topics: pl.DataFrame, anomalies: pl.DataFrame,
@@ -231,7 +231,7 @@ def decide_open(horizon_end: dt.datetime, locked: LockedInputs, cfg: GovernorCon
                 batch_id: int, origin: str) -> tuple[pa.Table, pa.Table, pa.Table]:
     """A final micro-batch that finalized no window: what the fast path's open windows now show decides for every
     resource with a limit in force, as the end of a finalizing micro-batch would (its open-window steps,
-    :meth:`pipelines.decide.policy.LimitPolicy.act_on_open`, and the lift due at the horizon): a probe undone by the
+    :meth:`pipelines.decide.limits.base.LimitPolicy.act_on_open`, and the lift due at the horizon): a probe undone by the
     first line of a carrier that took it, or at its deadline; a lift the open windows prove, unless one vetoes it;
     a probe or a squeeze. Each decision is one of the window ending ``horizon_end`` (UTC: the newest window
     finalized before), ranked after the decisions already taken on it. → (accepted ``gold/limits`` rows, refused

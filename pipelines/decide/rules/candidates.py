@@ -1,17 +1,17 @@
 """Limit candidates: which resource should be limited in which window, to what, and why (``gold/anomalies`` rows and
-which brokers carry which topic → :class:`~pipelines.decide.fold_types.Candidate` s).
+which brokers carry which topic → :class:`~pipelines.decide.records.resource.Candidate` s).
 
 * ``RUNAWAY_RETRY`` → the group's retry traffic: target = ``allowed_retry_share`` × the consume rate the anomaly
   is based on (its ``baseline_tps``: the window's, or the group's normal rate when larger); lifted only after
-  clear windows (:mod:`pipelines.decide.retry_limit`), never by a probe reaching a rate: no ``lift_at_qps``. A
+  clear windows (:mod:`pipelines.decide.limits.retry_storm`), never by a probe reaching a rate: no ``lift_at_qps``. A
   storm on a busy broker (``BROKER_BUSY`` on a broker carrying its retry traffic in the window) is critical: its
   first limit goes to the target at once, not a ``max_cut_pct`` step (a broker with little headroom stays busy
   under a first cut of half the storm: sweep case 29), and no higher than the room its busy carriers leave
-  (``busy_load``, ``busy_normal``: :meth:`pipelines.decide.retry_limit.RetryStormLimit.first_bound`).
+  (``busy_load``, ``busy_normal``: :meth:`pipelines.decide.limits.retry_storm.RetryStormLimit.first_bound`).
 * ``TRAFFIC_SURGE`` of a topic with a ``BROKER_BUSY`` broker carrying it in the same window → enforce:
   target = ``surge_headroom`` × the topic's baseline (the first limit bounded by its busy carriers' writes,
-  ``busy_load``: :meth:`pipelines.decide.surge_limit.SurgeLimit.first_bound`); ``lift_at_qps`` = the observed rate ×
-  ``surge_headroom``: a probe whose step reaches it lifts the limit (:mod:`pipelines.decide.surge_limit`), else
+  ``busy_load``: :meth:`pipelines.decide.limits.surge.SurgeLimit.first_bound`); ``lift_at_qps`` = the observed rate ×
+  ``surge_headroom``: a probe whose step reaches it lifts the limit (:mod:`pipelines.decide.limits.surge`), else
   clear windows do.
 * ``TRAFFIC_SURGE`` of a topic on healthy brokers → an advisory record only, never below the observed rate ×
   ``surge_headroom`` (``floor_qps``), so a legitimate surge is never cut.
@@ -31,7 +31,7 @@ import polars as pl
 from pipelines import rocketmq as rmq
 from pipelines.config import LimitsConfig
 from pipelines.decide.arrow import naive
-from pipelines.decide.fold_types import Candidate
+from pipelines.decide.records.resource import Candidate
 from pipelines.decide.text import fixed
 from pipelines.decide.words import Anomaly, Mode, Severity
 
@@ -63,9 +63,9 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
                      busy_normal: dict[tuple, float] | None = None) -> list[Keyed]:
     """``gold/anomalies`` rows + which brokers carry which topic per window (``(window_start, topic)`` → brokers) →
     the candidates (module docstring), with each candidate's traffic per broker from ``broker_tps``
-    (``(window_end, resource_type, resource)`` → msg/s per broker, :func:`pipelines.decide.evidence.broker_tps_of`)
+    (``(window_end, resource_type, resource)`` → msg/s per broker, :func:`pipelines.decide.rules.evidence.broker_tps_of`)
     and a storm's busy carriers' normal writes from ``busy_normal`` (``(window_start, broker)`` → msg/s,
-    :func:`pipelines.decide.crowding.busy_normals`)."""
+    :func:`pipelines.decide.rules.crowding.busy_normals`)."""
     rows = list(anomalies.iter_rows(named=True)) if anomalies.height else []
     busy = {(r["window_start"], r["resource"]): r["baseline_tps"] for r in rows
             if r["anomaly"] == Anomaly.BROKER_BUSY.value}  # -> the busy broker's writes (msg/s)

@@ -1,9 +1,9 @@
 """A limit's whole life in closed loop, behind one interface (:class:`LimitPolicy`), with one class per rule that
-limits something (:class:`pipelines.decide.retry_limit.RetryStormLimit`, :class:`pipelines.decide.surge_limit.
+limits something (:class:`pipelines.decide.limits.retry_storm.RetryStormLimit`, :class:`pipelines.decide.limits.surge.
 SurgeLimit`; the catalogue maps resource types to them, :func:`pipelines.decide.catalogue.policy_for`), as Netflix
 concurrency-limits keeps one ``Limit`` interface with an algorithm per class. A policy is stateless: built from its
-frozen :class:`~pipelines.decide.steps.Params`, every method is a pure function from a resource's state and a
-window's evidence to the state after and the decisions made (a :class:`~pipelines.decide.steps.Step`).
+frozen :class:`~pipelines.decide.limits.steps.Params`, every method is a pure function from a resource's state and a
+window's evidence to the state after and the decisions made (a :class:`~pipelines.decide.limits.steps.Step`).
 
 The life of a limit, one method each (docs/decisions.md §4):
 
@@ -18,7 +18,7 @@ The life of a limit, one method each (docs/decisions.md §4):
 * **lift** it ``recovery_needed`` clear windows after the last window that kept it (:meth:`LimitPolicy.lift_due`),
   unless a later window is not clear (the **veto**, :meth:`LimitPolicy.veto`).
 
-:meth:`LimitPolicy.on_window` is one window of a resource; :func:`pipelines.decide.fold.fold_resource` walks them.
+:meth:`LimitPolicy.on_window` is one window of a resource; :func:`pipelines.decide.paths.walk.fold_resource` walks them.
 Rates are cluster-wide msg/s, times naive UTC window ends.
 """
 
@@ -29,11 +29,11 @@ import math
 from dataclasses import replace
 from typing import ClassVar
 
-from pipelines.decide.facts import close, rate, shares_of
-from pipelines.decide.fold_types import FORGOTTEN, Candidate, Evidence, Observation, ResourceState, limit_in_force
-from pipelines.decide.policy_open import Batch, Judged, OpenWindows
-from pipelines.decide.limits import EXTRA_RANKS
-from pipelines.decide.steps import (
+from pipelines.decide.rules.facts import close, rate, shares_of
+from pipelines.decide.records.resource import FORGOTTEN, Candidate, Evidence, Observation, ResourceState, limit_in_force
+from pipelines.decide.limits.open_windows import Batch, Judged, OpenWindows
+from pipelines.decide.records.limit_rows import EXTRA_RANKS
+from pipelines.decide.limits.steps import (
     Params, Step, above, backoff_hold, cooled, cut, decide, decided_at, effective_end, higher, last_kept, lower,
     noted_carriers, outlived, recovery_needed, refresh_due, seen, tightens,
 )
@@ -74,7 +74,7 @@ class LimitPolicy(OpenWindows):
         """The share of the cluster-wide limit held by the brokers whose line of ``obs`` has landed (0..1): 1 for a
         window every broker has reported in (final, or complete by census); for an open window before its census,
         the frozen shares of the carriers that reported (a broker carrying it outside the frozen shares at the
-        smallest one: the ``*`` figure it applies, :func:`pipelines.decide.facts.split`). A broker's minute line
+        smallest one: the ``*`` figure it applies, :func:`pipelines.decide.rules.facts.split`). A broker's minute line
         carries all its keys at once, so what those carriers admitted is final: the window is judged on them
         against their part of the cap. None when none of its carriers has reported yet (or the limit has no
         shares): the window tells nothing of the limit yet."""
@@ -343,7 +343,7 @@ class LimitPolicy(OpenWindows):
     def raise_to(self, state: ResourceState, window_end: dt.datetime, raised: float, reason: str,
                  batch: Batch) -> Step:
         """A probe: the limit raised to ``raised`` (``relax``), remembering the level before it and the first
-        window wholly under the raise (:func:`~pipelines.decide.steps.effective_end` of ``batch.now``, else of
+        window wholly under the raise (:func:`~pipelines.decide.limits.steps.effective_end` of ``batch.now``, else of
         ``window_end``)."""
         before = state.limit_qps
         at = decided_at(batch.now, batch.stream_end(window_end), self.params.max_decision_lag)
@@ -416,7 +416,7 @@ class LimitPolicy(OpenWindows):
     @staticmethod
     def may_decide_again(state: ResourceState) -> bool:
         """Whether one more decision may be taken as a decision of the window of the state's last decision: each
-        gets the next version rank (:data:`pipelines.decide.limits.EXTRA_RANKS`), so a later decision of the same
+        gets the next version rank (:data:`pipelines.decide.records.limit_rows.EXTRA_RANKS`), so a later decision of the same
         window outranks the earlier at the brokers."""
         return state.window_decisions < len(EXTRA_RANKS)
 
@@ -437,7 +437,7 @@ class LimitPolicy(OpenWindows):
 
     def probe_overdue(self, state: ResourceState, batch: Batch) -> bool:
         """A probe in flight past :meth:`probe_deadline` at the micro-batch's time (its processing time, at most
-        ``max_decision_lag`` after its newest window: :func:`~pipelines.decide.steps.decided_at`)."""
+        ``max_decision_lag`` after its newest window: :func:`~pipelines.decide.limits.steps.decided_at`)."""
         deadline = self.probe_deadline(state)
         if deadline is None or batch.now is None or batch.horizon_end is None:
             return False
@@ -463,7 +463,7 @@ class LimitPolicy(OpenWindows):
     def paused(self, before: ResourceState, step: Step, end: dt.datetime) -> Step:
         """``step`` taken on a state with a probe in flight: where it cut the limit below the raised level (the rule
         fired under the raise: the demand took it), the raised level is a ceiling and the pause of an undo holds
-        (``recovery_windows`` × 2^n windows, :func:`~pipelines.decide.steps.backoff_hold`), as after an undo."""
+        (``recovery_windows`` × 2^n windows, :func:`~pipelines.decide.limits.steps.backoff_hold`), as after an undo."""
         if before.probe_from_qps is None or step.state.limit_qps is None or step.state.limit_qps >= before.limit_qps:
             return step
         p, backoff = self.params, before.probe_backoff + 1
@@ -497,7 +497,7 @@ class LimitPolicy(OpenWindows):
 
     # --- lift and veto --------------------------------------------------------------------------------------------
     def recovery_needed(self, state: ResourceState) -> int:
-        """Clear windows the limit needs before its lift (:func:`~pipelines.decide.steps.recovery_needed`)."""
+        """Clear windows the limit needs before its lift (:func:`~pipelines.decide.limits.steps.recovery_needed`)."""
         return recovery_needed(state.recurrences, self.params.recovery_windows, self.params.max_recovery_windows)
 
     def lift_point(self, state: ResourceState) -> dt.datetime:
@@ -513,7 +513,7 @@ class LimitPolicy(OpenWindows):
         or an open window the fast path has seen (before its census a ratio rule takes the larger of its partial
         consume rate and the one frozen with the limit; judged on the carriers that reported, :meth:`judge`); None
         (no veto) otherwise, and for an advisory record. ``exempt``: window ends a probe's answer showed hid nothing
-        (:meth:`pipelines.decide.policy_open.OpenWindows.forgiven`)."""
+        (:meth:`pipelines.decide.limits.open_windows.OpenWindows.forgiven`)."""
         if state.mode != Mode.ENFORCE:
             return None
         later = [o for o in batch.observations if o.window_end > lift_at and o.window_end not in exempt] + [

@@ -1,5 +1,5 @@
 """What the fast path's open windows let a limit's policy decide before they are final
-(:meth:`OpenWindows.act_on_open`, a mixin of :class:`pipelines.decide.policy.LimitPolicy`), and the two records its
+(:meth:`OpenWindows.act_on_open`, a mixin of :class:`pipelines.decide.limits.base.LimitPolicy`), and the two records its
 steps pass around: :class:`Batch` (what a micro-batch tells each resource's walk) and :class:`Judged` (a window under
 the enforced limit judged). Rates are cluster-wide msg/s, times naive UTC window ends; docs/decisions.md §4.
 """
@@ -10,8 +10,8 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from pipelines.decide.fold_types import Observation, ResourceState
-from pipelines.decide.steps import Step
+from pipelines.decide.records.resource import Observation, ResourceState
+from pipelines.decide.limits.steps import Step
 from pipelines.decide.words import Mode, Status
 
 
@@ -32,7 +32,7 @@ class Batch:
 
     def stream_end(self, window_end: dt.datetime) -> dt.datetime:
         """The end of the newest window the micro-batch has seen of the resource, final or open, or ``window_end``
-        when later: the stream's time its decisions are taken at, at most (:func:`pipelines.decide.steps.
+        when later: the stream's time its decisions are taken at, at most (:func:`pipelines.decide.limits.steps.
         decided_at`)."""
         ends = [window_end] + [o.window_end for o in self.opened] + (
             [self.horizon_end] if self.horizon_end is not None else [])
@@ -47,7 +47,7 @@ class Judged(NamedTuple):
 
 
 class OpenWindows:
-    """The open-window steps of :class:`pipelines.decide.policy.LimitPolicy` (its ``judge``, ``under_raise``,
+    """The open-window steps of :class:`pipelines.decide.limits.base.LimitPolicy` (its ``judge``, ``under_raise``,
     ``applying_raise``, ``took_raise``, ``on_open``, ``squeeze``, ``lift_point``, ``recovery_needed``, ``veto`` and
     ``lift``)."""
 

@@ -1,5 +1,5 @@
 """Operators' overrides of the running governor (``control/overrides``, docs/operators.md §9): every override
-semantics of the decision plane, pure, called around the fold (:func:`pipelines.decide.folding.fold_all`).
+semantics of the decision plane, pure, called around the fold (:func:`pipelines.decide.paths.fold_all.fold_all`).
 
 * **pin**: the resource is held at ``limit_qps`` (cluster-wide msg/s; each broker its share as usual: the shares of
   the limit it replaces, else of its traffic once a final window shows it), enforced, refreshed every
@@ -33,11 +33,11 @@ import pyarrow as pa
 from pipelines.columns import OVERRIDE_ID, Key
 from pipelines.config import GovernorConfig
 from pipelines.decide.arrow import aware, figures, naive
-from pipelines.decide.candidates import Keyed, mode
-from pipelines.decide.facts import ANY_BROKER, close, shares_of, split as broker_limits
-from pipelines.decide.fold_types import ResourceState
-from pipelines.decide.folding import Folded, state_of, state_row
-from pipelines.decide.limits import burst_for, decision_version
+from pipelines.decide.rules.candidates import Keyed, mode
+from pipelines.decide.rules.facts import ANY_BROKER, close, shares_of, split as broker_limits
+from pipelines.decide.records.resource import ResourceState
+from pipelines.decide.paths.fold_all import Folded, state_of, state_row
+from pipelines.decide.records.limit_rows import burst_for, decision_version
 from pipelines.decide.text import fixed, stamp
 from pipelines.decide.words import Action, Mode
 
@@ -234,7 +234,7 @@ class Applied:
         """The ``gold/limits`` rows (basis ``override``) that make each resource's newest decision agree with the
         overrides in force: a pin's ``set`` where its row is not in force at its figure, is due for a refresh
         (``limits.refresh_seconds``) or can now be split by its traffic per broker (``traffic``: a callable giving
-        msg/s per broker by (window_end, resource_type, resource), :func:`pipelines.decide.evidence.broker_tps_of`;
+        msg/s per broker by (window_end, resource_type, resource), :func:`pipelines.decide.rules.evidence.broker_tps_of`;
         the newest window's, called only for a pin without a split); a ``lift`` of an enforced limit in force on an
         exempted resource; a ``lift`` of a limit left by an override no longer in force. ``frontier``: the newest
         window end the step knows (UTC; the rows' ``window_end`` and version, with the resource's newest row's)."""

@@ -1,14 +1,14 @@
 """The per-resource fold: one resource's windows walked in event-time order by its rule's limit policy.
 
-:func:`fold_resource` is the walk, a loop: for each window (a candidate, :class:`~pipelines.decide.fold_types.
-Candidate`, from :func:`pipelines.decide.candidates.candidate_limits`; an observation, :class:`~pipelines.decide.
-fold_types.Observation`, from :func:`pipelines.decide.evidence.observations`) the lift that came due before it
-(:meth:`~pipelines.decide.policy.LimitPolicy.lift_due`), then the window itself
-(:meth:`~pipelines.decide.policy.LimitPolicy.on_window`); after the last, the lift due at the horizon and what the
-fast path's open windows let the final path decide (:meth:`~pipelines.decide.policy.LimitPolicy.act_on_open`).
-Everything a limit does is its policy's (:mod:`pipelines.decide.policy`, one class per rule,
-:func:`pipelines.decide.catalogue.policy_for`); the shared arithmetic is :mod:`pipelines.decide.steps`. It is run
-for every resource of a micro-batch by :func:`pipelines.decide.folding.fold_all`. The rules and their numbers:
+:func:`fold_resource` is the walk, a loop: for each window (a candidate, :class:`~pipelines.decide.records.resource.
+Candidate`, from :func:`pipelines.decide.rules.candidates.candidate_limits`; an observation, :class:`~pipelines.decide.
+fold_types.Observation`, from :func:`pipelines.decide.rules.evidence.observations`) the lift that came due before it
+(:meth:`~pipelines.decide.limits.base.LimitPolicy.lift_due`), then the window itself
+(:meth:`~pipelines.decide.limits.base.LimitPolicy.on_window`); after the last, the lift due at the horizon and what the
+fast path's open windows let the final path decide (:meth:`~pipelines.decide.limits.base.LimitPolicy.act_on_open`).
+Everything a limit does is its policy's (:mod:`pipelines.decide.limits.base`, one class per rule,
+:func:`pipelines.decide.catalogue.policy_for`); the shared arithmetic is :mod:`pipelines.decide.limits.steps`. It is run
+for every resource of a micro-batch by :func:`pipelines.decide.paths.fold_all.fold_all`. The rules and their numbers:
 docs/decisions.md §4.
 """
 
@@ -18,9 +18,9 @@ import datetime as dt
 from collections.abc import Iterable
 
 from pipelines.decide.catalogue import policy_for
-from pipelines.decide.fold_types import Candidate, Decision, Evidence, Observation, ResourceState
-from pipelines.decide.policy import Batch
-from pipelines.decide.steps import Params, Step, decided_at, effective_end
+from pipelines.decide.records.resource import Candidate, Decision, Evidence, Observation, ResourceState
+from pipelines.decide.limits.base import Batch
+from pipelines.decide.limits.steps import Params, Step, decided_at, effective_end
 from pipelines.decide.words import Action
 
 
@@ -39,12 +39,12 @@ def fold_resource(
     (the end of the last finalized window, naive UTC) with its saved ``state`` → its decisions, its new state and
     the evidence rows of its windows under an enforced limit (``veto`` rows among them).
 
-    ``params``: the policy's settings (:meth:`pipelines.decide.steps.Params.of`); ``recover_windows``: lift when
+    ``params``: the policy's settings (:meth:`pipelines.decide.limits.steps.Params.of`); ``recover_windows``: lift when
     due (the final path; the fast path folds without: absence is only known on final windows);
     ``open_evidence``: the fast path's open windows after the horizon (the veto, a probe's evidence); ``now``: when
     the decisions are made (naive UTC; a raise is in force from the first window starting after it; None: at the end
     of the window decided); ``preliminary``: the fast path's newest ``set`` the final path has not folded yet
-    (window end, msg/s, mode: :class:`~pipelines.decide.policy.Batch`). One candidate per window (the lowest target
+    (window end, msg/s, mode: :class:`~pipelines.decide.limits.base.Batch`). One candidate per window (the lowest target
     wins); a window older than the last one seen may tighten the limit but does not move ``last_candidate_end``
     back.
 

@@ -1,6 +1,6 @@
 """A resource's baseline: the quantile of its values over its previous windows (a surge's put rate, a group's consume
-rate), and the surge rule's cheap gate on it. Used by the rules of both paths (:mod:`pipelines.decide.rules`,
-:mod:`pipelines.decide.preliminary`).
+rate), and the surge rule's cheap gate on it. Used by the rules of both paths (:mod:`pipelines.decide.rules.anomalies`,
+:mod:`pipelines.decide.rules.preliminary`).
 
 Frames are polars DataFrames; times are UTC; values are msg/s.
 """
@@ -14,7 +14,7 @@ import polars as pl
 
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import micros, when
-from pipelines.decide.facts import surge_fires
+from pipelines.decide.rules.facts import surge_fires
 
 
 def baselines(values: pl.DataFrame, key: str, first_window: dt.datetime, windows: WindowsConfig,
@@ -69,7 +69,7 @@ def surge_values(history: pl.DataFrame, current: pl.DataFrame, key: str, value: 
 def surge_may_fire(values: dict[str, list[tuple]], history: pl.DataFrame, key: str, value: pl.Expr,
                    cfg: DetectionConfig, cache: dict | None = None, where: pl.Expr | None = None) -> bool:
     """Whether ``TRAFFIC_SURGE`` can fire on a window of ``values`` (resource → (window_start, msg/s judged[, msg/s
-    of its baseline value]) of the windows judged now): :func:`pipelines.decide.facts.surge_fires` against a lower
+    of its baseline value]) of the windows judged now): :func:`pipelines.decide.rules.facts.surge_fires` against a lower
     bound of its baseline. The
     baseline (:func:`baselines`) is the value at rank ``k = ceil(q × n) − 1`` of the n ≥
     ``baseline_min_windows`` values of the windows before it: of the ``history`` (the rule's ``value`` there) and of

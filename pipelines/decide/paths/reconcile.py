@@ -3,8 +3,8 @@
 The fast path decides on open windows (basis ``preliminary``), the final path on finalized ones (basis ``final``);
 this module owns every rule between them:
 
-* **Versions**: :mod:`pipelines.decide.limits` (:data:`~pipelines.decide.limits.VERSION_RANK`,
-  :data:`~pipelines.decide.limits.RECONCILE_RANK`).
+* **Versions**: :mod:`pipelines.decide.records.limit_rows` (:data:`~pipelines.decide.records.limit_rows.VERSION_RANK`,
+  :data:`~pipelines.decide.records.limit_rows.RECONCILE_RANK`).
 * **The fast path's starting point** (:func:`preliminary_state`): the final path's saved state with the newer
   preliminary limit in force (its target and per-broker shares frozen as the final path will freeze them).
 * **The final path's answer** (:func:`reconcile_preliminary`): confirm (no row), correct (``set``) or reverse
@@ -23,11 +23,11 @@ import datetime as dt
 from pipelines.columns import Key
 from pipelines.config import GovernorConfig
 from pipelines.decide.arrow import aware, figures, naive
-from pipelines.decide import facts
-from pipelines.decide.facts import ANY_BROKER, close, shares_of
+from pipelines.decide.rules import facts
+from pipelines.decide.rules.facts import ANY_BROKER, close, shares_of
 from pipelines.decide.words import Action, Basis
-from pipelines.decide.limits import RECONCILE_RANK, burst_for, decision_version
-from pipelines.decide.steps import frozen_basis
+from pipelines.decide.records.limit_rows import RECONCILE_RANK, burst_for, decision_version
+from pipelines.decide.limits.steps import frozen_basis
 from pipelines.decide.text import fixed, stamp
 
 
@@ -54,8 +54,8 @@ def read_as_limited(limited: tuple[str, ...], lifted: dict[Key, dt.datetime], no
     of those whose limit was lifted less than ``seconds`` before ``now`` (``lifted``: when each resource's newest
     ``lift`` was decided; UTC): the windows still to be finalized may have run under that limit (``seconds``:
     :func:`lift_reach_seconds`). A group among them is not read through its fallback sends, which count its
-    limiter's refusals too (:func:`pipelines.decide.windows.resource_traffic`,
-    :func:`pipelines.decide.open_retry.open_retry_traffic`): an operator's pin lifted with the storm still on read
+    limiter's refusals too (:func:`pipelines.decide.rules.windows.resource_traffic`,
+    :func:`pipelines.decide.rules.open_retry.open_retry_traffic`): an operator's pin lifted with the storm still on read
     its windows under the pin at 190.9 msg/s, and the rules' first cut was 95.4 msg/s, 2.4x the pin
     (tests/sim/test_overrides_loop.py)."""
     since = aware(now) - dt.timedelta(seconds=seconds)
@@ -69,8 +69,8 @@ def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict],
     limit of a newer preliminary decision in force (so a preliminary limit is not decided again every micro-batch;
     hysteresis, cool-down and the maximum cut apply from it). A preliminary limit the final path has not folded yet
     also freezes its target and its per-broker shares, as the final path will
-    (:func:`pipelines.decide.steps.frozen_basis`): by its window's complete traffic where the window is complete by
-    census now (``complete``: :func:`pipelines.decide.open_split.complete_traffic`), else from its
+    (:func:`pipelines.decide.limits.steps.frozen_basis`): by its window's complete traffic where the window is complete by
+    census now (``complete``: :func:`pipelines.decide.paths.open_split.complete_traffic`), else from its
     ``broker_limits``."""
     out = {key: dict(row) for key, row in saved.items()}
     for key, limit in latest.items():
@@ -94,7 +94,7 @@ def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict],
 def pending_preliminary(latest: dict[Key, dict]) -> dict[Key, tuple[dt.datetime, float, str]]:
     """The newest ``gold/limits`` row per resource (:func:`latest_per_resource`) → where it is a preliminary ``set``:
     (its window end, naive UTC; its limit, msg/s cluster-wide; its mode). The final path's fold keeps that value
-    when its own start is within ``hysteresis_pct`` of it (:meth:`pipelines.decide.policy.LimitPolicy.start`)."""
+    when its own start is within ``hysteresis_pct`` of it (:meth:`pipelines.decide.limits.base.LimitPolicy.start`)."""
     return {key: (naive(row["window_end"]), float(row["limit_qps"]), str(row["mode"]))
             for key, row in latest.items()
             if row["basis"] == Basis.PRELIMINARY and row["action"] == Action.SET and row["limit_qps"] is not None}
@@ -102,7 +102,7 @@ def pending_preliminary(latest: dict[Key, dict]) -> dict[Key, tuple[dt.datetime,
 
 def same_figures(a: dict | None, b: dict | None) -> bool:
     """Two per-broker figure maps (``broker_limits``; None: none) list the same brokers at the same figures
-    (:func:`~pipelines.decide.facts.close`)."""
+    (:func:`~pipelines.decide.rules.facts.close`)."""
     if a is None and b is None:
         return True
     if a is None or b is None or sorted(a) != sorted(b):
@@ -123,7 +123,7 @@ def reconcile_preliminary(latest: dict[Key, dict], final_limits: list[dict], fin
     * the same limit → confirmed, no row.
 
     Rows are basis ``final``, ``version`` of the preliminary window with rank
-    :data:`~pipelines.decide.limits.RECONCILE_RANK`.
+    :data:`~pipelines.decide.records.limit_rows.RECONCILE_RANK`.
     """
     horizon = aware(horizon_end)
     decided = aware(now)

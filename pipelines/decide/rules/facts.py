@@ -1,7 +1,7 @@
 """Every rule's predicate and every derived quantity the decisions share, each defined once: the final path
-(:mod:`pipelines.decide.rules`), the fast path (:mod:`pipelines.decide.preliminary`), both gates in front of the
-rules, the traffic floor (:func:`pipelines.decide.windows.resource_traffic`), the demand evidence
-(:mod:`pipelines.decide.evidence`), the limit policies and the reconciliation call these and write none of them
+(:mod:`pipelines.decide.rules.anomalies`), the fast path (:mod:`pipelines.decide.rules.preliminary`), both gates in front of the
+rules, the traffic floor (:func:`pipelines.decide.rules.windows.resource_traffic`), the demand evidence
+(:mod:`pipelines.decide.rules.evidence`), the limit policies and the reconciliation call these and write none of them
 again. The fast and the final path agree because they compute the same thing with the same function.
 
 Quantities (msg/s; "cluster-wide" is summed over brokers, "per broker" one broker's own):
@@ -103,10 +103,10 @@ def acceptance(puts, busy):
     return max(puts / attempts, MIN_ACCEPTANCE) if attempts > 0 else 1.0
 
 
-#: The largest refused share of a group's send-backs the detection reads from its fallback sends
-#: (:func:`sendback_acceptance`): a demand read through it is at most 20× what the brokers admitted (as
-#: :data:`MIN_ACCEPTANCE` bounds the producers' reading, and ``REFUSED_SHARE_MAX`` the policy's under a limit).
-FALLBACK_REFUSED_MAX = 0.95
+#: The largest refused share of a group's send-backs read from its fallback sends, by the detection
+#: (:func:`least_refused_share`) and by a limit's policy (:func:`most_refused_share`) alike: a demand read through it
+#: is at most 20× what the brokers admitted (as :data:`MIN_ACCEPTANCE` bounds the producers' reading).
+REFUSED_SHARE_MAX = 0.95
 #: Attempts of a consumer client's fallback plain send (:data:`pipelines.rocketmq.PRODUCER_SEND_ATTEMPTS`: it is a
 #: producer send), each refused one retried on another broker at most.
 FALLBACK_ATTEMPTS = rmq.PRODUCER_SEND_ATTEMPTS
@@ -133,7 +133,7 @@ def _fallback_refused(fallback: np.ndarray, sent_back: np.ndarray) -> np.ndarray
     ``sent_back`` (arrays, same unit) can mean: each refused send-back is sent again as a plain send, and each
     refused attempt of it again, up to :data:`FALLBACK_ATTEMPTS` attempts, all refused at the same share u, so
     fallback ÷ send-backs = u + u² (+ u³ …) at most: the root u of that sum at the ratio, at most
-    :data:`FALLBACK_REFUSED_MAX`. NaN where the ratio is beyond the sum at u = 1 (the fallbacks were admitted by
+    :data:`REFUSED_SHARE_MAX`. NaN where the ratio is beyond the sum at u = 1 (the fallbacks were admitted by
     brokers that refused fewer than the send-backs': no share of the send-backs follows) or nothing shows."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(sent_back > 0, fallback / np.where(sent_back > 0, sent_back, 1.0), np.inf)
@@ -142,7 +142,7 @@ def _fallback_refused(fallback: np.ndarray, sent_back: np.ndarray) -> np.ndarray
         mid = (lo + hi) / 2.0
         below = _attempts(mid) < ratio
         lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    return np.where((fallback > 0) & (ratio <= FALLBACK_ATTEMPTS), np.minimum(hi, FALLBACK_REFUSED_MAX), np.nan)
+    return np.where((fallback > 0) & (ratio <= FALLBACK_ATTEMPTS), np.minimum(hi, REFUSED_SHARE_MAX), np.nan)
 
 
 def _fallback_refused_one(fallback: float, sent_back: float) -> float:
@@ -157,7 +157,27 @@ def _fallback_refused_one(fallback: float, sent_back: float) -> float:
             lo = mid
         else:
             hi = mid
-    return min(hi, FALLBACK_REFUSED_MAX) if fallback > 0 and ratio <= FALLBACK_ATTEMPTS else math.nan
+    return min(hi, REFUSED_SHARE_MAX) if fallback > 0 and ratio <= FALLBACK_ATTEMPTS else math.nan
+
+
+def least_refused_share(fallback: float, sent_back: float) -> float:
+    """The least refused share of a group's send-backs its fallback sends can mean (0..1, at most
+    :data:`REFUSED_SHARE_MAX`): every refused attempt retried, the detection's reading (:func:`_fallback_refused_one`;
+    NaN where nothing follows). ``fallback``, ``sent_back``: the same unit (msg/s or counts)."""
+    return _fallback_refused_one(fallback, sent_back)
+
+
+def most_refused_share(admitted: float, sent_back: float | None) -> float | None:
+    """The most a group's fallback sends can mean of its refused send-backs (0..1, at most
+    :data:`REFUSED_SHARE_MAX`): fallback ÷ send-backs, the fallback sends being the retry topic's admitted puts
+    beyond the send-backs (``admitted − sent_back``, msg/s); with send-backs admitted at a rate a ≤ 1 and the
+    fallbacks at the same rate, fallbacks ÷ send-backs ≈ 1 − a, so the demand is at least the admitted traffic
+    ÷ (1 − share). A limit's policy reads it (:meth:`pipelines.decide.limits.retry_storm.RetryStormLimit.visible`),
+    the detection the least (:func:`least_refused_share`). None when the window shows no fallback sends (within
+    :data:`TOLERANCE` of the admitted traffic) or no send-back count."""
+    if sent_back is None or admitted - sent_back <= TOLERANCE * max(admitted, 1.0):
+        return None
+    return min((admitted - sent_back) / sent_back, REFUSED_SHARE_MAX) if sent_back > 0 else REFUSED_SHARE_MAX
 
 
 def sendback_acceptance(accepted, admitted, sent_back):
@@ -175,7 +195,7 @@ def sendback_acceptance(accepted, admitted, sent_back):
     broker and minute read brokers accepting 92 % and 88 % of their sends while they accepted 30 % and 16 %; the
     storm's fallback sends, 1.26x its send-backs, read at least 62 % refused); the fallback sends need no log.
     (Under a limit the policy reads them as fallback ÷ send-backs, the most they can mean:
-    :meth:`pipelines.decide.retry_limit.RetryStormLimit.refused_share`.)
+    :func:`most_refused_share`.)
 
     Where the window shows fallback sends, the share is never below 1 − fallback ÷ send-backs: every refused
     send-back is sent again as a fallback, so the fallback sends the brokers admitted are at least the refused share
@@ -193,7 +213,7 @@ def sendback_acceptance(accepted, admitted, sent_back):
         most = pl.when((fallback > 0) & (sent_back > 0)).then(fallback / sent_back).otherwise(None)
         read = pl.min_horizontal(accepted, 1.0 - refused.fill_nan(0.0).fill_null(0.0))
         return pl.max_horizontal(read, (1.0 - most).fill_null(0.0))
-    refused = _fallback_refused_one(float(fallback), float(sent_back))
+    refused = least_refused_share(float(fallback), float(sent_back))
     read = min(accepted, 1.0 - (0.0 if math.isnan(refused) else refused))
     return max(read, 1.0 - fallback / sent_back) if fallback > 0 and sent_back > 0 else read
 
@@ -202,8 +222,8 @@ def newest_carriers(windows, before) -> frozenset:
     """The brokers that carried a resource in the newest of ``windows`` (a mapping window → the brokers with its
     traffic there) earlier than ``before`` and with a carrier; empty when none is. The fast path acts on an open
     window not complete by census for a resource all of whose carriers there have reported: a topic's put rate
-    (:func:`pipelines.decide.open_split.topics_heard`), a consumer group's fallback sends
-    (:func:`pipelines.decide.open_retry.groups_heard`)."""
+    (:func:`pipelines.decide.paths.open_split.topics_heard`), a consumer group's fallback sends
+    (:func:`pipelines.decide.rules.open_retry.groups_heard`)."""
     earlier = [w for w, brokers in windows.items() if w < before and brokers]
     return frozenset(windows[max(earlier)]) if earlier else frozenset()
 
@@ -264,17 +284,30 @@ def retry_may_fire(retry, cfg: DetectionConfig):
     return at_floor(retry, cfg.retry_floor_tps)
 
 
+def surge_factor(cfg: DetectionConfig, busy=False):
+    """The factor ``TRAFFIC_SURGE`` applies to a resource's baseline: ``busy_surge_factor`` where ``busy`` (a topic
+    whose own sends were refused as busy in the window), else ``surge_factor``. A bool → a number; a boolean
+    expression → a float expression."""
+    if isinstance(busy, pl.Expr):
+        return pl.when(busy.fill_null(False)).then(pl.lit(cfg.busy_surge_factor)).otherwise(pl.lit(cfg.surge_factor))
+    return cfg.busy_surge_factor if busy else cfg.surge_factor
+
+
+def failure_rate(puts, failures, rate_limited=0):
+    """``FAILURE_SPIKE``'s failure rate of a topic's sends in a window (0..1): its failures other than the
+    limiter's rejections (``rate_limited``, ``RATE_LIMITED``: the governor's own limit, no fault) ÷ its attempts
+    (puts + those failures); 0 without an attempt. Counts as expressions → a float expression."""
+    faults = failures - rate_limited
+    attempts = puts + faults
+    return pl.when(attempts > 0).then(faults.cast(pl.Float64) / attempts.cast(pl.Float64)).otherwise(0.0)
+
+
 def surge_fires(put, baseline, cfg: DetectionConfig, busy=False):
     """``TRAFFIC_SURGE`` on a resource's put rate against its baseline (msg/s): at ``surge_floor_tps`` and at
     ``surge_factor`` × the baseline, or ``busy_surge_factor`` × it where ``busy`` (a topic whose own sends were
     refused as busy in the window: its busy broker admitted only part of its demand). Numbers → bool; expressions
     (``busy`` a bool or a boolean expression) → a boolean expression (a null baseline: null)."""
-    if isinstance(busy, pl.Expr):
-        factor = pl.when(busy.fill_null(False)).then(pl.lit(cfg.busy_surge_factor)).otherwise(
-            pl.lit(cfg.surge_factor))
-    else:
-        factor = cfg.busy_surge_factor if busy else cfg.surge_factor
-    return (put >= cfg.surge_floor_tps) & (put >= factor * baseline)
+    return (put >= cfg.surge_floor_tps) & (put >= surge_factor(cfg, busy) * baseline)
 
 
 def busy_fires(busy_failures, cfg: DetectionConfig):

@@ -31,10 +31,10 @@ from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import to_polars, when
-from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
-from pipelines.decide.crowding import crowded_demand, crowded_reach, refused_reading
-from pipelines.decide import facts
-from pipelines.decide.facts import (
+from pipelines.decide.rules.baselines import baselines, surge_may_fire, surge_values
+from pipelines.decide.rules.crowding import crowded_demand, crowded_reach, refused_reading
+from pipelines.decide.rules import facts
+from pipelines.decide.rules.facts import (
     TOLERANCE, busy_fires, per_second, rate, refused_demand, retry_fires, retry_may_fire, retry_ratio, severity,
     spike_fires, surge_fires,
 )
@@ -45,7 +45,7 @@ WINDOW_KEYS = ("window_start", "window_end")
 
 
 class Rule(Word):
-    """A rule as the gates name it (:func:`rules_to_run`, :func:`pipelines.decide.preliminary.rules_that_may_fire`):
+    """A rule as the gates name it (:func:`rules_to_run`, :func:`pipelines.decide.rules.preliminary.rules_that_may_fire`):
     an anomaly kind's rule, ``TRAFFIC_SURGE`` once per resource type it flags."""
 
     RETRY = Anomaly.RUNAWAY_RETRY.value
@@ -84,10 +84,10 @@ def with_retry_traffic(groups: pl.DataFrame, traffic: dict[tuple, float] | None,
     """:func:`group_retry` rows + the groups' retry traffic the brokers admitted per window (``(window_start,
     group)`` → msg/s summed over brokers, per broker the larger of the send-backs and the plain sends to
     ``%RETRY%<group>`` a consumer falls back to when its broker refuses a send-back: the traffic rows of
-    :func:`pipelines.decide.evidence.demand`) → the same rows with ``retry_tps`` the larger of the two and the ratio
+    :func:`pipelines.decide.rules.evidence.demand`) → the same rows with ``retry_tps`` the larger of the two and the ratio
     again, ``sent_back_tps`` the send-backs alone. A broker busy with a storm's own writes fast-fails most of its
     send-backs: counted alone they fall under ``retry_floor_tps`` while the storm goes on through the fallback.
-    The traffic may be read through the brokers' busy refusals (:func:`pipelines.decide.facts.through_busy`):
+    The traffic may be read through the brokers' busy refusals (:func:`pipelines.decide.rules.facts.through_busy`):
     ``admitted`` (the same keys) is then what they admitted (``admitted_tps``, for the anomaly's detail)."""
     if not traffic or groups.height == 0:
         return groups
@@ -106,7 +106,7 @@ def with_retry_traffic(groups: pl.DataFrame, traffic: dict[tuple, float] | None,
 
 def retry_storms(groups: pl.DataFrame, cfg: DetectionConfig) -> pl.DataFrame:
     """:func:`group_retry` rows (or :func:`with_retry_traffic` rows) → those where RUNAWAY_RETRY fires
-    (:func:`pipelines.decide.facts.retry_fires` of their ``retry_tps`` and ``consume_tps``)."""
+    (:func:`pipelines.decide.rules.facts.retry_fires` of their ``retry_tps`` and ``consume_tps``)."""
     fires = [retry_fires(retry, consume, cfg)
              for retry, consume in zip(groups["retry_tps"].to_list(), groups["consume_tps"].to_list())]
     return groups.filter(pl.Series(fires, dtype=pl.Boolean))
@@ -194,8 +194,8 @@ def traffic_surge(rows: pl.DataFrame, resource_type: str, key: str, cfg: Detecti
     """Rows with ``window_start``, ``window_end``, ``key``, ``put_tps``, ``baseline_tps``, ``baseline_windows``
     (and ``busy_failures``, a topic's sends refused as busy: ``busy_surge_factor`` where they reach
     ``busy_failures_floor``, judged on its puts and on its demand with those refused sends,
-    :func:`pipelines.decide.crowding.refused_reading`; and ``crowded_tps``, a topic's puts read through the brokers it
-    crowds, :func:`pipelines.decide.crowding.crowded_demand`: ``surge_factor`` on it) → TRAFFIC_SURGE anomalies."""
+    :func:`pipelines.decide.rules.crowding.refused_reading`; and ``crowded_tps``, a topic's puts read through the brokers it
+    crowds, :func:`pipelines.decide.rules.crowding.crowded_demand`: ``surge_factor`` on it) → TRAFFIC_SURGE anomalies."""
     has_busy = "busy_failures" in rows.columns
     busy = busy_fires(pl.col("busy_failures").fill_null(0), cfg) if has_busy else pl.lit(False)
     crowded = pl.col("crowded_tps") if "crowded_tps" in rows.columns else pl.lit(None, pl.Float64)
@@ -215,7 +215,7 @@ def traffic_surge(rows: pl.DataFrame, resource_type: str, key: str, cfg: Detecti
         through = not on_puts and not on_refused  # fired on the crowding
         shown = r["_crowded"] if through else r["_refused"] if on_refused else put
         factor = number(shown / base, 1) if base > 0 else "inf"
-        rule = cfg.surge_factor if through or not r["_busy"] else cfg.busy_surge_factor
+        rule = facts.surge_factor(cfg, not through and bool(r["_busy"]))
         where = f" (its sends refused as busy: {r['busy_failures']} in the window)" if r["_busy"] else ""
         if on_refused:
             where = (f", {fixed(shown, 1)} msg/s with the sends refused as busy ({r['busy_failures']} lines in the "
@@ -308,7 +308,7 @@ def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFra
     :func:`with_retry_traffic`) at ``retry_floor_tps``,
     ``BROKER_BUSY`` and ``FAILURE_SPIKE`` their floors, ``TRAFFIC_SURGE`` a window at its floor and factor
     (:func:`surge_may_fire`), or of a topic a busy broker where ``topic_brokers`` are given (a topic's puts read
-    through the brokers it crowds, :func:`~pipelines.decide.crowding.crowded_demand`). A rule left out would return nothing."""
+    through the brokers it crowds, :func:`~pipelines.decide.rules.crowding.crowded_demand`). A rule left out would return nothing."""
     out = set()
     retries: dict = {}
     for r in groups.select("window_start", "consumer_group", "retry_tps").iter_rows():
@@ -361,7 +361,7 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
         retry_admitted: what the brokers admitted of ``retry_traffic`` when that is read through their busy
             refusals (:func:`with_retry_traffic`); None: the same.
         topic_brokers: the topics' puts per broker (``window_start``, ``topic``, ``broker``, ``tps``), for a
-            topic's demand read through the busy brokers it crowds (:func:`~pipelines.decide.crowding.crowded_demand`); None: not read.
+            topic's demand read through the busy brokers it crowds (:func:`~pipelines.decide.rules.crowding.crowded_demand`); None: not read.
     """
     if first_window is None:
         starts = [f["window_start"].min() for f in (topics, brokers) if f.height]

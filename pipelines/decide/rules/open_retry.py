@@ -1,9 +1,9 @@
 """The fast path's reading of a consumer group's retry traffic on open windows (:func:`open_retry_traffic`): its
 send-backs and fallback sends per broker, read through the share of sends each broker accepted, or through what
-the group's fallback sends reveal (:func:`pipelines.decide.facts.sendback_acceptance`) where that figure of all
+the group's fallback sends reveal (:func:`pipelines.decide.rules.facts.sendback_acceptance`) where that figure of all
 its brokers is known (a window complete by census, or every earlier carrier heard: :func:`groups_heard`) and the
 group is not under a limit (:func:`limited_groups`). The final windows' reading of the same:
-:func:`pipelines.decide.windows.resource_traffic`."""
+:func:`pipelines.decide.rules.windows.resource_traffic`."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import polars as pl
 
 from pipelines import rocketmq as rmq
 from pipelines.decide.arrow import when
-from pipelines.decide.facts import (
+from pipelines.decide.rules.facts import (
     acceptance, newest_carriers, rate, retry_traffic, sendback_acceptance, through_busy,
 )
 
 
 def limited_groups(limited: Collection[str]) -> frozenset[str]:
     """``"<resource_type>\\x1f<resource>"`` keys of the resources under a limit (the final path's ``limited``,
-    :func:`pipelines.decide.windows.resource_traffic`) → the consumer groups among them."""
+    :func:`pipelines.decide.rules.windows.resource_traffic`) → the consumer groups among them."""
     return frozenset(name for kind, _sep, name in (key.partition("\x1f") for key in limited) if kind == "group")
 
 
@@ -28,10 +28,10 @@ def logged_puts(rows: Iterable[dict]) -> dict[tuple, float]:
     """Open-window rows (dicts) → per ``(window_start, broker)`` the puts whose refusals the producers log: the
     broker row's ``puts`` less the retry topics' (``%RETRY%<group>``, per broker from their ``broker_amounts``:
     consumers' send-backs and their clients' fallback sends, whose refusals leave no line), the numerator of
-    :func:`~pipelines.decide.facts.acceptance` as :func:`pipelines.decide.windows.broker_acceptance` reads it on the
+    :func:`~pipelines.decide.rules.facts.acceptance` as :func:`pipelines.decide.rules.windows.broker_acceptance` reads it on the
     final windows (sweep case 131). A retry topic's row without ``broker_amounts`` (the gate's light rows,
-    :data:`pipelines.decide.fast.OpenRows.LIGHT`) counts its puts against every broker of its window: a lower bound
-    of each broker's logged puts, so the gate (:func:`pipelines.decide.preliminary.rules_that_may_fire`) reads at
+    :data:`pipelines.decide.paths.fast.OpenRows.LIGHT`) counts its puts against every broker of its window: a lower bound
+    of each broker's logged puts, so the gate (:func:`pipelines.decide.rules.preliminary.rules_that_may_fire`) reads at
     least the retry traffic the rule reads."""
     puts: dict[tuple, float] = {}
     unlogged: dict[tuple, float] = {}
@@ -54,12 +54,12 @@ def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], seconds: int
                        heard: Mapping | None = None) -> dict[tuple, float]:
     """Open-window rows of the windows starting at ``windows`` (microseconds) → each group's retry traffic so far
     (``(window_start, group)`` → msg/s over windows of ``seconds``): per broker the
-    :func:`~pipelines.decide.facts.retry_traffic` of its send-backs and the plain sends to ``%RETRY%<group>``, summed
-    over brokers (as :func:`pipelines.decide.windows.per_broker_traffic` reads the final windows), each broker's read
-    through the share of sends it accepted so far (:func:`~pipelines.decide.facts.acceptance` of its puts and busy
-    failures in the window, as :func:`pipelines.decide.windows.broker_acceptance` reads the final windows; 1 for a
+    :func:`~pipelines.decide.rules.facts.retry_traffic` of its send-backs and the plain sends to ``%RETRY%<group>``, summed
+    over brokers (as :func:`pipelines.decide.rules.windows.per_broker_traffic` reads the final windows), each broker's read
+    through the share of sends it accepted so far (:func:`~pipelines.decide.rules.facts.acceptance` of its puts and busy
+    failures in the window, as :func:`pipelines.decide.rules.windows.broker_acceptance` reads the final windows; 1 for a
     broker without a row yet), or in a window complete by census (``complete``: its starts, as the rows have them)
-    through the share its fallback sends reveal when smaller (:func:`~pipelines.decide.facts.sendback_acceptance`:
+    through the share its fallback sends reveal when smaller (:func:`~pipelines.decide.rules.facts.sendback_acceptance`:
     a figure of all the group's brokers, whose fallback sends go to any of them; read on some of them, a single
     broker's early line decides a limit whose unheard carriers get its whole figure, ``*``: sweep cases 44, 75,
     105, 132), except a group under a limit (``limited``: group names; its fallback sends count the limiter's

@@ -3,14 +3,14 @@ window × resource, :func:`pipelines.dataplane.transforms.fast.open_window_sums`
 the limits in force → preliminary ``gold/limits`` rows (only ``set`` decisions that change a limit; no policy state:
 the final path stays the only owner of ``state/policy`` and reconciles what this path decided).
 
-Entry points: :func:`prepare_fast` (:class:`~pipelines.decide.inputs.FastInputs` → the candidates, outside the
-decision lock) and :func:`decide_fast` (:class:`~pipelines.decide.inputs.LockedInputs` → the rows, under it).
+Entry points: :func:`prepare_fast` (:class:`~pipelines.decide.records.inputs.FastInputs` → the candidates, outside the
+decision lock) and :func:`decide_fast` (:class:`~pipelines.decide.records.inputs.LockedInputs` → the rows, under it).
 
 Spark emits only the rows a micro-batch's input touched (``update`` mode). :class:`OpenRows` remembers the rows of
 open windows on the driver (one per window × resource, replaced by a newer one), so that a window completed by the
 last expected broker's lines is judged on all its resources, whichever micro-batches its files fell into
-(:func:`pipelines.decide.preliminary.completed_rows`); the same memory is the final path's lift
-veto evidence (:func:`pipelines.decide.evidence.open_evidence`). The memory is the flow's, not the checkpoint's:
+(:func:`pipelines.decide.rules.preliminary.completed_rows`); the same memory is the final path's lift
+veto evidence (:func:`pipelines.decide.rules.evidence.open_evidence`). The memory is the flow's, not the checkpoint's:
 after a restart a window whose brokers' lines straddle it waits for the final path.
 """
 
@@ -25,22 +25,22 @@ import pyarrow.compute as pc
 
 from pipelines import columns
 from pipelines.config import GovernorConfig
-from pipelines.decide import preliminary as pre
+from pipelines.decide.rules import preliminary as pre
 from pipelines.decide.arrow import aware, from_rows, micros, naive, rows_of, to_polars, when
-from pipelines.decide.candidates import candidate_limits
-from pipelines.decide.crowding import busy_normals
-from pipelines.decide.rules import broker_writes
+from pipelines.decide.rules.candidates import candidate_limits
+from pipelines.decide.rules.crowding import busy_normals
+from pipelines.decide.rules.anomalies import broker_writes
 from pipelines.decide.words import Action, Basis
-from pipelines.decide.folding import fold_all
-from pipelines.decide.inputs import FastInputs, LockedInputs
-from pipelines.decide.steps import Params
-from pipelines.decide.limits import check, finish
-from pipelines.decide.overrides import Applied
-from pipelines.decide.open_split import (
+from pipelines.decide.paths.fold_all import fold_all
+from pipelines.decide.records.inputs import FastInputs, LockedInputs
+from pipelines.decide.limits.steps import Params
+from pipelines.decide.records.limit_rows import check, finish
+from pipelines.decide.paths.overrides import Applied
+from pipelines.decide.paths.open_split import (
     complete_split, complete_traffic, held_for_brokers_to_report, still_to_report, topics_heard,
 )
-from pipelines.decide.reconcile import latest_per_resource, preliminary_state
-from pipelines.decide.final import rows_by_key
+from pipelines.decide.paths.reconcile import latest_per_resource, preliminary_state
+from pipelines.decide.paths.final import rows_by_key
 
 
 def after_window(rows: pa.Table, newest_final: dt.datetime | None) -> pa.Table:
@@ -64,7 +64,7 @@ class OpenRows:
     """
 
     KEYS = ("window_start", "resource_type", "resource")
-    #: The columns read as Python values (:func:`pipelines.decide.preliminary.rules_that_may_fire`, the census).
+    #: The columns read as Python values (:func:`pipelines.decide.rules.preliminary.rules_that_may_fire`, the census).
     LIGHT = ("window_start", "window_end", "resource_type", "resource", "puts", "broker_puts", "retried", "failures",
              "busy_failures", "brokers")
 
@@ -136,7 +136,7 @@ class OpenRows:
 @dataclass(frozen=True)
 class FastPrepared:
     """What the fast path derives from a micro-batch before it needs the decisions' memory (outside the decision
-    lock, :func:`prepare_fast`): the candidates it may act on (:class:`pipelines.decide.candidates.Keyed`), the
+    lock, :func:`prepare_fast`): the candidates it may act on (:class:`pipelines.decide.rules.candidates.Keyed`), the
     end of its newest open window (UTC; None: nothing to decide) and the ends of the windows complete by census
     (naive UTC, as the candidates' ``window_end``)."""
 
@@ -148,7 +148,7 @@ class FastPrepared:
 def prepare_fast(inputs: FastInputs, memory: OpenRows, cfg: GovernorConfig) -> FastPrepared:
     """The anomalies the open windows already prove and their candidates (no state read); moves ``memory``
     (:class:`OpenRows`) forward. No candidate: nothing to decide. The rules that may fire are known from the rows
-    as dicts (:func:`pipelines.decide.preliminary.rules_that_may_fire`) before any frame of them is built: most
+    as dicts (:func:`pipelines.decide.rules.preliminary.rules_that_may_fire`) before any frame of them is built: most
     micro-batches prove nothing and cost no more."""
     windows = cfg.windows
     history = memory.history(to_polars(inputs.topic_history, columns.GOLD_TOPIC_TPS),
@@ -215,7 +215,7 @@ def _decided(history: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
 def decide_fast(prepared: FastPrepared, locked: LockedInputs, cfg: GovernorConfig, now: dt.datetime, *,
                 origin: str) -> tuple[pa.Table, pa.Table]:
     """The candidates folded from the saved state with the newer preliminary limits in force
-    (:func:`pipelines.decide.reconcile.preliminary_state`) → (accepted preliminary ``gold/limits`` rows: the ``set``
+    (:func:`pipelines.decide.paths.reconcile.preliminary_state`) → (accepted preliminary ``gold/limits`` rows: the ``set``
     decisions, refused ``quarantine`` rows); the part run under the decision lock. ``now``: processing time (UTC);
     ``origin``: the quarantine rows' ``origin`` (``<app id>:<batch id>``)."""
     if not prepared.candidates:

@@ -1,4 +1,4 @@
-"""The limit policies' vocabulary: what the fold (:mod:`pipelines.decide.fold`) reads and writes per resource.
+"""The limit policies' vocabulary: what the fold (:mod:`pipelines.decide.paths.walk`) reads and writes per resource.
 Frozen dataclasses; no Spark. Rates are cluster-wide msg/s unless named per broker; times naive UTC window ends.
 
 * :class:`ResourceState`: what the policy remembers about a resource between micro-batches (``state/policy``);
@@ -41,19 +41,19 @@ class ResourceState:
     whose raise the demand followed), not reached again before ``probe_hold_until``; ``probe_backoff`` how many
     times; ``cause_changes`` the value changes since the limit was set; ``last_capped_end`` the last window at the
     cap whose demand was hidden (``capped``: never a clear window); ``change_effective_end`` the end of the first
-    window wholly under the last value change (decided at processing time, :func:`pipelines.decide.steps.
+    window wholly under the last value change (decided at processing time, :func:`pipelines.decide.limits.steps.
     effective_end`; the windows before it ran at an older value); ``probe_decided_at`` when the probe in flight was
-    decided (stream time, :func:`pipelines.decide.steps.decided_at`: its undo is due ``probe_max_windows`` windows
+    decided (stream time, :func:`pipelines.decide.limits.steps.decided_at`: its undo is due ``probe_max_windows`` windows
     after it); ``probe_excess_messages`` what the last undone probe admitted beyond the level before it (messages,
     cluster-wide). ``window_decisions``: the decisions taken as decisions of ``last_decision_end`` beyond the first
-    (each gets the next version rank, :data:`pipelines.decide.limits.EXTRA_RANKS`). Recurrence memory:
+    (each gets the next version rank, :data:`pipelines.decide.records.limit_rows.EXTRA_RANKS`). Recurrence memory:
     ``last_lift_end`` when the last enforced limit was lifted, ``lifted_target_qps`` its frozen target,
     ``recurrences`` how many limits in a row were set within ``recurrence_windows`` of the previous lift (0: the
     first). ``previous_limit_qps``: the value in force before the last change of value (None: none), in force in
     the windows before ``change_effective_end`` (a change decided before the one before it was wholly in force keeps
     the lower of the two values before it: those windows may have run at either). ``at_cap_since``: the end of the
     first window at the cap (``bound`` or ``capped``) since the limit was set or since ``recovery_windows`` windows
-    in a row were clear (:meth:`pipelines.decide.policy.LimitPolicy.at_cap_since`; None: not at the cap): a limit
+    in a row were clear (:meth:`pipelines.decide.limits.base.LimitPolicy.at_cap_since`; None: not at the cap): a limit
     held at its cap long (``RateGovernorLimitAtCap``) may be holding legitimate demand the rule cannot tell from its
     cause.
     """
@@ -123,10 +123,10 @@ class Candidate:
     (cluster-wide msg/s). ``baseline_tps``: the rule's baseline in that window (msg/s: a surge's baseline put rate,
     a storm's consume rate); ``broker_tps``: the resource's traffic per broker in that window (msg/s; the shares of
     a new limit); ``busy_load``: the writes of each carrier busy in that window (msg/s, its ``BROKER_BUSY`` row's
-    baseline, :func:`pipelines.decide.rules.broker_writes`; a surge's first limit's burst bound,
-    :meth:`pipelines.decide.surge_limit.SurgeLimit.first_bound`); ``busy_normal``: of a storm's busy carriers, what each
-    wrote before (msg/s, :func:`pipelines.decide.crowding.busy_normals`; its first limit's room,
-    :meth:`pipelines.decide.retry_limit.RetryStormLimit.first_bound`)."""
+    baseline, :func:`pipelines.decide.rules.anomalies.broker_writes`; a surge's first limit's burst bound,
+    :meth:`pipelines.decide.limits.surge.SurgeLimit.first_bound`); ``busy_normal``: of a storm's busy carriers, what each
+    wrote before (msg/s, :func:`pipelines.decide.rules.crowding.busy_normals`; its first limit's room,
+    :meth:`pipelines.decide.limits.retry_storm.RetryStormLimit.first_bound`)."""
 
     window_end: dt.datetime
     target_qps: float
@@ -175,8 +175,8 @@ class Decision:
     """One decision on a resource's cluster-wide limit, as a decision of the window ending ``window_end`` (UTC):
     ``limit_qps`` (msg/s; for a ``lift`` the limit lifted), ``previous_qps`` the limit before it (None: none),
     ``action``, ``reason``, ``version`` (the state's next), ``mode``, ``broker_limits`` each broker's figure (msg/s,
-    :func:`pipelines.decide.facts.split`; empty for a lift), ``nth`` how many decisions of the same window came
-    before it (its version's rank, :func:`pipelines.decide.limits.finish`). :func:`pipelines.decide.limits.finish`
+    :func:`pipelines.decide.rules.facts.split`; empty for a lift), ``nth`` how many decisions of the same window came
+    before it (its version's rank, :func:`pipelines.decide.records.limit_rows.finish`). :func:`pipelines.decide.records.limit_rows.finish`
     makes the ``gold/limits`` row."""
 
     resource_type: str

@@ -2,7 +2,7 @@
 
 **Visible demand**: the topic's puts plus its producers' logged ``RATE_LIMITED`` rejections (as many as they log
 and ship: a sampled or throttled log shows less, none shows nothing). **Gone** =
-:func:`pipelines.decide.facts.surge_fires` silent on it against the baseline frozen when the limit was set.
+:func:`pipelines.decide.rules.facts.surge_fires` silent on it against the baseline frozen when the limit was set.
 
 **Set** at ``surge_headroom`` × the baseline (a candidate on healthy brokers is an advisory record, never below its
 observed rate × ``surge_headroom``, and never replaces an enforced limit). **Probe**: at its cap (``bound``, or
@@ -13,7 +13,7 @@ settles:
 * **Busy load.** For each carrier the writes (msg/s) of the last window it was busy are known
   (``ResourceState.busy_load``; a busy broker writes about its capacity and fast-fails the rest). A probe never
   raises a carrier's predicted writes (its writes now plus its share of the raise) above ``surge_burst_share``
-  of that figure (the lower of it and ``probe_headroom_share``; :meth:`pipelines.decide.policy.LimitPolicy.
+  of that figure (the lower of it and ``probe_headroom_share``; :meth:`pipelines.decide.limits.base.LimitPolicy.
   raise_bounds`): the breaker's burst below.
 * **Ceiling.** A probe that made a carrier busy anyway is stepped back to the level before it, and that level is a
   ceiling: no probe reaches it again for ``recovery_windows`` × 2^n windows (n: how many times it was hit).
@@ -43,10 +43,10 @@ import datetime as dt
 import math
 from typing import ClassVar
 
-from pipelines.decide.facts import shares_of, surge_fires
-from pipelines.decide.fold_types import Candidate, Observation, ResourceState
-from pipelines.decide.policy import Batch, LimitPolicy
-from pipelines.decide.steps import Step, above, backoff_hold, cooled, decide, outlived, too_small
+from pipelines.decide.rules.facts import shares_of, surge_fires
+from pipelines.decide.records.resource import Candidate, Observation, ResourceState
+from pipelines.decide.limits.base import Batch, LimitPolicy
+from pipelines.decide.limits.steps import Step, above, backoff_hold, cooled, decide, outlived, too_small
 from pipelines.decide.words import Action, Anomaly, Status
 
 
@@ -57,7 +57,7 @@ class SurgeLimit(LimitPolicy):
     fills_room: ClassVar[bool] = True
 
     def fires(self, demand: float, obs: Observation, state: ResourceState) -> tuple[bool, str]:
-        """:func:`~pipelines.decide.facts.surge_fires` of the visible demand against the baseline frozen with the
+        """:func:`~pipelines.decide.rules.facts.surge_fires` of the visible demand against the baseline frozen with the
         limit (msg/s; a limit saved without one: its target ÷ ``surge_headroom``)."""
         det = self.params.detection
         baseline = state.baseline_tps
@@ -82,7 +82,7 @@ class SurgeLimit(LimitPolicy):
         ``surge_burst_share`` of W: its other senders' writes plus its share of the limit (the module's **Burst**),
         and a text saying why. Its other senders write what they kept of W (W less the topic's puts there,
         ``cand.broker_tps``) while the surge crowds them, and their normal once it is limited: the carrier's normal
-        writes (``cand.busy_normal``: N, msg/s, :func:`pipelines.decide.crowding.busy_normals`) less the topic's
+        writes (``cand.busy_normal``: N, msg/s, :func:`pipelines.decide.rules.crowding.busy_normals`) less the topic's
         baseline share of them, when that is more. Not below ``surge_squeeze_headroom`` × the candidate's baseline
         (the floor), unless at the floor a carrier with a known normal would write more than
         ``surge_floor_yield_share`` of W, its other senders at their normal (not at what they write while crowding

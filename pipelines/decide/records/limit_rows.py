@@ -17,7 +17,7 @@ import math
 
 from pipelines.config import LimitsConfig
 from pipelines.decide.arrow import aware, epoch_seconds
-from pipelines.decide.fold_types import Decision
+from pipelines.decide.records.resource import Decision
 from pipelines.decide.words import Basis
 
 #: Last digit of a decision's ``version`` by basis (see the module docstring).
@@ -25,7 +25,7 @@ VERSION_RANK = {Basis.PRELIMINARY: 1, Basis.FINAL: 5}
 #: Rank of the final path's confirmation or reversal of a preliminary decision.
 RECONCILE_RANK = 6
 #: Rank of the fast path's split of its own preliminary decision by the window's complete traffic
-#: (:func:`pipelines.decide.open_split.complete_split`).
+#: (:func:`pipelines.decide.paths.open_split.complete_split`).
 RESPLIT_RANK = 2
 #: Ranks of a final decision of a window that already had one of this resource (the final path decides on the fast
 #: path's open windows every trigger, each as a decision of the newest final window): the second, third and fourth
@@ -44,7 +44,7 @@ def decision_version(window_end: dt.datetime, rank: int) -> int:
 def rank_of(decision: Decision, basis: str) -> int:
     """The version rank of ``decision`` (module docstring): its basis's, or for the ``nth`` final decision of a
     window (1-3), :data:`EXTRA_RANKS`. Raises ValueError past them (the policies take at most that many decisions
-    of one window: :meth:`pipelines.decide.policy.LimitPolicy.may_decide_again`)."""
+    of one window: :meth:`pipelines.decide.limits.base.LimitPolicy.may_decide_again`)."""
     if decision.nth == 0 or basis != Basis.FINAL:
         return VERSION_RANK[basis]
     if decision.nth > len(EXTRA_RANKS):

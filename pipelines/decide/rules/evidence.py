@@ -3,9 +3,9 @@ limiter rejected, and whether the brokers carrying it were healthy, per window.
 
 A limit changes the traffic the governor reads next (closed loop): under a limit the stats show the cap, not the
 demand, so a limited resource is judged by its rule on this evidence
-(:meth:`pipelines.decide.policy.LimitPolicy.judge`).
+(:meth:`pipelines.decide.limits.base.LimitPolicy.judge`).
 Per rule (the resource a rule limits and the traffic its limiter counts; the per-broker rows are reduced by Spark,
-:func:`pipelines.decide.windows.resource_traffic`):
+:func:`pipelines.decide.rules.windows.resource_traffic`):
 
 * ``RUNAWAY_RETRY`` limits a consumer group's retry traffic: one limiter per broker keyed ``%RETRY%<group>``
   (sohutv/rocketmq 5.3.1-sohu-01 ``RateLimitHandler``) counts the group's send-backs (``SNDBCK_PUT_NUMS``) and the
@@ -33,10 +33,10 @@ from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import naive, to_polars, micros, when
-from pipelines.decide.facts import busy_fires, rate, retry_traffic
-from pipelines.decide.fold_types import Observation
-from pipelines.decide.preliminary import census, newest_final_window, waited_for
-from pipelines.decide.rules import broker_writes, group_retry
+from pipelines.decide.rules.facts import busy_fires, rate, retry_traffic
+from pipelines.decide.records.resource import Observation
+from pipelines.decide.rules.preliminary import census, newest_final_window, waited_for
+from pipelines.decide.rules.anomalies import broker_writes, group_retry
 
 #: The per-broker traffic rows Spark reduces (:data:`pipelines.columns.WINDOW_TRAFFIC`) as a polars schema.
 TRAFFIC = dict(to_polars(None, columns.WINDOW_TRAFFIC).schema)
@@ -108,7 +108,7 @@ def _pairs(items, name: str) -> dict[str, float]:
 def observations(demand_rows: pl.DataFrame, resources: set[tuple[str, str]],
                  window_ends: list[dt.datetime] | None = None) -> dict[tuple[str, str], list[Observation]]:
     """:func:`demand` rows + the resources to observe (those with a limit in force or a candidate in the
-    micro-batch) → per resource one :class:`~pipelines.decide.fold_types.Observation` per window of the micro-batch
+    micro-batch) → per resource one :class:`~pipelines.decide.records.resource.Observation` per window of the micro-batch
     with resource traffic (``window_ends``, UTC; default those of ``demand_rows``); a resource without traffic in a
     window has ``observed_tps`` 0 (its limit is doing nothing there), no rejection, healthy carriers and no consume
     rate."""
@@ -139,14 +139,14 @@ def observations(demand_rows: pl.DataFrame, resources: set[tuple[str, str]],
 
 def broker_tps_of(demand_rows: pl.DataFrame) -> dict[tuple, dict[str, float]]:
     """(window_end, resource_type, resource) → the resource's traffic per broker in that window (the shares of a new
-    limit, :func:`pipelines.decide.facts.shares_of`)."""
+    limit, :func:`pipelines.decide.rules.facts.shares_of`)."""
     return {(r["window_end"], r["resource_type"], r["resource"]): _pairs(r["_tps"], "tps")
             for r in demand_rows.select(*KEYS, "_tps").iter_rows(named=True)}
 
 
 def expected_brokers(brokers: pa.Table | None) -> list[str]:
     """``gold/broker_tps`` rows of a micro-batch → the brokers of its newest window (sorted): those an open window
-    after it must have heard from to be complete by census (:func:`pipelines.decide.preliminary.census`)."""
+    after it must have heard from to be complete by census (:func:`pipelines.decide.rules.preliminary.census`)."""
     if brokers is None or brokers.num_rows == 0:
         return []
     return newest_final_window(pl.from_arrow(brokers.select(["window_start", "broker"])))[1]
@@ -156,17 +156,17 @@ def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int
                   expected: list[str] | tuple[str, ...] = (),
                   detection: DetectionConfig | None = None) -> dict[tuple[str, str], list[Observation]]:
     """What the fast path's remembered open windows starting at or after ``after`` (UTC) show of every topic and
-    group so far (:func:`pipelines.decide.preliminary.open_window` rows): per resource one
-    :class:`~pipelines.decide.fold_types.Observation` per open window with its limited traffic (cluster-wide msg/s: a
+    group so far (:func:`pipelines.decide.rules.preliminary.open_window` rows): per resource one
+    :class:`~pipelines.decide.records.resource.Observation` per open window with its limited traffic (cluster-wide msg/s: a
     topic's puts; a group's retry traffic, per broker the larger of its send-backs and the puts to
     ``%RETRY%<group>``), its limiter's rejections (the ``RATE_LIMITED`` failures of the topic, or of
     ``%RETRY%<group>``), a group's consume rate and send-backs alone so far (msg/s) and ``complete``: every broker of ``expected`` has
-    reported in the window (:func:`pipelines.decide.preliminary.census`; the consume rate is then final; a broker
-    silent in every open window two minutes old or more is not waited for, :func:`pipelines.decide.preliminary.
+    reported in the window (:func:`pipelines.decide.rules.preliminary.census`; the consume rate is then final; a broker
+    silent in every open window two minutes old or more is not waited for, :func:`pipelines.decide.rules.preliminary.
     waited_for`, as the fast path's anomalies do not wait for it). Partial
     sums: they only grow. With ``detection``, ``busy_brokers`` the carriers with ``busy_failures_floor`` busy
-    failures so far and ``healthy`` none (a squeeze's evidence, :meth:`pipelines.decide.policy.LimitPolicy.
-    squeeze`). The final path's lift veto (:func:`pipelines.decide.fold.fold_resource`)."""
+    failures so far and ``healthy`` none (a squeeze's evidence, :meth:`pipelines.decide.limits.base.LimitPolicy.
+    squeeze`). The final path's lift veto (:func:`pipelines.decide.paths.walk.fold_resource`)."""
     if rows is None or rows.num_rows == 0:
         return {}
     frame = pl.from_arrow(rows.select(["window_start", "window_end", "resource_type", "resource", "rate_limited",

@@ -13,9 +13,9 @@ carriers had no traffic before it (case 199).
   limit, and the brokers heard from keep nearly all of it (a storm's carriers admit the limit cluster-wide while a
   carrier still to report holds a trickle: seconds, until its stats land);
 * :func:`complete_split`: once the window is complete by census, the same limit split by its complete traffic
-  (basis ``preliminary``, version rank :data:`~pipelines.decide.limits.RESPLIT_RANK`), as the final path will
+  (basis ``preliminary``, version rank :data:`~pipelines.decide.records.limit_rows.RESPLIT_RANK`), as the final path will
   split it, minutes before the final path would; the state the fast path folds from freezes those shares too
-  (:func:`pipelines.decide.reconcile.preliminary_state`).
+  (:func:`pipelines.decide.paths.reconcile.preliminary_state`).
 
 Rows are dicts by column (``gold/limits``); times UTC.
 """
@@ -29,12 +29,12 @@ from dataclasses import replace
 
 from pipelines.columns import Key
 from pipelines.config import GovernorConfig
-from pipelines.decide import facts
+from pipelines.decide.rules import facts
 from pipelines.decide.arrow import aware, figures, naive
-from pipelines.decide.candidates import Keyed
-from pipelines.decide.limits import RESPLIT_RANK, VERSION_RANK, burst_for, decision_version
-from pipelines.decide.preliminary import CLUSTER
-from pipelines.decide.reconcile import same_figures
+from pipelines.decide.rules.candidates import Keyed
+from pipelines.decide.records.limit_rows import RESPLIT_RANK, VERSION_RANK, burst_for, decision_version
+from pipelines.decide.rules.preliminary import CLUSTER
+from pipelines.decide.paths.reconcile import same_figures
 from pipelines.decide.text import fixed, stamp
 from pipelines.decide.words import Action, Basis
 
@@ -45,8 +45,8 @@ TO_REPORT_SHARE = 0.05
 
 
 def still_to_report(rows: Iterable[dict], expected: list[str], length_seconds: int) -> dict[dt.datetime, list[str]]:
-    """Census rows (dicts, :attr:`pipelines.decide.fast.OpenRows.by_key`'s; other rows skipped) → per window end
-    (naive UTC): the brokers of ``expected`` (the census's, :func:`pipelines.decide.preliminary.waited_for`) it has
+    """Census rows (dicts, :attr:`pipelines.decide.paths.fast.OpenRows.by_key`'s; other rows skipped) → per window end
+    (naive UTC): the brokers of ``expected`` (the census's, :func:`pipelines.decide.rules.preliminary.waited_for`) it has
     not heard from yet. A broker's stats line has all its keys: one heard from without a line of a resource does
     not carry it in the window."""
     heard: dict = {}
@@ -60,9 +60,9 @@ def still_to_report(rows: Iterable[dict], expected: list[str], length_seconds: i
 def held_for_brokers_to_report(candidates: list[Keyed], to_report: dict[dt.datetime, list[str]]) -> list[Keyed]:
     """Candidates of open windows → the same, where a candidate's window has brokers still to report
     (``to_report``: :func:`still_to_report`) that its traffic per broker does not list (neither heard from nor
-    named by an earlier open window, :func:`pipelines.decide.preliminary.with_earlier_carriers`), with those brokers
+    named by an earlier open window, :func:`pipelines.decide.rules.preliminary.with_earlier_carriers`), with those brokers
     listed, holding together :data:`TO_REPORT_SHARE` of the limit: its shares
-    (:func:`pipelines.decide.facts.shares_of`) are taken from the traffic per broker. A candidate without traffic is
+    (:func:`pipelines.decide.rules.facts.shares_of`) are taken from the traffic per broker. A candidate without traffic is
     left as it is; its criticality (a busy carrier) was judged on the brokers heard from, before this."""
     out = []
     for k in candidates:
@@ -89,7 +89,7 @@ def complete_split(latest: dict[Key, dict], complete: dict[tuple, dict[str, floa
     """The fast path's answer to its own preliminary ``set`` decided before its window was complete by census, once
     it is (``complete``: :func:`complete_traffic`; ``latest``: the newest ``gold/limits`` row by key): the same
     limit split by the window's complete traffic, where that split differs → ``gold/limits`` rows, basis
-    ``preliminary``, ``version`` of the window with :data:`~pipelines.decide.limits.RESPLIT_RANK` (once per
+    ``preliminary``, ``version`` of the window with :data:`~pipelines.decide.records.limit_rows.RESPLIT_RANK` (once per
     decision: a split already answered is not answered again). ``decided``: the keys this micro-batch decided
     otherwise (their rows stand)."""
     decided_at = aware(now)
@@ -120,10 +120,10 @@ def complete_split(latest: dict[Key, dict], complete: dict[tuple, dict[str, floa
 def topics_heard(candidates: Iterable[Keyed], remembered, to_report: dict[dt.datetime, list[str]]) -> frozenset:
     """Topic candidates of open windows not complete by census → the ``(resource_type, resource, window_end)`` of
     those whose carriers in the newest earlier open window the fast path remembers (``remembered``:
-    :attr:`pipelines.decide.fast.OpenRows.rows`, Arrow or polars; the brokers with puts of the topic there) have
+    :attr:`pipelines.decide.paths.fast.OpenRows.rows`, Arrow or polars; the brokers with puts of the topic there) have
     all reported in the candidate's window (none of them in ``to_report``: :func:`still_to_report`). Such a
     topic's put rate is that of every broker known to carry it, which the brokers still to report are unlikely
-    to change (as a retry storm's fallback sends, :func:`pipelines.decide.open_retry.groups_heard`): its first cut
+    to change (as a retry storm's fallback sends, :func:`pipelines.decide.rules.open_retry.groups_heard`): its first cut
     (bounded by ``max_cut_pct`` of it) may act before the census completes (sweep case 186: a surge on broker-b
     alone waited 10 s for broker-a's stats, which carry none of it). A topic seen nowhere earlier is not heard."""
     import polars as pl

@@ -1,7 +1,7 @@
 """``RUNAWAY_RETRY``'s limit: a consumer group's retry traffic, its whole life (:class:`RetryStormLimit`).
 
 **Visible demand.** The retry traffic the brokers admitted (per broker the larger of the send-backs and the plain
-sends to ``%RETRY%<group>``, :func:`pipelines.decide.facts.retry_traffic`), the logged rejections of
+sends to ``%RETRY%<group>``, :func:`pipelines.decide.rules.facts.retry_traffic`), the logged rejections of
 ``%RETRY%<group>`` (in practice none: a refused send-back is answered to the consumer, and its client's fallback
 send fails inside the client), and the refused send-backs the **fallback sends** reveal: a consumer client whose
 send-back a broker refuses sends the message to ``%RETRY%<group>`` as a plain send through its own producer
@@ -11,7 +11,7 @@ sohutv/rocketmq 5.3.1-sohu-01). The brokers print those as puts of the retry top
 send-backs admitted at a rate a ≤ 1 and the fallbacks at the same rate, fallbacks ÷ send-backs ≈ the refused share
 ρ = 1 − a, so the demand is at least the admitted traffic ÷ (1 − ρ) (ρ at most :data:`REFUSED_SHARE_MAX`).
 
-**Gone** = :func:`pipelines.decide.facts.retry_fires` silent on the visible demand against the group's consume rate
+**Gone** = :func:`pipelines.decide.rules.facts.retry_fires` silent on the visible demand against the group's consume rate
 *in the same window*, its ratio alone (the cap holds the retries far under the rule's floor; with nothing consumed,
 the retries below ``retry_floor_tps``).
 
@@ -34,14 +34,12 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from pipelines.decide.facts import TOLERANCE, retry_fires, retry_ratio
-from pipelines.decide.fold_types import Candidate, Observation, ResourceState, in_transition, limit_in_force
-from pipelines.decide.policy import Batch, LimitPolicy
-from pipelines.decide.steps import Step, above, backoff_hold, cooled, decide, decided_at, higher, outlived, too_small
+from pipelines.decide.rules.facts import REFUSED_SHARE_MAX, most_refused_share, retry_fires, retry_ratio
+from pipelines.decide.records.resource import Candidate, Observation, ResourceState, in_transition, limit_in_force
+from pipelines.decide.limits.base import Batch, LimitPolicy
+from pipelines.decide.limits.steps import Step, above, backoff_hold, cooled, decide, decided_at, higher, outlived, too_small
 from pipelines.decide.words import Action, Anomaly, Status
 
-#: The largest refused share of a group's send-backs read from its fallback sends (demand at most 20× the admitted).
-REFUSED_SHARE_MAX = 0.95
 
 
 class RetryStormLimit(LimitPolicy):
@@ -118,15 +116,12 @@ class RetryStormLimit(LimitPolicy):
 
     @staticmethod
     def refused_share(obs: Observation) -> float | None:
-        """The refused share of the group's send-backs its fallback sends reveal (``fallback ÷ send-backs``, at most
-        :data:`REFUSED_SHARE_MAX`; module docstring); None when the window shows no fallback sends."""
-        sent = obs.sendback_tps
-        if sent is None or obs.observed_tps - sent <= TOLERANCE * max(obs.observed_tps, 1.0):
-            return None
-        return min((obs.observed_tps - sent) / sent, REFUSED_SHARE_MAX) if sent > 0 else REFUSED_SHARE_MAX
+        """The refused share of the group's send-backs its fallback sends reveal in ``obs``: the most they can mean
+        (:func:`~pipelines.decide.rules.facts.most_refused_share`); None when the window shows no fallback sends."""
+        return most_refused_share(obs.observed_tps, obs.sendback_tps)
 
     def fires(self, demand: float, obs: Observation, state: ResourceState) -> tuple[bool, str]:
-        """:func:`~pipelines.decide.facts.retry_fires` of the visible demand against the window's consume rate
+        """:func:`~pipelines.decide.rules.facts.retry_fires` of the visible demand against the window's consume rate
         (msg/s), its ratio alone (``floor=False``); an open window before its census against the larger of its
         partial consume rate and the one frozen with the limit."""
         det = self.params.detection

@@ -1,9 +1,9 @@
 """A surging topic read through the busy brokers it crowds (:func:`crowded_demand`), for ``TRAFFIC_SURGE``: a busy
 broker writes its capacity and fast-fails each request that waits too long, whoever sent it (apache/rocketmq
 ``BrokerFastFailure``), so a topic whose own puts grew while the rest of its broker shrank sent about its puts ÷ the
-share the rest kept (:func:`pipelines.decide.facts.crowded_acceptance`). Its producers' busy lines cannot tell it:
+share the rest kept (:func:`pipelines.decide.rules.facts.crowded_acceptance`). Its producers' busy lines cannot tell it:
 a client's log throttle keeps a few hundred a minute of each (issue 49's sweep case 115). The final path reads the
-final windows' per-broker puts (:func:`pipelines.decide.windows.per_broker_traffic`), the fast path the open
+final windows' per-broker puts (:func:`pipelines.decide.rules.windows.per_broker_traffic`), the fast path the open
 windows' (:func:`open_topic_brokers`)."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import datetime as dt
 import polars as pl
 
 from pipelines.config import DetectionConfig, WindowsConfig
-from pipelines.decide.baselines import baselines, surge_values
-from pipelines.decide.facts import MIN_ACCEPTANCE, busy_fires, crowded_acceptance, rate, refused_demand
+from pipelines.decide.rules.baselines import baselines, surge_values
+from pipelines.decide.rules.facts import MIN_ACCEPTANCE, busy_fires, crowded_acceptance, rate, refused_demand
 from pipelines.decide.words import Anomaly
 
 
 def crowded_reach(cfg: DetectionConfig, crowding: bool = True) -> pl.Expr:
     """The most the surge rule may read of a ``gold/topic_tps`` row (msg/s): a topic whose own sends were refused as
     busy (``busy_failures_floor``) its demand with those refused sends
-    (:func:`~pipelines.decide.facts.refused_demand`) and, where ``crowding`` (:func:`crowded_demand` reads it), up
-    to its puts ÷ :data:`~pipelines.decide.facts.MIN_ACCEPTANCE`, the larger; any other its puts. The surge rule's
+    (:func:`~pipelines.decide.rules.facts.refused_demand`) and, where ``crowding`` (:func:`crowded_demand` reads it), up
+    to its puts ÷ :data:`~pipelines.decide.rules.facts.MIN_ACCEPTANCE`, the larger; any other its puts. The surge rule's
     floor (``surge_floor_tps``) is of the demand it reads, so a topic its crushed broker admits under the floor is
     read too (a topic of 3 msg/s surging to 365 msg/s on a broker of 200 msg/s capacity, admitted 47 msg/s, 15.7x
     its baseline, was otherwise never limited)."""
@@ -33,7 +33,7 @@ def crowded_reach(cfg: DetectionConfig, crowding: bool = True) -> pl.Expr:
 
 def refused_reading(cfg: DetectionConfig) -> pl.Expr:
     """A ``gold/topic_tps`` row's demand with the sends its busy brokers refused (msg/s,
-    :func:`~pipelines.decide.facts.refused_demand` of ``put_tps``, ``busy_failures`` and the window's length) where
+    :func:`~pipelines.decide.rules.facts.refused_demand` of ``put_tps``, ``busy_failures`` and the window's length) where
     they reach ``busy_failures_floor``; null elsewhere (its puts show all of it)."""
     busy = pl.col("busy_failures").fill_null(0)
     seconds = (pl.col("window_end") - pl.col("window_start")).dt.total_seconds()
@@ -47,7 +47,7 @@ def crowded_demand(topic_base: pl.DataFrame, topic_brokers: pl.DataFrame | None,
     ``put_tps``, ``baseline_tps``: its cluster-wide puts and baseline, msg/s) with ``topic_brokers``
     (``window_start``, ``topic``, ``broker``, ``tps``: its puts per broker) and the window's ``gold/broker_tps``
     rows → ``window_start``, ``topic``, ``crowded_tps``: its puts, each busy broker's (``busy_failures_floor``)
-    divided by the :func:`~pipelines.decide.facts.crowded_acceptance` of that broker (its topics' puts,
+    divided by the :func:`~pipelines.decide.rules.facts.crowded_acceptance` of that broker (its topics' puts,
     ``put_tps``, against their surge baseline over its windows that were not busy; the topic's share of it taken
     as its baseline times its share of its puts now). Empty without a busy broker, a broker baseline (fewer than
     ``baseline_min_windows`` windows) or ``topic_brokers``."""
@@ -77,10 +77,10 @@ def normal_writes(brokers: pl.DataFrame, broker_history: pl.DataFrame, first_win
                   busy_only: bool = False) -> pl.DataFrame:
     """A broker's normal writes: ``gold/broker_tps`` rows of the windows judged now (``window_start``, ``broker``,
     ``busy_failures`` and the columns ``value`` reads) and its earlier windows → ``window_start``, ``broker``,
-    ``normal_tps``: the surge baseline (:func:`pipelines.decide.baselines.baselines`) of ``value`` (msg/s per
+    ``normal_tps``: the surge baseline (:func:`pipelines.decide.rules.baselines.baselines`) of ``value`` (msg/s per
     broker) over its previous windows that were not busy (``busy_failures_floor``), for each row judged now with at
     least ``baseline_min_windows`` of them. A busy broker writes its capacity; what it wrote before tells what its
-    usual senders need of it (:func:`crowded_demand`; a retry storm's room, :meth:`pipelines.decide.retry_limit.
+    usual senders need of it (:func:`crowded_demand`; a retry storm's room, :meth:`pipelines.decide.limits.retry_storm.
     RetryStormLimit.first_bound`). ``busy_only``: ``brokers`` holds only ``window_start`` and ``broker`` of busy windows."""
     not_busy = ~busy_fires(pl.col("busy_failures").fill_null(0), cfg)
     history = broker_history.filter(not_busy) if broker_history.height else broker_history
@@ -96,8 +96,8 @@ def busy_normals(anomalies: pl.DataFrame, broker_history: pl.DataFrame, first_wi
                  windows: WindowsConfig, cfg: DetectionConfig, value: pl.Expr) -> dict[tuple, float]:
     """``gold/anomalies`` rows → ``(window_start, broker)`` → the normal writes (:func:`normal_writes` of ``value``,
     msg/s) of each broker ``BROKER_BUSY`` in a window with a ``RUNAWAY_RETRY`` or a ``TRAFFIC_SURGE`` (their first
-    limits' room: :meth:`pipelines.decide.retry_limit.RetryStormLimit.first_bound`,
-    :meth:`pipelines.decide.surge_limit.SurgeLimit.first_bound`); empty otherwise."""
+    limits' room: :meth:`pipelines.decide.limits.retry_storm.RetryStormLimit.first_bound`,
+    :meth:`pipelines.decide.limits.surge.SurgeLimit.first_bound`); empty otherwise."""
     kinds = set(anomalies["anomaly"].unique().to_list()) if anomalies.height else set()
     if first_window is None or Anomaly.BROKER_BUSY.value not in kinds or not (
             {Anomaly.RUNAWAY_RETRY.value, Anomaly.TRAFFIC_SURGE.value} & kinds):
@@ -110,8 +110,8 @@ def busy_normals(anomalies: pl.DataFrame, broker_history: pl.DataFrame, first_wi
 
 def open_topic_brokers(topic_rows: pl.DataFrame, windows: WindowsConfig) -> pl.DataFrame:
     """Open topic rows → ``window_start``, ``topic``, ``broker``, ``tps`` (its puts per broker so far, msg/s over
-    ``windows.length_seconds``) for :func:`crowded_demand`, as :func:`pipelines.decide.final.prepare_final` hands it
-    the final windows' (:func:`pipelines.decide.windows.per_broker_traffic`). Empty for the gate's light rows (no
+    ``windows.length_seconds``) for :func:`crowded_demand`, as :func:`pipelines.decide.paths.final.prepare_final` hands it
+    the final windows' (:func:`pipelines.decide.rules.windows.per_broker_traffic`). Empty for the gate's light rows (no
     ``broker_amounts``)."""
     out = []
     if "broker_amounts" in topic_rows.columns:

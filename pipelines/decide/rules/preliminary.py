@@ -15,33 +15,35 @@ the census); this module judges them:
   rule). Otherwise they wait for the final window.
 
 A preliminary decision that the final window does not confirm is reversed by the final path
-(:func:`pipelines.decide.reconcile.reconcile_preliminary`).
+(:func:`pipelines.decide.paths.reconcile.reconcile_preliminary`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 import polars as pl
+import pyarrow as pa
 
 from pipelines import columns
 from pipelines.config import DetectionConfig, WindowsConfig
 from pipelines.decide.arrow import naive, micros, to_polars, when
-from pipelines.decide.candidates import Keyed
+from pipelines.decide.records.inputs import GroupHistory
+from pipelines.decide.rules.candidates import Keyed
 from pipelines import rocketmq as rmq
-from pipelines.decide.facts import (
-    FALLBACK_ATTEMPTS, acceptance, busy_fires, per_second, rate, retry_may_fire, retry_ratio, retry_traffic,
+from pipelines.decide.rules.facts import (
+    FALLBACK_ATTEMPTS, acceptance, busy_fires, failure_rate, per_second, rate, retry_may_fire, retry_ratio, retry_traffic,
     sendback_acceptance, spike_fires, through_busy,
 )
-from pipelines.decide.rules import (
+from pipelines.decide.rules.anomalies import (
     WINDOW_KEYS, Rule, anomalies_frame, broker_busy,
     broker_writes, consume_basis, failure_spike, group_retry, runaway_retry, traffic_surge,
     shows_demand, unlimited, with_retry_traffic,
 )
-from pipelines.decide.baselines import baselines, surge_may_fire, surge_values
-from pipelines.decide.crowding import crowded_demand, crowded_reach, open_topic_brokers
-from pipelines.decide.open_retry import groups_heard, limited_groups, logged_puts, open_retry_traffic
+from pipelines.decide.rules.baselines import baselines, surge_may_fire, surge_values
+from pipelines.decide.rules.crowding import crowded_demand, crowded_reach, open_topic_brokers
+from pipelines.decide.rules.open_retry import groups_heard, limited_groups, logged_puts, open_retry_traffic
 
 #: ``resource_type`` of the census row of a window (:func:`pipelines.dataplane.transforms.fast.open_window_sums`).
 CLUSTER = "cluster"
@@ -100,7 +102,7 @@ def completed_rows(current: list[dict], remembered: Iterable[dict], expected: li
     order) of each window whose census is complete in ``current``, where ``current`` has no newer row of the same
     window × resource: Spark emits only the rows a micro-batch's input touched, and a window completed by the last
     broker's lines without a line of some group must still be judged on that group
-    (:func:`pipelines.decide.fast.prepare_fast` adds them)."""
+    (:func:`pipelines.decide.paths.fast.prepare_fast` adds them)."""
     done = {start for start, (_n, complete) in census_rows(current, expected).items() if complete}
     if not done:
         return []
@@ -124,9 +126,9 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
     themselves (most micro-batches prove nothing, and each rule costs several polars operations). ``BROKER_BUSY``
     needs the busy floor; ``RUNAWAY_RETRY`` its floor (retries only grow); ``FAILURE_SPIKE`` its floor in a window
     complete by census;
-    ``TRAFFIC_SURGE`` of a topic (:attr:`~pipelines.decide.rules.Rule.TOPIC_SURGE`) or a broker
-    (:attr:`~pipelines.decide.rules.Rule.BROKER_SURGE`) needs a window at its
-    floor (:func:`pipelines.decide.baselines.surge_may_fire`, ``cache`` its memo) in the history up to the window
+    ``TRAFFIC_SURGE`` of a topic (:attr:`~pipelines.decide.rules.anomalies.Rule.TOPIC_SURGE`) or a broker
+    (:attr:`~pipelines.decide.rules.anomalies.Rule.BROKER_SURGE`) needs a window at its
+    floor (:func:`pipelines.decide.rules.baselines.surge_may_fire`, ``cache`` its memo) in the history up to the window
     starting at ``until`` (default all of it), a topic's without its limited windows. A rule left out would return
     nothing. Rates are per ``windows.length_seconds``; ``limited``: as :func:`preliminary_anomalies`'."""
     length = windows.length_seconds
@@ -180,16 +182,18 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
 def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, broker_history: pl.DataFrame,
                           expected: list[str], windows: WindowsConfig, cfg: DetectionConfig,
                           first_open: dt.datetime | None = None, rules: frozenset[Rule] | None = None,
-                          group_history=None, limited: Collection[str] = (), earlier=None) -> pl.DataFrame:
+                          group_history: GroupHistory | None = None, limited: Collection[str] = (),
+                          earlier: Callable[[], pa.Table | None] | None = None) -> pl.DataFrame:
     """Running sums of open windows → ``gold/anomalies``-shaped rows that the partial evidence already proves, the
     ``detail`` ending with the census of the window. ``rules``: those that may fire (:func:`rules_that_may_fire`
     of the same rows; computed here when None); the others are not run. ``group_history``: finalized
-    ``gold/group_tps`` rows, or a function returning them (a retry limit's consume basis,
-    :func:`pipelines.decide.rules.consume_basis`). ``limited``: ``"<resource_type>\\x1f<resource>"`` keys of the
-    resources with a limit in the saved state (:attr:`pipelines.decide.inputs.FastInputs.limited`): a group among
-    them is read through its brokers' logged acceptance alone (:func:`open_retry_traffic`). ``earlier``: a function
-    returning the open-window rows the fast path remembers (:attr:`pipelines.decide.fast.OpenRows.rows`, Arrow or
-    None), read only for a retry storm's window not complete by census (:func:`groups_heard`)."""
+    ``gold/group_tps`` rows (:data:`~pipelines.decide.records.inputs.GroupHistory`: a retry limit's consume basis,
+    :func:`pipelines.decide.rules.anomalies.consume_basis`). ``limited``: ``"<resource_type>\\x1f<resource>"`` keys
+    of the resources with a limit in the saved state (:attr:`pipelines.decide.records.inputs.FastInputs.limited`): a
+    group among them is read through its brokers' logged acceptance alone (:func:`open_retry_traffic`).
+    ``earlier``: a function returning the open-window rows the fast path remembers
+    (:attr:`pipelines.decide.paths.fast.OpenRows.rows`, Arrow or None), read only for a retry storm's window not
+    complete by census (:func:`groups_heard`)."""
     if open_rows.height == 0:
         return anomalies_frame([])
     counts = census(open_rows, expected)
@@ -199,45 +203,17 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
                                     limited=limited)
     if not rules:
         return anomalies_frame([])
-    of = lambda kind: open_rows.filter(pl.col("resource_type") == kind)  # noqa: E731
-    if first_open is None:
-        first_open = open_rows["window_start"].min()
+    first_open = open_rows["window_start"].min() if first_open is None else first_open
     done = [micros(x) for x in complete]
+    brokers, topics = _open_brokers(open_rows, rules), _open_topics(open_rows, rules)
+    ends = open_rows.select(*WINDOW_KEYS).unique()
     rows: list[dict] = []
-    if rules & {Rule.BUSY, Rule.BROKER_SURGE}:
-        brokers = of("broker").select(
-            *WINDOW_KEYS, pl.col("resource").alias("broker"), per_second(pl.col("puts")).alias("put_tps"),
-            per_second(pl.col("broker_puts")).alias("broker_put_tps"), "failures", "busy_failures",
-            _failures_by_class())
-    if rules & {Rule.TOPIC_SURGE, Rule.SPIKE}:
-        topics = of("topic").select(
-            *WINDOW_KEYS, pl.col("resource").alias("topic"), per_second(pl.col("puts")).alias("put_tps"), "failures",
-            "busy_failures", pl.lit(0, pl.Int64).alias("rate_limited"),  # the open failures leave the limiter's out
-            _failures_by_class(),
-            pl.when(pl.col("puts") + pl.col("failures") > 0)
-            .then(pl.col("failures") / (pl.col("puts") + pl.col("failures"))).otherwise(0.0).alias("failure_rate"),
-        )
-    if rules & {Rule.TOPIC_SURGE, Rule.BROKER_SURGE}:
-        ends = open_rows.select(*WINDOW_KEYS).unique()
     # MONOTONE rules (pipelines/decide/catalogue.py)
     if Rule.BUSY in rules:
         rows += broker_busy(brokers, windows, cfg)
     if Rule.TOPIC_SURGE in rules:
-        shown = pl.when(~busy_fires(pl.col("busy_failures").fill_null(0), cfg)).then(pl.col("put_tps"))
-        crowding = Rule.BUSY in rules
-        topic_values = surge_values(unlimited(topic_history, cfg), topics, "topic", pl.col("put_tps"), shown,
-                                    crowded_reach(cfg, crowding))
-        topic_base = baselines(topic_values, "topic", first_open, windows, cfg, cfg.surge_floor_tps).join(
-            topics.select("window_start", "topic", "put_tps", "busy_failures"), on=["window_start", "topic"],
-            how="inner").join(
-            ends, on="window_start", how="inner")
-        if Rule.BUSY in rules:  # read through the brokers it crowds (each broker's minute lands whole; a carrier
-            # still to report leaves the topic's puts short, which takes a larger share of each heard broker's
-            # normal writes as its own: a smaller reading, never a larger one)
-            topic_base = topic_base.join(crowded_demand(
-                topic_base, open_topic_brokers(of("topic"), windows), brokers, broker_history, first_open,
-                windows, cfg), on=["window_start", "topic"], how="left")
-        rows += traffic_surge(topic_base, "topic", "topic", cfg)
+        rows += _topic_surges(open_rows, topics, brokers, ends, topic_history, broker_history, first_open, windows,
+                              cfg, crowding=Rule.BUSY in rules)
     if Rule.BROKER_SURGE in rules:
         broker_values = surge_values(broker_history, brokers, "broker", broker_writes())
         broker_base = baselines(broker_values, "broker", first_open, windows, cfg, cfg.surge_floor_tps).join(
@@ -245,21 +221,7 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
             how="inner").join(ends, on="window_start", how="inner")
         rows += traffic_surge(broker_base, "broker", "broker", cfg)
     if Rule.RETRY in rules:  # a RATIO rule: on windows complete by census, or where the evidence already supports it
-        groups, bounded = open_group_ratios(of("group"), done, group_history, first_open, windows, cfg)
-        starts = [micros(x) for x in groups["window_start"].unique().to_list()]
-        under_limit = limited_groups(limited)
-        reported = {r["window_start"]: r["brokers"] or () for r in of(CLUSTER).select("window_start", "brokers")
-                    .iter_rows(named=True) if r["window_start"] not in set(complete)}
-        heard = groups_heard(open_rows, earlier() if earlier is not None and reported else None, reported)
-        retries = with_retry_traffic(groups, *open_retry_traffic(open_rows, starts, windows.length_seconds,
-                                                                 set(complete), under_limit, heard))
-        basis = consume_basis(retries, group_history, first_open, windows, cfg)
-        for row in runaway_retry(retries, cfg, basis):
-            last = bounded.get((row["window_start"], row["resource"]))
-            if last is not None:
-                row["detail"] += (f"; consume taken as at least its last final window's {last:.1f} msg/s (brokers "
-                                  "still to report can only add to it)")
-            rows.append(row)
+        rows += _retry_storms(open_rows, complete, group_history, first_open, windows, cfg, limited, earlier)
     if Rule.SPIKE in rules:
         rows += failure_spike(topics.filter(when("window_start").is_in(done)), windows, cfg)
     for row in rows:
@@ -269,9 +231,82 @@ def preliminary_anomalies(open_rows: pl.DataFrame, topic_history: pl.DataFrame, 
     return anomalies_frame(rows)
 
 
-def open_group_ratios(groups: pl.DataFrame, done: list[int], group_history, first_open: dt.datetime,
+def _of(open_rows: pl.DataFrame, kind: str) -> pl.DataFrame:
+    """The open rows of one ``resource_type``."""
+    return open_rows.filter(pl.col("resource_type") == kind)
+
+
+def _open_brokers(open_rows: pl.DataFrame, rules: frozenset[Rule]) -> pl.DataFrame | None:
+    """The open broker rows as the broker rules read them (msg/s; failures as counts), for BUSY and BROKER_SURGE;
+    None when neither may fire."""
+    if not rules & {Rule.BUSY, Rule.BROKER_SURGE}:
+        return None
+    return _of(open_rows, "broker").select(
+        *WINDOW_KEYS, pl.col("resource").alias("broker"), per_second(pl.col("puts")).alias("put_tps"),
+        per_second(pl.col("broker_puts")).alias("broker_put_tps"), "failures", "busy_failures",
+        _failures_by_class())
+
+
+def _open_topics(open_rows: pl.DataFrame, rules: frozenset[Rule]) -> pl.DataFrame | None:
+    """The open topic rows as the topic rules read them (``put_tps`` msg/s, ``failure_rate`` 0..1; the limiter's
+    rejections left out: the open failures do not carry them), for TOPIC_SURGE and SPIKE; None otherwise."""
+    if not rules & {Rule.TOPIC_SURGE, Rule.SPIKE}:
+        return None
+    return _of(open_rows, "topic").select(
+        *WINDOW_KEYS, pl.col("resource").alias("topic"), per_second(pl.col("puts")).alias("put_tps"), "failures",
+        "busy_failures", pl.lit(0, pl.Int64).alias("rate_limited"),
+        _failures_by_class(),
+        failure_rate(pl.col("puts"), pl.col("failures")).alias("failure_rate"),
+    )
+
+
+def _topic_surges(open_rows: pl.DataFrame, topics: pl.DataFrame, brokers: pl.DataFrame | None, ends: pl.DataFrame,
+                  topic_history: pl.DataFrame, broker_history: pl.DataFrame, first_open: dt.datetime,
+                  windows: WindowsConfig, cfg: DetectionConfig, crowding: bool) -> list[dict]:
+    """TRAFFIC_SURGE on open topic windows against their baselines; with BUSY possible (``crowding``), a topic is
+    read through the brokers it crowds too (each broker's minute lands whole; a carrier still to report leaves the
+    topic's puts short, which takes a larger share of each heard broker's normal writes as its own: a smaller
+    reading, never a larger one)."""
+    shown = pl.when(~busy_fires(pl.col("busy_failures").fill_null(0), cfg)).then(pl.col("put_tps"))
+    topic_values = surge_values(unlimited(topic_history, cfg), topics, "topic", pl.col("put_tps"), shown,
+                                crowded_reach(cfg, crowding))
+    topic_base = baselines(topic_values, "topic", first_open, windows, cfg, cfg.surge_floor_tps).join(
+        topics.select("window_start", "topic", "put_tps", "busy_failures"), on=["window_start", "topic"],
+        how="inner").join(ends, on="window_start", how="inner")
+    if crowding:
+        topic_base = topic_base.join(crowded_demand(
+            topic_base, open_topic_brokers(_of(open_rows, "topic"), windows), brokers, broker_history, first_open,
+            windows, cfg), on=["window_start", "topic"], how="left")
+    return traffic_surge(topic_base, "topic", "topic", cfg)
+
+
+def _retry_storms(open_rows: pl.DataFrame, complete: list, group_history: GroupHistory | None,
+                  first_open: dt.datetime, windows: WindowsConfig, cfg: DetectionConfig, limited: Collection[str],
+                  earlier: Callable[[], pa.Table | None] | None) -> list[dict]:
+    """RUNAWAY_RETRY on open group windows (:func:`open_group_ratios`, :func:`open_retry_traffic`), each row's
+    ``detail`` saying when the consume rate was bounded by the group's last final window."""
+    done = [micros(x) for x in complete]
+    groups, bounded = open_group_ratios(_of(open_rows, "group"), done, group_history, first_open, windows, cfg)
+    starts = [micros(x) for x in groups["window_start"].unique().to_list()]
+    reported = {r["window_start"]: r["brokers"] or () for r in _of(open_rows, CLUSTER).select(
+        "window_start", "brokers").iter_rows(named=True) if r["window_start"] not in set(complete)}
+    heard = groups_heard(open_rows, earlier() if earlier is not None and reported else None, reported)
+    retries = with_retry_traffic(groups, *open_retry_traffic(open_rows, starts, windows.length_seconds,
+                                                             set(complete), limited_groups(limited), heard))
+    rows = []
+    for row in runaway_retry(retries, cfg, consume_basis(retries, group_history, first_open, windows, cfg)):
+        last = bounded.get((row["window_start"], row["resource"]))
+        if last is not None:
+            row["detail"] += (f"; consume taken as at least its last final window's {last:.1f} msg/s (brokers "
+                              "still to report can only add to it)")
+        rows.append(row)
+    return rows
+
+
+def open_group_ratios(groups: pl.DataFrame, done: list[int], group_history: GroupHistory | None,
+                      first_open: dt.datetime,
                       windows: WindowsConfig, cfg: DetectionConfig) -> tuple[pl.DataFrame, dict[tuple, float]]:
-    """Open-window group rows → (:func:`pipelines.decide.rules.group_retry`-shaped rows the ratio rule may judge,
+    """Open-window group rows → (:func:`pipelines.decide.rules.anomalies.group_retry`-shaped rows the ratio rule may judge,
     the windows judged on a bounded consume rate). A window complete by census (``done``: microseconds of its start)
     has its final consume rate. One that is not (a broker late, or its stats stopped) is judged only where its
     evidence already supports the rule: its retries so far (they only grow) against the larger of its consume so
@@ -317,10 +352,10 @@ def topic_carriers(open_rows: pl.DataFrame) -> dict[tuple[dt.datetime, str], lis
 def cut_bounded_by_final_rates(candidates: list[Keyed], open_rows: pl.DataFrame, expected: list[str],
                                windows: WindowsConfig, heard: Collection[tuple] = ()) -> list[Keyed]:
     """Candidates of open windows → those the fast path may act on: a non-critical candidate's first cut is bounded
-    by ``max_cut_pct`` of the observed rate (:meth:`pipelines.decide.policy.LimitPolicy.start`), and a partial window's rate
+    by ``max_cut_pct`` of the observed rate (:meth:`pipelines.decide.limits.base.LimitPolicy.start`), and a partial window's rate
     is below the true one, so a non-critical candidate waits until its window is complete by census, or until
     every broker known to carry it has reported (``heard``: ``(resource_type, resource, window_end)``,
-    :func:`pipelines.decide.open_split.topics_heard`); critical ones act at once."""
+    :func:`pipelines.decide.paths.open_split.topics_heard`); critical ones act at once."""
     length = dt.timedelta(seconds=windows.length_seconds)
     complete = {naive(start + length) for start, (_n, ok) in census(open_rows, expected).items() if ok}
     return [k for k in candidates if k.candidate.critical or k.candidate.window_end in complete
@@ -329,8 +364,8 @@ def cut_bounded_by_final_rates(candidates: list[Keyed], open_rows: pl.DataFrame,
 
 def open_broker_tps(open_rows: pl.DataFrame, windows: WindowsConfig) -> dict[tuple, dict[str, float]]:
     """Open windows → ``(window_end, resource_type, resource)`` → msg/s per broker of the resource's limited traffic
-    so far, as the final path measures it (:func:`pipelines.decide.windows.per_broker_traffic`): a topic's puts, a
-    group's retry traffic (per broker :func:`~pipelines.decide.facts.retry_traffic` of its send-backs and the plain
+    so far, as the final path measures it (:func:`pipelines.decide.rules.windows.per_broker_traffic`): a topic's puts, a
+    group's retry traffic (per broker :func:`~pipelines.decide.rules.facts.retry_traffic` of its send-backs and the plain
     sends to ``%RETRY%<group>``): the shares of a preliminary limit."""
     rows = open_rows.filter(pl.col("resource_type").is_in(["topic", "group"]))
     out, fallback = {}, {}
@@ -350,11 +385,11 @@ def with_earlier_carriers(broker_tps: dict[tuple, dict[str, float]], remembered:
                           complete: set, windows: WindowsConfig) -> dict[tuple, dict[str, float]]:
     """:func:`open_broker_tps` of open windows → the same, where a window is not complete by census (``complete``:
     the ends of those that are), with the brokers it has not heard from yet that carried the resource in the newest
-    earlier open window the fast path remembers (``remembered``: :attr:`pipelines.decide.fast.OpenRows.rows`), at
+    earlier open window the fast path remembers (``remembered``: :attr:`pipelines.decide.paths.fast.OpenRows.rows`), at
     that window's rate. A preliminary limit's shares then cover the carriers still to report: listed, each gets its
     share instead of the unlisted brokers' figure (``*``, the smallest listed share's), which for a resource seen
     on one broker so far is the whole limit (the shares would add up to a multiple of it). The brokers still to
-    report that no earlier window names: :func:`pipelines.decide.open_split.held_for_brokers_to_report`."""
+    report that no earlier window names: :func:`pipelines.decide.paths.open_split.held_for_brokers_to_report`."""
     if remembered is None or remembered.height == 0:
         return broker_tps
     partial = {k for k in broker_tps if k[0] not in complete}

@@ -1,4 +1,4 @@
-"""The per-resource policy fold (:func:`pipelines.decide.fold.fold_resource`) run for every resource with a
+"""The per-resource policy fold (:func:`pipelines.decide.paths.walk.fold_resource`) run for every resource with a
 candidate or a limit in force, over the rows the micro-batch collected (:func:`fold_all`: one call per micro-batch,
 on either path); and the ``state/policy`` rows in and out.
 
@@ -18,10 +18,10 @@ import pyarrow as pa
 from pipelines.columns import Key
 from pipelines import columns
 from pipelines.decide.arrow import aware, figures, from_rows, naive
-from pipelines.decide.candidates import Keyed
-from pipelines.decide.fold import fold_resource
-from pipelines.decide.fold_types import Decision, Evidence, Observation, ResourceState
-from pipelines.decide.steps import Params
+from pipelines.decide.rules.candidates import Keyed
+from pipelines.decide.paths.walk import fold_resource
+from pipelines.decide.records.resource import Decision, Evidence, Observation, ResourceState
+from pipelines.decide.limits.steps import Params
 from pipelines.decide.words import Mode, Status
 
 log = logging.getLogger("rate_governor")
@@ -94,13 +94,13 @@ def fold_all(candidates: list[Keyed], saved: dict[Key, dict], horizon_end: dt.da
              preliminary: dict[Key, tuple] | None = None) -> Folded:
     """The fold of one micro-batch, both paths' one call: every resource with a candidate, or with a saved state
     whose limit is in force (a resource only observed has nothing to fold), by
-    :func:`pipelines.decide.fold.fold_resource`, in (resource_type, resource) order.
+    :func:`pipelines.decide.paths.walk.fold_resource`, in (resource_type, resource) order.
 
     Args:
-        candidates: this micro-batch's candidates (:func:`pipelines.decide.candidates.candidate_limits`).
+        candidates: this micro-batch's candidates (:func:`pipelines.decide.rules.candidates.candidate_limits`).
         saved: the saved state per resource (``state/policy`` rows by key, :func:`state_of` reads them).
         horizon_end: end of the last finalized (or open, on the fast path) window of the micro-batch (UTC).
-        params: the policies' settings (:meth:`pipelines.decide.steps.Params.from_config`).
+        params: the policies' settings (:meth:`pipelines.decide.limits.steps.Params.from_config`).
         recover: lift after recovery (final path); the fast path folds without (absence is known on final windows).
         observations: the demand evidence of the micro-batch's windows per resource (final path), None on the fast
             path; open_evidence: the fast path's open windows (the lift veto, a retry-storm limit's probe); now:

@@ -26,11 +26,11 @@ from pipelines.columns import FAILURE_METRIC_PREFIX
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig
 from pipelines.decide.arrow import to_arrow, to_polars
-from pipelines.decide.facts import (
-    MIN_ACCEPTANCE, acceptance, at_floor, per_second, retry_may_fire, retry_ratio, retry_traffic, sendback_acceptance,
+from pipelines.decide.rules.facts import (
+    MIN_ACCEPTANCE, acceptance, at_floor, failure_rate, per_second, retry_may_fire, retry_ratio, retry_traffic, sendback_acceptance,
     through_busy,
 )
-from pipelines.decide.rules import WINDOW_KEYS
+from pipelines.decide.rules.anomalies import WINDOW_KEYS
 
 RATE_LIMITED_METRIC = FAILURE_METRIC_PREFIX + rmq.RATE_LIMITED
 #: ``resource_type`` of a window marker row among the traffic rows (``resource`` ``metrics`` or ``traffic``).
@@ -101,7 +101,7 @@ def topic_tps(metrics: pl.LazyFrame) -> pl.LazyFrame:
     class; ``rate_limited`` those rejected by the in-broker limiter (``RATE_LIMITED``); ``failure_rate`` = other
     failures / (other failures + messages put), 0 when both are 0: a limited topic's own rejections are its demand
     at the cap, never a failure spike. ``limit_qps`` (the cluster-wide limit in force in the window) is filled by the
-    final path (:func:`pipelines.decide.final.with_limit_in_force`); null here."""
+    final path (:func:`pipelines.decide.paths.final.with_limit_in_force`); null here."""
     puts = (metrics.filter(pl.col("metric") == rmq.TOPIC_PUT_NUMS)
             .group_by([*WINDOW_KEYS, "topic"])
             .agg(pl.col("amount").sum().alias("puts"), pl.col("broker").drop_nulls().n_unique().alias("brokers")))
@@ -110,8 +110,6 @@ def topic_tps(metrics: pl.LazyFrame) -> pl.LazyFrame:
     puts_n = pl.col("puts").fill_null(0)
     failures_n = pl.col("failures").fill_null(0)
     limited_n = pl.col("rate_limited").fill_null(0)
-    faults = failures_n - limited_n
-    attempts = puts_n + faults
     return joined.select(
         *WINDOW_KEYS, "topic",
         per_second(puts_n).alias("put_tps"),
@@ -119,8 +117,7 @@ def topic_tps(metrics: pl.LazyFrame) -> pl.LazyFrame:
         failures_n.alias("failures"),
         pl.col("busy_failures").fill_null(0),
         "failures_by_class",
-        pl.when(attempts > 0).then(faults.cast(pl.Float64) / attempts.cast(pl.Float64)).otherwise(0.0)
-        .alias("failure_rate"),
+        failure_rate(puts_n, failures_n, limited_n).alias("failure_rate"),
         limited_n.alias("rate_limited"),
     )
 
@@ -215,7 +212,7 @@ def per_broker_traffic(metrics: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def broker_acceptance(metrics: pl.LazyFrame) -> pl.LazyFrame:
-    """Per window × broker: ``acceptance``, the share of the sends it accepted (:func:`pipelines.decide.facts.
+    """Per window × broker: ``acceptance``, the share of the sends it accepted (:func:`pipelines.decide.rules.facts.
     acceptance` of its ``TOPIC_PUT_NUMS`` and its busy failures, counts of the window). The puts of the retry
     topics (``%RETRY%<group>``: consumers' send-backs and their clients' fallback plain sends) are left out: their
     refusals leave no line, so beside the producers' logged failures they would read the share too high (sweep
@@ -235,11 +232,11 @@ def resource_traffic(metrics: pl.LazyFrame, detection: DetectionConfig,
     """:func:`per_broker_traffic` rows reduced to what the decisions need, plus window markers.
 
     Kept: the rows of a resource whose cluster-wide traffic in the window reaches its rule's floor (a topic at
-    ``surge_floor_tps``, a group's retry traffic at :func:`~pipelines.decide.facts.retry_may_fire`, read through
+    ``surge_floor_tps``, a group's retry traffic at :func:`~pipelines.decide.rules.facts.retry_may_fire`, read through
     its busy brokers (``acceptance``, :func:`broker_acceptance`, or what its fallback sends reveal when smaller,
-    except under a limit: :func:`~pipelines.decide.facts.sendback_acceptance`,
-    :func:`~pipelines.decide.facts.through_busy`), both within
-    :data:`~pipelines.decide.facts.TOLERANCE`: only those can be candidates), whose limiter rejected
+    except under a limit: :func:`~pipelines.decide.rules.facts.sendback_acceptance`,
+    :func:`~pipelines.decide.rules.facts.through_busy`), both within
+    :data:`~pipelines.decide.rules.facts.TOLERANCE`: only those can be candidates), whose limiter rejected
     sends, or that is under a limit (``limited``: ``"<resource_type>\\x1f<resource>"`` keys; its windows are its
     demand evidence). What the decisions read per window grows with the resources near a rule, not with the
     cluster. Markers (``resource_type`` :data:`MARKER`, other columns null): ``metrics`` for every window of the
@@ -262,7 +259,7 @@ def resource_traffic(metrics: pl.LazyFrame, detection: DetectionConfig,
     sent = pl.when(pl.col("resource_type") == "group").then(through_busy(pl.col("tps"), pl.col("acceptance"))) \
         .otherwise(pl.col("tps"))
     # a topic on a broker that refused sends as busy may be read through the writes it crowds out, up to its puts ÷
-    # MIN_ACCEPTANCE (pipelines.decide.crowding.crowded_reach): kept where that reaches the floor
+    # MIN_ACCEPTANCE (pipelines.decide.rules.crowding.crowded_reach): kept where that reaches the floor
     crowded = (pl.col("resource_type") == "topic") & (pl.col("acceptance").fill_null(1.0) < 1.0)
     totals = rows.group_by(key).agg(sent.sum().alias("total"), pl.col("rejected").sum().alias("refused"),
                                     at_floor(pl.col("tps").filter(crowded).sum() / MIN_ACCEPTANCE,
