@@ -29,6 +29,7 @@ from enum import Enum
 from pipelines.decide.limits.base import LimitPolicy
 from pipelines.decide.limits.retry_storm import RetryStormLimit
 from pipelines.decide.limits.steps import Params
+from pipelines.decide.rules import facts
 from pipelines.decide.limits.surge import SurgeLimit
 from pipelines.decide.words import Anomaly
 
@@ -121,7 +122,7 @@ def normal_floor(resource_type: str, baseline_tps: float | None, headroom: float
     """
     if baseline_tps is None or RULES[limited_by(resource_type)].normal is None:
         return None
-    return headroom * float(baseline_tps)
+    return facts.normal_floor(baseline_tps, headroom)
 
 
 def policy_for(resource_type: str, params: Params) -> LimitPolicy:

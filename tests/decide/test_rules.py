@@ -327,7 +327,7 @@ def test_the_fast_path_reads_the_fallback_sends_before_the_census_once_the_group
 
 def test_the_fast_path_s_rates_are_the_true_quotient_as_the_final_path_s():
     """An open window's rate is its amount divided by the window's length as Spark and the final path divide
-    (rules.per_second): a busy broker that put 47119 messages in 60 s wrote 785.3166666666667 msg/s, where polars'
+    (facts.per_second): a busy broker that put 47119 messages in 60 s wrote 785.3166666666667 msg/s, where polars'
     division of a column of two or more rows by the literal 60 gives 785.3166666666666 (the reciprocal's product)."""
     from pipelines.decide.rules import preliminary as pre
     from pipelines.sim.windows import OpenWindows

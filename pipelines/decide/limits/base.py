@@ -339,7 +339,30 @@ class LimitPolicy(OpenWindows):
             return decide(state, window_end, state.limit_qps, Action.SET, reason, state.mode, change=False)
         return Step(state)
 
+    def cut_due(self, state: ResourceState, end: dt.datetime) -> bool:
+        """Whether a first cut bounded by ``max_cut_pct`` (the limit more than ``hysteresis_pct`` above the frozen
+        target) may go down to the target in the window ending ``end``: the cool-down of ``cooldown_windows``
+        windows since the last change is over."""
+        p = self.params
+        return above(state.limit_qps, state.target_qps, p.hysteresis_pct) and cooled(
+            state.last_change_end, end, p.window, p.cooldown_windows)
+
+    def cut_to_target(self, state: ResourceState, at: dt.datetime, detail: str) -> Step:
+        """Down to the frozen target in one step, as a decision of the window ending ``at``: the cause outlived the
+        first cut (:meth:`cut_due`); ``detail`` what the window showed."""
+        return decide(state, at, state.target_qps, Action.SET, outlived(state, f" ({detail})"), state.mode)
+
     # --- probe ----------------------------------------------------------------------------------------------------
+    def back_from_probe(self, state: ResourceState, at: dt.datetime, back: float, reason: str,
+                        until: dt.datetime, backoff: int, **noted) -> Step:
+        """The end of a raise the demand took (or that its deadline ended): back to ``back`` (msg/s), as a decision
+        of the window ending ``at``; the raised level (the limit now) a ceiling no probe reaches until ``until``,
+        ``backoff`` the probes counted for the doubling pause (:func:`~pipelines.decide.limits.steps.backoff_hold`);
+        ``noted``: more fields of the state the kind keeps (a retry storm's probe time and its cost)."""
+        return decide(state, at, back, Action.SET, reason, state.mode).moved(
+            probe_ceiling_qps=state.limit_qps, probe_hold_until=until, probe_backoff=backoff, probe_from_qps=None,
+            probe_effective_end=None, **noted)
+
     def raise_to(self, state: ResourceState, window_end: dt.datetime, raised: float, reason: str,
                  batch: Batch) -> Step:
         """A probe: the limit raised to ``raised`` (``relax``), remembering the level before it and the first

@@ -34,11 +34,11 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from pipelines.decide.rules.facts import REFUSED_SHARE_MAX, most_refused_share, retry_fires, retry_ratio
-from pipelines.decide.records.resource import Candidate, Observation, ResourceState, in_transition, limit_in_force
 from pipelines.decide.limits.base import Batch, LimitPolicy
-from pipelines.decide.limits.steps import Step, above, backoff_hold, cooled, decide, decided_at, higher, outlived, too_small
-from pipelines.decide.words import Action, Anomaly, Status
+from pipelines.decide.limits.steps import Step, backoff_hold, decided_at, higher, too_small
+from pipelines.decide.records.resource import Candidate, Observation, ResourceState, in_transition, limit_in_force
+from pipelines.decide.rules.facts import REFUSED_SHARE_MAX, most_refused_share, retry_fires, retry_ratio
+from pipelines.decide.words import Anomaly, Status
 
 
 
@@ -140,12 +140,11 @@ class RetryStormLimit(LimitPolicy):
         """A probe whose window shows the cause is undone at once; otherwise the first cut was bounded by
         ``max_cut_pct``: while the cause persists above the frozen target, the limit goes down to it once the
         cool-down is over (one step, so a persisting storm sees at most one change after its first limit)."""
-        p, end = self.params, obs.window_end
+        end = obs.window_end
         if self.under_raise(state, obs) or self.took_raise(state, obs):
             return self._undo(state, obs, detail, end, batch)
-        if not self.before_raise(state, obs) and above(state.limit_qps, state.target_qps, p.hysteresis_pct) \
-                and cooled(state.last_change_end, end, p.window, p.cooldown_windows):
-            return decide(state, end, state.target_qps, Action.SET, outlived(state, f" ({detail})"), state.mode)
+        if not self.before_raise(state, obs) and self.cut_due(state, end):
+            return self.cut_to_target(state, end, detail)
         return super().hold(state, obs, status, detail, batch)
 
     def capped(self, state: ResourceState, obs: Observation, detail: str, batch: Batch) -> Step:
@@ -174,11 +173,10 @@ class RetryStormLimit(LimitPolicy):
             if self.took_raise(state, obs):
                 return self._undo(state, obs, detail, at, batch)
             return None  # the raise is not in force in this window yet, or the window does not answer it
-        if above(state.limit_qps, state.target_qps, p.hysteresis_pct) and not in_transition(state, obs.window_end) \
-                and cooled(state.last_change_end, obs.window_end, p.window, p.cooldown_windows):
+        if self.cut_due(state, obs.window_end) and not in_transition(state, obs.window_end):
             # a first cut bounded by max_cut_pct, its demand at the cap after the cool-down: the cause outlived it
             # (what shows of a storm at its cap, its fallback sends aside, stays under the rule's ratio)
-            return decide(state, at, state.target_qps, Action.SET, outlived(state, f" ({detail})"), state.mode)
+            return self.cut_to_target(state, at, detail)
         if state.probe_hold_until is not None and obs.window_end < state.probe_hold_until:
             return None
         part = self.reported_share(state, obs)
@@ -212,12 +210,10 @@ class RetryStormLimit(LimitPolicy):
         excess = self.probe_excess(state, batch, obs)
         anchor = max(obs.window_end if obs is not None else at,  # the pause runs from the undo's own time, at least
                      decided_at(batch.now, batch.stream_end(at), p.max_decision_lag) if batch.now is not None else at)
-        return decide(state, at, back, Action.SET, f"probe undone: {detail}; back to {back:.1f} msg/s, and no probe "
-                      f"reaches {raised:.1f} msg/s for {hold.total_seconds() / 60:g} min; the probe admitted "
-                      f"{excess:.0f} messages beyond {back:.1f} msg/s", state.mode).moved(
-            probe_ceiling_qps=raised, probe_hold_until=anchor + hold,
-            probe_backoff=backoff, probe_from_qps=None, probe_effective_end=None, probe_decided_at=None,
-            probe_excess_messages=excess)
+        return self.back_from_probe(
+            state, at, back, f"probe undone: {detail}; back to {back:.1f} msg/s, and no probe reaches {raised:.1f} "
+            f"msg/s for {hold.total_seconds() / 60:g} min; the probe admitted {excess:.0f} messages beyond "
+            f"{back:.1f} msg/s", anchor + hold, backoff, probe_decided_at=None, probe_excess_messages=excess)
 
     def undo_overdue(self, state: ResourceState, batch: Batch, left_alone: bool = False) -> Step:
         """A probe neither undone nor lifted by its deadline (:meth:`probe_overdue`), undone as a decision of the

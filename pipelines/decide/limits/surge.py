@@ -43,10 +43,10 @@ import datetime as dt
 import math
 from typing import ClassVar
 
-from pipelines.decide.rules.facts import shares_of, surge_fires
-from pipelines.decide.records.resource import Candidate, Observation, ResourceState
 from pipelines.decide.limits.base import Batch, LimitPolicy
-from pipelines.decide.limits.steps import Step, above, backoff_hold, cooled, decide, outlived, too_small
+from pipelines.decide.limits.steps import Step, above, backoff_hold, decide, too_small
+from pipelines.decide.records.resource import Candidate, Observation, ResourceState
+from pipelines.decide.rules.facts import normal_floor, shares_of, surge_fires
 from pipelines.decide.words import Action, Anomaly, Status
 
 
@@ -101,7 +101,7 @@ class SurgeLimit(LimitPolicy):
         shares = shares_of(cand.broker_tps)
         if cand.baseline_tps is None or not shares:
             return None
-        floor = max(p.min_limit_qps, cand.baseline_tps * p.surge_squeeze_headroom)
+        floor = max(p.min_limit_qps, normal_floor(cand.baseline_tps, p.surge_squeeze_headroom))
         best, why, crowded, fits = math.inf, "", "", math.inf
         for broker, busy in sorted(cand.busy_load.items()):
             share = shares.get(broker)
@@ -138,7 +138,7 @@ class SurgeLimit(LimitPolicy):
         and 141)."""
         floor = state.target_qps or 0.0
         if state.baseline_tps is not None:
-            floor = min(floor, state.baseline_tps * self.params.surge_squeeze_headroom)
+            floor = min(floor, normal_floor(state.baseline_tps, self.params.surge_squeeze_headroom))
         return max(self.params.min_limit_qps, floor)
 
     def hold(self, state: ResourceState, obs: Observation, status: Status, detail: str, batch: Batch) -> Step:
@@ -155,9 +155,8 @@ class SurgeLimit(LimitPolicy):
             probed = self._probe(state, obs, detail, batch)
             if probed is not None:
                 return probed
-        if high and not obs.healthy and cooled(state.last_change_end, end, p.window, p.cooldown_windows):
-            return decide(state, end, state.target_qps, Action.SET, outlived(state, f" ({detail}, a carrier busy)"),
-                          state.mode)
+        if not obs.healthy and self.cut_due(state, end):
+            return self.cut_to_target(state, end, f"{detail}, a carrier busy")
         return self._kept(state, obs, status, detail, batch)
 
     def capped(self, state: ResourceState, obs: Observation, detail: str, batch: Batch) -> Step:
@@ -183,11 +182,10 @@ class SurgeLimit(LimitPolicy):
         backoff = state.probe_backoff + 1
         hold = backoff_hold(p.window, p.recovery_windows, backoff)
         busy = ", ".join(obs.busy_brokers) or "a carrier"
-        return decide(state, obs.window_end, back, Action.SET,
-                      f"probe undone: {detail} and {busy} busy; back to {back:.1f} msg/s, and {current:.1f} msg/s is a "
-                      f"ceiling no probe reaches for {hold.total_seconds() / 60:g} min", state.mode).moved(
-            probe_ceiling_qps=current, probe_hold_until=obs.window_end + hold, probe_backoff=backoff,
-            probe_from_qps=None, probe_effective_end=None)
+        return self.back_from_probe(
+            state, obs.window_end, back, f"probe undone: {detail} and {busy} busy; back to {back:.1f} msg/s, and "
+            f"{current:.1f} msg/s is a ceiling no probe reaches for {hold.total_seconds() / 60:g} min",
+            obs.window_end + hold, backoff)
 
     def _probe(self, state: ResourceState, obs: Observation, detail: str, batch: Batch) -> Step | None:
         """Probe upward when the bounds and the budget allow a step worth taking (more than ``hysteresis_pct``), or

@@ -30,12 +30,12 @@ import polars as pl
 from pipelines import columns
 from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig, WindowsConfig
-from pipelines.decide.arrow import to_polars, when
+from pipelines.decide.arrow import to_polars
 from pipelines.decide.rules.baselines import baselines, surge_may_fire, surge_values
 from pipelines.decide.rules.crowding import crowded_demand, crowded_reach, refused_reading
 from pipelines.decide.rules import facts
 from pipelines.decide.rules.facts import (
-    TOLERANCE, busy_fires, per_second, rate, refused_demand, retry_fires, retry_may_fire, retry_ratio, severity,
+    TOLERANCE, busy_fires, rate, refused_demand, retry_fires, retry_may_fire, retry_ratio, severity,
     spike_fires, surge_fires,
 )
 from pipelines.decide.text import fixed, number

@@ -302,6 +302,14 @@ def failure_rate(puts, failures, rate_limited=0):
     return pl.when(attempts > 0).then(faults.cast(pl.Float64) / attempts.cast(pl.Float64)).otherwise(0.0)
 
 
+def normal_floor(baseline_tps: float, headroom: float) -> float:
+    """The lowest limit a topic's normal traffic passes under (msg/s cluster-wide): ``headroom``
+    (``limits.surge_squeeze_headroom``, 1.5) × its baseline puts (msg/s): a topic back at its normal, a median,
+    reaches the cap's ``bound_share`` under less. A surge's first limit and its squeeze stop there, and an operator
+    is told of a topic limit under it (:func:`pipelines.decide.catalogue.normal_floor`)."""
+    return headroom * float(baseline_tps)
+
+
 def surge_fires(put, baseline, cfg: DetectionConfig, busy=False):
     """``TRAFFIC_SURGE`` on a resource's put rate against its baseline (msg/s): at ``surge_floor_tps`` and at
     ``surge_factor`` × the baseline, or ``busy_surge_factor`` × it where ``busy`` (a topic whose own sends were
