@@ -14,7 +14,7 @@ from pipelines.config import DetectionConfig, LimitsConfig
 from pipelines.decide.catalogue import policy_for
 from pipelines.decide.paths.walk import fold_resource
 from pipelines.decide.limits.base import Batch
-from pipelines.decide.records.resource import Candidate, Observation, ResourceState, limit_in_force
+from pipelines.decide.records.resource import Candidate, Observation, PendingPreliminary, ResourceState, limit_in_force
 from pipelines.decide.limits.steps import Params, effective_end, recovery_needed
 from pipelines.decide.words import Status
 from tests.helpers import ts
@@ -1061,11 +1061,11 @@ def test_the_final_path_keeps_a_preliminary_limit_within_hysteresis_of_its_own()
     storm = cand(7, 36.88, baseline_tps=368.8)
     for prelim, kept in ((35.99, 35.99), (30.0, 36.88)):
         decisions, after, _ = fold_resource(ResourceState("group", "g"), [storm], end(7), P(L),
-                                            preliminary=(end(7), prelim, "enforce"))
+                                            preliminary=PendingPreliminary(end(7), prelim, "enforce"))
         assert [(d.action, round(d.limit_qps, 2)) for d in decisions] == [("set", kept)]
         assert round(after.target_qps, 2) == kept
     decisions, _, _ = fold_resource(ResourceState("group", "g"), [storm], end(7), P(L),
-                                    preliminary=(end(7), 35.99, "advisory"))
+                                    preliminary=PendingPreliminary(end(7), 35.99, "advisory"))
     assert decisions[0].limit_qps == 36.88       # another mode is another decision
 
 

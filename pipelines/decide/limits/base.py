@@ -274,20 +274,20 @@ class LimitPolicy(OpenWindows):
             reason += again[1]
         elif not cand.critical and cand.observed_tps:
             start = cut(start, cand.observed_tps, self.params.max_cut_pct)
-        if preliminary is not None and preliminary[0] <= cand.window_end and preliminary[2] == cand.mode \
-                and not above(start, preliminary[1], self.params.hysteresis_pct) \
-                and not tightens(start, preliminary[1], self.params.hysteresis_pct):
-            reason += (f"; kept at the preliminary decision's {preliminary[1]:.1f} msg/s (within "
-                       f"{self.params.hysteresis_pct:g} % of {start:.1f})") if not close(start, preliminary[1]) else ""
+        if preliminary is not None and preliminary.window_end <= cand.window_end and preliminary.mode == cand.mode \
+                and not above(start, preliminary.limit_qps, self.params.hysteresis_pct) \
+                and not tightens(start, preliminary.limit_qps, self.params.hysteresis_pct):
+            reason += (f"; kept at the preliminary decision's {preliminary.limit_qps:.1f} msg/s (within "
+                       f"{self.params.hysteresis_pct:g} % of {start:.1f})") if not close(start, preliminary.limit_qps) else ""
             if start == target:
-                target = preliminary[1]
-            start = preliminary[1]
+                target = preliminary.limit_qps
+            start = preliminary.limit_qps
         step = decide(state, cand.window_end, start, Action.SET, reason, cand.mode, shares=shares_of(cand.broker_tps),
                       target=target, fresh=True, baseline=cand.baseline_tps)
-        if preliminary is not None and preliminary[2] == cand.mode and preliminary[1] != start:
+        if preliminary is not None and preliminary.mode == cand.mode and preliminary.limit_qps != start:
             # the fast path's value ran at the brokers until this one is in force: windows before it are judged
             # against the lower of the two (limit_in_force), never clear on a value they did not run under
-            step = step.moved(previous_limit_qps=preliminary[1])
+            step = step.moved(previous_limit_qps=preliminary.limit_qps)
         return step
 
     def first_bound(self, cand: Candidate) -> tuple[float, str] | None:

@@ -10,7 +10,7 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from pipelines.decide.records.resource import Observation, ResourceState
+from pipelines.decide.records.resource import Observation, PendingPreliminary, ResourceState
 from pipelines.decide.limits.steps import Step
 from pipelines.decide.words import Mode, Status
 
@@ -26,9 +26,8 @@ class Batch:
     now: dt.datetime | None = None
     observations: tuple[Observation, ...] = ()
     opened: tuple[Observation, ...] = ()
-    #: the fast path's newest preliminary ``set`` of the resource the final path has not folded yet: (its window
-    #: end, its limit, msg/s cluster-wide, its mode); None without
-    preliminary: tuple[dt.datetime, float, str] | None = None
+    #: the fast path's newest preliminary ``set`` of the resource the final path has not folded yet; None without
+    preliminary: PendingPreliminary | None = None
 
     def stream_end(self, window_end: dt.datetime) -> dt.datetime:
         """The end of the newest window the micro-batch has seen of the resource, final or open, or ``window_end``

@@ -20,7 +20,7 @@ from pipelines import columns
 from pipelines.decide.arrow import aware, figures, from_rows, naive
 from pipelines.decide.rules.candidates import Keyed
 from pipelines.decide.paths.walk import fold_resource
-from pipelines.decide.records.resource import Decision, Evidence, Observation, ResourceState
+from pipelines.decide.records.resource import Decision, Evidence, Observation, PendingPreliminary, ResourceState
 from pipelines.decide.limits.steps import Params
 from pipelines.decide.words import Mode, Status
 
@@ -91,7 +91,7 @@ class Folded:
 def fold_all(candidates: list[Keyed], saved: dict[Key, dict], horizon_end: dt.datetime, params: Params, *,
              recover: bool = True, observations: dict[Key, list[Observation]] | None = None,
              open_evidence: dict[Key, list[Observation]] | None = None, now: dt.datetime | None = None,
-             preliminary: dict[Key, tuple] | None = None) -> Folded:
+             preliminary: dict[Key, PendingPreliminary] | None = None) -> Folded:
     """The fold of one micro-batch, both paths' one call: every resource with a candidate, or with a saved state
     whose limit is in force (a resource only observed has nothing to fold), by
     :func:`pipelines.decide.paths.walk.fold_resource`, in (resource_type, resource) order.

@@ -27,6 +27,7 @@ from pipelines.decide.rules import facts
 from pipelines.decide.rules.facts import ANY_BROKER, close, shares_of
 from pipelines.decide.words import Action, Basis
 from pipelines.decide.records.limit_rows import RECONCILE_RANK, burst_for, decision_version
+from pipelines.decide.records.resource import PendingPreliminary
 from pipelines.decide.limits.steps import frozen_basis
 from pipelines.decide.text import fixed, stamp
 
@@ -91,11 +92,11 @@ def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict],
     return out
 
 
-def pending_preliminary(latest: dict[Key, dict]) -> dict[Key, tuple[dt.datetime, float, str]]:
+def pending_preliminary(latest: dict[Key, dict]) -> dict[Key, PendingPreliminary]:
     """The newest ``gold/limits`` row per resource (:func:`latest_per_resource`) → where it is a preliminary ``set``:
     (its window end, naive UTC; its limit, msg/s cluster-wide; its mode). The final path's fold keeps that value
     when its own start is within ``hysteresis_pct`` of it (:meth:`pipelines.decide.limits.base.LimitPolicy.start`)."""
-    return {key: (naive(row["window_end"]), float(row["limit_qps"]), str(row["mode"]))
+    return {key: PendingPreliminary(naive(row["window_end"]), float(row["limit_qps"]), str(row["mode"]))
             for key, row in latest.items()
             if row["basis"] == Basis.PRELIMINARY and row["action"] == Action.SET and row["limit_qps"] is not None}
 

@@ -9,6 +9,8 @@ Frozen dataclasses; no Spark. Rates are cluster-wide msg/s unless named per brok
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -205,3 +207,14 @@ class Evidence:
     rejected: int
     detail: str
     rule_fired: bool = False
+
+
+class PendingPreliminary(NamedTuple):
+    """The fast path's newest preliminary ``set`` of a resource that the final path has not folded yet
+    (:func:`pipelines.decide.paths.reconcile.pending_preliminary`): the end of its window (naive UTC), its limit
+    (msg/s cluster-wide) and its mode. The final path keeps that value when its own first limit is within
+    ``hysteresis_pct`` of it (:meth:`pipelines.decide.limits.base.LimitPolicy.start`)."""
+
+    window_end: dt.datetime
+    limit_qps: float
+    mode: str
