@@ -302,3 +302,27 @@ def test_a_figure_without_its_command_or_commit_is_reported():
         "README.md:9: figure without its commit: no commit: 3 s",
     ]
     assert figure_problems("# r\n") == ["README.md: no '## Current figures' section"]
+
+
+#: Packages whose docstrings and comments state rules, not the history behind them: the issue or sweep case that led to
+#: a rule belongs in docs/decisions.md (§7 for the simulator, §8 for the decision plane) or the commit message.
+RULES_NOT_HISTORY = ("pipelines/decide",)
+HISTORY = re.compile(r"\b(?:issue|cases?) \d+", re.IGNORECASE)
+
+
+def history_mentions(folder: Path, root: Path = ROOT) -> list[str]:
+    """``"<file>:<line>"`` (relative to ``root``) of every mention of an issue or a sweep case by number under
+    ``folder``."""
+    return [f"{p.relative_to(root)}:{n}" for p in sorted(folder.rglob("*.py"))
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1) if HISTORY.search(line)]
+
+
+@pytest.mark.parametrize("folder", RULES_NOT_HISTORY)
+def test_the_decision_plane_states_its_rules_not_their_history(folder):
+    assert history_mentions(ROOT / folder) == []
+
+
+def test_a_mention_of_a_sweep_case_is_found(tmp_path):
+    (tmp_path / "m.py").write_text('"""The rule (sweep case 12: it failed)."""\n', encoding="utf-8")
+    (tmp_path / "n.py").write_text('"""In case of a late broker: wait."""\n', encoding="utf-8")
+    assert history_mentions(tmp_path, tmp_path) == ["m.py:1"]

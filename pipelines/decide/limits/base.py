@@ -186,7 +186,7 @@ class LimitPolicy(OpenWindows):
         the headroom) does not know the broker's other load: several storms on one broker, or one with little
         headroom, keep it busy at their targets. A window that admitted more than ``hysteresis_pct`` above the
         limit is no such evidence: the limit did not hold in it (a restarted broker's limiter forgot it until the
-        limit was applied again: 139.7 msg/s admitted under 56.6 in sweep case 111, also case 75), so its busy
+        limit was applied again), so its busy
         carrier says nothing of the load the broker takes at the limit. A decision of the window ending ``at``
         (default ``obs``'s: an open window's is made as one of the horizon's, :meth:`act_on_open`). None when not
         due."""

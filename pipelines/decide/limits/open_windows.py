@@ -72,9 +72,8 @@ class OpenWindows:
         at the cap with its demand hidden starts a probe (:attr:`probe_on_open`). Once every complete window wholly
         under a probe is clear, the open window the probe was decided in (:meth:`applying_raise`: after the evidence
         that started it, it ran at the level before while the raise was published) does not keep the limit if it
-        is at the cap: it asks what the windows under the raise answered, the demand below the raised cap (sweep
-        case 102: a fixed consumer's 60.8 of 61.2 msg/s in the minute its 91.8 msg/s probe was decided, 55.7 of
-        91.8 under it, lifted 6.2 minutes after the fix instead of 8.7). The window that started the probe and any
+        is at the cap: it asks what the windows under the raise answered, the demand below the raised cap. The window
+        that started the probe and any
         ``bound`` or ``hold`` window still keep it. When a decision of the horizon's window was made already (the
         final path confirming the fast path's limit, say), only a squeeze: the broker forces it, and waiting for
         the next batch leaves the bystanders a minute more of its busy refusals. In a backlog run the same windows

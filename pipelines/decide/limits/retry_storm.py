@@ -21,8 +21,8 @@ its busy carriers leave beside their normal writes, :meth:`RetryStormLimit.first
 cap is ``bound`` by its fallback sends and never probed (at most one change), nor is one whose fallback sends read
 every send-back refused (:data:`REFUSED_SHARE_MAX`) under a limit so far below its consume rate that the ratio of
 that reading (20× the cap) stays under the rule's: the demand is at least 20× the cap, and a probe lifts only on a
-window under its raise below the raised cap (issue 49's sweep case 125: a cold start's limit, 10 % of the storm's
-depressed consume rate, 2.3 % of the rate under the limit); a fixed one whose legitimate retries
+window under its raise below the raised cap (a cold start's limit, 10 % of a storm's depressed consume rate, can
+sit at a few percent of the rate under the limit); a fixed one whose legitimate retries
 sit just under the cap is ``capped``, probed at once ×``relax_factor`` on the first such window (final, or open
 and complete by census), back at once when the admitted rate follows the raise, lifted after clear windows under
 it. A client without the fallback shows no refused demand: its storm at the cap is ``capped`` too, and each probe
@@ -58,12 +58,9 @@ class RetryStormLimit(LimitPolicy):
         it the rest, ``W - a N`` (a send-back costs a broker more than one write: the schedule topic, the re-put; no
         stats line names them). Every storm there must shrink to the room ``h W - N`` ÷ ``W - a N`` of what it was
         admitted, whichever share of it each takes (``h``: ``storm_room_share``, 0.95: a carrier filled to W stays
-        busy, since a limiter rejecting most of a storm bursts as its breaker closes): issue 49's sweep cases 25 and
-        131, storms on brokers of 1.10x and 1.26x headroom, whose first limits of 10 % of the consume rate kept them
-        busy (bystanders 1.79 % and 2.33 % of their rejected sends after containment; 0.07 % and 0.03 % bounded with
-        ``h`` = 1), and case 297 (1.37x), which ``h`` = 1 kept busy (1.63 %; 0.48 % at 0.95). At ``h`` = 0.9 case 25's
-        fixed group, its legitimate retries over the 4.4 msg/s limit, was never lifted. None without a busy carrier
-        with a normal, or when no carrier's room binds (a broker with the room of the target: most of them)."""
+        busy, since a limiter rejecting most of a storm bursts as its breaker closes; docs/decisions.md §8 has the
+        runs behind 0.95). None without a busy carrier with a normal, or when no carrier's room binds (a broker with
+        the room of the target: most of them)."""
         p = self.params
         admitted = sum(cand.broker_tps.values())
         if admitted <= 0 or not cand.busy_normal:
@@ -106,9 +103,8 @@ class RetryStormLimit(LimitPolicy):
         """A carrier busy in the window hides the demand (it fast-fails send-backs before the limiter sees them, and
         a refused send-back leaves no log line). The limiter's view hides no demand where the fallback sends count
         the refused send-backs (a refused share under :data:`REFUSED_SHARE_MAX`): the view tells only that the
-        limiter refused some, and :meth:`visible` counts them already. Issue 49's sweep case 187: a fixed
-        consumer's legitimate retries at 5 % of the cap, refused in bursts (21 % of them, the fallback sends
-        tell), read as hidden demand, so each lift waited for a probe (8.1 minutes after a fix)."""
+        limiter refused some, and :meth:`visible` counts them already (a fixed consumer's legitimate retries refused
+        in bursts would otherwise wait for a probe to be lifted)."""
         refused = self.refused_share(obs)
         if obs.busy_brokers:  # a busy carrier fast-fails send-backs before its limiter, unlogged: what it admitted
             return True       # under the cap says nothing of the demand (a probe's raise that made it busy: undone)

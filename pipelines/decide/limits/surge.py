@@ -22,14 +22,14 @@ settles:
 
 **Burst.** A limiter rejecting most of a surge's demand opens its breaker, and each time it closes a second of
 tokens (``burst_seconds`` × the carrier's share) reaches the broker's 200 ms send queue at once (article 001's
-breaker): a carrier goes busy while its average writes are only 0.79-0.90 of what it wrote busy (issue 49's sweep
-cases 6 and 135 under a probe, 66 and 186 under a first limit of 2.0x), and stays healthy at 0.58-0.66. So the
+breaker): a carrier goes busy while its average writes are only 0.79-0.90 of what it wrote busy, and stays healthy
+at 0.58-0.66 (docs/decisions.md §8). So the
 first limit too keeps each busy carrier's writes (its other senders' writes, at their normal once the surge is
 limited, plus its share of the limit) at most ``surge_burst_share`` of its busy writes (:meth:`SurgeLimit.
 first_bound`), never below ``surge_squeeze_headroom`` × the baseline (the squeeze's floor) unless at that floor a
 carrier, its other senders back at their normal, would write more than ``surge_floor_yield_share`` of its busy
 writes (0.79, the lowest share at which the carriers above were seen busy) and they alone would not: a broker with
-little headroom stays busy at the floor (issue 49's sweep cases 482, 809, 833 and 307).
+little headroom stays busy at the floor.
 
 **Lift**: a probe whose uncapped step would reach ``lift_at_qps`` (the observed peak × ``surge_headroom``) lifts
 the limit: the brokers took the whole demand, and such a lift is not remembered (the demand was legitimate). A
@@ -71,9 +71,7 @@ class SurgeLimit(LimitPolicy):
     def view_hides_demand(self, obs: Observation) -> bool:
         """The limiter's own view, or a carrier busy in the window (``obs.busy_brokers``): a busy broker fast-fails
         part of what the limiter passed, and its producers' busy lines are thinned by their log throttle, so the
-        topic's admitted rate under the cap says nothing of its demand (sweep case 115: a surge of 1,033 msg/s
-        under a 335.5 msg/s limit, its carriers busy at 1.1x headroom, wrote about 0.9 of the cap, read as clear and
-        was lifted 5 minutes before its fix)."""
+        topic's admitted rate under the cap says nothing of its demand (docs/decisions.md §8)."""
         return obs.viewed or bool(obs.busy_brokers)
 
     def first_bound(self, cand: Candidate) -> tuple[float, str] | None:
@@ -86,17 +84,12 @@ class SurgeLimit(LimitPolicy):
         baseline share of them, when that is more. Not below ``surge_squeeze_headroom`` × the candidate's baseline
         (the floor), unless at the floor a carrier with a known normal would write more than
         ``surge_floor_yield_share`` of W, its other senders at their normal (not at what they write while crowding
-        it: another surge's writes there are limited too, case 135), and those alone would not (a yield that
-        cannot bring the carrier under that share spares no one and holds the topic under its normal traffic:
-        cases 430 and 727, topics of 2.5 and 13 msg/s on brokers whose other senders write 0.80 and 0.88 of W
-        normally): a broker with little headroom (issue 49's sweep cases 482, 809 and 833, persisting surges on
-        brokers of 1.15-1.36x headroom, kept busy at 1.5x the baseline: their bystanders lost 9.65-15.79 % of their
-        sends; case 307, 0.874 of W at the floor, 1.91 %): it then yields to the room at ``surge_burst_share``, but
-        where that leaves less than the topic's baseline, no lower than what fits under
-        ``surge_floor_yield_share`` beside them (that share × W less their normal, ÷ its share) up to the
-        baseline: a yield to ``min_limit_qps`` held a topic of 41 msg/s at 1 msg/s on carriers whose room at that
-        share was its normal traffic; never below ``min_limit_qps``. None without a busy
-        carrier the topic writes to, or without a baseline."""
+        it: another surge's writes there are limited too), and those alone would not (a yield that cannot bring the
+        carrier under that share spares no one and holds the topic under its normal traffic): a broker with little
+        headroom stays busy at the floor, so the limit then yields to the room at ``surge_burst_share``, but where
+        that leaves less than the topic's baseline, no lower than what fits under ``surge_floor_yield_share`` beside
+        them (that share × W less their normal, ÷ its share) up to the baseline; never below ``min_limit_qps``
+        (docs/decisions.md §8). None without a busy carrier the topic writes to, or without a baseline."""
         p = self.params
         shares = shares_of(cand.broker_tps)
         if cand.baseline_tps is None or not shares:
@@ -132,10 +125,8 @@ class SurgeLimit(LimitPolicy):
         or when the target is lower already). A carrier can stay busy at the target though its average writes sit
         well under its capacity: a limiter rejecting most of the demand opens its breaker, and each time it closes
         the bucket's second of tokens (``burst_seconds``) reaches the send queue at the demand's rate, more than the
-        200 ms queue absorbs (article 001's breaker; sweep cases 42 and 45: a 2.0x share on a broker writing 77 % of
-        its capacity fast-failed its bystanders' sends every second). The floor stays above the topic's normal
-        traffic (1.0x), which its fix returns to: a squeeze to 1.0x held it at the cap after its fix (sweep cases 19
-        and 141)."""
+        200 ms queue absorbs (article 001's breaker). The floor stays above the topic's normal traffic (1.0x), which
+        its fix returns to: a squeeze to it would hold a fixed topic at the cap (docs/decisions.md §8)."""
         floor = state.target_qps or 0.0
         if state.baseline_tps is not None:
             floor = min(floor, normal_floor(state.baseline_tps, self.params.surge_squeeze_headroom))
@@ -190,8 +181,7 @@ class SurgeLimit(LimitPolicy):
     def _probe(self, state: ResourceState, obs: Observation, detail: str, batch: Batch) -> Step | None:
         """Probe upward when the bounds and the budget allow a step worth taking (more than ``hysteresis_pct``), or
         lift when the step reaches ``lift_at_qps``; None when neither, or when a carrier of the limit that was busy
-        shows no writes in the window (the topic's lines there missing: sweep case 190's window of 0.0 msg/s
-        admitted, raised x1.5 unbounded, made broker-a busy)."""
+        shows no writes in the window (the topic's lines there missing: nothing bounds the raise on it)."""
         p = self.params
         end, current = obs.window_end, state.limit_qps
         if any(b in state.broker_shares and b not in obs.carrier_load for b in state.busy_load):

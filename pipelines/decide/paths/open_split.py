@@ -5,8 +5,8 @@ Each broker's token bucket is its own (Sohu's ``RateLimitHandler``, docs/decisio
 entry of the record's ``brokers``, else the ``*`` entry, the smallest listed share. The fast path decides a storm
 on a busy broker at once, on an open window some brokers have not reported yet, and a split over the brokers heard
 from so far adds up to a multiple of the limit once a carrier still to report applies ``*``: 2.00x for two minutes
-after a governor restart, when no earlier open window names the carriers (sweep case 9), 1.50x where a storm's
-carriers had no traffic before it (case 199).
+after a governor restart, when no earlier open window names the carriers, 1.50x where a storm's carriers had no
+traffic before it (docs/decisions.md §8).
 
 * :func:`held_for_brokers_to_report`: the brokers the census still waits for are listed too, holding together
   :data:`TO_REPORT_SHARE` of the limit, so the figures of every broker that may carry the resource add up to the
@@ -124,8 +124,8 @@ def topics_heard(candidates: Iterable[Keyed], remembered, to_report: dict[dt.dat
     all reported in the candidate's window (none of them in ``to_report``: :func:`still_to_report`). Such a
     topic's put rate is that of every broker known to carry it, which the brokers still to report are unlikely
     to change (as a retry storm's fallback sends, :func:`pipelines.decide.rules.open_retry.groups_heard`): its first cut
-    (bounded by ``max_cut_pct`` of it) may act before the census completes (sweep case 186: a surge on broker-b
-    alone waited 10 s for broker-a's stats, which carry none of it). A topic seen nowhere earlier is not heard."""
+    (bounded by ``max_cut_pct`` of it) may act before the census completes, not waiting for a broker that carries
+    none of it. A topic seen nowhere earlier is not heard."""
     import polars as pl
 
     topics = {k.resource for k in candidates if k.resource_type == "topic"}

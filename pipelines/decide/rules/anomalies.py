@@ -279,8 +279,7 @@ def shows_demand(frame: pl.DataFrame, cfg: DetectionConfig) -> pl.Expr:
     """Whether a ``gold/topic_tps`` window shows the topic's demand, for its surge baseline: no enforced limit in
     force (``limit_qps`` null: a capped window shows the limit, and a baseline fed with it would hold the limit up)
     and fewer than ``busy_failures_floor`` of its sends refused as busy (a busy broker writes its capacity and
-    fast-fails the rest: a baseline fed with its windows would make the topic's recovery a surge, issue 49's sweep
-    case 57)."""
+    fast-fails the rest: a baseline fed with its windows would make the topic's recovery a surge)."""
     out = pl.lit(True)
     if "limit_qps" in frame.columns:
         out = out & pl.col("limit_qps").is_null()

@@ -6,7 +6,7 @@ which brokers carry which topic → :class:`~pipelines.decide.records.resource.C
   clear windows (:mod:`pipelines.decide.limits.retry_storm`), never by a probe reaching a rate: no ``lift_at_qps``. A
   storm on a busy broker (``BROKER_BUSY`` on a broker carrying its retry traffic in the window) is critical: its
   first limit goes to the target at once, not a ``max_cut_pct`` step (a broker with little headroom stays busy
-  under a first cut of half the storm: sweep case 29), and no higher than the room its busy carriers leave
+  under a first cut of half the storm), and no higher than the room its busy carriers leave
   (``busy_load``, ``busy_normal``: :meth:`pipelines.decide.limits.retry_storm.RetryStormLimit.first_bound`).
 * ``TRAFFIC_SURGE`` of a topic with a ``BROKER_BUSY`` broker carrying it in the same window → enforce:
   target = ``surge_headroom`` × the topic's baseline (the first limit bounded by its busy carriers' writes,

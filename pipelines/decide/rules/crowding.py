@@ -2,7 +2,7 @@
 broker writes its capacity and fast-fails each request that waits too long, whoever sent it (apache/rocketmq
 ``BrokerFastFailure``), so a topic whose own puts grew while the rest of its broker shrank sent about its puts ÷ the
 share the rest kept (:func:`pipelines.decide.rules.facts.crowded_acceptance`). Its producers' busy lines cannot tell it:
-a client's log throttle keeps a few hundred a minute of each (issue 49's sweep case 115). The final path reads the
+a client's log throttle keeps a few hundred a minute of each. The final path reads the
 final windows' per-broker puts (:func:`pipelines.decide.rules.windows.per_broker_traffic`), the fast path the open
 windows' (:func:`open_topic_brokers`)."""
 

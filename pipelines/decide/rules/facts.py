@@ -191,19 +191,15 @@ def sendback_acceptance(accepted, admitted, sent_back):
     producer sends the fallback to any broker of ``%RETRY%<group>``, not to the one that refused the send-back).
     Read as the least refused share they can mean (:func:`_fallback_refused`: every refused attempt retried), so the
     demand read through it is a floor, never a healthy group's inflated retries. The producers' lines under-count a
-    busy broker's refusals as far as they are sampled or throttled (issue 49's sweep case 43: 200 lines per topic,
-    broker and minute read brokers accepting 92 % and 88 % of their sends while they accepted 30 % and 16 %; the
-    storm's fallback sends, 1.26x its send-backs, read at least 62 % refused); the fallback sends need no log.
+    busy broker's refusals as far as they are sampled or throttled; the fallback sends need no log.
     (Under a limit the policy reads them as fallback ÷ send-backs, the most they can mean:
     :func:`most_refused_share`.)
 
     Where the window shows fallback sends, the share is never below 1 − fallback ÷ send-backs: every refused
     send-back is sent again as a fallback, so the fallback sends the brokers admitted are at least the refused share
     of the send-backs where both meet the same acceptance. The producers' acceptance is no reading of a group whose
-    send-backs the brokers refuse less than the producers' sends (issue 49's sweep case 118: producers sending in
-    pulses were refused at 94 % in each pulse, the steady send-backs of a consumer group of the pulsed topic far
-    less; 25.5 msg/s admitted, 3.8 of them fallback sends, read as 409 msg/s through the producers' 0.06 and limited
-    as a runaway; 31 msg/s through 0.83). Numbers or expressions."""
+    send-backs the brokers refuse less than the producers' sends (producers sending in pulses are refused most in
+    each pulse, a group's steady send-backs far less). Numbers or expressions."""
     fallback = admitted - sent_back
     if _expr(accepted, admitted, sent_back):
         refused = pl.struct(fallback=fallback, sent_back=sent_back).map_batches(
@@ -231,7 +227,7 @@ def newest_carriers(windows, before) -> frozenset:
 def through_busy(admitted, accepted):
     """What was sent to a broker, from what it ``admitted`` (msg/s, or a count) and the share it accepted
     (:func:`acceptance`): a consumer group's retry traffic behind its busy broker, whose refused send-backs leave no
-    line anywhere (issue 49's shared-library storms: 30 msg/s admitted of 600 sent back). At most 1 ÷
+    line anywhere (a storm behind a busy broker can be admitted at a twentieth of what it sends). At most 1 ÷
     :data:`MIN_ACCEPTANCE` times what it admitted. Numbers or expressions."""
     return admitted / accepted
 
@@ -243,8 +239,7 @@ def crowded_acceptance(broker_puts, broker_normal, topic_puts, topic_normal):
     capacity and fast-fails each request that waits too long, whoever sent it (apache/rocketmq
     ``BrokerFastFailure``), so every sender keeps about the same share of what it sends: a topic whose own puts
     grew while the rest of its broker shrank to this share sent about its puts ÷ this share. The producers' busy
-    failure lines cannot tell it (a client's log throttle keeps a few hundred a minute of each: sweep case 115, a
-    surge of 4.4x written at 1.8x by carriers with 1.1x headroom, 398 busy lines like every bystander's). A broker
+    failure lines cannot tell it (a client's log throttle keeps a few hundred a minute of each). A broker
     busy with another resource's load (a retry storm's re-puts) has its other writes at or above their normal:
     1, nothing read through. At least :data:`MIN_ACCEPTANCE`; 1 where the rest had no normal writes. Numbers or
     expressions."""

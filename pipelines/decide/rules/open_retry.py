@@ -29,7 +29,7 @@ def logged_puts(rows: Iterable[dict]) -> dict[tuple, float]:
     broker row's ``puts`` less the retry topics' (``%RETRY%<group>``, per broker from their ``broker_amounts``:
     consumers' send-backs and their clients' fallback sends, whose refusals leave no line), the numerator of
     :func:`~pipelines.decide.rules.facts.acceptance` as :func:`pipelines.decide.rules.windows.broker_acceptance` reads it on the
-    final windows (sweep case 131). A retry topic's row without ``broker_amounts`` (the gate's light rows,
+    final windows. A retry topic's row without ``broker_amounts`` (the gate's light rows,
     :data:`pipelines.decide.paths.fast.OpenRows.LIGHT`) counts its puts against every broker of its window: a lower bound
     of each broker's logged puts, so the gate (:func:`pipelines.decide.rules.preliminary.rules_that_may_fire`) reads at
     least the retry traffic the rule reads."""
@@ -61,12 +61,11 @@ def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], seconds: int
     broker without a row yet), or in a window complete by census (``complete``: its starts, as the rows have them)
     through the share its fallback sends reveal when smaller (:func:`~pipelines.decide.rules.facts.sendback_acceptance`:
     a figure of all the group's brokers, whose fallback sends go to any of them; read on some of them, a single
-    broker's early line decides a limit whose unheard carriers get its whole figure, ``*``: sweep cases 44, 75,
-    105, 132), except a group under a limit (``limited``: group names; its fallback sends count the limiter's
-    refusals, and a preliminary decision on its newer open window would outrank the final path's on an older one,
-    a squeeze say, by version: sweep case 13, held back 2 minutes). A window not complete by census reads them too
-    for a group all of whose earlier carriers have reported in it (``heard``: window start → group names,
-    :func:`groups_heard`; sweep case 148: a storm on broker-a alone waited 20 s for broker-d's late stats).
+    broker's early line decides a limit whose unheard carriers get its whole figure, ``*``), except a group under a
+    limit (``limited``: group names; its fallback sends count the limiter's refusals, and a preliminary decision on
+    its newer open window would outrank the final path's on an older one, a squeeze say, by version). A window not
+    complete by census reads them too for a group all of whose earlier carriers have reported in it (``heard``:
+    window start → group names, :func:`groups_heard`; docs/decisions.md §8).
     Returns (that traffic, what the brokers admitted of it), both keyed alike."""
     in_windows = when("window_start").is_in(windows)
     rows = open_rows.filter(in_windows & (

@@ -78,8 +78,7 @@ def waited_for(expected: list[str], rows: Iterable[dict], length_seconds: int) -
     fast path: its lines land behind the fast query's watermark (a broker shipping minutes late) or it stopped
     shipping. Waited for, it would keep every open window incomplete, and the ratio rules (and the probes and lift
     proofs that need a complete window) would wait for the final path while the other brokers' evidence already
-    supports them (issue 49: a lagging non-carrier held back a recurring storm's limit for 3 minutes, sweep case
-    54, and a fixed consumer's lift, cases 102 and 111). Its lines, when they land in time, still count in the
+    supports them. Its lines, when they land in time, still count in the
     sums; the final path waits for the watermark whatever the census. None silent when no such window is
     remembered yet, or when every broker would be."""
     census: dict = {}

@@ -215,8 +215,7 @@ def broker_acceptance(metrics: pl.LazyFrame) -> pl.LazyFrame:
     """Per window × broker: ``acceptance``, the share of the sends it accepted (:func:`pipelines.decide.rules.facts.
     acceptance` of its ``TOPIC_PUT_NUMS`` and its busy failures, counts of the window). The puts of the retry
     topics (``%RETRY%<group>``: consumers' send-backs and their clients' fallback plain sends) are left out: their
-    refusals leave no line, so beside the producers' logged failures they would read the share too high (sweep
-    case 131: broker-c read at 0.13 while it accepted 2 % of every send)."""
+    refusals leave no line, so beside the producers' logged failures they would read the share too high."""
     is_put = (pl.col("metric") == rmq.TOPIC_PUT_NUMS) & ~pl.col("topic").str.starts_with(
         rmq.RETRY_TOPIC_PREFIX).fill_null(False)
     is_busy = pl.col("metric").is_in([FAILURE_METRIC_PREFIX + c for c in rmq.BUSY_FAILURE_CLASSES])
