@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from pipelines.decide.limits.base import LimitPolicy
+from pipelines.decide.limits.base import Limit, LimitPolicy
 from pipelines.decide.limits.retry_storm import RetryStormLimit
 from pipelines.decide.limits.steps import Params
 from pipelines.decide.rules import facts
@@ -124,7 +124,7 @@ def normal_floor(resource_type: str, baseline_tps: float | None, headroom: float
     return facts.normal_floor(baseline_tps, headroom)
 
 
-def policy_for(resource_type: str, params: Params) -> LimitPolicy:
+def policy_for(resource_type: str, params: Params) -> Limit:
     """The limit policy of a limited resource type (its rule's ``policy``), with ``params``.
 
     Raises:

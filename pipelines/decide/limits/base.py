@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import replace
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from pipelines.decide.rules.facts import close, rate, shares_of
 from pipelines.decide.records.resource import FORGOTTEN, Candidate, Evidence, Observation, ResourceState, limit_in_force
@@ -38,6 +38,23 @@ from pipelines.decide.limits.steps import (
     noted_carriers, outlived, recovery_needed, refresh_due, seen, tightens,
 )
 from pipelines.decide.words import Action, Anomaly, Mode, Status
+
+
+class Limit(Protocol):
+    """What the per-resource walk (:func:`pipelines.decide.paths.walk.fold_resource`) asks of a limit kind, and all it
+    asks: each window in event-time order, the lift that came due before it, and at the horizon what the fast path's
+    open windows let the final path decide. Each returns the :class:`~pipelines.decide.limits.steps.Step` taken (the
+    state after, the decisions made, the evidence rows); every other step is the kind's own (:class:`LimitPolicy`)."""
+
+    def on_window(self, state: ResourceState, end: dt.datetime, cand: Candidate | None, obs: Observation | None,
+                  batch: Batch) -> Step:
+        """The window ending ``end``: its candidate (a rule fired) and its observation under the limit, either None."""
+
+    def lift_due(self, state: ResourceState, until: dt.datetime, batch: Batch) -> Step:
+        """The lift due at or before ``until``, else a refresh of a limit held through clear windows."""
+
+    def act_on_open(self, state: ResourceState, batch: Batch, decided: bool = False) -> Step:
+        """What the open windows after the horizon let the final path decide now."""
 
 
 class LimitPolicy(OpenWindows):

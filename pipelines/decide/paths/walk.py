@@ -18,8 +18,10 @@ import datetime as dt
 from collections.abc import Iterable
 
 from pipelines.decide.catalogue import policy_for
-from pipelines.decide.records.resource import Candidate, Decision, Evidence, Observation, ResourceState
-from pipelines.decide.limits.base import Batch
+from pipelines.decide.records.resource import (
+    Candidate, Decision, Evidence, Observation, PendingPreliminary, ResourceState,
+)
+from pipelines.decide.limits.base import Batch, Limit
 from pipelines.decide.limits.steps import Params, Step, decided_at, effective_end
 from pipelines.decide.words import Action
 
@@ -33,7 +35,7 @@ def fold_resource(
     observations: Iterable[Observation] = (),
     open_evidence: Iterable[Observation] = (),
     now: dt.datetime | None = None,
-    preliminary: tuple[dt.datetime, float, str] | None = None,
+    preliminary: PendingPreliminary | None = None,
 ) -> tuple[list[Decision], ResourceState, list[Evidence]]:
     """Walk one resource's windows (candidates and observations, any order; sorted here) up to ``horizon_end``
     (the end of the last finalized window, naive UTC) with its saved ``state`` → its decisions, its new state and
@@ -44,7 +46,7 @@ def fold_resource(
     ``open_evidence``: the fast path's open windows after the horizon (the veto, a probe's evidence); ``now``: when
     the decisions are made (naive UTC; a raise is in force from the first window starting after it; None: at the end
     of the window decided); ``preliminary``: the fast path's newest ``set`` the final path has not folded yet
-    (window end, msg/s, mode: :class:`~pipelines.decide.limits.base.Batch`). One candidate per window (the lowest target
+    (:class:`~pipelines.decide.records.resource.PendingPreliminary`). One candidate per window (the lowest target
     wins); a window older than the last one seen may tighten the limit but does not move ``last_candidate_end``
     back.
 
@@ -52,7 +54,7 @@ def fold_resource(
         ValueError: a candidate's target is not a finite number > 0 (the candidate step guarantees it); the
             resource's type is limited by no rule.
     """
-    policy = policy_for(state.resource_type, params)
+    policy: Limit = policy_for(state.resource_type, params)
     cands: dict[dt.datetime, Candidate] = {}
     for c in candidates:
         if c.window_end not in cands or c.target_qps < cands[c.window_end].target_qps:
@@ -83,7 +85,7 @@ def timed(step: Step, then: Step, batch: Batch, params: Params) -> Step:
         last, early = changed[-1], batch.preliminary
         window = params.window
         at = decided_at(batch.now, batch.stream_end(last.window_end), params.max_decision_lag)
-        if last.previous_qps is None and early is not None and early[1] == last.limit_qps:
-            at = min(at, early[0] + window)
+        if last.previous_qps is None and early is not None and early.limit_qps == last.limit_qps:
+            at = min(at, early.window_end + window)
         out = out.moved(change_effective_end=effective_end(at, window))
     return out
