@@ -34,7 +34,7 @@ from pipelines.columns import OVERRIDE_ID, Key
 from pipelines.config import GovernorConfig
 from pipelines.decide.arrow import aware, figures, naive
 from pipelines.decide.rules.candidates import Keyed, mode
-from pipelines.decide.rules.facts import ANY_BROKER, close, shares_of, split as broker_limits
+from pipelines.decide.rules.facts import close, shares_from_figures, shares_of, split as broker_limits
 from pipelines.decide.records.resource import ResourceState
 from pipelines.decide.paths.fold_all import Folded, state_of, state_row
 from pipelines.decide.records.limit_rows import burst_for, decision_version
@@ -292,10 +292,9 @@ class Applied:
         seen = traffic()
         if seen:
             return broker_limits(o.limit_qps, shares_of(seen))
-        listed = {b: q for b, q in previous.items() if b != ANY_BROKER}
-        if row is not None and live(row, self.now) and listed and row.get("limit_qps"):
-            return broker_limits(o.limit_qps, {b: q / row["limit_qps"] for b, q in listed.items()})
-        return {}
+        listed = shares_from_figures(previous, row["limit_qps"]) \
+            if row is not None and live(row, self.now) and row.get("limit_qps") else {}
+        return broker_limits(o.limit_qps, listed) if listed else {}
 
     def _row(self, key: Key, action: str, limit: float, split: Mapping[str, float], frontier: dt.datetime | None,
              reason: str, mode_: str, until: dt.datetime | None = None) -> dict:
@@ -330,8 +329,7 @@ class Applied:
         """A pin as the policy's state: at its figure since its row's window, by its row's shares."""
         row = self.latest.get(o.key)
         mine = row is not None and tag(row.get("reason")) == o.override_id
-        shares = {b: q / o.limit_qps for b, q in (figures(row.get("broker_limits")) if mine else {}).items()
-                  if b != ANY_BROKER}
+        shares = shares_from_figures(figures(row.get("broker_limits")) if mine else {}, o.limit_qps)
         at = naive(aware(row["window_end"]) if row is not None and row.get("window_end") is not None else self.now)
         state = ResourceState(*o.key, limit_qps=o.limit_qps, mode=mode(o.resource, self.cfg.limits),
                               target_qps=o.limit_qps, broker_shares=shares, limited_since=at, last_candidate_end=at,

@@ -24,7 +24,7 @@ from pipelines.columns import Key
 from pipelines.config import GovernorConfig
 from pipelines.decide.arrow import aware, figures, naive
 from pipelines.decide.rules import facts
-from pipelines.decide.rules.facts import ANY_BROKER, close, shares_of
+from pipelines.decide.rules.facts import close, shares_from_figures, shares_of
 from pipelines.decide.words import Action, Basis
 from pipelines.decide.records.limit_rows import RECONCILE_RANK, burst_for, decision_version
 from pipelines.decide.records.resource import PendingPreliminary
@@ -85,8 +85,7 @@ def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict],
         if row.get("version") is None:
             row["version"] = 0
         if first:
-            split = {b: q for b, q in figures(limit.get("broker_limits")).items() if b != ANY_BROKER}
-            shares = {b: q / p_limit for b, q in split.items()} if p_limit and split else ({} if p_limit else None)
+            shares = shares_from_figures(figures(limit.get("broker_limits")), p_limit) if p_limit else None
             whole = shares_of((complete or {}).get((*key, naive(limit["window_end"])), {}))
             row.update(frozen_basis(limit["window_end"], p_limit, whole if p_limit and whole else shares))
     return out

@@ -351,6 +351,13 @@ def shares_of(broker_tps: Mapping[str, float]) -> dict[str, float]:
     return {b: v / total for b, v in sorted(live.items())} if total > 0 else {}
 
 
+def shares_from_figures(figures: Mapping[str, float], limit_qps: float) -> dict[str, float]:
+    """A limit's per-broker figures (``broker_limits``, msg/s each) → each listed broker's share of the cluster-wide
+    ``limit_qps`` (msg/s > 0): its figure ÷ the limit; the :data:`ANY_BROKER` entry (what an unlisted broker applies)
+    left out. The inverse of :func:`split` on the brokers it lists; empty when it lists none."""
+    return {b: q / limit_qps for b, q in figures.items() if b != ANY_BROKER}
+
+
 def split(limit_qps: float, shares: Mapping[str, float]) -> dict[str, float]:
     """A cluster-wide limit (msg/s) split by the frozen shares: ``{broker: limit × share}`` plus :data:`ANY_BROKER`
     at the smallest share's figure (a broker that carries the resource only after the limit was set is held no
