@@ -37,9 +37,10 @@ import pandas as pd
 from pipelines.sim.probes import PROBE_TARGET_MAX, TARGET_MAX, judge_probes
 from pipelines.sim.pulses import sending_nothing
 from pipelines.sim.truth import (  # noqa: F401 (the ground truth, importable from here as before)
-    FIX_TO_LIFT_MAX_MIN, FIX_TO_LIFT_RECURRENT_MAX_MIN, SAME_VALUE_REL, STORMS, TARGET_RATIO, _changes, _seconds,
-    causes, in_force_spans, judge_causes, onset_clock, restart_times, truth, unseen_lift, value_events,
+    FIX_TO_LIFT_MAX_MIN, FIX_TO_LIFT_RECURRENT_MAX_MIN, STORMS, TARGET_RATIO, _changes, _seconds, causes,
+    judge_causes, onset_clock, restart_times, truth, unseen_lift,
 )
+from pipelines.sim.values_in_force import SAME_VALUE_REL, in_force_spans, value_events
 
 #: The targets (docs and checks use these numbers): onset → limit in force; value changes while the cause persists
 #: (a retry storm's limit, a surge's); cluster-wide admitted ÷ decided target; bystanders' rejected sends after

@@ -1,15 +1,14 @@
 """The ground truth of a closed loop and the judgement of each cause against it (issue 49), for
 :mod:`pipelines.sim.figures`: the incident's causes (:func:`causes`, :func:`truth`), where a cause's onset clock
-starts (:func:`onset_clock`), every change of a limit's value from the brokers' timeline (:func:`value_events`,
-:func:`_changes`), and per cause its changes, lifts, limited minutes, fixes and limits set again while it is quiet
-(:func:`judge_causes`); the seconds each snapshot of the limits in force lasts (:func:`in_force_spans`).
+starts (:func:`onset_clock`), which changes of a limit's value count (:func:`_changes`; the values themselves from
+the brokers' timeline: :mod:`pipelines.sim.values_in_force`), and per cause its changes, lifts, limited minutes,
+fixes and limits set again while it is quiet (:func:`judge_causes`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,11 +21,10 @@ from pipelines.sim.probes import decided_targets
 from pipelines.sim.pulses import sending_nothing
 from pipelines.sim.scenarios import NO_CAUSE, STORM_SCENARIOS
 from pipelines.sim.spec import span_seconds
+from pipelines.sim.values_in_force import SAME_VALUE_REL, in_force_spans, value_at, value_events
 
 #: Scenarios whose culprit is a consumer group's retry traffic.
 STORMS = STORM_SCENARIOS
-#: Two values in force within this relative distance are the same value (floating-point noise).
-SAME_VALUE_REL = 1e-9
 #: Bounds of the checks that :func:`judge_causes` measures against (the figures module states them all).
 TARGET_RATIO = (0.75, 1.25)
 FIX_TO_LIFT_MAX_MIN = 8.0
@@ -36,21 +34,6 @@ FIX_TO_LIFT_RECURRENT_MAX_MIN = 20.0
 def _seconds(result, spans) -> np.ndarray:
     """Per second of the run: inside one of ``spans`` (:func:`pipelines.sim.spec.span_seconds`)."""
     return span_seconds(result.cluster.start, result.cluster.T * 60, spans)
-
-
-def in_force_spans(result) -> Iterator[tuple[int, int, dict]]:
-    """Each snapshot of the brokers' limits in force (``result.in_force``: at each change, {(broker, resource_type,
-    resource): (qps at that broker, record)}) with the seconds of the run it lasts: (first second, second after its
-    last, snapshot), seconds from the cluster's start, to the next snapshot (the last: to the run's end, ``T``
-    minutes); a snapshot taken mid-second holds from the next whole second. Spans of no second are left out."""
-    c = result.cluster
-    n = c.T * 60
-    times = [t for t, _ in result.in_force] + [c.end]
-    for (t, snap), t_next in zip(result.in_force, times[1:]):
-        lo = max(0, int(np.ceil((t - c.start).total_seconds())))
-        hi = min(n, int(np.ceil((t_next - c.start).total_seconds())))
-        if hi > lo:
-            yield lo, hi, snap
 
 
 def causes(result) -> list:
@@ -124,27 +107,6 @@ def observable_onset(result, cause) -> pd.Timestamp | None:
     return None
 
 
-def value_events(result, resource: tuple[str, str], versions: dict | None = None) -> list[tuple[pd.Timestamp, float]]:
-    """Every change of ``resource``'s value in force, from the brokers' timeline (``result.in_force``), whatever
-    its duration: (time, cluster-wide ``limit_qps`` of the newest record in force at any broker, NaN: none at any
-    broker). Consecutive equal values (within :data:`SAME_VALUE_REL`) are one. ``versions``: filled with each
-    event's time → the version of the record that made it (None for a value gone)."""
-    out: list = []
-    for t, snap in result.in_force:
-        recs = [rec for (_b, rt, r), (_qps, rec) in snap.items() if (rt, r) == resource]
-        newest = max(recs, key=lambda rec: rec.get("version") or 0) if recs else None
-        value = float(newest["limit_qps"]) if newest is not None else float("nan")
-        if out:
-            last = out[-1][1]
-            if (np.isnan(last) and np.isnan(value)) or (
-                    not np.isnan(last) and not np.isnan(value) and abs(value - last) <= SAME_VALUE_REL * abs(last)):
-                continue
-        out.append((pd.Timestamp(t), value))
-        if versions is not None:
-            versions[pd.Timestamp(t)] = int(newest["version"]) if newest is not None else None
-    return out
-
-
 def probe_event_times(result, resource: tuple[str, str], events: list) -> set[pd.Timestamp]:
     """The value events (``events``: :func:`value_events`) of a storm cause's probes (:mod:`pipelines.sim.probes`,
     judged by their own rule): from a ``relax`` decision to the decision that ended it (and the brokers' apply
@@ -184,16 +146,6 @@ def restart_times(result) -> list[tuple[str, pd.Timestamp]]:
     return [(b, c.start + pd.Timedelta(seconds=float(s))) for b, s in irr.broker_restarts]
 
 
-def _value_at(events: list, t: pd.Timestamp) -> float:
-    """The value in force at ``t`` from :func:`value_events` (NaN: none)."""
-    value = float("nan")
-    for at, v in events:
-        if at > t:
-            break
-        value = v
-    return value
-
-
 def first_window_end(a: pd.Timestamp) -> pd.Timestamp:
     """The end of the first whole stats minute of an episode starting at ``a`` (UTC): the earliest instant at which
     a broker's minute line (final or open) can show the episode for a whole window. Its line lands later still, by
@@ -209,7 +161,7 @@ def unseen_lift(result, resource: tuple[str, str], events: list, a: pd.Timestamp
     episode). Such an episode is judged as one that starts after a lift (limited again within the onset bound at
     the remembered target), not as a lift while active. None: the limit was not in force at ``a``, or was not
     lifted in the episode, or its lift was decided after the episode's first whole window ended (a blind lift)."""
-    if np.isnan(_value_at(events, a)):
+    if np.isnan(value_at(events, a)):
         return None
     gone = _gone(events, a, restarts)
     if gone is None or gone >= b:
@@ -240,7 +192,7 @@ def unseen_changes(result, resource: tuple[str, str], events: list, a: pd.Timest
     the resource taken at or before the change is older than the episode's first whole window. A probe, a lift or
     a cut decided in the quiet spell on its evidence is no answer to the episode: the change count starts after
     them (the lift's episode is judged as one after a lift, :func:`unseen_lift`)."""
-    if np.isnan(_value_at(events, a)):
+    if np.isnan(value_at(events, a)):
         return []
     times = _decided(result, resource)
     bound = first_window_end(a)
@@ -334,7 +286,7 @@ def _gone(events: list, after: pd.Timestamp, restarts: list) -> pd.Timestamp | N
         if not np.isnan(v):
             continue
         if t in restart_at and i + 1 < len(later) and not np.isnan(later[i + 1][1]):
-            before = _value_at(events, t - pd.Timedelta(microseconds=1))
+            before = value_at(events, t - pd.Timedelta(microseconds=1))
             if abs(later[i + 1][1] - before) <= SAME_VALUE_REL * abs(before):
                 continue
         return t
@@ -352,7 +304,7 @@ def _changes(events: list, t0: pd.Timestamp, t1: pd.Timestamp, restarts: list,
     count = lifts = 0
     excluded: list[str] = []
     restart_at = {t: b for b, t in restarts}
-    last = _value_at(events, t0)
+    last = value_at(events, t0)
     skip_return = None
     for t, v in events:
         if not t0 < t < t1:
@@ -418,7 +370,7 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
         most = most_with_unseen = 0
         for k, (a, b) in enumerate(spans):
             t0 = next((t for t, v in events if a <= t < b and not np.isnan(v)), None)
-            if not np.isnan(_value_at(events, a)):
+            if not np.isnan(value_at(events, a)):
                 t0 = a
             unseen = unseen_lift(result, res, events, a, b, restarts)
             early = unseen_changes(result, res, events, a, b)
@@ -450,7 +402,7 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
                 quiet_end = spans[k + 1][0] if k + 1 < len(spans) else run_end
                 raw = next((t for t, v in events if t >= b and np.isnan(v)), None)  # before issue 49's last fix
                 gone = _gone(events, b, restarts)
-                if np.isnan(_value_at(events, b)):
+                if np.isnan(value_at(events, b)):
                     gone = raw = b
                 if raw is not None and raw < quiet_end and raw != gone:
                     again = [t for t, v in events if raw < t < quiet_end and not np.isnan(v)]
