@@ -50,6 +50,7 @@ within 8 minutes of a fix followed by 8 quiet minutes). Cases are 10-60 simulate
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -254,7 +255,9 @@ def judge_many(seeds: Sequence[int], workers: int | None = None, kind: str | Non
             os.environ["POLARS_MAX_THREADS"] = previous
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> OneLineParser:
+    """The sweep's command line (module docstring): one case, a range of cases or these seeds, with the number of
+    processes, the files to write the verdicts and the CPU seconds to, and the kind of cases."""
     p = OneLineParser(prog=PROG, description="Randomized closed loops judged by the backtest's checks.")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--case", type=int, help="run case SEED and print its parameters and checks")
@@ -270,6 +273,59 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="with --cases or --seeds: write {case: CPU seconds to draw, run and judge it} to FILE")
     p.add_argument("--kind", choices=[OVERRIDDEN],
                    help="the cases of this kind, apart from the sweep's (their own seeds): operators' overrides")
+    return p
+
+
+@dataclass
+class Swept:
+    """The cases of one sweep as they ended: ``verdicts``: case → its failed checks' names; ``seconds``: case → the
+    CPU seconds to draw, run and judge it; ``bad``: per failed case, its failure and replay lines (printed last)."""
+
+    verdicts: dict[int, list[str]] = field(default_factory=dict)
+    seconds: dict[int, float] = field(default_factory=dict)
+    bad: list[str] = field(default_factory=list)
+
+
+def _sweep_in_workers(seeds: Sequence[int], workers: int, kind: str | None) -> Swept:
+    """The cases ``seeds`` judged over ``workers`` processes (:func:`judge_many`), one line per case printed in
+    seed order once all have ended; returns their :class:`Swept`."""
+    swept = Swept()
+    for seed, judged in sorted(judge_many(seeds, workers, kind).items()):
+        swept.verdicts[seed] = [n for n, _ in judged.failed]
+        swept.seconds[seed] = judged.seconds
+        state = "FAIL " + "; ".join(swept.verdicts[seed]) if judged.failed else "ok"
+        print(f"case {seed} {judged.kind}: {state}")
+        if judged.failed:
+            swept.bad.append(f"failed: case {seed} {judged.kind}\n  replay: {judged.replay}")
+    return swept
+
+
+def _sweep_here(seeds: Sequence[int], kind: str | None) -> Swept:
+    """The cases ``seeds`` drawn, run and judged in this process with the shipped config and world, one line per
+    case printed as it ends (with the checks it could not be judged by); returns their :class:`Swept`."""
+    from pipelines.sim.settings import governor_config, load_backtest_config
+
+    bcfg = load_backtest_config("conf/backtest.toml")
+    cfg = governor_config(bcfg, None, None)
+    clusters: dict = {}
+    swept = Swept()
+    for seed in seeds:
+        started = time.process_time()
+        case = draw_case(seed, bcfg, clusters, kind)
+        figures = run(case, cfg, bcfg, clusters.pop(seed, None))
+        problems, excused = verdict(case, figures, cfg, bcfg)
+        swept.seconds[seed] = time.process_time() - started
+        swept.verdicts[seed] = [n for n, _ in problems]
+        state = "FAIL " + "; ".join(n for n, _ in problems) if problems else "ok" + (
+            " (n/a: " + "; ".join(w for _, w in excused) + ")" if excused else "")
+        print(f"case {seed} {case.kind}: {state}", flush=True)
+        if problems:
+            swept.bad.append(f"failed: {case.describe()}\n  replay: {case.replay()}")
+    return swept
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = _parser()
     args = p.parse_args(argv)
     if args.case is not None:
         case = draw_case(args.case, kind=args.kind)
@@ -283,45 +339,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workers < 1:
         p.error(f"--workers must be >= 1, got {args.workers}")
     seeds = sorted(set(args.seeds)) if args.seeds is not None else range(args.first, args.first + args.cases)
-    verdicts: dict[int, list[str]] = {}
-    seconds: dict[int, float] = {}
-    bad = []
-    if args.workers > 1:
-        for seed, judged in sorted(judge_many(seeds, args.workers, args.kind).items()):
-            verdicts[seed] = [n for n, _ in judged.failed]
-            seconds[seed] = judged.seconds
-            state = "FAIL " + "; ".join(verdicts[seed]) if judged.failed else "ok"
-            print(f"case {seed} {judged.kind}: {state}")
-            if judged.failed:
-                bad.append(f"failed: case {seed} {judged.kind}\n  replay: {judged.replay}")
-    else:
-        from pipelines.sim.settings import governor_config, load_backtest_config
-
-        bcfg = load_backtest_config("conf/backtest.toml")
-        cfg = governor_config(bcfg, None, None)
-        clusters: dict = {}
-        for seed in seeds:
-            started = time.process_time()
-            case = draw_case(seed, bcfg, clusters, args.kind)
-            figures = run(case, cfg, bcfg, clusters.pop(seed, None))
-            problems, excused = verdict(case, figures, cfg, bcfg)
-            seconds[seed] = time.process_time() - started
-            verdicts[seed] = [n for n, _ in problems]
-            state = "FAIL " + "; ".join(n for n, _ in problems) if problems else "ok" + (
-                " (n/a: " + "; ".join(w for _, w in excused) + ")" if excused else "")
-            print(f"case {seed} {case.kind}: {state}", flush=True)
-            if problems:
-                bad.append(f"failed: {case.describe()}\n  replay: {case.replay()}")
-    for line in bad:
+    swept = _sweep_in_workers(seeds, args.workers, args.kind) if args.workers > 1 else _sweep_here(seeds, args.kind)
+    for line in swept.bad:
         print(line)
-    import json
-
-    for path, data in ((args.json, verdicts), (args.times, {k: round(v, 3) for k, v in seconds.items()})):
+    for path, data in ((args.json, swept.verdicts),
+                       (args.times, {k: round(v, 3) for k, v in swept.seconds.items()})):
         if path:
             with open(path, "w", encoding="utf-8") as out:
                 json.dump({str(k): v for k, v in data.items()}, out, indent=0)
-    print(f"{len(seeds) - len(bad)} of {len(seeds)} cases passed")
-    return 1 if bad else 0
+    print(f"{len(seeds) - len(swept.bad)} of {len(seeds)} cases passed")
+    return 1 if swept.bad else 0
 
 
 if __name__ == "__main__":
