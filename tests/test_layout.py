@@ -122,7 +122,7 @@ def _layer(module: str) -> int | None:
 
 
 def test_the_decision_plane_imports_only_downwards():
-    files = _modules(ROOT / "pipelines" / "decide", ())
+    files = _modules(ROOT / "pipelines" / "decide")
     upward = {}
     for module, path in files.items():
         own = _layer(module)
@@ -138,23 +138,14 @@ def test_the_decision_plane_imports_only_downwards():
 
 # --- every package: no import cycle, no long function ---------------------------------------------------------------
 
-#: Folders and modules the two checks below skip for now, left out of the graph and the count: they are being
-#: split by role. Extending both checks to every package is emptying this tuple once they are:
-#: - three modules of pipelines/sim being reworked at the same time: figures.py (``compute``, ``_checks`` over 60
-#:   lines), sweep.py (``main`` over 60 lines; a circle with overrides.py, which needs ``fastest_in_force``) and
-#:   truth.py (``judge_causes`` over 60 lines; a circle with probes.py, which needs ``value_events``, ``_value_at``
-#:   and ``in_force_spans``).
-NOT_YET_CHECKED = ("pipelines/sim/figures.py", "pipelines/sim/sweep.py", "pipelines/sim/truth.py")
 #: A function longer than this many lines of code (see :func:`lines_of_code`) holds more than one step.
 MAX_FUNCTION_LINES = 60
 
 
-def _modules(package: Path, exclude: tuple[str, ...]) -> dict[str, Path]:
-    """``{dotted module name: file}`` of every module under ``package``, subpackages included, those of ``exclude``
-    (folders or files, paths relative to the repository) left out."""
-    skipped = [ROOT / entry for entry in exclude]
+def _modules(package: Path) -> dict[str, Path]:
+    """``{dotted module name: file}`` of every module under ``package``, subpackages included."""
     return {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-            for p in _module_files(package) if not any(entry == p or entry in p.parents for entry in skipped)}
+            for p in _module_files(package)}
 
 
 def imported_modules(path: Path, module: str, known: set[str]) -> set[str]:
@@ -173,11 +164,11 @@ def imported_modules(path: Path, module: str, known: set[str]) -> set[str]:
     return found & known
 
 
-def import_cycles(package: Path, exclude: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+def import_cycles(package: Path) -> list[tuple[str, ...]]:
     """One import cycle per group of modules under ``package`` that import each other (a strongly connected component
     of the import graph of :func:`imported_modules`), as the modules around it, the first repeated last; [] when
     none."""
-    files = _modules(package, exclude)
+    files = _modules(package)
     graph = {m: sorted(imported_modules(p, m, set(files))) for m, p in files.items()}
     order: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -238,11 +229,11 @@ def lines_of_code(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]
                if n not in docstrings and lines[n - 1].strip() and not lines[n - 1].lstrip().startswith("#"))
 
 
-def long_functions(package: Path, exclude: tuple[str, ...] = (), most: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+def long_functions(package: Path, most: int = MAX_FUNCTION_LINES) -> dict[str, int]:
     """``{"<file>:<line> <function>": lines of code}`` of every function, method and nested function under
-    ``package`` (as :func:`_modules` selects the files) longer than ``most`` lines of code (:func:`lines_of_code`)."""
+    ``package`` (:func:`_modules`) longer than ``most`` lines of code (:func:`lines_of_code`)."""
     long = {}
-    for path in _modules(package, exclude).values():
+    for path in _modules(package).values():
         text = path.read_text(encoding="utf-8")
         lines = text.splitlines()
         for node in ast.walk(ast.parse(text)):
@@ -251,19 +242,14 @@ def long_functions(package: Path, exclude: tuple[str, ...] = (), most: int = MAX
     return long
 
 
-def test_what_is_not_yet_checked_exists():
-    # an entry for a folder or module that moved would leave nothing out: drop it instead
-    assert [entry for entry in NOT_YET_CHECKED if not (ROOT / entry).exists()] == []
-
-
 @pytest.mark.parametrize("package", PRODUCT)
 def test_no_import_cycle_in_any_package(package):
     # a module never needs one that needs it back, through whatever import: a shared piece lives where both can
     # import it
-    assert import_cycles(ROOT / package, NOT_YET_CHECKED) == []
+    assert import_cycles(ROOT / package) == []
 
 
 @pytest.mark.parametrize("package", PRODUCT)
 def test_no_function_is_over_60_lines_of_code(package):
     # one step per function: a longer one is split into named steps
-    assert long_functions(ROOT / package, NOT_YET_CHECKED) == {}
+    assert long_functions(ROOT / package) == {}

@@ -40,10 +40,13 @@ Modules, in the order the data flows:
   decision plane (:mod:`pipelines.decide`), Spark's windowed sums modelled, the two speeds' timing;
   :mod:`~pipelines.sim.override_tick` the job's override tick in it, :mod:`~pipelines.sim.overrides` the checks of
   a loop with overrides and the sweep's kind that draws them.
+* :mod:`~pipelines.sim.values_in_force` — a limit's values in force over a run, from the brokers' timeline (the
+  seconds each snapshot lasts, every change of a resource's value).
 * :mod:`~pipelines.sim.truth` — the ground truth (an incident's causes) and each cause judged against it.
 * :mod:`~pipelines.sim.case`, :mod:`~pipelines.sim.draws`, :mod:`~pipelines.sim.premise`,
   :mod:`~pipelines.sim.sweep` — randomized closed loops: what a case is, drawn until its kind's premise holds, run,
-  judged.
+  judged; :mod:`~pipelines.sim.fastest` the earliest the pipeline can put a limit in force, which the sweep's
+  verdict and the overrides' checks excuse a late onset by.
 * :mod:`~pipelines.sim.settings`, :mod:`~pipelines.sim.figures`, :mod:`~pipelines.sim.report` — a closed loop's
   world (``conf/backtest.toml``), its figures and checks, its report and picture: shared by this loop and the
   Spark backtest (:mod:`pipelines.backtest`), which hand over the same result shape.

@@ -37,9 +37,10 @@ import pandas as pd
 from pipelines.sim.probes import PROBE_TARGET_MAX, TARGET_MAX, judge_probes
 from pipelines.sim.pulses import sending_nothing
 from pipelines.sim.truth import (  # noqa: F401 (the ground truth, importable from here as before)
-    FIX_TO_LIFT_MAX_MIN, FIX_TO_LIFT_RECURRENT_MAX_MIN, SAME_VALUE_REL, STORMS, TARGET_RATIO, _changes, _seconds,
-    causes, in_force_spans, judge_causes, onset_clock, restart_times, truth, unseen_lift, value_events,
+    FIX_TO_LIFT_MAX_MIN, FIX_TO_LIFT_RECURRENT_MAX_MIN, STORMS, TARGET_RATIO, _changes, _seconds, causes,
+    judge_causes, onset_clock, restart_times, truth, unseen_lift,
 )
+from pipelines.sim.values_in_force import SAME_VALUE_REL, in_force_spans, value_events
 
 #: The targets (docs and checks use these numbers): onset → limit in force; value changes while the cause persists
 #: (a retry storm's limit, a surge's); cluster-wide admitted ÷ decided target; bystanders' rejected sends after
@@ -166,234 +167,373 @@ def remembered_target(result, per: dict, at: pd.Timestamp) -> float | None:
     return total if found else None
 
 
-def compute(result, baseline=None) -> Figures:
-    """The figures and checks of one closed-loop run (:class:`pipelines.backtest.loop.LoopResult`). ``baseline``:
-    the same scenario's cluster run to its end without any limit (:class:`~pipelines.sim.cluster.ClosedLoopCluster`),
-    for the bystanders' rejected sends per storm minute after containment without a governor."""
+@dataclass(frozen=True)
+class JudgedRun:
+    """One closed-loop run as the steps of :func:`compute` read it: its ``cluster`` and its length (``n`` seconds;
+    ``sec``: 0..n-1), the ground truth (``culprits``: the resources a correct governor may limit, ``spans``: when a
+    cause is active, :func:`truth`; ``found``: the causes, ``required``: those a limit is required for,
+    :func:`causes`), each pair's (resource_type, resource) (``key``) and whether it is a culprit's (``is_culprit``),
+    and per second: a cause active (``active``), the culprits' cluster-wide target in force (``target``, msg/s,
+    NaN: none; ``per``: per culprit resource, :func:`targets_in_force`) and whether one is (``limited``)."""
+
+    cluster: object
+    n: int
+    sec: np.ndarray
+    culprits: set
+    spans: list
+    found: list
+    required: list
+    key: list
+    is_culprit: np.ndarray
+    active: np.ndarray
+    target: np.ndarray
+    per: dict
+    limited: np.ndarray
+
+
+def _judged_run(result) -> JudgedRun:
+    """The :class:`JudgedRun` of ``result`` (:class:`pipelines.backtest.loop.LoopResult`)."""
     c = result.cluster
     culprits, spans = truth(result)
-    values: dict[str, tuple[float, str, str]] = {}
-    details: dict[str, str] = {}
-    episodes: list[dict] = []
-    nan = float("nan")
     n = c.T * 60
     key = list(zip(c.pairs["resource_type"], c.pairs["resource"]))
-    is_culprit = np.array([k in culprits for k in key], dtype=bool)
     active = _seconds(result, spans)
     target, per = targets_in_force(result, culprits)
-    limited = ~np.isnan(target)
-    sec = np.arange(n)
-    onset = spans[0][0] if spans else None
-    contain = None
     found = causes(result)
-    required = [cz for cz in found if cz.required]
-    gaps: list[str] = []
+    return JudgedRun(c, n, np.arange(n), culprits, spans, found, [cz for cz in found if cz.required], key,
+                     np.array([k in culprits for k in key], dtype=bool), active, target, per, ~np.isnan(target))
+
+
+def _onset_figures(result, run: JudgedRun, values: dict, details: dict) -> int | None:
+    """Adds to ``values`` (and ``details``) the onset → limit in force of the slowest required cause (s from its
+    :func:`onset_clock`; NaN: one never limited), when the last of them was first limited and the latest clock (s
+    from the run's start). Returns the first second (from the run's start) with every required cause's limit in
+    force at a broker; None when one never was, or none is required."""
+    c, nan = run.cluster, float("nan")
     first_in: dict = {}
-    for cz in found:
+    for cz in run.found:
         res = (cz.resource_type, cz.resource)
         times = [t for t, snap in result.in_force if any((rt, r) == res for _, rt, r in snap)]
         first_in[cz] = min(times) if times else None
-    if required:
-        delays = [(first_in[cz] - onset_clock(result, cz)).total_seconds() if first_in[cz] is not None else nan
-                  for cz in required]
-        values["onset_to_limit_in_force"] = (nan if any(np.isnan(delays)) else max(delays), "s", "incident")
-        if len(required) > 1:
-            details["onset_to_limit_in_force"] = "; ".join(
-                f"{cz.resource_type} {cz.resource}: " + ("never limited" if np.isnan(d) else f"{d:.0f} s")
-                for cz, d in zip(required, delays))
-        if all(first_in[cz] is not None for cz in required):
-            contain = int(np.ceil((max(first_in[cz] for cz in required) - c.start).total_seconds()))
-            values["limit_in_force_at_s"] = (float((max(first_in[cz] for cz in required) - c.start).total_seconds()),
-                                             "s", "incident")
-            values["onset_clock_s"] = (float(max((onset_clock(result, cz) - c.start).total_seconds()
-                                                 for cz in required)), "s", "incident")
-    if culprits:
-        admitted = c.second_admitted[:, is_culprit].sum(axis=1)
-        hosts = set(c.pairs.loc[is_culprit, "broker"])
-        others = (~is_culprit) & (c.pairs["kind"] != "background").to_numpy()
-        bystander = others  # every other resource on every broker (before issue 49: on the culprits' brokers only)
-        on_hosts = others & c.pairs["broker"].isin(hosts).to_numpy()
-        rejected = c.second_rejected[:, bystander].sum(axis=1)
+    required = run.required
+    if not required:
+        return None
+    delays = [(first_in[cz] - onset_clock(result, cz)).total_seconds() if first_in[cz] is not None else nan
+              for cz in required]
+    values["onset_to_limit_in_force"] = (nan if any(np.isnan(delays)) else max(delays), "s", "incident")
+    if len(required) > 1:
+        details["onset_to_limit_in_force"] = "; ".join(
+            f"{cz.resource_type} {cz.resource}: " + ("never limited" if np.isnan(d) else f"{d:.0f} s")
+            for cz, d in zip(required, delays))
+    if not all(first_in[cz] is not None for cz in required):
+        return None
+    contain = int(np.ceil((max(first_in[cz] for cz in required) - c.start).total_seconds()))
+    values["limit_in_force_at_s"] = (float((max(first_in[cz] for cz in required) - c.start).total_seconds()),
+                                     "s", "incident")
+    values["onset_clock_s"] = (float(max((onset_clock(result, cz) - c.start).total_seconds()
+                                         for cz in required)), "s", "incident")
+    return contain
 
-        def per_minute(mask: np.ndarray) -> float:
-            return rejected[mask].sum() / (mask.sum() / 60.0) if mask.any() else nan
 
-        start_s = int((onset - c.start).total_seconds()) if onset is not None else 0
-        # bystanders are judged from complete containment: every carrier of every required cause applies its limit
-        # (a broker applying later, or its send queue's backlog, is not the limit's work yet)
-        complete = np.zeros(n, dtype=bool) if required else limited.copy()
-        if required:
-            complete[:] = True
-            need = {(cz.resource_type, cz.resource): set(c.pairs.loc[np.array([k_ == (cz.resource_type, cz.resource)
-                                                                                for k_ in key]), "broker"])
-                    for cz in required}
-            have = np.zeros(n, dtype=bool)
-            for res, carriers in need.items():
-                have[:] = False
-                for lo_, hi_, snap in in_force_spans(result):
-                    if carriers <= {b_ for b_, rt, r in snap if (rt, r) == res}:
-                        have[lo_:hi_] = True
-                complete &= have
-        whole = np.flatnonzero(complete & (sec >= (contain if contain is not None else n)))
-        contain_all = int(whole[0]) if whole.size else contain
-        values["containment_complete_after_first_s"] = (
-            float(contain_all - contain) if contain is not None and contain_all is not None else nan, "s", "incident")
-        before = active & (sec >= start_s) & (sec < (contain_all if contain_all is not None else n))
-        after_b = active & (sec >= (contain_all if contain_all is not None else n))
-        gap_mask = np.zeros(n, dtype=bool)
-        gaps.clear()  # a broker restart's gap: its limiter forgot until the next publication reached it (the world's)
-        for b_, t_ in restart_times(result):
-            back = next((t for t, snap in result.in_force if t > t_ and any(
-                (bb, rt, r) in snap for bb, rt, r in snap if bb == b_ and (rt, r) in culprits)), c.end)
-            lo_g, hi_g = int((t_ - c.start).total_seconds()), int(np.ceil((back - c.start).total_seconds()))
-            if hi_g > lo_g and after_b[lo_g:hi_g].any():
-                after_b[lo_g:hi_g] = False
-                gap_mask[lo_g:hi_g] = True
-                gaps.append(f"{b_} {t_:%H:%M:%S}-{back:%H:%M:%S}")
-        details["bystander_seconds_left_out"] = ("; ".join(f"{g} (a broker restart: its limiter forgot the limit "
-                                                           "until the next publication reached it)" for g in gaps)
-                                                 or "none")
-        # the culprits' admitted rate against the decided (cluster-wide) target: from complete containment (every
-        # carrier applies its share; before issue 49's apply delays, from the first limit in force, kept beside),
-        # without a broker restart's gap (its limiter forgot: not a decision)
-        gaps_s = sending_nothing(c)  # and without a pulsed producer's gaps between pulses (nothing sent to admit)
-        first = active & limited & ~gaps_s & (sec >= (contain if contain is not None else n))
-        episode_complete = np.zeros(n, dtype=bool)  # each episode from its own complete containment (the loop below)
-        rb, ra = per_minute(before), per_minute(after_b)
-        old_rejected = c.second_rejected[:, on_hosts].sum(axis=1)
-        ob = old_rejected[before].sum() / (before.sum() / 60.0) if before.any() else nan
-        oa = old_rejected[after_b].sum() / (after_b.sum() / 60.0) if after_b.any() else nan
-        values["bystander_after_pct_of_before_culprit_brokers"] = (100.0 * oa / ob if ob > 0 else nan, "pct",
-                                                                    "bystander")
-        values["bystander_rejected_per_minute_before"] = (rb, "msgs/min", "bystander")
-        values["bystander_rejected_per_minute_after"] = (ra, "msgs/min", "bystander")
-        values["bystander_after_pct_of_before"] = (100.0 * ra / rb if rb > 0 else nan, "pct", "bystander")
-        if baseline is not None:
-            base = baseline.second_rejected[:, bystander].sum(axis=1)
-            values["bystander_rejected_per_minute_no_governor"] = (
-                base[after_b].sum() / (after_b.sum() / 60.0) if after_b.any() else nan, "msgs/min", "bystander")
-        last_value = nan
-        restarts = restart_times(result)
-        events_of = {res: value_events(result, res) for res in per}  # each culprit's value changes, once
-        for k, (a, b) in enumerate(spans, start=1):
-            lo, hi = max(0, int((a - c.start).total_seconds())), min(n, int(np.ceil((b - c.start).total_seconds())))
-            if hi <= lo:
-                continue
-            start = lo  # an episode whose limit a lift no window could veto yet lands in: from its landing
-            unseen = [u for res in ((cz.resource_type, cz.resource) for cz in found) if res in per
-                      if (u := unseen_lift(result, res, events_of[res], a, b, restarts)) is not None]
-            if unseen:
-                u = min(int(np.ceil((x - c.start).total_seconds())) for x, _d in unseen)
-                gap = np.flatnonzero(~limited[u:hi])
-                start = u + int(gap[0]) if gap.size else lo
-            have = np.flatnonzero(limited[start:hi])
-            ep = {"k": k, "in_force_at_start": bool(limited[lo]) and start == lo, "contained": None, "changes": None,
-                  "pct": nan, "remembered": None, "fix_to_lift": nan}
-            seen = np.flatnonzero(limited[:start])  # the last value in force before this episode (the lifted one)
-            before_value = target[seen[-1]] if seen.size else last_value
-            if have.size:
-                at = start + int(have[0])
-                ramp = max((cz.ramp_seconds for cz in found), default=0.0)
-                clock = int(np.ceil((lo + ramp) / 60.0 - 1e-9)) * 60  # as onset_clock: first whole minute at full
-                ep["contained"], ep["clock"] = at - clock, clock
-                mask = np.zeros(n, dtype=bool)
-                whole_ep = np.flatnonzero(complete[at:hi])
-                mask[at + (int(whole_ep[0]) if whole_ep.size else 0):hi] = True
-                mask &= ~gap_mask
-                if whole_ep.size:
-                    episode_complete |= mask
-                ep["pct"] = 100.0 * per_minute(mask) / rb if rb > 0 else nan
-                t_at, t_hi = c.start + pd.Timedelta(seconds=at), c.start + pd.Timedelta(seconds=hi)
-                counts = [_changes(events_of[res], t_at, t_hi, restarts)[0]
-                          for res, arr in per.items() if (~np.isnan(arr[at:hi])).any()]
-                ep["changes"] = max(counts) if counts else 0
-                if not ep["in_force_at_start"] and k > 1 and np.isfinite(before_value):
-                    # remembered: its first value against the target the governor remembered at the lift
-                    # (remembered_target); without saved state rows (the Spark backtest), no looser than the last
-                    # value in force before it (a first cut that never reached its target is remembered at the
-                    # target, below that value: the check before this one, kept beside)
-                    memory = remembered_target(result, per, c.start + pd.Timedelta(seconds=at))
-                    ep["remembered_no_looser"] = bool(target[at] <= before_value * (1.0 + SAME_VALUE_REL))
-                    ep["remembered_value"] = (float(target[at]), memory)
-                    ep["remembered"] = (ep["remembered_no_looser"] if memory is None
-                                        else bool(abs(target[at] / memory - 1.0) <= REMEMBERED_REL))
-                    ep["remembered_equal"] = bool(abs(target[at] - before_value) <= SAME_VALUE_REL * abs(before_value))
-                if not ep["in_force_at_start"] and k > 1 and np.isfinite(last_value):  # the figure before issue 49
-                    ep["remembered_old"] = bool(abs(target[at] - last_value) <= SAME_VALUE_REL * abs(last_value))
-            if hi < n:
-                free = np.flatnonzero(~limited[hi:])
-                ep["fix_to_lift"] = free[0] / 60.0 if free.size else nan
-            seen = np.flatnonzero(limited[:hi])
-            last_value = target[seen[-1]] if seen.size else last_value
-            episodes.append(ep)
-        # the culprits' admitted rate against the decided (cluster-wide) target, over the limited seconds of each
-        # episode from its own complete containment (every carrier applies its share: a broker applying later is
-        # the world's apply delay, not a decision), without a broker restart's gap (its limiter forgot: not a
-        # decision). Kept beside: from the first episode's complete containment on (the figure before this
-        # definition, which counted a later episode's seconds before its last carrier applied its share), and from
-        # the first limit in force (before issue 49's apply delays)
-        after = first & episode_complete
-        after_first_episode = first & (sec >= (contain_all if contain_all is not None else n)) & ~gap_mask
-        with_gaps = (first | (gaps_s & active & limited)) & episode_complete  # before issue 49's pulsed producers
-        for name, mask in (("culprit_admitted_over_target", after),
-                           ("culprit_admitted_over_target_from_first_complete_containment", after_first_episode),
-                           ("culprit_admitted_over_target_from_first_limit", first)) + (
-                ((("culprit_admitted_over_target_with_pulse_gaps", with_gaps),) if gaps_s.any() else ())):
-            values[name] = (admitted[mask].sum() / target[mask].sum() if mask.any() else nan, "ratio", "incident")
-        if after.any():
-            minute = sec[after] // 60
-            per_min = pd.Series(admitted[after]).groupby(minute).sum() / pd.Series(target[after]).groupby(minute).sum()
-            details["culprit_admitted_over_target"] = (f"minutes {per_min.min():.2f}-{per_min.max():.2f}; target "
-                                                       f"{np.nanmin(target[after]):.1f}-{np.nanmax(target[after]):.1f}"
-                                                       " msg/s")
-        for ep in episodes:
-            k = ep["k"]
-            values[f"bystander_after_pct_of_before_episode_{k}"] = (ep["pct"], "pct", "bystander")
-            if k > 1 and not ep["in_force_at_start"]:
-                values[f"onset_to_limit_in_force_episode_{k}"] = (
-                    float(ep["contained"]) if ep["contained"] is not None else nan, "s", "incident")
-                values[f"onset_clock_s_episode_{k}"] = (float(ep.get("clock", nan)), "s", "incident")
-                values[f"remembered_target_episode_{k}"] = (
-                    float(ep["remembered"]) if ep["remembered"] is not None else nan, "bool", "incident")
-                if ep.get("remembered_value") and ep["remembered_value"][1] is not None:
-                    value, memory = ep["remembered_value"]
-                    values[f"recurrence_value_over_remembered_episode_{k}"] = (value / memory, "ratio", "incident")
-                if "remembered_no_looser" in ep:  # no looser than the last value in force (the check before)
-                    values[f"remembered_target_no_looser_episode_{k}"] = (
-                        float(ep["remembered_no_looser"]), "bool", "incident")
-                if "remembered_equal" in ep:  # equal to the last value in force (the check at 2449589)
-                    values[f"remembered_target_equal_last_value_episode_{k}"] = (
-                        float(ep["remembered_equal"]), "bool", "incident")
-                if "remembered_old" in ep:  # against the value at the previous episode's end (before issue 49)
-                    values[f"remembered_target_at_previous_episode_end_{k}"] = (
-                        float(ep["remembered_old"]), "bool", "incident")
-        changes = [ep["changes"] for ep in episodes if ep["changes"] is not None]
-        values["limit_changes_while_cause_persists"] = (float(max(changes)) if changes else nan, "count", "incident")
-        values["limit_changes_all_episodes"] = (float(sum(changes)) if changes else nan, "count", "incident")
-        details["limit_changes_while_cause_persists"] = ", ".join(
-            "n/a" if ep["changes"] is None else str(ep["changes"]) for ep in episodes) + " per episode"
-        details["bystander_after_pct_of_before"] = "; ".join(
-            f"episode {ep['k']}{'' if ep['in_force_at_start'] or ep['k'] == 1 else ' (after a lift)'}: "
-            + ("n/a" if not np.isfinite(ep["pct"]) else f"{ep['pct']:.2f} %") for ep in episodes)
-        lifts = [ep["fix_to_lift"] for ep in episodes if int((spans[ep["k"] - 1][1] - c.start).total_seconds()) < n]
-        if lifts:
-            values["fix_to_lift_minutes"] = (lifts[0], "min", "incident")
-            values["fix_to_lift_minutes_last"] = (lifts[-1], "min", "incident")
-            details["fix_to_lift_minutes"] = ", ".join("not lifted by the end" if np.isnan(x) else f"{x:.1f}"
-                                                       for x in lifts)
-    healthy = ~is_culprit & c.pairs["resource_type"].isin(["topic", "group"]).to_numpy()
+def _complete_containment(result, run: JudgedRun) -> np.ndarray:
+    """Per second of the run: complete containment, every carrier of every required cause applying its limit (a
+    broker applying later, or its send queue's backlog, is not the limit's work yet); without a required cause, a
+    culprit's target in force."""
+    c, n, key = run.cluster, run.n, run.key
+    complete = np.zeros(n, dtype=bool) if run.required else run.limited.copy()
+    if run.required:
+        complete[:] = True
+        need = {(cz.resource_type, cz.resource): set(c.pairs.loc[np.array([k_ == (cz.resource_type, cz.resource)
+                                                                            for k_ in key]), "broker"])
+                for cz in run.required}
+        have = np.zeros(n, dtype=bool)
+        for res, carriers in need.items():
+            have[:] = False
+            for lo_, hi_, snap in in_force_spans(result):
+                if carriers <= {b_ for b_, rt, r in snap if (rt, r) == res}:
+                    have[lo_:hi_] = True
+            complete &= have
+    return complete
+
+
+@dataclass(frozen=True)
+class Bystanders:
+    """The other resources' rejected sends over a run (:func:`_bystanders`): ``resources`` (per pair: a resource
+    neither a culprit's nor background traffic), ``rejected`` (per second, their rejected attempts summed), the
+    storm seconds ``before`` complete containment and ``after`` it (without a broker restart's gap), the gaps'
+    seconds (``gap``) and the gaps as text (``gaps``: broker HH:MM:SS-HH:MM:SS)."""
+
+    resources: np.ndarray
+    rejected: np.ndarray
+    before: np.ndarray
+    after: np.ndarray
+    gap: np.ndarray
+    gaps: list[str]
+
+    def per_minute(self, mask: np.ndarray) -> float:
+        """Their rejected attempts per minute over the seconds of ``mask`` (NaN: none)."""
+        return self.rejected[mask].sum() / (mask.sum() / 60.0) if mask.any() else float("nan")
+
+
+def _bystanders(result, run: JudgedRun, contain_all: int | None) -> Bystanders:
+    """The :class:`Bystanders` of a run whose containment is complete from second ``contain_all`` (None: never):
+    every other resource on every broker (before issue 49: on the culprits' brokers only), before and after it from
+    the first second a cause is active, a broker restart's gap left out (its limiter forgot the limit until the
+    next publication reached it: the world's, not a decision)."""
+    c, n, sec = run.cluster, run.n, run.sec
+    others = (~run.is_culprit) & (c.pairs["kind"] != "background").to_numpy()
+    onset = run.spans[0][0] if run.spans else None
+    start_s = int((onset - c.start).total_seconds()) if onset is not None else 0
+    before = run.active & (sec >= start_s) & (sec < (contain_all if contain_all is not None else n))
+    after = run.active & (sec >= (contain_all if contain_all is not None else n))
+    gap, gaps = np.zeros(n, dtype=bool), []
+    for b_, t_ in restart_times(result):
+        back = next((t for t, snap in result.in_force if t > t_ and any(
+            (bb, rt, r) in snap for bb, rt, r in snap if bb == b_ and (rt, r) in run.culprits)), c.end)
+        lo_g, hi_g = int((t_ - c.start).total_seconds()), int(np.ceil((back - c.start).total_seconds()))
+        if hi_g > lo_g and after[lo_g:hi_g].any():
+            after[lo_g:hi_g] = False
+            gap[lo_g:hi_g] = True
+            gaps.append(f"{b_} {t_:%H:%M:%S}-{back:%H:%M:%S}")
+    return Bystanders(others, c.second_rejected[:, others].sum(axis=1), before, after, gap, gaps)
+
+
+def _bystander_figures(run: JudgedRun, by: Bystanders, baseline, values: dict, details: dict) -> float:
+    """Adds to ``values`` the bystanders' rejected sends per storm minute before and after complete containment
+    (msgs/min), after as % of before (over every other resource, and on the culprits' brokers only: the figure
+    before issue 49), and with ``baseline`` (the cluster run without a governor) the rate after without one; to
+    ``details`` the restart gaps left out. Returns the rate before (msgs/min; NaN: no second before)."""
+    c, nan = run.cluster, float("nan")
+    details["bystander_seconds_left_out"] = ("; ".join(f"{g} (a broker restart: its limiter forgot the limit "
+                                                       "until the next publication reached it)" for g in by.gaps)
+                                             or "none")
+    before, after = by.before, by.after
+    rb, ra = by.per_minute(before), by.per_minute(after)
+    on_hosts = by.resources & c.pairs["broker"].isin(set(c.pairs.loc[run.is_culprit, "broker"])).to_numpy()
+    old_rejected = c.second_rejected[:, on_hosts].sum(axis=1)
+    ob = old_rejected[before].sum() / (before.sum() / 60.0) if before.any() else nan
+    oa = old_rejected[after].sum() / (after.sum() / 60.0) if after.any() else nan
+    values["bystander_after_pct_of_before_culprit_brokers"] = (100.0 * oa / ob if ob > 0 else nan, "pct",
+                                                                "bystander")
+    values["bystander_rejected_per_minute_before"] = (rb, "msgs/min", "bystander")
+    values["bystander_rejected_per_minute_after"] = (ra, "msgs/min", "bystander")
+    values["bystander_after_pct_of_before"] = (100.0 * ra / rb if rb > 0 else nan, "pct", "bystander")
+    if baseline is not None:
+        base = baseline.second_rejected[:, by.resources].sum(axis=1)
+        values["bystander_rejected_per_minute_no_governor"] = (
+            base[after].sum() / (after.sum() / 60.0) if after.any() else nan, "msgs/min", "bystander")
+    return rb
+
+
+def _episode_start(result, run: JudgedRun, events_of: dict, restarts: list, a: pd.Timestamp, b: pd.Timestamp,
+                   lo: int, hi: int) -> int:
+    """The second (from the run's start) an episode active ``a``-``b`` (seconds ``lo``-``hi``) is judged from: its
+    first, but for an episode whose limit a lift no window could veto yet lands in (:func:`unseen_lift`): the first
+    second unlimited from its landing (its first, when the limit stays)."""
+    c = run.cluster
+    unseen = [u for res in ((cz.resource_type, cz.resource) for cz in run.found) if res in run.per
+              if (u := unseen_lift(result, res, events_of[res], a, b, restarts)) is not None]
+    if not unseen:
+        return lo
+    u = min(int(np.ceil((x - c.start).total_seconds())) for x, _d in unseen)
+    gap = np.flatnonzero(~run.limited[u:hi])
+    return u + int(gap[0]) if gap.size else lo
+
+
+def _recurrence(result, run: JudgedRun, at: int, before_value: float, last_value: float, k: int) -> dict:
+    """An episode ``k`` after a lift first limited at second ``at``: its first value against the target the
+    governor remembered at the lift (:func:`remembered_target`; without saved state rows, the Spark backtest's, no
+    looser than ``before_value``, the last value in force before it: a first cut that never reached its target is
+    remembered at the target, below that value; the check before this one, kept beside), equal to it, and against
+    ``last_value`` (at the previous episode's end: the figure before issue 49). Returns the episode's keys
+    ``remembered*`` that apply (none for the first episode or one limited at its start)."""
+    target, ep = run.target, {}
+    if k > 1 and np.isfinite(before_value):
+        memory = remembered_target(result, run.per, run.cluster.start + pd.Timedelta(seconds=at))
+        ep["remembered_no_looser"] = bool(target[at] <= before_value * (1.0 + SAME_VALUE_REL))
+        ep["remembered_value"] = (float(target[at]), memory)
+        ep["remembered"] = (ep["remembered_no_looser"] if memory is None
+                            else bool(abs(target[at] / memory - 1.0) <= REMEMBERED_REL))
+        ep["remembered_equal"] = bool(abs(target[at] - before_value) <= SAME_VALUE_REL * abs(before_value))
+    if k > 1 and np.isfinite(last_value):  # the figure before issue 49
+        ep["remembered_old"] = bool(abs(target[at] - last_value) <= SAME_VALUE_REL * abs(last_value))
+    return ep
+
+
+def _episodes(result, run: JudgedRun, complete: np.ndarray, by: Bystanders, rb: float) -> tuple[list[dict],
+                                                                                               np.ndarray]:
+    """(each episode of the causes, in order: ``k`` (from 1), ``in_force_at_start``, ``contained`` (s from its
+    clock, the first whole minute at its full level, to its first limit; None: never limited), ``clock`` (s from
+    the run's start), ``changes`` (the most value changes of a culprit in it), ``pct`` (the bystanders' rejected
+    sends per minute after its complete containment, % of ``rb``, the rate before), ``remembered*``
+    (:func:`_recurrence`) and ``fix_to_lift`` (minutes from its end to no limit in force; NaN: none); per second,
+    each episode from its own complete containment (``complete``) without a restart's gap)."""
+    c, n, nan = run.cluster, run.n, float("nan")
+    limited, target = run.limited, run.target
+    episodes: list[dict] = []
+    episode_complete = np.zeros(n, dtype=bool)
+    last_value = nan
+    restarts = restart_times(result)
+    events_of = {res: value_events(result, res) for res in run.per}  # each culprit's value changes, once
+    for k, (a, b) in enumerate(run.spans, start=1):
+        lo, hi = max(0, int((a - c.start).total_seconds())), min(n, int(np.ceil((b - c.start).total_seconds())))
+        if hi <= lo:
+            continue
+        start = _episode_start(result, run, events_of, restarts, a, b, lo, hi)
+        have = np.flatnonzero(limited[start:hi])
+        ep = {"k": k, "in_force_at_start": bool(limited[lo]) and start == lo, "contained": None, "changes": None,
+              "pct": nan, "remembered": None, "fix_to_lift": nan}
+        seen = np.flatnonzero(limited[:start])  # the last value in force before this episode (the lifted one)
+        before_value = target[seen[-1]] if seen.size else last_value
+        if have.size:
+            at = start + int(have[0])
+            ramp = max((cz.ramp_seconds for cz in run.found), default=0.0)
+            clock = int(np.ceil((lo + ramp) / 60.0 - 1e-9)) * 60  # as onset_clock: first whole minute at full
+            ep["contained"], ep["clock"] = at - clock, clock
+            mask = np.zeros(n, dtype=bool)
+            whole_ep = np.flatnonzero(complete[at:hi])
+            mask[at + (int(whole_ep[0]) if whole_ep.size else 0):hi] = True
+            mask &= ~by.gap
+            if whole_ep.size:
+                episode_complete |= mask
+            ep["pct"] = 100.0 * by.per_minute(mask) / rb if rb > 0 else nan
+            t_at, t_hi = c.start + pd.Timedelta(seconds=at), c.start + pd.Timedelta(seconds=hi)
+            counts = [_changes(events_of[res], t_at, t_hi, restarts)[0]
+                      for res, arr in run.per.items() if (~np.isnan(arr[at:hi])).any()]
+            ep["changes"] = max(counts) if counts else 0
+            if not ep["in_force_at_start"]:
+                ep.update(_recurrence(result, run, at, before_value, last_value, k))
+        if hi < n:
+            free = np.flatnonzero(~limited[hi:])
+            ep["fix_to_lift"] = free[0] / 60.0 if free.size else nan
+        seen = np.flatnonzero(limited[:hi])
+        last_value = target[seen[-1]] if seen.size else last_value
+        episodes.append(ep)
+    return episodes, episode_complete
+
+
+def _admitted_over_target_figures(run: JudgedRun, contain: int | None, contain_all: int | None, by: Bystanders,
+                                  episode_complete: np.ndarray, values: dict, details: dict) -> None:
+    """Adds to ``values`` the culprits' admitted rate ÷ the decided (cluster-wide) target (ratios) over the limited
+    seconds of each episode from its own complete containment (``episode_complete``: every carrier applies its
+    share; a broker applying later is the world's apply delay, not a decision), without a broker restart's gap (its
+    limiter forgot: not a decision) nor a pulsed producer's gaps between pulses (nothing sent to admit); kept
+    beside: from the first episode's complete containment on (``contain_all``: the figure before this definition,
+    which counted a later episode's seconds before its last carrier applied its share), from the first limit in
+    force (``contain``: before issue 49's apply delays), and with the pulses' gaps; to ``details`` its minutes' range
+    and the targets'."""
+    c, n, sec, nan = run.cluster, run.n, run.sec, float("nan")
+    active, limited, target = run.active, run.limited, run.target
+    admitted = c.second_admitted[:, run.is_culprit].sum(axis=1)
+    gaps_s = sending_nothing(c)
+    first = active & limited & ~gaps_s & (sec >= (contain if contain is not None else n))
+    after = first & episode_complete
+    after_first_episode = first & (sec >= (contain_all if contain_all is not None else n)) & ~by.gap
+    with_gaps = (first | (gaps_s & active & limited)) & episode_complete  # before issue 49's pulsed producers
+    for name, mask in (("culprit_admitted_over_target", after),
+                       ("culprit_admitted_over_target_from_first_complete_containment", after_first_episode),
+                       ("culprit_admitted_over_target_from_first_limit", first)) + (
+            ((("culprit_admitted_over_target_with_pulse_gaps", with_gaps),) if gaps_s.any() else ())):
+        values[name] = (admitted[mask].sum() / target[mask].sum() if mask.any() else nan, "ratio", "incident")
+    if after.any():
+        minute = sec[after] // 60
+        per_min = pd.Series(admitted[after]).groupby(minute).sum() / pd.Series(target[after]).groupby(minute).sum()
+        details["culprit_admitted_over_target"] = (f"minutes {per_min.min():.2f}-{per_min.max():.2f}; target "
+                                                   f"{np.nanmin(target[after]):.1f}-{np.nanmax(target[after]):.1f}"
+                                                   " msg/s")
+
+
+def _recurrence_figures(ep: dict, values: dict) -> None:
+    """Adds to ``values`` an episode after a lift's figures (``ep``: :func:`_episodes`'): its onset → limit in force
+    (s), its clock (s from the run's start), whether its first value was the remembered target (a bool), and the
+    figures beside: its first value ÷ the remembered target, no looser than the last value in force, equal to it,
+    and against the value at the previous episode's end."""
+    k, nan = ep["k"], float("nan")
+    values[f"onset_to_limit_in_force_episode_{k}"] = (
+        float(ep["contained"]) if ep["contained"] is not None else nan, "s", "incident")
+    values[f"onset_clock_s_episode_{k}"] = (float(ep.get("clock", nan)), "s", "incident")
+    values[f"remembered_target_episode_{k}"] = (
+        float(ep["remembered"]) if ep["remembered"] is not None else nan, "bool", "incident")
+    if ep.get("remembered_value") and ep["remembered_value"][1] is not None:
+        value, memory = ep["remembered_value"]
+        values[f"recurrence_value_over_remembered_episode_{k}"] = (value / memory, "ratio", "incident")
+    if "remembered_no_looser" in ep:  # no looser than the last value in force (the check before)
+        values[f"remembered_target_no_looser_episode_{k}"] = (float(ep["remembered_no_looser"]), "bool", "incident")
+    if "remembered_equal" in ep:  # equal to the last value in force (the check at 2449589)
+        values[f"remembered_target_equal_last_value_episode_{k}"] = (
+            float(ep["remembered_equal"]), "bool", "incident")
+    if "remembered_old" in ep:  # against the value at the previous episode's end (before issue 49)
+        values[f"remembered_target_at_previous_episode_end_{k}"] = (float(ep["remembered_old"]), "bool", "incident")
+
+
+def _episode_figures(run: JudgedRun, episodes: list[dict], values: dict, details: dict) -> None:
+    """Adds to ``values`` and ``details`` each episode's figures (``episodes``: :func:`_episodes`'): the bystanders'
+    rate after its containment (% of before), an episode after a lift's (:func:`_recurrence_figures`), the most
+    value changes in one episode and in all (counts), and the fix → lift of the first and the last fix before the
+    run's end (minutes)."""
+    c, n, nan = run.cluster, run.n, float("nan")
+    for ep in episodes:
+        values[f"bystander_after_pct_of_before_episode_{ep['k']}"] = (ep["pct"], "pct", "bystander")
+        if ep["k"] > 1 and not ep["in_force_at_start"]:
+            _recurrence_figures(ep, values)
+    changes = [ep["changes"] for ep in episodes if ep["changes"] is not None]
+    values["limit_changes_while_cause_persists"] = (float(max(changes)) if changes else nan, "count", "incident")
+    values["limit_changes_all_episodes"] = (float(sum(changes)) if changes else nan, "count", "incident")
+    details["limit_changes_while_cause_persists"] = ", ".join(
+        "n/a" if ep["changes"] is None else str(ep["changes"]) for ep in episodes) + " per episode"
+    details["bystander_after_pct_of_before"] = "; ".join(
+        f"episode {ep['k']}{'' if ep['in_force_at_start'] or ep['k'] == 1 else ' (after a lift)'}: "
+        + ("n/a" if not np.isfinite(ep["pct"]) else f"{ep['pct']:.2f} %") for ep in episodes)
+    lifts = [ep["fix_to_lift"] for ep in episodes if int((run.spans[ep["k"] - 1][1] - c.start).total_seconds()) < n]
+    if lifts:
+        values["fix_to_lift_minutes"] = (lifts[0], "min", "incident")
+        values["fix_to_lift_minutes_last"] = (lifts[-1], "min", "incident")
+        details["fix_to_lift_minutes"] = ", ".join("not lifted by the end" if np.isnan(x) else f"{x:.1f}"
+                                                   for x in lifts)
+
+
+def _culprit_figures(result, run: JudgedRun, contain: int | None, baseline, values: dict,
+                     details: dict) -> tuple[list[dict], list[str]]:
+    """Adds to ``values`` and ``details`` the figures of a run with culprits: when containment was complete (s
+    after the first limit in force, ``contain``), the bystanders' (:func:`_bystander_figures`), the culprits'
+    admitted ÷ target (:func:`_admitted_over_target_figures`) and each episode's (:func:`_episode_figures`).
+    Returns (the episodes, :func:`_episodes`; a broker restart's gaps left out of the bystanders' seconds, as
+    text)."""
+    nan = float("nan")
+    complete = _complete_containment(result, run)
+    whole = np.flatnonzero(complete & (run.sec >= (contain if contain is not None else run.n)))
+    contain_all = int(whole[0]) if whole.size else contain
+    values["containment_complete_after_first_s"] = (
+        float(contain_all - contain) if contain is not None and contain_all is not None else nan, "s", "incident")
+    by = _bystanders(result, run, contain_all)
+    rb = _bystander_figures(run, by, baseline, values, details)
+    episodes, episode_complete = _episodes(result, run, complete, by, rb)
+    _admitted_over_target_figures(run, contain, contain_all, by, episode_complete, values, details)
+    _episode_figures(run, episodes, values, details)
+    return episodes, by.gaps
+
+
+def _false_limit_figures(result, run: JudgedRun, values: dict, details: dict) -> None:
+    """Adds to ``values`` and ``details`` the resources with an enforced limit (a count) and those without a cause
+    (``false_limits``: a count, listed), beside the definition before issue 49: a healthy topic or group limited
+    below its demand at some broker."""
+    c, key = run.cluster, run.key
+    healthy = ~run.is_culprit & c.pairs["resource_type"].isin(["topic", "group"]).to_numpy()
     below = (c.limited_seconds > 0) & (c.limit_min < c.demand.T) & healthy[None, :]
     old = sorted({f"{t}:{r}" for t, r in np.asarray(key, dtype=object)[below.any(axis=0)]}) if below.any() else []
     values["false_limits_below_demand"] = (float(len(old)), "count", "other")  # the definition before issue 49
     details["false_limits_below_demand"] = ", ".join(old) or "none"
     enforced = {(rt, r) for _, snap in result.in_force for (_b, rt, r) in snap}
     values["enforced_limit_resources"] = (float(len(enforced)), "count", "all")
-    false = sorted(f"{t}:{r}" for t, r in enforced - culprits)
+    false = sorted(f"{t}:{r}" for t, r in enforced - run.culprits)
     values["false_limits"] = (float(len(false)), "count", "other")
     details["false_limits"] = ", ".join(false) or "none"
-    judged = judge_causes(result, found, values, details)
-    judged["bystander_gaps"] = gaps
-    judged["probes"] = judge_probes(result, found, values, details)
+
+
+def _run_figures(result, values: dict) -> None:
+    """Adds to ``values`` the run's own figures: its decisions by action (counts), its steps (a count, the median
+    and the longest in s, how many took longer than a trigger), each query's batch seconds in all, the failure
+    lines, its wall seconds, and the config it ran with (the propagation delay, the trigger, the watermark: s)."""
     lim = result.limits
     for action in ("set", "relax", "lift"):
         count = float((lim["action"] == action).sum()) if len(lim) else 0.0
@@ -411,13 +551,32 @@ def compute(result, baseline=None) -> Figures:
     values["propagation_seconds"] = (float(result.propagation_seconds), "s", "config")
     values["trigger_seconds"] = (float(result.trigger_seconds), "s", "config")
     values["watermark_seconds"] = (float(result.watermark_seconds), "s", "config")
+
+
+def compute(result, baseline=None) -> Figures:
+    """The figures and checks of one closed-loop run (:class:`pipelines.backtest.loop.LoopResult`). ``baseline``:
+    the same scenario's cluster run to its end without any limit (:class:`~pipelines.sim.cluster.ClosedLoopCluster`),
+    for the bystanders' rejected sends per storm minute after containment without a governor."""
+    run = _judged_run(result)
+    values: dict[str, tuple[float, str, str]] = {}
+    details: dict[str, str] = {}
+    episodes: list[dict] = []
+    gaps: list[str] = []
+    contain = _onset_figures(result, run, values, details)
+    if run.culprits:
+        episodes, gaps = _culprit_figures(result, run, contain, baseline, values, details)
+    _false_limit_figures(result, run, values, details)
+    judged = judge_causes(result, run.found, values, details)
+    judged["bystander_gaps"] = gaps
+    judged["probes"] = judge_probes(result, run.found, values, details)
+    _run_figures(result, values)
     _deviations(values, judged, episodes)
-    kind = next(iter(culprits))[0] if culprits else None
-    pairs = c.pairs
+    kind = next(iter(run.culprits))[0] if run.culprits else None
+    pairs = run.cluster.pairs
     carriers = {(cz.resource_type, cz.resource): tuple(sorted(set(pairs.loc[
         (pairs["resource_type"] == cz.resource_type) & (pairs["resource"] == cz.resource), "broker"])))
-        for cz in required}
-    return Figures(values, details, _checks(values, kind if required else None, episodes, len(spans), judged),
+        for cz in run.required}
+    return Figures(values, details, _checks(values, kind if run.required else None, episodes, len(run.spans), judged),
                    carriers)
 
 
@@ -522,10 +681,104 @@ def _lift_check(lifts: list, every_fix_worst: float) -> tuple[str, bool, str]:
             f"recurrences were damped: worst {every_fix_worst:.1f} min)")
 
 
+def _change_check(get, judged: dict, kind: str) -> tuple[str, bool, str]:
+    """The value changes' check (``get``: a figure by name; ``judged``: :func:`pipelines.sim.truth.judge_causes`):
+    each cause's changes while it persists against :data:`CHANGES_MAX` for its resource type, the changes left
+    out listed; without judged causes, the culprit's (``kind``: its resource type) most in one episode."""
+    if judged["changes"]:
+        ok = all(most <= CHANGES_MAX.get(cz.resource_type, 1) for cz, most in judged["changes"])
+        measured = ", ".join(f"{cz.resource_type} {cz.resource}: {most}" for cz, most in judged["changes"])
+        excluded = get("limit_value_changes_excluded")
+        return ("<= 1 change of a storm's limit value, <= 3 of a surge's, while the cause persists (every "
+                "change, whatever its duration)", ok,
+                measured + (f"; left out ({len(judged['excluded'])}): {'; '.join(judged['excluded'])}"
+                            if excluded else ""))
+    most = CHANGES_MAX[kind]
+    x = get("limit_changes_while_cause_persists")
+    return (f"<= {most} change{'s' if most > 1 else ''} of the limit's value while the cause persists",
+            bool(x <= most), f"{x:.0f} (most in one episode; {get('limit_changes_all_episodes'):.0f} in all)")
+
+
+def _admitted_checks(get, judged: dict) -> list[tuple[str, bool, str]]:
+    """The culprits' admitted rate within :data:`TARGET_RATIO` of the decided target, cluster-wide and in every
+    judged limited minute (no judged minute fails, with the minutes left out by reason); ``get``: a figure by name,
+    ``judged``: :func:`pipelines.sim.truth.judge_causes`."""
+    out = []
+    x = get("culprit_admitted_over_target")
+    lo, hi = TARGET_RATIO
+    out.append((f"cluster-wide admitted within {lo}x-{hi}x the decided target", bool(lo <= x <= hi), f"{x:.2f}x"))
+    left = dict(judged.get("minutes_left_out") or {})
+    if judged.get("busy_minutes"):
+        left[f"with a busy carrier (it refused sends before its limiter; with them "
+             f"{get('admitted_over_limit_minute_min_with_busy'):.2f}x at the least)"] = len(judged["busy_minutes"])
+    name = f"admitted within {lo}x-{hi}x the limit in every limited minute"
+    if judged["minutes"]:
+        bad = [(nm, m, r) for nm, m, r in judged["minutes"] if not lo <= r <= hi]
+        out.append((name, not bad,
+                    f"{get('admitted_over_limit_minute_min'):.2f}x-{get('admitted_over_limit_minute_max'):.2f}x "
+                    f"over {len(judged['minutes'])} minutes" + (
+                        "; " + ", ".join(f"{nm} minute {m}: {r:.2f}x" for nm, m, r in bad[:4]) if bad else "")
+                    + left_out(left, "minutes")))
+    else:
+        out.append((name, False, NO_MINUTE + left_out(left, "minutes")))
+    return out
+
+
+def _bystander_check(get, judged: dict, episodes: list[dict]) -> tuple[str, bool, str]:
+    """The bystanders' rejected sends after each limited episode's own containment at most
+    :data:`BYSTANDER_AFTER_MAX_PCT` % of before (``episodes``: :func:`_episodes`'), a broker restart's gaps left
+    out; ``get``: a figure by name, ``judged``: :func:`pipelines.sim.truth.judge_causes`."""
+    held = [ep for ep in episodes if ep["contained"] is not None]  # every episode limited, after a lift too
+    ok = bool(held) and all(ep["pct"] <= BYSTANDER_AFTER_MAX_PCT for ep in held)
+    measured = "; ".join(f"episode {ep['k']}" + ("" if ep["k"] == 1 or ep["in_force_at_start"] else
+                                                 " (after a lift)") + ": "
+                         + ("n/a" if not np.isfinite(ep["pct"]) else f"{ep['pct']:.2f} %") for ep in held)
+    return (f"bystander rejected sends per storm minute after containment <= {BYSTANDER_AFTER_MAX_PCT:.0f} % "
+            "of before, in every episode (each from its own containment)", ok,
+            f"{measured} (all episodes: {get('bystander_after_pct_of_before'):.2f} %)" + (
+                "; left out: " + "; ".join(f"{g} (a broker restart's gap)" for g in judged["bystander_gaps"])
+                if judged.get("bystander_gaps") else ""))
+
+
+def _after_lift_checks(get, v: dict, judged: dict, episodes: list[dict],
+                       n_spans: int) -> list[tuple[str, bool, str]]:
+    """The checks of what follows a lift or a fix: no lift while a cause is active, an episode after a lift limited
+    within :data:`ONSET_TO_LIMIT_MAX_S` at the remembered target, each fix lifted in time (:func:`_lift_check`; or,
+    without judged causes, the last fix of the run's ``n_spans`` episodes), and no limit set again while a fixed
+    cause is quiet; ``get``: a figure by name of ``v``, ``judged``: :func:`pipelines.sim.truth.judge_causes`."""
+    out = []
+    if judged["changes"]:
+        out.append(("no lift while a cause is active", not judged["lifts"],
+                    ("; ".join(judged["lifts"]) or "none") + (
+                        "; left out (judged as episodes after a lift): " + "; ".join(judged["lifts_unseen"])
+                        if judged.get("lifts_unseen") else "")))
+    again = [ep for ep in episodes if ep["k"] > 1 and not ep["in_force_at_start"]]
+    if again:
+        ok = all(ep["contained"] is not None and ep["contained"] <= ONSET_TO_LIMIT_MAX_S and ep["remembered"]
+                 for ep in again)
+        out.append((f"an episode that starts after a lift is limited within {ONSET_TO_LIMIT_MAX_S:.0f} s at the "
+                    f"remembered target (within {REMEMBERED_REL:.0%})", ok,
+                    "; ".join(f"episode {ep['k']}: {ep['contained']} s, {_recurrence_text(ep)}" for ep in again)))
+    lifts = [x for x in judged.get("lift_after_fix", []) if x.judged() is not None]
+    if lifts:
+        out.append(_lift_check(lifts, get("fix_to_lift_minutes_worst")))
+    elif "fix_to_lift_minutes" in v and not judged["changes"]:
+        recurrent = n_spans > 1
+        most = FIX_TO_LIFT_RECURRENT_MAX_MIN if recurrent else FIX_TO_LIFT_MAX_MIN
+        x = get("fix_to_lift_minutes_last")
+        out.append((f"lifted <= {most:.0f} event minutes after the {'last ' if recurrent else ''}fix",
+                    bool(x <= most), "not lifted" if np.isnan(x) else f"{x:.1f} min"))
+    if judged["fix_to_lift"]:
+        out.append(("no limit set again while a fixed cause is quiet (after its lift, before it comes back)",
+                    not judged["relimits"], "; ".join(judged["relimits"]) or "none"))
+    return out
+
+
 def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
             judged: dict | None = None) -> list[tuple[str, bool, str]]:
     """The targets for this scenario: (check, passed, measured). ``kind``: the culprit's resource type (None: no
-    cause a limit is required for, e.g. a flash sale or a normal day); ``judged``: :func:`pipelines.sim.truth.judge_causes`."""
+    cause a limit is required for, e.g. a flash sale or a normal day); ``judged``:
+    :func:`pipelines.sim.truth.judge_causes`."""
     def get(name: str) -> float:
         return v.get(name, (float("nan"), "", ""))[0]
 
@@ -535,73 +788,12 @@ def _checks(v: dict, kind: str | None, episodes: list[dict], n_spans: int,
         x = get("onset_to_limit_in_force")
         out.append((f"onset -> limit in force <= {ONSET_TO_LIMIT_MAX_S:.0f} s", bool(x <= ONSET_TO_LIMIT_MAX_S),
                     "a required cause never limited" if np.isnan(x) else f"{x:.0f} s"))
-        if judged["changes"]:
-            ok = all(most <= CHANGES_MAX.get(cz.resource_type, 1) for cz, most in judged["changes"])
-            measured = ", ".join(f"{cz.resource_type} {cz.resource}: {most}" for cz, most in judged["changes"])
-            excluded = get("limit_value_changes_excluded")
-            out.append(("<= 1 change of a storm's limit value, <= 3 of a surge's, while the cause persists (every "
-                        "change, whatever its duration)", ok,
-                        measured + (f"; left out ({len(judged['excluded'])}): {'; '.join(judged['excluded'])}"
-                                    if excluded else "")))
-        else:
-            most = CHANGES_MAX[kind]
-            x = get("limit_changes_while_cause_persists")
-            out.append((f"<= {most} change{'s' if most > 1 else ''} of the limit's value while the cause persists",
-                        bool(x <= most), f"{x:.0f} (most in one episode; {get('limit_changes_all_episodes'):.0f} in all)"))
-        x = get("culprit_admitted_over_target")
-        lo, hi = TARGET_RATIO
-        out.append((f"cluster-wide admitted within {lo}x-{hi}x the decided target", bool(lo <= x <= hi),
-                    f"{x:.2f}x"))
-        left = dict(judged.get("minutes_left_out") or {})
-        if judged.get("busy_minutes"):
-            left[f"with a busy carrier (it refused sends before its limiter; with them "
-                 f"{get('admitted_over_limit_minute_min_with_busy'):.2f}x at the least)"] = len(judged["busy_minutes"])
-        name = f"admitted within {lo}x-{hi}x the limit in every limited minute"
-        if judged["minutes"]:
-            bad = [(nm, m, r) for nm, m, r in judged["minutes"] if not lo <= r <= hi]
-            out.append((name, not bad,
-                        f"{get('admitted_over_limit_minute_min'):.2f}x-{get('admitted_over_limit_minute_max'):.2f}x "
-                        f"over {len(judged['minutes'])} minutes" + (
-                            "; " + ", ".join(f"{nm} minute {m}: {r:.2f}x" for nm, m, r in bad[:4]) if bad else "")
-                        + left_out(left, "minutes")))
-        else:
-            out.append((name, False, NO_MINUTE + left_out(left, "minutes")))
+        out.append(_change_check(get, judged, kind))
+        out += _admitted_checks(get, judged)
         out += _probe_checks(judged)
         out += _level_checks(judged.get("levels", []))
-        held = [ep for ep in episodes if ep["contained"] is not None]  # every episode limited, after a lift too
-        ok = bool(held) and all(ep["pct"] <= BYSTANDER_AFTER_MAX_PCT for ep in held)
-        measured = "; ".join(f"episode {ep['k']}" + ("" if ep["k"] == 1 or ep["in_force_at_start"] else
-                                                     " (after a lift)") + ": "
-                             + ("n/a" if not np.isfinite(ep["pct"]) else f"{ep['pct']:.2f} %") for ep in held)
-        out.append((f"bystander rejected sends per storm minute after containment <= {BYSTANDER_AFTER_MAX_PCT:.0f} % "
-                    "of before, in every episode (each from its own containment)", ok,
-                    f"{measured} (all episodes: {get('bystander_after_pct_of_before'):.2f} %)" + (
-                        "; left out: " + "; ".join(f"{g} (a broker restart's gap)" for g in judged["bystander_gaps"])
-                        if judged.get("bystander_gaps") else "")))
-        if judged["changes"]:
-            out.append(("no lift while a cause is active", not judged["lifts"],
-                        ("; ".join(judged["lifts"]) or "none") + (
-                            "; left out (judged as episodes after a lift): " + "; ".join(judged["lifts_unseen"])
-                            if judged.get("lifts_unseen") else "")))
-        again = [ep for ep in episodes if ep["k"] > 1 and not ep["in_force_at_start"]]
-        if again:
-            ok = all(ep["contained"] is not None and ep["contained"] <= ONSET_TO_LIMIT_MAX_S and ep["remembered"]
-                     for ep in again)
-            out.append((f"an episode that starts after a lift is limited within {ONSET_TO_LIMIT_MAX_S:.0f} s at the "
-                        f"remembered target (within {REMEMBERED_REL:.0%})", ok,
-                        "; ".join(f"episode {ep['k']}: {ep['contained']} s, {_recurrence_text(ep)}" for ep in again)))
-        lifts = [x for x in judged.get("lift_after_fix", []) if x.judged() is not None]
-        if lifts:
-            out.append(_lift_check(lifts, get("fix_to_lift_minutes_worst")))
-        elif "fix_to_lift_minutes" in v and not judged["changes"]:
-            recurrent = n_spans > 1
-            most = FIX_TO_LIFT_RECURRENT_MAX_MIN if recurrent else FIX_TO_LIFT_MAX_MIN
-            x = get("fix_to_lift_minutes_last")
-            out.append((f"lifted <= {most:.0f} event minutes after the {'last ' if recurrent else ''}fix",
-                        bool(x <= most), "not lifted" if np.isnan(x) else f"{x:.1f} min"))
-        if judged["fix_to_lift"]:
-            out.append(("no limit set again while a fixed cause is quiet (after its lift, before it comes back)",
-                        not judged["relimits"], "; ".join(judged["relimits"]) or "none"))
+        out.append(_bystander_check(get, judged, episodes))
+        out += _after_lift_checks(get, v, judged, episodes, n_spans)
     x = get("false_limits")
     out.append(("0 enforced limits on a resource without a cause", x == 0, f"{x:.0f}"))
     return out

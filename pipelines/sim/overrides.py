@@ -8,7 +8,7 @@ What the checks hold to (docs/operators.md §9), for each override of the culpri
 propagation delay after its start to its end: a pin is the only limit in force, at its figure; an exemption leaves
 no enforced limit in force. After its end, a cause still active is limited by the rules within the onset target
 (:data:`pipelines.sim.figures.ONSET_TO_LIMIT_MAX_S`, or the fastest the pipeline allows when that is later,
-:func:`pipelines.sim.sweep.fastest_in_force`): they take over from the current evidence, at once after an
+:func:`pipelines.sim.fastest.fastest_in_force`): they take over from the current evidence, at once after an
 exemption (the cause was in plain sight); after a pin, from the first stats minute after its end (the minute it
 ended in shows the pin's traffic, not the cause's).
 """
@@ -26,8 +26,10 @@ import pandas as pd
 from pipelines.config import GovernorConfig
 from pipelines.decide.paths.overrides import CREATE, EXEMPT, PIN, Override, parse
 from pipelines.sim.draws import PROG, START, Case, _draw, _draw_world
+from pipelines.sim.fastest import fastest_in_force
 from pipelines.sim.premise import cluster_of as _cluster, premise
-from pipelines.sim.figures import ONSET_TO_LIMIT_MAX_S, in_force_spans, truth
+from pipelines.sim.figures import ONSET_TO_LIMIT_MAX_S, truth
+from pipelines.sim.values_in_force import in_force_spans
 
 #: The sweep's kind of a persisting storm with a drawn override of its culprit group. Its cases are its own
 #: (:func:`draw_overridden`, from a generator of their own), not among :data:`pipelines.sim.draws.KINDS`: the
@@ -61,7 +63,6 @@ def checks(result, overrides: Sequence[Override], cfg: GovernorConfig, case=None
         world.get("apply_delay_seconds", {}).values(), default=0.0)
     # the onset target, or the fastest a cause showing first in a minute's lines can be limited when that is later
     # (a propagation delay near 30 s, a slow shipper), as pipelines.sim.sweep.verdict excuses an onset
-    from pipelines.sim.sweep import fastest_in_force
     regular = Case(0, KIND, {}, result.propagation_seconds)
     bound = max(ONSET_TO_LIMIT_MAX_S, fastest_in_force(case or regular, cfg, result.bcfg) + 1.0)
     seconds = lambda t: (pd.Timestamp(t) - c.start).total_seconds()  # noqa: E731

@@ -15,8 +15,8 @@ from pipelines.sim.case import COMPOUND, START, Case
 #: preliminary.census`). With the shipped settings (watermark 120 s) the fast path reads it 3.5-5.2 minutes into a
 #: run (earlier when failure lines move the watermark): a storm from minute 3 or 4 was contained from the final
 #: window or the next open one, 132-154 s after its onset. A storm in the governor's first
-#: minutes is a cold start (kind ``cold_start``, judged by :func:`cold_start_target`), not what the 100 s target is
-#: about; from minute 5 its onset minute is judged at 6:12.5.
+#: minutes is a cold start (kind ``cold_start``, judged by :func:`pipelines.sim.fastest.cold_start_target`), not
+#: what the 100 s target is about; from minute 5 its onset minute is judged at 6:12.5.
 FIRST_STORM_MINUTE = 5
 #: The kinds whose premise reads their cluster's demand (:func:`premise`).
 PREMISED = ("flash_sale", "normal_day", "noisy_neighbour") + COMPOUND

@@ -26,6 +26,7 @@ import pandas as pd
 
 from pipelines.config import LimitsConfig
 from pipelines.decide.words import Action
+from pipelines.sim.values_in_force import in_force_spans, value_at, value_events
 
 #: The most a cause's admitted rate may be over its decided target in a limited minute, outside a probe and inside
 #: one (a probe at relax_factor 1.5, with the bucket's burst: 1.6).
@@ -155,14 +156,12 @@ def _under_cap_before(result, resource: tuple[str, str], decided: pd.Timestamp, 
     """The newest whole minute the governor had read by ``decided`` (:func:`_seen_minute`), when the resource's
     admitted rate in it (ground truth, cluster-wide) was under ``share`` of the limit in force at its end: its end
     (UTC); None when it was at the cap, or nothing was in force."""
-    from pipelines.sim.truth import _value_at, value_events
-
     c = result.cluster
     m = _seen_minute(result, resource, decided)
     if m is None or m >= c.T:
         return None
     end = c.start + pd.Timedelta(minutes=m + 1)
-    value = _value_at(value_events(result, resource), end - pd.Timedelta(microseconds=1))
+    value = value_at(value_events(result, resource), end - pd.Timedelta(microseconds=1))
     if not np.isfinite(value):
         return None
     pairs = ((c.pairs["resource_type"] == resource[0]) & (c.pairs["resource"] == resource[1])).to_numpy()
@@ -174,8 +173,6 @@ def decided_targets(result, resource: tuple[str, str]) -> tuple[np.ndarray, np.n
     """Per second of the run: the cause's decided target (msg/s cluster-wide: the value in force, but the level
     before a probe while the probe's raise is in force at a broker; NaN: no limit) and whether a probe was in force
     (a storm cause's ``relax``; a surge's upward steps are decided targets)."""
-    from pipelines.sim.truth import in_force_spans
-
     c = result.cluster
     n = c.T * 60
     lim = getattr(result, "limits", None)

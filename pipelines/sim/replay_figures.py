@@ -8,7 +8,7 @@ Per resource (a topic's puts, a consumer group's send-backs), times UTC, from th
 * ``first_in_force``: the first instant a limit on it is in force at a broker (the brokers' timeline, propagation
   included); ``first_limit_after_onset_s``: that − the start of its first flagged window; ``first_limit_qps``;
 * ``changes``: changes of the value in force (a new value, or gone at every broker) after the first limit, while the
-  cause is on (:func:`pipelines.sim.truth.value_events`);
+  cause is on (:func:`pipelines.sim.values_in_force.value_events`);
 * ``admitted_over_target``: what its brokers admitted of it ÷ the cluster-wide limit in force, summed over the
   seconds a limit is in force while the cause is on;
 * ``lifted_at`` and ``lift_after_cause_end_min``: when no limit on it is in force at any broker any more, − the end
@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import polars as pl
 
-from pipelines.sim.truth import value_events
+from pipelines.sim.values_in_force import value_events
 
 
 def resources(result, spans: dict) -> list[tuple[str, str]]:
@@ -51,7 +51,8 @@ def span_mask(c, spans: list) -> np.ndarray:
 
 
 def target_per_second(c, events: list) -> np.ndarray:
-    """The cluster-wide limit in force per second (NaN: none) from :func:`~pipelines.sim.truth.value_events`."""
+    """The cluster-wide limit in force per second (NaN: none) from
+    :func:`~pipelines.sim.values_in_force.value_events`."""
     out = np.full(c.T * 60, np.nan)
     times = [_second(c, t) for t, _v in events] + [c.T * 60]
     for (t, v), lo, hi in zip(events, times, times[1:]):

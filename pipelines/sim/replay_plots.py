@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 import polars as pl  # noqa: E402
 
 from pipelines.sim.replay_figures import pair_masks, target_per_second  # noqa: E402
-from pipelines.sim.truth import value_events  # noqa: E402
+from pipelines.sim.values_in_force import value_events  # noqa: E402
 
 DPI = 100
 LIMIT_COLOUR = "tab:blue"

@@ -19,7 +19,7 @@ What varies (:func:`pipelines.sim.draws.draw`; issue 49 made the world irregular
   storming at once, a surge spread over 2+ brokers, a flash sale past every broker's capacity, a demand at
   0.9-1.1x capacity, a surge back twice after its lift (a mid-size topic's limited 18-24 minutes first: issue 49's
   mutation p12); a storm under way when the governor starts on a new lake (``cold_start``, judged by
-  :func:`cold_start_target`) and a governor restarted mid-incident;
+  :func:`pipelines.sim.fastest.cold_start_target`) and a governor restarted mid-incident;
 * when a cause starts (at any second; a storm from minute :data:`FIRST_STORM_MINUTE` but for a cold start), ramps
   (1-5 minutes) and is fixed (at any second, rolled out over 1-4 minutes);
 * a storm's carriers, its consume rate and send-back level (1-2.5x what it consumes), the write amplification of a
@@ -50,12 +50,11 @@ within 8 minutes of a fix followed by 8 quiet minutes). Cases are 10-60 simulate
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
-
-import numpy as np
 
 from pipelines.cli import OneLineParser
 from pipelines.sim.figures import NO_MINUTE, check_figure
@@ -66,7 +65,7 @@ from pipelines.sim.draws import (  # noqa: F401 (the drawing of a case, importab
 from pipelines.sim.premise import (  # noqa: F401
     CAPACITY_BAND, FIRST_STORM_MINUTE, HEALTHY_SHARE, PREMISED, SATURATED_SHARE, _spec, _with_clients, premise,
 )
-from pipelines.sim.premise import cluster_of as _cluster
+from pipelines.sim.fastest import cold_start_target, episode_fastest, fastest_in_force, unseen_minutes
 from pipelines.sim.overrides import KIND as OVERRIDDEN, draw_overridden, for_cluster, judged as judge_overridden
 
 
@@ -87,51 +86,6 @@ def run(case: Case, cfg=None, bcfg=None, cluster=None):
                       irregular=Irregularity(**case.irregular), overrides=overrides)
     # overridden_storm: judged by the overrides' own checks (pipelines.sim.overrides.judged)
     return judge_overridden(compute(result), result, overrides, cfg, case) if overrides else compute(result)
-
-
-def fastest_in_force(case: Case, cfg=None, bcfg=None, timing=None, carriers=None) -> float:
-    """The earliest a limit can be in force after a cause that shows first in a minute's stats lines (s from the
-    cause's first whole minute): the minute's lines land the slowest of its brokers' shipping delays after its end
-    (``shipping.stats_seconds``, or the case's world: delay + jitter), the next ingest trigger
-    (``windows.trigger_seconds``) writes them ``Timing.ingest_seconds`` later, the next fast trigger
-    (``windows.fast_trigger_seconds``) decides, published ``Timing.fast_seconds`` later, in force after the
-    propagation delay and the first of its brokers to apply it. 72.5 s + propagation with the shipped
-    settings. A limit is in force only at a broker carrying its resource: with ``carriers`` (each required
-    cause's brokers, :attr:`pipelines.sim.figures.Figures.carriers`), the first of each cause's carriers to apply
-    it, for the slowest cause (``onset_to_limit_in_force`` is the slowest cause's); without, the first broker."""
-    from pipelines.sim.settings import governor_config, load_backtest_config
-    from pipelines.sim.loop import Timing
-
-    bcfg = bcfg or load_backtest_config("conf/backtest.toml")
-    cfg = cfg or governor_config(bcfg, None, None)
-    timing = timing or Timing()
-    w = cfg.windows
-    irr = case.irregular
-    delays = irr.get("stats_delay_seconds", {})
-    ship = max([bcfg.shipping.stats_seconds] + [delays.get(b, bcfg.shipping.stats_seconds) for b in case.hosts]) \
-        + irr.get("stats_jitter_seconds", 0.0)
-    delay = irr.get("apply_delay_seconds", {})
-    apply = min([delay.get(b, 0.0) for b in case.hosts] or [0.0])
-    if carriers:
-        apply = max(min(delay.get(b, 0.0) for b in brokers) for brokers in carriers.values() if brokers)
-    ingest = -(-(60 + ship) // w.trigger_seconds) * w.trigger_seconds + timing.ingest_seconds
-    fast = -(-ingest // w.fast_trigger_seconds) * w.fast_trigger_seconds
-    return fast + timing.fast_seconds + case.propagation_seconds + apply
-
-
-def cold_start_target(case: Case, cfg=None, bcfg=None) -> float:
-    """A storm under way when the governor starts on a new lake (kind ``cold_start``): the limit is in force at
-    most this many seconds after the governor's start (the run's first second). Why this target: the fast path
-    judges a ratio rule on an open window only once it is complete by census against the brokers of the newest
-    finalized window, and a new lake has none; the first window (minute 0) is final once the watermark
-    (``windows.watermark_seconds``) has passed its end and the next gold trigger ran: 60 s + the watermark + one
-    trigger. From there the usual 100 s, and the propagation delay."""
-    from pipelines.sim.settings import governor_config, load_backtest_config
-
-    bcfg = bcfg or load_backtest_config("conf/backtest.toml")
-    cfg = cfg or governor_config(bcfg, None, None)
-    w = cfg.windows
-    return 60.0 + w.watermark_seconds + w.trigger_seconds + 100.0 + case.propagation_seconds
 
 
 #: Checks a kind may find nothing to judge by (their measured text starts with
@@ -211,38 +165,6 @@ def verdict(case: Case, figures, cfg=None, bcfg=None) -> tuple[list[tuple[str, s
         else:
             failed.append((name, measured))
     return failed, excused
-
-
-def unseen_minutes(case: Case, carriers: dict, clock_s: float) -> float:
-    """How many minutes (fractional) after it would usually land the stats the governor reads first hold the minute
-    starting ``clock_s`` (s from the run's start; NaN: 0) or a later one from every broker carrying a required cause
-    (``carriers``: resource → brokers; none: 0). A minute some carrier's shipper dropped, or shipped more than a minute
-    late (Spark counts it late or not at all), does not show, and the next minute stands for it a minute later; a
-    minute shipped up to a minute late (a shipper that stalled, or was stopped and restarted with its backlog,
-    :func:`pipelines.sim.irregular.stopped_shipper`) shows that many seconds later, the latest of its carriers'. A
-    cause cannot show in a minute its carriers did not ship, nor before its lines land. Gaps in the failure logs are
-    not counted: whether one hides a busy carrier (``BROKER_BUSY``, which a surge's enforcement waits for) depends on
-    how many busy lines the carrier's other topics still ship against ``detection.busy_failures_floor``, which the
-    world's parameters alone do not say."""
-    if not np.isfinite(clock_s) or not carriers:
-        return 0
-    brokers = {b for bs in carriers.values() for b in bs}
-    gone = {(b, int(m)) for b, m in case.irregular.get("dropped_minutes", [])}
-    late = {(b, int(m)): float(more) for b, m, more in case.irregular.get("late_minutes", [])}
-    m, count = int(clock_s // 60), 0
-    while True:
-        if not any((b, m + count) in gone or late.get((b, m + count), 0.0) > 60.0 for b in brokers):
-            return count + max(late.get((b, m + count), 0.0) for b in brokers) / 60.0
-        count += 1
-
-
-def episode_fastest(case: Case, figures, key: str, fastest: float) -> float:
-    """The fastest possible limit in force (s from its clock) of the episode whose figure is ``key``
-    (``onset_to_limit_in_force_episode_<k>``): ``fastest``, a minute more per minute its carriers did not ship at
-    its start (:func:`unseen_minutes`); at least the onset target, so an episode within it passes."""
-    k = key.rsplit("_", 1)[-1]
-    clock = figures.values.get(f"onset_clock_s_episode_{k}", (float("nan"),))[0]
-    return max(fastest + 60.0 * unseen_minutes(case, figures.carriers, clock), 100.0)
 
 
 def failed(figures, case: Case | None = None) -> list[tuple[str, str]]:
@@ -333,7 +255,9 @@ def judge_many(seeds: Sequence[int], workers: int | None = None, kind: str | Non
             os.environ["POLARS_MAX_THREADS"] = previous
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> OneLineParser:
+    """The sweep's command line (module docstring): one case, a range of cases or these seeds, with the number of
+    processes, the files to write the verdicts and the CPU seconds to, and the kind of cases."""
     p = OneLineParser(prog=PROG, description="Randomized closed loops judged by the backtest's checks.")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--case", type=int, help="run case SEED and print its parameters and checks")
@@ -349,6 +273,59 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="with --cases or --seeds: write {case: CPU seconds to draw, run and judge it} to FILE")
     p.add_argument("--kind", choices=[OVERRIDDEN],
                    help="the cases of this kind, apart from the sweep's (their own seeds): operators' overrides")
+    return p
+
+
+@dataclass
+class Swept:
+    """The cases of one sweep as they ended: ``verdicts``: case → its failed checks' names; ``seconds``: case → the
+    CPU seconds to draw, run and judge it; ``bad``: per failed case, its failure and replay lines (printed last)."""
+
+    verdicts: dict[int, list[str]] = field(default_factory=dict)
+    seconds: dict[int, float] = field(default_factory=dict)
+    bad: list[str] = field(default_factory=list)
+
+
+def _sweep_in_workers(seeds: Sequence[int], workers: int, kind: str | None) -> Swept:
+    """The cases ``seeds`` judged over ``workers`` processes (:func:`judge_many`), one line per case printed in
+    seed order once all have ended; returns their :class:`Swept`."""
+    swept = Swept()
+    for seed, judged in sorted(judge_many(seeds, workers, kind).items()):
+        swept.verdicts[seed] = [n for n, _ in judged.failed]
+        swept.seconds[seed] = judged.seconds
+        state = "FAIL " + "; ".join(swept.verdicts[seed]) if judged.failed else "ok"
+        print(f"case {seed} {judged.kind}: {state}")
+        if judged.failed:
+            swept.bad.append(f"failed: case {seed} {judged.kind}\n  replay: {judged.replay}")
+    return swept
+
+
+def _sweep_here(seeds: Sequence[int], kind: str | None) -> Swept:
+    """The cases ``seeds`` drawn, run and judged in this process with the shipped config and world, one line per
+    case printed as it ends (with the checks it could not be judged by); returns their :class:`Swept`."""
+    from pipelines.sim.settings import governor_config, load_backtest_config
+
+    bcfg = load_backtest_config("conf/backtest.toml")
+    cfg = governor_config(bcfg, None, None)
+    clusters: dict = {}
+    swept = Swept()
+    for seed in seeds:
+        started = time.process_time()
+        case = draw_case(seed, bcfg, clusters, kind)
+        figures = run(case, cfg, bcfg, clusters.pop(seed, None))
+        problems, excused = verdict(case, figures, cfg, bcfg)
+        swept.seconds[seed] = time.process_time() - started
+        swept.verdicts[seed] = [n for n, _ in problems]
+        state = "FAIL " + "; ".join(n for n, _ in problems) if problems else "ok" + (
+            " (n/a: " + "; ".join(w for _, w in excused) + ")" if excused else "")
+        print(f"case {seed} {case.kind}: {state}", flush=True)
+        if problems:
+            swept.bad.append(f"failed: {case.describe()}\n  replay: {case.replay()}")
+    return swept
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = _parser()
     args = p.parse_args(argv)
     if args.case is not None:
         case = draw_case(args.case, kind=args.kind)
@@ -362,45 +339,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workers < 1:
         p.error(f"--workers must be >= 1, got {args.workers}")
     seeds = sorted(set(args.seeds)) if args.seeds is not None else range(args.first, args.first + args.cases)
-    verdicts: dict[int, list[str]] = {}
-    seconds: dict[int, float] = {}
-    bad = []
-    if args.workers > 1:
-        for seed, judged in sorted(judge_many(seeds, args.workers, args.kind).items()):
-            verdicts[seed] = [n for n, _ in judged.failed]
-            seconds[seed] = judged.seconds
-            state = "FAIL " + "; ".join(verdicts[seed]) if judged.failed else "ok"
-            print(f"case {seed} {judged.kind}: {state}")
-            if judged.failed:
-                bad.append(f"failed: case {seed} {judged.kind}\n  replay: {judged.replay}")
-    else:
-        from pipelines.sim.settings import governor_config, load_backtest_config
-
-        bcfg = load_backtest_config("conf/backtest.toml")
-        cfg = governor_config(bcfg, None, None)
-        clusters: dict = {}
-        for seed in seeds:
-            started = time.process_time()
-            case = draw_case(seed, bcfg, clusters, args.kind)
-            figures = run(case, cfg, bcfg, clusters.pop(seed, None))
-            problems, excused = verdict(case, figures, cfg, bcfg)
-            seconds[seed] = time.process_time() - started
-            verdicts[seed] = [n for n, _ in problems]
-            state = "FAIL " + "; ".join(n for n, _ in problems) if problems else "ok" + (
-                " (n/a: " + "; ".join(w for _, w in excused) + ")" if excused else "")
-            print(f"case {seed} {case.kind}: {state}", flush=True)
-            if problems:
-                bad.append(f"failed: {case.describe()}\n  replay: {case.replay()}")
-    for line in bad:
+    swept = _sweep_in_workers(seeds, args.workers, args.kind) if args.workers > 1 else _sweep_here(seeds, args.kind)
+    for line in swept.bad:
         print(line)
-    import json
-
-    for path, data in ((args.json, verdicts), (args.times, {k: round(v, 3) for k, v in seconds.items()})):
+    for path, data in ((args.json, swept.verdicts),
+                       (args.times, {k: round(v, 3) for k, v in swept.seconds.items()})):
         if path:
             with open(path, "w", encoding="utf-8") as out:
                 json.dump({str(k): v for k, v in data.items()}, out, indent=0)
-    print(f"{len(seeds) - len(bad)} of {len(seeds)} cases passed")
-    return 1 if bad else 0
+    print(f"{len(seeds) - len(swept.bad)} of {len(seeds)} cases passed")
+    return 1 if swept.bad else 0
 
 
 if __name__ == "__main__":

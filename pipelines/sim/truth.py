@@ -1,16 +1,16 @@
 """The ground truth of a closed loop and the judgement of each cause against it (issue 49), for
 :mod:`pipelines.sim.figures`: the incident's causes (:func:`causes`, :func:`truth`), where a cause's onset clock
-starts (:func:`onset_clock`), every change of a limit's value from the brokers' timeline (:func:`value_events`,
-:func:`_changes`), and per cause its changes, lifts, limited minutes, fixes and limits set again while it is quiet
-(:func:`judge_causes`); the seconds each snapshot of the limits in force lasts (:func:`in_force_spans`).
+starts (:func:`onset_clock`), which changes of a limit's value count (:func:`_changes`; the values themselves from
+the brokers' timeline: :mod:`pipelines.sim.values_in_force`), and per cause its changes, lifts, limited minutes,
+fixes and limits set again while it is quiet (:func:`judge_causes`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -22,11 +22,10 @@ from pipelines.sim.probes import decided_targets
 from pipelines.sim.pulses import sending_nothing
 from pipelines.sim.scenarios import NO_CAUSE, STORM_SCENARIOS
 from pipelines.sim.spec import span_seconds
+from pipelines.sim.values_in_force import SAME_VALUE_REL, in_force_spans, value_at, value_events
 
 #: Scenarios whose culprit is a consumer group's retry traffic.
 STORMS = STORM_SCENARIOS
-#: Two values in force within this relative distance are the same value (floating-point noise).
-SAME_VALUE_REL = 1e-9
 #: Bounds of the checks that :func:`judge_causes` measures against (the figures module states them all).
 TARGET_RATIO = (0.75, 1.25)
 FIX_TO_LIFT_MAX_MIN = 8.0
@@ -36,21 +35,6 @@ FIX_TO_LIFT_RECURRENT_MAX_MIN = 20.0
 def _seconds(result, spans) -> np.ndarray:
     """Per second of the run: inside one of ``spans`` (:func:`pipelines.sim.spec.span_seconds`)."""
     return span_seconds(result.cluster.start, result.cluster.T * 60, spans)
-
-
-def in_force_spans(result) -> Iterator[tuple[int, int, dict]]:
-    """Each snapshot of the brokers' limits in force (``result.in_force``: at each change, {(broker, resource_type,
-    resource): (qps at that broker, record)}) with the seconds of the run it lasts: (first second, second after its
-    last, snapshot), seconds from the cluster's start, to the next snapshot (the last: to the run's end, ``T``
-    minutes); a snapshot taken mid-second holds from the next whole second. Spans of no second are left out."""
-    c = result.cluster
-    n = c.T * 60
-    times = [t for t, _ in result.in_force] + [c.end]
-    for (t, snap), t_next in zip(result.in_force, times[1:]):
-        lo = max(0, int(np.ceil((t - c.start).total_seconds())))
-        hi = min(n, int(np.ceil((t_next - c.start).total_seconds())))
-        if hi > lo:
-            yield lo, hi, snap
 
 
 def causes(result) -> list:
@@ -124,27 +108,6 @@ def observable_onset(result, cause) -> pd.Timestamp | None:
     return None
 
 
-def value_events(result, resource: tuple[str, str], versions: dict | None = None) -> list[tuple[pd.Timestamp, float]]:
-    """Every change of ``resource``'s value in force, from the brokers' timeline (``result.in_force``), whatever
-    its duration: (time, cluster-wide ``limit_qps`` of the newest record in force at any broker, NaN: none at any
-    broker). Consecutive equal values (within :data:`SAME_VALUE_REL`) are one. ``versions``: filled with each
-    event's time → the version of the record that made it (None for a value gone)."""
-    out: list = []
-    for t, snap in result.in_force:
-        recs = [rec for (_b, rt, r), (_qps, rec) in snap.items() if (rt, r) == resource]
-        newest = max(recs, key=lambda rec: rec.get("version") or 0) if recs else None
-        value = float(newest["limit_qps"]) if newest is not None else float("nan")
-        if out:
-            last = out[-1][1]
-            if (np.isnan(last) and np.isnan(value)) or (
-                    not np.isnan(last) and not np.isnan(value) and abs(value - last) <= SAME_VALUE_REL * abs(last)):
-                continue
-        out.append((pd.Timestamp(t), value))
-        if versions is not None:
-            versions[pd.Timestamp(t)] = int(newest["version"]) if newest is not None else None
-    return out
-
-
 def probe_event_times(result, resource: tuple[str, str], events: list) -> set[pd.Timestamp]:
     """The value events (``events``: :func:`value_events`) of a storm cause's probes (:mod:`pipelines.sim.probes`,
     judged by their own rule): from a ``relax`` decision to the decision that ended it (and the brokers' apply
@@ -184,16 +147,6 @@ def restart_times(result) -> list[tuple[str, pd.Timestamp]]:
     return [(b, c.start + pd.Timedelta(seconds=float(s))) for b, s in irr.broker_restarts]
 
 
-def _value_at(events: list, t: pd.Timestamp) -> float:
-    """The value in force at ``t`` from :func:`value_events` (NaN: none)."""
-    value = float("nan")
-    for at, v in events:
-        if at > t:
-            break
-        value = v
-    return value
-
-
 def first_window_end(a: pd.Timestamp) -> pd.Timestamp:
     """The end of the first whole stats minute of an episode starting at ``a`` (UTC): the earliest instant at which
     a broker's minute line (final or open) can show the episode for a whole window. Its line lands later still, by
@@ -209,7 +162,7 @@ def unseen_lift(result, resource: tuple[str, str], events: list, a: pd.Timestamp
     episode). Such an episode is judged as one that starts after a lift (limited again within the onset bound at
     the remembered target), not as a lift while active. None: the limit was not in force at ``a``, or was not
     lifted in the episode, or its lift was decided after the episode's first whole window ended (a blind lift)."""
-    if np.isnan(_value_at(events, a)):
+    if np.isnan(value_at(events, a)):
         return None
     gone = _gone(events, a, restarts)
     if gone is None or gone >= b:
@@ -240,7 +193,7 @@ def unseen_changes(result, resource: tuple[str, str], events: list, a: pd.Timest
     the resource taken at or before the change is older than the episode's first whole window. A probe, a lift or
     a cut decided in the quiet spell on its evidence is no answer to the episode: the change count starts after
     them (the lift's episode is judged as one after a lift, :func:`unseen_lift`)."""
-    if np.isnan(_value_at(events, a)):
+    if np.isnan(value_at(events, a)):
         return []
     times = _decided(result, resource)
     bound = first_window_end(a)
@@ -334,7 +287,7 @@ def _gone(events: list, after: pd.Timestamp, restarts: list) -> pd.Timestamp | N
         if not np.isnan(v):
             continue
         if t in restart_at and i + 1 < len(later) and not np.isnan(later[i + 1][1]):
-            before = _value_at(events, t - pd.Timedelta(microseconds=1))
+            before = value_at(events, t - pd.Timedelta(microseconds=1))
             if abs(later[i + 1][1] - before) <= SAME_VALUE_REL * abs(before):
                 continue
         return t
@@ -352,7 +305,7 @@ def _changes(events: list, t0: pd.Timestamp, t1: pd.Timestamp, restarts: list,
     count = lifts = 0
     excluded: list[str] = []
     restart_at = {t: b for b, t in restarts}
-    last = _value_at(events, t0)
+    last = value_at(events, t0)
     skip_return = None
     for t, v in events:
         if not t0 < t < t1:
@@ -382,15 +335,234 @@ def _changes(events: list, t0: pd.Timestamp, t1: pd.Timestamp, restarts: list,
     return count, lifts, excluded
 
 
+@dataclass(frozen=True)
+class CauseTimeline:
+    """One cause as :func:`judge_causes` reads it: ``resource`` ((resource_type, resource)), ``name`` (as the details
+    print it), ``spans`` (when it is active, UTC), ``events`` (every change of its value in force,
+    :func:`value_events`), ``probing`` (the times of those its probes made, :func:`probe_event_times`), ``busy`` (per
+    minute of the run: a broker carrying it refused sends busy) and ``start`` (the run's start, UTC)."""
+
+    resource: tuple[str, str]
+    name: str
+    spans: list[tuple[pd.Timestamp, pd.Timestamp]]
+    events: list[tuple[pd.Timestamp, float]]
+    probing: set[pd.Timestamp]
+    busy: np.ndarray
+    start: pd.Timestamp
+
+    def busy_before(self, t: pd.Timestamp) -> bool:
+        """Whether a carrier was busy in ``t``'s minute or the :data:`SQUEEZE_LOOKBACK_MIN` minutes before it (a cut
+        at ``t`` is then a squeeze, :func:`_changes`)."""
+        m = int((t - self.start).total_seconds() // 60)
+        return bool(self.busy[max(0, m - SQUEEZE_LOOKBACK_MIN):m + 1].any())
+
+
+def _cause_timeline(result, cause, busy_minutes: np.ndarray, key: list) -> CauseTimeline:
+    """The :class:`CauseTimeline` of ``cause``: its value events and probes' events from the run, and per minute
+    whether one of its carriers was busy (``busy_minutes``: [minute, pair] a pair's broker refused sends busy;
+    ``key``: each pair's (resource_type, resource))."""
+    c = result.cluster
+    res = (cause.resource_type, cause.resource)
+    events = value_events(result, res)
+    carriers = set(c.pairs.loc[[k_ == res for k_ in key], "broker"])
+    return CauseTimeline(res, f"{cause.resource_type} {cause.resource}",
+                         [(pd.Timestamp(a), pd.Timestamp(b)) for a, b in cause.active], events,
+                         probe_event_times(result, res, events),
+                         busy_minutes[:, c.pairs["broker"].isin(carriers).to_numpy()].any(axis=1), c.start)
+
+
+@dataclass
+class ChangesWhileActive:
+    """A cause's value changes while it is active (:func:`_changes_while_active`): ``most``, the most in one episode
+    (counted from after the changes decided before the episode's first whole window ended); ``most_with_unseen``,
+    the most counting those; ``with_probes``, the most with its probes' raises and returns counted (None: no episode
+    with a limit); the texts of its ``lifts`` while active, of the lifts no window could veto yet
+    (``lifts_unseen``, judged as episodes after a lift) and of the changes left out (``excluded``), in time order."""
+
+    most: int = 0
+    most_with_unseen: int = 0
+    with_probes: int | None = None
+    lifts: list[str] = field(default_factory=list)
+    lifts_unseen: list[str] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)
+
+
+def _changes_while_active(result, cause: CauseTimeline, restarts: list) -> ChangesWhileActive:
+    """Every episode of ``cause`` from its first second with a limit in force to its end: its value changes and
+    lifts (:func:`_changes`), but for changes decided before the episode's first whole window ended
+    (:func:`unseen_changes`: counted from after them) and a lift no window could veto yet (:func:`unseen_lift`:
+    counted from the next limit, as an episode after a lift); ``restarts``: :func:`restart_times`."""
+    res, name, events = cause.resource, cause.name, cause.events
+    got = ChangesWhileActive()
+    for a, b in cause.spans:
+        t0 = next((t for t, v in events if a <= t < b and not np.isnan(v)), None)
+        if not np.isnan(value_at(events, a)):
+            t0 = a
+        unseen = unseen_lift(result, res, events, a, b, restarts)
+        early = unseen_changes(result, res, events, a, b)
+        # the count before changes decided ahead of the episode were told apart
+        whole = _changes(events, t0, b, restarts, cause.busy_before, cause.probing) if t0 is not None else None
+        if whole is not None:
+            got.most_with_unseen = max(got.most_with_unseen, whole[0])
+            with_probes = _changes(events, t0, b, restarts, cause.busy_before)[0]
+            got.with_probes = max(got.with_probes or 0, with_probes)
+        start = t0
+        if whole is not None and unseen is not None:  # as an episode after a lift: from its next limit
+            got.lifts_unseen.append(f"{name} lifted {whole[1]}x while active ({a:%H:%M:%S}-{b:%H:%M:%S}), "
+                                    f"landed {unseen[0]:%H:%M:%S}, decided {unseen[1]:%H:%M:%S} before the "
+                                    f"episode's first whole window ended ({first_window_end(a):%H:%M:%S})")
+            t0 = next((t for t, v in events if unseen[0] < t < b and not np.isnan(v)), None)
+        elif whole is not None and early:  # a probe or a cut decided in the quiet spell: counted from after it
+            got.excluded.append(f"{name}: {', '.join(f'{t:%H:%M:%S}' for t in early)} changed as the episode "
+                                f"began ({a:%H:%M:%S}), decided before its first whole window ended "
+                                f"({first_window_end(a):%H:%M:%S})")
+            t0 = early[-1]
+        if t0 is not None:
+            changes, lifts, excluded = whole if t0 == start else _changes(events, t0, b, restarts,
+                                                                          cause.busy_before, cause.probing)
+            got.most = max(got.most, changes)
+            got.excluded += [f"{name}: {x}" for x in excluded]
+            if lifts:
+                got.lifts.append(f"{name} lifted {lifts}x while active ({a:%H:%M:%S}-{b:%H:%M:%S})")
+    return got
+
+
+@dataclass
+class FixesJudged:
+    """A cause's fixes before the run's end (:func:`_fixes_judged`), in time order: ``fix_to_lift`` (name, the fix
+    HH:MM:SS, minutes to its lift (NaN: not lifted in the quiet after it), whether the quiet lasts
+    :data:`FIX_TO_LIFT_MAX_MIN` or more), ``lift_after_fix`` (:class:`LiftAfterFix`), and the texts of its limits set
+    again while it is quiet (``relimits``) and of those a broker restart's gap made (``relimits_with_restarts``)."""
+
+    fix_to_lift: list[tuple[str, str, float, bool]] = field(default_factory=list)
+    lift_after_fix: list[LiftAfterFix] = field(default_factory=list)
+    relimits: list[str] = field(default_factory=list)
+    relimits_with_restarts: list[str] = field(default_factory=list)
+
+
+def _fixes_judged(result, cause, timeline: CauseTimeline, restarts: list, run_end: pd.Timestamp) -> FixesJudged:
+    """Each fix of ``cause`` (an episode's end before ``run_end``) → its lift in the quiet spell after it (to its
+    next episode, or the run's end): the minutes to the lift (:func:`_gone`: a broker restart's gap is no lift),
+    whether a person was told of a limit held (:func:`_named`), and a limit set again while the cause is quiet."""
+    spans, events, name, nan = timeline.spans, timeline.events, timeline.name, float("nan")
+    got = FixesJudged()
+    for k, (_a, b) in enumerate(spans):
+        if b >= run_end:
+            continue
+        quiet_end = spans[k + 1][0] if k + 1 < len(spans) else run_end
+        raw = next((t for t, v in events if t >= b and np.isnan(v)), None)  # before issue 49's last fix
+        gone = _gone(events, b, restarts)
+        if np.isnan(value_at(events, b)):
+            gone = raw = b
+        if raw is not None and raw < quiet_end and raw != gone:
+            again = [t for t, v in events if raw < t < quiet_end and not np.isnan(v)]
+            if again:
+                got.relimits_with_restarts.append(f"{name} fixed {b:%H:%M:%S}, gone {raw:%H:%M:%S} at a "
+                                                  f"broker restart, back {again[0]:%H:%M:%S}")
+        minutes = (gone - b).total_seconds() / 60.0 if gone is not None and gone < quiet_end else nan
+        judged = (quiet_end - b).total_seconds() >= FIX_TO_LIFT_MAX_MIN * 60.0
+        got.fix_to_lift.append((name, f"{b:%H:%M:%S}", minutes, judged))
+        got.lift_after_fix.append(LiftAfterFix(
+            name, b, minutes, len(spans), k == len(spans) - 1, (quiet_end - b).total_seconds() / 60.0,
+            _named(result, cause, b, FIX_TO_LIFT_MAX_MIN) if len(spans) == 1 and not minutes <= FIX_TO_LIFT_MAX_MIN
+            else None))
+        if gone is not None and gone < quiet_end:  # set again while the fixed cause is quiet
+            again = [t for t, v in events if gone < t < quiet_end and not np.isnan(v)]
+            if again:
+                got.relimits.append(f"{name} fixed {b:%H:%M:%S}, lifted {gone:%H:%M:%S}, limited again "
+                                    f"{again[0]:%H:%M:%S} while quiet")
+    return got
+
+
+class LimitAtCarriers(NamedTuple):
+    """Per second of the run, a resource's limit at its carriers (:func:`_limit_at_carriers`): in force at every
+    broker carrying it (``everywhere``), at some broker (``anywhere``), and its cluster-wide value where in force
+    everywhere (``target``, msg/s: the newest record's ``limit_qps``; NaN elsewhere)."""
+
+    everywhere: np.ndarray
+    anywhere: np.ndarray
+    target: np.ndarray
+
+
+def _limit_at_carriers(result, resource: tuple[str, str], carriers: set) -> LimitAtCarriers:
+    """The :class:`LimitAtCarriers` of ``resource`` (carried by the brokers ``carriers``) from the brokers' limits
+    in force (:func:`in_force_spans`)."""
+    n = result.cluster.T * 60
+    everywhere, anywhere = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    target = np.full(n, float("nan"))
+    for lo, hi, snap in in_force_spans(result):
+        recs = {b_: rec for (b_, rt, r), (_q, rec) in snap.items() if (rt, r) == resource}
+        anywhere[lo:hi] = bool(recs)
+        if set(recs) >= carriers:
+            everywhere[lo:hi] = True
+            target[lo:hi] = float(max(recs.values(), key=lambda rec: rec.get("version") or 0)["limit_qps"])
+    return LimitAtCarriers(everywhere, anywhere, target)
+
+
+@dataclass
+class LimitedMinutes:
+    """A cause's minutes limited at every carrier while it is active (:func:`_limited_minutes`), in minute order:
+    ``minutes`` and ``busy_minutes`` (name, minute, admitted ÷ limit over the seconds its producers send; a minute
+    with a busy carrier apart), ``pulse_minutes`` (the ratio over every second, for a pulsed producer's minutes),
+    ``target_minutes`` (name, minute, admitted ÷ decided target, a probe in force), the minutes ``left_out`` by reason,
+    and its levels (:mod:`pipelines.sim.levels`: ``levels``; a surge's per carrier: ``levels_full``)."""
+
+    minutes: list[tuple[str, int, float]] = field(default_factory=list)
+    busy_minutes: list[tuple[str, int, float]] = field(default_factory=list)
+    pulse_minutes: list[float] = field(default_factory=list)
+    target_minutes: list[tuple[str, int, float, bool]] = field(default_factory=list)
+    left_out: Counter = field(default_factory=Counter)
+    levels: list = field(default_factory=list)
+    levels_full: list = field(default_factory=list)
+
+
+def _limited_minutes(result, cause, timeline: CauseTimeline, storms: list, limits, key: list) -> LimitedMinutes | None:
+    """The brokers' admitted traffic of ``cause`` ÷ its limit in every minute it is limited at each of its carriers
+    while it is active and its demand reaches the limit, and ÷ its decided target (:func:`decided_targets`), with its
+    levels (``storms``: the storm causes' resources; ``limits``: the limits' config); None when no pair carries it."""
+    c = result.cluster
+    res, name = timeline.resource, timeline.name
+    pairs = np.array([k_ == res for k_ in key], dtype=bool)
+    if not pairs.any():
+        return None
+    everywhere, anywhere, target = _limit_at_carriers(result, res, set(c.pairs.loc[pairs, "broker"]))
+    act = _seconds(result, cause.active)
+    between_pulses = sending_nothing(c)
+    admitted = c.second_admitted[:, pairs].sum(axis=1)
+    demand = c.demand[pairs].sum(axis=0)
+    decided, probing_s = decided_targets(result, res)
+    got = LimitedMinutes()
+    if cause.kind == "storm":
+        got.levels += storm_levels(result, cause, storms, decided, everywhere, limits)
+    else:
+        got.levels += surge_levels(result, cause, everywhere)
+        got.levels_full += surge_levels(result, cause, everywhere, split="carriers")
+    for m in range(c.T):
+        sl = slice(m * 60, (m + 1) * 60)
+        if act[sl].all() and anywhere[sl].any() and not everywhere[sl].all():
+            got.left_out["limited at some carriers only"] += 1
+        elif act[sl].all() and everywhere[sl].all() and demand[m] < np.mean(target[sl]):
+            got.left_out["demand under the limit"] += 1
+        if act[sl].all() and everywhere[sl].all() and demand[m] >= np.mean(target[sl]):
+            got.target_minutes.append((name, m, float(admitted[sl].sum() / decided[sl].sum()),
+                                       bool(probing_s[sl].any())))
+            # a carrier busy in the minute refused sends before its limiter saw them: not the limiter's figure
+            into = got.busy_minutes if timeline.busy[m] else got.minutes
+            sending = ~between_pulses[sl]  # a pulsed producer's seconds between pulses: nothing to admit
+            into.append((name, m, float(admitted[sl][sending].sum() / target[sl][sending].sum())))
+            if not sending.all():  # the figure with the pulses' gaps counted (before issue 49's pulses), beside
+                got.pulse_minutes.append(float(admitted[sl].sum() / target[sl].sum()))
+    return got
+
+
 def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     """Each cause judged against the ground truth: its value changes and lifts while it is active (every change,
     :func:`_changes`), the brokers' admitted traffic ÷ its limit in every minute it is limited at each of its
     brokers while it is active and its demand reaches the limit (but for a minute when one of its carriers was
-    busy: it refused sends before its limiter saw them; the figure with them kept beside), and each fix → lift where the quiet after the fix
-    lasts :data:`FIX_TO_LIFT_MAX_MIN` or more (a shorter quiet spell may hold the limit). Adds its figures to
-    ``values`` and ``details``; returns what :func:`_checks` needs."""
+    busy: it refused sends before its limiter saw them; the figure with them kept beside), and each fix → lift where
+    the quiet after the fix lasts :data:`FIX_TO_LIFT_MAX_MIN` or more (a shorter quiet spell may hold the limit).
+    Adds its figures to ``values`` and ``details``; returns what :func:`_checks` needs."""
     c = result.cluster
-    n, nan = c.T * 60, float("nan")
     restarts = restart_times(result)
     key = list(zip(c.pairs["resource_type"], c.pairs["resource"]))
     out = {"changes": [], "lifts": [], "minutes": [], "pulse_minutes": [], "fix_to_lift": [], "excluded": [],
@@ -400,115 +572,38 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
            "changes_with_unseen": [], "levels": [], "levels_full": [], "minutes_left_out": Counter()}
     storms = [cz.resource for cz in found if cz.kind == "storm"]
     limits = getattr(result, "limits_cfg", None) or LimitsConfig()
-    run_end = c.start + pd.Timedelta(seconds=n)
+    run_end = c.start + pd.Timedelta(seconds=c.T * 60)
     busy_minutes = c.busy_rejected.sum(axis=2) > 0  # [minute, pair]
     for cz in found:
-        res = (cz.resource_type, cz.resource)
-        name = f"{cz.resource_type} {cz.resource}"
-        events = value_events(result, res)
-        probing = probe_event_times(result, res, events)
-        carriers = set(c.pairs.loc[[k_ == res for k_ in key], "broker"])
-        on_carriers = busy_minutes[:, c.pairs["broker"].isin(carriers).to_numpy()].any(axis=1)
+        timeline = _cause_timeline(result, cz, busy_minutes, key)
+        changed = _changes_while_active(result, timeline, restarts)
+        if changed.with_probes is not None:
+            out["changes_with_probes"] = max(out.get("changes_with_probes", 0), changed.with_probes)
+        for part in ("lifts", "lifts_unseen", "excluded"):
+            out[part] += getattr(changed, part)
+        fixes = _fixes_judged(result, cz, timeline, restarts, run_end)
+        for part in ("fix_to_lift", "lift_after_fix", "relimits", "relimits_with_restarts"):
+            out[part] += getattr(fixes, part)
+        out["changes"].append((cz, changed.most))
+        out["changes_with_unseen"].append((cz, changed.most_with_unseen))
+        minutes = _limited_minutes(result, cz, timeline, storms, limits, key)
+        if minutes is not None:
+            for part in ("levels", "levels_full", "target_minutes", "minutes", "busy_minutes", "pulse_minutes"):
+                out[part] += getattr(minutes, part)
+            out["minutes_left_out"].update(minutes.left_out)
+    _minute_figures(out, values, details)
+    _change_and_lift_figures(out, values, details)
+    _level_figures(out, values, details)
+    values["limit_value_changes_excluded"] = (float(len(out["excluded"])), "count", "incident")
+    details["limit_value_changes_excluded"] = "; ".join(out["excluded"]) or "none"
+    return out
 
-        def busy_before(t: pd.Timestamp, on=on_carriers) -> bool:
-            m = int((t - c.start).total_seconds() // 60)
-            return bool(on[max(0, m - SQUEEZE_LOOKBACK_MIN):m + 1].any())
 
-        spans = [(pd.Timestamp(a), pd.Timestamp(b)) for a, b in cz.active]
-        most = most_with_unseen = 0
-        for k, (a, b) in enumerate(spans):
-            t0 = next((t for t, v in events if a <= t < b and not np.isnan(v)), None)
-            if not np.isnan(_value_at(events, a)):
-                t0 = a
-            unseen = unseen_lift(result, res, events, a, b, restarts)
-            early = unseen_changes(result, res, events, a, b)
-            # the count before changes decided ahead of the episode were told apart
-            whole = _changes(events, t0, b, restarts, busy_before, probing) if t0 is not None else None
-            if whole is not None:
-                most_with_unseen = max(most_with_unseen, whole[0])
-                with_probes = _changes(events, t0, b, restarts, busy_before)[0]
-                out["changes_with_probes"] = max(out.get("changes_with_probes", 0), with_probes)
-            start = t0
-            if whole is not None and unseen is not None:  # as an episode after a lift: from its next limit
-                out["lifts_unseen"].append(f"{name} lifted {whole[1]}x while active ({a:%H:%M:%S}-{b:%H:%M:%S}), "
-                                           f"landed {unseen[0]:%H:%M:%S}, decided {unseen[1]:%H:%M:%S} before the "
-                                           f"episode's first whole window ended ({first_window_end(a):%H:%M:%S})")
-                t0 = next((t for t, v in events if unseen[0] < t < b and not np.isnan(v)), None)
-            elif whole is not None and early:  # a probe or a cut decided in the quiet spell: counted from after it
-                out["excluded"].append(f"{name}: {', '.join(f'{t:%H:%M:%S}' for t in early)} changed as the episode "
-                                       f"began ({a:%H:%M:%S}), decided before its first whole window ended "
-                                       f"({first_window_end(a):%H:%M:%S})")
-                t0 = early[-1]
-            if t0 is not None:
-                changes, lifts, excluded = whole if t0 == start else _changes(events, t0, b, restarts, busy_before,
-                                                                              probing)
-                most = max(most, changes)
-                out["excluded"] += [f"{name}: {x}" for x in excluded]
-                if lifts:
-                    out["lifts"].append(f"{name} lifted {lifts}x while active ({a:%H:%M:%S}-{b:%H:%M:%S})")
-            if b < run_end:
-                quiet_end = spans[k + 1][0] if k + 1 < len(spans) else run_end
-                raw = next((t for t, v in events if t >= b and np.isnan(v)), None)  # before issue 49's last fix
-                gone = _gone(events, b, restarts)
-                if np.isnan(_value_at(events, b)):
-                    gone = raw = b
-                if raw is not None and raw < quiet_end and raw != gone:
-                    again = [t for t, v in events if raw < t < quiet_end and not np.isnan(v)]
-                    if again:
-                        out["relimits_with_restarts"].append(f"{name} fixed {b:%H:%M:%S}, gone {raw:%H:%M:%S} at a "
-                                                             f"broker restart, back {again[0]:%H:%M:%S}")
-                minutes = (gone - b).total_seconds() / 60.0 if gone is not None and gone < quiet_end else nan
-                judged = (quiet_end - b).total_seconds() >= FIX_TO_LIFT_MAX_MIN * 60.0
-                out["fix_to_lift"].append((name, f"{b:%H:%M:%S}", minutes, judged))
-                out["lift_after_fix"].append(LiftAfterFix(
-                    name, b, minutes, len(spans), k == len(spans) - 1, (quiet_end - b).total_seconds() / 60.0,
-                    _named(result, cz, b, FIX_TO_LIFT_MAX_MIN) if len(spans) == 1 and not minutes <= FIX_TO_LIFT_MAX_MIN
-                    else None))
-                if gone is not None and gone < quiet_end:  # set again while the fixed cause is quiet
-                    again = [t for t, v in events if gone < t < quiet_end and not np.isnan(v)]
-                    if again:
-                        out["relimits"].append(f"{name} fixed {b:%H:%M:%S}, lifted {gone:%H:%M:%S}, limited again "
-                                               f"{again[0]:%H:%M:%S} while quiet")
-        out["changes"].append((cz, most))
-        out["changes_with_unseen"].append((cz, most_with_unseen))
-        # admitted ÷ limit per limited minute
-        pairs = np.array([k_ == res for k_ in key], dtype=bool)
-        if not pairs.any():
-            continue
-        brokers_of = set(c.pairs.loc[pairs, "broker"])
-        everywhere, anywhere = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-        target = np.full(n, nan)
-        for lo, hi, snap in in_force_spans(result):
-            recs = {b_: rec for (b_, rt, r), (_q, rec) in snap.items() if (rt, r) == res}
-            anywhere[lo:hi] = bool(recs)
-            if set(recs) >= brokers_of:
-                everywhere[lo:hi] = True
-                target[lo:hi] = float(max(recs.values(), key=lambda rec: rec.get("version") or 0)["limit_qps"])
-        act = _seconds(result, cz.active)
-        between_pulses = sending_nothing(c)
-        admitted = c.second_admitted[:, pairs].sum(axis=1)
-        demand = c.demand[pairs].sum(axis=0)
-        decided, probing_s = decided_targets(result, res)
-        if cz.kind == "storm":
-            out["levels"] += storm_levels(result, cz, storms, decided, everywhere, limits)
-        else:
-            out["levels"] += surge_levels(result, cz, everywhere)
-            out["levels_full"] += surge_levels(result, cz, everywhere, split="carriers")
-        for m in range(c.T):
-            sl = slice(m * 60, (m + 1) * 60)
-            if act[sl].all() and anywhere[sl].any() and not everywhere[sl].all():
-                out["minutes_left_out"]["limited at some carriers only"] += 1
-            elif act[sl].all() and everywhere[sl].all() and demand[m] < np.mean(target[sl]):
-                out["minutes_left_out"]["demand under the limit"] += 1
-            if act[sl].all() and everywhere[sl].all() and demand[m] >= np.mean(target[sl]):
-                out["target_minutes"].append((name, m, float(admitted[sl].sum() / decided[sl].sum()),
-                                              bool(probing_s[sl].any())))
-                # a carrier busy in the minute refused sends before its limiter saw them: not the limiter's figure
-                into = "busy_minutes" if on_carriers[m] else "minutes"
-                sending = ~between_pulses[sl]  # a pulsed producer's seconds between pulses: nothing to admit
-                out[into].append((name, m, float(admitted[sl][sending].sum() / target[sl][sending].sum())))
-                if not sending.all():  # the figure with the pulses' gaps counted (before issue 49's pulses), beside
-                    out["pulse_minutes"].append(float(admitted[sl].sum() / target[sl].sum()))
+def _minute_figures(out: dict, values: dict, details: dict) -> None:
+    """Adds to ``values`` and ``details`` the causes' admitted ÷ limit over their judged minutes (``out``:
+    :func:`judge_causes`'s): the least and the most (ratios), how many minutes were judged (a count), and beside
+    them the least with the busy carriers' minutes and over every second of a pulsed producer's minutes."""
+    nan = float("nan")
     every = [r for _, _, r in out["minutes"] + out["busy_minutes"]]
     values["admitted_over_limit_minute_min_with_busy"] = (min(every) if every else nan, "ratio", "incident")
     details["admitted_over_limit_minute_min_with_busy"] = (
@@ -526,6 +621,14 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     lo_, hi_ = TARGET_RATIO
     worst = [f"{nm} minute {m}: {r:.2f}x" for nm, m, r in out["minutes"] if not lo_ <= r <= hi_]
     details["admitted_over_limit_minute_min"] = "; ".join(worst[:6]) or "every judged minute within bounds"
+
+
+def _change_and_lift_figures(out: dict, values: dict, details: dict) -> None:
+    """Adds to ``values`` and ``details`` the causes' lifts while active (a count; with the lifts no window could
+    veto yet beside), the worst fix → lift (minutes; inf: a judged fix not lifted), the most value changes counting
+    those decided before an episode's first whole window ended, and the limits set again while a fixed cause is
+    quiet (a count; with a broker restart's gaps beside), from ``out`` (:func:`judge_causes`'s)."""
+    nan = float("nan")
     values["lifts_while_cause_active"] = (float(len(out["lifts"])), "count", "incident")
     details["lifts_while_cause_active"] = "; ".join(out["lifts"]) or "none"
     # the count before issue 49's wider quiet spells: a lift no window could have vetoed yet (:func:`unseen_lift`)
@@ -552,6 +655,13 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
     with_restarts = out["relimits"] + out["relimits_with_restarts"]
     values["limits_again_while_quiet_with_restart_gaps"] = (float(len(with_restarts)), "count", "incident")
     details["limits_again_while_quiet_with_restart_gaps"] = "; ".join(with_restarts) or "none"
+
+
+def _level_figures(out: dict, values: dict, details: dict) -> None:
+    """Adds to ``values`` and ``details`` the causes' levels against the ground truth (``out["levels"]``,
+    :mod:`pipelines.sim.levels`): a storm's lowest and highest settled level ÷ its true target (ratios), a surge's
+    share of its carriers' room left unused (cluster-wide and per carrier), and every episode's level as text."""
+    nan = float("nan")
     storm = [x for x in out["levels"] if x.kind == "storm" and np.isfinite(x.figure)]
     surge = [x for x in out["levels"] if x.kind == "surge" and np.isfinite(x.figure)]
     values["storm_level_lowest_over_true_target"] = (min((x.figure for x in storm), default=nan), "ratio", "incident")
@@ -564,8 +674,3 @@ def judge_causes(result, found: list, values: dict, details: dict) -> dict:
         f"{x.name} episode {x.episode}: " + (f"lowest {x.figure:.2f}x, settled {x.settled:.2f}x of {x.target:.1f} msg/s"
                                              if x.kind == "storm" else f"{x.figure:.0%} of {x.target:.1f} msg/s unused")
         + f" over {x.minutes} min" for x in out["levels"]) or "none"
-    values["limit_value_changes_excluded"] = (float(len(out["excluded"])), "count", "incident")
-    details["limit_value_changes_excluded"] = "; ".join(out["excluded"]) or "none"
-    return out
-
-

@@ -322,7 +322,7 @@ def test_the_draw_adds_to_the_worlds_gaps_and_never_puts_a_storms_own_topic_in_a
 def test_unseen_minutes_count_the_delay_until_a_minute_of_every_carrier_shows():
     from types import SimpleNamespace
 
-    from pipelines.sim.sweep import unseen_minutes
+    from pipelines.sim.fastest import unseen_minutes
 
     case = SimpleNamespace(irregular={"dropped_minutes": [("broker-a", 5)],
                                       "late_minutes": [("broker-a", 6, 90.0), ("broker-b", 7, 36.0),
