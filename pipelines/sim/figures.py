@@ -277,7 +277,7 @@ class Bystanders:
 
 def _bystanders(result, run: JudgedRun, contain_all: int | None) -> Bystanders:
     """The :class:`Bystanders` of a run whose containment is complete from second ``contain_all`` (None: never):
-    every other resource on every broker (before issue 49: on the culprits' brokers only), before and after it from
+    every other resource on every broker (the earlier definition: on the culprits' brokers only), before and after it from
     the first second a cause is active, a broker restart's gap left out (its limiter forgot the limit until the
     next publication reached it: the world's, not a decision)."""
     c, n, sec = run.cluster, run.n, run.sec
@@ -301,7 +301,7 @@ def _bystanders(result, run: JudgedRun, contain_all: int | None) -> Bystanders:
 def _bystander_figures(run: JudgedRun, by: Bystanders, baseline, values: dict, details: dict) -> float:
     """Adds to ``values`` the bystanders' rejected sends per storm minute before and after complete containment
     (msgs/min), after as % of before (over every other resource, and on the culprits' brokers only: the figure
-    before issue 49), and with ``baseline`` (the cluster run without a governor) the rate after without one; to
+    the earlier definition), and with ``baseline`` (the cluster run without a governor) the rate after without one; to
     ``details`` the restart gaps left out. Returns the rate before (msgs/min; NaN: no second before)."""
     c, nan = run.cluster, float("nan")
     details["bystander_seconds_left_out"] = ("; ".join(f"{g} (a broker restart: its limiter forgot the limit "
@@ -345,7 +345,7 @@ def _recurrence(result, run: JudgedRun, at: int, before_value: float, last_value
     governor remembered at the lift (:func:`remembered_target`; without saved state rows, the Spark backtest's, no
     looser than ``before_value``, the last value in force before it: a first cut that never reached its target is
     remembered at the target, below that value; the check before this one, kept beside), equal to it, and against
-    ``last_value`` (at the previous episode's end: the figure before issue 49). Returns the episode's keys
+    ``last_value`` (at the previous episode's end: the earlier definition). Returns the episode's keys
     ``remembered*`` that apply (none for the first episode or one limited at its start)."""
     target, ep = run.target, {}
     if k > 1 and np.isfinite(before_value):
@@ -355,7 +355,7 @@ def _recurrence(result, run: JudgedRun, at: int, before_value: float, last_value
         ep["remembered"] = (ep["remembered_no_looser"] if memory is None
                             else bool(abs(target[at] / memory - 1.0) <= REMEMBERED_REL))
         ep["remembered_equal"] = bool(abs(target[at] - before_value) <= SAME_VALUE_REL * abs(before_value))
-    if k > 1 and np.isfinite(last_value):  # the figure before issue 49
+    if k > 1 and np.isfinite(last_value):  # the earlier definition
         ep["remembered_old"] = bool(abs(target[at] - last_value) <= SAME_VALUE_REL * abs(last_value))
     return ep
 
@@ -420,7 +420,7 @@ def _admitted_over_target_figures(run: JudgedRun, contain: int | None, contain_a
     limiter forgot: not a decision) nor a pulsed producer's gaps between pulses (nothing sent to admit); kept
     beside: from the first episode's complete containment on (``contain_all``: the figure before this definition,
     which counted a later episode's seconds before its last carrier applied its share), from the first limit in
-    force (``contain``: before issue 49's apply delays), and with the pulses' gaps; to ``details`` its minutes' range
+    force (``contain``: the definition before carriers applied a limit late), and with the pulses' gaps; to ``details`` its minutes' range
     and the targets'."""
     c, n, sec, nan = run.cluster, run.n, run.sec, float("nan")
     active, limited, target = run.active, run.limited, run.target
@@ -429,7 +429,7 @@ def _admitted_over_target_figures(run: JudgedRun, contain: int | None, contain_a
     first = active & limited & ~gaps_s & (sec >= (contain if contain is not None else n))
     after = first & episode_complete
     after_first_episode = first & (sec >= (contain_all if contain_all is not None else n)) & ~by.gap
-    with_gaps = (first | (gaps_s & active & limited)) & episode_complete  # before issue 49's pulsed producers
+    with_gaps = (first | (gaps_s & active & limited)) & episode_complete  # the definition before pulsed producers
     for name, mask in (("culprit_admitted_over_target", after),
                        ("culprit_admitted_over_target_from_first_complete_containment", after_first_episode),
                        ("culprit_admitted_over_target_from_first_limit", first)) + (
@@ -462,7 +462,7 @@ def _recurrence_figures(ep: dict, values: dict) -> None:
     if "remembered_equal" in ep:  # equal to the last value in force (the check at 2449589)
         values[f"remembered_target_equal_last_value_episode_{k}"] = (
             float(ep["remembered_equal"]), "bool", "incident")
-    if "remembered_old" in ep:  # against the value at the previous episode's end (before issue 49)
+    if "remembered_old" in ep:  # against the value at the previous episode's end (the earlier definition)
         values[f"remembered_target_at_previous_episode_end_{k}"] = (float(ep["remembered_old"]), "bool", "incident")
 
 
@@ -515,13 +515,13 @@ def _culprit_figures(result, run: JudgedRun, contain: int | None, baseline, valu
 
 def _false_limit_figures(result, run: JudgedRun, values: dict, details: dict) -> None:
     """Adds to ``values`` and ``details`` the resources with an enforced limit (a count) and those without a cause
-    (``false_limits``: a count, listed), beside the definition before issue 49: a healthy topic or group limited
+    (``false_limits``: a count, listed), beside the earlier definition: a healthy topic or group limited
     below its demand at some broker."""
     c, key = run.cluster, run.key
     healthy = ~run.is_culprit & c.pairs["resource_type"].isin(["topic", "group"]).to_numpy()
     below = (c.limited_seconds > 0) & (c.limit_min < c.demand.T) & healthy[None, :]
     old = sorted({f"{t}:{r}" for t, r in np.asarray(key, dtype=object)[below.any(axis=0)]}) if below.any() else []
-    values["false_limits_below_demand"] = (float(len(old)), "count", "other")  # the definition before issue 49
+    values["false_limits_below_demand"] = (float(len(old)), "count", "other")  # the earlier definition
     details["false_limits_below_demand"] = ", ".join(old) or "none"
     enforced = {(rt, r) for _, snap in result.in_force for (_b, rt, r) in snap}
     values["enforced_limit_resources"] = (float(len(enforced)), "count", "all")

@@ -1,4 +1,4 @@
-"""Randomized closed loops (issue 40): case ``k`` is a scenario drawn from a generator seeded with ``k``, run by the
+"""Randomized closed loops: case ``k`` is a scenario drawn from a generator seeded with ``k``, run by the
 Spark-free simulator (:func:`pipelines.sim.loop.simulate`) and judged by the closed-loop backtest's own checks
 (:func:`pipelines.sim.figures.compute`); ``tests/sim/test_sweep.py`` runs cases ``0..N-1`` in CI.
 
@@ -9,7 +9,7 @@ Spark-free simulator (:func:`pipelines.sim.loop.simulate`) and judged by the clo
 
 Exit status 1 when a case fails a check, 2 for a bad flag.
 
-What varies (:func:`pipelines.sim.draws.draw`; issue 49 made the world irregular and the incidents compound):
+What varies (:func:`pipelines.sim.draws.draw`; an irregular world and compound incidents):
 
 * the kind (:data:`KINDS`): a persisting storm (6-20 minutes), a storm fixed once (with or without a legitimate
   retry level of 1-9.9 % after the fix), an intermittent storm (3-4 episodes of 2-5 minutes, quiet spells of 4-12
@@ -17,8 +17,8 @@ What varies (:func:`pipelines.sim.draws.draw`; issue 49 made the world irregular
   neighbour (1.3-2.5x its broker's capacity, lasting or ending), a flash sale on healthy brokers, a normal day;
   compound (:data:`COMPOUND`): two surges on one broker, a storm and a surge on different brokers, 3-10 groups
   storming at once, a surge spread over 2+ brokers, a flash sale past every broker's capacity, a demand at
-  0.9-1.1x capacity, a surge back twice after its lift (a mid-size topic's limited 18-24 minutes first: issue 49's
-  mutation p12); a storm under way when the governor starts on a new lake (``cold_start``, judged by
+  0.9-1.1x capacity, a surge back twice after its lift (a mid-size topic's limited 18-24 minutes first: the
+  case mutation p12 needs); a storm under way when the governor starts on a new lake (``cold_start``, judged by
   :func:`pipelines.sim.fastest.cold_start_target`) and a governor restarted mid-incident;
 * when a cause starts (at any second; a storm from minute :data:`FIRST_STORM_MINUTE` but for a cold start), ramps
   (1-5 minutes) and is fixed (at any second, rolled out over 1-4 minutes);
@@ -32,7 +32,7 @@ What varies (:func:`pipelines.sim.draws.draw`; issue 49 made the world irregular
   own (:func:`pipelines.sim.draws._draw_gaps`) one-off gaps on a cause's own carriers, in the producers' failure
   logs of its topic or of bystanders, and on the other brokers while a limit is pending: a minute dropped, shipped
   twice, late inside or past the watermark, or a shipper stopped 2-5 minutes and restarted with its backlog;
-* what the governor observes (issue 48, :func:`pipelines.sim.irregular.observation`, from a generator of its own so
+* what the governor observes (:func:`pipelines.sim.irregular.observation`, from a generator of its own so
   that a case's other draws stay as they were): the limiter's own view through the RocketMQ admin sink for about a
   third of the cases (printed ``world limiter_view=True``), the file write-back alone for the rest;
 * pulsed producers (:func:`pipelines.sim.draws._draw_pulses`, a generator of its own too): for half the cases with a
@@ -40,7 +40,7 @@ What varies (:func:`pipelines.sim.draws.draw`; issue 49 made the world irregular
   or 30 s while it is active (printed ``pulse_period_seconds``, ``pulse_on_seconds``), so a limit between its minute
   rate and its pulses' refuses in each pulse while the minute admits well under the cap.
 
-Operators' overrides (issue 51) have their own cases, apart from these (``--kind overridden_storm``,
+Operators' overrides have their own cases, apart from these (``--kind overridden_storm``,
 :func:`pipelines.sim.overrides.draw_overridden`: a persisting storm with a drawn pin or exemption of its culprit,
 judged by the overrides' checks); case ``k`` above is drawn as before they existed.
 
@@ -104,8 +104,8 @@ OPTIONAL: dict[str, dict[str, str]] = {
 
 def verdict(case: Case, figures, cfg=None, bcfg=None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(failed checks, checks the run cannot be judged by): every check of ``figures`` as
-    :func:`pipelines.sim.figures.compute` made it, but for the cases it cannot decide, reported apart (see
-    docs of issue 40's sweep):
+    :func:`pipelines.sim.figures.compute` made it, but for the cases it cannot decide, reported apart (docs/backtest.md
+    §2):
 
     * ``onset -> limit in force <= 100 s`` (and an episode limited again within 100 s after a lift) when the
       limit came as fast as the pipeline allows (:func:`fastest_in_force`, +1 s) and that is above 100 s: with a

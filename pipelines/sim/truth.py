@@ -1,4 +1,4 @@
-"""The ground truth of a closed loop and the judgement of each cause against it (issue 49), for
+"""The ground truth of a closed loop and the judgement of each cause against it, for
 :mod:`pipelines.sim.figures`: the incident's causes (:func:`causes`, :func:`truth`), where a cause's onset clock
 starts (:func:`onset_clock`), which changes of a limit's value count (:func:`_changes`; the values themselves from
 the brokers' timeline: :mod:`pipelines.sim.values_in_force`), and per cause its changes, lifts, limited minutes,
@@ -450,7 +450,7 @@ def _fixes_judged(result, cause, timeline: CauseTimeline, restarts: list, run_en
         if b >= run_end:
             continue
         quiet_end = spans[k + 1][0] if k + 1 < len(spans) else run_end
-        raw = next((t for t, v in events if t >= b and np.isnan(v)), None)  # before issue 49's last fix
+        raw = next((t for t, v in events if t >= b and np.isnan(v)), None)  # the earlier reading
         gone = _gone(events, b, restarts)
         if np.isnan(value_at(events, b)):
             gone = raw = b
@@ -550,7 +550,7 @@ def _limited_minutes(result, cause, timeline: CauseTimeline, storms: list, limit
             into = got.busy_minutes if timeline.busy[m] else got.minutes
             sending = ~between_pulses[sl]  # a pulsed producer's seconds between pulses: nothing to admit
             into.append((name, m, float(admitted[sl][sending].sum() / target[sl][sending].sum())))
-            if not sending.all():  # the figure with the pulses' gaps counted (before issue 49's pulses), beside
+            if not sending.all():  # the figure with the pulses' gaps counted (the definition before pulsed producers), beside
                 got.pulse_minutes.append(float(admitted[sl].sum() / target[sl].sum()))
     return got
 
@@ -608,7 +608,7 @@ def _minute_figures(out: dict, values: dict, details: dict) -> None:
     values["admitted_over_limit_minute_min_with_busy"] = (min(every) if every else nan, "ratio", "incident")
     details["admitted_over_limit_minute_min_with_busy"] = (
         f"{len(out['busy_minutes'])} limited minutes with a busy carrier left out of the judged ones (the figure "
-        "before issue 49's squeeze: every limited minute)")
+        "the definition before the squeeze: every limited minute)")
     if out["pulse_minutes"]:
         values["admitted_over_limit_minute_min_with_pulse_gaps"] = (min(out["pulse_minutes"]), "ratio", "incident")
         details["admitted_over_limit_minute_min_with_pulse_gaps"] = (
@@ -631,7 +631,7 @@ def _change_and_lift_figures(out: dict, values: dict, details: dict) -> None:
     nan = float("nan")
     values["lifts_while_cause_active"] = (float(len(out["lifts"])), "count", "incident")
     details["lifts_while_cause_active"] = "; ".join(out["lifts"]) or "none"
-    # the count before issue 49's wider quiet spells: a lift no window could have vetoed yet (:func:`unseen_lift`)
+    # the count before quiet spells were widened: a lift no window could have vetoed yet (:func:`unseen_lift`)
     # counted as a lift while active
     values["lifts_while_cause_active_with_unseen"] = (float(len(out["lifts"]) + len(out["lifts_unseen"])), "count",
                                                       "incident")
@@ -647,11 +647,11 @@ def _change_and_lift_figures(out: dict, values: dict, details: dict) -> None:
                                                 "count", "incident")
     details["limit_changes_with_unseen_most"] = (
         "the most value changes of a cause while it persists, counting those decided before its episode's first "
-        "whole window ended (the count before issue 49's wider quiet spells)")
+        "whole window ended (the count before quiet spells were widened)")
     values["limits_again_while_quiet"] = (float(len(out["relimits"])), "count", "incident")
     details["limits_again_while_quiet"] = "; ".join(out["relimits"]) or "none"
     # the count before a broker restart's gap was told from a lift: a limit its limiter forgot and the next
-    # publication restored read as lifted and set again (sweep cases 20, 168)
+    # publication restored read as lifted and set again (docs/backtest.md §2)
     with_restarts = out["relimits"] + out["relimits_with_restarts"]
     values["limits_again_while_quiet_with_restart_gaps"] = (float(len(with_restarts)), "count", "incident")
     details["limits_again_while_quiet_with_restart_gaps"] = "; ".join(with_restarts) or "none"
