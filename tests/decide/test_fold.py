@@ -13,7 +13,7 @@ import pytest
 from pipelines.config import DetectionConfig, LimitsConfig
 from pipelines.decide.catalogue import policy_for
 from pipelines.decide.paths.walk import fold_resource
-from pipelines.decide.limits.base import Batch
+from pipelines.decide.records.resource import Batch
 from pipelines.decide.records.resource import Candidate, Observation, PendingPreliminary, ResourceState, limit_in_force
 from pipelines.decide.limits.steps import Params, effective_end, recovery_needed
 from pipelines.decide.words import Status
@@ -1072,7 +1072,7 @@ def test_the_final_path_keeps_a_preliminary_limit_within_hysteresis_of_its_own()
 def _surge_squeeze_cases():
     """(a surge and a storm policy, a window at the cap with its carrier busy, a state builder): baseline 24.2
     msg/s, so the target is 48.4 (2.0x) and ``surge_squeeze_headroom`` 1.5x is 36.3."""
-    from pipelines.decide.limits.base import Judged
+    from pipelines.decide.records.resource import Judged
 
     at_cap = Judged(Status.BOUND, "limit-bound")
     busy = Observation(end(8), 48.4, 500, False, busy_brokers=("b",))

@@ -13,7 +13,7 @@ from pipelines.decide.catalogue import policy_for
 from pipelines.decide.paths.walk import fold_resource
 from pipelines.decide.records.resource import Candidate, Decision, Observation, ResourceState, limit_in_force
 from pipelines.decide.records.limit_rows import finish
-from pipelines.decide.limits.base import Batch
+from pipelines.decide.records.resource import Batch
 from pipelines.decide.limits.steps import Params, decided_at
 from pipelines.decide.words import Action, Status
 from tests.helpers import ts

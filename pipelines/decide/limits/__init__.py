@@ -3,7 +3,7 @@
 * :mod:`~pipelines.decide.limits.base`: :class:`~pipelines.decide.limits.base.LimitPolicy`, the steps every kind
   shares (judge a window, set, hold, refresh, probe, undo, lift, veto, recurrence);
 * :mod:`~pipelines.decide.limits.open_windows`: what the fast path's open windows let a limit decide before they
-  are final (its mixin), and the micro-batch record a walk passes around;
+  are final (its mixin);
 * :mod:`~pipelines.decide.limits.steps`: the frozen parameters, the outcome of a step and its arithmetic;
 * :mod:`~pipelines.decide.limits.retry_storm`: ``RUNAWAY_RETRY``'s limit (a consumer group's retry traffic);
 * :mod:`~pipelines.decide.limits.surge`: ``TRAFFIC_SURGE``'s limit (a topic's puts beside a busy broker).

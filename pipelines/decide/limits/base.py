@@ -30,8 +30,10 @@ from dataclasses import replace
 from typing import ClassVar, Protocol
 
 from pipelines.decide.rules.facts import close, rate, shares_of
-from pipelines.decide.records.resource import FORGOTTEN, Candidate, Evidence, Observation, ResourceState, limit_in_force
-from pipelines.decide.limits.open_windows import Batch, Judged, OpenWindows
+from pipelines.decide.records.resource import (
+    FORGOTTEN, Batch, Candidate, Evidence, Judged, Observation, ResourceState, limit_in_force,
+)
+from pipelines.decide.limits.open_windows import OpenWindowSteps
 from pipelines.decide.records.limit_rows import EXTRA_RANKS
 from pipelines.decide.limits.steps import (
     Params, Step, above, backoff_hold, cooled, cut, decide, decided_at, effective_end, higher, last_kept, lower,
@@ -57,7 +59,7 @@ class Limit(Protocol):
         """What the open windows after the horizon let the final path decide now."""
 
 
-class LimitPolicy(OpenWindows):
+class LimitPolicy(OpenWindowSteps):
     """One rule's limit (module docstring). Subclasses give :attr:`kind` and :meth:`fires`, and add their own steps
     to :meth:`visible`, :meth:`hold`, :meth:`capped` and :meth:`on_open`."""
 
@@ -553,7 +555,7 @@ class LimitPolicy(OpenWindows):
         or an open window the fast path has seen (before its census a ratio rule takes the larger of its partial
         consume rate and the one frozen with the limit; judged on the carriers that reported, :meth:`judge`); None
         (no veto) otherwise, and for an advisory record. ``exempt``: window ends a probe's answer showed hid nothing
-        (:meth:`pipelines.decide.limits.open_windows.OpenWindows.forgiven`)."""
+        (:meth:`pipelines.decide.limits.open_windows.OpenWindowSteps.forgiven`)."""
         if state.mode != Mode.ENFORCE:
             return None
         later = [o for o in batch.observations if o.window_end > lift_at and o.window_end not in exempt] + [

@@ -1,51 +1,20 @@
 """What the fast path's open windows let a limit's policy decide before they are final
-(:meth:`OpenWindows.act_on_open`, a mixin of :class:`pipelines.decide.limits.base.LimitPolicy`), and the two records its
-steps pass around: :class:`Batch` (what a micro-batch tells each resource's walk) and :class:`Judged` (a window under
-the enforced limit judged). Rates are cluster-wide msg/s, times naive UTC window ends; docs/decisions.md §4.
+(:meth:`OpenWindowSteps.act_on_open`, a mixin of :class:`pipelines.decide.limits.base.LimitPolicy`). Its steps pass
+around :class:`~pipelines.decide.records.resource.Batch` (what a micro-batch tells each resource's walk) and
+:class:`~pipelines.decide.records.resource.Judged` (a window under the enforced limit judged). Rates are
+cluster-wide msg/s, times naive UTC window ends; docs/decisions.md §4.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from dataclasses import dataclass, replace
-from typing import NamedTuple
+from dataclasses import replace
 
-from pipelines.decide.records.resource import Observation, PendingPreliminary, ResourceState
+from pipelines.decide.records.resource import Batch, Judged, ResourceState
 from pipelines.decide.limits.steps import Step
 from pipelines.decide.words import Mode, Status
 
 
-@dataclass(frozen=True)
-class Batch:
-    """What the micro-batch tells each resource's walk: ``horizon_end`` the end of its last window (finalized, or
-    open on the fast path), ``now`` when its decisions are made (processing time; None: at the end of the window
-    decided), ``observations`` the resource's windows of the batch (by window end) and ``opened`` the fast path's
-    open windows after it (the veto's evidence; complete ones may start, undo or prove a probe)."""
-
-    horizon_end: dt.datetime | None
-    now: dt.datetime | None = None
-    observations: tuple[Observation, ...] = ()
-    opened: tuple[Observation, ...] = ()
-    #: the fast path's newest preliminary ``set`` of the resource the final path has not folded yet; None without
-    preliminary: PendingPreliminary | None = None
-
-    def stream_end(self, window_end: dt.datetime) -> dt.datetime:
-        """The end of the newest window the micro-batch has seen of the resource, final or open, or ``window_end``
-        when later: the stream's time its decisions are taken at, at most (:func:`pipelines.decide.limits.steps.
-        decided_at`)."""
-        ends = [window_end] + [o.window_end for o in self.opened] + (
-            [self.horizon_end] if self.horizon_end is not None else [])
-        return max(ends)
-
-
-class Judged(NamedTuple):
-    """A window under the enforced limit judged: its :class:`~pipelines.decide.words.Status` and why."""
-
-    status: Status
-    detail: str
-
-
-class OpenWindows:
+class OpenWindowSteps:
     """The open-window steps of :class:`pipelines.decide.limits.base.LimitPolicy` (its ``judge``, ``under_raise``,
     ``applying_raise``, ``took_raise``, ``on_open``, ``squeeze``, ``lift_point``, ``recovery_needed``, ``veto`` and
     ``lift``)."""

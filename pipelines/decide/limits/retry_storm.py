@@ -34,9 +34,11 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from pipelines.decide.limits.base import Batch, LimitPolicy
+from pipelines.decide.limits.base import LimitPolicy
 from pipelines.decide.limits.steps import Step, backoff_hold, decided_at, higher, too_small
-from pipelines.decide.records.resource import Candidate, Observation, ResourceState, in_transition, limit_in_force
+from pipelines.decide.records.resource import (
+    Batch, Candidate, Observation, ResourceState, in_transition, limit_in_force,
+)
 from pipelines.decide.rules.facts import REFUSED_SHARE_MAX, most_refused_share, retry_fires, retry_ratio
 from pipelines.decide.words import Anomaly, Status
 

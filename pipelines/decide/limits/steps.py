@@ -161,7 +161,7 @@ def backoff_hold(window: dt.timedelta, recovery_windows: int, backoff: int) -> d
 
 def decided_at(now: dt.datetime | None, stream_end: dt.datetime, max_lag: dt.timedelta) -> dt.datetime:
     """When the brokers get a decision of a micro-batch whose newest window seen (final, or open on the fast path:
-    :meth:`pipelines.decide.limits.open_windows.Batch.stream_end`) ends ``stream_end``, in the stream's time (naive UTC):
+    :meth:`pipelines.decide.records.resource.Batch.stream_end`) ends ``stream_end``, in the stream's time (naive UTC):
     its processing time ``now`` (None: ``stream_end``), but never more than ``max_lag`` after ``stream_end``
     (:attr:`Params.max_decision_lag`). Live, and on a restart's backlog (its newest lines land as the governor comes
     back), a decision takes effect when it is published: the windows the micro-batch read, and any before the

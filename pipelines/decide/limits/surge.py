@@ -43,9 +43,9 @@ import datetime as dt
 import math
 from typing import ClassVar
 
-from pipelines.decide.limits.base import Batch, LimitPolicy
+from pipelines.decide.limits.base import LimitPolicy
 from pipelines.decide.limits.steps import Step, above, backoff_hold, decide, too_small
-from pipelines.decide.records.resource import Candidate, Observation, ResourceState
+from pipelines.decide.records.resource import Batch, Candidate, Observation, ResourceState
 from pipelines.decide.rules.facts import normal_floor, shares_of, surge_fires
 from pipelines.decide.words import Action, Anomaly, Status
 

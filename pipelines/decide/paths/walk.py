@@ -19,9 +19,9 @@ from collections.abc import Iterable
 
 from pipelines.decide.catalogue import policy_for
 from pipelines.decide.records.resource import (
-    Candidate, Decision, Evidence, Observation, PendingPreliminary, ResourceState,
+    Batch, Candidate, Decision, Evidence, Observation, PendingPreliminary, ResourceState,
 )
-from pipelines.decide.limits.base import Batch, Limit
+from pipelines.decide.limits.base import Limit
 from pipelines.decide.limits.steps import Params, Step, decided_at, effective_end
 from pipelines.decide.words import Action
 

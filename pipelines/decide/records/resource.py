@@ -218,3 +218,33 @@ class PendingPreliminary(NamedTuple):
     window_end: dt.datetime
     limit_qps: float
     mode: str
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What the micro-batch tells each resource's walk: ``horizon_end`` the end of its last window (finalized, or
+    open on the fast path), ``now`` when its decisions are made (processing time; None: at the end of the window
+    decided), ``observations`` the resource's windows of the batch (by window end) and ``opened`` the fast path's
+    open windows after it (the veto's evidence; complete ones may start, undo or prove a probe)."""
+
+    horizon_end: dt.datetime | None
+    now: dt.datetime | None = None
+    observations: tuple[Observation, ...] = ()
+    opened: tuple[Observation, ...] = ()
+    #: the fast path's newest preliminary ``set`` of the resource the final path has not folded yet; None without
+    preliminary: PendingPreliminary | None = None
+
+    def stream_end(self, window_end: dt.datetime) -> dt.datetime:
+        """The end of the newest window the micro-batch has seen of the resource, final or open, or ``window_end``
+        when later: the stream's time its decisions are taken at, at most (:func:`pipelines.decide.limits.steps.
+        decided_at`)."""
+        ends = [window_end] + [o.window_end for o in self.opened] + (
+            [self.horizon_end] if self.horizon_end is not None else [])
+        return max(ends)
+
+
+class Judged(NamedTuple):
+    """A window under the enforced limit judged: its :class:`~pipelines.decide.words.Status` and why."""
+
+    status: Status
+    detail: str
