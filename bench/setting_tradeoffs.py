@@ -63,8 +63,9 @@ def _one(job: tuple[int, str | None, float | None]) -> tuple[int, str | None, fl
     cfg, bcfg = _WORKER["cfg"], _WORKER["bcfg"]
     if name is not None:
         cfg = cfg.model_copy(update={"limits": cfg.limits.model_copy(update={name: value})})
-    case = sweep.draw_case(seed, bcfg, {})
-    failed, _excused = sweep.verdict(case, sweep.run(case, cfg, bcfg), cfg, bcfg)
+    clusters: dict = {}  # the cluster the draw built for the case's premise, run as is (not built again)
+    case = sweep.draw_case(seed, bcfg, clusters)
+    failed, _excused = sweep.verdict(case, sweep.run(case, cfg, bcfg, clusters.pop(seed, None)), cfg, bcfg)
     return seed, name, value, sorted(n for n, _ in failed)
 
 
