@@ -272,7 +272,12 @@ class Bystanders:
 
     def per_minute(self, mask: np.ndarray) -> float:
         """Their rejected attempts per minute over the seconds of ``mask`` (NaN: none)."""
-        return self.rejected[mask].sum() / (mask.sum() / 60.0) if mask.any() else float("nan")
+        return per_minute(self.rejected, mask)
+
+
+def per_minute(per_second: np.ndarray, mask: np.ndarray) -> float:
+    """A per-second count summed over the seconds of ``mask``, per minute of them (NaN: no such second)."""
+    return per_second[mask].sum() / (mask.sum() / 60.0) if mask.any() else float("nan")
 
 
 def _bystanders(result, run: JudgedRun, contain_all: int | None) -> Bystanders:
@@ -311,8 +316,7 @@ def _bystander_figures(run: JudgedRun, by: Bystanders, baseline, values: dict, d
     rb, ra = by.per_minute(before), by.per_minute(after)
     on_hosts = by.resources & c.pairs["broker"].isin(set(c.pairs.loc[run.is_culprit, "broker"])).to_numpy()
     old_rejected = c.second_rejected[:, on_hosts].sum(axis=1)
-    ob = old_rejected[before].sum() / (before.sum() / 60.0) if before.any() else nan
-    oa = old_rejected[after].sum() / (after.sum() / 60.0) if after.any() else nan
+    ob, oa = per_minute(old_rejected, before), per_minute(old_rejected, after)
     values["bystander_after_pct_of_before_culprit_brokers"] = (100.0 * oa / ob if ob > 0 else nan, "pct",
                                                                 "bystander")
     values["bystander_rejected_per_minute_before"] = (rb, "msgs/min", "bystander")
@@ -321,7 +325,7 @@ def _bystander_figures(run: JudgedRun, by: Bystanders, baseline, values: dict, d
     if baseline is not None:
         base = baseline.second_rejected[:, by.resources].sum(axis=1)
         values["bystander_rejected_per_minute_no_governor"] = (
-            base[after].sum() / (after.sum() / 60.0) if after.any() else nan, "msgs/min", "bystander")
+            per_minute(base, after), "msgs/min", "bystander")
     return rb
 
 
