@@ -112,9 +112,9 @@ def normal_floor(resource_type: str, baseline_tps: float | None, headroom: float
     its rule's ``normal`` says that baseline is the resource's own (a topic's baseline puts); None otherwise (a
     retry storm's frozen baseline is its group's consume rate). The same headroom is the surge squeeze's floor
     (:meth:`pipelines.decide.limits.surge.SurgeLimit.squeeze_floor`): a topic's traffic back at its normal, a median,
-    reaches the cap's ``bound_share`` under less (docs/decisions.md §8). A limit under it keeps a fixed topic at the cap, and where its
-    carriers have too little headroom for a probe it is never lifted (``RateGovernorLimitUnderNormal``, the status
-    page).
+    reaches the cap's ``bound_share`` under less (docs/decisions.md §8). A limit under it keeps a fixed topic at the
+    cap, and where its carriers have too little headroom for a probe it is never lifted
+    (``RateGovernorLimitUnderNormal``, the status page).
 
     Raises:
         ValueError: no rule limits that type.

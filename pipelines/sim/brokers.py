@@ -49,7 +49,8 @@ class Deliveries:
         return due
 
 
-def advance_through(cluster: ClosedLoopCluster, when: pd.Timestamp, next_change: Callable[[pd.Timestamp], pd.Timestamp | None],
+def advance_through(cluster: ClosedLoopCluster, when: pd.Timestamp,
+                    next_change: Callable[[pd.Timestamp], pd.Timestamp | None],
                     apply: Callable[[pd.Timestamp], None]) -> None:
     """Run ``cluster`` to ``when``, stopping at each instant
     ``next_change(now)`` names on the way (None: no change left) to ``apply`` the change due there: the limits at

@@ -608,7 +608,7 @@ def _minute_figures(out: dict, values: dict, details: dict) -> None:
     values["admitted_over_limit_minute_min_with_busy"] = (min(every) if every else nan, "ratio", "incident")
     details["admitted_over_limit_minute_min_with_busy"] = (
         f"{len(out['busy_minutes'])} limited minutes with a busy carrier left out of the judged ones (the figure "
-        "the definition before the squeeze: every limited minute)")
+        "before the squeeze: every limited minute)")
     if out["pulse_minutes"]:
         values["admitted_over_limit_minute_min_with_pulse_gaps"] = (min(out["pulse_minutes"]), "ratio", "incident")
         details["admitted_over_limit_minute_min_with_pulse_gaps"] = (

@@ -296,8 +296,9 @@ class LimitPolicy(OpenWindowSteps):
         if preliminary is not None and preliminary.window_end <= cand.window_end and preliminary.mode == cand.mode \
                 and not above(start, preliminary.limit_qps, self.params.hysteresis_pct) \
                 and not tightens(start, preliminary.limit_qps, self.params.hysteresis_pct):
-            reason += (f"; kept at the preliminary decision's {preliminary.limit_qps:.1f} msg/s (within "
-                       f"{self.params.hysteresis_pct:g} % of {start:.1f})") if not close(start, preliminary.limit_qps) else ""
+            kept = preliminary.limit_qps
+            reason += (f"; kept at the preliminary decision's {kept:.1f} msg/s (within "
+                       f"{self.params.hysteresis_pct:g} % of {start:.1f})") if not close(start, kept) else ""
             if start == target:
                 target = preliminary.limit_qps
             start = preliminary.limit_qps

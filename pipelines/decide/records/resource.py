@@ -9,11 +9,10 @@ Frozen dataclasses; no Spark. Rates are cluster-wide msg/s unless named per brok
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from pipelines.decide.words import Action, Mode, Status
 

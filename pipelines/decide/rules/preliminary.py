@@ -33,8 +33,8 @@ from pipelines.decide.records.inputs import GroupHistory
 from pipelines.decide.rules.candidates import Keyed
 from pipelines import rocketmq as rmq
 from pipelines.decide.rules.facts import (
-    FALLBACK_ATTEMPTS, acceptance, busy_fires, failure_rate, per_second, rate, retry_may_fire, retry_ratio, retry_traffic,
-    sendback_acceptance, spike_fires, through_busy,
+    FALLBACK_ATTEMPTS, acceptance, busy_fires, failure_rate, per_second, rate, retry_may_fire, retry_ratio,
+    retry_traffic, sendback_acceptance, spike_fires, through_busy,
 )
 from pipelines.decide.rules.anomalies import (
     WINDOW_KEYS, Rule, anomalies_frame, broker_busy,

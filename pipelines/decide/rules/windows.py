@@ -27,8 +27,8 @@ from pipelines import rocketmq as rmq
 from pipelines.config import DetectionConfig
 from pipelines.decide.arrow import to_arrow, to_polars
 from pipelines.decide.rules.facts import (
-    MIN_ACCEPTANCE, acceptance, at_floor, failure_rate, per_second, retry_may_fire, retry_ratio, retry_traffic, sendback_acceptance,
-    through_busy,
+    MIN_ACCEPTANCE, acceptance, at_floor, failure_rate, per_second, retry_may_fire, retry_ratio, retry_traffic,
+    sendback_acceptance, through_busy,
 )
 from pipelines.decide.rules.anomalies import WINDOW_KEYS
 
