@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import ClassVar, Protocol
 
@@ -36,8 +37,8 @@ from pipelines.decide.records.resource import (
 from pipelines.decide.limits.open_windows import OpenWindowSteps
 from pipelines.decide.records.limit_rows import EXTRA_RANKS
 from pipelines.decide.limits.steps import (
-    Params, Step, above, backoff_hold, cooled, cut, decide, decided_at, effective_end, higher, last_kept, lower,
-    noted_carriers, outlived, recovery_needed, refresh_due, seen, tightens,
+    Params, Step, above, backoff_hold, cooled, cut, decide, decided_at, effective_end, frozen_basis, higher, last_kept,
+    lower, noted_carriers, outlived, recovery_needed, refresh_due, seen, tightens,
 )
 from pipelines.decide.words import Action, Anomaly, Mode, Status
 
@@ -57,6 +58,9 @@ class Limit(Protocol):
 
     def act_on_open(self, state: ResourceState, batch: Batch, decided: bool = False) -> Step:
         """What the open windows after the horizon let the final path decide now."""
+
+    def timed(self, step: Step, then: Step, batch: Batch) -> Step:
+        """``step`` followed by ``then``, with the time a new value comes into force at the brokers."""
 
 
 class LimitPolicy(OpenWindowSteps):
@@ -610,3 +614,48 @@ class LimitPolicy(OpenWindowSteps):
         if proven_to is not None and step.state.last_lift_end is not None:
             step = step.moved(last_lift_end=max(step.state.last_lift_end, proven_to))
         return step
+
+    # --- in force: when a new value reaches the brokers ------------------------------------------------------------
+    def timed(self, step: Step, then: Step, batch: Batch) -> Step:
+        """``step`` followed by ``then``, the state's ``change_effective_end`` moved when ``then`` changed the value
+        (a set to a new value or a raise): the end of the first window wholly after the decision's processing time
+        (``batch.now``, at most ``max_decision_lag`` after the stream's newest window,
+        :func:`~pipelines.decide.limits.steps.decided_at`; None: the end of the window decided), the first window
+        the brokers ran at the new value (:func:`~pipelines.decide.limits.steps.effective_end`). A new limit the
+        final path sets at the fast path's preliminary value (``batch.preliminary``) is in force since the fast
+        path's decision: taken as made within the window after the preliminary's window."""
+        out = step.then(then)
+        changed = [d for d in then.decisions if d.action != Action.LIFT and d.limit_qps != d.previous_qps]
+        if changed and out.state.limit_qps is not None:
+            last, early = changed[-1], batch.preliminary
+            window = self.params.window
+            at = decided_at(batch.now, batch.stream_end(last.window_end), self.params.max_decision_lag)
+            if last.previous_qps is None and early is not None and early.limit_qps == last.limit_qps:
+                at = min(at, early.window_end + window)
+            out = out.moved(change_effective_end=effective_end(at, window))
+        return out
+
+    # --- a limit decided elsewhere: the fast path's, an operator's -----------------------------------------------
+    @staticmethod
+    def adopt(state: ResourceState, limit_qps: float | None, window_end: dt.datetime, mode: Mode,
+              shares: Mapping[str, float] | None) -> ResourceState:
+        """``state`` with a limit the fast path decided on the open window ending ``window_end`` (naive UTC) in
+        force, as the fast path's next micro-batch folds from it (the final path has not folded that window yet):
+        ``limit_qps`` (msg/s cluster-wide; None: the fast path lifted it) decided and changed at that window, in
+        ``mode``, so that hysteresis, the cool-down and the maximum cut apply from it and it is not decided again
+        every micro-batch. A first limit (none in ``state``) also freezes its target and its per-broker ``shares``
+        (fractions summing to 1) as a set does (:func:`~pipelines.decide.limits.steps.frozen_basis`), as the final
+        path will freeze them when it folds the same window."""
+        out = replace(state, limit_qps=limit_qps, last_decision_end=window_end, last_change_end=window_end, mode=mode)
+        return replace(out, **frozen_basis(window_end, limit_qps, shares)) if state.limit_qps is None else out
+
+    @staticmethod
+    def pin(state: ResourceState, limit_qps: float, mode: Mode, shares: Mapping[str, float],
+            at: dt.datetime) -> ResourceState:
+        """A fresh state for ``state``'s resource held at an operator's figure (an override ``pin``): ``limit_qps``
+        (msg/s cluster-wide) in force, and its target, since the window ending ``at`` (naive UTC), split by
+        ``shares`` (fractions summing to 1; empty: by the traffic), in ``mode``. The rules judge the resource's
+        windows from it in shadow; what they decide is not published while the pin is in force."""
+        return ResourceState(state.resource_type, state.resource, limit_qps=limit_qps, mode=mode,
+                             target_qps=limit_qps, broker_shares=dict(shares), limited_since=at,
+                             last_candidate_end=at, last_decision_end=at, last_change_end=at)

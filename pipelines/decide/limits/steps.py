@@ -189,7 +189,7 @@ def frozen_basis(window_end: dt.datetime, target: float | None, shares: Mapping[
     """The fields of :class:`~pipelines.decide.records.resource.ResourceState` a new limit freezes from the window ending
     ``window_end`` (docs/decisions.md §4 "Frozen basis"): its ``target`` (msg/s), its per-broker ``shares`` and the
     rule's ``baseline`` (msg/s), kept until the lift; the probe and cap memory of an earlier limit cleared. Used by
-    :func:`decide` and by the fast path's starting state (:func:`pipelines.decide.paths.reconcile.preliminary_state`)."""
+    :func:`decide` and by a limit the fast path decided (:meth:`pipelines.decide.limits.base.LimitPolicy.adopt`)."""
     return {"target_qps": target, "broker_shares": shares, "limited_since": window_end, "baseline_tps": baseline,
             "cause_changes": 0, "probe_from_qps": None, "probe_ceiling_qps": None, "probe_hold_until": None,
             "probe_backoff": 0, "last_capped_end": None, "probe_effective_end": None, "at_cap_since": None}

@@ -36,6 +36,7 @@ from pipelines.decide.arrow import aware, figures, naive
 from pipelines.decide.rules.candidates import Keyed, mode
 from pipelines.decide.rules.facts import close, shares_from_figures, shares_of, split as broker_limits
 from pipelines.decide.records.resource import ResourceState
+from pipelines.decide.limits.base import LimitPolicy
 from pipelines.decide.paths.fold_all import Folded, state_of, state_row
 from pipelines.decide.records.limit_rows import burst_for, decision_version
 from pipelines.decide.text import fixed, stamp
@@ -331,9 +332,7 @@ class Applied:
         mine = row is not None and tag(row.get("reason")) == o.override_id
         shares = shares_from_figures(figures(row.get("broker_limits")) if mine else {}, o.limit_qps)
         at = naive(aware(row["window_end"]) if row is not None and row.get("window_end") is not None else self.now)
-        state = ResourceState(*o.key, limit_qps=o.limit_qps, mode=mode(o.resource, self.cfg.limits),
-                              target_qps=o.limit_qps, broker_shares=shares, limited_since=at, last_candidate_end=at,
-                              last_decision_end=at, last_change_end=at)
+        state = LimitPolicy.pin(ResourceState(*o.key), o.limit_qps, mode(o.resource, self.cfg.limits), shares, at)
         return {**state_row(state), OVERRIDE_ID: o.override_id}
 
     def candidates(self, candidates: Iterable[Keyed]) -> list[Keyed]:

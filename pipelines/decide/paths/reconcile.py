@@ -6,7 +6,8 @@ this module owns every rule between them:
 * **Versions**: :mod:`pipelines.decide.records.limit_rows` (:data:`~pipelines.decide.records.limit_rows.VERSION_RANK`,
   :data:`~pipelines.decide.records.limit_rows.RECONCILE_RANK`).
 * **The fast path's starting point** (:func:`preliminary_state`): the final path's saved state with the newer
-  preliminary limit in force (its target and per-broker shares frozen as the final path will freeze them).
+  preliminary limit in force, which the limit takes in itself (:meth:`pipelines.decide.limits.base.LimitPolicy.adopt`);
+  reconciliation hands it the row and never writes a state field.
 * **The final path's answer** (:func:`reconcile_preliminary`): confirm (no row), correct (``set``) or reverse
   (``lift``) each preliminary ``set`` of a window that is now final; :func:`state_after` is the policy state after a
   fold, the input of that answer.
@@ -25,10 +26,11 @@ from pipelines.config import GovernorConfig
 from pipelines.decide.arrow import aware, figures, naive
 from pipelines.decide.rules import facts
 from pipelines.decide.rules.facts import close, shares_from_figures, shares_of
-from pipelines.decide.words import Action, Basis
+from pipelines.decide.words import Action, Basis, Mode
 from pipelines.decide.records.limit_rows import RECONCILE_RANK, burst_for, decision_version
 from pipelines.decide.records.resource import PendingPreliminary
-from pipelines.decide.limits.steps import frozen_basis
+from pipelines.decide.limits.base import LimitPolicy
+from pipelines.decide.paths.fold_all import state_of, state_row
 from pipelines.decide.text import fixed, stamp
 
 
@@ -67,27 +69,24 @@ def read_as_limited(limited: tuple[str, ...], lifted: dict[Key, dt.datetime], no
 def preliminary_state(saved: dict[Key, dict], latest: dict[Key, dict],
                       complete: dict[tuple, dict[str, float]] | None = None) -> dict[Key, dict]:
     """The state the fast path folds from: the final path's saved state (``state/policy`` rows by key), with the
-    limit of a newer preliminary decision in force (so a preliminary limit is not decided again every micro-batch;
-    hysteresis, cool-down and the maximum cut apply from it). A preliminary limit the final path has not folded yet
-    also freezes its target and its per-broker shares, as the final path will
-    (:func:`pipelines.decide.limits.steps.frozen_basis`): by its window's complete traffic where the window is complete by
-    census now (``complete``: :func:`pipelines.decide.paths.open_split.complete_traffic`), else from its
-    ``broker_limits``."""
+    limit of a newer preliminary decision in force, taken in by the limit itself
+    (:meth:`pipelines.decide.limits.base.LimitPolicy.adopt`: not decided again every micro-batch; a first one's
+    target and per-broker shares frozen as the final path will freeze them). Those shares are its window's complete
+    traffic where the window is complete by census now (``complete``:
+    :func:`pipelines.decide.paths.open_split.complete_traffic`), else its ``broker_limits``. Rows keep their other
+    columns (an override's ``override_id``)."""
     out = {key: dict(row) for key, row in saved.items()}
     for key, limit in latest.items():
         if limit["basis"] != Basis.PRELIMINARY:
             continue
-        row = out.setdefault(key, {"resource_type": key[0], "resource": key[1], "version": 0})
-        first = row.get("limit_qps") is None
+        row = out.get(key) or {"resource_type": key[0], "resource": key[1], "version": 0}
         p_limit = limit["limit_qps"] if limit["action"] != Action.LIFT else None
-        row.update(limit_qps=p_limit, last_decision_end=limit["window_end"], last_change_end=limit["window_end"],
-                   mode=limit["mode"])
-        if row.get("version") is None:
-            row["version"] = 0
-        if first:
-            shares = shares_from_figures(figures(limit.get("broker_limits")), p_limit) if p_limit else None
+        shares = None
+        if p_limit:
             whole = shares_of((complete or {}).get((*key, naive(limit["window_end"])), {}))
-            row.update(frozen_basis(limit["window_end"], p_limit, whole if p_limit and whole else shares))
+            shares = whole or shares_from_figures(figures(limit.get("broker_limits")), p_limit)
+        adopted = LimitPolicy.adopt(state_of(row), p_limit, naive(limit["window_end"]), Mode(limit["mode"]), shares)
+        out[key] = {**row, **state_row(adopted)}
     return out
 
 

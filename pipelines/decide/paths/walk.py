@@ -22,8 +22,7 @@ from pipelines.decide.records.resource import (
     Batch, Candidate, Decision, Evidence, Observation, PendingPreliminary, ResourceState,
 )
 from pipelines.decide.limits.base import Limit
-from pipelines.decide.limits.steps import Params, Step, decided_at, effective_end
-from pipelines.decide.words import Action
+from pipelines.decide.limits.steps import Params, Step
 
 
 def fold_resource(
@@ -65,27 +64,10 @@ def fold_resource(
     step = Step(state)
     for end in sorted(set(cands) | set(seen)):
         if recover_windows:
-            step = timed(step, policy.lift_due(step.state, end - params.window, batch), batch, params)
-        step = timed(step, policy.on_window(step.state, end, cands.get(end), seen.get(end), batch), batch, params)
+            step = policy.timed(step, policy.lift_due(step.state, end - params.window, batch), batch)
+        step = policy.timed(step, policy.on_window(step.state, end, cands.get(end), seen.get(end), batch), batch)
     if recover_windows:
-        step = timed(step, policy.lift_due(step.state, horizon_end, batch), batch, params)
-        step = timed(step, policy.act_on_open(step.state, batch, decided=bool(step.decisions)), batch, params)
+        step = policy.timed(step, policy.lift_due(step.state, horizon_end, batch), batch)
+        step = policy.timed(step, policy.act_on_open(step.state, batch, decided=bool(step.decisions)), batch)
     return list(step.decisions), step.state, list(step.evidence)
 
-
-def timed(step: Step, then: Step, batch: Batch, params: Params) -> Step:
-    """``step`` followed by ``then``, the state's ``change_effective_end`` moved when ``then`` changed the value (a
-    set to a new value or a raise): the first window wholly after ``batch.now`` (the decision's processing time;
-    None: the end of the window it was decided on), the first window the brokers ran at the new value. A new limit
-    the final path sets at the fast path's preliminary value (``batch.preliminary``) is in force since the fast
-    path's decision: taken as made within the window after the preliminary's window."""
-    out = step.then(then)
-    changed = [d for d in then.decisions if d.action != Action.LIFT and d.limit_qps != d.previous_qps]
-    if changed and out.state.limit_qps is not None:
-        last, early = changed[-1], batch.preliminary
-        window = params.window
-        at = decided_at(batch.now, batch.stream_end(last.window_end), params.max_decision_lag)
-        if last.previous_qps is None and early is not None and early.limit_qps == last.limit_qps:
-            at = min(at, early.window_end + window)
-        out = out.moved(change_effective_end=effective_end(at, window))
-    return out

@@ -177,7 +177,16 @@ def most_refused_share(admitted: float, sent_back: float | None) -> float | None
     :data:`TOLERANCE` of the admitted traffic) or no send-back count."""
     if sent_back is None or admitted - sent_back <= TOLERANCE * max(admitted, 1.0):
         return None
-    return min((admitted - sent_back) / sent_back, REFUSED_SHARE_MAX) if sent_back > 0 else REFUSED_SHARE_MAX
+    return min(fallback_ratio(admitted - sent_back, sent_back), REFUSED_SHARE_MAX) if sent_back > 0 \
+        else REFUSED_SHARE_MAX
+
+
+def fallback_ratio(fallback, sent_back):
+    """A group's fallback sends ÷ its send-backs (both msg/s or both counts; numbers or expressions; ``sent_back``
+    > 0): the most its fallback sends can mean of its refused send-backs, uncapped. :func:`most_refused_share` caps
+    it at :data:`REFUSED_SHARE_MAX`; :func:`sendback_acceptance` keeps its send-backs' acceptance at or above
+    1 − this ratio."""
+    return fallback / sent_back
 
 
 def sendback_acceptance(accepted, admitted, sent_back):
@@ -206,12 +215,12 @@ def sendback_acceptance(accepted, admitted, sent_back):
             lambda s: pl.Series(_fallback_refused(s.struct.field("fallback").to_numpy().astype(float),
                                                   s.struct.field("sent_back").to_numpy().astype(float))),
             return_dtype=pl.Float64)
-        most = pl.when((fallback > 0) & (sent_back > 0)).then(fallback / sent_back).otherwise(None)
+        most = pl.when((fallback > 0) & (sent_back > 0)).then(fallback_ratio(fallback, sent_back)).otherwise(None)
         read = pl.min_horizontal(accepted, 1.0 - refused.fill_nan(0.0).fill_null(0.0))
         return pl.max_horizontal(read, (1.0 - most).fill_null(0.0))
     refused = least_refused_share(float(fallback), float(sent_back))
     read = min(accepted, 1.0 - (0.0 if math.isnan(refused) else refused))
-    return max(read, 1.0 - fallback / sent_back) if fallback > 0 and sent_back > 0 else read
+    return max(read, 1.0 - fallback_ratio(fallback, sent_back)) if fallback > 0 and sent_back > 0 else read
 
 
 def newest_carriers(windows, before) -> frozenset:
