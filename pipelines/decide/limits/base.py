@@ -46,8 +46,9 @@ from pipelines.decide.words import Action, Anomaly, Mode, Status
 class Limit(Protocol):
     """What the per-resource walk (:func:`pipelines.decide.paths.walk.fold_resource`) asks of a limit kind, and all it
     asks: each window in event-time order, the lift that came due before it, and at the horizon what the fast path's
-    open windows let the final path decide. Each returns the :class:`~pipelines.decide.limits.steps.Step` taken (the
-    state after, the decisions made, the evidence rows); every other step is the kind's own (:class:`LimitPolicy`)."""
+    open windows let the final path decide; each step timed (when a new value reaches the brokers). Each returns
+    the :class:`~pipelines.decide.limits.steps.Step` taken (the state after, the decisions made, the evidence rows);
+    every other step is the kind's own (:class:`LimitPolicy`)."""
 
     def on_window(self, state: ResourceState, end: dt.datetime, cand: Candidate | None, obs: Observation | None,
                   batch: Batch) -> Step:
