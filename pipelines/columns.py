@@ -51,7 +51,8 @@ SEND_FAILURE_JSON = (
 
 #: ``bronze/broker_stats`` and ``bronze/send_failures``: every input record as read (:data:`RAW_RECORD` without
 #: ``source``); ``raw_bytes`` its exact bytes, ``raw`` their valid-UTF-8 text.
-BRONZE = (("raw", "string"), ("raw_bytes", "binary"), ("origin", "string"), ("broker_hint", "string"), ("ingested_at", "timestamp"))
+BRONZE = (("raw", "string"), ("raw_bytes", "binary"), ("origin", "string"), ("broker_hint", "string"),
+          ("ingested_at", "timestamp"))
 
 SILVER_BROKER_STATS = (
     ("event_time", "timestamp"),
@@ -89,7 +90,8 @@ SILVER_SEND_FAILURES = (
 #: ``raw_bytes`` its exact bytes, ``raw`` their valid-UTF-8 text) or ``gold/limits`` (a limit decision refused by
 #: the ``gold/limits`` suite: ``raw`` the decision as JSON, ``raw_bytes`` null); ``reason`` the first failed check.
 QUARANTINE = (
-    ("source", "string"), ("raw", "string"), ("raw_bytes", "binary"), ("reason", "string"), ("origin", "string"), ("ingested_at", "timestamp")
+    ("source", "string"), ("raw", "string"), ("raw_bytes", "binary"), ("reason", "string"), ("origin", "string"),
+    ("ingested_at", "timestamp")
 )
 
 #: ``metric`` of a failed send in :data:`METRIC_EVENT` and :data:`WINDOW_METRIC` rows: ``failure:<failure_class>``.
@@ -111,8 +113,8 @@ METRIC_EVENT = (
 #: ``rejected`` its limiter's rejections (failed sends), ``carries`` the broker printed a put line of the topic,
 #: ``sendback_tps`` a group's admitted send-backs alone (msg/s; null for a topic: ``tps`` minus it is the consumer
 #: client's fallback plain sends, :mod:`pipelines.decide.limits.retry_storm`), ``acceptance`` the share of the sends the
-#: broker accepted in the window (:func:`pipelines.decide.rules.facts.acceptance`; 1 when it refused none); window marker
-#: rows have ``resource_type`` ``*``.
+#: broker accepted in the window (:func:`pipelines.decide.rules.facts.acceptance`; 1 when it refused none); window
+#: marker rows have ``resource_type`` ``*``.
 WINDOW_TRAFFIC = (
     ("window_start", "timestamp"),
     ("window_end", "timestamp"),
@@ -258,7 +260,8 @@ POLICY_STATE = (
 OVERRIDE_ID = "override_id"
 
 #: ``quality/validation_results``: one row per expectation per GX validation of a micro-batch
-#: (:mod:`pipelines.dataplane.quality`); ``suite`` is the validated table, ``observed_value`` JSON text when GX reports one.
+#: (:mod:`pipelines.dataplane.quality`); ``suite`` is the validated table, ``observed_value`` JSON text when GX reports
+#: one.
 QUALITY_VALIDATION_RESULTS = (
     ("batch_id", "long"),
     ("suite", "string"),
@@ -270,9 +273,10 @@ QUALITY_VALIDATION_RESULTS = (
     ("validated_at", "timestamp"),
 )
 
-#: ``quality/validation_runs``: GX's own result of each suite validation of a micro-batch (:mod:`pipelines.dataplane.quality`,
-#: rendered by :mod:`pipelines.dataplane.quality.data_docs`); ``suite`` is the validated table (as in ``quality/validation_results``),
-#: ``result_json`` is ``ExpectationSuiteValidationResult.to_json_dict()`` as JSON, run name ``batch-<batch_id>``.
+#: ``quality/validation_runs``: GX's own result of each suite validation of a micro-batch
+#: (:mod:`pipelines.dataplane.quality`, rendered by :mod:`pipelines.dataplane.quality.data_docs`); ``suite`` is the
+#: validated table (as in ``quality/validation_results``), ``result_json`` is
+#: ``ExpectationSuiteValidationResult.to_json_dict()`` as JSON, run name ``batch-<batch_id>``.
 QUALITY_VALIDATION_RUNS = (
     ("batch_id", "long"),
     ("suite", "string"),
@@ -347,9 +351,9 @@ BROKER_MODEL_RESULT = (
     ("max_wait_ms", "double"),
 )
 
-#: ``control/sink_status`` (:class:`pipelines.writeback.sinks.SinkSet`): one row per write-back sink per gold micro-batch
-#: that published: ``ok`` whether the sink now holds the current limits, ``sent`` the messages it accepted, ``attempts``
-#: the tries (1 = first time right), ``error`` the last error (null when ok), ``at`` UTC.
+#: ``control/sink_status`` (:class:`pipelines.writeback.sinks.SinkSet`): one row per write-back sink per gold
+#: micro-batch that published: ``ok`` whether the sink now holds the current limits, ``sent`` the messages it accepted,
+#: ``attempts`` the tries (1 = first time right), ``error`` the last error (null when ok), ``at`` UTC.
 SINK_STATUS = (
     ("batch_id", "long"),
     ("sink", "string"),
@@ -360,8 +364,8 @@ SINK_STATUS = (
     ("at", "timestamp"),
 )
 
-#: ``control/limiter_rejections`` (:class:`pipelines.writeback.sinks.SinkSet`): one row each time a write-back sink sees an
-#: in-broker limiter's last rejection move (the RocketMQ admin sink's VIEW, ``TopicRateLimit.lastRateLimitTimestamp``
+#: ``control/limiter_rejections`` (:class:`pipelines.writeback.sinks.SinkSet`): one row each time a write-back sink sees
+#: an in-broker limiter's last rejection move (the RocketMQ admin sink's VIEW, ``TopicRateLimit.lastRateLimitTimestamp``
 #: of sohutv/rocketmq 5.3.1-sohu-01): ``broker`` (brokerName), ``resource`` the limiter's key (a topic, or
 #: ``%RETRY%<group>``), ``last_rejected_at`` when it last rejected a send (UTC), ``seen_at`` when the sink read it
 #: (UTC), ``batch_id`` of the micro-batch that published.

@@ -29,8 +29,8 @@ __all__ = [
     "ConfigError", "ConfigSection", "read_toml", "validate_model", "CURRENT_FORK_DEFAULT_QPS", "KafkaSinkConfig",
     "RocketMQSinkConfig", "SinkConfig", "KafkaSourceConfig", "SourceConfig", "LakeConfig", "StatsConfig",
     "BrokersConfig", "WindowsConfig", "DetectionConfig", "LimitsConfig", "SparkConfig", "DEFAULT_PANDAS_MAX_ROWS",
-    "QualityConfig", "MetricsConfig", "OverridesConfig", "GovernorConfig", "DECISION_QUERY_CONF", "parse_config", "load_config",
-    "throwaway_signing_key",
+    "QualityConfig", "MetricsConfig", "OverridesConfig", "GovernorConfig", "DECISION_QUERY_CONF", "parse_config",
+    "load_config", "throwaway_signing_key",
 ]
 
 
@@ -85,8 +85,8 @@ class LakeConfig(_Section):
     executor_write_rows: int = Field(default=200_000, ge=0, description=(
         "delta-rs lake only: an append of more rows than this is written as Parquet by Spark's executors and "
         "committed by delta-rs; smaller ones go through the driver as Arrow "
-        "(:class:`pipelines.dataplane.lake.delta_rs.DeltaRsLake`). Rows; 0 = always from the executors. The default keeps "
-        "a micro-batch collected on the driver well inside a 4 GiB driver (docs/performance.md)."))
+        "(:class:`pipelines.dataplane.lake.delta_rs.DeltaRsLake`). Rows; 0 = always from the executors. The default "
+        "keeps a micro-batch collected on the driver well inside a 4 GiB driver (docs/performance.md)."))
 
 
 class StatsConfig(_Section):
@@ -107,7 +107,8 @@ class StatsConfig(_Section):
 
 
 class BrokersConfig(_Section):
-    """Broker names, and which brokers are evidence (:mod:`pipelines.dataplane.known_brokers`, docs/contracts.md §1)."""
+    """Broker names, and which brokers are evidence (:mod:`pipelines.dataplane.known_brokers`,
+    docs/contracts.md §1)."""
 
     addresses: dict[str, str] = Field(default_factory=dict, description=(
         "``ip:port`` → broker name, for send failures that name a broker by address (docs/contracts.md §1.2); an "
@@ -241,8 +242,8 @@ class LimitsConfig(_Section):
     storm_room_share: float = Field(default=0.95, gt=0, le=1, description=(
         "A retry storm's first limit on a busy carrier keeps the carrier's writes (its usual senders at their "
         "normal plus the storms) at most this share (ratio) of what it wrote busy "
-        "(:meth:`pipelines.decide.limits.retry_storm.RetryStormLimit.first_bound`): filled to the whole of it, a carrier "
-        "stays busy (a limiter rejecting most of a storm bursts as its breaker closes). On a broker of 1.37x "
+        "(:meth:`pipelines.decide.limits.retry_storm.RetryStormLimit.first_bound`): filled to the whole of it, a "
+        "carrier stays busy (a limiter rejecting most of a storm bursts as its breaker closes). On a broker of 1.37x "
         "headroom its bystanders lost 1.63 % of their sends after containment at 1.0, 0.48 % at 0.95; on one of "
         "1.10x, at 0.9 a fixed group's legitimate retries (16 msg/s) stayed over its 4.4 msg/s limit and it was "
         "never lifted, at 0.95 (23 msg/s) it was lifted 5.9 min after its fix (docs/decisions.md §4)."))
@@ -309,11 +310,11 @@ class LimitsConfig(_Section):
         "within 20 minutes of its final fix (24 windows would not be). The choice and the range tried: "
         "docs/decisions.md."))
     recurrence_windows: int = Field(default=30, ge=0, description=(
-        "Windows: recurrence memory (flap damping, :meth:`pipelines.decide.limits.base.LimitPolicy.recurrence`). An anomaly within this many "
-        "final windows of its resource's last lift is a recurrence: the limit goes straight to the target "
-        "remembered from before, and each recurrence doubles the clear windows the next lift needs "
-        "(``recovery_windows`` × 2^n, at most max(``recovery_windows``, ``max_recovery_windows``)); 0 = no memory. "
-        "30 one-minute windows: half an hour, as the surge baseline."))
+        "Windows: recurrence memory (flap damping, :meth:`pipelines.decide.limits.base.LimitPolicy.recurrence`). An "
+        "anomaly within this many final windows of its resource's last lift is a recurrence: the limit goes "
+        "straight to the target remembered from before, and each recurrence doubles the clear windows the next lift "
+        "needs (``recovery_windows`` × 2^n, at most max(``recovery_windows``, ``max_recovery_windows``)); 0 = no "
+        "memory. 30 one-minute windows: half an hour, as the surge baseline."))
     advisory_resources: tuple[str, ...] = Field((), description=(
         "Topics and groups that get advisory records even when ``mode = \"enforce\"`` (shadow mode per "
         "resource)."))

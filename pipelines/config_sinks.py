@@ -1,5 +1,5 @@
-"""Settings of the write-back sinks besides ``control/limits.json`` (``[sink]``, :mod:`pipelines.writeback.sinks`); part of
-:class:`pipelines.config.GovernorConfig`, importable from :mod:`pipelines.config` too."""
+"""Settings of the write-back sinks besides ``control/limits.json`` (``[sink]``, :mod:`pipelines.writeback.sinks`); part
+of :class:`pipelines.config.GovernorConfig`, importable from :mod:`pipelines.config` too."""
 
 from __future__ import annotations
 

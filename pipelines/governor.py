@@ -1,10 +1,11 @@
 """The streaming governor's command line: parses the flags, checks the config, takes the lake's lease and runs the
 job (:func:`pipelines.job.run.run`, re-exported here as :func:`run` with :func:`start_queries`).
 
-Queries (each a thin flow of :mod:`pipelines.job.flows` over the pure transforms of :mod:`pipelines.dataplane.transforms`):
+Queries (each a thin flow of :mod:`pipelines.job.flows` over the pure transforms of
+:mod:`pipelines.dataplane.transforms`):
 
-* ``ingest`` (:class:`~pipelines.job.flows.ingest.IngestFlow`): every record → ``bronze/*``, parsed → ``silver/*`` or
-  ``quarantine`` (nothing is dropped).
+* ``ingest`` (:class:`~pipelines.job.flows.ingest.IngestFlow`): every record → ``bronze/*``, parsed → ``silver/*``
+  or ``quarantine`` (nothing is dropped).
 * ``fast`` (:class:`~pipelines.job.flows.fast.FastFlow`, the fast path): open windows, every micro-batch → preliminary
   ``gold/limits`` decisions on evidence that later input can only strengthen, and the published limits. Runs in
   the continuous job (``windows.fast_path``).

@@ -6,7 +6,7 @@ Nothing here is tunable: these are the broker's and clients' own formats and nam
 
 from __future__ import annotations
 
-# --- stats.log (docs/rocketmq-formats.md §2, StatsItem / RTStatsItem / MomentStatsItem) -----------------------------------
+# --- stats.log (docs/rocketmq-formats.md §2, StatsItem / RTStatsItem / MomentStatsItem) ------------------------------
 
 #: ``Stats In One Minute`` etc. → the ``period`` column of silver/broker_stats.
 PERIODS: dict[str, str] = {
@@ -16,8 +16,9 @@ PERIODS: dict[str, str] = {
     "Every 5 Minutes": "5min",
 }
 
-#: Key shapes (docs/rocketmq-formats.md §3, ``BrokerStatsManager.buildStatsKey`` with "@" as separator). Each shape names the
-#: parts of the key in order. ``cluster`` keys hold ``brokerClusterName``; ``event`` keys hold a channel event.
+#: Key shapes (docs/rocketmq-formats.md §3, ``BrokerStatsManager.buildStatsKey`` with "@" as separator). Each shape
+#: names the parts of the key in order. ``cluster`` keys hold ``brokerClusterName``; ``event`` keys hold a channel
+#: event.
 KEY_SHAPES: dict[str, tuple[str, ...]] = {
     "topic": ("topic",),
     "topic@group": ("topic", "group"),
@@ -96,7 +97,7 @@ NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
 
-# --- send failures (docs/rocketmq-formats.md §4-7) --------------------------------------------------------------------------
+# --- send failures (docs/rocketmq-formats.md §4-7) -------------------------------------------------------------------
 
 #: Attempts of one producer send at most: 1 + ``DefaultMQProducer.retryTimesWhenSendFailed`` (2 by default;
 #: apache/rocketmq develop, ``DefaultMQProducerImpl.sendDefaultImpl``), each failed attempt one failure line. So a

@@ -1,8 +1,8 @@
 """The names of the lake's Delta tables: their paths under the lake root (docs/contracts.md §2).
 
 Plain constants with no Spark import, so that Spark-free code (the Data Docs builder, the control plane's tools)
-can name a table too. The registry of schemas and time columns is :data:`pipelines.dataplane.lake.registry.TABLES`, keyed
-by these; every module names a table through these constants, never a literal.
+can name a table too. The registry of schemas and time columns is :data:`pipelines.dataplane.lake.registry.TABLES`,
+keyed by these; every module names a table through these constants, never a literal.
 """
 
 from __future__ import annotations

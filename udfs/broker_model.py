@@ -49,9 +49,9 @@ _ORDER = ["minute_start", "broker", "resource_type", "resource"]  # the row orde
 def simulate_per_broker(schedule: pd.DataFrame | None, cfg: bm.BrokerModelConfig, capacity: pd.Series,
                         minutes: pd.DatetimeIndex) -> Callable[[pd.DataFrame], pd.DataFrame]:
     """The ``applyInPandas`` function for ``groupBy("broker")`` (or any grouping that keeps each broker's rows in one
-    group): runs :func:`~pipelines.sim.broker_model.simulate` on the group's offered rows with ``schedule`` (None or empty: no governor), ``capacity`` (units/s per broker)
-    and ``minutes`` (the run's UTC minute starts, tz-aware), and returns its :class:`ModelResult` as rows of
-    :data:`pipelines.schemas.BROKER_MODEL_RESULT`."""
+    group): runs :func:`~pipelines.sim.broker_model.simulate` on the group's offered rows with ``schedule`` (None or
+    empty: no governor), ``capacity`` (units/s per broker) and ``minutes`` (the run's UTC minute starts, tz-aware), and
+    returns its :class:`ModelResult` as rows of :data:`pipelines.schemas.BROKER_MODEL_RESULT`."""
     sched = schedule if schedule is not None and len(schedule) else None
     axis = pd.DatetimeIndex(minutes)
 

@@ -9,9 +9,10 @@ Usage::
 Scenarios (:data:`pipelines.sim.settings.SCENARIO_SIZES`): ``persisting_storm``, ``storm_fixed``,
 ``intermittent_storm``, ``spread_storm``, ``flash_sale``, ``noisy_neighbour`` (a busy broker from a surging topic),
 ``normal_day``, ..., each in its world (:func:`pipelines.sim.settings.scenario_world`: its clients' settings and its
-irregularities, e.g. a broker shipping late, a governor killed and restarted). The run (:func:`pipelines.backtest.loop.run_loop`) steps simulated time with the shipped trigger,
-each micro-batch's measured wall time added 1:1; ``DIR`` receives the governor's tables, the landing directory
-(``backtest/landing``), every ``limits.json`` published (``backtest/published``), and:
+irregularities, e.g. a broker shipping late, a governor killed and restarted). The run
+(:func:`pipelines.backtest.loop.run_loop`) steps simulated time with the shipped trigger, each micro-batch's measured
+wall time added 1:1; ``DIR`` receives the governor's tables, the landing directory (``backtest/landing``), every
+``limits.json`` published (``backtest/published``), and:
 
 * Delta table ``backtest/results`` (:data:`pipelines.schemas.BACKTEST_RESULTS`, governor ``closed-loop``): the
   figures of :mod:`pipelines.sim.figures` and the config they ran with, one commit per run;
@@ -96,7 +97,8 @@ def check_world(spec: ScenarioSpec, bcfg: BacktestConfig, irregular: Irregularit
     """
     if irregular.limiter_view:
         raise BacktestError(f"scenario {spec.name}: limiter_view is played by the Spark-free loop only "
-                            "(pipelines.sim.limiter_view); the closed loop through Spark observes by the file write-back")
+                            "(pipelines.sim.limiter_view); the closed loop through Spark observes by the file "
+                            "write-back")
     try:
         stats_landings(irregular, spec.broker_names, spec.minutes, bcfg.shipping.stats_seconds)
     except ValueError as exc:

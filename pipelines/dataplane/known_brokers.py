@@ -2,7 +2,8 @@
 
 Anyone who can write the landing directory or produce to the stats and failures topics can name any broker, so a
 record naming a broker the cluster does not have is quarantined (``unknown broker <name> (not in <source>)``,
-:mod:`pipelines.dataplane.transforms.known`, docs/contracts.md §1) and never reaches a window, the census or a decision.
+:mod:`pipelines.dataplane.transforms.known`, docs/contracts.md §1) and never reaches a window, the census or a
+decision.
 
 * **Where the set comes from** (:class:`KnownBrokerSource`): with ``[sink.rocketmq] enabled``, the broker names
   the name servers list for ``[sink.rocketmq] cluster`` (``GET_BROKER_CLUSTER_INFO``: ``ClusterInfo``'s

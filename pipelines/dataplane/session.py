@@ -2,7 +2,8 @@
 
 The session time zone is UTC: every timestamp column of rate-governor is UTC (stats.log's GMT+8 is converted at
 parse time). When the Delta jars are on the classpath (a cluster with delta-spark installed), the Delta SQL
-extension and catalog are enabled; otherwise Delta tables are written with delta-rs (see :mod:`pipelines.dataplane.lake`).
+extension and catalog are enabled; otherwise Delta tables are written with delta-rs (see
+:mod:`pipelines.dataplane.lake`).
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ def delta_spark_available(spark: SparkSession) -> bool:
     """Whether this running session can load delta-spark's classes (checked through the JVM)."""
     try:
         spark.sparkContext._jvm.java.lang.Class.forName(  # type: ignore[union-attr]
-            DELTA_PROBE_CLASS, False, spark.sparkContext._jvm.Thread.currentThread().getContextClassLoader()  # type: ignore[union-attr]
+            DELTA_PROBE_CLASS, False,
+            spark.sparkContext._jvm.Thread.currentThread().getContextClassLoader()  # type: ignore[union-attr]
         )
         return True
     except Exception:  # noqa: BLE001 - py4j raises a generic Py4JJavaError for ClassNotFoundException

@@ -77,9 +77,9 @@ def check_checkpoint(cfg: GovernorConfig, spark_version: str | None = None) -> N
             major, minor = spark_line(written_by)
             raise CheckpointMismatchError(
                 f"the checkpoint in {root} was last run by Spark {written_by} and this governor runs Spark "
-                f"{spark_version}, an older line that ignores the state settings the newer one recorded there; run it with pyspark {major}.{minor} or "
-                f"newer (pip install 'pyspark>={major}.{minor}'), or start a new stream with another "
-                "lake.checkpoint_dir"
+                f"{spark_version}, an older line that ignores the state settings the newer one recorded there; run it "
+                f"with pyspark {major}.{minor} or newer (pip install 'pyspark>={major}.{minor}'), or start a new "
+                "stream with another lake.checkpoint_dir"
             )
         if written_by != spark_version:
             _write_json(saved_file, {**saved, SPARK_VERSION_KEY: spark_version})

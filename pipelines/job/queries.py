@@ -128,9 +128,10 @@ def start_queries(spark: SparkSession, governor: Governor, once: bool,
     ``ingest`` reads the raw records; ``gold`` and ``fast`` read the metric events ``ingest`` writes per micro-batch
     (:mod:`pipelines.dataplane.events`: parse once), ``fast`` on its own trigger (``windows.fast_trigger_seconds``).
     Running, all start side by side. With ``once`` the deciding queries start when the ingest query has finished
-    (``availableNow`` reads what exists when it starts, and the events of the backlog exist only then). Each query writes its own tables (ingest and gold both append
-    to ``quarantine``, under their own Delta app ids). ``fast`` and ``gold`` start with ``[spark] decision_conf``
-    (:func:`pipelines.dataplane.session.session_conf`); ``ingest`` with the session's own settings.
+    (``availableNow`` reads what exists when it starts, and the events of the backlog exist only then). Each query
+    writes its own tables (ingest and gold both append to ``quarantine``, under their own Delta app ids). ``fast`` and
+    ``gold`` start with ``[spark] decision_conf`` (:func:`pipelines.dataplane.session.session_conf`); ``ingest`` with
+    the session's own settings.
 
     Raises:
         pyspark.errors.StreamingQueryException: with ``once``, a query failed (the others are stopped first).

@@ -2,7 +2,8 @@
 run the governor once (``--once``) and print a summary an SRE or analyst can act on.
 
 Usage:
-    python -m pipelines.ops.demo [--conf conf/local.toml] [--landing DIR] [--lake DIR] [--seed 7] [--minutes 90] [--verbose]
+    python -m pipelines.ops.demo [--conf conf/local.toml] [--landing DIR] [--lake DIR] [--seed 7] [--minutes 90]
+        [--verbose]
 
 Without ``--landing``, a fresh run directory ``scratch/run-<UTC time>/`` holds the generated landing directory and
 the lake (so re-running never mixes two scenarios); with ``--landing``, the lake defaults to ``<landing>/../lake``.
@@ -74,7 +75,8 @@ def summary(lake: str, elapsed_s: float) -> str:
     )
     out.append(f"anomalies: {len(anomalies)} resources flagged")
     out += [
-        f"  {a['anomaly']:<14} {a['resource_type']:<6} {a['resource']:<34} {a['windows']:>3} windows, peak {a['peak_tps']} /s"
+        f"  {a['anomaly']:<14} {a['resource_type']:<6} {a['resource']:<34} {a['windows']:>3} windows, "
+        f"peak {a['peak_tps']} /s"
         for a in anomalies
     ]
     limits = _rows(

@@ -245,8 +245,8 @@ class _Collector:
             s = self.metrics.state
             limits = {key: v for key, v in s.limits.items() if v["expires_at"] > now}
             resource = ("resource_type", "resource")
-            yield _gauge("limit_messages_per_second", "Limits in force (published, not expired): the cluster-wide limit "
-                         "in msg/s, the anomaly kind it answers, its mode.", (*resource, "anomaly", "mode"),
+            yield _gauge("limit_messages_per_second", "Limits in force (published, not expired): the cluster-wide "
+                         "limit in msg/s, the anomaly kind it answers, its mode.", (*resource, "anomaly", "mode"),
                          {(rt, r, limited_by(rt).value, v["mode"]): v["limit_qps"] for (rt, r), v in limits.items()})
             yield _gauge("limit_broker_messages_per_second", "Each broker's share of a limit in force, msg/s (broker "
                          "\"*\": any broker not listed).", (*resource, "broker", "mode"),
@@ -262,8 +262,8 @@ class _Collector:
                          "passes under (limits.surge_squeeze_headroom x its frozen baseline), msg/s.", resource,
                          s.normal_floors)
             yield _gauge("probe_excess_messages", "What the last undone probe of a limited resource admitted beyond "
-                         "the level before it, messages cluster-wide (its stated cost: at most limits.probe_max_windows "
-                         "windows at limits.relax_factor x).", resource,
+                         "the level before it, messages cluster-wide (its stated cost: at most "
+                         "limits.probe_max_windows windows at limits.relax_factor x).", resource,
                          {key: v for key, v in s.probe_excess.items() if key in limits})
             yield _gauge("limit_at_cap_seconds", "How long each limit has been held at its cap (bound or "
                          "capped), seconds of event time (from the end of the first of them to the newest final "

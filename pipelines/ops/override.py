@@ -32,7 +32,9 @@ from pipelines import columns, tables
 from pipelines.cli import OneLineParser, fail
 from pipelines.config import ConfigError, GovernorConfig, load_config
 from pipelines.decide.arrow import from_rows
-from pipelines.decide.paths.overrides import CREATE, EXEMPT, PIN, RELEASE, RESOURCE_TYPES, Override, in_force, parse, refusal
+from pipelines.decide.paths.overrides import (
+    CREATE, EXEMPT, PIN, RELEASE, RESOURCE_TYPES, Override, in_force, parse, refusal,
+)
 from pipelines.decide.text import fixed, stamp
 
 PROG = "python -m pipelines.ops.override"

@@ -51,7 +51,8 @@ def timeline(anomalies: pd.DataFrame, limits: pd.DataFrame) -> bytes:
         limits: ``window_end``, ``resource_type``, ``resource``, ``limit_qps``, ``action``.
     """
     keys = sorted(
-        set(anomalies["resource_type"] + ":" + anomalies["resource"]) | set(limits["resource_type"] + ":" + limits["resource"])
+        set(anomalies["resource_type"] + ":" + anomalies["resource"])
+        | set(limits["resource_type"] + ":" + limits["resource"])
     )
     rows = {key: i for i, key in enumerate(keys)}
     fig, ax = plt.subplots(figsize=(11, 0.6 * max(len(keys), 2) + 1.4))
@@ -98,8 +99,8 @@ def tps(
     for kind, part in anomalies.groupby("anomaly"):
         for start, end in zip(part["window_start"], part["window_end"]):
             ax.axvspan(start, end, color=ANOMALY_COLOURS.get(kind, "tab:gray"), alpha=0.12, linewidth=0)
-        ax.axvspan(part["window_start"].iloc[0], part["window_start"].iloc[0], color=ANOMALY_COLOURS.get(kind, "tab:gray"),
-                   alpha=0.3, label=f"{kind} window")
+        ax.axvspan(part["window_start"].iloc[0], part["window_start"].iloc[0],
+                   color=ANOMALY_COLOURS.get(kind, "tab:gray"), alpha=0.3, label=f"{kind} window")
     if len(limits):
         ordered = limits.sort_values("window_end")
         ax.step(ordered["window_end"], ordered["limit_qps"], where="post", color=DECISION_COLOUR, linestyle="--",

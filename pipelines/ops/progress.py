@@ -130,7 +130,8 @@ def describe(
     else:
         behind = " (falling behind)" if seconds > trigger_seconds else ""
         pace = f"{seconds:.1f} s of {trigger_seconds:g} s trigger{behind}"
-    parts = [f"{progress.get('numInputRows') or 0:,} rows", f"{progress.get('processedRowsPerSecond') or 0:,.0f} rows/s"]
+    parts = [f"{progress.get('numInputRows') or 0:,} rows",
+             f"{progress.get('processedRowsPerSecond') or 0:,.0f} rows/s"]
     parts = (parts if counts_records else []) + [pace]
     if (mark := _watermark(progress)) is not None:
         parts.append(f"watermark {mark}")

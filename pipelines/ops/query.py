@@ -4,7 +4,8 @@ Every table is registered under its path with ``/`` replaced by ``_``: ``gold_li
 ``gold_topic_tps``, ``silver_broker_stats``, ``quarantine`` …
 
 Usage:
-    python -m pipelines.ops.query --lake DIR "SELECT resource, action, limit_qps, reason FROM gold_limits ORDER BY version"
+    python -m pipelines.ops.query --lake DIR "SELECT resource, action, limit_qps, reason FROM gold_limits
+        ORDER BY version"
 """
 
 from __future__ import annotations

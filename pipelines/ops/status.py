@@ -163,7 +163,8 @@ def read_status(lake: str, now: dt.datetime | None = None) -> Status:
         lake,
         "SELECT window_start, window_end, resource_type, resource, anomaly, observed_tps, baseline_tps, severity "
         f"FROM {sql_name(tables.GOLD_ANOMALIES)} ORDER BY window_start",
-        ["window_start", "window_end", "resource_type", "resource", "anomaly", "observed_tps", "baseline_tps", "severity"],
+        ["window_start", "window_end", "resource_type", "resource", "anomaly", "observed_tps", "baseline_tps",
+         "severity"],
     )
     decisions = _frame(
         lake,
@@ -277,7 +278,8 @@ def add_figures(status: Status, margin_minutes: int = 30, max_resources: int = 2
         why = ", ".join(sorted(set(mine_a["anomaly"]))) or "carries a flagged resource"
         limit_note = f"; {len(mine_d)} limit decisions" if len(mine_d) else ""
         status.figures.append(
-            Figure(f"TPS {rtype} {resource}", plots.tps(f"{rtype} {resource}: {why}{limit_note}", series, mine_a, mine_d),
+            Figure(f"TPS {rtype} {resource}",
+                   plots.tps(f"{rtype} {resource}: {why}{limit_note}", series, mine_a, mine_d),
                    f"{lo:%H:%M}–{hi:%H:%M} UTC, {margin_minutes} min either side of its anomalies and decisions")
         )
     if len(status.quarantine):
@@ -391,7 +393,8 @@ def render(status: Status) -> str:
 def write_page(lake: str, out: str | Path | None = None, *, now: dt.datetime | None = None,
                margin_minutes: int = 30, max_resources: int = 24,
                max_held_seconds: int = LimitsConfig().max_held_seconds, input_note: str = "",
-               closed_loop: Figure | None = None, normal_headroom: float = LimitsConfig().surge_squeeze_headroom) -> Path:
+               closed_loop: Figure | None = None,
+               normal_headroom: float = LimitsConfig().surge_squeeze_headroom) -> Path:
     """Read ``lake``, render the page and write ``<out>/index.html`` (default ``<lake>/status``); returns its path.
     ``input_note``: what the input was, at the top of the page; ``closed_loop``: a figure of the same input in
     closed loop, drawn after the lake's TPS figures; ``normal_headroom``: ``limits.surge_squeeze_headroom``.

@@ -1,5 +1,5 @@
-"""Simulation (Spark-free): the scenario generator of synthetic RocketMQ ``stats.log`` lines and producer send failures for a landing directory,
-and the broker model the backtest runs on that traffic.
+"""Simulation (Spark-free): the scenario generator of synthetic RocketMQ ``stats.log`` lines and producer send failures
+for a landing directory, and the broker model the backtest runs on that traffic.
 
 ``python -m pipelines.sim --out DIR [--scenario retry_storm] ...`` (:mod:`pipelines.sim.cli`) writes
 (``docs/contracts.md`` §1)::
@@ -29,8 +29,8 @@ Modules, in the order the data flows:
   the send queue with fast failure.
 * :mod:`~pipelines.sim.broker_model` — offered traffic from stats rows, broker capacity, and the whole-run,
   open-loop model (limits known in advance; ``bench/broker_model_udf.py``).
-* :mod:`~pipelines.sim.cluster` — the closed-loop cluster (of the simulator and of :mod:`pipelines.backtest`): the brokers under the
-  limits the governor publishes, the producers' retries and the consumers' fallbacks, tick by tick.
+* :mod:`~pipelines.sim.cluster` — the closed-loop cluster (of the simulator and of :mod:`pipelines.backtest`): the
+  brokers under the limits the governor publishes, the producers' retries and the consumers' fallbacks, tick by tick.
 * :mod:`~pipelines.sim.admitted` — what that cluster prints (stats rows of what was admitted) and what its
   clients log (send failures of rejected attempts).
 * :mod:`~pipelines.sim.irregular`, :mod:`~pipelines.sim.brokers` — the world's irregularities (shippers that lag,

@@ -1,7 +1,7 @@
 """Where the governor's shipped alerts that name a limit for a person would fire in a closed loop.
 
-``RateGovernorLimitUnderNormal``: an enforced topic limit held under what the topic's normal traffic needs (:func:`pipelines.decide.catalogue.normal_floor`:
-``limits.surge_squeeze_headroom`` × the baseline frozen with it, what
+``RateGovernorLimitUnderNormal``: an enforced topic limit held under what the topic's normal traffic needs
+(:func:`pipelines.decide.catalogue.normal_floor`: ``limits.surge_squeeze_headroom`` × the baseline frozen with it, what
 ``rate_governor_limit_normal_floor_messages_per_second`` exports), not under an operator's override, for the rule's
 ``for`` (read from ``conf/prometheus/rate-governor.rules.yml``, the file Prometheus loads).
 

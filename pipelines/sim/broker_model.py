@@ -6,9 +6,9 @@ minute by minute with the limits the governor publishes and the clients' answers
 
 Good enough to show article 001 (``docs/background.md``) and nothing more:
 
-* **Send queue with fast failure** (``docs/rocketmq-formats.md`` §5): each broker serves ``capacity_tps`` units of write work
-  per second from one FIFO send queue. The head of the queue waits ``queue / capacity`` seconds; when that exceeds
-  ``waitTimeMillsInSendQueue`` (200 ms default) ``BrokerFastFailure`` drops the expired requests with
+* **Send queue with fast failure** (``docs/rocketmq-formats.md`` §5): each broker serves ``capacity_tps`` units of
+  write work per second from one FIFO send queue. The head of the queue waits ``queue / capacity`` seconds; when that
+  exceeds ``waitTimeMillsInSendQueue`` (200 ms default) ``BrokerFastFailure`` drops the expired requests with
   ``[TIMEOUT_CLEAN_QUEUE]broker busy``. Fast failure does not tell topics apart: in a tick where the queue overflows,
   every resource on the broker loses the same share of what it sent in that tick.
 * **Per-resource token buckets with article 001's breaker** (:class:`control.applier.TokenBucketRateLimiter`
@@ -63,7 +63,8 @@ class BrokerModelConfig(ConfigSection):
     (commented defaults there). Unknown keys and out-of-range values are config errors."""
 
     tick_seconds: float = Field(default=0.1, gt=0)  # simulation step, s (the breaker's open time should be a multiple)
-    wait_time_ms_in_send_queue: float = Field(default=200.0, ge=0)  # waitTimeMillsInSendQueue (docs/rocketmq-formats.md §5)
+    wait_time_ms_in_send_queue: float = Field(default=200.0, ge=0)  # waitTimeMillsInSendQueue
+    #                                                                 (docs/rocketmq-formats.md §5)
     capacity_factor: float = Field(default=3.0, gt=0)  # a broker serves this many times its normal write rate ...
     capacity_min_tps: float = Field(default=200.0, ge=0)  # ... and at least this many units/s
     capacity_baseline_minutes: int = Field(default=10, gt=0)  # normal rate = median over the first N full minutes
@@ -147,7 +148,8 @@ def offered_from_stats(stats: pd.DataFrame, cfg: BrokerModelConfig | None = None
     sb_total = groups.groupby(keys, as_index=False)["requests"].sum().rename(columns={"requests": "sb_total"})
     groups = groups.merge(sb_total, on=keys, how="left").merge(un[keys + ["unattributed"]], on=keys, how="left")
     groups = groups.fillna({"unattributed": 0.0, "sb_total": 0.0})
-    share = np.where(groups["sb_total"] > 0, groups["requests"] / groups["sb_total"].where(groups["sb_total"] > 0, 1), 0)
+    share = np.where(groups["sb_total"] > 0, groups["requests"] / groups["sb_total"].where(groups["sb_total"] > 0, 1),
+                     0)
     groups["work"] = groups["reput"] + share * groups["unattributed"]
     has_sb = groups["requests"] > 0
     group_rows = pd.DataFrame({"minute_start": groups["minute_start"][has_sb], "broker": groups["broker"][has_sb],
@@ -166,7 +168,8 @@ def offered_from_stats(stats: pd.DataFrame, cfg: BrokerModelConfig | None = None
     bg_rows = pd.DataFrame({"minute_start": bg["minute_start"], "broker": bg["broker"], "resource_type": BACKGROUND,
                             "resource": "(background)", "requests": bg["work"], "work": bg["work"]})
     out = pd.concat([topic_rows, group_rows, bg_rows], ignore_index=True)
-    out = out.groupby(["minute_start", "broker", "resource_type", "resource"], as_index=False)[["requests", "work"]].sum()
+    out = out.groupby(["minute_start", "broker", "resource_type", "resource"],
+                      as_index=False)[["requests", "work"]].sum()
     out["requests_tps"] = out["requests"] / 60.0
     out["work_per_request"] = np.where(out["requests"] > 0, out["work"] / out["requests"].where(out["requests"] > 0, 1),
                                        1.0)
@@ -185,8 +188,8 @@ def limit_schedule(limits: pd.DataFrame, *, delay_seconds: float | pd.Series,
     the caller sums: the minute line's print lag,
     the watermark, the trigger and the propagation delay; ``decided_at`` is a wall-clock time of the replay and is
     not used). A ``set`` is in force from then until the next decision of the same resource reaches the brokers or
-    until it expires ``ttl`` after it arrived (``expires_at − decided_at`` of the row, else ``ttl_seconds``), whichever
-    is first; a ``lift`` ends it. ``advisory`` rows are never enforced.
+    until it expires ``ttl`` after it arrived (``expires_at − decided_at`` of the row, else ``ttl_seconds``),
+    whichever is first; a ``lift`` ends it. ``advisory`` rows are never enforced.
     """
     cols = list(SCHEDULE_COLUMNS)
     if limits is None or len(limits) == 0:

@@ -38,7 +38,8 @@ def parse_start(text: str) -> datetime:
 def build_parser() -> OneLineParser:
     """The ``python -m pipelines.sim`` flags; defaults come from :class:`ScenarioSpec`."""
     defaults = {f.name: f.default for f in fields(ScenarioSpec)}
-    p = OneLineParser(prog=PROG, description="Write a synthetic RocketMQ landing directory (broker stats + send failures).")
+    p = OneLineParser(prog=PROG,
+                      description="Write a synthetic RocketMQ landing directory (broker stats + send failures).")
     p.add_argument("--out", required=True, help="landing directory to write into")
     p.add_argument("--scenario", default=defaults["name"], choices=sorted(SCENARIOS), help="scenario to generate")
     p.add_argument("--seed", type=int, default=defaults["seed"], help="random seed (numpy default_rng)")

@@ -29,9 +29,9 @@ What the clients do with a rejection (``SYSTEM_BUSY``, code 2, from the queue's 
   fallback send fails inside the consumer client's own producer, whose exception the consumer catches
   (``ConsumeMessageConcurrentlyService.processConsumeResult``); the application that ships its send failures never
   sees either. What the brokers print of them is what they admitted: the group's send-backs
-  (``SNDBCK_PUT_NUMS``) and the plain sends to its retry topic (``TOPIC_PUT_NUMS``). A message that still fails is re-consumed locally
-  (``ConsumeMessageConcurrentlyService.submitConsumeRequestLater``) and sent back again: the demand of a broken
-  consumer does not fall, whatever the limit (the World's send-back rate stays). Such messages stay in the
+  (``SNDBCK_PUT_NUMS``) and the plain sends to its retry topic (``TOPIC_PUT_NUMS``). A message that still fails is
+  re-consumed locally (``ConsumeMessageConcurrentlyService.submitConsumeRequestLater``) and sent back again: the demand
+  of a broken consumer does not fall, whatever the limit (the World's send-back rate stays). Such messages stay in the
   process queue, whose flow control (``pullThresholdForQueue``, ``consumeConcurrentlyMaxSpan``) slows the pulls:
   while the group is broken (:meth:`ClosedLoopCluster.broken`) its consumption of its other topics falls by
   ``consume_drop_when_rejected`` × the share of its retry traffic lost (:mod:`pipelines.sim.admitted`). A working
@@ -120,15 +120,17 @@ class ClosedLoopCluster:
     """One scenario's cluster in closed loop. Time runs in ticks of ``broker_cfg.tick_seconds`` from the scenario's
     start; :meth:`advance_to` runs them with the limit vectors last given to :meth:`set_limits`.
 
-    Attributes after construction: ``pairs`` (frame: broker, resource_type, resource, kind), ``incident``, ``traffic`` (the
-    demand's stats rows, :data:`pipelines.sim.traffic.TRAFFIC_COLUMNS`: ``spec``'s, or a replay's given), ``capacity`` (units/s per
-    broker: :func:`~pipelines.sim.broker_model.broker_capacity` of the minutes before the onset); while it runs,
-    ``limiter_count`` and ``limiter_last_tick`` per pair: the sends its limiter rejected and the tick of the last
-    (what the RocketMQ admin sink's view reads, :mod:`pipelines.sim.limiter_view`; never a busy broker's refusals).
+    Attributes after construction: ``pairs`` (frame: broker, resource_type, resource, kind), ``incident``, ``traffic``
+    (the demand's stats rows, :data:`pipelines.sim.traffic.TRAFFIC_COLUMNS`: ``spec``'s, or a replay's given),
+    ``capacity`` (units/s per broker: :func:`~pipelines.sim.broker_model.broker_capacity` of the minutes before the
+    onset); while it runs, ``limiter_count`` and ``limiter_last_tick`` per pair: the sends its limiter rejected and the
+    tick of the last (what the RocketMQ admin sink's view reads, :mod:`pipelines.sim.limiter_view`; never a busy
+    broker's refusals).
     """
 
     def __init__(self, spec: ScenarioSpec, broker_cfg: bm.BrokerModelConfig | None = None,
-                 clients: ClientConfig | None = None, capacity: pd.Series | None = None, traffic: pd.DataFrame | None = None) -> None:
+                 clients: ClientConfig | None = None, capacity: pd.Series | None = None,
+                 traffic: pd.DataFrame | None = None) -> None:
         self.spec, self.cfg, self.clients = spec, broker_cfg or bm.BrokerModelConfig(), clients or ClientConfig()
         self.traffic = build_traffic(spec) if traffic is None else traffic
         self.incident: Incident | None = self.traffic.attrs.get("incident")

@@ -218,7 +218,8 @@ def _draw_world(case: Case, rng: np.random.Generator, cluster) -> dict[str, Any]
         if not (b in hosts and onset <= m <= onset + 2):
             out["dropped_minutes"] = [(b, m)]
     if rng.random() < 0.2:
-        out["duplicated_minutes"] = [(str(rng.choice(brokers)), integer(1, T - 1), round(float(rng.uniform(30, 300)), 1))]
+        out["duplicated_minutes"] = [(str(rng.choice(brokers)), integer(1, T - 1),
+                                      round(float(rng.uniform(30, 300)), 1))]
     if free and rng.random() < 0.1:
         out["stats_stop_minute"] = {str(rng.choice(free)): integer(2, T - 1)}
     if rng.random() < 0.5:

@@ -69,12 +69,14 @@ def failure_frame(spec: ScenarioSpec, rng: np.random.Generator, minute: np.ndarr
 #: ``ResponseCode.SYSTEM_BUSY``: the broker's fast failure and Sohu's limiter both answer with it.
 SYSTEM_BUSY = 2
 #: ``MixAll.CLIENT_INNER_PRODUCER_GROUP``: the producer group of a consumer's own producer, which sends a message
-#: whose send-back failed to ``%RETRY%<group>`` (apache/rocketmq ``DefaultMQPushConsumerImpl.sendMessageBackAsNormalMessage``).
+#: whose send-back failed to ``%RETRY%<group>`` (apache/rocketmq
+#: ``DefaultMQPushConsumerImpl.sendMessageBackAsNormalMessage``).
 CLIENT_INNER_PRODUCER = "CLIENT_INNER_PRODUCER"
 
 
 def busy_remark(period_ms: int, queue_size: int) -> str:
-    """The broker's fast-failure remark (``BrokerFastFailure.cleanExpiredRequestInQueue``, docs/rocketmq-formats.md §5)."""
+    """The broker's fast-failure remark (``BrokerFastFailure.cleanExpiredRequestInQueue``,
+    docs/rocketmq-formats.md §5)."""
     return (f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: {period_ms}ms, "
             f"size of queue: {queue_size}")
 

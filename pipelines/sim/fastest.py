@@ -61,8 +61,8 @@ def cold_start_target(case: Case, cfg=None, bcfg=None) -> float:
 def unseen_minutes(case: Case, carriers: dict, clock_s: float) -> float:
     """How many minutes (fractional) after it would usually land the stats the governor reads first hold the minute
     starting ``clock_s`` (s from the run's start; NaN: 0) or a later one from every broker carrying a required cause
-    (``carriers``: resource → brokers; none: 0). A minute some carrier's shipper dropped, or shipped more than a minute
-    late (Spark counts it late or not at all), does not show, and the next minute stands for it a minute later; a
+    (``carriers``: resource → brokers; none: 0). A minute some carrier's shipper dropped, or shipped more than a
+    minute late (Spark counts it late or not at all), does not show, and the next minute stands for it a minute later; a
     minute shipped up to a minute late (a shipper that stalled, or was stopped and restarted with its backlog,
     :func:`pipelines.sim.irregular.stopped_shipper`) shows that many seconds later, the latest of its carriers'. A
     cause cannot show in a minute its carriers did not ship, nor before its lines land. Gaps in the failure logs are

@@ -282,8 +282,8 @@ def per_minute(per_second: np.ndarray, mask: np.ndarray) -> float:
 
 def _bystanders(result, run: JudgedRun, contain_all: int | None) -> Bystanders:
     """The :class:`Bystanders` of a run whose containment is complete from second ``contain_all`` (None: never):
-    every other resource on every broker (the earlier definition: on the culprits' brokers only), before and after it from
-    the first second a cause is active, a broker restart's gap left out (its limiter forgot the limit until the
+    every other resource on every broker (the earlier definition: on the culprits' brokers only), before and after it
+    from the first second a cause is active, a broker restart's gap left out (its limiter forgot the limit until the
     next publication reached it: the world's, not a decision)."""
     c, n, sec = run.cluster, run.n, run.sec
     others = (~run.is_culprit) & (c.pairs["kind"] != "background").to_numpy()
@@ -424,8 +424,8 @@ def _admitted_over_target_figures(run: JudgedRun, contain: int | None, contain_a
     limiter forgot: not a decision) nor a pulsed producer's gaps between pulses (nothing sent to admit); kept
     beside: from the first episode's complete containment on (``contain_all``: the figure before this definition,
     which counted a later episode's seconds before its last carrier applied its share), from the first limit in
-    force (``contain``: the definition before carriers applied a limit late), and with the pulses' gaps; to ``details`` its minutes' range
-    and the targets'."""
+    force (``contain``: the definition before carriers applied a limit late), and with the pulses' gaps; to ``details``
+    its minutes' range and the targets'."""
     c, n, sec, nan = run.cluster, run.n, run.sec, float("nan")
     active, limited, target = run.active, run.limited, run.target
     admitted = c.second_admitted[:, run.is_culprit].sum(axis=1)

@@ -22,10 +22,11 @@ Times are event time: a minute index ``m`` is the minute ``[start + m min, start
   in: the lines of one of ``failure_dropped_minutes`` never land; of ``failure_late_minutes`` land the given
   seconds later than usual; of ``failure_duplicated_minutes`` land a second time the given seconds after the first (a
   shipper re-reading its file after a restart); and every line of a topic of ``failure_stops`` due while its shipper
-  was stopped lands at the restart. A duplicated failure line counts twice downstream, as in the job: the data plane keeps no identity of a
-  failure record (``parse_failures.silver_send_failures`` filters, never de-duplicates; ``tps.window_metrics`` and
-  ``fast.open_window_sums`` sum failure events with ``F.sum``, where stats lines are a ``collect_set``), so only
-  Spark's watermark drops one (:mod:`pipelines.sim.windows`: a failure event at or older than it).
+  was stopped lands at the restart. A duplicated failure line counts twice downstream, as in the job: the data plane
+  keeps no identity of a failure record (``parse_failures.silver_send_failures`` filters, never de-duplicates;
+  ``tps.window_metrics`` and ``fast.open_window_sums`` sum failure events with ``F.sum``, where stats lines are a
+  ``collect_set``), so only Spark's watermark drops one (:mod:`pipelines.sim.windows`: a failure event at or older than
+  it).
 * **Applying** (:class:`pipelines.sim.loop.Broker`): broker ``b`` applies a publication ``propagation_seconds`` +
   ``apply_delay_seconds[b]`` after it was published; at each ``(b, second)`` of ``broker_restarts`` its limiter
   forgets every limit until the next publication reaches it (Sohu's limiter keeps its records in memory; the

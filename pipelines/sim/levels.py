@@ -5,9 +5,9 @@ the governor's own view: what the world allowed, per cause and episode.
   rule's target computed from the group's **true normal consume rate** (``limits.allowed_retry_share`` × the
   median of its consumption the world demands, per minute: the consumer's own rate, not what a limit or a busy
   broker let it receive), and where the room its busy carriers leave binds
-  (:meth:`pipelines.decide.limits.retry_storm.RetryStormLimit.first_bound`), against that bound computed from each carrier's
-  **true capacity** (write units/s) and its **true bystander demand** (every other pair's demanded writes there):
-  ``storm_room_share`` × capacity less the bystanders' writes, shared between the storms there in proportion to
+  (:meth:`pipelines.decide.limits.retry_storm.RetryStormLimit.first_bound`), against that bound computed from each
+  carrier's **true capacity** (write units/s) and its **true bystander demand** (every other pair's demanded writes
+  there): ``storm_room_share`` × capacity less the bystanders' writes, shared between the storms there in proportion to
   their demanded writes, ÷ the group's write cost per retry. Never below ``min_limit_qps``. Judged on the decided
   level in force at every carrier (a probe's raise read as the level before it: probes have their own check),
   per episode: its lowest against that target (an over-cut), and its last against the rule's target from the true
@@ -38,8 +38,9 @@ class Level:
     """One cause's level in one episode (``episode`` from 1): ``figure`` (a storm: lowest decided level ÷ true
     target; a surge: the share of the room left unused, 0-1), ``settled`` (a storm: its last decided level in the
     episode ÷ the rule's target from the true consume rate, the room left aside: a limit above the room its
-    carriers leave that keeps them healthy is no harm; a surge: NaN), ``target`` (a storm: the true target, msg/s; a surge: the room, msg/s, summed over
-    the judged minutes' mean), ``minutes`` judged, and what was ``left_out`` (reason → count of minutes)."""
+    carriers leave that keeps them healthy is no harm; a surge: NaN), ``target`` (a storm: the true target, msg/s; a
+    surge: the room, msg/s, summed over the judged minutes' mean), ``minutes`` judged, and what was ``left_out``
+    (reason → count of minutes)."""
 
     name: str
     kind: str

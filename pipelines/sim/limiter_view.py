@@ -16,8 +16,9 @@ the sends each one rejected (its own ``RATE_LIMITED`` rejections, never a busy b
 of the last one. The poll period is the real sink's, with no setting of its own: it reads the limiters within each
 publish (:meth:`pipelines.writeback.sinks.SinkSet.publish_all`), so the loop polls wherever it publishes (every gold
 micro-batch that finalized windows, every fast one that decided; ``windows.trigger_seconds`` and
-``windows.fast_trigger_seconds``), and the rows are those of ``SinkSet.rejection_rows`` (tests/sim/test_limiter_view.py holds them equal): a row only for a
-limiter whose last rejection moved since the poll before, read by the next gold batch, not by the one that polled.
+``windows.fast_trigger_seconds``), and the rows are those of ``SinkSet.rejection_rows`` (tests/sim/test_limiter_view.py
+holds them equal): a row only for a limiter whose last rejection moved since the poll before, read by the next gold
+batch, not by the one that polled.
 """
 
 from __future__ import annotations

@@ -74,7 +74,8 @@ class Timing(ConfigSection):
 
 @dataclass
 class Store:
-    """The decisions' memory of one simulated governor (as :class:`pipelines.job.flows.store.DecisionStore`, no lake)."""
+    """The decisions' memory of one simulated governor (as :class:`pipelines.job.flows.store.DecisionStore`, no
+    lake)."""
 
     state: dict = field(default_factory=dict)
     limits: dict = field(default_factory=dict)
@@ -160,11 +161,11 @@ def simulate(spec, cfg: GovernorConfig, bcfg, timing: Timing | None = None,
     shipping, brokers, clients, propagation). ``record(kind, inputs, outputs)``: called with each fast micro-batch's
     decision inputs and its preliminary ``gold/limits`` rows (kind ``"fast"``; ``bench/same_preliminary.py`` replays
     them through another commit's fast path), and with each ingest micro-batch's trigger second and the events it
-    writes for the deciding queries (kind ``"ingest"``: ``{"second": s, "written_at": s}``, the events). ``cluster``: :func:`closed_cluster` of the same arguments, not run yet (a caller
-    that built it to look at the scenario first). ``irregular``: the world's irregularities
-    (:class:`pipelines.sim.irregular.Irregularity`: shippers that lag, skip, repeat or stop, brokers that apply
-    late or forget, a governor restart; default none). ``overrides``: operators' overrides (parsed, times in the
-    run's UTC), applied by both paths and by the override tick at every fast trigger
+    writes for the deciding queries (kind ``"ingest"``: ``{"second": s, "written_at": s}``, the events). ``cluster``:
+    :func:`closed_cluster` of the same arguments, not run yet (a caller that built it to look at the scenario first).
+    ``irregular``: the world's irregularities (:class:`pipelines.sim.irregular.Irregularity`: shippers that lag, skip,
+    repeat or stop, brokers that apply late or forget, a governor restart; default none). ``overrides``: operators'
+    overrides (parsed, times in the run's UTC), applied by both paths and by the override tick at every fast trigger
     (:mod:`pipelines.sim.overrides`). ``background``: the run's failures that no limit or queue causes (columns
     ``event_time`` UTC, ``broker``, ``topic``, ``message``, ``code``: a recording's own, :mod:`pipelines.sim.replay`);
     default the demand's generated trickle (:func:`pipelines.sim.admitted.trickle`). Raises ``ValueError`` for a
@@ -239,7 +240,8 @@ class _Landing:
     def __init__(self, spec, cluster: ClosedLoopCluster, irregular: Irregularity, ship, background,
                  landings: list[tuple[float, int, str]]) -> None:
         self.cluster, self.ship, self.landings = cluster, ship, landings
-        self.minute_events: dict[int, list] = {}  # minute → its stats events (every broker), while a landing needs them
+        self.minute_events: dict[int, list] = {}  # minute → its stats events (every broker),
+        #                                           while a landing needs them
         self.classify = FailureText(cluster)
         if background is None:
             background = trickle(cluster, np.random.default_rng(spec.seed + 1))

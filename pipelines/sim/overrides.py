@@ -1,8 +1,8 @@
 """Operators' overrides in the Spark-free closed loop (:func:`pipelines.sim.loop.simulate` ``overrides=``): the
 override tick of the continuous job (:class:`pipelines.job.overrides.OverrideTick`) modelled at every fast trigger
-(:func:`pipelines.sim.override_tick.tick`), the checks a closed loop with overrides is judged by (:func:`checks`), and the sweep's kind that
-draws them (:func:`draw_overridden`: ``overridden_storm``, its own cases beside the sweep's, ``python -m
-pipelines.sim.sweep --kind overridden_storm``).
+(:func:`pipelines.sim.override_tick.tick`), the checks a closed loop with overrides is judged by (:func:`checks`), and
+the sweep's kind that draws them (:func:`draw_overridden`: ``overridden_storm``, its own cases beside the sweep's,
+``python -m pipelines.sim.sweep --kind overridden_storm``).
 
 What the checks hold to (docs/operators.md §9), for each override of the culprit, from one fast trigger plus the
 propagation delay after its start to its end: a pin is the only limit in force, at its figure; an exemption leaves

@@ -131,8 +131,9 @@ def _write_atomic(path: Path, lines: Sequence[str]) -> None:
 
 
 def render_landing(spec: ScenarioSpec, out_dir: str | os.PathLike[str]) -> dict[str, object]:
-    """Generate the scenario and write it under ``out_dir`` (docs/contracts.md §1). Returns ``{"stats_lines", "failure_lines",
-    "files", "onset" (UTC datetime or None), "culprit_group" (str or None), "paths" (list of written files)}``."""
+    """Generate the scenario and write it under ``out_dir`` (docs/contracts.md §1). Returns ``{"stats_lines",
+    "failure_lines", "files", "onset" (UTC datetime or None), "culprit_group" (str or None), "paths" (list of written
+    files)}``."""
     out = Path(out_dir)
     traffic = build_traffic(spec)
     failures = build_send_failures(spec, traffic)

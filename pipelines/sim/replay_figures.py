@@ -106,7 +106,8 @@ def resource_figures(result, key: tuple[str, str], spans: list, baseline=None,
     replayed = bystander_rejected(c, key, on)
     row = {
         "resource_type": key[0], "resource": key[1], "flag": bool(limited) and not spans,
-        "onset": onset, "cause_end": end, "spans": [list(x) for x in spans], "first_in_force": first[0].to_pydatetime() if first else None,
+        "onset": onset, "cause_end": end, "spans": [list(x) for x in spans],
+        "first_in_force": first[0].to_pydatetime() if first else None,
         "first_limit_qps": float(first[1]) if first else None,
         "first_limit_after_onset_s": (first[0] - pd.Timestamp(onset)).total_seconds() if first and onset else None,
         "changes": sum(1 for t, _v in events if first and first[0] < t and (end is None or t < pd.Timestamp(end))),

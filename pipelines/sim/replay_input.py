@@ -93,8 +93,10 @@ def _empty(columns: dict) -> pl.DataFrame:
 
 
 def stats_minutes(lake: Path) -> pl.DataFrame:
-    """``silver/broker_stats`` → windowed minute stats (:data:`_STATS`), each distinct line once, summed per minute."""
-    frame = _table(lake / tables.SILVER_BROKER_STATS, ["event_time", "broker", "stat_name", "period", "stats_key", "sum"])
+    """``silver/broker_stats`` → windowed minute stats (:data:`_STATS`), each distinct line once, summed per
+    minute."""
+    frame = _table(lake / tables.SILVER_BROKER_STATS,
+                   ["event_time", "broker", "stat_name", "period", "stats_key", "sum"])
     if frame is None:
         return _empty(_STATS)
     out = (frame.filter((pl.col("period") == "minute") & pl.col("stat_name").is_in(list(rmq.WINDOWED_STATS))

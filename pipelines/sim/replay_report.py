@@ -125,7 +125,8 @@ def capacity_table(outcome: Outcome) -> list[str]:
     own = {b for b, t, r in zip(pairs["broker"], pairs["resource_type"], pairs["resource"]) if (t, r) in shown_keys}
     caps = outcome.capacity
     shown = caps.filter(caps["broker"].is_in(sorted(own)) | (caps["busy_windows"] > 0))
-    out = ["| broker | capacity (writes/s) | rule | busy windows | highest recorded writes/s |", "|---|---|---|---|---|"]
+    out = ["| broker | capacity (writes/s) | rule | busy windows | highest recorded writes/s |",
+           "|---|---|---|---|---|"]
     out += [f"| {b} | {_n(c)} | {rule} | {busy} | {_n(peak)} |" for b, c, rule, busy, peak in zip(
         shown["broker"], shown["capacity_tps"], shown["rule"], shown["busy_windows"], shown["peak_write_tps"])]
     rest = caps.height - shown.height
@@ -145,8 +146,8 @@ def recording_lines(outcome: Outcome, meta: dict) -> list[str]:
            f"* Refused sends: {ref.lines:,} lines of known brokers → {ref.chains:,} messages (attempts per message: "
            f"{', '.join(f'{k}: {v:,}' for k, v in ref.chains_by_lines.items()) or 'none'}); {_n(dem.added, '', 0)} "
            f"added to demand at their first broker, {_n(dem.taken_off)} taken off the brokers that admitted them on "
-           f"a later attempt (their stats count them), {_n(dem.left_out, '', 0)} left out (a retry topic without send-backs); "
-           f"{rec.failures_outside:,} lines outside the recording's brokers or minutes."]
+           f"a later attempt (their stats count them), {_n(dem.left_out, '', 0)} left out (a retry topic without "
+           f"send-backs); {rec.failures_outside:,} lines outside the recording's brokers or minutes."]
     if rec.quarantine.height:
         out.append("* Quarantined by the job: " + "; ".join(
             f"{n:,} {src} records: {reason}" for src, reason, n in rec.quarantine.head(5).iter_rows()) + ".")

@@ -149,8 +149,8 @@ def report(result, figures: Figures, png: Path, path: Path, run_id: str) -> Path
         lines.append("No enforced limit reached a broker.")
     lim = result.limits
     if len(lim):
-        lines += ["", "## Decisions (gold/limits)", "", "| decided (sim UTC) | window end | resource | action | basis | "
-                  "limit_qps |", "|---|---|---|---|---|---|"]
+        lines += ["", "## Decisions (gold/limits)", "", "| decided (sim UTC) | window end | resource | action | "
+                  "basis | limit_qps |", "|---|---|---|---|---|---|"]
         for r in lim.sort_values(["version"]).head(60).itertuples():
             lines.append(f"| {pd.Timestamp(r.decided_at):%H:%M:%S} | {pd.Timestamp(r.window_end):%H:%M} | "
                          f"{r.resource_type}:{r.resource} | {r.action} | {r.basis} | {_fmt(r.limit_qps)} |")

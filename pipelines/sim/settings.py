@@ -72,7 +72,8 @@ SCENARIO_WORLDS: dict[str, dict[str, dict[str, Any]]] = {
 SCENARIO_ROLES: dict[str, str] = {
     "persisting_storm": "persisting storm", "storm_fixed": "storm fixed after N minutes",
     "storm_fixed_legit_retry": "storm fixed, then a legitimate 6 % retry level",
-    "intermittent_storm": "intermittent storm", "intermittent_short": "intermittent storm, quiet spells shorter than a lift",
+    "intermittent_storm": "intermittent storm",
+    "intermittent_short": "intermittent storm, quiet spells shorter than a lift",
     "spread_storm": "storm on a topic spread over 3+ brokers",
     "flash_sale": "legit flash sale (healthy brokers)", "noisy_neighbour": "busy broker from a surging topic",
     "noisy_neighbour_long": "busy broker from a topic surging for half an hour", "normal_day": "normal day",

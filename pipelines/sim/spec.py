@@ -41,9 +41,12 @@ class ScenarioSpec:
     brokers: int = 3  # broker-a, broker-b, …
     topics: int = 30  # business topics (topic 0 = culprit_topic)
     groups: int = 20  # consumer groups (group 0 = culprit_group)
-    cluster: str = "DefaultCluster"  # brokerClusterName: the key of BROKER_PUT_NUMS / BROKER_GET_NUMS (docs/rocketmq-formats.md §3)
-    envelope_share: float = 0.3  # share of brokers whose lines arrive in shipper JSON envelopes (docs/contracts.md §1.1)
-    gmt_offset_hours: int = 8  # stats.log stamps are rendered in GMT+8 whatever the host zone (docs/rocketmq-formats.md §1)
+    cluster: str = "DefaultCluster"  # brokerClusterName: the key of BROKER_PUT_NUMS / BROKER_GET_NUMS
+    #                                  (docs/rocketmq-formats.md §3)
+    envelope_share: float = 0.3  # share of brokers whose lines arrive in shipper JSON envelopes
+    #                              (docs/contracts.md §1.1)
+    gmt_offset_hours: int = 8  # stats.log stamps are rendered in GMT+8 whatever the host zone
+    #                            (docs/rocketmq-formats.md §1)
 
     # --- steady traffic (brief: log-uniform 1-300 msgs/s, ±10 % noise) ---------------------------------------------
     base_tps_min: float = 1.0  # lowest base put rate of a topic, msgs/s
@@ -86,19 +89,23 @@ class ScenarioSpec:
     storm_latency_factor: float = 6.0  # pull latency multiplier on the busy broker
     busy_failures_per_min: float = 120.0  # mean TIMEOUT_CLEAN_QUEUE failures per minute ("tens to hundreds")
     busy_failures_spread: float = 0.5  # per-minute mean drawn in busy_failures_per_min × (1 ± spread)
-    busy_period_ms_min: int = 200  # waitTimeMillsInSendQueue default (docs/rocketmq-formats.md §5): requests waited ≥ 200 ms
+    busy_period_ms_min: int = 200  # waitTimeMillsInSendQueue default (docs/rocketmq-formats.md §5):
+    #                                requests waited ≥ 200 ms
     busy_period_ms_max: int = 300  # exclusive upper bound of "period in queue: 2xxms"
     busy_queue_size_min: int = 50  # "size of queue: n" range
     busy_queue_size_max: int = 3000
 
     # --- broken consumer groups (persisting_storm, storm_fixed, intermittent_storm, spread_storm) ----------------
-    culprit_topic_brokers: int = 1  # brokers hosting culprit_topic (and the group's retry topic): broker-a, broker-b, …
+    culprit_topic_brokers: int = 1  # brokers hosting culprit_topic (and the group's retry topic):
+    #                                 broker-a, broker-b, …
     culprit_topic_shares: tuple = ()  # ... and its share on each of them, in that order (fractions; () → equal)
     storm_consume_tps: float = 400.0  # culprit_topic's put rate = what the group consumes of it (all brokers), msgs/s
-    storm_sendback_tps: float = 600.0  # send-backs while the group is broken (all brokers), msgs/s: 1.5x its consumption
+    storm_sendback_tps: float = 600.0  # send-backs while the group is broken (all brokers), msgs/s:
+    #                                    1.5x its consumption
     storm_write_amplification: float = 3.15  # extra broker writes per send-back (schedule topic …): article 001's
     #                                          (225,400 − 30,000 − 47,119) / 47,119 unattributed writes per minute
-    storm_fix_minute: int | None = None  # storm_fixed: the group is fixed from this minute (None → halfway after onset)
+    storm_fix_minute: int | None = None  # storm_fixed: the group is fixed from this minute
+    #                                      (None → halfway after onset)
     storm_on_minutes: int = 4  # intermittent_storm: broken this many minutes …
     storm_off_minutes: int = 4  # … then fine this many, repeated from the onset …
     storm_episodes: int | None = None  # … this many times (None → to the end of the run)

@@ -13,11 +13,11 @@ What varies (:func:`pipelines.sim.draws.draw`; an irregular world and compound i
 
 * the kind (:data:`KINDS`): a persisting storm (6-20 minutes), a storm fixed once (with or without a legitimate
   retry level of 1-9.9 % after the fix), an intermittent storm (3-4 episodes of 2-5 minutes, quiet spells of 4-12
-  minutes: from 7 an episode starts after a lift, below it may come back before or as the lift lands), a storm spread over 3 to every broker, a noisy
-  neighbour (1.3-2.5x its broker's capacity, lasting or ending), a flash sale on healthy brokers, a normal day;
-  compound (:data:`COMPOUND`): two surges on one broker, a storm and a surge on different brokers, 3-10 groups
-  storming at once, a surge spread over 2+ brokers, a flash sale past every broker's capacity, a demand at
-  0.9-1.1x capacity, a surge back twice after its lift (a mid-size topic's limited 18-24 minutes first: the
+  minutes: from 7 an episode starts after a lift, below it may come back before or as the lift lands), a storm spread
+  over 3 to every broker, a noisy neighbour (1.3-2.5x its broker's capacity, lasting or ending), a flash sale on healthy
+  brokers, a normal day; compound (:data:`COMPOUND`): two surges on one broker, a storm and a surge on different
+  brokers, 3-10 groups storming at once, a surge spread over 2+ brokers, a flash sale past every broker's capacity, a
+  demand at 0.9-1.1x capacity, a surge back twice after its lift (a mid-size topic's limited 18-24 minutes first: the
   case mutation p12 needs); a storm under way when the governor starts on a new lake (``cold_start``, judged by
   :func:`pipelines.sim.fastest.cold_start_target`) and a governor restarted mid-incident;
 * when a cause starts (at any second; a storm from minute :data:`FIRST_STORM_MINUTE` but for a cold start), ramps
@@ -129,8 +129,8 @@ def verdict(case: Case, figures, cfg=None, bcfg=None) -> tuple[list[tuple[str, s
         if restart is not None and down and name.startswith("onset -> limit in force") and not ok and (
                 at - onset < restart) and at - restart <= fastest:
             excused.append((name, f"{measured}; the governor was down {restart - down:.0f}-{restart:.0f} s into the "
-                                  f"run, the limit in force {at - restart:.0f} s after its restart (the fastest possible "
-                                  f"{fastest - 1.0:.1f} s)"))
+                                  f"run, the limit in force {at - restart:.0f} s after its restart (the fastest "
+                                  f"possible {fastest - 1.0:.1f} s)"))
             continue
         if case.kind == "cold_start" and name.startswith("onset -> limit in force"):
             since_start = case.spec["onset_minute"] * 60.0 + onset
@@ -151,7 +151,8 @@ def verdict(case: Case, figures, cfg=None, bcfg=None) -> tuple[list[tuple[str, s
         unseen = 60.0 * unseen_minutes(case, figures.carriers, value("onset_clock_s"))
         if name.startswith("onset -> limit in force") and fastest + unseen > 100.0 and onset <= fastest + unseen:
             excused.append((name, f"{measured}: the fastest possible is {fastest + unseen - 1.0:.1f} s" + (
-                f" (the cause's first {unseen / 60:.0f} minute(s) missing from its carriers' stats)" if unseen else "")))
+                f" (the cause's first {unseen / 60:.0f} minute(s) missing from its carriers' stats)"
+                if unseen else "")))
         elif name.startswith("an episode that starts after a lift") and all(
                 v[k][0] <= episode_fastest(case, figures, k, fastest) for k in v
                 if k.startswith("onset_to_limit_in_force_episode_")) and all(

@@ -321,8 +321,8 @@ def _changes(events: list, t0: pd.Timestamp, t1: pd.Timestamp, restarts: list,
             continue
         skip_return = None
         if probing and t in probing:
-            excluded.append(f"{t:%H:%M:%S} {'raised to' if v > last else 'back to'} {v:.1f} msg/s by a probe (judged by "
-                            "the probes' rule)")
+            excluded.append(f"{t:%H:%M:%S} {'raised to' if v > last else 'back to'} {v:.1f} msg/s by a probe (judged "
+                            "by the probes' rule)")
             last = v
             continue
         if busy_before is not None and not np.isnan(v) and not np.isnan(last) and v < last and busy_before(t):
@@ -550,7 +550,8 @@ def _limited_minutes(result, cause, timeline: CauseTimeline, storms: list, limit
             into = got.busy_minutes if timeline.busy[m] else got.minutes
             sending = ~between_pulses[sl]  # a pulsed producer's seconds between pulses: nothing to admit
             into.append((name, m, float(admitted[sl][sending].sum() / target[sl][sending].sum())))
-            if not sending.all():  # the figure with the pulses' gaps counted (the definition before pulsed producers), beside
+            # the figure with the pulses' gaps counted (the definition before pulsed producers), beside
+            if not sending.all():
                 got.pulse_minutes.append(float(admitted[sl].sum() / target[sl].sum()))
     return got
 

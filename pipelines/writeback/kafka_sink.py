@@ -108,7 +108,8 @@ class KafkaLimitsSink:
 
     @property
     def producer(self) -> Any:
-        """The connected producer (connects on first use; raises kafka-python's KafkaTimeoutError when the cluster is down)."""
+        """The connected producer (connects on first use; raises kafka-python's KafkaTimeoutError when the cluster is
+        down)."""
         if self._producer is None:
             self._producer = self._factory(**self._config)
         return self._producer

@@ -25,7 +25,9 @@ from pipelines.ops import metrics
 from pipelines.schemas import RESOURCE_KEYS
 from pipelines.config import GovernorConfig, LimitsConfig
 from pipelines.decide.words import Action
-from pipelines.writeback.records import _record, broker_figures, current_rows, records_from_rows  # noqa: F401 (re-exported)
+from pipelines.writeback.records import (  # noqa: F401 (re-exported)
+    _record, broker_figures, current_rows, records_from_rows,
+)
 
 LIMITS_FILE = "control/limits.json"
 #: The name of the ``limits.json`` path in the metrics (``sink`` label; the other sinks have their own names).

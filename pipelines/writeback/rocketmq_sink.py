@@ -51,7 +51,9 @@ from control import remoting as rm
 from control.record import broker_limit, parse_expires_at
 from control.remoting_client import RemotingClient
 from pipelines.config import RocketMQSinkConfig
-from pipelines.writeback.rocketmq_admin import RATE_TOLERANCE, BrokerAdmin, BrokerRefused, Defaults, RateView, admin_client
+from pipelines.writeback.rocketmq_admin import (
+    RATE_TOLERANCE, BrokerAdmin, BrokerRefused, Defaults, RateView, admin_client,
+)
 from pipelines.writeback.rocketmq_ledger import Ledger, ledger_path
 from pipelines.writeback.rocketmq_restore import main
 

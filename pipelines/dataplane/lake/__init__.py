@@ -7,7 +7,8 @@ identical tables.
   Delta jars: the writer on every Spark line.
 * :mod:`pipelines.dataplane.lake.delta_spark`: :class:`DeltaSparkLake`, delta-spark (``df.write.format("delta")``) where
   the Delta jars are on the classpath, as on a cluster.
-* :mod:`pipelines.dataplane.lake.base` (what both writers share) and :mod:`pipelines.dataplane.lake.retry` (retried appends).
+* :mod:`pipelines.dataplane.lake.base` (what both writers share) and :mod:`pipelines.dataplane.lake.retry` (retried
+  appends).
 
 Both append one micro-batch per commit, tagged with a Delta transaction ``(app_id, version=batch_id)``
 (``txnAppId``/``txnVersion`` in delta-spark, ``CommitProperties(app_transactions=...)`` in delta-rs). A batch whose
@@ -81,8 +82,9 @@ class Lake(Protocol):
         Nothing is written when the table already holds a commit of ``app_id`` at ``version`` or later (a
         replayed micro-batch) or when ``df`` is empty. ``rows`` is ``df``'s row count when the caller knows it: 0
         skips the append without a Spark job; the delta-rs writer writes a large append from the executors. Storage
-        errors are retried (:func:`pipelines.dataplane.lake.retry.retried`). Returns the number of rows written (delta-rs:
-        0 for a skipped replay; delta-spark: the rows handed to Delta, which skips a replay itself without telling).
+        errors are retried (:func:`pipelines.dataplane.lake.retry.retried`). Returns the number of rows written
+        (delta-rs: 0 for a skipped replay; delta-spark: the rows handed to Delta, which skips a replay itself without
+        telling).
 
         Raises:
             OSError: the write failed (e.g. ENOSPC, the disk of the lake full) on every attempt; nothing was
@@ -132,8 +134,8 @@ class Lake(Protocol):
                below: int | None = None) -> DataFrame:
         """The latest row per ``keys`` of ``table`` by ``order`` (among rows whose ``order`` is below ``below`` when
         given), as ``rank`` shapes it: ``rank`` is the Spark definition (e.g.
-        :func:`pipelines.writeback.publish.latest_per_resource`). The delta-rs writer picks the rows on the driver first,
-        so only they cross to Spark."""
+        :func:`pipelines.writeback.publish.latest_per_resource`). The delta-rs writer picks the rows on the driver
+        first, so only they cross to Spark."""
         ...
 
     def latest_rows(self, table: str, keys: list[str], order: str, below: int | None = None) -> list[dict[str, Any]]:
@@ -147,7 +149,8 @@ class Lake(Protocol):
 Writer = Literal["auto", "delta-rs", "delta-spark"]
 
 
-def open_lake(spark: SparkSession, root: str | Path, writer: Writer = "auto", executor_write_rows: int = 200_000) -> Lake:
+def open_lake(spark: SparkSession, root: str | Path, writer: Writer = "auto",
+              executor_write_rows: int = 200_000) -> Lake:
     """The lake at ``root`` with the configured writer; ``auto`` picks delta-spark when its classes load.
     ``executor_write_rows``: see :class:`DeltaRsLake`.
 

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 class LakeBase:
     """The common part of :class:`~pipelines.dataplane.lake.delta_rs.DeltaRsLake` and
-    :class:`~pipelines.dataplane.lake.delta_spark.DeltaSparkLake`; the interface is :class:`pipelines.dataplane.lake.Lake`.
+    :class:`~pipelines.dataplane.lake.delta_spark.DeltaSparkLake`; the interface is
+    :class:`pipelines.dataplane.lake.Lake`.
 
     ``root`` is the lake directory (local path or URI). A writer implements :meth:`exists`, :meth:`_append` and
     :meth:`_read`, and may replace :meth:`_append_rows`, :meth:`latest` and :meth:`latest_rows` with cheaper paths.

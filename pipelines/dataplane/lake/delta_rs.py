@@ -70,8 +70,8 @@ class DeltaRsLake(LakeBase):
 
     def collect(self, outputs: dict[str, DataFrame], rows: dict[str, int] | None = None) -> dict[str, "pa.Table"]:
         """Every output appended through the driver (not known to be empty nor larger than
-        ``executor_write_rows``), collected by one Spark job (:func:`~pipelines.dataplane.lake.registry.collect_tables`);
-        {} when fewer than two are."""
+        ``executor_write_rows``), collected by one Spark job
+        (:func:`~pipelines.dataplane.lake.registry.collect_tables`); {} when fewer than two are."""
         known = rows or {}
         small = {table: df for table, df in outputs.items()
                  if known.get(table) is None or 0 < known[table] <= self.executor_write_rows}
@@ -258,7 +258,8 @@ def file_stats(footer: "pq.FileMetaData", time_column: str | None) -> dict:
         nulls += column.null_count
     if lows:
         low, high = min(lows), max(highs)
-        ceil = high if high.microsecond % 1000 == 0 else high + dt.timedelta(microseconds=1000 - high.microsecond % 1000)
+        ceil = (high if high.microsecond % 1000 == 0
+                else high + dt.timedelta(microseconds=1000 - high.microsecond % 1000))
         text = lambda t: utc(t).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"  # noqa: E731
         stats.update(minValues={time_column: text(low)}, maxValues={time_column: text(ceil)},
                      nullCount={time_column: nulls})

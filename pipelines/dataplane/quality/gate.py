@@ -1,12 +1,13 @@
 """The quality gate: what the streaming flows call to apply the data-quality rules (:mod:`pipelines.dataplane.quality`).
 
 * Ingest: :meth:`QualityGate.enforce_stats` / :meth:`QualityGate.enforce_failures` on the parsed rows (the
-  suites' expectations as row conditions, :mod:`pipelines.dataplane.quality.rules`), then :meth:`QualityGate.after_ingest`
-  once the micro-batch is written: GX validation of the candidate silver rows every
+  suites' expectations as row conditions, :mod:`pipelines.dataplane.quality.rules`), then
+  :meth:`QualityGate.after_ingest` once the micro-batch is written: GX validation of the candidate silver rows every
   ``[quality] validate_every_n_batches`` batches (``quality/validation_results``, ``quality/validation_runs``) and
   the reconciliation with the late-row count (``quality/reconciliation``, :mod:`pipelines.dataplane.quality.reconcile`).
 * Gold: the decision plane applies the ``gold/limits`` expectations to its decisions row by row
-  (:func:`pipelines.decide.records.limit_rows.check`, from :data:`pipelines.dataplane.quality.suites.GOLD_LIMITS_EXPECTATIONS`).
+  (:func:`pipelines.decide.records.limit_rows.check`, from
+  :data:`pipelines.dataplane.quality.suites.GOLD_LIMITS_EXPECTATIONS`).
 
 The gate is built explicitly, ``QualityGate(cfg, lake)``; methods that need Spark take it from the DataFrame they
 are given (``df.sparkSession``).
@@ -58,9 +59,10 @@ class QualityGate:
     # --- ingest: per row
 
     def enforce_stats(self, parsed: DataFrame) -> DataFrame:
-        """Parsed stats rows (:func:`pipelines.dataplane.transforms.parse.parse_broker_stats`) → the same rows with the
-        ``silver/broker_stats`` suite applied to ``reject_reason`` and the parse's own reason in ``parse_reason``
-        (:func:`pipelines.dataplane.quality.rules.enforce`); with ``[quality] enforce = false`` only ``parse_reason`` is added."""
+        """Parsed stats rows (:func:`pipelines.dataplane.transforms.parse.parse_broker_stats`) → the same rows with
+        the ``silver/broker_stats`` suite applied to ``reject_reason`` and the parse's own reason in ``parse_reason``
+        (:func:`pipelines.dataplane.quality.rules.enforce`); with ``[quality] enforce = false`` only ``parse_reason`` is
+        added."""
         return self._enforced(parsed, tables.SILVER_BROKER_STATS)
 
     def enforce_failures(self, parsed: DataFrame) -> DataFrame:

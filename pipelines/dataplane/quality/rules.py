@@ -1,7 +1,7 @@
 """GX expectations as Spark ``Column`` conditions: row-level enforcement of the suites at stream speed, no GX run.
 
-:func:`row_condition` turns one expectation of a suite (:mod:`pipelines.dataplane.quality.suites`) into the condition a row
-meets when it passes, with GX's null semantics; :func:`failed_expectation` gives the reason
+:func:`row_condition` turns one expectation of a suite (:mod:`pipelines.dataplane.quality.suites`) into the condition a
+row meets when it passes, with GX's null semantics; :func:`failed_expectation` gives the reason
 ``expectation failed: <expectation type>(<columns>)`` of the first expectation a row fails; :func:`enforce` applies a
 table's suite to the parsed rows of the ingest query, so failing rows go to ``quarantine`` with that reason.
 

@@ -2,9 +2,9 @@
 
 :data:`SUITES` maps a table name (:mod:`pipelines.tables`) to a factory of its suite: ``silver/broker_stats``,
 ``silver/send_failures`` and ``gold/limits``. The same suites are enforced row by row as Spark conditions
-(:mod:`pipelines.dataplane.quality.rules`) and validated by GX (:mod:`pipelines.dataplane.quality.validation`). The allowed values come
-from :mod:`pipelines.rocketmq` (stat names, periods, name pattern and lengths of RocketMQ's ``TopicValidator``,
-failure classes) and docs/contracts.md §2 (the limit decisions).
+(:mod:`pipelines.dataplane.quality.rules`) and validated by GX (:mod:`pipelines.dataplane.quality.validation`). The
+allowed values come from :mod:`pipelines.rocketmq` (stat names, periods, name pattern and lengths of RocketMQ's
+``TopicValidator``, failure classes) and docs/contracts.md §2 (the limit decisions).
 """
 
 from __future__ import annotations
@@ -73,8 +73,9 @@ def silver_send_failures_suite():
 
 
 #: The ``gold/limits`` expectations (docs/contracts.md §2): (GX expectation type, its keyword arguments). Plain data,
-#: so the decision plane applies them row by row without importing GX (:func:`pipelines.decide.records.limit_rows.check`), and
-#: :func:`gold_limits_suite` builds the GX suite from the same list.
+#: so the decision plane applies them row by row without importing GX
+#: (:func:`pipelines.decide.records.limit_rows.check`), and :func:`gold_limits_suite` builds the GX suite from the same
+#: list.
 GOLD_LIMITS_EXPECTATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("expect_column_values_to_not_be_null", {"column": "limit_qps"}),
     # strictly positive and finite: +inf and NaN are above any finite max_value

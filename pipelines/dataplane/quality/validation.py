@@ -100,7 +100,8 @@ def shared_validator(pandas_max_rows: int = DEFAULT_PANDAS_MAX_ROWS) -> Validato
 
 
 def expectation_name_from_result(result) -> str:
-    """The :func:`pipelines.dataplane.quality.rules.expectation_name` of one expectation's result in a GX validation result."""
+    """The :func:`pipelines.dataplane.quality.rules.expectation_name` of one expectation's result in a GX validation
+    result."""
     return data_docs.configuration_name(result.expectation_config)
 
 

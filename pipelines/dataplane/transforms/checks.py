@@ -1,6 +1,6 @@
 """Column checks shared by the parses of both inputs (:mod:`pipelines.dataplane.transforms.parse`,
-:mod:`pipelines.dataplane.transforms.parse_failures`): the reason of the first failing check, invalid UTF-8, RocketMQ names,
-event-time bounds, and two column helpers. Built-in Spark functions only."""
+:mod:`pipelines.dataplane.transforms.parse_failures`): the reason of the first failing check, invalid UTF-8, RocketMQ
+names, event-time bounds, and two column helpers. Built-in Spark functions only."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def first_reason(*checks: Check) -> Column:
 
 def not_utf8(text: Column) -> Column:
     """True when ``text`` holds invalid UTF-8 bytes or U+FFFD. The sources turn invalid bytes into U+FFFD
-    (:func:`pipelines.dataplane.sources.record_text`, the exact bytes stay in ``raw_bytes``), as a decoder upstream (a log
-    shipper) does; ``is_valid_utf8`` catches text that reached a RAW_RECORD some other way."""
+    (:func:`pipelines.dataplane.sources.record_text`, the exact bytes stay in ``raw_bytes``), as a decoder upstream (a
+    log shipper) does; ``is_valid_utf8`` catches text that reached a RAW_RECORD some other way."""
     return ~F.is_valid_utf8(text) | text.contains(REPLACEMENT_CHAR)
 
 

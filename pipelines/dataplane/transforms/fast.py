@@ -62,7 +62,8 @@ def resource_events(events: DataFrame) -> DataFrame:
         _target("broker", F.col("broker"), PUT, is_put & F.col("broker").isNotNull()),
         _target("broker", F.col("broker"), BROKER_PUT, metric == rmq.BROKER_PUT_NUMS),
         _target("group", F.col("consumer_group"), CONSUME, consumed & F.col("consumer_group").isNotNull()),
-        _target("group", F.col("consumer_group"), RETRY, (metric == rmq.SNDBCK_PUT_NUMS) & F.col("consumer_group").isNotNull()),
+        _target("group", F.col("consumer_group"), RETRY,
+                (metric == rmq.SNDBCK_PUT_NUMS) & F.col("consumer_group").isNotNull()),
         _target("topic", F.col("topic"), FAILURE, fault & F.col("topic").isNotNull()),
         _target("broker", F.col("broker"), FAILURE, fault & F.col("broker").isNotNull()),
         _target("topic", F.col("topic"), LIMITED, is_failure & ~fault & F.col("topic").isNotNull()),
@@ -101,8 +102,8 @@ def open_window_sums(cfg: WindowsConfig) -> Transform:
     (sorted array of the brokers whose stats lines are in the window; census rows only) and
     ``carriers`` (brokers with a put line; topic rows).
 
-    As in :func:`pipelines.dataplane.transforms.tps.window_metrics`, a stats line shipped twice counts once (stats amounts are
-    a set of (role, broker, topic, minute, SUM)); failures count as they come.
+    As in :func:`pipelines.dataplane.transforms.tps.window_metrics`, a stats line shipped twice counts once (stats
+    amounts are a set of (role, broker, topic, minute, SUM)); failures count as they come.
     """
 
     def transform(events: DataFrame) -> DataFrame:

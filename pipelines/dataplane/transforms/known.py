@@ -8,8 +8,8 @@ unmapped never matches (:data:`pipelines.dataplane.known_brokers.ADDRESS`). The 
 :meth:`KnownBrokers.admits`; ``tests/transforms/test_known.py`` holds the two equal.
 
 The check runs after the parse's own checks and before the data-quality expectations
-(:func:`pipelines.dataplane.transforms.silver.parsed_stats`), so a record has one reason and an unknown broker's records never
-reach silver, the metric events, a window, the census or a decision (docs/contracts.md §1).
+(:func:`pipelines.dataplane.transforms.silver.parsed_stats`), so a record has one reason and an unknown broker's records
+never reach silver, the metric events, a window, the census or a decision (docs/contracts.md §1).
 
 Example:
     >>> parsed.transform(judged(KnownBrokers.of(["broker-*"])))   # reject_reason set for other brokers

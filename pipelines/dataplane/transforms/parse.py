@@ -2,8 +2,8 @@
 
 Both transports (files and Kafka) yield :data:`pipelines.schemas.RAW_RECORD` rows; everything below is shared.
 Every record ends either in silver (``reject_reason`` null) or in quarantine with the first failing check as its
-reason (:mod:`pipelines.dataplane.transforms.checks`); nothing is dropped. This module parses broker statistics and gives the
-quarantine rows of either parse; send failures are :mod:`pipelines.dataplane.transforms.parse_failures`.
+reason (:mod:`pipelines.dataplane.transforms.checks`); nothing is dropped. This module parses broker statistics and
+gives the quarantine rows of either parse; send failures are :mod:`pipelines.dataplane.transforms.parse_failures`.
 
 Example:
     >>> parsed = raw.transform(parse_broker_stats(cfg.stats))
@@ -120,8 +120,8 @@ def parse_stats_lines(cfg: StatsConfig) -> Transform:
     Input: the output of :func:`unwrap_envelopes`. Output adds the columns of
     :data:`~pipelines.schemas.SILVER_BROKER_STATS` plus ``reject_reason``. ``event_time`` is UTC, converted from
     ``cfg.timezone`` (RocketMQ renders GMT+8 whatever the host zone). ``TPS: NaN`` (a window with one snapshot,
-    docs/rocketmq-formats.md §2) becomes a null ``tps`` with its SUM kept; ``TIMES/AVGRT`` lines put TIMES in ``value`` and
-    AVGRT (the item's avgpt, in ms) in ``avgpt``; ``Every 5 Minutes`` lines put their value in ``value``.
+    docs/rocketmq-formats.md §2) becomes a null ``tps`` with its SUM kept; ``TIMES/AVGRT`` lines put TIMES in ``value``
+    and AVGRT (the item's avgpt, in ms) in ``avgpt``; ``Every 5 Minutes`` lines put their value in ``value``.
     """
 
     def transform(df: DataFrame) -> DataFrame:
@@ -268,8 +268,8 @@ def _number_checks() -> list[Check]:
 
 
 def _name_checks() -> list[Check]:
-    """The key's parts: a valid topic and consumer group name (:func:`~pipelines.dataplane.transforms.checks.valid_name`)
-    and a numeric queue id, where the key has them."""
+    """The key's parts: a valid topic and consumer group name
+    (:func:`~pipelines.dataplane.transforms.checks.valid_name`) and a numeric queue id, where the key has them."""
     return [
         Check(
             F.col("topic").isNotNull() & ~valid_name(F.col("topic"), rmq.TOPIC_MAX_LENGTH),

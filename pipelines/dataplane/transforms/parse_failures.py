@@ -1,5 +1,6 @@
 """Parsing of ``send_failures`` records (JSON lines, docs/contracts.md §1.2) into silver rows or quarantine rows, with
-built-in Spark functions only; the quarantine rows come from :func:`pipelines.dataplane.transforms.parse.quarantine_rows`.
+built-in Spark functions only; the quarantine rows come from
+:func:`pipelines.dataplane.transforms.parse.quarantine_rows`.
 
 Example:
     >>> parsed = raw.transform(parse_send_failures(cfg.stats, cfg.brokers))
@@ -14,7 +15,9 @@ from pyspark.sql import functions as F
 from pipelines import rocketmq as rmq
 from pipelines import schemas
 from pipelines.config import BrokersConfig, StatsConfig
-from pipelines.dataplane.transforms.checks import Check, extract, first_reason, lit_map, not_utf8, time_checks, valid_name
+from pipelines.dataplane.transforms.checks import (
+    Check, extract, first_reason, lit_map, not_utf8, time_checks, valid_name,
+)
 from pipelines.dataplane.transforms.types import Transform
 
 def classify_failure(message: Column, code: Column) -> Column:
@@ -33,8 +36,8 @@ def parse_send_failures(stats_cfg: StatsConfig, brokers: BrokersConfig) -> Trans
     """RAW_RECORD rows of ``send_failures`` (JSON lines) → parsed rows with ``reject_reason``.
 
     ``ts`` is epoch milliseconds or an ISO-8601 string (UTC unless it carries an offset). A null ``code`` is read
-    from the message (Java ``CODE: 2  DESC:``, Go ``CODE: 2, DESC:``, docs/rocketmq-formats.md §6-7). ``broker`` given as
-    ``ip:port`` is mapped to a broker name through ``brokers.addresses`` when listed. Output adds the columns of
+    from the message (Java ``CODE: 2  DESC:``, Go ``CODE: 2, DESC:``, docs/rocketmq-formats.md §6-7). ``broker`` given
+    as ``ip:port`` is mapped to a broker name through ``brokers.addresses`` when listed. Output adds the columns of
     :data:`~pipelines.schemas.SILVER_SEND_FAILURES` plus ``reject_reason``.
     """
 

@@ -29,10 +29,10 @@ def _identity(df: DataFrame) -> DataFrame:
 
 
 def parsed_stats(cfg: GovernorConfig, enforce: Transform = _identity, known: KnownBrokers | None = None) -> Transform:
-    """RAW_RECORD rows → the stats records parsed (:func:`pipelines.dataplane.transforms.parse.parse_broker_stats` columns,
-    ``reject_reason`` null for accepted rows), records of brokers not in ``known`` rejected
-    (:func:`pipelines.dataplane.transforms.known.judged`; None: every broker trusted), with the data-quality expectations
-    applied by ``enforce``."""
+    """RAW_RECORD rows → the stats records parsed (:func:`pipelines.dataplane.transforms.parse.parse_broker_stats`
+    columns, ``reject_reason`` null for accepted rows), records of brokers not in ``known`` rejected
+    (:func:`pipelines.dataplane.transforms.known.judged`; None: every broker trusted), with the data-quality
+    expectations applied by ``enforce``."""
 
     def transform(raw: DataFrame) -> DataFrame:
         return (
@@ -46,7 +46,8 @@ def parsed_stats(cfg: GovernorConfig, enforce: Transform = _identity, known: Kno
     return transform
 
 
-def parsed_failures(cfg: GovernorConfig, enforce: Transform = _identity, known: KnownBrokers | None = None) -> Transform:
+def parsed_failures(cfg: GovernorConfig, enforce: Transform = _identity,
+                    known: KnownBrokers | None = None) -> Transform:
     """RAW_RECORD rows → the send-failure records parsed, failures naming a broker not in ``known`` rejected, with
     the data-quality expectations applied."""
 
@@ -80,8 +81,9 @@ def ingest_outputs(raw: DataFrame, stats: DataFrame, failures: DataFrame) -> dic
 
 def ingest_rows(measured: dict[str, dict]) -> dict[str, int]:
     """The row count of each :func:`ingest_outputs` table from the micro-batch's counts per source
-    (:meth:`pipelines.dataplane.quality.reconcile.Reconciler.measure`: ``records``, ``silver``, ``late``, ``quarantine``):
-    bronze holds every record, silver the accepted rows (late ones included), quarantine the rejected rows."""
+    (:meth:`pipelines.dataplane.quality.reconcile.Reconciler.measure`: ``records``, ``silver``, ``late``,
+    ``quarantine``): bronze holds every record, silver the accepted rows (late ones included), quarantine the rejected
+    rows."""
     count = lambda source, *keys: sum(int(measured.get(source, {}).get(k) or 0) for k in keys)  # noqa: E731
     return {
         tables.BRONZE_BROKER_STATS: count(BROKER_STATS, "records"),

@@ -464,8 +464,8 @@ class LimitPolicy(OpenWindowSteps):
     @staticmethod
     def may_decide_again(state: ResourceState) -> bool:
         """Whether one more decision may be taken as a decision of the window of the state's last decision: each
-        gets the next version rank (:data:`pipelines.decide.records.limit_rows.EXTRA_RANKS`), so a later decision of the same
-        window outranks the earlier at the brokers."""
+        gets the next version rank (:data:`pipelines.decide.records.limit_rows.EXTRA_RANKS`), so a later decision of the
+        same window outranks the earlier at the brokers."""
         return state.window_decisions < len(EXTRA_RANKS)
 
     def probe_deadline(self, state: ResourceState) -> dt.datetime | None:

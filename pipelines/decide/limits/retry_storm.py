@@ -11,8 +11,8 @@ sohutv/rocketmq 5.3.1-sohu-01). The brokers print those as puts of the retry top
 send-backs admitted at a rate a ≤ 1 and the fallbacks at the same rate, fallbacks ÷ send-backs ≈ the refused share
 ρ = 1 − a, so the demand is at least the admitted traffic ÷ (1 − ρ) (ρ at most :data:`REFUSED_SHARE_MAX`).
 
-**Gone** = :func:`pipelines.decide.rules.facts.retry_fires` silent on the visible demand against the group's consume rate
-*in the same window*, its ratio alone (the cap holds the retries far under the rule's floor; with nothing consumed,
+**Gone** = :func:`pipelines.decide.rules.facts.retry_fires` silent on the visible demand against the group's consume
+rate *in the same window*, its ratio alone (the cap holds the retries far under the rule's floor; with nothing consumed,
 the retries below ``retry_floor_tps``).
 
 **Set** once at its frozen target (10 % of the group's normal consume rate; a first limit no higher than the room

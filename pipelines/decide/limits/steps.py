@@ -61,7 +61,8 @@ class Params:
            watermark_seconds: int = WindowsConfig().watermark_seconds,
            trigger_seconds: int = WindowsConfig().trigger_seconds) -> Params:
         """The parameters of ``limits`` and ``detection`` for windows of ``window_seconds`` behind a watermark of
-        ``watermark_seconds``, decided every ``trigger_seconds`` (defaults: :class:`pipelines.config.WindowsConfig`'s)."""
+        ``watermark_seconds``, decided every ``trigger_seconds`` (defaults:
+        :class:`pipelines.config.WindowsConfig`'s)."""
         return cls(window=dt.timedelta(seconds=window_seconds), detection=detection,
                    max_decision_lag=dt.timedelta(seconds=watermark_seconds + 2 * window_seconds),
                    trigger=dt.timedelta(seconds=trigger_seconds), probe_max_windows=limits.probe_max_windows,
@@ -186,9 +187,9 @@ def effective_end(at: dt.datetime, window: dt.timedelta) -> dt.datetime:
 
 def frozen_basis(window_end: dt.datetime, target: float | None, shares: Mapping[str, float] | None,
                  baseline: float | None = None) -> dict:
-    """The fields of :class:`~pipelines.decide.records.resource.ResourceState` a new limit freezes from the window ending
-    ``window_end`` (docs/decisions.md §4 "Frozen basis"): its ``target`` (msg/s), its per-broker ``shares`` and the
-    rule's ``baseline`` (msg/s), kept until the lift; the probe and cap memory of an earlier limit cleared. Used by
+    """The fields of :class:`~pipelines.decide.records.resource.ResourceState` a new limit freezes from the window
+    ending ``window_end`` (docs/decisions.md §4 "Frozen basis"): its ``target`` (msg/s), its per-broker ``shares`` and
+    the rule's ``baseline`` (msg/s), kept until the lift; the probe and cap memory of an earlier limit cleared. Used by
     :func:`decide` and by a limit the fast path decided (:meth:`pipelines.decide.limits.base.LimitPolicy.adopt`)."""
     return {"target_qps": target, "broker_shares": shares, "limited_since": window_end, "baseline_tps": baseline,
             "cause_changes": 0, "probe_from_qps": None, "probe_ceiling_qps": None, "probe_hold_until": None,
@@ -207,7 +208,8 @@ def decide(state: ResourceState, window_end: dt.datetime, limit: float, action: 
     frozen from this window, the probe and cap memory reset; any set without a limit in force is fresh);
     ``remember``: a lift the recurrence memory keeps (the cause of an enforced limit went away); a lift that does
     not remember forgets (a probe's lift: legitimate demand); an advisory lift leaves the memory as it was. A new
-    value supersedes a probe in flight (a raise sets its own after this, :meth:`pipelines.decide.limits.base.LimitPolicy.
+    value supersedes a probe in flight (a raise sets its own after this,
+    :meth:`pipelines.decide.limits.base.LimitPolicy.
     raise_to`)."""
     s = state
     lifted = action == Action.LIFT
@@ -253,8 +255,8 @@ def last_kept(state: ResourceState) -> dt.datetime:
 
 def noted_carriers(state: ResourceState, obs: Observation) -> ResourceState:
     """A window's carriers noted: the last distress (a carrier busy), and the writes of each busy carrier (msg/s;
-    a surge probe's bound, :meth:`pipelines.decide.limits.base.LimitPolicy.raise_bounds`): the most it wrote in any window
-    it was busy in, since a window busy for part of it only (a cause ramping) writes less than the broker can."""
+    a surge probe's bound, :meth:`pipelines.decide.limits.base.LimitPolicy.raise_bounds`): the most it wrote in any
+    window it was busy in, since a window busy for part of it only (a cause ramping) writes less than the broker can."""
     s = state
     if not obs.healthy:
         s = replace(s, last_distress_end=max(obs.window_end, s.last_distress_end or obs.window_end))

@@ -1,7 +1,7 @@
 """The fast path's decisions of one micro-batch as one function: the open windows Spark emitted (running sums per
-window × resource, :func:`pipelines.dataplane.transforms.fast.open_window_sums`), the finalized history, the saved state and
-the limits in force → preliminary ``gold/limits`` rows (only ``set`` decisions that change a limit; no policy state:
-the final path stays the only owner of ``state/policy`` and reconciles what this path decided).
+window × resource, :func:`pipelines.dataplane.transforms.fast.open_window_sums`), the finalized history, the saved
+state and the limits in force → preliminary ``gold/limits`` rows (only ``set`` decisions that change a limit; no
+policy state: the final path stays the only owner of ``state/policy`` and reconciles what this path decided).
 
 Entry points: :func:`prepare_fast` (:class:`~pipelines.decide.records.inputs.FastInputs` → the candidates, outside the
 decision lock) and :func:`decide_fast` (:class:`~pipelines.decide.records.inputs.LockedInputs` → the rows, under it).
@@ -215,9 +215,9 @@ def _decided(history: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
 def decide_fast(prepared: FastPrepared, locked: LockedInputs, cfg: GovernorConfig, now: dt.datetime, *,
                 origin: str) -> tuple[pa.Table, pa.Table]:
     """The candidates folded from the saved state with the newer preliminary limits in force
-    (:func:`pipelines.decide.paths.reconcile.preliminary_state`) → (accepted preliminary ``gold/limits`` rows: the ``set``
-    decisions, refused ``quarantine`` rows); the part run under the decision lock. ``now``: processing time (UTC);
-    ``origin``: the quarantine rows' ``origin`` (``<app id>:<batch id>``)."""
+    (:func:`pipelines.decide.paths.reconcile.preliminary_state`) → (accepted preliminary ``gold/limits`` rows: the
+    ``set`` decisions, refused ``quarantine`` rows); the part run under the decision lock. ``now``: processing time
+    (UTC); ``origin``: the quarantine rows' ``origin`` (``<app id>:<batch id>``)."""
     if not prepared.candidates:
         return from_rows([], columns.GOLD_LIMITS), from_rows([], columns.QUARANTINE)
     saved = rows_by_key(locked.policy_state)

@@ -5,13 +5,14 @@ Steps (each a module of :mod:`pipelines.decide`):
 
 1. anomalies against the resources' own baselines (:mod:`~pipelines.decide.rules.anomalies`);
 2. the demand evidence of limitable resources (:mod:`~pipelines.decide.rules.evidence`), limit candidates
-   (:mod:`~pipelines.decide.rules.candidates`) and the per-resource policy fold (:mod:`~pipelines.decide.paths.fold_all`), which
-   judges a resource under a limit by its rule on that evidence (:mod:`~pipelines.decide.limits.base`);
+   (:mod:`~pipelines.decide.rules.candidates`) and the per-resource policy fold
+   (:mod:`~pipelines.decide.paths.fold_all`), which judges a resource under a limit by its rule on that evidence
+   (:mod:`~pipelines.decide.limits.base`);
 3. ``gold/limits`` rows (basis ``final``) split by the ``gold/limits`` expectations into accepted decisions and
    quarantine rows (:mod:`~pipelines.decide.records.limit_rows`);
 4. the fast path's preliminary decisions on windows now final are confirmed, corrected or reversed
-   (:mod:`~pipelines.decide.paths.reconcile`), so the limits in force once every window is final do not depend on how the
-   input was cut into micro-batches.
+   (:mod:`~pipelines.decide.paths.reconcile`), so the limits in force once every window is final do not depend on how
+   the input was cut into micro-batches.
 
 Entry points: :func:`prepare_final` (steps 1-2 up to the candidates, outside the decision lock) and
 :func:`decide_final` (the rest, under it), or :func:`run_final` for both.
@@ -231,8 +232,8 @@ def decide_open(horizon_end: dt.datetime, locked: LockedInputs, cfg: GovernorCon
                 batch_id: int, origin: str) -> tuple[pa.Table, pa.Table, pa.Table]:
     """A final micro-batch that finalized no window: what the fast path's open windows now show decides for every
     resource with a limit in force, as the end of a finalizing micro-batch would (its open-window steps,
-    :meth:`pipelines.decide.limits.base.LimitPolicy.act_on_open`, and the lift due at the horizon): a probe undone by the
-    first line of a carrier that took it, or at its deadline; a lift the open windows prove, unless one vetoes it;
+    :meth:`pipelines.decide.limits.base.LimitPolicy.act_on_open`, and the lift due at the horizon): a probe undone by
+    the first line of a carrier that took it, or at its deadline; a lift the open windows prove, unless one vetoes it;
     a probe or a squeeze. Each decision is one of the window ending ``horizon_end`` (UTC: the newest window
     finalized before), ranked after the decisions already taken on it. → (accepted ``gold/limits`` rows, refused
     ``quarantine`` rows, ``state/policy`` rows of the resources folded); all empty without a limit in force, or

@@ -13,8 +13,8 @@ traffic before it (docs/decisions.md §8).
   limit, and the brokers heard from keep nearly all of it (a storm's carriers admit the limit cluster-wide while a
   carrier still to report holds a trickle: seconds, until its stats land);
 * :func:`complete_split`: once the window is complete by census, the same limit split by its complete traffic
-  (basis ``preliminary``, version rank :data:`~pipelines.decide.records.limit_rows.RESPLIT_RANK`), as the final path will
-  split it, minutes before the final path would; the state the fast path folds from freezes those shares too
+  (basis ``preliminary``, version rank :data:`~pipelines.decide.records.limit_rows.RESPLIT_RANK`), as the final path
+  will split it, minutes before the final path would; the state the fast path folds from freezes those shares too
   (:func:`pipelines.decide.paths.reconcile.preliminary_state`).
 
 Rows are dicts by column (``gold/limits``); times UTC.
@@ -46,8 +46,8 @@ TO_REPORT_SHARE = 0.05
 
 def still_to_report(rows: Iterable[dict], expected: list[str], length_seconds: int) -> dict[dt.datetime, list[str]]:
     """Census rows (dicts, :attr:`pipelines.decide.paths.fast.OpenRows.by_key`'s; other rows skipped) → per window end
-    (naive UTC): the brokers of ``expected`` (the census's, :func:`pipelines.decide.rules.preliminary.waited_for`) it has
-    not heard from yet. A broker's stats line has all its keys: one heard from without a line of a resource does
+    (naive UTC): the brokers of ``expected`` (the census's, :func:`pipelines.decide.rules.preliminary.waited_for`) it
+    has not heard from yet. A broker's stats line has all its keys: one heard from without a line of a resource does
     not carry it in the window."""
     heard: dict = {}
     for r in rows:
@@ -60,10 +60,10 @@ def still_to_report(rows: Iterable[dict], expected: list[str], length_seconds: i
 def held_for_brokers_to_report(candidates: list[Keyed], to_report: dict[dt.datetime, list[str]]) -> list[Keyed]:
     """Candidates of open windows → the same, where a candidate's window has brokers still to report
     (``to_report``: :func:`still_to_report`) that its traffic per broker does not list (neither heard from nor
-    named by an earlier open window, :func:`pipelines.decide.rules.preliminary.with_earlier_carriers`), with those brokers
-    listed, holding together :data:`TO_REPORT_SHARE` of the limit: its shares
-    (:func:`pipelines.decide.rules.facts.shares_of`) are taken from the traffic per broker. A candidate without traffic is
-    left as it is; its criticality (a busy carrier) was judged on the brokers heard from, before this."""
+    named by an earlier open window, :func:`pipelines.decide.rules.preliminary.with_earlier_carriers`), with those
+    brokers listed, holding together :data:`TO_REPORT_SHARE` of the limit: its shares
+    (:func:`pipelines.decide.rules.facts.shares_of`) are taken from the traffic per broker. A candidate without traffic
+    is left as it is; its criticality (a busy carrier) was judged on the brokers heard from, before this."""
     out = []
     for k in candidates:
         tps = k.candidate.broker_tps

@@ -235,10 +235,11 @@ class Applied:
         """The ``gold/limits`` rows (basis ``override``) that make each resource's newest decision agree with the
         overrides in force: a pin's ``set`` where its row is not in force at its figure, is due for a refresh
         (``limits.refresh_seconds``) or can now be split by its traffic per broker (``traffic``: a callable giving
-        msg/s per broker by (window_end, resource_type, resource), :func:`pipelines.decide.rules.evidence.broker_tps_of`;
-        the newest window's, called only for a pin without a split); a ``lift`` of an enforced limit in force on an
-        exempted resource; a ``lift`` of a limit left by an override no longer in force. ``frontier``: the newest
-        window end the step knows (UTC; the rows' ``window_end`` and version, with the resource's newest row's)."""
+        msg/s per broker by (window_end, resource_type, resource),
+        :func:`pipelines.decide.rules.evidence.broker_tps_of`; the newest window's, called only for a pin without a
+        split); a ``lift`` of an enforced limit in force on an exempted resource; a ``lift`` of a limit left by an
+        override no longer in force. ``frontier``: the newest window end the step knows (UTC; the rows' ``window_end``
+        and version, with the resource's newest row's)."""
         out = []
         keys = set(self.active) | {k for k, r in self.latest.items() if self._left(r)}
         for key in sorted(keys):

@@ -152,8 +152,8 @@ def reconcile_preliminary(latest: dict[Key, dict], final_limits: list[dict], fin
                       "brokers by their complete traffic (the preliminary split saw part of the window)")
             limit = final_qps
         else:
-            reason = (f"[final] the final window ending {window} sets {fixed(final_qps, 1)} msg/s where the preliminary "
-                      f"decision on partial evidence set {fixed(p['limit_qps'], 1)} msg/s")
+            reason = (f"[final] the final window ending {window} sets {fixed(final_qps, 1)} msg/s where the "
+                      f"preliminary decision on partial evidence set {fixed(p['limit_qps'], 1)} msg/s")
             limit = final_qps
         out.append({
             "decided_at": decided, "window_end": aware(p["window_end"]), "resource_type": key[0],

@@ -1,9 +1,10 @@
 """What the two deciding paths read, typed by phase and built with keywords only.
 
 Each path decides in two phases (docs/decisions.md §1 "The decision lock"): what does not read the decisions'
-memory is derived outside the decision lock (:class:`FinalInputs` → :func:`pipelines.decide.paths.final.prepare_final`;
-:class:`FastInputs` → :func:`pipelines.decide.paths.fast.prepare_fast`), then the fold on the memory runs inside it
-(:class:`LockedInputs` → :func:`pipelines.decide.paths.final.decide_final`, :func:`pipelines.decide.paths.fast.decide_fast`).
+memory is derived outside the decision lock (:class:`FinalInputs` →
+:func:`pipelines.decide.paths.final.prepare_final`; :class:`FastInputs` →
+:func:`pipelines.decide.paths.fast.prepare_fast`), then the fold on the memory runs inside it (:class:`LockedInputs` →
+:func:`pipelines.decide.paths.final.decide_final`, :func:`pipelines.decide.paths.fast.decide_fast`).
 
 Tables are Arrow tables of the named schemas (:mod:`pipelines.columns`); the history tables may be polars frames of
 the same rows (:func:`pipelines.decide.arrow.to_polars`, kept by a caller that derives them once). Times are UTC.
@@ -82,8 +83,8 @@ class LockedInputs:
         policy_state: the saved ``state/policy`` row per resource (of the batches before this one).
         latest_limits: the newest ``gold/limits`` row per resource.
         open_evidence: the final path's view of the fast path's open windows after its batch, per resource
-            (:func:`pipelines.decide.rules.evidence.open_evidence`: the lift veto, a probe's evidence); None without (and
-            always on the fast path).
+            (:func:`pipelines.decide.rules.evidence.open_evidence`: the lift veto, a probe's evidence); None without
+            (and always on the fast path).
         overrides: the operators' overrides (:func:`pipelines.decide.paths.overrides.parse`; :mod:`pipelines.decide.
             overrides` applies them around the fold); () without.
     """

@@ -98,8 +98,8 @@ def finish(decisions: list[Decision], cfg: LimitsConfig, decided_at: dt.datetime
 
 
 def _expectation_reasons() -> list[tuple[str, object]]:
-    """The ``gold/limits`` expectations (:data:`pipelines.dataplane.quality.suites.GOLD_LIMITS_EXPECTATIONS`, the suite GX
-    validates) as (reason, row predicate)
+    """The ``gold/limits`` expectations (:data:`pipelines.dataplane.quality.suites.GOLD_LIMITS_EXPECTATIONS`, the suite
+    GX validates) as (reason, row predicate)
     pairs, in the suite's order, with GX's null semantics (column-map expectations other than not-null skip nulls,
     the pair expectation skips a row missing either value)."""
     from pipelines.dataplane.quality.data_docs import expectation_name

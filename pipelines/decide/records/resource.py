@@ -44,10 +44,10 @@ class ResourceState:
     cap whose demand was hidden (``capped``: never a clear window); ``change_effective_end`` the end of the first
     window wholly under the last value change (decided at processing time, :func:`pipelines.decide.limits.steps.
     effective_end`; the windows before it ran at an older value); ``probe_decided_at`` when the probe in flight was
-    decided (stream time, :func:`pipelines.decide.limits.steps.decided_at`: its undo is due ``probe_max_windows`` windows
-    after it); ``probe_excess_messages`` what the last undone probe admitted beyond the level before it (messages,
-    cluster-wide). ``window_decisions``: the decisions taken as decisions of ``last_decision_end`` beyond the first
-    (each gets the next version rank, :data:`pipelines.decide.records.limit_rows.EXTRA_RANKS`). Recurrence memory:
+    decided (stream time, :func:`pipelines.decide.limits.steps.decided_at`: its undo is due ``probe_max_windows``
+    windows after it); ``probe_excess_messages`` what the last undone probe admitted beyond the level before it
+    (messages, cluster-wide). ``window_decisions``: the decisions taken as decisions of ``last_decision_end`` beyond the
+    first (each gets the next version rank, :data:`pipelines.decide.records.limit_rows.EXTRA_RANKS`). Recurrence memory:
     ``last_lift_end`` when the last enforced limit was lifted, ``lifted_target_qps`` its frozen target,
     ``recurrences`` how many limits in a row were set within ``recurrence_windows`` of the previous lift (0: the
     first). ``previous_limit_qps``: the value in force before the last change of value (None: none), in force in
@@ -125,8 +125,8 @@ class Candidate:
     a storm's consume rate); ``broker_tps``: the resource's traffic per broker in that window (msg/s; the shares of
     a new limit); ``busy_load``: the writes of each carrier busy in that window (msg/s, its ``BROKER_BUSY`` row's
     baseline, :func:`pipelines.decide.rules.anomalies.broker_writes`; a surge's first limit's burst bound,
-    :meth:`pipelines.decide.limits.surge.SurgeLimit.first_bound`); ``busy_normal``: of a storm's busy carriers, what each
-    wrote before (msg/s, :func:`pipelines.decide.rules.crowding.busy_normals`; its first limit's room,
+    :meth:`pipelines.decide.limits.surge.SurgeLimit.first_bound`); ``busy_normal``: of a storm's busy carriers, what
+    each wrote before (msg/s, :func:`pipelines.decide.rules.crowding.busy_normals`; its first limit's room,
     :meth:`pipelines.decide.limits.retry_storm.RetryStormLimit.first_bound`)."""
 
     window_end: dt.datetime
@@ -177,8 +177,8 @@ class Decision:
     ``limit_qps`` (msg/s; for a ``lift`` the limit lifted), ``previous_qps`` the limit before it (None: none),
     ``action``, ``reason``, ``version`` (the state's next), ``mode``, ``broker_limits`` each broker's figure (msg/s,
     :func:`pipelines.decide.rules.facts.split`; empty for a lift), ``nth`` how many decisions of the same window came
-    before it (its version's rank, :func:`pipelines.decide.records.limit_rows.finish`). :func:`pipelines.decide.records.limit_rows.finish`
-    makes the ``gold/limits`` row."""
+    before it (its version's rank, :func:`pipelines.decide.records.limit_rows.finish`).
+    :func:`pipelines.decide.records.limit_rows.finish` makes the ``gold/limits`` row."""
 
     resource_type: str
     resource: str

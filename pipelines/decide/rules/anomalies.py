@@ -45,8 +45,9 @@ WINDOW_KEYS = ("window_start", "window_end")
 
 
 class Rule(Word):
-    """A rule as the gates name it (:func:`rules_to_run`, :func:`pipelines.decide.rules.preliminary.rules_that_may_fire`):
-    an anomaly kind's rule, ``TRAFFIC_SURGE`` once per resource type it flags."""
+    """A rule as the gates name it (:func:`rules_to_run`,
+    :func:`pipelines.decide.rules.preliminary.rules_that_may_fire`): an anomaly kind's rule, ``TRAFFIC_SURGE`` once per
+    resource type it flags."""
 
     RETRY = Anomaly.RUNAWAY_RETRY.value
     TOPIC_SURGE = f"{Anomaly.TRAFFIC_SURGE.value}:topic"
@@ -84,8 +85,8 @@ def with_retry_traffic(groups: pl.DataFrame, traffic: dict[tuple, float] | None,
     """:func:`group_retry` rows + the groups' retry traffic the brokers admitted per window (``(window_start,
     group)`` → msg/s summed over brokers, per broker the larger of the send-backs and the plain sends to
     ``%RETRY%<group>`` a consumer falls back to when its broker refuses a send-back: the traffic rows of
-    :func:`pipelines.decide.rules.evidence.demand`) → the same rows with ``retry_tps`` the larger of the two and the ratio
-    again, ``sent_back_tps`` the send-backs alone. A broker busy with a storm's own writes fast-fails most of its
+    :func:`pipelines.decide.rules.evidence.demand`) → the same rows with ``retry_tps`` the larger of the two and the
+    ratio again, ``sent_back_tps`` the send-backs alone. A broker busy with a storm's own writes fast-fails most of its
     send-backs: counted alone they fall under ``retry_floor_tps`` while the storm goes on through the fallback.
     The traffic may be read through the brokers' busy refusals (:func:`pipelines.decide.rules.facts.through_busy`):
     ``admitted`` (the same keys) is then what they admitted (``admitted_tps``, for the anomaly's detail)."""
@@ -194,8 +195,9 @@ def traffic_surge(rows: pl.DataFrame, resource_type: str, key: str, cfg: Detecti
     """Rows with ``window_start``, ``window_end``, ``key``, ``put_tps``, ``baseline_tps``, ``baseline_windows``
     (and ``busy_failures``, a topic's sends refused as busy: ``busy_surge_factor`` where they reach
     ``busy_failures_floor``, judged on its puts and on its demand with those refused sends,
-    :func:`pipelines.decide.rules.crowding.refused_reading`; and ``crowded_tps``, a topic's puts read through the brokers it
-    crowds, :func:`pipelines.decide.rules.crowding.crowded_demand`: ``surge_factor`` on it) → TRAFFIC_SURGE anomalies."""
+    :func:`pipelines.decide.rules.crowding.refused_reading`; and ``crowded_tps``, a topic's puts read through the
+    brokers it crowds, :func:`pipelines.decide.rules.crowding.crowded_demand`: ``surge_factor`` on it) → TRAFFIC_SURGE
+    anomalies."""
     has_busy = "busy_failures" in rows.columns
     busy = busy_fires(pl.col("busy_failures").fill_null(0), cfg) if has_busy else pl.lit(False)
     crowded = pl.col("crowded_tps") if "crowded_tps" in rows.columns else pl.lit(None, pl.Float64)
@@ -268,8 +270,8 @@ def failure_spike(topics: pl.DataFrame, windows: WindowsConfig, cfg: DetectionCo
     for r in firing.iter_rows(named=True):
         detail = (f"topic {r['topic']} had {r['_faults']} failed sends besides the limiter's "
                   f"({class_counts(r['failures_by_class'])}), {fixed(r['failure_rate'] * 100, 1)}% of attempts, while "
-                  f"{fixed(r['put_tps'], 1)} msg/s were put (rule: rate >= {fixed(cfg.failure_rate_threshold * 100, 1)}% "
-                  f"and >= {cfg.failure_floor} failures per window)")
+                  f"{fixed(r['put_tps'], 1)} msg/s were put (rule: rate >= "
+                  f"{fixed(cfg.failure_rate_threshold * 100, 1)}% and >= {cfg.failure_floor} failures per window)")
         out.append(_row(r, "topic", r["topic"], Anomaly.FAILURE_SPIKE, rate(r["_faults"], windows.length_seconds),
                         r["put_tps"], severity(r["_faults"], cfg.failure_floor, cfg), detail))
     return out
@@ -307,7 +309,8 @@ def rules_to_run(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFra
     :func:`with_retry_traffic`) at ``retry_floor_tps``,
     ``BROKER_BUSY`` and ``FAILURE_SPIKE`` their floors, ``TRAFFIC_SURGE`` a window at its floor and factor
     (:func:`surge_may_fire`), or of a topic a busy broker where ``topic_brokers`` are given (a topic's puts read
-    through the brokers it crowds, :func:`~pipelines.decide.rules.crowding.crowded_demand`). A rule left out would return nothing."""
+    through the brokers it crowds, :func:`~pipelines.decide.rules.crowding.crowded_demand`). A rule left out would
+    return nothing."""
     out = set()
     retries: dict = {}
     for r in groups.select("window_start", "consumer_group", "retry_tps").iter_rows():
@@ -360,7 +363,8 @@ def detect(topics: pl.DataFrame, groups: pl.DataFrame, brokers: pl.DataFrame, to
         retry_admitted: what the brokers admitted of ``retry_traffic`` when that is read through their busy
             refusals (:func:`with_retry_traffic`); None: the same.
         topic_brokers: the topics' puts per broker (``window_start``, ``topic``, ``broker``, ``tps``), for a
-            topic's demand read through the busy brokers it crowds (:func:`~pipelines.decide.rules.crowding.crowded_demand`); None: not read.
+            topic's demand read through the busy brokers it crowds
+            (:func:`~pipelines.decide.rules.crowding.crowded_demand`); None: not read.
     """
     if first_window is None:
         starts = [f["window_start"].min() for f in (topics, brokers) if f.height]

@@ -63,9 +63,9 @@ def candidate_limits(anomalies: pl.DataFrame, carriers: dict[tuple[dt.datetime, 
                      busy_normal: dict[tuple, float] | None = None) -> list[Keyed]:
     """``gold/anomalies`` rows + which brokers carry which topic per window (``(window_start, topic)`` → brokers) →
     the candidates (module docstring), with each candidate's traffic per broker from ``broker_tps``
-    (``(window_end, resource_type, resource)`` → msg/s per broker, :func:`pipelines.decide.rules.evidence.broker_tps_of`)
-    and a storm's busy carriers' normal writes from ``busy_normal`` (``(window_start, broker)`` → msg/s,
-    :func:`pipelines.decide.rules.crowding.busy_normals`)."""
+    (``(window_end, resource_type, resource)`` → msg/s per broker,
+    :func:`pipelines.decide.rules.evidence.broker_tps_of`) and a storm's busy carriers' normal writes from
+    ``busy_normal`` (``(window_start, broker)`` → msg/s, :func:`pipelines.decide.rules.crowding.busy_normals`)."""
     rows = list(anomalies.iter_rows(named=True)) if anomalies.height else []
     busy = {(r["window_start"], r["resource"]): r["baseline_tps"] for r in rows
             if r["anomaly"] == Anomaly.BROKER_BUSY.value}  # -> the busy broker's writes (msg/s)

@@ -22,9 +22,9 @@ def crowded_reach(cfg: DetectionConfig, crowding: bool = True) -> pl.Expr:
     """The most the surge rule may read of a ``gold/topic_tps`` row (msg/s): a topic whose own sends were refused as
     busy (``busy_failures_floor``) its demand with those refused sends
     (:func:`~pipelines.decide.rules.facts.refused_demand`) and, where ``crowding`` (:func:`crowded_demand` reads it), up
-    to its puts ÷ :data:`~pipelines.decide.rules.facts.MIN_ACCEPTANCE`, the larger; any other its puts. The surge rule's
-    floor (``surge_floor_tps``) is of the demand it reads, so a topic its crushed broker admits under the floor is
-    read too (a topic of 3 msg/s surging to 365 msg/s on a broker of 200 msg/s capacity, admitted 47 msg/s, 15.7x
+    to its puts ÷ :data:`~pipelines.decide.rules.facts.MIN_ACCEPTANCE`, the larger; any other its puts. The surge
+    rule's floor (``surge_floor_tps``) is of the demand it reads, so a topic its crushed broker admits under the floor
+    is read too (a topic of 3 msg/s surging to 365 msg/s on a broker of 200 msg/s capacity, admitted 47 msg/s, 15.7x
     its baseline, was otherwise never limited)."""
     put, refused = pl.col("put_tps"), refused_reading(cfg)
     most = pl.max_horizontal(put / MIN_ACCEPTANCE, refused) if crowding else refused
@@ -33,8 +33,8 @@ def crowded_reach(cfg: DetectionConfig, crowding: bool = True) -> pl.Expr:
 
 def refused_reading(cfg: DetectionConfig) -> pl.Expr:
     """A ``gold/topic_tps`` row's demand with the sends its busy brokers refused (msg/s,
-    :func:`~pipelines.decide.rules.facts.refused_demand` of ``put_tps``, ``busy_failures`` and the window's length) where
-    they reach ``busy_failures_floor``; null elsewhere (its puts show all of it)."""
+    :func:`~pipelines.decide.rules.facts.refused_demand` of ``put_tps``, ``busy_failures`` and the window's length)
+    where they reach ``busy_failures_floor``; null elsewhere (its puts show all of it)."""
     busy = pl.col("busy_failures").fill_null(0)
     seconds = (pl.col("window_end") - pl.col("window_start")).dt.total_seconds()
     return pl.when(busy_fires(busy, cfg)).then(refused_demand(pl.col("put_tps"), busy, seconds))
@@ -81,7 +81,8 @@ def normal_writes(brokers: pl.DataFrame, broker_history: pl.DataFrame, first_win
     broker) over its previous windows that were not busy (``busy_failures_floor``), for each row judged now with at
     least ``baseline_min_windows`` of them. A busy broker writes its capacity; what it wrote before tells what its
     usual senders need of it (:func:`crowded_demand`; a retry storm's room, :meth:`pipelines.decide.limits.retry_storm.
-    RetryStormLimit.first_bound`). ``busy_only``: ``brokers`` holds only ``window_start`` and ``broker`` of busy windows."""
+    RetryStormLimit.first_bound`). ``busy_only``: ``brokers`` holds only ``window_start`` and ``broker`` of busy
+    windows."""
     not_busy = ~busy_fires(pl.col("busy_failures").fill_null(0), cfg)
     history = broker_history.filter(not_busy) if broker_history.height else broker_history
     none = pl.lit(None, pl.Float64)
@@ -110,9 +111,9 @@ def busy_normals(anomalies: pl.DataFrame, broker_history: pl.DataFrame, first_wi
 
 def open_topic_brokers(topic_rows: pl.DataFrame, windows: WindowsConfig) -> pl.DataFrame:
     """Open topic rows → ``window_start``, ``topic``, ``broker``, ``tps`` (its puts per broker so far, msg/s over
-    ``windows.length_seconds``) for :func:`crowded_demand`, as :func:`pipelines.decide.paths.final.prepare_final` hands it
-    the final windows' (:func:`pipelines.decide.rules.windows.per_broker_traffic`). Empty for the gate's light rows (no
-    ``broker_amounts``)."""
+    ``windows.length_seconds``) for :func:`crowded_demand`, as :func:`pipelines.decide.paths.final.prepare_final` hands
+    it the final windows' (:func:`pipelines.decide.rules.windows.per_broker_traffic`). Empty for the gate's light rows
+    (no ``broker_amounts``)."""
     out = []
     if "broker_amounts" in topic_rows.columns:
         for r in topic_rows.select("window_start", "resource", "broker_amounts").iter_rows(named=True):

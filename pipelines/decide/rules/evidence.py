@@ -108,10 +108,10 @@ def _pairs(items, name: str) -> dict[str, float]:
 def observations(demand_rows: pl.DataFrame, resources: set[tuple[str, str]],
                  window_ends: list[dt.datetime] | None = None) -> dict[tuple[str, str], list[Observation]]:
     """:func:`demand` rows + the resources to observe (those with a limit in force or a candidate in the
-    micro-batch) → per resource one :class:`~pipelines.decide.records.resource.Observation` per window of the micro-batch
-    with resource traffic (``window_ends``, UTC; default those of ``demand_rows``); a resource without traffic in a
-    window has ``observed_tps`` 0 (its limit is doing nothing there), no rejection, healthy carriers and no consume
-    rate."""
+    micro-batch) → per resource one :class:`~pipelines.decide.records.resource.Observation` per window of the
+    micro-batch with resource traffic (``window_ends``, UTC; default those of ``demand_rows``); a resource without
+    traffic in a window has ``observed_tps`` 0 (its limit is doing nothing there), no rejection, healthy carriers and no
+    consume rate."""
     if not resources:
         return {}
     ends = sorted(set(demand_rows["window_end"].to_list()) | set(window_ends or ()))
@@ -157,12 +157,13 @@ def open_evidence(rows: pa.Table | None, after: dt.datetime, window_seconds: int
                   detection: DetectionConfig | None = None) -> dict[tuple[str, str], list[Observation]]:
     """What the fast path's remembered open windows starting at or after ``after`` (UTC) show of every topic and
     group so far (:func:`pipelines.decide.rules.preliminary.open_window` rows): per resource one
-    :class:`~pipelines.decide.records.resource.Observation` per open window with its limited traffic (cluster-wide msg/s: a
-    topic's puts; a group's retry traffic, per broker the larger of its send-backs and the puts to
+    :class:`~pipelines.decide.records.resource.Observation` per open window with its limited traffic (cluster-wide
+    msg/s: a topic's puts; a group's retry traffic, per broker the larger of its send-backs and the puts to
     ``%RETRY%<group>``), its limiter's rejections (the ``RATE_LIMITED`` failures of the topic, or of
-    ``%RETRY%<group>``), a group's consume rate and send-backs alone so far (msg/s) and ``complete``: every broker of ``expected`` has
-    reported in the window (:func:`pipelines.decide.rules.preliminary.census`; the consume rate is then final; a broker
-    silent in every open window two minutes old or more is not waited for, :func:`pipelines.decide.rules.preliminary.
+    ``%RETRY%<group>``), a group's consume rate and send-backs alone so far (msg/s) and ``complete``: every broker of
+    ``expected`` has reported in the window (:func:`pipelines.decide.rules.preliminary.census`; the consume rate is then
+    final; a broker silent in every open window two minutes old or more is not waited for,
+    :func:`pipelines.decide.rules.preliminary.
     waited_for`, as the fast path's anomalies do not wait for it). Partial
     sums: they only grow. With ``detection``, ``busy_brokers`` the carriers with ``busy_failures_floor`` busy
     failures so far and ``healthy`` none (a squeeze's evidence, :meth:`pipelines.decide.limits.base.LimitPolicy.

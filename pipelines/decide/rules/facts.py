@@ -1,6 +1,6 @@
 """Every rule's predicate and every derived quantity the decisions share, each defined once: the final path
-(:mod:`pipelines.decide.rules.anomalies`), the fast path (:mod:`pipelines.decide.rules.preliminary`), both gates in front of the
-rules, the traffic floor (:func:`pipelines.decide.rules.windows.resource_traffic`), the demand evidence
+(:mod:`pipelines.decide.rules.anomalies`), the fast path (:mod:`pipelines.decide.rules.preliminary`), both gates in
+front of the rules, the traffic floor (:func:`pipelines.decide.rules.windows.resource_traffic`), the demand evidence
 (:mod:`pipelines.decide.rules.evidence`), the limit policies and the reconciliation call these and write none of them
 again. The fast and the final path agree because they compute the same thing with the same function.
 

@@ -28,11 +28,11 @@ def logged_puts(rows: Iterable[dict]) -> dict[tuple, float]:
     """Open-window rows (dicts) → per ``(window_start, broker)`` the puts whose refusals the producers log: the
     broker row's ``puts`` less the retry topics' (``%RETRY%<group>``, per broker from their ``broker_amounts``:
     consumers' send-backs and their clients' fallback sends, whose refusals leave no line), the numerator of
-    :func:`~pipelines.decide.rules.facts.acceptance` as :func:`pipelines.decide.rules.windows.broker_acceptance` reads it on the
-    final windows. A retry topic's row without ``broker_amounts`` (the gate's light rows,
-    :data:`pipelines.decide.paths.fast.OpenRows.LIGHT`) counts its puts against every broker of its window: a lower bound
-    of each broker's logged puts, so the gate (:func:`pipelines.decide.rules.preliminary.rules_that_may_fire`) reads at
-    least the retry traffic the rule reads."""
+    :func:`~pipelines.decide.rules.facts.acceptance` as :func:`pipelines.decide.rules.windows.broker_acceptance` reads
+    it on the final windows. A retry topic's row without ``broker_amounts`` (the gate's light rows,
+    :data:`pipelines.decide.paths.fast.OpenRows.LIGHT`) counts its puts against every broker of its window: a lower
+    bound of each broker's logged puts, so the gate (:func:`pipelines.decide.rules.preliminary.rules_that_may_fire`)
+    reads at least the retry traffic the rule reads."""
     puts: dict[tuple, float] = {}
     unlogged: dict[tuple, float] = {}
     anywhere: dict = {}
@@ -54,18 +54,18 @@ def open_retry_traffic(open_rows: pl.DataFrame, windows: list[int], seconds: int
                        heard: Mapping | None = None) -> dict[tuple, float]:
     """Open-window rows of the windows starting at ``windows`` (microseconds) → each group's retry traffic so far
     (``(window_start, group)`` → msg/s over windows of ``seconds``): per broker the
-    :func:`~pipelines.decide.rules.facts.retry_traffic` of its send-backs and the plain sends to ``%RETRY%<group>``, summed
-    over brokers (as :func:`pipelines.decide.rules.windows.per_broker_traffic` reads the final windows), each broker's read
-    through the share of sends it accepted so far (:func:`~pipelines.decide.rules.facts.acceptance` of its puts and busy
-    failures in the window, as :func:`pipelines.decide.rules.windows.broker_acceptance` reads the final windows; 1 for a
-    broker without a row yet), or in a window complete by census (``complete``: its starts, as the rows have them)
-    through the share its fallback sends reveal when smaller (:func:`~pipelines.decide.rules.facts.sendback_acceptance`:
-    a figure of all the group's brokers, whose fallback sends go to any of them; read on some of them, a single
-    broker's early line decides a limit whose unheard carriers get its whole figure, ``*``), except a group under a
-    limit (``limited``: group names; its fallback sends count the limiter's refusals, and a preliminary decision on
-    its newer open window would outrank the final path's on an older one, a squeeze say, by version). A window not
-    complete by census reads them too for a group all of whose earlier carriers have reported in it (``heard``:
-    window start → group names, :func:`groups_heard`; docs/decisions.md §8).
+    :func:`~pipelines.decide.rules.facts.retry_traffic` of its send-backs and the plain sends to ``%RETRY%<group>``,
+    summed over brokers (as :func:`pipelines.decide.rules.windows.per_broker_traffic` reads the final windows), each
+    broker's read through the share of sends it accepted so far (:func:`~pipelines.decide.rules.facts.acceptance` of its
+    puts and busy failures in the window, as :func:`pipelines.decide.rules.windows.broker_acceptance` reads the final
+    windows; 1 for a broker without a row yet), or in a window complete by census (``complete``: its starts, as the rows
+    have them) through the share its fallback sends reveal when smaller
+    (:func:`~pipelines.decide.rules.facts.sendback_acceptance`: a figure of all the group's brokers, whose fallback
+    sends go to any of them; read on some of them, a single broker's early line decides a limit whose unheard carriers
+    get its whole figure, ``*``), except a group under a limit (``limited``: group names; its fallback sends count the
+    limiter's refusals, and a preliminary decision on its newer open window would outrank the final path's on an older
+    one, a squeeze say, by version). A window not complete by census reads them too for a group all of whose earlier
+    carriers have reported in it (``heard``: window start → group names, :func:`groups_heard`; docs/decisions.md §8).
     Returns (that traffic, what the brokers admitted of it), both keyed alike."""
     in_windows = when("window_start").is_in(windows)
     rows = open_rows.filter(in_windows & (

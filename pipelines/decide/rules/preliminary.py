@@ -3,9 +3,9 @@
 RocketMQ prints a broker's minute lines at the end of the minute they cover, all keys at once
 (docs/rocketmq-formats.md §2), so a broker's SUM for a window is final when its line lands; lines of other brokers
 only add to the window's sums, and send failures count as they land. Spark keeps the running sums per window ×
-resource (:func:`pipelines.dataplane.transforms.fast.open_window_sums`: ``puts``, ``broker_puts``, ``consumed``, ``retried``,
-``failures``, ``busy_failures``, ``rate_limited``, ``broker_amounts``, and a ``cluster`` row whose ``brokers`` is
-the census); this module judges them:
+resource (:func:`pipelines.dataplane.transforms.fast.open_window_sums`: ``puts``, ``broker_puts``, ``consumed``,
+``retried``, ``failures``, ``busy_failures``, ``rate_limited``, ``broker_amounts``, and a ``cluster`` row whose
+``brokers`` is the census); this module judges them:
 
 - ``BROKER_BUSY`` (a count floor) and ``TRAFFIC_SURGE`` (a floor and a factor of a baseline taken from finalized
   windows only) act on any partial window: more lines can only raise the sums;
@@ -145,7 +145,8 @@ def rules_that_may_fire(rows: list[dict], topic_history: pl.DataFrame, broker_hi
             brokers.setdefault(r["resource"], []).append((r["window_start"], writes))
         elif kind == "topic":
             puts, busy = rate(r["puts"], length), r["busy_failures"] or 0
-            topics.setdefault(r["resource"], []).append((r["window_start"], puts, None if busy_fires(busy, cfg) else puts))
+            topics.setdefault(r["resource"], []).append(
+                (r["window_start"], puts, None if busy_fires(busy, cfg) else puts))
             if r["window_start"] in complete and spike_fires(1.0, r["failures"] or 0, cfg):  # the count decides
                 out.add(Rule.SPIKE)
             if r["resource"].startswith(rmq.RETRY_TOPIC_PREFIX):
@@ -305,9 +306,9 @@ def _retry_storms(open_rows: pl.DataFrame, complete: list, group_history: GroupH
 def open_group_ratios(groups: pl.DataFrame, done: list[int], group_history: GroupHistory | None,
                       first_open: dt.datetime,
                       windows: WindowsConfig, cfg: DetectionConfig) -> tuple[pl.DataFrame, dict[tuple, float]]:
-    """Open-window group rows → (:func:`pipelines.decide.rules.anomalies.group_retry`-shaped rows the ratio rule may judge,
-    the windows judged on a bounded consume rate). A window complete by census (``done``: microseconds of its start)
-    has its final consume rate. One that is not (a broker late, or its stats stopped) is judged only where its
+    """Open-window group rows → (:func:`pipelines.decide.rules.anomalies.group_retry`-shaped rows the ratio rule may
+    judge, the windows judged on a bounded consume rate). A window complete by census (``done``: microseconds of its
+    start) has its final consume rate. One that is not (a broker late, or its stats stopped) is judged only where its
     evidence already supports the rule: its retries so far (they only grow) against the larger of its consume so
     far and the group's consume in its newest finalized window (``group_history``, read only when a window is
     incomplete), which brokers still to report can only approach; without history it waits for its census."""
@@ -351,9 +352,9 @@ def topic_carriers(open_rows: pl.DataFrame) -> dict[tuple[dt.datetime, str], lis
 def cut_bounded_by_final_rates(candidates: list[Keyed], open_rows: pl.DataFrame, expected: list[str],
                                windows: WindowsConfig, heard: Collection[tuple] = ()) -> list[Keyed]:
     """Candidates of open windows → those the fast path may act on: a non-critical candidate's first cut is bounded
-    by ``max_cut_pct`` of the observed rate (:meth:`pipelines.decide.limits.base.LimitPolicy.start`), and a partial window's rate
-    is below the true one, so a non-critical candidate waits until its window is complete by census, or until
-    every broker known to carry it has reported (``heard``: ``(resource_type, resource, window_end)``,
+    by ``max_cut_pct`` of the observed rate (:meth:`pipelines.decide.limits.base.LimitPolicy.start`), and a partial
+    window's rate is below the true one, so a non-critical candidate waits until its window is complete by census, or
+    until every broker known to carry it has reported (``heard``: ``(resource_type, resource, window_end)``,
     :func:`pipelines.decide.paths.open_split.topics_heard`); critical ones act at once."""
     length = dt.timedelta(seconds=windows.length_seconds)
     complete = {naive(start + length) for start, (_n, ok) in census(open_rows, expected).items() if ok}
@@ -364,8 +365,8 @@ def cut_bounded_by_final_rates(candidates: list[Keyed], open_rows: pl.DataFrame,
 def open_broker_tps(open_rows: pl.DataFrame, windows: WindowsConfig) -> dict[tuple, dict[str, float]]:
     """Open windows → ``(window_end, resource_type, resource)`` → msg/s per broker of the resource's limited traffic
     so far, as the final path measures it (:func:`pipelines.decide.rules.windows.per_broker_traffic`): a topic's puts, a
-    group's retry traffic (per broker :func:`~pipelines.decide.rules.facts.retry_traffic` of its send-backs and the plain
-    sends to ``%RETRY%<group>``): the shares of a preliminary limit."""
+    group's retry traffic (per broker :func:`~pipelines.decide.rules.facts.retry_traffic` of its send-backs and the
+    plain sends to ``%RETRY%<group>``): the shares of a preliminary limit."""
     rows = open_rows.filter(pl.col("resource_type").is_in(["topic", "group"]))
     out, fallback = {}, {}
     for r in rows.select("window_end", "resource_type", "resource", "broker_amounts").iter_rows(named=True):

@@ -46,8 +46,8 @@ def reduce_windows(metrics: pa.Table, detection: DetectionConfig,
     :data:`~pipelines.columns.GOLD_GROUP_TPS`, :data:`~pipelines.columns.GOLD_BROKER_TPS` and
     :data:`~pipelines.columns.WINDOW_TRAFFIC`.
 
-    Rates are per second of each row's own window (``window_end - window_start``). ``detection``: the rules' floors that decide
-    which traffic rows are kept; ``limited``: ``"<resource_type>\\x1f<resource>"`` keys of the resources under a
+    Rates are per second of each row's own window (``window_end - window_start``). ``detection``: the rules' floors that
+    decide which traffic rows are kept; ``limited``: ``"<resource_type>\\x1f<resource>"`` keys of the resources under a
     limit (their rows are always kept: their demand evidence). The rules of each table: :func:`topic_tps`,
     :func:`group_tps`, :func:`broker_tps`, :func:`resource_traffic`.
 

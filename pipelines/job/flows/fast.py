@@ -1,13 +1,13 @@
 """The fast flow: preliminary decisions on *open* windows, every micro-batch (:mod:`pipelines.decide.paths.fast`,
 :mod:`pipelines.decide.rules.preliminary`).
 
-The fast query reads what the ingest query already parsed (its metric events, :func:`pipelines.dataplane.events.read_stream`
-of the fast path's own copy of each events file) and keeps running sums per window × resource in Spark's state
-store (``update`` output mode, the same watermark as the gold query); each micro-batch gets the windows its input
-touched, collected once as Arrow. The driver decides: what the partial evidence already proves, outside the
-decision lock; the fold from the policy state and the limits in force, inside it. The ``set`` decisions that change a
-limit are appended to ``gold/limits`` with basis ``preliminary`` and published. It writes no policy state: the
-final path stays the only owner of ``state/policy`` and reconciles what this flow decided.
+The fast query reads what the ingest query already parsed (its metric events,
+:func:`pipelines.dataplane.events.read_stream` of the fast path's own copy of each events file) and keeps running sums
+per window × resource in Spark's state store (``update`` output mode, the same watermark as the gold query); each
+micro-batch gets the windows its input touched, collected once as Arrow. The driver decides: what the partial evidence
+already proves, outside the decision lock; the fold from the policy state and the limits in force, inside it. The
+``set`` decisions that change a limit are appended to ``gold/limits`` with basis ``preliminary`` and published. It
+writes no policy state: the final path stays the only owner of ``state/policy`` and reconciles what this flow decided.
 
 Its trigger is ``windows.fast_trigger_seconds``: it finds an ingest micro-batch's events at its next trigger after
 they are written, so a short one keeps containment within about one ingest trigger.
@@ -45,8 +45,8 @@ CHECKPOINT = "fast-v3"
 
 def open_window_stream(metric_events: DataFrame, cfg: GovernorConfig) -> DataFrame:
     """Streaming METRIC_EVENT rows (parsed once, by the ingest query) → running sums per window × resource
-    (:func:`pipelines.dataplane.transforms.fast.open_window_sums`), with the gold query's watermark; run it in ``update``
-    output mode."""
+    (:func:`pipelines.dataplane.transforms.fast.open_window_sums`), with the gold query's watermark; run it in
+    ``update`` output mode."""
     return (
         metric_events
         .withWatermark("event_time", f"{cfg.windows.watermark_seconds} seconds")
@@ -64,7 +64,8 @@ class FastFlow(DecisionFlow):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.open_rows = OpenRows()
-        #: The known brokers now (:meth:`pipelines.dataplane.known_brokers.KnownBrokerSource.current`; None: all trusted).
+        #: The known brokers now (:meth:`pipelines.dataplane.known_brokers.KnownBrokerSource.current`; None: all
+        #: trusted).
         self.known: Callable[[], KnownBrokers | None] = lambda: None
         #: The operators' overrides now (:meth:`pipelines.job.overrides.OverrideSource.current`; () without).
         self.overrides: Callable[[], tuple] = tuple

@@ -4,8 +4,8 @@ saved policy state and the published limits. Each window is written exactly once
 Spark reduces: the stateful windowed sums (watermark, state store) of the finalized windows, one row per window ×
 broker × topic × consumer group × metric, collected once as Arrow by one Spark job. The driver derives the gold TPS
 tables and the per-broker traffic the decisions need (:func:`pipelines.decide.rules.windows.reduce_windows`) and decides
-(:mod:`pipelines.decide.paths.final`): the anomalies and candidates outside the decision lock, the fold on the policy state
-inside it; the tables are then appended from the driver and the limits published."""
+(:mod:`pipelines.decide.paths.final`): the anomalies and candidates outside the decision lock, the fold on the policy
+state inside it; the tables are then appended from the driver and the limits published."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ PROBE_QUERY = "probes"
 
 def metric_event_stream(spark: SparkSession, cfg: GovernorConfig) -> DataFrame:
     """The gold query's input, streaming :data:`~pipelines.schemas.METRIC_EVENT` rows: the events files the ingest
-    query writes per micro-batch (:mod:`pipelines.dataplane.events`), so a record is parsed once. The one place to choose
-    another source: on a cluster with delta-spark, a Delta stream of ``silver/*`` through
+    query writes per micro-batch (:mod:`pipelines.dataplane.events`), so a record is parsed once. The one place to
+    choose another source: on a cluster with delta-spark, a Delta stream of ``silver/*`` through
     :func:`pipelines.dataplane.transforms.silver.metric_events` would serve the same rows."""
     return events.read_stream(spark, cfg)
 
@@ -85,10 +85,10 @@ class GoldFlow(DecisionFlow):
                              self.cfg.detection)
 
     def decide_open_windows(self, query: str, app_id: str, version: int, *, save_state: bool) -> int:
-        """The limits in force decided on the open windows now (:func:`pipelines.decide.paths.final.decide_open`: a probe
-        taken or at its deadline undone, a lift the open windows prove, a probe, a squeeze) → the ``gold/limits``
-        rows written and published (0: none). ``save_state``: the ``state/policy`` rows are written with them
-        (tagged ``version``, a gold micro-batch's id); the probe tick leaves them to the next gold micro-batch,
+        """The limits in force decided on the open windows now (:func:`pipelines.decide.paths.final.decide_open`: a
+        probe taken or at its deadline undone, a lift the open windows prove, a probe, a squeeze) → the
+        ``gold/limits`` rows written and published (0: none). ``save_state``: the ``state/policy`` rows are written with
+        them (tagged ``version``, a gold micro-batch's id); the probe tick leaves them to the next gold micro-batch,
         which saves every limited resource's state (the store holds them meanwhile; a restart before it decides
         the overdue undo again, at the same value)."""
         if self.horizon is None:
@@ -142,7 +142,8 @@ class GoldFlow(DecisionFlow):
 
     def reduce(self, metrics: DataFrame) -> dict:
         """The micro-batch's finalized windowed sums (:data:`~pipelines.schemas.WINDOW_METRIC`), collected as Arrow by
-        one Spark job → the gold TPS tables and the decisions' traffic rows (:func:`reduce_windows`, on the driver)."""
+        one Spark job → the gold TPS tables and the decisions' traffic rows (:func:`reduce_windows`, on the
+        driver)."""
         return reduce_windows(metrics.toArrow(), self.cfg.detection, read_as_limited(
             self.store.limited_keys(), self.store.lifted_at(), self.clock(), lift_reach_seconds(self.cfg.windows)))
 
