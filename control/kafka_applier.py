@@ -1,10 +1,10 @@
 """Kafka mode of the reference applier: a kafka-python consumer of the compacted control topic feeding a
 :class:`control.applier.LimitApplier`.
 
-The topic is what :mod:`pipelines.writeback.kafka_sink` writes (docs/contracts.md §3): key ``<resource_type>:<resource>``,
-value the signed record as JSON, tombstone (null value) on lift. Every message goes through
-``LimitApplier.apply((key, value))``, so forged, tampered, expired, stale or malformed records are refused there and
-a tombstone lifts the limit back to the default.
+The topic is what :mod:`pipelines.writeback.kafka_sink` writes (docs/contracts.md §3): key
+``<resource_type>:<resource>``, value the signed record as JSON, tombstone (null value) on lift. Every message goes
+through ``LimitApplier.apply((key, value))``, so forged, tampered, expired, stale or malformed records are refused
+there and a tombstone lifts the limit back to the default.
 
 Two ways to read:
 
@@ -121,9 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         options = {} if args.bootstrap_timeout_ms is None else {"bootstrap_timeout_ms": args.bootstrap_timeout_ms}
-        consumer = KafkaLimitsConsumer(LimitApplier(key, args.default_qps, broker=args.broker), args.bootstrap_servers, args.topic,
-                                       args.group, **options)
-    except Exception as exc:  # kafka-python's KafkaTimeoutError (3.x; NoBrokersAvailable in 2.x), LookupError: one line, exit != 0
+        consumer = KafkaLimitsConsumer(LimitApplier(key, args.default_qps, broker=args.broker),
+                                       args.bootstrap_servers, args.topic, args.group, **options)
+    # kafka-python's KafkaTimeoutError (3.x; NoBrokersAvailable in 2.x), LookupError: one line, exit != 0
+    except Exception as exc:
         print(f"{parser.prog}: {exc}", file=sys.stderr)
         return 1
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -300,8 +300,9 @@ def read_frame(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> Remotin
     """Read one frame from ``sock`` (its timeout applies to every read) and decode it.
 
     Raises:
-        RemotingConnectionClosed: EOF before a whole frame. RemotingProtocolError: a length < 4 or > ``max_bytes`` (checked before reading the rest, so an
-            oversize length never makes us wait for bytes that will not come), or a bad header (:func:`decode`).
+        RemotingConnectionClosed: EOF before a whole frame. RemotingProtocolError: a length < 4 or > ``max_bytes``
+            (checked before reading the rest, so an oversize length never makes us wait for bytes that will not
+            come), or a bad header (:func:`decode`).
         RemotingTimeout: the socket timed out.
     """
     try:

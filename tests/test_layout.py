@@ -253,3 +253,14 @@ def test_no_import_cycle_in_any_package(package):
 def test_no_function_is_over_60_lines_of_code(package):
     # one step per function: a longer one is split into named steps
     assert long_functions(ROOT / package) == {}
+
+
+MAX_LINE = 120
+
+
+@pytest.mark.parametrize("package", PRODUCT)
+def test_no_line_is_over_120_characters(package):
+    # a line a reader sees whole, beside another file: characters, not bytes (a '→' is one)
+    long = [f"{path.relative_to(ROOT)}:{n} ({len(line)})" for path in sorted((ROOT / package).rglob("*.py"))
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if len(line) > MAX_LINE]
+    assert long == []
