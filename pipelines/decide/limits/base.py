@@ -305,8 +305,8 @@ class LimitPolicy(OpenWindowSteps):
             reason += (f"; kept at the preliminary decision's {kept:.1f} msg/s (within "
                        f"{self.params.hysteresis_pct:g} % of {start:.1f})") if not close(start, kept) else ""
             if start == target:
-                target = preliminary.limit_qps
-            start = preliminary.limit_qps
+                target = kept
+            start = kept
         step = decide(state, cand.window_end, start, Action.SET, reason, cand.mode, shares=shares_of(cand.broker_tps),
                       target=target, fresh=True, baseline=cand.baseline_tps)
         if preliminary is not None and preliminary.mode == cand.mode and preliminary.limit_qps != start:
@@ -651,12 +651,12 @@ class LimitPolicy(OpenWindowSteps):
         return replace(out, **frozen_basis(window_end, limit_qps, shares)) if state.limit_qps is None else out
 
     @staticmethod
-    def pin(state: ResourceState, limit_qps: float, mode: Mode, shares: Mapping[str, float],
+    def pin(key: tuple[str, str], limit_qps: float, mode: Mode, shares: Mapping[str, float],
             at: dt.datetime) -> ResourceState:
-        """A fresh state for ``state``'s resource held at an operator's figure (an override ``pin``): ``limit_qps``
-        (msg/s cluster-wide) in force, and its target, since the window ending ``at`` (naive UTC), split by
-        ``shares`` (fractions summing to 1; empty: by the traffic), in ``mode``. The rules judge the resource's
-        windows from it in shadow; what they decide is not published while the pin is in force."""
-        return ResourceState(state.resource_type, state.resource, limit_qps=limit_qps, mode=mode,
-                             target_qps=limit_qps, broker_shares=dict(shares), limited_since=at,
-                             last_candidate_end=at, last_decision_end=at, last_change_end=at)
+        """A fresh state for the resource ``key`` ((resource_type, resource)) held at an operator's figure (an
+        override ``pin``): ``limit_qps`` (msg/s cluster-wide) in force, and its target, since the window ending
+        ``at`` (naive UTC), split by ``shares`` (fractions summing to 1; empty: by the traffic), in ``mode``. The
+        rules judge the resource's windows from it in shadow; what they decide is not published while the pin is in
+        force."""
+        return ResourceState(*key, limit_qps=limit_qps, mode=mode, target_qps=limit_qps, broker_shares=dict(shares),
+                             limited_since=at, last_candidate_end=at, last_decision_end=at, last_change_end=at)

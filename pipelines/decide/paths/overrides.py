@@ -333,7 +333,7 @@ class Applied:
         mine = row is not None and tag(row.get("reason")) == o.override_id
         shares = shares_from_figures(figures(row.get("broker_limits")) if mine else {}, o.limit_qps)
         at = naive(aware(row["window_end"]) if row is not None and row.get("window_end") is not None else self.now)
-        state = LimitPolicy.pin(ResourceState(*o.key), o.limit_qps, mode(o.resource, self.cfg.limits), shares, at)
+        state = LimitPolicy.pin(o.key, o.limit_qps, mode(o.resource, self.cfg.limits), shares, at)
         return {**state_row(state), OVERRIDE_ID: o.override_id}
 
     def candidates(self, candidates: Iterable[Keyed]) -> list[Keyed]:
