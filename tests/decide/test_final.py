@@ -33,9 +33,9 @@ def inputs(rejections=None):
 def test_a_limited_group_whose_limiter_rejected_in_the_window_is_never_lifted_blind():
     """Only 10 msg/s of retry traffic under a 40 msg/s limit (below the 90 % bound), but the RocketMQ admin sink saw
     its %RETRY% limiter reject sends in each window: the demand is hidden (``capped``: rejected, how much unknown),
-    so the limit is not lifted; it is probed once (x1.5, to see the demand), and no window is written as the
-    anomaly (the cause is not proven either). Without that view, 10 of 40 msg/s at a 2.5 % retry ratio is the cause
-    gone: lifted."""
+    so the limit is not lifted; nor is it probed, the window being under its cap (a probe is an experiment on a
+    cause at its cap), and no window is written as the anomaly (the cause is not proven either). Without that view,
+    10 of 40 msg/s at a 2.5 % retry ratio is the cause gone: lifted."""
     rejections = table(columns.LIMITER_REJECTIONS, [(win(3)[1], "rocketmq", "broker-a", "%RETRY%g",
                                                      s + dt.timedelta(seconds=30), 7) for s, _ in (win(i) for i in range(4))])
     out = run_final(*inputs(rejections), CFG, NOW, batch_id=1, origin="rate-governor-gold:1")
@@ -44,10 +44,9 @@ def test_a_limited_group_whose_limiter_rejected_in_the_window_is_never_lifted_bl
         "the demand hidden: 10.0 of 40.0 msg/s, the limiter's own view reports rejections (no count); visible retry "
         "demand 10.0 msg/s, ratio 0.03 against 400.0 msg/s consumed (rule: >= 0.50) on what shows")
     assert [r for r in out.anomalies.to_pylist() if r["resource"] == "g"] == []
-    probe, = out.limits.to_pylist()
-    assert (probe["action"], probe["limit_qps"]) == ("relax", 60.0) and probe["reason"].startswith("[final] probe: ")
-    assert out.state.column("limit_qps").to_pylist() == [60.0] and out.state.column("batch_id").to_pylist() == [1]
-    assert out.state.column("probe_from_qps").to_pylist() == [40.0]
+    assert out.limits.num_rows == 0  # held: neither lifted nor probed
+    assert out.state.column("limit_qps").to_pylist() == [40.0] and out.state.column("batch_id").to_pylist() == [1]
+    assert out.state.column("probe_from_qps").to_pylist() == [None]
     without = run_final(*inputs(), CFG, NOW, batch_id=1, origin="rate-governor-gold:1")
     lifted, = without.limits.to_pylist()
     assert lifted["action"] == "lift" and lifted["reason"].startswith("[final] the cause is gone")

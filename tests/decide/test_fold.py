@@ -192,9 +192,10 @@ def test_rejections_are_visible_demand_and_a_limiter_view_without_a_count_holds(
     msg/s more) the visible demand is 62 msg/s against 100 consumed, so the rule fires and the limit holds; with 30
     (0.5 msg/s) against 400 consumed it does not, and three such windows lift it. A limiter view that says it
     rejected hides the demand (``capped``), with or without a count logged by some client (a log may be sampled):
-    never lifted on it, probed instead."""
-    g = lambda i, rejected, consume, viewed=False: Observation(end(i), 12.0, rejected, True, consume,  # noqa: E731
-                                                                    viewed=viewed)
+    never lifted on it. Under the cap it is not probed either (a probe is an experiment on a cause at its cap);
+    at the cap (38 of 40 msg/s) it is, and undone when the demand stays hidden at the raise."""
+    g = lambda i, rejected, consume, viewed=False, admitted=12.0: Observation(  # noqa: E731
+        end(i), admitted, rejected, True, consume, viewed=viewed)
     decisions, state = fold([cand(1, 40.0)], horizon=8, obs=[g(i, 3000, 100.0) for i in range(2, 9)])
     assert changes(decisions) == [("set", end(1), 40.0)] and state.limit_qps == 40.0
     _, _, evidence = fold_resource(ResourceState("group", "g"), [cand(1, 40.0)], end(2), P(L),
@@ -206,6 +207,10 @@ def test_rejections_are_visible_demand_and_a_limiter_view_without_a_count_holds(
     assert changes(decisions) == [("set", end(1), 40.0), ("lift", end(4), 40.0)]
     for logged in (0, 30):
         decisions, state = walk([cand(1, 40.0)], horizon=8, obs=[g(i, logged, 400.0, viewed=True)
+                                                                 for i in range(2, 9)])
+        assert not [d for d in decisions if d.reason.startswith("probe") or d.action == "lift"]
+        assert state.limit_qps == 40.0 and state.probe_from_qps is None and state.probe_ceiling_qps is None
+        decisions, state = walk([cand(1, 40.0)], horizon=8, obs=[g(i, logged, 400.0, viewed=True, admitted=38.0)
                                                                  for i in range(2, 9)])
         probe, undone = [d for d in decisions if d.reason.startswith("probe")]
         assert (probe.action, probe.window_end, probe.limit_qps) == ("relax", end(2), 60.0)

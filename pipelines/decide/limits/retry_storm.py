@@ -146,7 +146,8 @@ class RetryStormLimit(LimitPolicy):
         return super().hold(state, obs, status, detail, batch)
 
     def capped(self, state: ResourceState, obs: Observation, detail: str, batch: Batch) -> Step:
-        """Probed at once (or a probe the admitted rate followed undone); else kept, refreshed when due."""
+        """At the cap, probed at once (or a probe the admitted rate followed undone); else kept, refreshed when due
+        (under the cap, its demand hidden by a busy carrier or the limiter's view, it is kept: no probe)."""
         step = self._probe_or_undo(state, obs, detail, obs.window_end, batch)
         return step if step is not None else super().capped(state, obs, detail, batch)
 
@@ -164,8 +165,10 @@ class RetryStormLimit(LimitPolicy):
                        batch: Batch) -> Step | None:
         """Undo a probe whose window the admitted rate followed; a first cut still above the frozen target after
         the cool-down, down to the target; or start a probe; as a decision of the window ending ``at``; None when
-        none is due (a window whose fallback sends read every send-back refused starts none:
-        module docstring)."""
+        none is due. A probe is an experiment on a cause at its cap: none starts on a window under
+        ``bound_share`` of its cap (the demand hidden only by a busy carrier or the limiter's view: the cause may have
+        ended, and a raise cannot tell), nor on one whose fallback sends read every send-back refused (module
+        docstring)."""
         p = self.params
         if state.probe_from_qps is not None:
             if self.took_raise(state, obs):
@@ -178,8 +181,13 @@ class RetryStormLimit(LimitPolicy):
         if state.probe_hold_until is not None and obs.window_end < state.probe_hold_until:
             return None
         part = self.reported_share(state, obs)
-        if part is None or obs.observed_tps > higher(limit_in_force(state, obs.window_end) * part, p.hysteresis_pct):
+        if part is None:
+            return None
+        cap = limit_in_force(state, obs.window_end) * part
+        if obs.observed_tps > higher(cap, p.hysteresis_pct):
             return None  # over its cap: the limit did not hold in it (a carrier not applying it), nothing hidden
+        if obs.observed_tps < p.bound_share * cap:
+            return None  # under its cap, the demand hidden by a busy carrier or the limiter's view: no experiment
         if in_transition(state, obs.window_end):
             return None  # it ran partly under another value: no window under the value to raise
         if self.newer_under_cap(state, obs, batch) is not None:
