@@ -219,6 +219,20 @@ def test_rejections_are_visible_demand_and_a_limiter_view_without_a_count_holds(
         assert state.limit_qps == 40.0 and state.probe_ceiling_qps == 60.0
 
 
+def test_a_storm_at_its_cap_with_a_busy_carrier_is_squeezed_never_probed():
+    """38 of 40 msg/s in every window (at the cap, the demand hidden): on healthy carriers the limit is probed x1.5
+    at once; with broker-a busy in each window it is never raised (a raise would load the busy broker more), and
+    the squeeze cuts it to the share the broker's other load leaves."""
+    healthy = [Observation(end(i), 38.0, 0, True, 400.0) for i in range(2, 9)]
+    decisions, _ = walk([cand(1, 40.0)], horizon=8, obs=healthy)
+    assert [(d.action, d.window_end, d.limit_qps) for d in decisions][1] == ("relax", end(2), 60.0)
+    busy = [Observation(end(i), 38.0, 0, True, 400.0, busy_brokers=("broker-a",)) for i in range(2, 9)]
+    decisions, state = walk([cand(1, 40.0)], horizon=8, obs=busy)
+    assert not [d for d in decisions if d.action == "relax" or d.reason.startswith("probe")]
+    squeeze, = [d for d in decisions if d.reason.startswith("squeeze")]
+    assert squeeze.limit_qps == 20.0 and state.limit_qps == 20.0
+
+
 def test_the_target_is_frozen_at_the_pre_limit_rate():
     """A throttled consumer's consume rate falls, and with it the rule's target: the limit must not ratchet down."""
     falling = [cand(1, 40.0, observed_tps=600.0)] + [cand(i, 40.0 * 0.6 ** (i - 1), observed_tps=300.0)

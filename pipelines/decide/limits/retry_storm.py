@@ -146,8 +146,9 @@ class RetryStormLimit(LimitPolicy):
         return super().hold(state, obs, status, detail, batch)
 
     def capped(self, state: ResourceState, obs: Observation, detail: str, batch: Batch) -> Step:
-        """At the cap, probed at once (or a probe the admitted rate followed undone); else kept, refreshed when due
-        (under the cap, its demand hidden by a busy carrier or the limiter's view, it is kept: no probe)."""
+        """At the cap on healthy carriers, probed at once (or a probe the admitted rate followed undone); else kept,
+        refreshed when due (under the cap, its demand hidden by a busy carrier or the limiter's view, or with a
+        carrier busy, it is kept: no probe)."""
         step = self._probe_or_undo(state, obs, detail, obs.window_end, batch)
         return step if step is not None else super().capped(state, obs, detail, batch)
 
@@ -167,8 +168,9 @@ class RetryStormLimit(LimitPolicy):
         the cool-down, down to the target; or start a probe; as a decision of the window ending ``at``; None when
         none is due. A probe is an experiment on a cause at its cap: none starts on a window under
         ``bound_share`` of its cap (the demand hidden only by a busy carrier or the limiter's view: the cause may have
-        ended, and a raise cannot tell), nor on one whose fallback sends read every send-back refused (module
-        docstring)."""
+        ended, and a raise cannot tell), nor on one with a carrier busy in it (a raise would load that broker more;
+        the squeeze answers a busy carrier, :meth:`LimitPolicy.squeeze`), nor on one whose fallback sends read every
+        send-back refused (module docstring)."""
         p = self.params
         if state.probe_from_qps is not None:
             if self.took_raise(state, obs):
@@ -188,6 +190,8 @@ class RetryStormLimit(LimitPolicy):
             return None  # over its cap: the limit did not hold in it (a carrier not applying it), nothing hidden
         if obs.observed_tps < p.bound_share * cap:
             return None  # under its cap, the demand hidden by a busy carrier or the limiter's view: no experiment
+        if obs.busy_brokers:
+            return None  # a carrier busy in it: a raise would load it more (the squeeze answers a busy carrier)
         if in_transition(state, obs.window_end):
             return None  # it ran partly under another value: no window under the value to raise
         if self.newer_under_cap(state, obs, batch) is not None:
