@@ -139,7 +139,7 @@ class LimitPolicy(OpenWindowSteps):
         how = (f", rejecting ({'; '.join(said)})" if said else "") + (
             ", the limiter's own view reports rejections (no count)" if obs.viewed else "")
         fires, why = self.fires(demand, obs, state)
-        at_cap = obs.observed_tps >= p.bound_share * limit
+        at_cap = self.at_cap(obs, limit)
         if fires and (rejecting or at_cap):
             return Judged(Status.BOUND, f"limit-bound: {numbers}{how}; {why}")
         if fires:
@@ -150,6 +150,11 @@ class LimitPolicy(OpenWindowSteps):
         if self.view_hides_demand(obs):
             return Judged(Status.CAPPED, f"the demand hidden: {numbers}{how}; {why} on what shows")
         return Judged(Status.CLEAR, f"the cause is gone: {numbers}{how}; {why}")
+
+    def at_cap(self, obs: Observation, cap: float) -> bool:
+        """Whether ``obs`` admitted at least ``bound_share`` (0.9) of ``cap`` (msg/s: the limit in force in it, on
+        the carriers that reported): a limit that binds, whatever else shows."""
+        return obs.observed_tps >= self.params.bound_share * cap
 
     def at_cap_since(self, state: ResourceState, end: dt.datetime, status: Status) -> dt.datetime | None:
         """``ResourceState.at_cap_since`` after the window ending ``end`` judged ``status``: the end of the first

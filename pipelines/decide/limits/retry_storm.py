@@ -188,7 +188,7 @@ class RetryStormLimit(LimitPolicy):
         cap = limit_in_force(state, obs.window_end) * part
         if obs.observed_tps > higher(cap, p.hysteresis_pct):
             return None  # over its cap: the limit did not hold in it (a carrier not applying it), nothing hidden
-        if obs.observed_tps < p.bound_share * cap:
+        if not self.at_cap(obs, cap):
             return None  # under its cap, the demand hidden by a busy carrier or the limiter's view: no experiment
         if obs.busy_brokers:
             return None  # a carrier busy in it: a raise would load it more (the squeeze answers a busy carrier)
